@@ -1,0 +1,56 @@
+// Run-time cost of the pipeline the explorer runs (and make_plan runs at compile time):
+// generate, check + lock-step ticks, lower, verify the lowered program, simulate.
+//
+//   ./build/release/bench/bench_plan
+#include <pipetype/pipetype.hpp>
+
+#include <benchmark/benchmark.h>
+
+namespace pt = pipetype;
+
+namespace {
+
+pt::program make(int which, int p, int m) {
+  return which == 0 ? pt::make_one_f_one_b(p, m) : pt::make_interleaved_1f1b(p, m, 2);
+}
+
+void BM_generate(benchmark::State& s) {
+  for (auto _ : s) benchmark::DoNotOptimize(make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2))));
+}
+void BM_check(benchmark::State& s) {
+  const pt::program p = make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
+  for (auto _ : s) benchmark::DoNotOptimize(pt::check_program(p.view()));
+  s.SetItemsProcessed(static_cast<std::int64_t>(s.iterations()) * static_cast<std::int64_t>(p.actions.size()));
+}
+void BM_lower(benchmark::State& s) {
+  const pt::program p = make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
+  const pt::program_facts f = pt::check_program(p.view());
+  for (auto _ : s) benchmark::DoNotOptimize(pt::lower(p.view(), f.tick));
+  s.SetItemsProcessed(static_cast<std::int64_t>(s.iterations()) * static_cast<std::int64_t>(p.actions.size()));
+}
+void BM_verify_lowered(benchmark::State& s) {
+  const pt::program p = make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
+  const pt::program_facts f = pt::check_program(p.view());
+  const pt::lowered_program l = pt::lower(p.view(), f.tick);
+  for (auto _ : s) benchmark::DoNotOptimize(pt::verify_lowered(l.view()));
+  s.SetItemsProcessed(static_cast<std::int64_t>(s.iterations()) * static_cast<std::int64_t>(l.ops.size()));
+}
+void BM_simulate(benchmark::State& s) {
+  const pt::program p = make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
+  for (auto _ : s) benchmark::DoNotOptimize(pt::simulate(p.view(), pt::costs{}));
+  s.SetItemsProcessed(static_cast<std::int64_t>(s.iterations()) * static_cast<std::int64_t>(p.actions.size()));
+}
+
+// {schedule (0: 1F1B, 1: interleaved v=2), ranks, microbatches}
+void sizes(benchmark::internal::Benchmark* b) {
+  b->Args({0, 4, 8})->Args({0, 16, 128})->Args({1, 8, 64});
+}
+
+}  // namespace
+
+BENCHMARK(BM_generate)->Apply(sizes);
+BENCHMARK(BM_check)->Apply(sizes);
+BENCHMARK(BM_lower)->Apply(sizes);
+BENCHMARK(BM_verify_lowered)->Apply(sizes);
+BENCHMARK(BM_simulate)->Apply(sizes);
+BENCHMARK_MAIN();

@@ -1,0 +1,263 @@
+// pipetype-explore — look at a schedule: its grid, its figures, its lowered program.
+//
+//   pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]
+//                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
+//                    [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]
+//
+// NAME is one of the registry's schedules or `all` (a comparison table). --file reads the text
+// notation instead (ranks and microbatches come from the file unless given, and must then
+// agree). Costs are per action on one stage; defaults F=1, B=2, I=W=B/2, comm 0. The run-time
+// path is the same code make_plan runs at compile time (build_plan, simulate).
+//
+// Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
+#include <pipetype/pipetype.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace pt = pipetype;
+
+namespace {
+
+struct args {
+  std::string schedule = "1f1b";
+  int ranks = 4;
+  int microbatches = 8;
+  int chunks = 0;  // 0: 2 for chunked schedules, 1 otherwise
+  bool ranks_given = false, microbatches_given = false;
+  pt::costs costs{};
+  int mem_limit = 0;
+  std::string file;
+  bool json = false;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "pipetype-explore: " << msg << "\n"
+            << "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
+               "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
+               "         [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]\n"
+               "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, all\n";
+  std::exit(2);
+}
+
+double to_number(const std::string& flag, const std::string& v, bool integer) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !(x >= 0) || x > 1e9)
+    usage_error(flag + " needs a non-negative number, got '" + v + "'");
+  if (integer && x != static_cast<double>(static_cast<long>(x))) usage_error(flag + " needs a whole number, got '" + v + "'");
+  return x;
+}
+
+args parse(int argc, char** argv) {
+  args a;
+  bool i_given = false, w_given = false;
+  for (int k = 1; k < argc; ++k) {
+    const std::string flag = argv[k];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << "pipetype-explore: look at a pipeline schedule (see docs/00_quickstart.md)\n";
+      usage_error("");
+    }
+    if (k + 1 >= argc) usage_error("missing value after " + flag);
+    const std::string v = argv[++k];
+    if (flag == "--schedule") a.schedule = v;
+    else if (flag == "--ranks") { a.ranks = static_cast<int>(to_number(flag, v, true)); a.ranks_given = true; }
+    else if (flag == "--microbatches") { a.microbatches = static_cast<int>(to_number(flag, v, true)); a.microbatches_given = true; }
+    else if (flag == "--chunks") a.chunks = static_cast<int>(to_number(flag, v, true));
+    else if (flag == "--cost-f") a.costs.f = to_number(flag, v, false);
+    else if (flag == "--cost-b") a.costs.b = to_number(flag, v, false);
+    else if (flag == "--cost-i") { a.costs.i = to_number(flag, v, false); i_given = true; }
+    else if (flag == "--cost-w") { a.costs.w = to_number(flag, v, false); w_given = true; }
+    else if (flag == "--cost-comm") a.costs.comm = to_number(flag, v, false);
+    else if (flag == "--mem-limit") a.mem_limit = static_cast<int>(to_number(flag, v, true));
+    else if (flag == "--file") a.file = v;
+    else if (flag == "--format") {
+      if (v != "text" && v != "json") usage_error("--format is text or json, got '" + v + "'");
+      a.json = v == "json";
+    } else usage_error("unknown flag " + flag);
+  }
+  (void)i_given;
+  (void)w_given;
+  if (a.ranks < 1) usage_error("--ranks must be at least 1");
+  if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
+  if (a.ranks > 4096 || a.microbatches > 65536) usage_error("--ranks or --microbatches too large");
+  return a;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out + '"';
+}
+
+std::string num(double x) {
+  std::ostringstream o;
+  o.precision(10);
+  o << x;
+  return o.str();
+}
+
+template <class T, class F>
+std::string json_array(const std::vector<T>& v, F f) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + f(v[i]);
+  return out + "]";
+}
+
+struct result {
+  pt::runtime_plan plan;
+  pt::timeline t;
+  int chunks = 1;
+};
+
+result evaluate(pt::program prog, const args& a, int chunks) {
+  result r;
+  r.chunks = chunks;
+  pt::plan_options o;
+  o.mem_limit = a.mem_limit;
+  r.plan = pt::build_plan(std::move(prog), o);
+  if (r.plan.ok()) r.t = pt::simulate(r.plan.compute.view(), a.costs);
+  return r;
+}
+
+int print_all(const args& a) {
+  std::vector<std::pair<std::string, result>> rows;
+  std::vector<std::pair<std::string, std::string>> skipped;
+  for (const pt::schedule_info& s : pt::schedule_infos) {
+    const int v = s.chunked ? (a.chunks ? a.chunks : 2) : 1;
+    if (const char* e = pt::schedule_error(s.name, a.ranks, a.microbatches, v)) {
+      skipped.emplace_back(std::string(s.name), e);
+      continue;
+    }
+    rows.emplace_back(std::string(s.name), evaluate(pt::make_schedule(s.name, a.ranks, a.microbatches, v), a, v));
+  }
+  auto peak_max = [](const result& r) {
+    double m = 0;
+    for (int k = 0; k < r.plan.compute.ranks; ++k) m = std::max(m, r.plan.peak_activations(k));
+    return m;
+  };
+  if (a.json) {
+    std::string out = "{\"ranks\": " + std::to_string(a.ranks) + ", \"microbatches\": " + std::to_string(a.microbatches) + ", \"schedules\": [";
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      const result& r = rows[k].second;
+      out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(rows[k].first) +
+             ", \"chunks\": " + std::to_string(r.chunks) + ", \"stages\": " + std::to_string(r.plan.compute.stages) +
+             ", \"valid\": " + (r.plan.ok() ? "true" : "false");
+      if (r.plan.ok())
+        out += ", \"makespan\": " + num(r.t.makespan()) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
+               ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) + ", \"peak_activations_max\": " + num(peak_max(r));
+      else
+        out += ", \"error\": " + json_string(pt::describe(r.plan.result));
+      out += "}";
+    }
+    out += "], \"skipped\": [";
+    for (std::size_t k = 0; k < skipped.size(); ++k)
+      out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(skipped[k].first) + ", \"reason\": " + json_string(skipped[k].second) + "}";
+    std::cout << out << "]}\n";
+    return 0;
+  }
+  std::printf("ranks %d, microbatches %d, costs F=%g B=%g I=%g W=%g comm=%g\n", a.ranks, a.microbatches, a.costs.f, a.costs.b,
+              a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
+  std::printf("%-18s %6s %6s %10s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "rank span", "bubble", "peak act");
+  for (const auto& [name, r] : rows) {
+    if (!r.plan.ok()) {
+      std::printf("%-18s rejected: %s\n", name.c_str(), pt::describe(r.plan.result).c_str());
+      continue;
+    }
+    std::printf("%-18s %6d %6d %10g %10g %7.1f%% %10g\n", name.c_str(), r.chunks, r.plan.compute.stages, r.t.makespan(),
+                r.t.max_rank_span(), 100 * r.t.bubble_fraction(), peak_max(r));
+  }
+  for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const args a = parse(argc, argv);
+  if (a.file.empty() && a.schedule == "all") return print_all(a);
+
+  pt::program prog;
+  int chunks = 1;
+  std::string source;
+  if (!a.file.empty()) {
+    std::ifstream in(a.file);
+    if (!in) usage_error("cannot read " + a.file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    source = ss.str();
+    prog = pt::parse_schedule(source, "file");
+    if (prog.source_error.ok()) {
+      if (a.ranks_given && prog.ranks != a.ranks)
+        usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(prog.ranks) + " ranks");
+      if (a.microbatches_given && prog.microbatches != a.microbatches)
+        usage_error("--microbatches " + std::to_string(a.microbatches) + " but " + a.file + " uses " +
+                    std::to_string(prog.microbatches));
+      if (prog.stages % prog.ranks == 0) chunks = prog.stages / prog.ranks;
+    }
+  } else {
+    const pt::schedule_info* s = pt::find_schedule(a.schedule);
+    chunks = a.chunks ? a.chunks : (s && s->chunked ? 2 : 1);
+    if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, chunks))
+      usage_error("--schedule " + a.schedule + ": " + e);
+    prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, chunks);
+  }
+  const std::string name = a.file.empty() ? a.schedule : a.file;
+  const result r = evaluate(std::move(prog), a, chunks);
+  const pt::runtime_plan& plan = r.plan;
+
+  if (!plan.ok()) {
+    const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
+    if (a.json)
+      std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg) << "}\n";
+    std::cerr << "pipetype-explore: " << msg << "\n";
+    return 2;
+  }
+
+  const pt::timeline& t = r.t;
+  const int P = plan.compute.ranks;
+  std::vector<double> peaks, busy;
+  for (int k = 0; k < P; ++k) {
+    peaks.push_back(plan.peak_activations(k));
+    busy.push_back(t.busy(k));
+  }
+  if (a.json) {
+    auto res = plan.lowered.resources;
+    std::cout << "{\"schedule\": " << json_string(name) << ", \"ranks\": " << P << ", \"microbatches\": " << plan.compute.microbatches
+              << ", \"stages\": " << plan.compute.stages << ", \"chunks\": " << chunks << ", \"valid\": true"
+              << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
+              << ", \"bubble_fraction\": " << num(t.bubble_fraction())
+              << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
+              << ", \"ticks\": " << plan.facts.ticks << ", \"lowered\": {\"ops\": " << plan.lowered.ops.size()
+              << ", \"communicators\": " << plan.lowered.comms.size()
+              << ", \"activation_slots\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.activation_slots); })
+              << ", \"gradient_slots\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.gradient_slots); })
+              << ", \"events\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.events); })
+              << ", \"groups\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}}\n";
+    return 0;
+  }
+  std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs F=%g B=%g I=%g W=%g comm=%g)\n\n", name.c_str(), P,
+              plan.compute.stages, plan.compute.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
+              a.costs.of(pt::kind::W), a.costs.comm);
+  std::cout << pt::grid(plan.compute.view(), t) << "\n";
+  std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n\n", t.makespan(), t.max_rank_span(),
+              100 * t.bubble_fraction(), plan.facts.ticks);
+  std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");
+  for (int k = 0; k < P; ++k) {
+    const pt::rank_resources& res = plan.lowered.resources[static_cast<std::size_t>(k)];
+    std::printf("%4d %6g %7g %9g %10d %11d %7d %7d\n", k, t.busy(k), t.idle(k), plan.peak_activations(k), res.activation_slots,
+                res.gradient_slots, res.events, res.groups);
+  }
+  std::printf("\nlowered: %zu ops on %zu communicators (one per stage edge that crosses ranks); proved deadlock-free\n",
+              plan.lowered.ops.size(), plan.lowered.comms.size());
+  return 0;
+}

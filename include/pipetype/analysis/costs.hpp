@@ -1,0 +1,103 @@
+// pipetype/analysis/costs.hpp — how long each action takes, for the simulator.
+//
+// `costs` is the uniform model: one time per kind for every stage (a chunk is a stage), plus the
+// latency of one transfer between ranks. Defaults: F = 1, B = 2, I = W = B/2, an overlapped F&B
+// pair costs its F plus its backward unless `fb` is set, communication 0.
+//
+// `cost_model` adds overrides on top of a `costs`: per stage and kind (unbalanced stages, a heavy
+// loss head), per microbatch (variable sequence lengths make microbatches unequal, as WLB-LLM
+// reports), or per single action. The last matching override wins; microbatch scales multiply.
+//
+// Both are usable in constant expressions; `costs` can also be a constexpr variable.
+#pragma once
+
+#include <vector>
+
+#include "pipetype/core/action.hpp"
+
+namespace pipetype {
+
+struct costs {
+  double f = 1;
+  double b = 2;
+  double i = -1;   // < 0: b / 2
+  double w = -1;   // < 0: b / 2
+  double fb = -1;  // overlapped pair; < 0: the sum of its two actions
+  double comm = 0;
+
+  constexpr double of(kind k) const noexcept {
+    switch (k) {
+      case kind::F: return f;
+      case kind::B: return b;
+      case kind::I: return i < 0 ? b / 2 : i;
+      case kind::W: return w < 0 ? b / 2 : w;
+    }
+    return 0;
+  }
+  constexpr double time(const action& a) const noexcept { return of(a.what); }
+  constexpr double pair_time(const action& x, const action& y) const noexcept {
+    return fb >= 0 ? fb : time(x) + time(y);
+  }
+  constexpr double latency(int /*from_stage*/, int /*to_stage*/) const noexcept { return comm; }
+};
+
+class cost_model {
+ public:
+  constexpr cost_model() = default;
+  constexpr explicit cost_model(costs base) : base_(base) {}
+
+  /// Time of kind `k` on stage `s`, for every microbatch.
+  constexpr cost_model& stage(int s, kind k, double t) {
+    rules_.push_back({s, -1, k, t, false});
+    return *this;
+  }
+  /// Multiplies the time of every action on microbatch `mb` by `scale`.
+  constexpr cost_model& microbatch(int mb, double scale) {
+    rules_.push_back({-1, mb, kind::F, scale, true});
+    return *this;
+  }
+  /// Time of one action.
+  constexpr cost_model& exact(const action& a, double t) {
+    rules_.push_back({a.stage, a.microbatch, a.what, t, false});
+    return *this;
+  }
+
+  constexpr double time(const action& a) const noexcept {
+    double t = base_.of(a.what), scale = 1;
+    for (const rule& r : rules_) {
+      if (r.scale) {
+        if (r.microbatch == a.microbatch) scale *= r.value;
+        continue;
+      }
+      if (r.what == a.what && (r.stage == -1 || r.stage == a.stage) &&
+          (r.microbatch == -1 || r.microbatch == a.microbatch))
+        t = r.value;
+    }
+    return t * scale;
+  }
+  constexpr double pair_time(const action& x, const action& y) const noexcept {
+    return base_.fb >= 0 ? base_.fb : time(x) + time(y);
+  }
+  constexpr double latency(int /*from_stage*/, int /*to_stage*/) const noexcept { return base_.comm; }
+  constexpr const costs& base() const noexcept { return base_; }
+
+ private:
+  struct rule {
+    int stage;
+    int microbatch;
+    kind what;
+    double value;
+    bool scale;
+  };
+  costs base_{};
+  std::vector<rule> rules_;
+};
+
+template <class C>
+concept cost_source = requires(const C& c, const action& a) {
+  { c.time(a) } -> std::convertible_to<double>;
+  { c.pair_time(a, a) } -> std::convertible_to<double>;
+  { c.latency(0, 1) } -> std::convertible_to<double>;
+};
+
+}  // namespace pipetype

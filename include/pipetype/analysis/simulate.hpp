@@ -1,0 +1,178 @@
+// pipetype/analysis/simulate.hpp — event simulation of a compute program under a cost model.
+//
+// Each rank runs its actions in order; an action starts when its rank is free and its inputs
+// exist: F(s,j) after F(s−1,j), B/I(s,j) after F(s,j) and B/I(s+1,j), W(s,j) after I(s,j), an
+// input from another rank arriving `latency` after its producer ends. An overlapped pair starts
+// when both halves may and takes `pair_time`. This is the dataflow the executors realise; the
+// rendezvous order of the lowered program is proved separately (verify_lowered.hpp).
+//
+// Figures (DESIGN.md / issue vocabulary):
+//   makespan          one isolated step: first start to last end
+//   rank span         a rank's last end − first start; `max_rank_span` is the step period when
+//                     consecutive steps overlap (the figure the zero-bubble paper optimises)
+//   busy / idle       per rank; idle = makespan − busy
+//   bubble fraction   Σ idle / (ranks × makespan)
+//   activation curve  per rank, live activations after each action (memory_model units)
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "pipetype/analysis/costs.hpp"
+#include "pipetype/compile/verify.hpp"
+#include "pipetype/core/program.hpp"
+
+namespace pipetype {
+
+struct rank_stats {
+  double first_start = 0;
+  double last_end = 0;
+  double busy = 0;
+  int peak_units = 0;
+  constexpr double span() const noexcept { return last_end - first_start; }
+};
+
+namespace detail {
+
+/// Fills start/end per action and stats per rank. Returns false if the program cannot finish
+/// (verify reports why).
+template <cost_source C>
+constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem, std::span<double> start,
+                             std::span<double> end, std::span<int> live_after, std::span<rank_stats> stats) {
+  const int S = p.stages, m = p.microbatches, P = p.ranks;
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(m);
+  constexpr double unknown = -1;
+  std::vector<double> fend(n, unknown), gend(n, unknown), iend(n, unknown);
+  std::vector<int> owner(static_cast<std::size_t>(S), -1);
+  for (int r = 0; r < P; ++r)
+    for (const action& a : p.rank_actions(r)) owner[static_cast<std::size_t>(a.stage)] = r;
+  std::vector<int> ptr(p.begin.begin(), p.begin.end() - 1);
+  std::vector<double> free_at(static_cast<std::size_t>(P), 0.0);
+  std::vector<int> live(static_cast<std::size_t>(P), 0);
+  for (auto& st : stats) st = rank_stats{};
+  // Earliest start allowed by the inputs of `a` on rank r, or unknown.
+  auto input_time = [&](const action& a, int r) -> double {
+    const std::size_t q = key(a.stage, a.microbatch, m);
+    double t = 0;
+    auto need = [&](double e, int stage) {
+      if (t == unknown) return;
+      if (e == unknown) { t = unknown; return; }
+      const double arrive = owner[static_cast<std::size_t>(stage)] == r ? e : e + c.latency(stage, a.stage);
+      if (arrive > t) t = arrive;
+    };
+    switch (a.what) {
+      case kind::F:
+        if (a.stage > 0) need(fend[key(a.stage - 1, a.microbatch, m)], a.stage - 1);
+        break;
+      case kind::B:
+      case kind::I:
+        need(fend[q], a.stage);
+        if (a.stage + 1 < S) need(gend[key(a.stage + 1, a.microbatch, m)], a.stage + 1);
+        break;
+      case kind::W: need(iend[q], a.stage); break;
+    }
+    return t;
+  };
+  std::size_t remaining = p.actions.size();
+  std::vector<char> started(static_cast<std::size_t>(P), 0);
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int r = 0; r < P; ++r) {
+      const std::size_t ru = static_cast<std::size_t>(r);
+      while (ptr[ru] < p.begin[ru + 1]) {
+        const std::size_t k = static_cast<std::size_t>(ptr[ru]);
+        const action& a = p.actions[k];
+        const std::size_t width = a.overlapped ? 2 : 1;
+        double t0 = free_at[ru];
+        bool ok = true;
+        for (std::size_t d = 0; d < width && ok; ++d) {
+          const double t = input_time(p.actions[k + d], r);
+          if (t == unknown) ok = false;
+          else if (t > t0) t0 = t;
+        }
+        if (!ok) break;
+        const double dur = width == 2 ? c.pair_time(a, p.actions[k + 1]) : c.time(a);
+        for (std::size_t d = 0; d < width; ++d) {
+          const action& x = p.actions[k + d];
+          start[k + d] = t0;
+          end[k + d] = t0 + dur;
+          const std::size_t q = key(x.stage, x.microbatch, m);
+          if (x.what == kind::F) fend[q] = t0 + dur;
+          if (is_input_backward(x.what)) gend[q] = t0 + dur;
+          if (x.what == kind::I) iend[q] = t0 + dur;
+          live[ru] += mem.delta(x.what);
+          live_after[k + d] = live[ru];
+          if (live[ru] > stats[ru].peak_units) stats[ru].peak_units = live[ru];
+        }
+        if (!started[ru]) {
+          started[ru] = 1;
+          stats[ru].first_start = t0;
+        }
+        stats[ru].last_end = t0 + dur;
+        stats[ru].busy += dur;
+        free_at[ru] = t0 + dur;
+        ptr[ru] += static_cast<int>(width);
+        remaining -= width;
+        progressed = true;
+      }
+    }
+    if (!progressed) return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+struct timeline {
+  bool complete = false;
+  std::vector<double> start;     // [actions]
+  std::vector<double> end;       // [actions]
+  std::vector<int> live_after;   // [actions] live activation units on its rank after it
+  std::vector<rank_stats> ranks; // [ranks]
+  int unit = 2;                  // memory_model::unit the units are counted in
+
+  constexpr double makespan() const noexcept {
+    double lo = 0, hi = 0;
+    bool any = false;
+    for (const rank_stats& r : ranks) {
+      if (r.busy == 0 && r.last_end == 0) continue;
+      if (!any || r.first_start < lo) lo = r.first_start;
+      if (!any || r.last_end > hi) hi = r.last_end;
+      any = true;
+    }
+    return hi - lo;
+  }
+  constexpr double max_rank_span() const noexcept {
+    double s = 0;
+    for (const rank_stats& r : ranks) s = r.span() > s ? r.span() : s;
+    return s;
+  }
+  constexpr double busy(int r) const noexcept { return ranks[static_cast<std::size_t>(r)].busy; }
+  constexpr double idle(int r) const noexcept { return makespan() - busy(r); }
+  constexpr double bubble_fraction() const noexcept {
+    const double ms = makespan();
+    if (ms <= 0 || ranks.empty()) return 0;
+    double idle_sum = 0;
+    for (std::size_t r = 0; r < ranks.size(); ++r) idle_sum += ms - ranks[r].busy;
+    return idle_sum / (static_cast<double>(ranks.size()) * ms);
+  }
+  constexpr double peak_activations(int r) const noexcept {
+    return static_cast<double>(ranks[static_cast<std::size_t>(r)].peak_units) / unit;
+  }
+};
+
+/// Simulates `p` under `c`. `complete` is false if some action can never start.
+template <cost_source C = costs>
+constexpr timeline simulate(program_view p, const C& c = {}, const memory_model& mem = {}) {
+  timeline t;
+  t.unit = mem.unit;
+  t.start.assign(p.actions.size(), 0);
+  t.end.assign(p.actions.size(), 0);
+  t.live_after.assign(p.actions.size(), 0);
+  t.ranks.assign(static_cast<std::size_t>(p.ranks), rank_stats{});
+  t.complete = detail::simulate_into(p, c, mem, t.start, t.end, t.live_after, t.ranks);
+  return t;
+}
+
+}  // namespace pipetype

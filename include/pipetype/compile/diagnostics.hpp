@@ -1,0 +1,161 @@
+// pipetype/compile/diagnostics.hpp — what went wrong and where, as a value and as a type.
+//
+// Every check in verify.hpp / verify_lowered.hpp returns a `verdict`: an error code plus the
+// place (rank, stage, microbatch, action kind and index in the rank's list; line and column for
+// text schedules). At run time `describe(v)` renders it as one sentence. At compile time
+// `make_plan` turns a failing verdict into the type
+//
+//   pipetype::error<what<_MISSING_ACTION_>, at_rank<1>, at_stage<1>, at_microbatch<3>,
+//                   at_action<'B', -1>>
+//
+// and fails a static_assert inside `report<that type>`, so the compiler prints the sentence.
+// (The shouting names follow stdexec's diagnostics: they stand out in a wall of template text.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace pipetype {
+
+enum class errc : std::uint8_t {
+  ok,
+  empty_program,            // ranks, stages or microbatches not positive
+  rank_out_of_range,        // the builder was asked for a rank outside [0, ranks)
+  index_out_of_range,       // an action names a stage or microbatch out of range
+  stage_on_two_ranks,       // a stage's actions appear on two ranks (or off its placement)
+  missing_action,           // some (stage, microbatch) lacks its F, B, I or W
+  duplicate_action,         // an action appears twice
+  mixed_backward,           // a (stage, microbatch) has both a full B and an I/W split
+  backward_before_forward,  // B/I/W before the F of the same (stage, microbatch) on its rank
+  action_before_its_input,  // an action before the same-rank action that produces its input
+  invalid_overlap,          // an overlapped pair that is not one forward and one backward
+  cross_rank_deadlock,      // ranks wait on each other forever
+  memory_limit_exceeded,    // peak activations above the limit
+  parse_error,              // text notation: see line / column
+  transfer_mismatch,        // lowered: k-th send and k-th recv of a channel carry different data
+  nccl_deadlock,            // lowered: rendezvous / group / event order can never complete
+  event_misuse,             // lowered: a wait with no earlier record of that event
+};
+
+struct verdict {
+  errc code = errc::ok;
+  int rank = -1;
+  int stage = -1;
+  int microbatch = -1;
+  char kind = '?';  // 'F', 'B', 'I', 'W' or '?'
+  int index = -1;   // position in the rank's action list (or lowered op list); -1 when absent
+  int line = -1;    // parse errors: 1-based line and column
+  int column = -1;
+  const char* detail = "";  // a short static reason (parse errors, lowered checks)
+
+  constexpr bool ok() const noexcept { return code == errc::ok; }
+  constexpr explicit operator bool() const noexcept { return ok(); }
+};
+
+constexpr const char* errc_name(errc e) noexcept {
+  switch (e) {
+    case errc::ok: return "ok";
+    case errc::empty_program: return "empty program";
+    case errc::rank_out_of_range: return "rank out of range";
+    case errc::index_out_of_range: return "index out of range";
+    case errc::stage_on_two_ranks: return "stage on two ranks";
+    case errc::missing_action: return "missing action";
+    case errc::duplicate_action: return "duplicate action";
+    case errc::mixed_backward: return "full backward mixed with I/W split";
+    case errc::backward_before_forward: return "backward before forward";
+    case errc::action_before_its_input: return "action before its input";
+    case errc::invalid_overlap: return "invalid overlapped pair";
+    case errc::cross_rank_deadlock: return "cross-rank deadlock";
+    case errc::memory_limit_exceeded: return "memory limit exceeded";
+    case errc::parse_error: return "parse error";
+    case errc::transfer_mismatch: return "transfer mismatch";
+    case errc::nccl_deadlock: return "NCCL deadlock";
+    case errc::event_misuse: return "event misuse";
+  }
+  return "unknown";
+}
+
+/// One sentence naming what went wrong and where.
+inline std::string describe(const verdict& v) {
+  std::string s = errc_name(v.code);
+  if (v.ok()) return s;
+  if (v.line >= 0) s += " at line " + std::to_string(v.line) + ", column " + std::to_string(v.column);
+  if (v.rank != -1) s += (v.line >= 0 ? ", rank " : " at rank ") + std::to_string(v.rank);
+  if (v.stage >= 0) s += ", stage " + std::to_string(v.stage);
+  if (v.microbatch >= 0) s += ", microbatch " + std::to_string(v.microbatch);
+  if (v.kind != '?') {
+    s += ", action ";
+    if (v.stage >= 0) s += std::to_string(v.stage);
+    s += v.kind;
+    if (v.microbatch >= 0) s += std::to_string(v.microbatch);
+  }
+  if (v.index >= 0) s += " (index " + std::to_string(v.index) + ")";
+  if (v.detail && *v.detail) s += std::string(": ") + v.detail;
+  return s;
+}
+
+// ---- the compile-time form ---------------------------------------------------------------
+
+// clang-format off
+struct _EMPTY_PROGRAM_ {};           struct _RANK_OUT_OF_RANGE_ {};
+struct _INDEX_OUT_OF_RANGE_ {};      struct _STAGE_ON_TWO_RANKS_ {};
+struct _MISSING_ACTION_ {};          struct _DUPLICATE_ACTION_ {};
+struct _MIXED_BACKWARD_ {};          struct _BACKWARD_BEFORE_FORWARD_ {};
+struct _ACTION_BEFORE_ITS_INPUT_ {}; struct _INVALID_OVERLAP_ {};
+struct _CROSS_RANK_DEADLOCK_ {};     struct _MEMORY_LIMIT_EXCEEDED_ {};
+struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
+struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
+// clang-format on
+
+template <class What> struct what {};
+template <int R> struct at_rank {};
+template <int S> struct at_stage {};
+template <int M> struct at_microbatch {};
+template <char Kind, int Index> struct at_action {};
+template <int Line, int Column> struct at_line_column {};
+
+/// The type a rejected schedule is reported as.
+template <class... Facts> struct error {};
+
+namespace detail {
+
+template <errc E> struct errc_tag;
+template <> struct errc_tag<errc::ok> { using type = void; };
+template <> struct errc_tag<errc::empty_program> { using type = _EMPTY_PROGRAM_; };
+template <> struct errc_tag<errc::rank_out_of_range> { using type = _RANK_OUT_OF_RANGE_; };
+template <> struct errc_tag<errc::index_out_of_range> { using type = _INDEX_OUT_OF_RANGE_; };
+template <> struct errc_tag<errc::stage_on_two_ranks> { using type = _STAGE_ON_TWO_RANKS_; };
+template <> struct errc_tag<errc::missing_action> { using type = _MISSING_ACTION_; };
+template <> struct errc_tag<errc::duplicate_action> { using type = _DUPLICATE_ACTION_; };
+template <> struct errc_tag<errc::mixed_backward> { using type = _MIXED_BACKWARD_; };
+template <> struct errc_tag<errc::backward_before_forward> { using type = _BACKWARD_BEFORE_FORWARD_; };
+template <> struct errc_tag<errc::action_before_its_input> { using type = _ACTION_BEFORE_ITS_INPUT_; };
+template <> struct errc_tag<errc::invalid_overlap> { using type = _INVALID_OVERLAP_; };
+template <> struct errc_tag<errc::cross_rank_deadlock> { using type = _CROSS_RANK_DEADLOCK_; };
+template <> struct errc_tag<errc::memory_limit_exceeded> { using type = _MEMORY_LIMIT_EXCEEDED_; };
+template <> struct errc_tag<errc::parse_error> { using type = _PARSE_ERROR_; };
+template <> struct errc_tag<errc::transfer_mismatch> { using type = _TRANSFER_MISMATCH_; };
+template <> struct errc_tag<errc::nccl_deadlock> { using type = _NCCL_DEADLOCK_; };
+template <> struct errc_tag<errc::event_misuse> { using type = _EVENT_MISUSE_; };
+
+template <errc Code, int Rank, int Stage, int Mb, char Kind, int Index, int Line, int Column>
+using error_for_t = std::conditional_t<
+    Code == errc::parse_error,
+    error<what<typename errc_tag<Code>::type>, at_line_column<Line, Column>>,
+    error<what<typename errc_tag<Code>::type>, at_rank<Rank>, at_stage<Stage>, at_microbatch<Mb>,
+          at_action<Kind, Index>>>;
+
+template <class E>
+inline constexpr bool always_false_v = false;
+
+/// Instantiated only for a rejected schedule; the failing assertion names E.
+template <class E>
+struct report {
+  static_assert(always_false_v<E>,
+                "pipetype: the schedule was rejected; the error<what<...>, at_rank<...>, ...> type in "
+                "this instantiation names what went wrong and where");
+};
+
+}  // namespace detail
+}  // namespace pipetype

@@ -1,0 +1,105 @@
+// pipetype/compile/lowered.hpp — the lowered program: what an executor issues, op by op.
+//
+// Per rank, an ordered list of ops, each bound to a stream:
+//   compute      run one action (F/B/I/W) on the compute stream, reading and writing slots
+//   group_begin  ─┐ one NCCL group on the communication stream (ncclGroupStart/End):
+//   send / recv   │ point-to-point transfers to `peer` on communicator `comm`, from / into
+//   group_end    ─┘ a buffer slot
+//   record       cudaEventRecord(event, stream) after the previous op of that stream
+//   wait         cudaStreamWaitEvent(stream, event) before the next op of that stream
+// All fields are small integers fixed when the plan is built. The host executor issues the
+// same list on host threads; the record backend checks it call by call.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pipetype/core/action.hpp"
+
+namespace pipetype {
+
+enum class op_code : std::uint8_t { compute, send, recv, group_begin, group_end, record, wait };
+
+/// Streams of one rank. The compute stream runs the user's stage code; the communication
+/// stream runs the NCCL groups. Events order one after the other where data or a buffer is shared.
+enum class stream_id : std::uint8_t { compute = 0, comm = 1 };
+inline constexpr int stream_count = 2;
+
+/// How communicators are chosen (DESIGN.md §4.4).
+///   per_edge       one communicator per stage-graph edge s→s+1 that crosses ranks; activations
+///                  travel along it and gradients against it. NCCL orders p2p per
+///                  (communicator, peer), so unrelated edges never queue behind each other.
+///   per_rank_pair  one communicator per pair of ranks that exchange data.
+/// Both are proved deadlock-free by verify_lowered for every plan; per_edge is the default.
+enum class comm_policy : std::uint8_t { per_edge, per_rank_pair };
+
+/// Which buffer pool a slot index refers to.
+enum class pool : std::uint8_t { activation, gradient };
+
+struct lowered_op {
+  op_code code = op_code::compute;
+  stream_id stream = stream_id::compute;
+  kind what = kind::F;     // compute: the action's kind; send/recv: F = activation, B = gradient
+  bool overlapped = false; // compute: runs together with the next compute op
+  int stage = -1;          // compute: the action's stage; send/recv: the stage that produced the data
+  int microbatch = -1;
+  int peer = -1;           // send/recv: the other rank
+  int comm = -1;           // send/recv: communicator id
+  int slot = -1;           // send/recv: slot in the pool of `what`; compute: input activation
+                           // (-1: stage 0 reads the user's batch)
+  int grad_slot = -1;      // compute B/I/W: incoming gradient (-1: the last stage's own loss)
+  int out_slot = -1;       // compute: output (activation slot for F, gradient slot for B/I); -1: none
+  int event = -1;          // record/wait: event id in the rank's pool
+  int tick = -1;           // lock-step tick this op belongs to
+  int action = -1;         // compute: index of the action in the compute program
+
+  friend constexpr bool operator==(const lowered_op&, const lowered_op&) = default;
+};
+
+struct comm_desc {
+  int rank_a = -1;  // lower rank
+  int rank_b = -1;
+  int stage = -1;   // per_edge: the edge's source stage; per_rank_pair: -1
+
+  friend constexpr bool operator==(const comm_desc&, const comm_desc&) = default;
+};
+
+/// What one rank must allocate once, before any step.
+struct rank_resources {
+  int activation_slots = 0;
+  int gradient_slots = 0;
+  int events = 0;
+  int groups = 0;
+  int transfers = 0;
+
+  friend constexpr bool operator==(const rank_resources&, const rank_resources&) = default;
+};
+
+struct lowered_view {
+  int ranks = 0;
+  comm_policy policy = comm_policy::per_edge;
+  std::span<const int> begin;           // [ranks + 1]
+  std::span<const lowered_op> ops;
+  std::span<const comm_desc> comms;
+  std::span<const rank_resources> resources;  // [ranks]
+
+  constexpr std::span<const lowered_op> rank_ops(int r) const {
+    const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(r)]);
+    const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(r) + 1]);
+    return ops.subspan(b, e - b);
+  }
+};
+
+struct lowered_program {
+  int ranks = 0;
+  comm_policy policy = comm_policy::per_edge;
+  std::vector<int> begin;
+  std::vector<lowered_op> ops;
+  std::vector<comm_desc> comms;
+  std::vector<rank_resources> resources;
+
+  constexpr lowered_view view() const { return {ranks, policy, begin, ops, comms, resources}; }
+};
+
+}  // namespace pipetype

@@ -1,0 +1,41 @@
+// pipetype/core/sizes.hpp — static sizes that read like values.
+//
+//   pipetype::ranks<4>          pipeline ranks (processes / GPUs), p
+//   pipetype::microbatches<8>   microbatches per training step, m
+//   pipetype::chunks<2>         model chunks (virtual stages) per rank, v
+//   pipetype::stages<8>         pipeline stages in the stage graph, S
+//
+// Each is an empty type carrying `value`, in the spirit of CuTe's Int<4>{}. Schedules take
+// them as template arguments: `pipetype::one_f_one_b<ranks<4>, microbatches<8>>`.
+#pragma once
+
+namespace pipetype {
+
+template <int N>
+struct ranks {
+  static_assert(N >= 1, "pipetype::ranks: a pipeline needs at least one rank");
+  static constexpr int value = N;
+};
+
+template <int N>
+struct microbatches {
+  static_assert(N >= 1, "pipetype::microbatches: a step needs at least one microbatch");
+  static constexpr int value = N;
+};
+
+template <int N>
+struct chunks {
+  static_assert(N >= 1, "pipetype::chunks: a rank holds at least one chunk");
+  static constexpr int value = N;
+};
+
+template <int N>
+struct stages {
+  static_assert(N >= 1, "pipetype::stages: a model has at least one stage");
+  static constexpr int value = N;
+};
+
+template <class T>
+inline constexpr int value_v = T::value;
+
+}  // namespace pipetype

@@ -1,0 +1,90 @@
+// pipetype/io/grid.hpp — a schedule as an ASCII grid: ranks as rows, time as columns.
+//
+//   std::cout << pipetype::grid(plan.compute(), pipetype::simulate(plan.compute(), costs));
+//
+//   time    0    1    2    3    4    5    6    7    8
+//   rank 0 |0F0 |0F1 |    |0B0      |    |0B1      |
+//   rank 1 |    |1F0 |1B0      |1F1 |1B1      |
+//
+// One column is `quantum` time units (default 1); an action spans as many columns as it lasts,
+// starting at the column its start time rounds to. Blank cells are idle time. An overlapped pair
+// prints as `(0F7;7B3)`.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "pipetype/analysis/simulate.hpp"
+#include "pipetype/io/text.hpp"
+
+namespace pipetype {
+
+struct grid_options {
+  double quantum = 1;
+};
+
+inline std::string grid(program_view p, const timeline& t, grid_options opt = {}) {
+  const double q = opt.quantum > 0 ? opt.quantum : 1;
+  auto col = [&](double x) { return static_cast<long>(std::llround(x / q)); };
+  // labels and width
+  std::vector<std::string> label(p.actions.size());
+  std::size_t w = 3;
+  for (std::size_t k = 0; k < p.actions.size(); ++k) {
+    const action& a = p.actions[k];
+    if (k > 0 && p.actions[k - 1].overlapped) continue;  // second half of a pair
+    label[k] = a.overlapped && k + 1 < p.actions.size() ? '(' + to_text(a) + ';' + to_text(p.actions[k + 1]) + ')'
+                                                        : to_text(a);
+  }
+  long first = 0, last = 0;
+  bool any = false;
+  for (std::size_t k = 0; k < p.actions.size(); ++k) {
+    if (label[k].empty()) continue;
+    const long span = col(t.end[k]) - col(t.start[k]);
+    // a label must fit in its span: widen the columns if a short action has a long label
+    const std::size_t need = span > 0 ? (label[k].size() + 1 + static_cast<std::size_t>(span) - 1) / static_cast<std::size_t>(span) : label[k].size();
+    w = need > w ? need : w;
+    if (!any || col(t.start[k]) < first) first = col(t.start[k]);
+    if (!any || col(t.end[k]) > last) last = col(t.end[k]);
+    any = true;
+  }
+  const std::string head = "rank " + std::to_string(p.ranks - 1);
+  const std::size_t lead = head.size() + 1;
+  std::string out = "time";
+  out.append(lead - 4, ' ');
+  for (long c = first; c < last; ++c) {
+    std::string n;
+    if ((c - first) % 5 == 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(c) * q);
+      n = buf;
+    }
+    if (n.size() > w) n.clear();
+    out += ' ' + n;
+    out.append(w - n.size(), ' ');
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  out += '\n';
+  for (int r = 0; r < p.ranks; ++r) {
+    std::string row = "rank " + std::to_string(r);
+    row.append(lead - row.size(), ' ');
+    long c = first;
+    const int b = p.begin[static_cast<std::size_t>(r)], e = p.begin[static_cast<std::size_t>(r) + 1];
+    for (int k = b; k < e; ++k) {
+      const std::size_t ku = static_cast<std::size_t>(k);
+      if (label[ku].empty()) continue;
+      const long s = col(t.start[ku]);
+      for (; c < s; ++c) row += '|' + std::string(w, ' ');
+      const long span = col(t.end[ku]) - s;
+      const std::size_t room = span > 0 ? static_cast<std::size_t>(span) * (w + 1) - 1 : label[ku].size();
+      row += '|' + label[ku] + std::string(room > label[ku].size() ? room - label[ku].size() : 0, ' ');
+      c = s + (span > 0 ? span : 1);
+    }
+    row += "|\n";
+    out += row;
+  }
+  return out;
+}
+
+}  // namespace pipetype

@@ -1,0 +1,33 @@
+// pipetype/pipetype.hpp — everything that needs no CUDA.
+//
+//   #include <pipetype/pipetype.hpp>
+//   namespace pt = pipetype;
+//   constexpr auto plan = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>();
+#pragma once
+
+#include "pipetype/core/action.hpp"
+#include "pipetype/core/program.hpp"
+#include "pipetype/core/sizes.hpp"
+
+#include "pipetype/graph/placement.hpp"
+
+#include "pipetype/schedules/gpipe.hpp"
+#include "pipetype/schedules/interleaved_1f1b.hpp"
+#include "pipetype/schedules/looped_bfs.hpp"
+#include "pipetype/schedules/one_f_one_b.hpp"
+#include "pipetype/schedules/registry.hpp"
+#include "pipetype/schedules/schedule.hpp"
+#include "pipetype/schedules/text.hpp"
+
+#include "pipetype/compile/diagnostics.hpp"
+#include "pipetype/compile/lower.hpp"
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/plan.hpp"
+#include "pipetype/compile/verify.hpp"
+#include "pipetype/compile/verify_lowered.hpp"
+
+#include "pipetype/analysis/costs.hpp"
+#include "pipetype/analysis/simulate.hpp"
+
+#include "pipetype/io/grid.hpp"
+#include "pipetype/io/text.hpp"

@@ -1,0 +1,34 @@
+// pipetype/schedules/gpipe.hpp — GPipe (fill, then drain).
+//
+// Source: Huang et al., "GPipe", NeurIPS 2019; ordering as PyTorch's ScheduleGPipe.
+// Rule: rank r runs F of its stage for microbatches 0..m−1, then B for 0..m−1.
+// Constraints: none (m ≥ 1); one stage per rank (S = p).
+// Formulas (uniform costs, no communication latency):
+//   makespan            (m + p − 1)(F + B)        bubble time (p − 1)(F + B)
+//   bubble fraction     (p − 1) / (m + p − 1)     (idle / (ranks × makespan))
+//   peak activations    m on every rank            (all microbatches live until the drain)
+#pragma once
+
+#include "pipetype/core/sizes.hpp"
+#include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/schedule.hpp"
+
+namespace pipetype {
+
+constexpr program make_gpipe(int p, int m) {
+  program_builder b{p, p, m};
+  b.placement(looped_placement(p, 1));
+  for (int r = 0; r < p; ++r) {
+    b.rank(r);
+    for (int mb = 0; mb < m; ++mb) b.add(F(r, mb));
+    for (int mb = 0; mb < m; ++mb) b.add(B(r, mb));
+  }
+  return std::move(b).build("gpipe");
+}
+
+template <class Ranks, class Microbatches>
+struct gpipe {
+  static constexpr program generate() { return make_gpipe(Ranks::value, Microbatches::value); }
+};
+
+}  // namespace pipetype

@@ -1,0 +1,41 @@
+// pipetype/schedules/one_f_one_b.hpp — 1F1B (PipeDream-Flush).
+//
+// Source: Narayanan et al., "PipeDream" (SOSP'19) / "Memory-efficient pipeline-parallel DNN
+// training" (ICML'21); ordering as Megatron-LM's forward_backward_pipelining_without_interleaving.
+// Rule: rank r warms up with w = min(p − r − 1, m) forwards, then alternates one forward and one
+// backward (oldest microbatch first) m − w times, then drains w backwards.
+// Constraints: none (m ≥ 1; m ≥ p reaches the steady state). One stage per rank.
+// Formulas (uniform costs, no communication latency):
+//   makespan            (m + p − 1)(F + B)        — same bubble as GPipe, (p − 1)(F + B)
+//   peak activations    min(p − r, m) on rank r   — p on rank 0 instead of GPipe's m
+#pragma once
+
+#include "pipetype/core/sizes.hpp"
+#include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/schedule.hpp"
+
+namespace pipetype {
+
+constexpr program make_one_f_one_b(int p, int m) {
+  program_builder b{p, p, m};
+  b.placement(looped_placement(p, 1));
+  for (int r = 0; r < p; ++r) {
+    b.rank(r);
+    const int warmup = (p - r - 1) < m ? (p - r - 1) : m;
+    int f = 0, bw = 0;
+    for (int k = 0; k < warmup; ++k) b.add(F(r, f++));
+    for (int k = 0; k < m - warmup; ++k) {
+      b.add(F(r, f++));
+      b.add(B(r, bw++));
+    }
+    while (bw < m) b.add(B(r, bw++));
+  }
+  return std::move(b).build("1f1b");
+}
+
+template <class Ranks, class Microbatches>
+struct one_f_one_b {
+  static constexpr program generate() { return make_one_f_one_b(Ranks::value, Microbatches::value); }
+};
+
+}  // namespace pipetype

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The two commands of a fresh machine (README.md):
+#   bash run.sh demo   build and run the main job (for now: the explorer on 1F1B, 4 ranks, 8 microbatches)
+#   bash run.sh test   build everything and run every test (what CI runs)
+# Each installs what it needs from Debian's packages first.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need_packages() {
+  local missing=()
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v ninja >/dev/null || missing+=(ninja-build)
+  command -v g++ >/dev/null || missing+=(g++)
+  [ -f /usr/lib/cmake/doctest/doctestConfig.cmake ] || [ -f /usr/share/doctest/cmake/doctestConfig.cmake ] ||
+    dpkg -s doctest-dev >/dev/null 2>&1 || missing+=(doctest-dev)
+  dpkg -s libbenchmark-dev >/dev/null 2>&1 || missing+=(libbenchmark-dev)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "run.sh: installing ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+case "${1:-}" in
+  demo)
+    need_packages
+    cmake --preset release >/dev/null
+    cmake --build --preset release --target pipetype-explore
+    shift
+    exec ./build/release/examples/pipetype-explore "$@"
+    ;;
+  test)
+    need_packages
+    exec cmake --workflow --preset dev
+    ;;
+  *)
+    echo "usage: bash run.sh demo [explorer flags] | bash run.sh test" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,43 @@
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+namespace pt = pipetype;
+
+using sched = pt::interleaved_1f1b<pt::ranks<3>, pt::microbatches<6>, pt::chunks<2>>;
+constexpr auto plan = pt::make_plan<sched>();
+constexpr auto by_pair = pt::make_plan<sched, pt::plan_options{.comms = pt::comm_policy::per_rank_pair}>();
+
+// facts are constants
+static_assert(plan.peak_activations(0) == 3 + 4 + 1);
+static_assert(plan.comms.size() == 5 && by_pair.comms.size() == 3);
+static_assert(plan.resources[0].events >= 1);
+static_assert(std::is_same_v<pt::plan_t<sched>, std::remove_cv_t<decltype(plan)>>);
+static_assert(pt::verify_lowered(plan.lowered()).ok());
+
+// a memory limit that holds
+constexpr auto limited = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>, pt::plan_options{.mem_limit = 4}>();
+static_assert(limited.peak_activations(0) == 4);
+
+TEST_CASE("plan: the compile-time tables equal the run-time plan of the same schedule") {
+  const pt::runtime_plan rt = pt::build_plan(pt::make_interleaved_1f1b(3, 6, 2));
+  REQUIRE(rt.ok());
+  REQUIRE(rt.lowered.ops.size() == plan.ops.size());
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) CHECK(rt.lowered.ops[i] == plan.ops[i]);
+  CHECK(rt.compute.actions.size() == plan.actions.size());
+  for (std::size_t i = 0; i < plan.actions.size(); ++i) CHECK(rt.compute.actions[i] == plan.actions[i]);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(rt.lowered.resources[static_cast<std::size_t>(r)] == plan.resources[static_cast<std::size_t>(r)]);
+    CHECK(rt.peak_activations(r) == plan.peak_activations(r));
+  }
+  CHECK(rt.facts.ticks == plan.ticks);
+}
+
+TEST_CASE("plan: a run-time plan reports the verdict instead of failing to compile") {
+  const pt::runtime_plan bad = pt::build_plan(pt::parse_schedule("0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n"));
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.result.code == pt::errc::cross_rank_deadlock);
+  pt::plan_options o;
+  o.mem_limit = 3;
+  CHECK(pt::build_plan(pt::make_one_f_one_b(4, 8), o).result.code == pt::errc::memory_limit_exceeded);
+}

@@ -1,0 +1,107 @@
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+namespace pt = pipetype;
+
+namespace {
+pt::lowered_program lowered_1f1b(int p, int m) {
+  const pt::program prog = pt::make_one_f_one_b(p, m);
+  const pt::program_facts f = pt::check_program(prog.view());
+  return pt::lower(prog.view(), f.tick);
+}
+std::size_t find(const pt::lowered_program& L, int rank, pt::op_code code, int nth = 0) {
+  for (int i = L.begin[static_cast<std::size_t>(rank)]; i < L.begin[static_cast<std::size_t>(rank) + 1]; ++i)
+    if (L.ops[static_cast<std::size_t>(i)].code == code && nth-- == 0) return static_cast<std::size_t>(i);
+  FAIL("op not found");
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("verify_lowered: the lowering's own output passes") {
+  CHECK(pt::verify_lowered(lowered_1f1b(4, 8).view()).ok());
+}
+
+TEST_CASE("verify_lowered: swapping two sends of one channel breaks FIFO matching") {
+  pt::lowered_program L = lowered_1f1b(2, 4);
+  const std::size_t a = find(L, 0, pt::op_code::send, 0), b = find(L, 0, pt::op_code::send, 1);
+  std::swap(L.ops[a].microbatch, L.ops[b].microbatch);
+  const pt::verdict v = pt::verify_lowered(L.view());
+  CHECK(v.code == pt::errc::transfer_mismatch);
+  CHECK(v.rank == 1);
+}
+
+TEST_CASE("verify_lowered: a recv with no send") {
+  pt::lowered_program L = lowered_1f1b(2, 2);
+  const std::size_t a = find(L, 0, pt::op_code::send, 0);
+  L.ops[a].code = pt::op_code::recv;  // both ends now receive
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::transfer_mismatch);
+}
+
+TEST_CASE("verify_lowered: transfers in separate groups that wait on each other deadlock") {
+  // rank 0 sends then receives in two groups; rank 1 does the same: with blocking rendezvous
+  // both sit in their send group forever (the classic unordered neighbour exchange).
+  pt::lowered_program L;
+  L.ranks = 2;
+  L.comms = {{0, 1, 0}};
+  L.resources.assign(2, pt::rank_resources{});
+  auto op = [](pt::op_code c, int peer, int mb) {
+    pt::lowered_op o;
+    o.code = c;
+    o.stream = pt::stream_id::comm;
+    o.peer = peer;
+    o.comm = 0;
+    o.stage = 0;
+    o.microbatch = mb;
+    return o;
+  };
+  for (int r = 0; r < 2; ++r) {
+    const int peer = 1 - r;
+    L.ops.push_back(op(pt::op_code::group_begin, -1, -1));
+    L.ops.push_back(op(pt::op_code::send, peer, 0));
+    L.ops.push_back(op(pt::op_code::group_end, -1, -1));
+    L.ops.push_back(op(pt::op_code::group_begin, -1, -1));
+    L.ops.push_back(op(pt::op_code::recv, peer, 0));
+    L.ops.push_back(op(pt::op_code::group_end, -1, -1));
+  }
+  L.begin = {0, 6, 12};
+  const pt::verdict v = pt::verify_lowered(L.view());
+  CHECK(v.code == pt::errc::nccl_deadlock);
+  // grouping the two makes it complete
+  pt::lowered_program G = L;
+  G.ops.clear();
+  for (int r = 0; r < 2; ++r) {
+    G.ops.push_back(op(pt::op_code::group_begin, -1, -1));
+    G.ops.push_back(op(pt::op_code::send, 1 - r, 0));
+    G.ops.push_back(op(pt::op_code::recv, 1 - r, 0));
+    G.ops.push_back(op(pt::op_code::group_end, -1, -1));
+  }
+  G.begin = {0, 4, 8};
+  CHECK(pt::verify_lowered(G.view()).ok());
+}
+
+TEST_CASE("verify_lowered: a wait before any record of its event") {
+  pt::lowered_program L = lowered_1f1b(2, 2);
+  const std::size_t w = find(L, 1, pt::op_code::wait);
+  L.ops[w].event = 7;
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::event_misuse);
+}
+
+TEST_CASE("verify_lowered: dropping a wait leaves a buffer unordered between the streams") {
+  pt::lowered_program L = lowered_1f1b(2, 2);
+  const std::size_t w = find(L, 1, pt::op_code::wait);
+  L.ops.erase(L.ops.begin() + static_cast<std::ptrdiff_t>(w));
+  L.begin[2] -= 1;
+  const pt::verdict v = pt::verify_lowered(L.view());
+  CHECK(v.code == pt::errc::event_misuse);
+  CHECK(v.rank == 1);
+}
+
+TEST_CASE("verify_lowered: a peer outside the communicator") {
+  pt::lowered_program L = lowered_1f1b(3, 2);
+  const std::size_t s = find(L, 0, pt::op_code::send);
+  L.ops[s].peer = 2;
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::transfer_mismatch);
+}

@@ -1,0 +1,23 @@
+# Compiles SRC with CXX (-std=c++20 -fsyntax-only). MODE=pass: must succeed. MODE=fail: must fail,
+# and the compiler's output must match the regex on the file's first line: `// expect: REGEX`.
+execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${SRC}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(MODE STREQUAL "pass")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "expected ${SRC} to compile, it did not:\n${err}")
+  endif()
+  return()
+endif()
+file(STRINGS ${SRC} first LIMIT_COUNT 1)
+string(REGEX REPLACE "^// expect: " "" regex "${first}")
+if(regex STREQUAL first OR regex STREQUAL "")
+  message(FATAL_ERROR "${SRC}: the first line must be `// expect: REGEX`")
+endif()
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected ${SRC} to fail to compile, it compiled")
+endif()
+string(REPLACE "\n" " " flat "${out}${err}")
+if(NOT flat MATCHES "${regex}")
+  message(FATAL_ERROR "${SRC} failed to compile, but the message does not match `${regex}`:\n${err}")
+endif()
+message(STATUS "rejected as expected: ${regex}")

@@ -1,0 +1,40 @@
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace pt = pipetype;
+
+namespace {
+std::string golden(const std::string& name) {
+  std::ifstream in(std::string(PIPETYPE_TEST_DATA) + "/" + name);
+  REQUIRE_MESSAGE(in.good(), "missing golden file " << name);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+std::string render(const pt::program& p, const pt::costs& c, pt::grid_options o = {}) {
+  return pt::grid(p.view(), pt::simulate(p.view(), c), o);
+}
+}  // namespace
+
+TEST_CASE("grid: 1F1B, 4 ranks, 6 microbatches, F=1 B=2") {
+  CHECK(render(pt::make_one_f_one_b(4, 6), {.f = 1, .b = 2}) == golden("1f1b_p4_m6.txt"));
+}
+
+TEST_CASE("grid: interleaved 1F1B, 2 ranks, 4 microbatches, 2 chunks, F=B=1") {
+  CHECK(render(pt::make_interleaved_1f1b(2, 4, 2), {.f = 1, .b = 1}) == golden("interleaved_p2_m4_v2.txt"));
+}
+
+TEST_CASE("grid: GPipe with communication latency, half-unit columns") {
+  CHECK(render(pt::make_gpipe(2, 3), {.f = 1, .b = 2, .comm = 0.5}, {.quantum = 0.5}) == golden("gpipe_p2_m3_comm.txt"));
+}
+
+TEST_CASE("grid: an overlapped pair prints as one cell") {
+  const std::string g = render(pt::parse_schedule("0F0,0F1,(0F2;0B0),0B1,0B2\n"), {.f = 1, .b = 2});
+  CHECK(g.find("|(0F2;0B0)") != std::string::npos);
+  CHECK(g == golden("overlap.txt"));
+}

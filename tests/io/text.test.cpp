@@ -1,0 +1,18 @@
+#include <pipetype/io/text.hpp>
+#include <pipetype/schedules/one_f_one_b.hpp>
+
+#include <doctest/doctest.h>
+
+namespace pt = pipetype;
+
+TEST_CASE("to_text: PyTorch's action notation") {
+  CHECK(pt::to_text(pt::F(2, 0)) == "2F0");
+  CHECK(pt::to_text(pt::I(13, 7)) == "13I7");
+  CHECK(pt::to_text(pt::make_one_f_one_b(2, 2).view()) == "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+}
+
+TEST_CASE("to_text: an overlapped pair") {
+  pt::program_builder b{1, 1, 2};
+  b.rank(0).add(pt::F(0, 0)).add_overlapped(pt::F(0, 1), pt::B(0, 0)).add(pt::B(0, 1));
+  CHECK(pt::to_text(std::move(b).build().view()) == "0F0,(0F1;0B0),0B1\n");
+}

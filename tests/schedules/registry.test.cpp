@@ -1,0 +1,25 @@
+#include <pipetype/schedules/registry.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace pt = pipetype;
+
+TEST_CASE("registry: every name builds the same program as its generator") {
+  CHECK(pt::make_schedule("gpipe", 3, 4).actions == pt::make_gpipe(3, 4).actions);
+  CHECK(pt::make_schedule("1f1b", 3, 4).actions == pt::make_one_f_one_b(3, 4).actions);
+  CHECK(pt::make_schedule("interleaved-1f1b", 2, 4, 2).actions == pt::make_interleaved_1f1b(2, 4, 2).actions);
+  CHECK(pt::make_schedule("looped-bfs", 2, 4, 3).actions == pt::make_looped_bfs(2, 4, 3).actions);
+}
+
+TEST_CASE("registry: bad requests are named, not built") {
+  CHECK(std::string(pt::schedule_error("zigzag", 2, 2, 1)).find("unknown schedule") == 0);
+  CHECK(std::string(pt::schedule_error("1f1b", 2, 2, 2)).find("--chunks must be 1") != std::string::npos);
+  CHECK(pt::schedule_error("1f1b", 0, 2, 1) != nullptr);
+  CHECK(pt::schedule_error("gpipe", 2, 0, 1) != nullptr);
+  CHECK(pt::schedule_error("looped-bfs", 2, 2, 0) != nullptr);
+  CHECK(pt::schedule_error("interleaved-1f1b", 3, 7, 2) != nullptr);
+  CHECK_THROWS_AS(pt::make_schedule("interleaved-1f1b", 3, 7, 2), std::invalid_argument);
+  for (const pt::schedule_info& s : pt::schedule_infos) CHECK(pt::find_schedule(s.name) == &s);
+}

@@ -1,0 +1,64 @@
+// Helpers shared by the schedule tests: sweeps and PyTorch's schedule-plan checks.
+#pragma once
+
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace sweep {
+
+namespace pt = pipetype;
+
+/// The checks of PyTorch's TestSchedulePlan._validate_pipeline_order, on lock-step ticks:
+/// a microbatch starts with F on stage 0; F at s is followed by F at s+1 (or B at S-1 after
+/// F at S-1); B at s by B at s-1; nothing after B at stage 0; indices in range; a microbatch
+/// never twice in one time step. Returns "" or what failed.
+inline std::string pytorch_plan_checks(const pt::program& p) {
+  const pt::program_facts f = pt::check_program(p.view());
+  if (!f.result.ok()) return pt::describe(f.result);
+  struct ev {
+    int tick;
+    pt::action a;
+  };
+  std::vector<std::vector<ev>> by_mb(static_cast<std::size_t>(p.microbatches));
+  for (std::size_t k = 0; k < p.actions.size(); ++k) {
+    const pt::action& a = p.actions[k];
+    if (a.microbatch >= p.microbatches || a.stage >= p.stages) return "index out of range";
+    by_mb[static_cast<std::size_t>(a.microbatch)].push_back({f.tick[k], a});
+  }
+  for (auto& seq : by_mb) {
+    std::stable_sort(seq.begin(), seq.end(), [](const ev& x, const ev& y) { return x.tick < y.tick; });
+    for (std::size_t i = 1; i < seq.size(); ++i)
+      if (seq[i].tick == seq[i - 1].tick) return "a microbatch appears twice in one time step";
+    if (seq.empty() || seq[0].a.what != pt::kind::F || seq[0].a.stage != 0) return "a microbatch does not start with F on stage 0";
+    for (std::size_t i = 0; i + 1 < seq.size(); ++i) {
+      const pt::action &x = seq[i].a, &y = seq[i + 1].a;
+      const int S = p.stages;
+      bool ok = false;
+      if (x.what == pt::kind::F) ok = (x.stage + 1 < S && y.what == pt::kind::F && y.stage == x.stage + 1) ||
+                                      (x.stage == S - 1 && y.what == pt::kind::B && y.stage == S - 1);
+      else if (x.what == pt::kind::B) ok = x.stage > 0 && y.what == pt::kind::B && y.stage == x.stage - 1;
+      if (!ok) return "sequential stage order broken after " + std::to_string(x.stage) + pt::kind_char(x.what) + std::to_string(x.microbatch);
+    }
+    if (seq.back().a.what != pt::kind::B || seq.back().a.stage != 0) return "a microbatch does not end with B on stage 0";
+  }
+  return "";
+}
+
+/// (num_local_stages, microbatches, group_size) cases of PyTorch's TestSchedulePlan.
+inline constexpr int pytorch_grid[][3] = {{2, 2, 2},   {2, 4, 4},   {2, 8, 2},  {2, 8, 4},  {2, 8, 8},  {4, 4, 4},  {4, 8, 4},
+                                          {4, 8, 8},   {4, 16, 4},  {4, 32, 4}, {4, 64, 4}, {4, 16, 16}, {4, 32, 32}, {4, 128, 64},
+                                          {3, 2, 2},   {3, 8, 2},   {3, 12, 4}, {4, 6, 3},  {4, 10, 5}};
+
+inline std::vector<int> peaks(const pt::program& p) {
+  const pt::program_facts f = pt::check_program(p.view());
+  std::vector<int> out;
+  for (int u : f.peak_units) out.push_back(u / 2);
+  return out;
+}
+
+}  // namespace sweep
