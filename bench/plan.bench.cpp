@@ -15,7 +15,9 @@ pt::program make(int which, int p, int m) {
 }
 
 void BM_generate(benchmark::State& s) {
-  for (auto _ : s) benchmark::DoNotOptimize(make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2))));
+  for (auto _ : s)
+    benchmark::DoNotOptimize(
+        make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2))));
 }
 void BM_check(benchmark::State& s) {
   const pt::program p = make(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
@@ -42,9 +44,7 @@ void BM_simulate(benchmark::State& s) {
 }
 
 // {schedule (0: 1F1B, 1: interleaved v=2), ranks, microbatches}
-void sizes(benchmark::internal::Benchmark* b) {
-  b->Args({0, 4, 8})->Args({0, 16, 128})->Args({1, 8, 64});
-}
+void sizes(benchmark::internal::Benchmark* b) { b->Args({0, 4, 8})->Args({0, 16, 128})->Args({1, 8, 64}); }
 
 }  // namespace
 

@@ -50,7 +50,8 @@ double to_number(const std::string& flag, const std::string& v, bool integer) {
   const double x = std::strtod(v.c_str(), &end);
   if (v.empty() || end != v.c_str() + v.size() || !(x >= 0) || x > 1e9)
     usage_error(flag + " needs a non-negative number, got '" + v + "'");
-  if (integer && x != static_cast<double>(static_cast<long>(x))) usage_error(flag + " needs a whole number, got '" + v + "'");
+  if (integer && x != static_cast<double>(static_cast<long>(x)))
+    usage_error(flag + " needs a whole number, got '" + v + "'");
   return x;
 }
 
@@ -65,21 +66,37 @@ args parse(int argc, char** argv) {
     }
     if (k + 1 >= argc) usage_error("missing value after " + flag);
     const std::string v = argv[++k];
-    if (flag == "--schedule") a.schedule = v;
-    else if (flag == "--ranks") { a.ranks = static_cast<int>(to_number(flag, v, true)); a.ranks_given = true; }
-    else if (flag == "--microbatches") { a.microbatches = static_cast<int>(to_number(flag, v, true)); a.microbatches_given = true; }
-    else if (flag == "--chunks") a.chunks = static_cast<int>(to_number(flag, v, true));
-    else if (flag == "--cost-f") a.costs.f = to_number(flag, v, false);
-    else if (flag == "--cost-b") a.costs.b = to_number(flag, v, false);
-    else if (flag == "--cost-i") { a.costs.i = to_number(flag, v, false); i_given = true; }
-    else if (flag == "--cost-w") { a.costs.w = to_number(flag, v, false); w_given = true; }
-    else if (flag == "--cost-comm") a.costs.comm = to_number(flag, v, false);
-    else if (flag == "--mem-limit") a.mem_limit = static_cast<int>(to_number(flag, v, true));
-    else if (flag == "--file") a.file = v;
+    if (flag == "--schedule")
+      a.schedule = v;
+    else if (flag == "--ranks") {
+      a.ranks = static_cast<int>(to_number(flag, v, true));
+      a.ranks_given = true;
+    } else if (flag == "--microbatches") {
+      a.microbatches = static_cast<int>(to_number(flag, v, true));
+      a.microbatches_given = true;
+    } else if (flag == "--chunks")
+      a.chunks = static_cast<int>(to_number(flag, v, true));
+    else if (flag == "--cost-f")
+      a.costs.f = to_number(flag, v, false);
+    else if (flag == "--cost-b")
+      a.costs.b = to_number(flag, v, false);
+    else if (flag == "--cost-i") {
+      a.costs.i = to_number(flag, v, false);
+      i_given = true;
+    } else if (flag == "--cost-w") {
+      a.costs.w = to_number(flag, v, false);
+      w_given = true;
+    } else if (flag == "--cost-comm")
+      a.costs.comm = to_number(flag, v, false);
+    else if (flag == "--mem-limit")
+      a.mem_limit = static_cast<int>(to_number(flag, v, true));
+    else if (flag == "--file")
+      a.file = v;
     else if (flag == "--format") {
       if (v != "text" && v != "json") usage_error("--format is text or json, got '" + v + "'");
       a.json = v == "json";
-    } else usage_error("unknown flag " + flag);
+    } else
+      usage_error("unknown flag " + flag);
   }
   (void)i_given;
   (void)w_given;
@@ -92,9 +109,12 @@ args parse(int argc, char** argv) {
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out + '"';
 }
@@ -146,7 +166,8 @@ int print_all(const args& a) {
     return m;
   };
   if (a.json) {
-    std::string out = "{\"ranks\": " + std::to_string(a.ranks) + ", \"microbatches\": " + std::to_string(a.microbatches) + ", \"schedules\": [";
+    std::string out = "{\"ranks\": " + std::to_string(a.ranks) +
+                      ", \"microbatches\": " + std::to_string(a.microbatches) + ", \"schedules\": [";
     for (std::size_t k = 0; k < rows.size(); ++k) {
       const result& r = rows[k].second;
       out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(rows[k].first) +
@@ -154,20 +175,23 @@ int print_all(const args& a) {
              ", \"valid\": " + (r.plan.ok() ? "true" : "false");
       if (r.plan.ok())
         out += ", \"makespan\": " + num(r.t.makespan()) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
-               ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) + ", \"peak_activations_max\": " + num(peak_max(r));
+               ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) +
+               ", \"peak_activations_max\": " + num(peak_max(r));
       else
         out += ", \"error\": " + json_string(pt::describe(r.plan.result));
       out += "}";
     }
     out += "], \"skipped\": [";
     for (std::size_t k = 0; k < skipped.size(); ++k)
-      out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(skipped[k].first) + ", \"reason\": " + json_string(skipped[k].second) + "}";
+      out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(skipped[k].first) +
+             ", \"reason\": " + json_string(skipped[k].second) + "}";
     std::cout << out << "]}\n";
     return 0;
   }
-  std::printf("ranks %d, microbatches %d, costs F=%g B=%g I=%g W=%g comm=%g\n", a.ranks, a.microbatches, a.costs.f, a.costs.b,
-              a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
-  std::printf("%-18s %6s %6s %10s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "rank span", "bubble", "peak act");
+  std::printf("ranks %d, microbatches %d, costs F=%g B=%g I=%g W=%g comm=%g\n", a.ranks, a.microbatches, a.costs.f,
+              a.costs.b, a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
+  std::printf("%-18s %6s %6s %10s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "rank span", "bubble",
+              "peak act");
   for (const auto& [name, r] : rows) {
     if (!r.plan.ok()) {
       std::printf("%-18s rejected: %s\n", name.c_str(), pt::describe(r.plan.result).c_str());
@@ -198,7 +222,8 @@ int main(int argc, char** argv) {
     prog = pt::parse_schedule(source, "file");
     if (prog.source_error.ok()) {
       if (a.ranks_given && prog.ranks != a.ranks)
-        usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(prog.ranks) + " ranks");
+        usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(prog.ranks) +
+                    " ranks");
       if (a.microbatches_given && prog.microbatches != a.microbatches)
         usage_error("--microbatches " + std::to_string(a.microbatches) + " but " + a.file + " uses " +
                     std::to_string(prog.microbatches));
@@ -218,7 +243,8 @@ int main(int argc, char** argv) {
   if (!plan.ok()) {
     const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
     if (a.json)
-      std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg) << "}\n";
+      std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
+                << "}\n";
     std::cerr << "pipetype-explore: " << msg << "\n";
     return 2;
   }
@@ -232,30 +258,34 @@ int main(int argc, char** argv) {
   }
   if (a.json) {
     auto res = plan.lowered.resources;
-    std::cout << "{\"schedule\": " << json_string(name) << ", \"ranks\": " << P << ", \"microbatches\": " << plan.compute.microbatches
-              << ", \"stages\": " << plan.compute.stages << ", \"chunks\": " << chunks << ", \"valid\": true"
+    std::cout << "{\"schedule\": " << json_string(name) << ", \"ranks\": " << P
+              << ", \"microbatches\": " << plan.compute.microbatches << ", \"stages\": " << plan.compute.stages
+              << ", \"chunks\": " << chunks << ", \"valid\": true"
               << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
               << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
               << ", \"ticks\": " << plan.facts.ticks << ", \"lowered\": {\"ops\": " << plan.lowered.ops.size()
-              << ", \"communicators\": " << plan.lowered.comms.size()
-              << ", \"activation_slots\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.activation_slots); })
-              << ", \"gradient_slots\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.gradient_slots); })
-              << ", \"events\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.events); })
-              << ", \"groups\": " << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}}\n";
+              << ", \"communicators\": " << plan.lowered.comms.size() << ", \"activation_slots\": "
+              << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.activation_slots); })
+              << ", \"gradient_slots\": "
+              << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.gradient_slots); })
+              << ", \"events\": "
+              << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.events); })
+              << ", \"groups\": "
+              << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}}\n";
     return 0;
   }
-  std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs F=%g B=%g I=%g W=%g comm=%g)\n\n", name.c_str(), P,
-              plan.compute.stages, plan.compute.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
+  std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs F=%g B=%g I=%g W=%g comm=%g)\n\n", name.c_str(),
+              P, plan.compute.stages, plan.compute.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
               a.costs.of(pt::kind::W), a.costs.comm);
   std::cout << pt::grid(plan.compute.view(), t) << "\n";
-  std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n\n", t.makespan(), t.max_rank_span(),
-              100 * t.bubble_fraction(), plan.facts.ticks);
+  std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n\n", t.makespan(),
+              t.max_rank_span(), 100 * t.bubble_fraction(), plan.facts.ticks);
   std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");
   for (int k = 0; k < P; ++k) {
     const pt::rank_resources& res = plan.lowered.resources[static_cast<std::size_t>(k)];
-    std::printf("%4d %6g %7g %9g %10d %11d %7d %7d\n", k, t.busy(k), t.idle(k), plan.peak_activations(k), res.activation_slots,
-                res.gradient_slots, res.events, res.groups);
+    std::printf("%4d %6g %7g %9g %10d %11d %7d %7d\n", k, t.busy(k), t.idle(k), plan.peak_activations(k),
+                res.activation_slots, res.gradient_slots, res.events, res.groups);
   }
   std::printf("\nlowered: %zu ops on %zu communicators (one per stage edge that crosses ranks); proved deadlock-free\n",
               plan.lowered.ops.size(), plan.lowered.comms.size());

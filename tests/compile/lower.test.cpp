@@ -58,19 +58,25 @@ TEST_CASE("lower: groups hold only transfers; every compute op reads the slots i
     bool in_group = false;
     int computes = 0;
     for (const pt::lowered_op& o : L.rank_ops(r)) {
-      if (o.code == pt::op_code::group_begin) in_group = true;
-      else if (o.code == pt::op_code::group_end) in_group = false;
-      else if (in_group) CHECK((o.code == pt::op_code::send || o.code == pt::op_code::recv));
+      if (o.code == pt::op_code::group_begin)
+        in_group = true;
+      else if (o.code == pt::op_code::group_end)
+        in_group = false;
+      else if (in_group)
+        CHECK((o.code == pt::op_code::send || o.code == pt::op_code::recv));
       if (o.code == pt::op_code::compute) {
         ++computes;
         CHECK(o.stream == pt::stream_id::compute);
-        if (o.stage > 0) CHECK(o.slot >= 0);
-        else CHECK(o.slot == -1);  // stage 0 reads the batch
+        if (o.stage > 0)
+          CHECK(o.slot >= 0);
+        else
+          CHECK(o.slot == -1);  // stage 0 reads the batch
         if (o.what == pt::kind::F && o.stage < 2) CHECK(o.out_slot >= 0);
         if (o.what == pt::kind::B && o.stage < 2) CHECK(o.grad_slot >= 0);
         if (o.what == pt::kind::B && o.stage == 0) CHECK(o.out_slot == -1);
       } else {
-        CHECK(o.stream == (o.code == pt::op_code::record || o.code == pt::op_code::wait ? o.stream : pt::stream_id::comm));
+        CHECK(o.stream ==
+              (o.code == pt::op_code::record || o.code == pt::op_code::wait ? o.stream : pt::stream_id::comm));
       }
     }
     CHECK(computes == 8);
@@ -87,7 +93,7 @@ TEST_CASE("lower: a local hand-off needs no transfer") {
   const pt::lowered_view L = plan.lowered.view();
   CHECK(L.comms.empty());
   CHECK(L.ops.size() == 4);
-  CHECK(L.ops[1].slot == L.ops[0].out_slot);   // 1F0 reads what 0F0 wrote
+  CHECK(L.ops[1].slot == L.ops[0].out_slot);       // 1F0 reads what 0F0 wrote
   CHECK(L.ops[3].grad_slot == L.ops[2].out_slot);  // 0B0 reads what 1B0 wrote
 }
 

@@ -16,7 +16,8 @@ static_assert(std::is_same_v<pt::plan_t<sched>, std::remove_cv_t<decltype(plan)>
 static_assert(pt::verify_lowered(plan.lowered()).ok());
 
 // a memory limit that holds
-constexpr auto limited = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>, pt::plan_options{.mem_limit = 4}>();
+constexpr auto limited =
+    pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>, pt::plan_options{.mem_limit = 4}>();
 static_assert(limited.peak_activations(0) == 4);
 
 TEST_CASE("plan: the compile-time tables equal the run-time plan of the same schedule") {

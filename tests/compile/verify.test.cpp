@@ -37,7 +37,8 @@ TEST_CASE("verify: each category names its place") {
   place(check("0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n"), pt::errc::cross_rank_deadlock, 0, 0, 0, 'B', 1);
   // stage 1 is first named on rank 0, so rank 1's use of it is the second rank
   place(check("0F0,0F1,0B0,0B1,1F1\n1F0,1B0,1B1\n"), pt::errc::stage_on_two_ranks, 1, 1, 0, 'F', 0);
-  place(check("0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n", 2), pt::errc::memory_limit_exceeded, 0, 0, 2, 'F', 2);
+  place(check("0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n", 2), pt::errc::memory_limit_exceeded, 0, 0, 2, 'F',
+        2);
   place(check("0F0,0I0,0B0\n"), pt::errc::mixed_backward, 0, 0, 0, 'I', -1);
   place(check("0F0,0I0\n"), pt::errc::missing_action, 0, 0, 0, 'W', -1);
   place(check("0F0,0W0,0I0\n"), pt::errc::action_before_its_input, 0, 0, 0, 'W', 1);

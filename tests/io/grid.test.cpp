@@ -30,7 +30,8 @@ TEST_CASE("grid: interleaved 1F1B, 2 ranks, 4 microbatches, 2 chunks, F=B=1") {
 }
 
 TEST_CASE("grid: GPipe with communication latency, half-unit columns") {
-  CHECK(render(pt::make_gpipe(2, 3), {.f = 1, .b = 2, .comm = 0.5}, {.quantum = 0.5}) == golden("gpipe_p2_m3_comm.txt"));
+  CHECK(render(pt::make_gpipe(2, 3), {.f = 1, .b = 2, .comm = 0.5}, {.quantum = 0.5}) ==
+        golden("gpipe_p2_m3_comm.txt"));
 }
 
 TEST_CASE("grid: an overlapped pair prints as one cell") {

@@ -17,7 +17,8 @@ TEST_CASE("interleaved_1f1b: makespan m·v·(F+B) + (p-1)(F+B) when p divides m;
         REQUIRE(pt::verify(prog.view()).ok());
         CHECK(pt::simulate(prog.view(), pt::costs{.f = 1, .b = 2}).makespan() == m * v * 3.0 + (p - 1) * 3.0);
         const std::vector<int> pk = sweep::peaks(prog);
-        for (int r = 0; r < p; ++r) CHECK(pk[static_cast<std::size_t>(r)] == std::min((v - 1) * p + 2 * (p - 1 - r) + 1, m * v));
+        for (int r = 0; r < p; ++r)
+          CHECK(pk[static_cast<std::size_t>(r)] == std::min((v - 1) * p + 2 * (p - 1 - r) + 1, m * v));
       }
 }
 
@@ -30,8 +31,10 @@ TEST_CASE("interleaved_1f1b: PyTorch's relaxed microbatch rule, and the rest rej
         CAPTURE(p);
         CAPTURE(m);
         CHECK((pt::interleaved_1f1b_error(p, m, v) == nullptr) == valid);
-        if (valid) CHECK(pt::verify(pt::make_interleaved_1f1b(p, m, v).view()).ok());
-        else CHECK_THROWS_AS(pt::make_interleaved_1f1b(p, m, v), std::invalid_argument);
+        if (valid)
+          CHECK(pt::verify(pt::make_interleaved_1f1b(p, m, v).view()).ok());
+        else
+          CHECK_THROWS_AS(pt::make_interleaved_1f1b(p, m, v), std::invalid_argument);
       }
   CHECK(pt::interleaved_1f1b_error(4, 10, 2) == nullptr);  // rounds 2
   CHECK(pt::interleaved_1f1b_error(4, 3, 2) == nullptr);   // rounds 1

@@ -14,7 +14,8 @@ TEST_CASE("looped_bfs: makespan m·v·(F+B) + (p-1)(F+B) for m >= p; peak m·v")
         CAPTURE(v);
         const pt::program prog = pt::make_looped_bfs(p, m, v);
         REQUIRE(pt::verify(prog.view()).ok());
-        if (m >= p) CHECK(pt::simulate(prog.view(), pt::costs{.f = 1, .b = 2}).makespan() == m * v * 3.0 + (p - 1) * 3.0);
+        if (m >= p)
+          CHECK(pt::simulate(prog.view(), pt::costs{.f = 1, .b = 2}).makespan() == m * v * 3.0 + (p - 1) * 3.0);
         CHECK(sweep::peaks(prog) == std::vector<int>(static_cast<std::size_t>(p), m * v));
       }
 }

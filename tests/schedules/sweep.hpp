@@ -34,25 +34,32 @@ inline std::string pytorch_plan_checks(const pt::program& p) {
     std::stable_sort(seq.begin(), seq.end(), [](const ev& x, const ev& y) { return x.tick < y.tick; });
     for (std::size_t i = 1; i < seq.size(); ++i)
       if (seq[i].tick == seq[i - 1].tick) return "a microbatch appears twice in one time step";
-    if (seq.empty() || seq[0].a.what != pt::kind::F || seq[0].a.stage != 0) return "a microbatch does not start with F on stage 0";
+    if (seq.empty() || seq[0].a.what != pt::kind::F || seq[0].a.stage != 0)
+      return "a microbatch does not start with F on stage 0";
     for (std::size_t i = 0; i + 1 < seq.size(); ++i) {
       const pt::action &x = seq[i].a, &y = seq[i + 1].a;
       const int S = p.stages;
       bool ok = false;
-      if (x.what == pt::kind::F) ok = (x.stage + 1 < S && y.what == pt::kind::F && y.stage == x.stage + 1) ||
-                                      (x.stage == S - 1 && y.what == pt::kind::B && y.stage == S - 1);
-      else if (x.what == pt::kind::B) ok = x.stage > 0 && y.what == pt::kind::B && y.stage == x.stage - 1;
-      if (!ok) return "sequential stage order broken after " + std::to_string(x.stage) + pt::kind_char(x.what) + std::to_string(x.microbatch);
+      if (x.what == pt::kind::F)
+        ok = (x.stage + 1 < S && y.what == pt::kind::F && y.stage == x.stage + 1) ||
+             (x.stage == S - 1 && y.what == pt::kind::B && y.stage == S - 1);
+      else if (x.what == pt::kind::B)
+        ok = x.stage > 0 && y.what == pt::kind::B && y.stage == x.stage - 1;
+      if (!ok)
+        return "sequential stage order broken after " + std::to_string(x.stage) + pt::kind_char(x.what) +
+               std::to_string(x.microbatch);
     }
-    if (seq.back().a.what != pt::kind::B || seq.back().a.stage != 0) return "a microbatch does not end with B on stage 0";
+    if (seq.back().a.what != pt::kind::B || seq.back().a.stage != 0)
+      return "a microbatch does not end with B on stage 0";
   }
   return "";
 }
 
 /// (num_local_stages, microbatches, group_size) cases of PyTorch's TestSchedulePlan.
-inline constexpr int pytorch_grid[][3] = {{2, 2, 2},   {2, 4, 4},   {2, 8, 2},  {2, 8, 4},  {2, 8, 8},  {4, 4, 4},  {4, 8, 4},
-                                          {4, 8, 8},   {4, 16, 4},  {4, 32, 4}, {4, 64, 4}, {4, 16, 16}, {4, 32, 32}, {4, 128, 64},
-                                          {3, 2, 2},   {3, 8, 2},   {3, 12, 4}, {4, 6, 3},  {4, 10, 5}};
+inline constexpr int pytorch_grid[][3] = {{2, 2, 2},  {2, 4, 4},   {2, 8, 2},   {2, 8, 4},    {2, 8, 8},
+                                          {4, 4, 4},  {4, 8, 4},   {4, 8, 8},   {4, 16, 4},   {4, 32, 4},
+                                          {4, 64, 4}, {4, 16, 16}, {4, 32, 32}, {4, 128, 64}, {3, 2, 2},
+                                          {3, 8, 2},  {3, 12, 4},  {4, 6, 3},   {4, 10, 5}};
 
 inline std::vector<int> peaks(const pt::program& p) {
   const pt::program_facts f = pt::check_program(p.view());

@@ -27,10 +27,14 @@ struct costs {
 
   constexpr double of(kind k) const noexcept {
     switch (k) {
-      case kind::F: return f;
-      case kind::B: return b;
-      case kind::I: return i < 0 ? b / 2 : i;
-      case kind::W: return w < 0 ? b / 2 : w;
+      case kind::F:
+        return f;
+      case kind::B:
+        return b;
+      case kind::I:
+        return i < 0 ? b / 2 : i;
+      case kind::W:
+        return w < 0 ? b / 2 : w;
     }
     return 0;
   }

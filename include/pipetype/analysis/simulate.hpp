@@ -57,7 +57,10 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
     double t = 0;
     auto need = [&](double e, int stage) {
       if (t == unknown) return;
-      if (e == unknown) { t = unknown; return; }
+      if (e == unknown) {
+        t = unknown;
+        return;
+      }
       const double arrive = owner[static_cast<std::size_t>(stage)] == r ? e : e + c.latency(stage, a.stage);
       if (arrive > t) t = arrive;
     };
@@ -70,7 +73,9 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
         need(fend[q], a.stage);
         if (a.stage + 1 < S) need(gend[key(a.stage + 1, a.microbatch, m)], a.stage + 1);
         break;
-      case kind::W: need(iend[q], a.stage); break;
+      case kind::W:
+        need(iend[q], a.stage);
+        break;
     }
     return t;
   };
@@ -88,8 +93,10 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
         bool ok = true;
         for (std::size_t d = 0; d < width && ok; ++d) {
           const double t = input_time(p.actions[k + d], r);
-          if (t == unknown) ok = false;
-          else if (t > t0) t0 = t;
+          if (t == unknown)
+            ok = false;
+          else if (t > t0)
+            t0 = t;
         }
         if (!ok) break;
         const double dur = width == 2 ? c.pair_time(a, p.actions[k + 1]) : c.time(a);
@@ -126,11 +133,11 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
 
 struct timeline {
   bool complete = false;
-  std::vector<double> start;     // [actions]
-  std::vector<double> end;       // [actions]
-  std::vector<int> live_after;   // [actions] live activation units on its rank after it
-  std::vector<rank_stats> ranks; // [ranks]
-  int unit = 2;                  // memory_model::unit the units are counted in
+  std::vector<double> start;      // [actions]
+  std::vector<double> end;        // [actions]
+  std::vector<int> live_after;    // [actions] live activation units on its rank after it
+  std::vector<rank_stats> ranks;  // [ranks]
+  int unit = 2;                   // memory_model::unit the units are counted in
 
   constexpr double makespan() const noexcept {
     double lo = 0, hi = 0;

@@ -55,23 +55,40 @@ struct verdict {
 
 constexpr const char* errc_name(errc e) noexcept {
   switch (e) {
-    case errc::ok: return "ok";
-    case errc::empty_program: return "empty program";
-    case errc::rank_out_of_range: return "rank out of range";
-    case errc::index_out_of_range: return "index out of range";
-    case errc::stage_on_two_ranks: return "stage on two ranks";
-    case errc::missing_action: return "missing action";
-    case errc::duplicate_action: return "duplicate action";
-    case errc::mixed_backward: return "full backward mixed with I/W split";
-    case errc::backward_before_forward: return "backward before forward";
-    case errc::action_before_its_input: return "action before its input";
-    case errc::invalid_overlap: return "invalid overlapped pair";
-    case errc::cross_rank_deadlock: return "cross-rank deadlock";
-    case errc::memory_limit_exceeded: return "memory limit exceeded";
-    case errc::parse_error: return "parse error";
-    case errc::transfer_mismatch: return "transfer mismatch";
-    case errc::nccl_deadlock: return "NCCL deadlock";
-    case errc::event_misuse: return "event misuse";
+    case errc::ok:
+      return "ok";
+    case errc::empty_program:
+      return "empty program";
+    case errc::rank_out_of_range:
+      return "rank out of range";
+    case errc::index_out_of_range:
+      return "index out of range";
+    case errc::stage_on_two_ranks:
+      return "stage on two ranks";
+    case errc::missing_action:
+      return "missing action";
+    case errc::duplicate_action:
+      return "duplicate action";
+    case errc::mixed_backward:
+      return "full backward mixed with I/W split";
+    case errc::backward_before_forward:
+      return "backward before forward";
+    case errc::action_before_its_input:
+      return "action before its input";
+    case errc::invalid_overlap:
+      return "invalid overlapped pair";
+    case errc::cross_rank_deadlock:
+      return "cross-rank deadlock";
+    case errc::memory_limit_exceeded:
+      return "memory limit exceeded";
+    case errc::parse_error:
+      return "parse error";
+    case errc::transfer_mismatch:
+      return "transfer mismatch";
+    case errc::nccl_deadlock:
+      return "NCCL deadlock";
+    case errc::event_misuse:
+      return "event misuse";
   }
   return "unknown";
 }
@@ -108,43 +125,101 @@ struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
 struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
 // clang-format on
 
-template <class What> struct what {};
-template <int R> struct at_rank {};
-template <int S> struct at_stage {};
-template <int M> struct at_microbatch {};
-template <char Kind, int Index> struct at_action {};
-template <int Line, int Column> struct at_line_column {};
+template <class What>
+struct what {};
+template <int R>
+struct at_rank {};
+template <int S>
+struct at_stage {};
+template <int M>
+struct at_microbatch {};
+template <char Kind, int Index>
+struct at_action {};
+template <int Line, int Column>
+struct at_line_column {};
 
 /// The type a rejected schedule is reported as.
-template <class... Facts> struct error {};
+template <class... Facts>
+struct error {};
 
 namespace detail {
 
-template <errc E> struct errc_tag;
-template <> struct errc_tag<errc::ok> { using type = void; };
-template <> struct errc_tag<errc::empty_program> { using type = _EMPTY_PROGRAM_; };
-template <> struct errc_tag<errc::rank_out_of_range> { using type = _RANK_OUT_OF_RANGE_; };
-template <> struct errc_tag<errc::index_out_of_range> { using type = _INDEX_OUT_OF_RANGE_; };
-template <> struct errc_tag<errc::stage_on_two_ranks> { using type = _STAGE_ON_TWO_RANKS_; };
-template <> struct errc_tag<errc::missing_action> { using type = _MISSING_ACTION_; };
-template <> struct errc_tag<errc::duplicate_action> { using type = _DUPLICATE_ACTION_; };
-template <> struct errc_tag<errc::mixed_backward> { using type = _MIXED_BACKWARD_; };
-template <> struct errc_tag<errc::backward_before_forward> { using type = _BACKWARD_BEFORE_FORWARD_; };
-template <> struct errc_tag<errc::action_before_its_input> { using type = _ACTION_BEFORE_ITS_INPUT_; };
-template <> struct errc_tag<errc::invalid_overlap> { using type = _INVALID_OVERLAP_; };
-template <> struct errc_tag<errc::cross_rank_deadlock> { using type = _CROSS_RANK_DEADLOCK_; };
-template <> struct errc_tag<errc::memory_limit_exceeded> { using type = _MEMORY_LIMIT_EXCEEDED_; };
-template <> struct errc_tag<errc::parse_error> { using type = _PARSE_ERROR_; };
-template <> struct errc_tag<errc::transfer_mismatch> { using type = _TRANSFER_MISMATCH_; };
-template <> struct errc_tag<errc::nccl_deadlock> { using type = _NCCL_DEADLOCK_; };
-template <> struct errc_tag<errc::event_misuse> { using type = _EVENT_MISUSE_; };
+template <errc E>
+struct errc_tag;
+template <>
+struct errc_tag<errc::ok> {
+  using type = void;
+};
+template <>
+struct errc_tag<errc::empty_program> {
+  using type = _EMPTY_PROGRAM_;
+};
+template <>
+struct errc_tag<errc::rank_out_of_range> {
+  using type = _RANK_OUT_OF_RANGE_;
+};
+template <>
+struct errc_tag<errc::index_out_of_range> {
+  using type = _INDEX_OUT_OF_RANGE_;
+};
+template <>
+struct errc_tag<errc::stage_on_two_ranks> {
+  using type = _STAGE_ON_TWO_RANKS_;
+};
+template <>
+struct errc_tag<errc::missing_action> {
+  using type = _MISSING_ACTION_;
+};
+template <>
+struct errc_tag<errc::duplicate_action> {
+  using type = _DUPLICATE_ACTION_;
+};
+template <>
+struct errc_tag<errc::mixed_backward> {
+  using type = _MIXED_BACKWARD_;
+};
+template <>
+struct errc_tag<errc::backward_before_forward> {
+  using type = _BACKWARD_BEFORE_FORWARD_;
+};
+template <>
+struct errc_tag<errc::action_before_its_input> {
+  using type = _ACTION_BEFORE_ITS_INPUT_;
+};
+template <>
+struct errc_tag<errc::invalid_overlap> {
+  using type = _INVALID_OVERLAP_;
+};
+template <>
+struct errc_tag<errc::cross_rank_deadlock> {
+  using type = _CROSS_RANK_DEADLOCK_;
+};
+template <>
+struct errc_tag<errc::memory_limit_exceeded> {
+  using type = _MEMORY_LIMIT_EXCEEDED_;
+};
+template <>
+struct errc_tag<errc::parse_error> {
+  using type = _PARSE_ERROR_;
+};
+template <>
+struct errc_tag<errc::transfer_mismatch> {
+  using type = _TRANSFER_MISMATCH_;
+};
+template <>
+struct errc_tag<errc::nccl_deadlock> {
+  using type = _NCCL_DEADLOCK_;
+};
+template <>
+struct errc_tag<errc::event_misuse> {
+  using type = _EVENT_MISUSE_;
+};
 
 template <errc Code, int Rank, int Stage, int Mb, char Kind, int Index, int Line, int Column>
-using error_for_t = std::conditional_t<
-    Code == errc::parse_error,
-    error<what<typename errc_tag<Code>::type>, at_line_column<Line, Column>>,
-    error<what<typename errc_tag<Code>::type>, at_rank<Rank>, at_stage<Stage>, at_microbatch<Mb>,
-          at_action<Kind, Index>>>;
+using error_for_t = std::conditional_t<Code == errc::parse_error,
+                                       error<what<typename errc_tag<Code>::type>, at_line_column<Line, Column>>,
+                                       error<what<typename errc_tag<Code>::type>, at_rank<Rank>, at_stage<Stage>,
+                                             at_microbatch<Mb>, at_action<Kind, Index>>>;
 
 template <class E>
 inline constexpr bool always_false_v = false;

@@ -106,7 +106,8 @@ constexpr int assign_slots(const std::vector<interval>& iv, std::vector<int>& sl
 }  // namespace detail
 
 /// Lowers a verified program. `tick` is check_program's lock-step tick per action.
-constexpr lowered_program lower(program_view p, std::span<const int> tick_span, comm_policy policy = comm_policy::per_edge) {
+constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
+                                comm_policy policy = comm_policy::per_edge) {
   const int P = p.ranks, S = p.stages, m = p.microbatches;
   const int N = p.size();
   const int n = S * m;
@@ -138,7 +139,8 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span, 
     const action& a = acts[k];
     const int q = a.stage * m + a.microbatch;
     const int ps = 2 * tick[k] + 1;
-    if (a.what == kind::F) posF[q] = ps;
+    if (a.what == kind::F)
+      posF[q] = ps;
     else {
       if (a.what != kind::W) posG[q] = ps;
       if (ps > last[q]) last[q] = ps;
@@ -209,7 +211,8 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span, 
         }
       }
     }
-  std::vector<int> act_slot_v(static_cast<std::size_t>(2 * n + 2), -1), grad_slot_v(static_cast<std::size_t>(2 * n + 2), -1);
+  std::vector<int> act_slot_v(static_cast<std::size_t>(2 * n + 2), -1),
+      grad_slot_v(static_cast<std::size_t>(2 * n + 2), -1);
   out.resources.assign(static_cast<std::size_t>(P), rank_resources{});
   for (int r = 0; r < P; ++r) {
     rank_resources& res = out.resources[static_cast<std::size_t>(r)];
@@ -290,7 +293,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span, 
         o.tick = tick[k];
         o.action = k;
         const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
-        const int qin = q - m;                      // edge (s−1, j): this stage's input side
+        const int qin = q - m;                     // edge (s−1, j): this stage's input side
         if (a.stage > 0) o.slot = act_slot[2 * qin];
         if (a.what == kind::F) {
           if (a.stage + 1 < S) o.out_slot = act_slot[2 * q + (owner[a.stage + 1] == r ? 0 : 1)];
@@ -364,8 +367,10 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span, 
         int e = 0;
         const int ne = static_cast<int>(in_use.size());
         while (e < ne && in_use[static_cast<std::size_t>(e)]) ++e;
-        if (e == ne) in_use.push_back(1);
-        else in_use[static_cast<std::size_t>(e)] = 1;
+        if (e == ne)
+          in_use.push_back(1);
+        else
+          in_use[static_cast<std::size_t>(e)] = 1;
         lowered_op rec;
         rec.code = op_code::record;
         rec.stream = sq[i].stream;

@@ -40,19 +40,19 @@ enum class pool : std::uint8_t { activation, gradient };
 struct lowered_op {
   op_code code = op_code::compute;
   stream_id stream = stream_id::compute;
-  kind what = kind::F;     // compute: the action's kind; send/recv: F = activation, B = gradient
-  bool overlapped = false; // compute: runs together with the next compute op
-  int stage = -1;          // compute: the action's stage; send/recv: the stage that produced the data
+  kind what = kind::F;      // compute: the action's kind; send/recv: F = activation, B = gradient
+  bool overlapped = false;  // compute: runs together with the next compute op
+  int stage = -1;           // compute: the action's stage; send/recv: the stage that produced the data
   int microbatch = -1;
-  int peer = -1;           // send/recv: the other rank
-  int comm = -1;           // send/recv: communicator id
-  int slot = -1;           // send/recv: slot in the pool of `what`; compute: input activation
-                           // (-1: stage 0 reads the user's batch)
-  int grad_slot = -1;      // compute B/I/W: incoming gradient (-1: the last stage's own loss)
-  int out_slot = -1;       // compute: output (activation slot for F, gradient slot for B/I); -1: none
-  int event = -1;          // record/wait: event id in the rank's pool
-  int tick = -1;           // lock-step tick this op belongs to
-  int action = -1;         // compute: index of the action in the compute program
+  int peer = -1;       // send/recv: the other rank
+  int comm = -1;       // send/recv: communicator id
+  int slot = -1;       // send/recv: slot in the pool of `what`; compute: input activation
+                       // (-1: stage 0 reads the user's batch)
+  int grad_slot = -1;  // compute B/I/W: incoming gradient (-1: the last stage's own loss)
+  int out_slot = -1;   // compute: output (activation slot for F, gradient slot for B/I); -1: none
+  int event = -1;      // record/wait: event id in the rank's pool
+  int tick = -1;       // lock-step tick this op belongs to
+  int action = -1;     // compute: index of the action in the compute program
 
   friend constexpr bool operator==(const lowered_op&, const lowered_op&) = default;
 };
@@ -60,7 +60,7 @@ struct lowered_op {
 struct comm_desc {
   int rank_a = -1;  // lower rank
   int rank_b = -1;
-  int stage = -1;   // per_edge: the edge's source stage; per_rank_pair: -1
+  int stage = -1;  // per_edge: the edge's source stage; per_rank_pair: -1
 
   friend constexpr bool operator==(const comm_desc&, const comm_desc&) = default;
 };
@@ -79,7 +79,7 @@ struct rank_resources {
 struct lowered_view {
   int ranks = 0;
   comm_policy policy = comm_policy::per_edge;
-  std::span<const int> begin;           // [ranks + 1]
+  std::span<const int> begin;  // [ranks + 1]
   std::span<const lowered_op> ops;
   std::span<const comm_desc> comms;
   std::span<const rank_resources> resources;  // [ranks]

@@ -94,12 +94,23 @@ struct static_plan {
   std::array<rank_resources, static_cast<std::size_t>(Z.ranks)> resources{};
 
   constexpr program_view compute() const {
-    return {name, used.ranks, used.stages, used.microbatches, stage_rank,
-            action_begin, std::span<const action>(actions).first(static_cast<std::size_t>(used.actions)), -1, {}};
+    return {name,
+            used.ranks,
+            used.stages,
+            used.microbatches,
+            stage_rank,
+            action_begin,
+            std::span<const action>(actions).first(static_cast<std::size_t>(used.actions)),
+            -1,
+            {}};
   }
   constexpr lowered_view lowered() const {
-    return {used.ranks, policy, op_begin, std::span<const lowered_op>(ops).first(static_cast<std::size_t>(used.ops)),
-            std::span<const comm_desc>(comms).first(static_cast<std::size_t>(used.comms)), resources};
+    return {used.ranks,
+            policy,
+            op_begin,
+            std::span<const lowered_op>(ops).first(static_cast<std::size_t>(used.ops)),
+            std::span<const comm_desc>(comms).first(static_cast<std::size_t>(used.comms)),
+            resources};
   }
   constexpr double peak_activations(int r) const {
     return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / unit;
@@ -210,7 +221,8 @@ constexpr auto make_plan() {
   using P = detail::planner<Schedule, Options>;
   constexpr plan_shape z = P::used;
   if constexpr (z.code != errc::ok) {
-    (void)detail::report<detail::error_for_t<z.code, z.rank, z.stage, z.microbatch, z.kind, z.index, z.line, z.column>>{};
+    (void)
+        detail::report<detail::error_for_t<z.code, z.rank, z.stage, z.microbatch, z.kind, z.index, z.line, z.column>>{};
     return static_plan<plan_shape{}>{};
   } else {
     return detail::shrink<plan_shape{z.ranks, z.stages, z.microbatches, z.actions, z.ops, z.comms}>(P::full);

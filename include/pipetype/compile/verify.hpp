@@ -42,10 +42,14 @@ struct memory_model {
 
   constexpr int delta(kind k) const noexcept {
     switch (k) {
-      case kind::F: return f;
-      case kind::B: return b;
-      case kind::I: return i;
-      case kind::W: return w;
+      case kind::F:
+        return f;
+      case kind::B:
+        return b;
+      case kind::I:
+        return i;
+      case kind::W:
+        return w;
     }
     return 0;
   }
@@ -124,7 +128,8 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
       if (o == -1) o = r;
       if (o != r) return fail(at(errc::stage_on_two_ranks, r, a, idx, "the stage already has actions on another rank"));
       const int placed = static_cast<std::size_t>(a.stage) < p.stage_rank.size()
-                             ? p.stage_rank[static_cast<std::size_t>(a.stage)] : -1;
+                             ? p.stage_rank[static_cast<std::size_t>(a.stage)]
+                             : -1;
       if (placed != -1 && placed != r)
         return fail(at(errc::stage_on_two_ranks, r, a, idx, "the placement puts this stage on another rank"));
     }
@@ -145,11 +150,16 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
     for (int j = 0; j < m; ++j) {
       const std::size_t q = key(s, j, m);
       const int f = count[0][q], b = count[1][q], i = count[2][q], w = count[3][q];
-      const int r = owner[static_cast<std::size_t>(s)] != -1 ? owner[static_cast<std::size_t>(s)]
-                    : (static_cast<std::size_t>(s) < p.stage_rank.size() ? p.stage_rank[static_cast<std::size_t>(s)] : -1);
-      auto missing = [&](kind k, const char* why) { return fail(at(errc::missing_action, r, action{k, s, j, false}, -1, why)); };
+      const int r =
+          owner[static_cast<std::size_t>(s)] != -1
+              ? owner[static_cast<std::size_t>(s)]
+              : (static_cast<std::size_t>(s) < p.stage_rank.size() ? p.stage_rank[static_cast<std::size_t>(s)] : -1);
+      auto missing = [&](kind k, const char* why) {
+        return fail(at(errc::missing_action, r, action{k, s, j, false}, -1, why));
+      };
       if (f == 0) return missing(kind::F, "no forward");
-      if (b == 1 && (i + w) > 0) return fail(at(errc::mixed_backward, r, action{i ? kind::I : kind::W, s, j, false}, -1));
+      if (b == 1 && (i + w) > 0)
+        return fail(at(errc::mixed_backward, r, action{i ? kind::I : kind::W, s, j, false}, -1));
       if (b == 0 && i == 0) return missing(w ? kind::I : kind::B, w ? "W without its I" : "no backward");
       if (i == 1 && w == 0) return missing(kind::W, "I without its W");
     }
@@ -178,8 +188,7 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
       }
       const std::size_t q = key(a.stage, a.microbatch, m);
       const int fpos = pos[0][q];
-      if (a.what != kind::F && fpos > idx)
-        return fail(at(errc::backward_before_forward, r, a, idx));
+      if (a.what != kind::F && fpos > idx) return fail(at(errc::backward_before_forward, r, a, idx));
       if (a.what == kind::W && pos[2][q] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
       // cross-stage inputs produced on this same rank
@@ -189,7 +198,8 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
       if (is_input_backward(a.what) && a.stage + 1 < S && owner[static_cast<std::size_t>(a.stage + 1)] == r) {
         const std::size_t q1 = key(a.stage + 1, a.microbatch, m);
         const int g = pos[1][q1] >= 0 ? pos[1][q1] : pos[2][q1];
-        if (g > idx) return fail(at(errc::action_before_its_input, r, a, idx, "backward before the backward of the next stage"));
+        if (g > idx)
+          return fail(at(errc::action_before_its_input, r, a, idx, "backward before the backward of the next stage"));
       }
     }
   }
@@ -202,10 +212,13 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
   auto ready = [&](const action& a, int t) {
     const std::size_t q = key(a.stage, a.microbatch, m);
     switch (a.what) {
-      case kind::F: return a.stage == 0 || fdone[key(a.stage - 1, a.microbatch, m)] < t;
+      case kind::F:
+        return a.stage == 0 || fdone[key(a.stage - 1, a.microbatch, m)] < t;
       case kind::B:
-      case kind::I: return fdone[q] < t && (a.stage == S - 1 || gdone[key(a.stage + 1, a.microbatch, m)] < t);
-      case kind::W: return idone[q] < t;
+      case kind::I:
+        return fdone[q] < t && (a.stage == S - 1 || gdone[key(a.stage + 1, a.microbatch, m)] < t);
+      case kind::W:
+        return idone[q] < t;
     }
     return false;
   };
@@ -241,7 +254,8 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
         const int k = ptr[static_cast<std::size_t>(r)];
         if (k < p.begin[static_cast<std::size_t>(r) + 1])
           return fail(at(errc::cross_rank_deadlock, r, p.actions[static_cast<std::size_t>(k)],
-                         k - p.begin[static_cast<std::size_t>(r)], "waits for an input that a rank produces only after it"));
+                         k - p.begin[static_cast<std::size_t>(r)],
+                         "waits for an input that a rank produces only after it"));
       }
     }
   }

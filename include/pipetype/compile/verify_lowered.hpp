@@ -68,12 +68,14 @@ constexpr verdict verify_lowered(lowered_view L) {
         }
         open = -1;
       } else if (o.code == op_code::send || o.code == op_code::recv) {
-        if (o.stream != stream_id::comm) return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
+        if (o.stream != stream_id::comm)
+          return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
         if (open < 0) {  // an ungrouped transfer is a group of one
           group_of[i] = i;
           group_end_of[i] = i;
         }
-        if (o.comm < 0 || o.comm >= C) return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
+        if (o.comm < 0 || o.comm >= C)
+          return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
         const comm_desc& c = L.comms[static_cast<std::size_t>(o.comm)];
         if (!((c.rank_a == r && c.rank_b == o.peer) || (c.rank_b == r && c.rank_a == o.peer)))
           return at_op(errc::transfer_mismatch, r, o, local, "rank or peer is not a member of the communicator");
@@ -88,15 +90,15 @@ constexpr verdict verify_lowered(lowered_view L) {
   int* partner = partner_v.data();
   int* rank_of = rank_of_v.data();
   for (int r = 0; r < P; ++r)
-    for (int i = beg[r]; i < beg[r + 1]; ++i)
-      rank_of[i] = r;
+    for (int i = beg[r]; i < beg[r + 1]; ++i) rank_of[i] = r;
   {
     std::vector<std::vector<int>> sends(2 * static_cast<std::size_t>(C)), recvs(2 * static_cast<std::size_t>(C));
     for (std::size_t i = 0; i < N; ++i) {
       const lowered_op& o = ops[i];
       if (o.code != op_code::send && o.code != op_code::recv) continue;
       const int src = o.code == op_code::send ? rank_of[i] : o.peer;
-      const std::size_t ch = 2 * static_cast<std::size_t>(o.comm) + (L.comms[static_cast<std::size_t>(o.comm)].rank_a == src ? 0 : 1);
+      const std::size_t ch =
+          2 * static_cast<std::size_t>(o.comm) + (L.comms[static_cast<std::size_t>(o.comm)].rank_a == src ? 0 : 1);
       (o.code == op_code::send ? sends : recvs)[ch].push_back(static_cast<int>(i));
     }
     for (std::size_t ch = 0; ch < sends.size(); ++ch) {
@@ -131,7 +133,8 @@ constexpr verdict verify_lowered(lowered_view L) {
       const int local = i - beg[r];
       if (o.code != op_code::record && o.code != op_code::wait) continue;
       if (o.event < 0) return at_op(errc::event_misuse, r, o, local, "negative event id");
-      if (static_cast<std::size_t>(o.event) >= last_record.size()) last_record.resize(static_cast<std::size_t>(o.event) + 1, -1);
+      if (static_cast<std::size_t>(o.event) >= last_record.size())
+        last_record.resize(static_cast<std::size_t>(o.event) + 1, -1);
       if (o.code == op_code::record) {
         last_record[static_cast<std::size_t>(o.event)] = i;
       } else {
@@ -176,7 +179,9 @@ constexpr verdict verify_lowered(lowered_view L) {
       else if (o.code == op_code::compute)
         ok = touch(kind::F, o.slot, false, i) && touch(kind::B, o.grad_slot, false, i) &&
              touch(o.what == kind::F ? kind::F : kind::B, o.out_slot, true, i);
-      if (!ok) return at_op(errc::event_misuse, r, o, i - b, "a buffer is used before the other stream's use of it is waited for");
+      if (!ok)
+        return at_op(errc::event_misuse, r, o, i - b,
+                     "a buffer is used before the other stream's use of it is waited for");
     }
   }
   // progress: run every (rank, stream) as far as it can until all finish or none can move

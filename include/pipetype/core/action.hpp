@@ -18,10 +18,14 @@ inline constexpr int kind_count = 4;
 
 constexpr char kind_char(kind k) noexcept {
   switch (k) {
-    case kind::F: return 'F';
-    case kind::B: return 'B';
-    case kind::I: return 'I';
-    case kind::W: return 'W';
+    case kind::F:
+      return 'F';
+    case kind::B:
+      return 'B';
+    case kind::I:
+      return 'I';
+    case kind::W:
+      return 'W';
   }
   return '?';
 }

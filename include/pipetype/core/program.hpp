@@ -75,7 +75,9 @@ struct program {
 class program_builder {
  public:
   constexpr program_builder(int ranks, int stages, int microbatches)
-      : ranks_(ranks), stages_(stages), microbatches_(microbatches),
+      : ranks_(ranks),
+        stages_(stages),
+        microbatches_(microbatches),
         stage_rank_(static_cast<std::size_t>(stages > 0 ? stages : 0), -1),
         lists_(static_cast<std::size_t>(ranks > 0 ? ranks : 0)) {}
 
@@ -85,8 +87,10 @@ class program_builder {
     return *this;
   }
   constexpr program_builder& add(action a) {
-    if (current_ >= 0 && current_ < ranks_) lists_[static_cast<std::size_t>(current_)].push_back(a);
-    else if (invalid_rank_ < 0) invalid_rank_ = current_ < 0 ? -2 : current_;
+    if (current_ >= 0 && current_ < ranks_)
+      lists_[static_cast<std::size_t>(current_)].push_back(a);
+    else if (invalid_rank_ < 0)
+      invalid_rank_ = current_ < 0 ? -2 : current_;
     return *this;
   }
   /// Appends an overlapped pair (DualPipe's F&B): both start together on this rank.

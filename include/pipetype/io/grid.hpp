@@ -43,7 +43,9 @@ inline std::string grid(program_view p, const timeline& t, grid_options opt = {}
     if (label[k].empty()) continue;
     const long span = col(t.end[k]) - col(t.start[k]);
     // a label must fit in its span: widen the columns if a short action has a long label
-    const std::size_t need = span > 0 ? (label[k].size() + 1 + static_cast<std::size_t>(span) - 1) / static_cast<std::size_t>(span) : label[k].size();
+    const std::size_t need =
+        span > 0 ? (label[k].size() + 1 + static_cast<std::size_t>(span) - 1) / static_cast<std::size_t>(span)
+                 : label[k].size();
     w = need > w ? need : w;
     if (!any || col(t.start[k]) < first) first = col(t.start[k]);
     if (!any || col(t.end[k]) > last) last = col(t.end[k]);

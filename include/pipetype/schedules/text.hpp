@@ -76,11 +76,21 @@ constexpr program parse_schedule(std::string_view text, const char* name = "text
       return false;
     }
     switch (text[i]) {
-      case 'F': a.what = kind::F; break;
-      case 'B': a.what = kind::B; break;
-      case 'I': a.what = kind::I; break;
-      case 'W': a.what = kind::W; break;
-      default: fail(line, col(), "expected F, B, I or W after the stage"); return false;
+      case 'F':
+        a.what = kind::F;
+        break;
+      case 'B':
+        a.what = kind::B;
+        break;
+      case 'I':
+        a.what = kind::I;
+        break;
+      case 'W':
+        a.what = kind::W;
+        break;
+      default:
+        fail(line, col(), "expected F, B, I or W after the stage");
+        return false;
     }
     ++i;
     a.overlapped = false;
