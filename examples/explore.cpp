@@ -36,12 +36,14 @@ struct args {
   bool json = false;
 };
 
+constexpr const char* usage =
+    "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
+    "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
+    "         [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]\n"
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, all\n";
+
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "pipetype-explore: " << msg << "\n"
-            << "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
-               "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
-               "         [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]\n"
-               "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, all\n";
+  std::cerr << "pipetype-explore: " << msg << "\n" << usage;
   std::exit(2);
 }
 
@@ -57,12 +59,11 @@ double to_number(const std::string& flag, const std::string& v, bool integer) {
 
 args parse(int argc, char** argv) {
   args a;
-  bool i_given = false, w_given = false;
   for (int k = 1; k < argc; ++k) {
     const std::string flag = argv[k];
     if (flag == "--help" || flag == "-h") {
-      std::cout << "pipetype-explore: look at a pipeline schedule (see docs/00_quickstart.md)\n";
-      usage_error("");
+      std::cout << "pipetype-explore: look at a pipeline schedule (docs/00_quickstart.md)\n" << usage;
+      std::exit(0);
     }
     if (k + 1 >= argc) usage_error("missing value after " + flag);
     const std::string v = argv[++k];
@@ -82,10 +83,8 @@ args parse(int argc, char** argv) {
       a.costs.b = to_number(flag, v, false);
     else if (flag == "--cost-i") {
       a.costs.i = to_number(flag, v, false);
-      i_given = true;
     } else if (flag == "--cost-w") {
       a.costs.w = to_number(flag, v, false);
-      w_given = true;
     } else if (flag == "--cost-comm")
       a.costs.comm = to_number(flag, v, false);
     else if (flag == "--mem-limit")
@@ -98,8 +97,6 @@ args parse(int argc, char** argv) {
     } else
       usage_error("unknown flag " + flag);
   }
-  (void)i_given;
-  (void)w_given;
   if (a.ranks < 1) usage_error("--ranks must be at least 1");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
   if (a.ranks > 4096 || a.microbatches > 65536) usage_error("--ranks or --microbatches too large");
@@ -287,7 +284,9 @@ int main(int argc, char** argv) {
     std::printf("%4d %6g %7g %9g %10d %11d %7d %7d\n", k, t.busy(k), t.idle(k), plan.peak_activations(k),
                 res.activation_slots, res.gradient_slots, res.events, res.groups);
   }
-  std::printf("\nlowered: %zu ops on %zu communicators (one per stage edge that crosses ranks); proved deadlock-free\n",
-              plan.lowered.ops.size(), plan.lowered.comms.size());
+  const std::size_t nc = plan.lowered.comms.size();
+  std::printf(
+      "\nlowered: %zu ops on %zu communicator%s (one per stage edge that crosses ranks); proved deadlock-free\n",
+      plan.lowered.ops.size(), nc, nc == 1 ? "" : "s");
   return 0;
 }

@@ -28,7 +28,7 @@ TEST_CASE("program_builder: CSR layout, rank order kept, placement inferred") {
   CHECK(v.rank_actions(1)[1] == B(1, 0));
   CHECK(p.stage_rank == std::vector<int>{0, 1});
   CHECK_FALSE(v.split_backward());
-  CHECK(p.invalid_rank == -1);
+  CHECK(p.invalid_rank == pt::no_rank);
 }
 
 TEST_CASE("program_builder: pinned placement and overlapped pairs") {
@@ -46,4 +46,7 @@ TEST_CASE("program_builder: an action for a rank out of range is remembered") {
   pt::program_builder b{2, 2, 1};
   b.rank(5).add(F(0, 0));
   CHECK(std::move(b).build().invalid_rank == 5);
+  pt::program_builder c{2, 2, 1};
+  c.add(F(0, 0));  // no rank selected
+  CHECK(std::move(c).build().invalid_rank == -1);
 }

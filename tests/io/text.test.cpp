@@ -1,3 +1,4 @@
+#include <pipetype/compile/plan.hpp>
 #include <pipetype/io/text.hpp>
 #include <pipetype/schedules/one_f_one_b.hpp>
 
@@ -15,4 +16,22 @@ TEST_CASE("to_text: an overlapped pair") {
   pt::program_builder b{1, 1, 2};
   b.rank(0).add(pt::F(0, 0)).add_overlapped(pt::F(0, 1), pt::B(0, 0)).add(pt::B(0, 1));
   CHECK(pt::to_text(std::move(b).build().view()) == "0F0,(0F1;0B0),0B1\n");
+}
+
+TEST_CASE("listing: the ops of one rank, groups indented") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_one_f_one_b(2, 1));
+  REQUIRE(plan.ok());
+  CHECK(pt::listing(plan.lowered.view(), 1) ==
+        "group begin (tick 1)\n"
+        "  recv act 0F0 <- rank 0 comm 0 slot a0\n"
+        "group end\n"
+        "record e0 (comm stream)\n"
+        "wait e0 (compute stream)\n"
+        "compute 1F0 in=a0 out=-\n"
+        "compute 1B0 in=a0 grad=- out=g0\n"
+        "record e0 (compute stream)\n"
+        "wait e0 (comm stream)\n"
+        "group begin (tick 3)\n"
+        "  send grad 1B0 -> rank 0 comm 0 slot g0\n"
+        "group end\n");
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipetype/analysis/costs.hpp"
+#include "pipetype/compile/plan.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/core/program.hpp"
 
@@ -180,6 +181,20 @@ constexpr timeline simulate(program_view p, const C& c = {}, const memory_model&
   t.ranks.assign(static_cast<std::size_t>(p.ranks), rank_stats{});
   t.complete = detail::simulate_into(p, c, mem, t.start, t.end, t.live_after, t.ranks);
   return t;
+}
+
+/// Simulates a plan's compute program (compile-time or run-time plan).
+template <plan_shape Z, cost_source C = costs>
+constexpr timeline simulate(const static_plan<Z>& plan, const C& c = {}) {
+  memory_model mem{};
+  mem.unit = plan.unit;
+  return simulate(plan.compute(), c, mem);
+}
+template <cost_source C = costs>
+constexpr timeline simulate(const runtime_plan& plan, const C& c = {}) {
+  memory_model mem{};
+  mem.unit = plan.unit;
+  return simulate(plan.compute.view(), c, mem);
 }
 
 }  // namespace pipetype

@@ -39,8 +39,8 @@ struct runtime_plan {
   lowered_program lowered;
   verdict result;
 
-  bool ok() const noexcept { return result.ok(); }
-  double peak_activations(int r) const {
+  constexpr bool ok() const noexcept { return result.ok(); }
+  constexpr double peak_activations(int r) const {
     return static_cast<double>(facts.peak_units[static_cast<std::size_t>(r)]) / unit;
   }
   int unit = 2;

@@ -104,11 +104,11 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
     v.detail = "ranks, stages and microbatches must be positive";
     return fail(v);
   }
-  if (p.invalid_rank != -1) {
+  if (p.invalid_rank != no_rank) {
     verdict v;
     v.code = errc::rank_out_of_range;
     v.rank = p.invalid_rank;
-    v.detail = "an action was added to a rank outside [0, ranks)";
+    v.detail = "an action was added to a rank outside [0, ranks), or before a rank was selected";
     return fail(v);
   }
   const int S = p.stages, m = p.microbatches, P = p.ranks;

@@ -18,6 +18,9 @@
 
 namespace pipetype {
 
+/// "No rank": the value of `invalid_rank` when every action went to a valid rank.
+inline constexpr int no_rank = -2147483647 - 1;
+
 struct program_view {
   const char* name = "";
   int ranks = 0;
@@ -26,7 +29,7 @@ struct program_view {
   std::span<const int> stage_rank;  // [stages]; -1 where no action names the stage
   std::span<const int> begin;       // [ranks + 1]
   std::span<const action> actions;  // [begin[ranks]]
-  int invalid_rank = -1;            // a rank outside [0, ranks) that the builder was asked for
+  int invalid_rank = no_rank;       // a rank outside [0, ranks) that the builder was asked for
   verdict source_error{};           // set when the program came from text that did not parse
 
   constexpr std::span<const action> rank_actions(int r) const {
@@ -51,8 +54,9 @@ struct program {
   std::vector<int> stage_rank;
   std::vector<int> begin;
   std::vector<action> actions;
-  /// Set by the builder when an action was added to a rank outside [0, ranks).
-  int invalid_rank = -1;
+  /// Set by the builder when an action was added to a rank outside [0, ranks) (-1 also when
+  /// no rank was selected first); `no_rank` otherwise.
+  int invalid_rank = no_rank;
   /// Set by the text parser when the source did not parse (line, column, reason).
   verdict source_error{};
 
@@ -89,8 +93,8 @@ class program_builder {
   constexpr program_builder& add(action a) {
     if (current_ >= 0 && current_ < ranks_)
       lists_[static_cast<std::size_t>(current_)].push_back(a);
-    else if (invalid_rank_ < 0)
-      invalid_rank_ = current_ < 0 ? -2 : current_;
+    else if (invalid_rank_ == no_rank)
+      invalid_rank_ = current_ == no_rank ? -1 : current_;
     return *this;
   }
   /// Appends an overlapped pair (DualPipe's F&B): both start together on this rank.
@@ -138,8 +142,8 @@ class program_builder {
   int ranks_;
   int stages_;
   int microbatches_;
-  int current_ = -1;
-  int invalid_rank_ = -1;
+  int current_ = no_rank;
+  int invalid_rank_ = no_rank;
   std::vector<int> stage_rank_;
   std::vector<std::vector<action>> lists_;
 };

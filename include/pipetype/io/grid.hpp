@@ -89,4 +89,12 @@ inline std::string grid(program_view p, const timeline& t, grid_options opt = {}
   return out;
 }
 
+template <plan_shape Z>
+std::string grid(const static_plan<Z>& plan, const timeline& t, grid_options opt = {}) {
+  return grid(plan.compute(), t, opt);
+}
+inline std::string grid(const runtime_plan& plan, const timeline& t, grid_options opt = {}) {
+  return grid(plan.compute.view(), t, opt);
+}
+
 }  // namespace pipetype
