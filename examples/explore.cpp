@@ -99,7 +99,11 @@ args parse(int argc, char** argv) {
   }
   if (a.ranks < 1) usage_error("--ranks must be at least 1");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
-  if (a.ranks > 4096 || a.microbatches > 65536) usage_error("--ranks or --microbatches too large");
+  if (a.ranks > 4096 || a.microbatches > 65536 || a.chunks > 64)
+    usage_error("--ranks, --microbatches or --chunks too large");
+  const long actions = 3L * a.ranks * a.microbatches * (a.chunks ? a.chunks : 2);
+  if (actions > 4'000'000)
+    usage_error("ranks x microbatches x chunks is too large for the explorer (over 4 million actions)");
   return a;
 }
 

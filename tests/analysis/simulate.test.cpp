@@ -75,6 +75,9 @@ TEST_CASE("simulate: activation curve follows the memory model") {
   const pt::timeline t = pt::simulate(p.view(), pt::costs{});
   CHECK(t.live_after == std::vector<int>{2, 4, 3, 2, 0});
   CHECK(t.peak_activations(0) == 2);
+  // F=1, B=2, I=W=1
+  const std::vector<pt::activation_point> curve{{0, 0}, {1, 1}, {2, 2}, {3, 1.5}, {4, 1}, {6, 0}};
+  CHECK(pt::activation_curve(p.view(), t, 0) == curve);
 }
 
 TEST_CASE("simulate: a deadlocked program is reported incomplete") {

@@ -170,6 +170,27 @@ struct timeline {
   }
 };
 
+struct activation_point {
+  double time;
+  double activations;
+  friend constexpr bool operator==(const activation_point&, const activation_point&) = default;
+};
+
+/// Rank r's activation curve: (time, live activations) after each of its actions ends, starting
+/// with (first start, 0). A step function; its maximum is peak_activations(r).
+constexpr std::vector<activation_point> activation_curve(program_view p, const timeline& t, int r) {
+  std::vector<activation_point> out;
+  const auto b = static_cast<std::size_t>(p.begin[static_cast<std::size_t>(r)]);
+  const auto e = static_cast<std::size_t>(p.begin[static_cast<std::size_t>(r) + 1]);
+  if (b == e) return out;
+  out.push_back({t.start[b], 0});
+  for (std::size_t k = b; k < e; ++k) {
+    if (p.actions[k].overlapped) continue;  // a pair ends once, with its second half
+    out.push_back({t.end[k], static_cast<double>(t.live_after[k]) / t.unit});
+  }
+  return out;
+}
+
 /// Simulates `p` under `c`. `complete` is false if some action can never start.
 template <cost_source C = costs>
 constexpr timeline simulate(program_view p, const C& c = {}, const memory_model& mem = {}) {
