@@ -75,8 +75,7 @@ TEST_CASE("lower: groups hold only transfers; every compute op reads the slots i
         if (o.what == pt::kind::B && o.stage < 2) CHECK(o.grad_slot >= 0);
         if (o.what == pt::kind::B && o.stage == 0) CHECK(o.out_slot == -1);
       } else {
-        CHECK(o.stream ==
-              (o.code == pt::op_code::record || o.code == pt::op_code::wait ? o.stream : pt::stream_id::comm));
+        CHECK(o.stream == pt::stream_id::comm);
       }
     }
     CHECK(computes == 8);
@@ -93,6 +92,7 @@ TEST_CASE("lower: a local hand-off needs no transfer") {
   const pt::lowered_view L = plan.lowered.view();
   CHECK(L.comms.empty());
   CHECK(L.ops.size() == 4);
+  for (const pt::lowered_op& o : L.ops) CHECK((o.wait_event == -1 && o.record_event == -1));
   CHECK(L.ops[1].slot == L.ops[0].out_slot);       // 1F0 reads what 0F0 wrote
   CHECK(L.ops[3].grad_slot == L.ops[2].out_slot);  // 0B0 reads what 1B0 wrote
 }

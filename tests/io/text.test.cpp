@@ -24,14 +24,10 @@ TEST_CASE("listing: the ops of one rank, groups indented") {
   CHECK(pt::listing(plan.lowered.view(), 1) ==
         "group begin (tick 1)\n"
         "  recv act 0F0 <- rank 0 comm 0 slot a0\n"
-        "group end\n"
-        "record e0 (comm stream)\n"
-        "wait e0 (compute stream)\n"
-        "compute 1F0 in=a0 out=-\n"
-        "compute 1B0 in=a0 grad=- out=g0\n"
-        "record e0 (compute stream)\n"
-        "wait e0 (comm stream)\n"
-        "group begin (tick 3)\n"
+        "group end [record e0]\n"
+        "[wait e0] compute 1F0 in=a0 out=-\n"
+        "compute 1B0 in=a0 grad=- out=g0 [record e0]\n"
+        "[wait e0] group begin (tick 3)\n"
         "  send grad 1B0 -> rank 0 comm 0 slot g0\n"
         "group end\n");
 }

@@ -39,73 +39,30 @@
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/detail/scratch.hpp"
 
 namespace pipetype {
 
 namespace detail {
 
-struct transfer {
-  int tick;
-  kind what;  // F: activation, B: gradient
-  int stage;  // producing stage
-  int mb;
-  int src, dst;
-  int comm;
-  int src_slot, dst_slot;
-};
-
-struct interval {
-  int alloc;  // position 2·tick (+1 for compute) of the op that first writes
-  int free;   // position of the last op that uses it
-  int id;     // which buffer (index into the caller's slot table)
-};
-
 /// Stable counting sort: the permutation that orders `keys` (each in [0, limit)) ascending.
-constexpr std::vector<int> counting_order(const std::vector<int>& keys, int limit) {
-  std::vector<int> start(static_cast<std::size_t>(limit) + 1, 0);
-  int* st = start.data();
-  const int* k = keys.data();
-  const std::size_t n = keys.size();
-  for (std::size_t i = 0; i < n; ++i) ++st[k[i] + 1];
-  for (int i = 0; i < limit; ++i) st[i + 1] += st[i];
-  std::vector<int> order(n, 0);
-  int* o = order.data();
-  for (std::size_t i = 0; i < n; ++i) o[st[k[i]]++] = static_cast<int>(i);
-  return order;
-}
-
-/// Greedy interval colouring in allocation order (ties: in the order given). Writes slot[id];
-/// returns the slot count. `limit` bounds the positions.
-constexpr int assign_slots(const std::vector<interval>& iv, std::vector<int>& slot, int limit) {
-  std::vector<int> keys(iv.size(), 0);
-  for (std::size_t i = 0; i < iv.size(); ++i) keys[i] = iv[i].alloc;
-  const std::vector<int> order = counting_order(keys, limit);
-  std::vector<int> busy_until;  // per slot: free position of its current buffer
-  const interval* v = iv.data();
-  int* out = slot.data();
-  for (const int i : order) {
-    const interval& x = v[i];
-    int chosen = -1;
-    const int* b = busy_until.data();
-    const int nb = static_cast<int>(busy_until.size());
-    for (int s = 0; s < nb; ++s)
-      if (b[s] < x.alloc) {
-        chosen = s;
-        break;
-      }
-    if (chosen < 0) {
-      chosen = nb;
-      busy_until.push_back(0);
-    }
-    busy_until[static_cast<std::size_t>(chosen)] = x.free;
-    out[x.id] = chosen;
-  }
-  return static_cast<int>(busy_until.size());
+constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
+  scratch<int> start_v(limit + 1, 0);
+  int* start = start_v.data();
+  for (int i = 0; i < n; ++i) ++start[keys[i] + 1];
+  for (int i = 0; i < limit; ++i) start[i + 1] += start[i];
+  detail::scratch<int> order_v(n, 0);
+  int* order = order_v.data();
+  for (int i = 0; i < n; ++i) order[start[keys[i]]++] = i;
+  return order_v;
 }
 
 }  // namespace detail
 
 /// Lowers a verified program. `tick` is check_program's lock-step tick per action.
+///
+/// Written as flat loops over raw pointers: this runs inside make_plan's constant evaluation,
+/// where every function call costs far more than the arithmetic around it.
 constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
                                 comm_policy policy = comm_policy::per_edge) {
   const int P = p.ranks, S = p.stages, m = p.microbatches;
@@ -114,41 +71,36 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   lowered_program out;
   out.ranks = P;
   out.policy = policy;
-  const action* acts = p.actions.data();
+  const action* A = p.actions.data();
   const int* tick = tick_span.data();
   const int* beg = p.begin.data();
   int T = 0;  // ticks
   for (int k = 0; k < N; ++k) T = tick[k] + 1 > T ? tick[k] + 1 : T;
-  const int limit = 2 * T + 4;  // positions: 2·tick (group), 2·tick + 1 (compute)
+  const int limit = 2 * T + 4;  // positions: 2·tick (the tick's group), 2·tick + 1 (its compute)
 
-  std::vector<int> owner_v(static_cast<std::size_t>(S), 0), rank_of_v(static_cast<std::size_t>(N), 0);
+  detail::scratch<int> owner_v(S, 0);
   int* owner = owner_v.data();
-  int* rank_of = rank_of_v.data();
   for (int r = 0; r < P; ++r)
-    for (int k = beg[r]; k < beg[r + 1]; ++k) {
-      rank_of[k] = r;
-      owner[acts[k].stage] = r;
-    }
-  // position of each action by kind and (stage, microbatch); G = the input-gradient action (B or I)
-  std::vector<int> posF_v(static_cast<std::size_t>(n), -1), posG_v(static_cast<std::size_t>(n), -1),
-      last_v(static_cast<std::size_t>(n), -1);
-  int* posF = posF_v.data();
-  int* posG = posG_v.data();
-  int* last = last_v.data();  // last use of (s, j)'s input buffers: its B, or its W when split
+    for (int k = beg[r]; k < beg[r + 1]; ++k) owner[A[k].stage] = r;
+  // positions by (stage, microbatch): F, the input-gradient action G (B or I), and the last use
+  // of the stage's input buffers (its B, or its W when split)
+  detail::scratch<int> posv(3 * n, -1);
+  int* posF = posv.data();
+  int* posG = posF + n;
+  int* last = posF + 2 * n;
   for (int k = 0; k < N; ++k) {
-    const action& a = acts[k];
-    const int q = a.stage * m + a.microbatch;
+    const int q = A[k].stage * m + A[k].microbatch;
     const int ps = 2 * tick[k] + 1;
-    if (a.what == kind::F)
+    if (A[k].what == kind::F) {
       posF[q] = ps;
-    else {
-      if (a.what != kind::W) posG[q] = ps;
+    } else {
+      if (A[k].what != kind::W) posG[q] = ps;
       if (ps > last[q]) last[q] = ps;
     }
   }
 
-  // communicators
-  std::vector<int> edge_comm_v(static_cast<std::size_t>(S), -1);
+  // communicators: edge_comm[s] for the edge s → s+1, -1 when both stages share a rank
+  detail::scratch<int> edge_comm_v(S, -1);
   int* edge_comm = edge_comm_v.data();
   if (policy == comm_policy::per_edge) {
     for (int s = 0; s + 1 < S; ++s) {
@@ -158,7 +110,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
       out.comms.push_back({a < b ? a : b, a < b ? b : a, s});
     }
   } else {
-    std::vector<int> pair_v(static_cast<std::size_t>(P * P), -1);
+    detail::scratch<int> pair_v(P * P, -1);
     int* pair = pair_v.data();
     for (int s = 0; s + 1 < S; ++s) {
       const int a = owner[s], b = owner[s + 1];
@@ -176,211 +128,267 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
     }
   }
 
-  // Buffers: for edge (s, j), s+1 < S: the activation of F(s,j) goes to stage s+1, the gradient of
-  // G(s+1,j) to stage s. Buffer ids per pool: 2·q = the consumer's copy, 2·q+1 = the producer's
-  // staging copy before a send. Transfers are made in (kind, stage, microbatch) order and then
-  // stably ordered by tick, which gives both ends of every channel the same order.
-  std::vector<std::vector<detail::interval>> iv_act(static_cast<std::size_t>(P)), iv_grad(static_cast<std::size_t>(P));
-  std::vector<detail::transfer> made;
-  for (int what = 0; what < 2; ++what)
+  // Buffers. For edge (s, j), s+1 < S, with q = s·m + j: the activation of F(s,j) goes to stage
+  // s+1, the gradient of G(s+1,j) to stage s. Buffer id 2q is the consumer's copy, 2q+1 the
+  // producer's staging copy before a send; pool 0 = activations, 1 = gradients. Each buffer is an
+  // interval [alloc, free] of positions on one rank. Transfers are made in (kind, stage,
+  // microbatch) order and later stably ordered by tick, which gives both ends of every channel the
+  // same order.
+  const int max_iv = 4 * n;
+  detail::scratch<int> iv_v(5 * max_iv, 0);
+  int* iv_rank = iv_v.data();  // struct of arrays: rank, alloc, free, pool, id
+  int* iv_alloc = iv_rank + max_iv;
+  int* iv_free = iv_rank + 2 * max_iv;
+  int* iv_pool = iv_rank + 3 * max_iv;
+  int* iv_id = iv_rank + 4 * max_iv;
+  int niv = 0;
+  const int max_x = 2 * n;
+  detail::scratch<int> xv(8 * max_x, 0);
+  int* x_tick = xv.data();  // struct of arrays: tick, pool, stage, mb, src, dst, src id, dst id
+  int* x_pool = x_tick + max_x;
+  int* x_stage = x_tick + 2 * max_x;
+  int* x_mb = x_tick + 3 * max_x;
+  int* x_src = x_tick + 4 * max_x;
+  int* x_dst = x_tick + 5 * max_x;
+  int* x_sid = x_tick + 6 * max_x;
+  int* x_did = x_tick + 7 * max_x;
+  int nx = 0;
+  for (int pool_kind = 0; pool_kind < 2; ++pool_kind)
     for (int s = 0; s + 1 < S; ++s) {
       const int ra = owner[s], rb = owner[s + 1];
+      const int from = pool_kind == 0 ? ra : rb, to = pool_kind == 0 ? rb : ra;
       for (int j = 0; j < m; ++j) {
         const int q = s * m + j;
-        const int id = 2 * q;
-        if (what == 0) {  // activation: F(s,j) on ra → stage s+1 on rb
-          const int pf = posF[q], use = last[q + m];
-          if (ra == rb) {
-            iv_act[static_cast<std::size_t>(ra)].push_back({pf, use, id});
-          } else {
-            const int t = (pf - 1) / 2 + 1;
-            iv_act[static_cast<std::size_t>(ra)].push_back({pf, 2 * t, id + 1});
-            iv_act[static_cast<std::size_t>(rb)].push_back({2 * t, use, id});
-            made.push_back({t, kind::F, s, j, ra, rb, edge_comm[s], id + 1, id});
-          }
-        } else {  // gradient: G(s+1,j) on rb → stage s on ra
-          const int pg = posG[q + m], use = last[q];
-          if (ra == rb) {
-            iv_grad[static_cast<std::size_t>(ra)].push_back({pg, use, id});
-          } else {
-            const int t = (pg - 1) / 2 + 1;
-            iv_grad[static_cast<std::size_t>(rb)].push_back({pg, 2 * t, id + 1});
-            iv_grad[static_cast<std::size_t>(ra)].push_back({2 * t, use, id});
-            made.push_back({t, kind::B, s + 1, j, rb, ra, edge_comm[s], id + 1, id});
-          }
+        const int made = pool_kind == 0 ? posF[q] : posG[q + m];
+        const int use = pool_kind == 0 ? last[q + m] : last[q];
+        if (from == to) {
+          iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = use, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q;
+          ++niv;
+          continue;
         }
+        const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's
+        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q + 1;
+        ++niv;
+        iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q;
+        ++niv;
+        x_tick[nx] = t, x_pool[nx] = pool_kind, x_stage[nx] = pool_kind == 0 ? s : s + 1, x_mb[nx] = j;
+        x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * q;
+        ++nx;
       }
     }
-  std::vector<int> act_slot_v(static_cast<std::size_t>(2 * n + 2), -1),
-      grad_slot_v(static_cast<std::size_t>(2 * n + 2), -1);
+
+  // Slots: greedy interval colouring per (rank, pool) in allocation order, reusing a slot only
+  // after its last use — optimal for intervals, so a pool's size is its peak of live buffers.
   out.resources.assign(static_cast<std::size_t>(P), rank_resources{});
-  for (int r = 0; r < P; ++r) {
-    rank_resources& res = out.resources[static_cast<std::size_t>(r)];
-    res.activation_slots = detail::assign_slots(iv_act[static_cast<std::size_t>(r)], act_slot_v, limit);
-    res.gradient_slots = detail::assign_slots(iv_grad[static_cast<std::size_t>(r)], grad_slot_v, limit);
-  }
-  const int* act_slot = act_slot_v.data();
-  const int* grad_slot = grad_slot_v.data();
-  std::vector<detail::transfer> xfers;
+  rank_resources* res = out.resources.data();
+  detail::scratch<int> slot_v(2 * (2 * n + 2), -1);
+  int* slot_of = slot_v.data();  // [pool · (2n + 2) + id]
   {
-    std::vector<int> keys(made.size(), 0);
-    for (std::size_t i = 0; i < made.size(); ++i) keys[i] = made[i].tick;
-    const std::vector<int> order = detail::counting_order(keys, T + 2);
-    xfers.reserve(made.size());
-    for (const int i : order) {
-      detail::transfer x = made[static_cast<std::size_t>(i)];
-      const int* pool_slot = x.what == kind::F ? act_slot : grad_slot;
-      x.src_slot = pool_slot[x.src_slot];
-      x.dst_slot = pool_slot[x.dst_slot];
-      xfers.push_back(x);
+    detail::scratch<int> keys_v(niv, 0);
+    int* keys = keys_v.data();
+    for (int i = 0; i < niv; ++i) keys[i] = ((iv_rank[i] * 2 + iv_pool[i]) * limit) + iv_alloc[i];
+    const detail::scratch<int> order_v = detail::counting_order(keys, niv, 2 * P * limit);
+    const int* order = order_v.data();
+    detail::scratch<int> busy_v(niv + 1, 0);  // per slot of the current (rank, pool)
+    int* busy = busy_v.data();
+    int group = -1, nslots = 0;
+    for (int o = 0; o < niv; ++o) {
+      const int i = order[o];
+      const int g = iv_rank[i] * 2 + iv_pool[i];
+      if (g != group) {
+        group = g;
+        nslots = 0;
+      }
+      int chosen = 0;
+      while (chosen < nslots && busy[chosen] >= iv_alloc[i]) ++chosen;
+      if (chosen == nslots) ++nslots;
+      busy[chosen] = iv_free[i];
+      slot_of[iv_pool[i] * (2 * n + 2) + iv_id[i]] = chosen;
+      int& count = iv_pool[i] == 0 ? res[iv_rank[i]].activation_slots : res[iv_rank[i]].gradient_slots;
+      count = nslots > count ? nslots : count;
     }
   }
+  const int* act_slot = slot_of;
+  const int* grad_slot = slot_of + (2 * n + 2);
 
-  // per rank: its transfers in order
-  std::vector<std::vector<int>> by_rank_xfer(static_cast<std::size_t>(P));
-  for (std::size_t x = 0; x < xfers.size(); ++x) {
-    by_rank_xfer[static_cast<std::size_t>(xfers[x].src)].push_back(static_cast<int>(x));
-    by_rank_xfer[static_cast<std::size_t>(xfers[x].dst)].push_back(static_cast<int>(x));
+  // slots of every compute op
+  detail::scratch<int> cs_v(3 * N, -1);
+  int* in_slot = cs_v.data();
+  int* gin_slot = in_slot + N;
+  int* out_slot = in_slot + 2 * N;
+  for (int r = 0; r < P; ++r)
+    for (int k = beg[r]; k < beg[r + 1]; ++k) {
+      const action& a = A[k];
+      const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
+      const int qin = q - m;                      // edge (s−1, j): this stage's input side
+      if (a.stage > 0) in_slot[k] = act_slot[2 * qin];
+      if (a.what == kind::F) {
+        if (a.stage + 1 < S) out_slot[k] = act_slot[2 * q + (owner[a.stage + 1] == r ? 0 : 1)];
+      } else {
+        if (a.stage + 1 < S) gin_slot[k] = grad_slot[2 * q];
+        if (a.what != kind::W && a.stage > 0) out_slot[k] = grad_slot[2 * qin + (owner[a.stage - 1] == r ? 0 : 1)];
+      }
+    }
+
+  // Transfer ends per rank in tick order: stable sort of the transfers by tick, then of their two
+  // ends by rank. end e = 2·x (the send) or 2·x + 1 (the recv).
+  const detail::scratch<int> by_tick_v = detail::counting_order(x_tick, nx, T + 2);
+  const int* by_tick = by_tick_v.data();
+  detail::scratch<int> end_rank_v(2 * nx, 0);
+  detail::scratch<int> end_v(2 * nx, 0);
+  int* end_rank = end_rank_v.data();
+  int* end_of = end_v.data();
+  for (int o = 0; o < nx; ++o) {
+    const int x = by_tick[o];
+    end_of[2 * o] = 2 * x, end_rank[2 * o] = x_src[x];
+    end_of[2 * o + 1] = 2 * x + 1, end_rank[2 * o + 1] = x_dst[x];
   }
+  const detail::scratch<int> by_rank_v = detail::counting_order(end_rank, 2 * nx, P);
+  const int* by_rank = by_rank_v.data();
+  detail::scratch<int> rank_end_begin_v(P + 1, 0);
+  int* rank_end_begin = rank_end_begin_v.data();
+  for (int e = 0; e < 2 * nx; ++e) ++rank_end_begin[end_rank[e] + 1];
+  for (int r = 0; r < P; ++r) rank_end_begin[r + 1] += rank_end_begin[r];
+
   out.begin.push_back(0);
-  out.ops.reserve(static_cast<std::size_t>(N) + 3 * xfers.size());
+  out.ops.reserve(static_cast<std::size_t>(N + 2 * nx + 2 * nx));
+  // per-rank scratch, sized for the largest rank
+  int max_steps = 0;
   for (int r = 0; r < P; ++r) {
-    rank_resources& res = out.resources[static_cast<std::size_t>(r)];
-    // 1. the ops without events: per tick, its group (if any) then its compute
-    std::vector<lowered_op> seq;
-    seq.reserve(static_cast<std::size_t>(beg[r + 1] - beg[r]) * 4);
-    const std::vector<int>& mine = by_rank_xfer[static_cast<std::size_t>(r)];
-    const int* mx = mine.data();
-    const int nx = static_cast<int>(mine.size());
-    const detail::transfer* X = xfers.data();
-    int xi = 0, k = beg[r];
-    while (xi < nx || k < beg[r + 1]) {
-      const int tx = xi < nx ? X[mx[xi]].tick : detail::never;
+    const int steps = (beg[r + 1] - beg[r]) + (rank_end_begin[r + 1] - rank_end_begin[r]);
+    max_steps = steps > max_steps ? steps : max_steps;
+  }
+  detail::scratch<int> step_v(4 * max_steps + 4, 0);
+  int* step_ref = step_v.data();         // compute: action index; group: first end (in by_rank order)
+  int* step_end = step_ref + max_steps;  // group: one past its last end; compute: -1
+  int* wait_for = step_ref + 2 * max_steps;
+  int* event_of = step_ref + 3 * max_steps;
+  detail::scratch<char> record_v(max_steps + 1, 0);
+  char* record_after = record_v.data();
+  int max_slots = 0;
+  for (int r = 0; r < P; ++r) {
+    const int sl = res[r].activation_slots + res[r].gradient_slots;
+    max_slots = sl > max_slots ? sl : max_slots;
+  }
+  detail::scratch<int> use_v(4 * max_slots + 4, -1);
+  int* use = use_v.data();  // per slot: [writer on stream 0, writer on 1, reader on 0, reader on 1]
+  detail::scratch<char> in_use_v(max_steps + 1, 0);
+  char* in_use = in_use_v.data();
+
+  for (int r = 0; r < P; ++r) {
+    rank_resources& rr = res[r];
+    // 1. per tick, its group (if any) then its compute
+    int ns = 0;
+    int e = rank_end_begin[r];
+    const int eend = rank_end_begin[r + 1];
+    int k = beg[r];
+    while (e < eend || k < beg[r + 1]) {
+      const int tx = e < eend ? x_tick[end_of[by_rank[e]] / 2] : detail::never;
       const int tc = k < beg[r + 1] ? tick[k] : detail::never;
       if (tx <= tc) {
-        lowered_op g;
-        g.code = op_code::group_begin;
-        g.stream = stream_id::comm;
-        g.tick = tx;
-        seq.push_back(g);
-        for (; xi < nx && X[mx[xi]].tick == tx; ++xi) {
-          const detail::transfer& x = X[mx[xi]];
-          const bool sending = x.src == r;
-          lowered_op o;
-          o.code = sending ? op_code::send : op_code::recv;
-          o.stream = stream_id::comm;
-          o.what = x.what;
-          o.stage = x.stage;
-          o.microbatch = x.mb;
-          o.peer = sending ? x.dst : x.src;
-          o.comm = x.comm;
-          o.slot = sending ? x.src_slot : x.dst_slot;
-          o.tick = tx;
-          seq.push_back(o);
-          ++res.transfers;
-        }
-        g.code = op_code::group_end;
-        seq.push_back(g);
-        ++res.groups;
+        step_ref[ns] = e;
+        while (e < eend && x_tick[end_of[by_rank[e]] / 2] == tx) ++e;
+        step_end[ns] = e;
+        rr.transfers += e - step_ref[ns];
+        ++rr.groups;
       } else {
-        const action& a = acts[k];
-        lowered_op o;
-        o.stream = stream_id::compute;
-        o.what = a.what;
-        o.overlapped = a.overlapped;
-        o.stage = a.stage;
-        o.microbatch = a.microbatch;
-        o.tick = tick[k];
-        o.action = k;
-        const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
-        const int qin = q - m;                     // edge (s−1, j): this stage's input side
-        if (a.stage > 0) o.slot = act_slot[2 * qin];
-        if (a.what == kind::F) {
-          if (a.stage + 1 < S) o.out_slot = act_slot[2 * q + (owner[a.stage + 1] == r ? 0 : 1)];
-        } else {
-          if (a.stage + 1 < S) o.grad_slot = grad_slot[2 * q];
-          if (a.what != kind::W && a.stage > 0) o.out_slot = grad_slot[2 * qin + (owner[a.stage - 1] == r ? 0 : 1)];
-        }
-        seq.push_back(o);
-        ++k;
+        step_ref[ns] = k++;
+        step_end[ns] = -1;
       }
+      ++ns;
     }
 
-    // 2. which ops must wait for the other stream: hazards on the slots they touch
-    const int ns = static_cast<int>(seq.size());
-    lowered_op* sq = seq.data();
-    std::vector<int> use_v(static_cast<std::size_t>(4 * (res.activation_slots + res.gradient_slots)), -1);
-    int* use = use_v.data();  // per slot: [writer on stream 0, writer on 1, reader on 0, reader on 1]
-    const int grad_base = 4 * res.activation_slots;
-    std::vector<int> wait_for_v(static_cast<std::size_t>(ns), -1);
-    std::vector<char> record_after_v(static_cast<std::size_t>(ns), 0);
-    int* wait_for = wait_for_v.data();
-    char* record_after = record_after_v.data();
-    int waited[stream_count] = {-1, -1};
-    auto touch = [&](int base, int slot, bool write, int s, int done_at, int& req) {
-      if (slot < 0) return;
-      int* u = use + base + 4 * slot;
-      const int other = 1 - s;
-      if (u[other] > req) req = u[other];
-      if (write && u[2 + other] > req) req = u[2 + other];
-      u[(write ? 0 : 2) + s] = done_at;
-    };
+    // 2. which steps wait for the other stream: hazards on the slots they touch. A group's
+    //    transfers complete with the group, so its step index stands for its group_end.
+    const int grad_base = 4 * rr.activation_slots;
+    for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
+    int waited0 = -1, waited1 = -1;
     for (int i = 0; i < ns; ++i) {
-      const lowered_op& o = sq[i];
-      int req = -1, s = 0;
-      if (o.code == op_code::group_begin) {
-        s = 1;
-        int e = i;
-        while (sq[e].code != op_code::group_end) ++e;
-        for (int j = i + 1; j < e; ++j)
-          touch(sq[j].what == kind::F ? 0 : grad_base, sq[j].slot, sq[j].code == op_code::recv, 1, e, req);
-      } else if (o.code == op_code::compute) {
-        touch(0, o.slot, false, 0, i, req);
-        touch(grad_base, o.grad_slot, false, 0, i, req);
-        touch(o.what == kind::F ? 0 : grad_base, o.out_slot, true, 0, i, req);
+      wait_for[i] = -1;
+      record_after[i] = 0;
+    }
+    for (int i = 0; i < ns; ++i) {
+      const bool group = step_end[i] >= 0;
+      const int sw = group ? 1 : 0, other = 1 - sw;
+      int req = -1;
+      if (group) {
+        for (int g = step_ref[i]; g < step_end[i]; ++g) {
+          const int en = end_of[by_rank[g]];
+          const int x = en / 2;
+          const bool sending = (en & 1) == 0;
+          const int sl = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
+          int* u = use + (x_pool[x] == 0 ? 0 : grad_base) + 4 * sl;
+          if (u[other] > req) req = u[other];
+          if (!sending && u[2 + other] > req) req = u[2 + other];
+          u[(sending ? 2 : 0) + sw] = i;
+        }
       } else {
-        continue;
+        const int c = step_ref[i];
+        if (in_slot[c] >= 0) {
+          int* u = use + 4 * in_slot[c];
+          if (u[other] > req) req = u[other];
+          u[2] = i;
+        }
+        if (gin_slot[c] >= 0) {
+          int* u = use + grad_base + 4 * gin_slot[c];
+          if (u[other] > req) req = u[other];
+          u[2] = i;
+        }
+        if (out_slot[c] >= 0) {
+          int* u = use + (A[c].what == kind::F ? 0 : grad_base) + 4 * out_slot[c];
+          if (u[other] > req) req = u[other];
+          if (u[2 + other] > req) req = u[2 + other];
+          u[0] = i;
+        }
       }
-      if (req > waited[s]) {
-        waited[s] = req;
+      int& waited = group ? waited1 : waited0;
+      if (req > waited) {
+        waited = req;
         wait_for[i] = req;
         record_after[req] = 1;
       }
     }
 
-    // 3. emit, with events from the rank's pool (free again once its wait is issued)
-    std::vector<int> event_of_v(static_cast<std::size_t>(ns), -1);
-    int* event_of = event_of_v.data();
-    std::vector<char> in_use;
+    // 3. emit, with events from the rank's pool (free again once its wait is issued): a step's
+    //    wait rides on its first op, its record on its last.
+    int nevents = 0;
     for (int i = 0; i < ns; ++i) {
+      const bool group = step_end[i] >= 0;
+      const stream_id sid = group ? stream_id::comm : stream_id::compute;
+      const int t = group ? x_tick[end_of[by_rank[step_ref[i]]] / 2] : tick[step_ref[i]];
+      int wait_ev = -1, record_ev = -1;
       if (wait_for[i] >= 0) {
-        lowered_op w;
-        w.code = op_code::wait;
-        w.stream = sq[i].stream;
-        w.event = event_of[wait_for[i]];
-        w.tick = sq[i].tick;
-        out.ops.push_back(w);
-        in_use[static_cast<std::size_t>(w.event)] = 0;
+        wait_ev = event_of[wait_for[i]];
+        in_use[wait_ev] = 0;
       }
-      out.ops.push_back(sq[i]);
       if (record_after[i]) {
-        int e = 0;
-        const int ne = static_cast<int>(in_use.size());
-        while (e < ne && in_use[static_cast<std::size_t>(e)]) ++e;
-        if (e == ne)
-          in_use.push_back(1);
-        else
-          in_use[static_cast<std::size_t>(e)] = 1;
-        lowered_op rec;
-        rec.code = op_code::record;
-        rec.stream = sq[i].stream;
-        rec.event = e;
-        rec.tick = sq[i].tick;
-        event_of[i] = e;
-        out.ops.push_back(rec);
+        record_ev = 0;
+        while (record_ev < nevents && in_use[record_ev]) ++record_ev;
+        if (record_ev == nevents) ++nevents;
+        in_use[record_ev] = 1;
+        event_of[i] = record_ev;
+      }
+      if (group) {
+        out.ops.push_back({op_code::group_begin, sid, kind::F, false, -1, -1, -1, -1, -1, -1, -1, wait_ev, -1, t, -1});
+        for (int g = step_ref[i]; g < step_end[i]; ++g) {
+          const int en = end_of[by_rank[g]];
+          const int x = en / 2;
+          const bool sending = (en & 1) == 0;
+          const int sl = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
+          out.ops.push_back({sending ? op_code::send : op_code::recv, sid, x_pool[x] == 0 ? kind::F : kind::B, false,
+                             x_stage[x], x_mb[x], sending ? x_dst[x] : x_src[x],
+                             edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1], sl, -1, -1, -1, -1, t, -1});
+        }
+        out.ops.push_back({op_code::group_end, sid, kind::F, false, -1, -1, -1, -1, -1, -1, -1, -1, record_ev, t, -1});
+      } else {
+        const int c = step_ref[i];
+        const action& a = A[c];
+        out.ops.push_back({op_code::compute, sid, a.what, a.overlapped, a.stage, a.microbatch, -1, -1, in_slot[c],
+                           gin_slot[c], out_slot[c], wait_ev, record_ev, t, c});
       }
     }
-    res.events = static_cast<int>(in_use.size());
+    for (int ev = 0; ev < nevents; ++ev) in_use[ev] = 0;
+    rr.events = nevents;
     out.begin.push_back(static_cast<int>(out.ops.size()));
   }
   return out;

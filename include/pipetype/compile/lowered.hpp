@@ -5,8 +5,11 @@
 //   group_begin  ─┐ one NCCL group on the communication stream (ncclGroupStart/End):
 //   send / recv   │ point-to-point transfers to `peer` on communicator `comm`, from / into
 //   group_end    ─┘ a buffer slot
-//   record       cudaEventRecord(event, stream) after the previous op of that stream
-//   wait         cudaStreamWaitEvent(stream, event) before the next op of that stream
+// and any op may carry
+//   wait_event   cudaStreamWaitEvent(stream, event) issued just before the op
+//   record_event cudaEventRecord(event, stream) issued just after the op
+// (on a group, the wait sits on group_begin and the record on group_end). A wait refers to the
+// latest record of that event issued before it on the rank, as CUDA resolves it at call time.
 // All fields are small integers fixed when the plan is built. The host executor issues the
 // same list on host threads; the record backend checks it call by call.
 #pragma once
@@ -19,7 +22,7 @@
 
 namespace pipetype {
 
-enum class op_code : std::uint8_t { compute, send, recv, group_begin, group_end, record, wait };
+enum class op_code : std::uint8_t { compute, send, recv, group_begin, group_end };
 
 /// Streams of one rank. The compute stream runs the user's stage code; the communication
 /// stream runs the NCCL groups. Events order one after the other where data or a buffer is shared.
@@ -50,7 +53,8 @@ struct lowered_op {
                        // (-1: stage 0 reads the user's batch)
   int grad_slot = -1;  // compute B/I/W: incoming gradient (-1: the last stage's own loss)
   int out_slot = -1;   // compute: output (activation slot for F, gradient slot for B/I); -1: none
-  int event = -1;      // record/wait: event id in the rank's pool
+  int wait_event = -1;    // wait on this event (of the rank's pool) before the op; -1: none
+  int record_event = -1;  // record this event after the op; -1: none
   int tick = -1;       // lock-step tick this op belongs to
   int action = -1;     // compute: index of the action in the compute program
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "pipetype/compile/diagnostics.hpp"
+#include "pipetype/detail/scratch.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype {
@@ -90,8 +91,9 @@ constexpr std::size_t key(int stage, int mb, int m) {
 }  // namespace detail
 
 constexpr program_facts check_program(program_view p, const check_options& opt = {}) {
+  // Written as flat loops over raw pointers: this runs inside make_plan's constant evaluation,
+  // where every function call costs far more than the arithmetic around it.
   using detail::at;
-  using detail::key;
   program_facts out;
   auto fail = [&](verdict v) {
     out.result = v;
@@ -112,165 +114,144 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
     return fail(v);
   }
   const int S = p.stages, m = p.microbatches, P = p.ranks;
-  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(m);
+  const int n = S * m;
+  const int N = static_cast<int>(p.actions.size());
+  const action* A = p.actions.data();
+  const int* beg = p.begin.data();
+  const int* placed = p.stage_rank.data();
+  const int nplaced = static_cast<int>(p.stage_rank.size());
 
   // 1–2. indices and placement
-  std::vector<int> owner(static_cast<std::size_t>(S), -1);
-  for (int r = 0; r < P; ++r) {
-    const auto acts = p.rank_actions(r);
-    for (std::size_t k = 0; k < acts.size(); ++k) {
-      const action& a = acts[k];
-      const int idx = static_cast<int>(k);
+  detail::scratch<int> owner_v(S, -1);
+  int* owner = owner_v.data();
+  for (int r = 0; r < P; ++r)
+    for (int k = beg[r]; k < beg[r + 1]; ++k) {
+      const action& a = A[k];
       if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= m)
-        return fail(at(errc::index_out_of_range, r, a, idx,
+        return fail(at(errc::index_out_of_range, r, a, k - beg[r],
                        a.stage < 0 || a.stage >= S ? "stage out of range" : "microbatch out of range"));
-      int& o = owner[static_cast<std::size_t>(a.stage)];
-      if (o == -1) o = r;
-      if (o != r) return fail(at(errc::stage_on_two_ranks, r, a, idx, "the stage already has actions on another rank"));
-      const int placed = static_cast<std::size_t>(a.stage) < p.stage_rank.size()
-                             ? p.stage_rank[static_cast<std::size_t>(a.stage)]
-                             : -1;
-      if (placed != -1 && placed != r)
-        return fail(at(errc::stage_on_two_ranks, r, a, idx, "the placement puts this stage on another rank"));
+      if (owner[a.stage] == -1) owner[a.stage] = r;
+      if (owner[a.stage] != r)
+        return fail(at(errc::stage_on_two_ranks, r, a, k - beg[r], "the stage already has actions on another rank"));
+      if (a.stage < nplaced && placed[a.stage] != -1 && placed[a.stage] != r)
+        return fail(at(errc::stage_on_two_ranks, r, a, k - beg[r], "the placement puts this stage on another rank"));
     }
-  }
 
-  // 3. completeness and duplicates
-  std::vector<int> count[kind_count];
-  for (auto& c : count) c.assign(n, 0);
-  for (int r = 0; r < P; ++r) {
-    const auto acts = p.rank_actions(r);
-    for (std::size_t k = 0; k < acts.size(); ++k) {
-      const action& a = acts[k];
-      int& c = count[static_cast<int>(a.what)][key(a.stage, a.microbatch, m)];
-      if (++c > 1) return fail(at(errc::duplicate_action, r, a, static_cast<int>(k)));
+  // 3. duplicates, then completeness; pos[kind·n + q] = index of that action in its rank's list
+  detail::scratch<int> pos_v(kind_count * n, -1);
+  int* pos = pos_v.data();
+  for (int r = 0; r < P; ++r)
+    for (int k = beg[r]; k < beg[r + 1]; ++k) {
+      const action& a = A[k];
+      int& slot = pos[static_cast<int>(a.what) * n + a.stage * m + a.microbatch];
+      if (slot != -1) return fail(at(errc::duplicate_action, r, a, k - beg[r]));
+      slot = k - beg[r];
     }
-  }
+  const int* posF = pos;
+  const int* posB = pos + n;
+  const int* posI = pos + 2 * n;
+  const int* posW = pos + 3 * n;
   for (int s = 0; s < S; ++s)
     for (int j = 0; j < m; ++j) {
-      const std::size_t q = key(s, j, m);
-      const int f = count[0][q], b = count[1][q], i = count[2][q], w = count[3][q];
-      const int r =
-          owner[static_cast<std::size_t>(s)] != -1
-              ? owner[static_cast<std::size_t>(s)]
-              : (static_cast<std::size_t>(s) < p.stage_rank.size() ? p.stage_rank[static_cast<std::size_t>(s)] : -1);
-      auto missing = [&](kind k, const char* why) {
-        return fail(at(errc::missing_action, r, action{k, s, j, false}, -1, why));
-      };
-      if (f == 0) return missing(kind::F, "no forward");
-      if (b == 1 && (i + w) > 0)
-        return fail(at(errc::mixed_backward, r, action{i ? kind::I : kind::W, s, j, false}, -1));
-      if (b == 0 && i == 0) return missing(w ? kind::I : kind::B, w ? "W without its I" : "no backward");
-      if (i == 1 && w == 0) return missing(kind::W, "I without its W");
+      const int q = s * m + j;
+      const bool f = posF[q] >= 0, b = posB[q] >= 0, i = posI[q] >= 0, w = posW[q] >= 0;
+      if (f && b && !i && !w) continue;  // the common case
+      const int r = owner[s] != -1 ? owner[s] : (s < nplaced ? placed[s] : -1);
+      if (!f) return fail(at(errc::missing_action, r, action{kind::F, s, j, false}, -1, "no forward"));
+      if (b && (i || w)) return fail(at(errc::mixed_backward, r, action{i ? kind::I : kind::W, s, j, false}, -1));
+      if (!b && !i)
+        return fail(at(errc::missing_action, r, action{w ? kind::I : kind::B, s, j, false}, -1,
+                       w ? "W without its I" : "no backward"));
+      if (i && !w) return fail(at(errc::missing_action, r, action{kind::W, s, j, false}, -1, "I without its W"));
     }
 
   // 4–5. overlapped pairs; same-rank order
-  std::vector<int> pos[kind_count];
-  for (auto& v : pos) v.assign(n, -1);
-  for (int r = 0; r < P; ++r) {
-    const auto acts = p.rank_actions(r);
-    for (std::size_t k = 0; k < acts.size(); ++k)
-      pos[static_cast<int>(acts[k].what)][key(acts[k].stage, acts[k].microbatch, m)] = static_cast<int>(k);
-  }
-  for (int r = 0; r < P; ++r) {
-    const auto acts = p.rank_actions(r);
-    for (std::size_t k = 0; k < acts.size(); ++k) {
-      const action& a = acts[k];
-      const int idx = static_cast<int>(k);
+  for (int r = 0; r < P; ++r)
+    for (int k = beg[r]; k < beg[r + 1]; ++k) {
+      const action& a = A[k];
+      const int idx = k - beg[r];
       if (a.overlapped) {
-        if (k + 1 >= acts.size())
+        if (k + 1 >= beg[r + 1])
           return fail(at(errc::invalid_overlap, r, a, idx, "an overlapped action needs a partner after it"));
-        const action& b = acts[k + 1];
-        const bool ok = b.overlapped == false &&
-                        ((a.what == kind::F && b.what != kind::F) || (a.what != kind::F && b.what == kind::F)) &&
-                        a.what != kind::W && b.what != kind::W;
+        const action& b = A[k + 1];
+        const bool ok = !b.overlapped && ((a.what == kind::F) != (b.what == kind::F)) && a.what != kind::W &&
+                        b.what != kind::W;
         if (!ok) return fail(at(errc::invalid_overlap, r, a, idx, "an overlapped pair is one F and one B or I"));
       }
-      const std::size_t q = key(a.stage, a.microbatch, m);
-      const int fpos = pos[0][q];
-      if (a.what != kind::F && fpos > idx) return fail(at(errc::backward_before_forward, r, a, idx));
-      if (a.what == kind::W && pos[2][q] > idx)
-        return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
+      const int q = a.stage * m + a.microbatch;
+      if (a.what != kind::F && posF[q] > idx) return fail(at(errc::backward_before_forward, r, a, idx));
+      if (a.what == kind::W && posI[q] > idx) return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
       // cross-stage inputs produced on this same rank
-      if (a.what == kind::F && a.stage > 0 && owner[static_cast<std::size_t>(a.stage - 1)] == r &&
-          pos[0][key(a.stage - 1, a.microbatch, m)] > idx)
+      if (a.what == kind::F && a.stage > 0 && owner[a.stage - 1] == r && posF[q - m] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of the previous stage"));
-      if (is_input_backward(a.what) && a.stage + 1 < S && owner[static_cast<std::size_t>(a.stage + 1)] == r) {
-        const std::size_t q1 = key(a.stage + 1, a.microbatch, m);
-        const int g = pos[1][q1] >= 0 ? pos[1][q1] : pos[2][q1];
+      if ((a.what == kind::B || a.what == kind::I) && a.stage + 1 < S && owner[a.stage + 1] == r) {
+        const int g = posB[q + m] >= 0 ? posB[q + m] : posI[q + m];
         if (g > idx)
           return fail(at(errc::action_before_its_input, r, a, idx, "backward before the backward of the next stage"));
       }
     }
-  }
 
-  // 6. lock-step run
-  out.tick.assign(p.actions.size(), -1);
-  std::vector<int> fdone(n, detail::never), gdone(n, detail::never), idone(n, detail::never);
-  std::vector<int> ptr(static_cast<std::size_t>(P), 0);
-  for (int r = 0; r < P; ++r) ptr[static_cast<std::size_t>(r)] = p.begin[static_cast<std::size_t>(r)];
-  auto ready = [&](const action& a, int t) {
-    const std::size_t q = key(a.stage, a.microbatch, m);
-    switch (a.what) {
-      case kind::F:
-        return a.stage == 0 || fdone[key(a.stage - 1, a.microbatch, m)] < t;
-      case kind::B:
-      case kind::I:
-        return fdone[q] < t && (a.stage == S - 1 || gdone[key(a.stage + 1, a.microbatch, m)] < t);
-      case kind::W:
-        return idone[q] < t;
-    }
-    return false;
-  };
-  auto mark = [&](const action& a, int t) {
-    const std::size_t q = key(a.stage, a.microbatch, m);
-    if (a.what == kind::F) fdone[q] = t;
-    if (is_input_backward(a.what)) gdone[q] = t;
-    if (a.what == kind::I) idone[q] = t;
-  };
-  int remaining = static_cast<int>(p.actions.size());
+  // 6. lock-step run. done[0·n + q]: tick of F(q); done[1·n + q]: of B/I(q); done[2·n + q]: of I(q)
+  out.tick.assign(static_cast<std::size_t>(N), -1);
+  int* tick = out.tick.data();
+  detail::scratch<int> done_v(3 * n, detail::never);
+  int* fdone = done_v.data();
+  int* gdone = fdone + n;
+  int* idone = fdone + 2 * n;
+  detail::scratch<int> ptr_v(P, 0);
+  int* ptr = ptr_v.data();
+  for (int r = 0; r < P; ++r) ptr[r] = beg[r];
+  int remaining = N;
   for (int t = 0; remaining > 0; ++t) {
     bool progressed = false;
     for (int r = 0; r < P; ++r) {
-      int& k = ptr[static_cast<std::size_t>(r)];
-      const int e = p.begin[static_cast<std::size_t>(r) + 1];
-      if (k >= e) continue;
-      const action& a = p.actions[static_cast<std::size_t>(k)];
-      const int width = a.overlapped ? 2 : 1;
+      const int k = ptr[r];
+      if (k >= beg[r + 1]) continue;
+      const int width = A[k].overlapped ? 2 : 1;
       bool ok = true;
-      for (int d = 0; d < width; ++d) ok = ok && ready(p.actions[static_cast<std::size_t>(k + d)], t);
+      for (int d = 0; d < width && ok; ++d) {
+        const action& a = A[k + d];
+        const int q = a.stage * m + a.microbatch;
+        if (a.what == kind::F) ok = a.stage == 0 || fdone[q - m] < t;
+        else if (a.what == kind::W) ok = idone[q] < t;
+        else ok = fdone[q] < t && (a.stage == S - 1 || gdone[q + m] < t);
+      }
       if (!ok) continue;
       for (int d = 0; d < width; ++d) {
-        mark(p.actions[static_cast<std::size_t>(k + d)], t);
-        out.tick[static_cast<std::size_t>(k + d)] = t;
+        const action& a = A[k + d];
+        const int q = a.stage * m + a.microbatch;
+        if (a.what == kind::F) fdone[q] = t;
+        else if (a.what != kind::W) {
+          gdone[q] = t;
+          if (a.what == kind::I) idone[q] = t;
+        }
+        tick[k + d] = t;
       }
-      k += width;
+      ptr[r] = k + width;
       remaining -= width;
       progressed = true;
       out.ticks = t + 1;
     }
     if (!progressed) {
-      for (int r = 0; r < P; ++r) {
-        const int k = ptr[static_cast<std::size_t>(r)];
-        if (k < p.begin[static_cast<std::size_t>(r) + 1])
-          return fail(at(errc::cross_rank_deadlock, r, p.actions[static_cast<std::size_t>(k)],
-                         k - p.begin[static_cast<std::size_t>(r)],
+      for (int r = 0; r < P; ++r)
+        if (ptr[r] < beg[r + 1])
+          return fail(at(errc::cross_rank_deadlock, r, A[ptr[r]], ptr[r] - beg[r],
                          "waits for an input that a rank produces only after it"));
-      }
     }
   }
 
   // 7. memory
   out.peak_units.assign(static_cast<std::size_t>(P), 0);
+  const int delta[kind_count] = {opt.memory.f, opt.memory.b, opt.memory.i, opt.memory.w};
+  const int limit = opt.mem_limit > 0 ? opt.mem_limit * opt.memory.unit : detail::never;
   for (int r = 0; r < P; ++r) {
-    const auto acts = p.rank_actions(r);
     int live = 0, peak = 0;
-    for (std::size_t k = 0; k < acts.size(); ++k) {
-      live += opt.memory.delta(acts[k].what);
+    for (int k = beg[r]; k < beg[r + 1]; ++k) {
+      live += delta[static_cast<int>(A[k].what)];
       if (live > peak) {
         peak = live;
-        if (opt.mem_limit > 0 && peak > opt.mem_limit * opt.memory.unit)
-          return fail(at(errc::memory_limit_exceeded, r, acts[k], static_cast<int>(k), "activations above the limit"));
+        if (peak > limit)
+          return fail(at(errc::memory_limit_exceeded, r, A[k], k - beg[r], "activations above the limit"));
       }
     }
     out.peak_units[static_cast<std::size_t>(r)] = peak;

@@ -2,9 +2,9 @@
 //
 // The model (shared/reference/nccl_cuda.md A.1, DESIGN.md §4.3):
 //   • each rank has two in-order streams (compute, comm); ops of one stream run one at a time;
-//   • a record completes at once; a wait completes when the record it refers to — the latest
-//     record of that event issued before it on the rank, as CUDA resolves it at call time —
-//     has completed;
+//   • an op's record_event is recorded when the op completes; an op's wait_event holds the op
+//     back until the op that recorded it — the latest one issued before it on the rank, as CUDA
+//     resolves it at call time — has completed;
 //   • a group completes when every send/recv in it has met its partner: point-to-point is a
 //     blocking rendezvous, the k-th send from a to b on a communicator matches the k-th recv at
 //     b from a on it (FIFO per communicator and peer), and everything inside one group
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pipetype/compile/diagnostics.hpp"
+#include "pipetype/detail/scratch.hpp"
 #include "pipetype/compile/lowered.hpp"
 
 namespace pipetype {
@@ -42,208 +43,213 @@ constexpr verdict at_op(errc e, int rank, const lowered_op& o, int index, const 
 }  // namespace detail
 
 constexpr verdict verify_lowered(lowered_view L) {
+  // Flat loops over raw pointers: this runs inside make_plan's constant evaluation.
   using detail::at_op;
   const int P = L.ranks;
-  const std::size_t N = L.ops.size();
+  const int N = static_cast<int>(L.ops.size());
   const int C = static_cast<int>(L.comms.size());
   const lowered_op* ops = L.ops.data();
   const int* beg = L.begin.data();
-  // group extent of every op inside a group: index of its group_begin
-  std::vector<int> group_of_v(N, -1), group_end_of_v(N, -1);
-  int* group_of = group_of_v.data();
-  int* group_end_of = group_end_of_v.data();
+  const comm_desc* comms = L.comms.data();
+
+  // 1. structure. rank_of, the group (begin, end) of every transfer; max event and slot ids
+  detail::scratch<int> iv(3 * N + 1, -1);
+  int* rank_of = iv.data();
+  int* group_of = rank_of + N;
+  int* group_end_of = rank_of + 2 * N;
+  int max_event = -1, max_slot = -1;
   for (int r = 0; r < P; ++r) {
     int open = -1;
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
-      const int local = i - beg[r];
+      rank_of[i] = r;
+      if (o.wait_event > max_event) max_event = o.wait_event;
+      if (o.record_event > max_event) max_event = o.record_event;
+      if (o.slot > max_slot) max_slot = o.slot;
+      if (o.grad_slot > max_slot) max_slot = o.grad_slot;
+      if (o.out_slot > max_slot) max_slot = o.out_slot;
       if (o.code == op_code::group_begin) {
-        if (open >= 0) return at_op(errc::nccl_deadlock, r, o, local, "nested group");
+        if (open >= 0) return at_op(errc::nccl_deadlock, r, o, i - beg[r], "nested group");
         open = i;
       } else if (o.code == op_code::group_end) {
-        if (open < 0) return at_op(errc::nccl_deadlock, r, o, local, "group end without a begin");
-        for (int j = open; j <= i; ++j) {
-          group_of[j] = open;
-          group_end_of[j] = i;
-        }
+        if (open < 0) return at_op(errc::nccl_deadlock, r, o, i - beg[r], "group end without a begin");
+        for (int j = open; j <= i; ++j) group_of[j] = open, group_end_of[j] = i;
         open = -1;
       } else if (o.code == op_code::send || o.code == op_code::recv) {
         if (o.stream != stream_id::comm)
-          return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
-        if (open < 0) {  // an ungrouped transfer is a group of one
-          group_of[i] = i;
-          group_end_of[i] = i;
-        }
+          return at_op(errc::nccl_deadlock, r, o, i - beg[r], "transfer outside the communication stream");
+        if (open < 0) group_of[i] = i, group_end_of[i] = i;  // an ungrouped transfer is a group of one
         if (o.comm < 0 || o.comm >= C)
-          return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
-        const comm_desc& c = L.comms[static_cast<std::size_t>(o.comm)];
+          return at_op(errc::transfer_mismatch, r, o, i - beg[r], "communicator id out of range");
+        const comm_desc& c = comms[o.comm];
         if (!((c.rank_a == r && c.rank_b == o.peer) || (c.rank_b == r && c.rank_a == o.peer)))
-          return at_op(errc::transfer_mismatch, r, o, local, "rank or peer is not a member of the communicator");
+          return at_op(errc::transfer_mismatch, r, o, i - beg[r], "rank or peer is not a member of the communicator");
       } else if (open >= 0 && o.stream != stream_id::comm) {
-        return at_op(errc::nccl_deadlock, r, o, local, "an op of another stream inside a group");
+        return at_op(errc::nccl_deadlock, r, o, i - beg[r], "an op of another stream inside a group");
       }
     }
     if (open >= 0) return at_op(errc::nccl_deadlock, r, ops[open], open - beg[r], "group never ends");
   }
-  // FIFO matching per (communicator, direction): channel 2c carries rank_a → rank_b, 2c+1 back
-  std::vector<int> partner_v(N, -1), rank_of_v(N, 0);
+
+  // 2. FIFO matching per (communicator, direction): channel 2c carries rank_a → rank_b, 2c+1 back.
+  //    Sends and recvs of each channel are listed in issue order; the k-th of each must match.
+  detail::scratch<int> partner_v(N + 1, -1);
   int* partner = partner_v.data();
-  int* rank_of = rank_of_v.data();
-  for (int r = 0; r < P; ++r)
-    for (int i = beg[r]; i < beg[r + 1]; ++i) rank_of[i] = r;
   {
-    std::vector<std::vector<int>> sends(2 * static_cast<std::size_t>(C)), recvs(2 * static_cast<std::size_t>(C));
-    for (std::size_t i = 0; i < N; ++i) {
+    const int channels = 2 * C;
+    detail::scratch<int> cv(4 * (channels + 1) + 2 * N + 2, 0);
+    int* send_begin = cv.data();  // [channels + 1] prefix counts, then fill cursors
+    int* recv_begin = send_begin + (channels + 1);
+    int* send_fill = recv_begin + (channels + 1);
+    int* recv_fill = send_fill + (channels + 1);
+    int* send_list = recv_fill + (channels + 1);
+    int* recv_list = send_list + N + 1;
+    detail::scratch<int> ch_v(N + 1, -1);
+    int* ch = ch_v.data();
+    for (int i = 0; i < N; ++i) {
       const lowered_op& o = ops[i];
       if (o.code != op_code::send && o.code != op_code::recv) continue;
       const int src = o.code == op_code::send ? rank_of[i] : o.peer;
-      const std::size_t ch =
-          2 * static_cast<std::size_t>(o.comm) + (L.comms[static_cast<std::size_t>(o.comm)].rank_a == src ? 0 : 1);
-      (o.code == op_code::send ? sends : recvs)[ch].push_back(static_cast<int>(i));
+      ch[i] = 2 * o.comm + (comms[o.comm].rank_a == src ? 0 : 1);
+      ++(o.code == op_code::send ? send_begin : recv_begin)[ch[i] + 1];
     }
-    for (std::size_t ch = 0; ch < sends.size(); ++ch) {
-      const auto& s = sends[ch];
-      const auto& v = recvs[ch];
-      for (std::size_t k = 0; k < s.size() || k < v.size(); ++k) {
-        if (k >= s.size() || k >= v.size()) {
-          const int i = k < s.size() ? s[k] : v[k];
-          const int r = rank_of[i];
-          return at_op(errc::transfer_mismatch, r, ops[i], i - beg[r],
-                       k < s.size() ? "a send with no matching recv" : "a recv with no matching send");
-        }
-        const lowered_op& a = L.ops[static_cast<std::size_t>(s[k])];
-        const lowered_op& b = L.ops[static_cast<std::size_t>(v[k])];
-        if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch) {
-          const int r = rank_of[static_cast<std::size_t>(v[k])];
-          return at_op(errc::transfer_mismatch, r, b, v[k] - beg[r],
+    for (int c = 0; c < channels; ++c) {
+      send_begin[c + 1] += send_begin[c];
+      recv_begin[c + 1] += recv_begin[c];
+    }
+    for (int c = 0; c < channels; ++c) send_fill[c] = send_begin[c], recv_fill[c] = recv_begin[c];
+    for (int i = 0; i < N; ++i) {
+      if (ch[i] < 0) continue;
+      if (ops[i].code == op_code::send) send_list[send_fill[ch[i]]++] = i;
+      else recv_list[recv_fill[ch[i]]++] = i;
+    }
+    for (int c = 0; c < channels; ++c) {
+      const int ns = send_begin[c + 1] - send_begin[c], nr = recv_begin[c + 1] - recv_begin[c];
+      const int common = ns < nr ? ns : nr;
+      for (int k = 0; k < common; ++k) {
+        const int si = send_list[send_begin[c] + k], ri = recv_list[recv_begin[c] + k];
+        const lowered_op& a = ops[si];
+        const lowered_op& b = ops[ri];
+        if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch)
+          return at_op(errc::transfer_mismatch, rank_of[ri], b, ri - beg[rank_of[ri]],
                        "the recv matches (FIFO per communicator and peer) a send of other data");
-        }
-        partner[static_cast<std::size_t>(s[k])] = v[k];
-        partner[static_cast<std::size_t>(v[k])] = s[k];
+        partner[si] = ri;
+        partner[ri] = si;
+      }
+      if (ns != nr) {
+        const int i = ns > nr ? send_list[send_begin[c] + common] : recv_list[recv_begin[c] + common];
+        return at_op(errc::transfer_mismatch, rank_of[i], ops[i], i - beg[rank_of[i]],
+                     ns > nr ? "a send with no matching recv" : "a recv with no matching send");
       }
     }
   }
-  // events: each wait refers to the latest earlier record of its event on the rank
-  std::vector<int> waits_on_v(N, -1);
+
+  // 3. events: each wait refers to the latest op issued before it on its rank that records the event
+  detail::scratch<int> waits_on_v(N + 1, -1);
   int* waits_on = waits_on_v.data();
+  detail::scratch<int> last_record_v(max_event + 2, -1);
+  int* last_record = last_record_v.data();
   for (int r = 0; r < P; ++r) {
-    std::vector<int> last_record;
+    for (int e = 0; e <= max_event; ++e) last_record[e] = -1;
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
-      const int local = i - beg[r];
-      if (o.code != op_code::record && o.code != op_code::wait) continue;
-      if (o.event < 0) return at_op(errc::event_misuse, r, o, local, "negative event id");
-      if (static_cast<std::size_t>(o.event) >= last_record.size())
-        last_record.resize(static_cast<std::size_t>(o.event) + 1, -1);
-      if (o.code == op_code::record) {
-        last_record[static_cast<std::size_t>(o.event)] = i;
-      } else {
-        const int rec = last_record[static_cast<std::size_t>(o.event)];
-        if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
-        waits_on[i] = rec;
+      if (o.wait_event >= 0) {
+        if (last_record[o.wait_event] < 0)
+          return at_op(errc::event_misuse, r, o, i - beg[r], "a wait on an event never recorded before it");
+        waits_on[i] = last_record[o.wait_event];
+      }
+      if (o.record_event >= 0) last_record[o.record_event] = i;
+    }
+  }
+
+  // 4. buffers shared by the two streams of a rank are ordered by events: replay each rank with
+  //    "known completed" positions. use[(pool·slots + slot)·4 + {writer s0, writer s1, reader s0, reader s1}]
+  {
+    const int slots = max_slot + 1;
+    detail::scratch<int> use_v(8 * slots + 8, -1);
+    int* use = use_v.data();
+    for (int r = 0; r < P; ++r) {
+      for (int i = 0; i < 8 * slots; ++i) use[i] = -1;
+      int known[stream_count] = {-1, -1};  // index on the other stream this stream has waited past
+      for (int i = beg[r]; i < beg[r + 1]; ++i) {
+        const lowered_op& o = ops[i];
+        const int s = static_cast<int>(o.stream), other = 1 - s;
+        if (waits_on[i] >= 0) {
+          // a recording group_end stands for its whole group
+          const int rec = waits_on[i];
+          if (static_cast<int>(ops[rec].stream) != s && rec > known[s]) known[s] = rec;
+        }
+        // up to three (pool, slot, write) touches
+        int tp[3] = {0, 0, 0}, ts[3] = {-1, -1, -1};
+        bool tw[3] = {false, false, false};
+        int done_at = i;
+        if (o.code == op_code::send || o.code == op_code::recv) {
+          tp[0] = o.what == kind::F ? 0 : 1, ts[0] = o.slot, tw[0] = o.code == op_code::recv;
+          done_at = group_end_of[i];
+        } else if (o.code == op_code::compute) {
+          tp[0] = 0, ts[0] = o.slot;
+          tp[1] = 1, ts[1] = o.grad_slot;
+          tp[2] = o.what == kind::F ? 0 : 1, ts[2] = o.out_slot, tw[2] = true;
+        }
+        for (int t = 0; t < 3; ++t) {
+          if (ts[t] < 0) continue;
+          int* u = use + 4 * (tp[t] * slots + ts[t]);
+          if (u[other] > known[s] || (tw[t] && u[2 + other] > known[s]))
+            return at_op(errc::event_misuse, r, o, i - beg[r],
+                         "a buffer is used before the other stream's use of it is waited for");
+          u[(tw[t] ? 0 : 2) + s] = done_at;
+        }
       }
     }
   }
-  // buffer hazards between the streams of a rank: replay with "known completed" positions
-  for (int r = 0; r < P; ++r) {
-    struct use {
-      int writer[stream_count] = {-1, -1};
-      int reader[stream_count] = {-1, -1};
-    };
-    std::vector<use> slots[2];
-    int known[stream_count] = {-1, -1};  // index on the other stream this stream has waited past
-    const int b = beg[r];
-    for (int i = b; i < beg[r + 1]; ++i) {
-      const lowered_op& o = ops[i];
-      const int s = static_cast<int>(o.stream);
-      if (o.code == op_code::wait) {
-        const int rec = waits_on[i];
-        const lowered_op& ro = ops[rec];
-        if (static_cast<int>(ro.stream) != s && rec > known[s]) known[s] = rec;
-        continue;
-      }
-      auto touch = [&](kind w, int slot, bool write, int completes_at) -> bool {
-        if (slot < 0) return true;
-        auto& pool_use = slots[w == kind::F ? 0 : 1];
-        if (static_cast<std::size_t>(slot) >= pool_use.size()) pool_use.resize(static_cast<std::size_t>(slot) + 1);
-        use& u = pool_use[static_cast<std::size_t>(slot)];
-        const int other = 1 - s;
-        if (u.writer[other] > known[s]) return false;
-        if (write && u.reader[other] > known[s]) return false;
-        (write ? u.writer : u.reader)[s] = completes_at;
-        return true;
-      };
-      bool ok = true;
-      if (o.code == op_code::send || o.code == op_code::recv)
-        ok = touch(o.what, o.slot, o.code == op_code::recv, group_end_of[i]);
-      else if (o.code == op_code::compute)
-        ok = touch(kind::F, o.slot, false, i) && touch(kind::B, o.grad_slot, false, i) &&
-             touch(o.what == kind::F ? kind::F : kind::B, o.out_slot, true, i);
-      if (!ok)
-        return at_op(errc::event_misuse, r, o, i - b,
-                     "a buffer is used before the other stream's use of it is waited for");
-    }
-  }
-  // progress: run every (rank, stream) as far as it can until all finish or none can move
-  const std::size_t RS = static_cast<std::size_t>(P) * stream_count;
-  std::vector<std::vector<int>> lane(RS);
-  for (int r = 0; r < P; ++r)
-    for (int i = beg[r]; i < beg[r + 1]; ++i) {
-      const lowered_op& o = ops[i];
-      lane[static_cast<std::size_t>(r) * stream_count + static_cast<std::size_t>(o.stream)].push_back(i);
-    }
-  std::vector<std::size_t> pc(RS, 0);
-  std::vector<char> done_v(N, 0), reached_v(N, 0);
-  char* done = done_v.data();
-  char* reached = reached_v.data();  // reached: a group_begin some stream arrived at
-  std::size_t remaining = N;
+
+  // 5. progress: run every (rank, stream) lane as far as it can until all finish or none moves.
+  //    A group completes once every partner's group has been reached (grouped ops progress
+  //    together; a rendezvous needs both ends posted).
+  const int lanes = P * stream_count;
+  detail::scratch<int> lv(2 * lanes + 2 + N, 0);
+  int* lane_begin = lv.data();  // [lanes + 1]
+  int* pc = lane_begin + lanes + 1;
+  int* lane_ops = pc + lanes;
+  for (int i = 0; i < N; ++i) ++lane_begin[rank_of[i] * stream_count + static_cast<int>(ops[i].stream) + 1];
+  for (int l = 0; l < lanes; ++l) lane_begin[l + 1] += lane_begin[l];
+  for (int l = 0; l < lanes; ++l) pc[l] = lane_begin[l];
+  for (int i = 0; i < N; ++i) lane_ops[pc[rank_of[i] * stream_count + static_cast<int>(ops[i].stream)]++] = i;
+  for (int l = 0; l < lanes; ++l) pc[l] = lane_begin[l];
+  detail::scratch<char> flags_v(2 * N + 2, 0);
+  char* done = flags_v.data();
+  char* reached = done + N + 1;  // a group_begin (or lone transfer) some lane arrived at
+  int remaining = N;
   while (remaining > 0) {
     bool progressed = false;
-    for (std::size_t l = 0; l < RS; ++l) {
-      while (pc[l] < lane[l].size()) {
-        const int i = lane[l][pc[l]];
-        const lowered_op& o = ops[i];
-        if (o.code == op_code::wait) {
-          if (!done[static_cast<std::size_t>(waits_on[i])]) break;
-          done[i] = 1;
-          ++pc[l];
-          --remaining;
-          progressed = true;
-          continue;
-        }
-        if (o.code == op_code::group_begin || o.code == op_code::send || o.code == op_code::recv) {
-          const int g = group_of[i];
-          const int e = group_end_of[i];
+    for (int l = 0; l < lanes; ++l) {
+      while (pc[l] < lane_begin[l + 1]) {
+        const int i = lane_ops[pc[l]];
+        const op_code code = ops[i].code;
+        if (waits_on[i] >= 0 && !done[waits_on[i]]) break;
+        if (code == op_code::group_begin || code == op_code::send || code == op_code::recv) {
+          const int g = group_of[i], e = group_end_of[i];
           reached[g] = 1;
           bool all = true;
-          for (int j = g; j <= e && all; ++j) {
-            const lowered_op& x = ops[j];
-            if (x.code != op_code::send && x.code != op_code::recv) continue;
-            const int pj = partner[j];
-            all = reached[static_cast<std::size_t>(group_of[pj])] != 0;
-          }
+          for (int j = g; j <= e && all; ++j)
+            if (ops[j].code == op_code::send || ops[j].code == op_code::recv) all = reached[group_of[partner[j]]] != 0;
           if (!all) break;
-          std::size_t count = 0;
-          for (int j = g; j <= e; ++j) {
-            done[j] = 1;
-            ++count;
-          }
-          pc[l] += count;
-          remaining -= count;
+          for (int j = g; j <= e; ++j) done[j] = 1;
+          pc[l] += e - g + 1;
+          remaining -= e - g + 1;
           progressed = true;
           continue;
         }
-        done[i] = 1;  // compute, record, stray group_end
+        done[i] = 1;  // compute
         ++pc[l];
         --remaining;
         progressed = true;
       }
     }
     if (!progressed) {
-      for (std::size_t l = 0; l < RS; ++l)
-        if (pc[l] < lane[l].size()) {
-          const int r = static_cast<int>(l / stream_count);
-          const int i = lane[l][pc[l]];
+      for (int l = 0; l < lanes; ++l)
+        if (pc[l] < lane_begin[l + 1]) {
+          const int r = l / stream_count, i = lane_ops[pc[l]];
           return at_op(errc::nccl_deadlock, r, ops[i], i - beg[r],
                        "this op can never complete: its partners wait on each other in a cycle");
         }

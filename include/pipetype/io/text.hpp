@@ -6,8 +6,8 @@
 // parse_schedule(to_text(p)) gives back p's actions and placement (placement only as far as
 // the actions show it).
 //
-//   to_text(op)               one lowered op: "compute 1F0 in=a0 out=a1", "send act 0F0 -> rank 1
-//                             comm 0 slot a1", "wait e0 (compute stream)", ...
+//   to_text(op)               one lowered op: "[wait e0] compute 1F0 in=a0 out=- [record e1]",
+//                             "send act 0F0 -> rank 1 comm 0 slot a1", ...
 //   listing(plan.lowered(), r) every op of rank r, one per line, groups indented
 #pragma once
 
@@ -42,33 +42,27 @@ inline std::string to_text(program_view p) {
 
 inline std::string to_text(const lowered_op& o) {
   auto slot = [](char pool, int s) { return s < 0 ? std::string("-") : pool + std::to_string(s); };
-  const std::string stream = o.stream == stream_id::compute ? "compute" : "comm";
-  const char pool = o.what == kind::F ? 'a' : 'g';
+  std::string s = o.wait_event >= 0 ? "[wait e" + std::to_string(o.wait_event) + "] " : "";
   switch (o.code) {
-    case op_code::compute: {
-      std::string s = "compute " + to_text(action{o.what, o.stage, o.microbatch, false});
+    case op_code::compute:
+      s += "compute " + to_text(action{o.what, o.stage, o.microbatch, false});
       if (o.overlapped) s += " (overlapped with the next)";
       s += " in=" + slot('a', o.slot);
       if (o.what != kind::F) s += " grad=" + slot('g', o.grad_slot);
       s += " out=" + slot(o.what == kind::F ? 'a' : 'g', o.out_slot);
-      return s;
-    }
+      break;
     case op_code::send:
     case op_code::recv:
-      return std::string(o.code == op_code::send ? "send " : "recv ") + (o.what == kind::F ? "act " : "grad ") +
-             std::to_string(o.stage) + (o.what == kind::F ? 'F' : 'B') + std::to_string(o.microbatch) +
-             (o.code == op_code::send ? " -> rank " : " <- rank ") + std::to_string(o.peer) + " comm " +
-             std::to_string(o.comm) + " slot " + slot(pool, o.slot);
-    case op_code::group_begin:
-      return "group begin (tick " + std::to_string(o.tick) + ")";
-    case op_code::group_end:
-      return "group end";
-    case op_code::record:
-      return "record e" + std::to_string(o.event) + " (" + stream + " stream)";
-    case op_code::wait:
-      return "wait e" + std::to_string(o.event) + " (" + stream + " stream)";
+      s += std::string(o.code == op_code::send ? "send " : "recv ") + (o.what == kind::F ? "act " : "grad ") +
+           std::to_string(o.stage) + (o.what == kind::F ? 'F' : 'B') + std::to_string(o.microbatch) +
+           (o.code == op_code::send ? " -> rank " : " <- rank ") + std::to_string(o.peer) + " comm " +
+           std::to_string(o.comm) + " slot " + slot(o.what == kind::F ? 'a' : 'g', o.slot);
+      break;
+    case op_code::group_begin: s += "group begin (tick " + std::to_string(o.tick) + ")"; break;
+    case op_code::group_end: s += "group end"; break;
   }
-  return "?";
+  if (o.record_event >= 0) s += " [record e" + std::to_string(o.record_event) + "]";
+  return s;
 }
 
 inline std::string listing(lowered_view L, int rank) {

@@ -1,0 +1,38 @@
+// pipetype/detail/scratch.hpp — a fixed-size array for constant evaluation.
+//
+// make_plan runs the whole pipeline inside one constant expression. There, building a
+// std::vector<int>(n, v) walks libstdc++'s uninitialized_fill machinery one call per element and
+// costs several times more than `new int[n]` and a plain loop (measured with g++ 12: 0.9 s against
+// 0.15 s for 10^5 ints). Algorithms that run at compile time use this for their temporaries.
+#pragma once
+
+#include <cstddef>
+
+namespace pipetype::detail {
+
+template <class T>
+class scratch {
+ public:
+  constexpr scratch(int n, T fill) : size_(n > 0 ? n : 0), data_(new T[static_cast<std::size_t>(size_ > 0 ? size_ : 1)]) {
+    for (int i = 0; i < size_; ++i) data_[i] = fill;
+  }
+  constexpr ~scratch() { delete[] data_; }
+  constexpr scratch(scratch&& o) noexcept : size_(o.size_), data_(o.data_) {
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+
+  constexpr T* data() noexcept { return data_; }
+  constexpr const T* data() const noexcept { return data_; }
+  constexpr int size() const noexcept { return size_; }
+  constexpr T& operator[](int i) noexcept { return data_[i]; }
+  constexpr const T& operator[](int i) const noexcept { return data_[i]; }
+
+ private:
+  int size_;
+  T* data_;
+};
+
+}  // namespace pipetype::detail
