@@ -22,7 +22,7 @@ enum class errc : std::uint8_t {
   ok,
   empty_program,            // ranks, stages or microbatches not positive
   rank_out_of_range,        // the builder was asked for a rank outside [0, ranks)
-  index_out_of_range,       // an action names a stage or microbatch out of range
+  index_out_of_range,       // an action names a stage or microbatch out of range (lowered: a slot)
   stage_on_two_ranks,       // a stage's actions appear on two ranks (or off its placement)
   missing_action,           // some (stage, microbatch) lacks its F, B, I or W
   duplicate_action,         // an action appears twice

@@ -251,7 +251,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   for (int r = 0; r < P; ++r) rank_end_begin[r + 1] += rank_end_begin[r];
 
   out.begin.push_back(0);
-  out.ops.reserve(static_cast<std::size_t>(N + 2 * nx + 2 * nx));
+  out.ops.reserve(static_cast<std::size_t>(N + 6 * nx));  // computes, send + recv, at most a group per end
   // per-rank scratch, sized for the largest rank
   int max_steps = 0;
   for (int r = 0; r < P; ++r) {
@@ -352,9 +352,11 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
     // 3. emit, with events from the rank's pool (free again once its wait is issued): a step's
     //    wait rides on its first op, its record on its last.
     int nevents = 0;
+    lowered_op gop, xop, cop;
+    gop.stream = xop.stream = stream_id::comm;
+    cop.stream = stream_id::compute;
     for (int i = 0; i < ns; ++i) {
       const bool group = step_end[i] >= 0;
-      const stream_id sid = group ? stream_id::comm : stream_id::compute;
       const int t = group ? x_tick[end_of[by_rank[step_ref[i]]] / 2] : tick[step_ref[i]];
       int wait_ev = -1, record_ev = -1;
       if (wait_for[i] >= 0) {
@@ -368,23 +370,46 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
         in_use[record_ev] = 1;
         event_of[i] = record_ev;
       }
+      // (one object per op kind, only the fields that change written: cheapest in constant evaluation)
       if (group) {
-        out.ops.push_back({op_code::group_begin, sid, kind::F, false, -1, -1, -1, -1, -1, -1, -1, wait_ev, -1, t, -1});
+        gop.wait_event = wait_ev;
+        gop.record_event = -1;
+        gop.tick = t;
+        gop.code = op_code::group_begin;
+        out.ops.push_back(gop);
+        xop.tick = t;
         for (int g = step_ref[i]; g < step_end[i]; ++g) {
           const int en = end_of[by_rank[g]];
           const int x = en / 2;
           const bool sending = (en & 1) == 0;
-          const int sl = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
-          out.ops.push_back({sending ? op_code::send : op_code::recv, sid, x_pool[x] == 0 ? kind::F : kind::B, false,
-                             x_stage[x], x_mb[x], sending ? x_dst[x] : x_src[x],
-                             edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1], sl, -1, -1, -1, -1, t, -1});
+          xop.code = sending ? op_code::send : op_code::recv;
+          xop.what = x_pool[x] == 0 ? kind::F : kind::B;
+          xop.stage = x_stage[x];
+          xop.microbatch = x_mb[x];
+          xop.peer = sending ? x_dst[x] : x_src[x];
+          xop.comm = edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1];
+          xop.slot = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
+          out.ops.push_back(xop);
         }
-        out.ops.push_back({op_code::group_end, sid, kind::F, false, -1, -1, -1, -1, -1, -1, -1, -1, record_ev, t, -1});
+        gop.code = op_code::group_end;
+        gop.wait_event = -1;
+        gop.record_event = record_ev;
+        out.ops.push_back(gop);
       } else {
         const int c = step_ref[i];
         const action& a = A[c];
-        out.ops.push_back({op_code::compute, sid, a.what, a.overlapped, a.stage, a.microbatch, -1, -1, in_slot[c],
-                           gin_slot[c], out_slot[c], wait_ev, record_ev, t, c});
+        cop.what = a.what;
+        cop.overlapped = a.overlapped;
+        cop.stage = a.stage;
+        cop.microbatch = a.microbatch;
+        cop.slot = in_slot[c];
+        cop.grad_slot = gin_slot[c];
+        cop.out_slot = out_slot[c];
+        cop.wait_event = wait_ev;
+        cop.record_event = record_ev;
+        cop.tick = t;
+        cop.action = c;
+        out.ops.push_back(cop);
       }
     }
     for (int ev = 0; ev < nevents; ++ev) in_use[ev] = 0;

@@ -52,40 +52,96 @@ constexpr verdict verify_lowered(lowered_view L) {
   const int* beg = L.begin.data();
   const comm_desc* comms = L.comms.data();
 
-  // 1. structure. rank_of, the group (begin, end) of every transfer; max event and slot ids
-  detail::scratch<int> iv(3 * N + 1, -1);
+  // 1. One pass per rank: group structure, communicator membership, the record each wait refers
+  //    to (the latest op issued before it on the rank that records that event), and buffer
+  //    ordering — every buffer shared by the two streams of a rank must be ordered by events.
+  //    use[(pool·slots + slot)·4 + {writer s0, writer s1, reader s0, reader s1}] holds the index
+  //    at which that use completes; known[s] the furthest op of the other stream s has waited for.
+  const rank_resources* res = L.resources.data();
+  int slots = 0, events = 0;
+  for (int r = 0; r < P; ++r) {
+    const int sl = res[r].activation_slots > res[r].gradient_slots ? res[r].activation_slots : res[r].gradient_slots;
+    slots = sl > slots ? sl : slots;
+    events = res[r].events > events ? res[r].events : events;
+  }
+  detail::scratch<int> iv(4 * N + 1, -1);
   int* rank_of = iv.data();
   int* group_of = rank_of + N;
   int* group_end_of = rank_of + 2 * N;
-  int max_event = -1, max_slot = -1;
+  int* waits_on = rank_of + 3 * N;
+  detail::scratch<int> last_record_v(events + 1, -1);
+  int* last_record = last_record_v.data();
+  detail::scratch<int> use_v(8 * slots + 8, -1);
+  int* use = use_v.data();
   for (int r = 0; r < P; ++r) {
+    for (int e = 0; e < events; ++e) last_record[e] = -1;
+    for (int u = 0; u < 8 * slots; ++u) use[u] = -1;
+    const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
+    int known[stream_count] = {-1, -1};
     int open = -1;
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
+      const int local = i - beg[r];
       rank_of[i] = r;
-      if (o.wait_event > max_event) max_event = o.wait_event;
-      if (o.record_event > max_event) max_event = o.record_event;
-      if (o.slot > max_slot) max_slot = o.slot;
-      if (o.grad_slot > max_slot) max_slot = o.grad_slot;
-      if (o.out_slot > max_slot) max_slot = o.out_slot;
+      // structure
       if (o.code == op_code::group_begin) {
-        if (open >= 0) return at_op(errc::nccl_deadlock, r, o, i - beg[r], "nested group");
+        if (open >= 0) return at_op(errc::nccl_deadlock, r, o, local, "nested group");
         open = i;
+        int e = i + 1;
+        while (e < beg[r + 1] && ops[e].code != op_code::group_end && ops[e].code != op_code::group_begin) ++e;
+        if (e >= beg[r + 1] || ops[e].code != op_code::group_end)
+          return at_op(errc::nccl_deadlock, r, o, local, "group never ends");
+        for (int j = i; j <= e; ++j) group_of[j] = i, group_end_of[j] = e;
       } else if (o.code == op_code::group_end) {
-        if (open < 0) return at_op(errc::nccl_deadlock, r, o, i - beg[r], "group end without a begin");
-        for (int j = open; j <= i; ++j) group_of[j] = open, group_end_of[j] = i;
+        if (open < 0) return at_op(errc::nccl_deadlock, r, o, local, "group end without a begin");
         open = -1;
       } else if (o.code == op_code::send || o.code == op_code::recv) {
         if (o.stream != stream_id::comm)
-          return at_op(errc::nccl_deadlock, r, o, i - beg[r], "transfer outside the communication stream");
+          return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
         if (open < 0) group_of[i] = i, group_end_of[i] = i;  // an ungrouped transfer is a group of one
-        if (o.comm < 0 || o.comm >= C)
-          return at_op(errc::transfer_mismatch, r, o, i - beg[r], "communicator id out of range");
-        const comm_desc& c = comms[o.comm];
-        if (!((c.rank_a == r && c.rank_b == o.peer) || (c.rank_b == r && c.rank_a == o.peer)))
-          return at_op(errc::transfer_mismatch, r, o, i - beg[r], "rank or peer is not a member of the communicator");
+        if (o.comm < 0 || o.comm >= C) return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
+        const comm_desc& cm = comms[o.comm];
+        if (!((cm.rank_a == r && cm.rank_b == o.peer) || (cm.rank_b == r && cm.rank_a == o.peer)))
+          return at_op(errc::transfer_mismatch, r, o, local, "rank or peer is not a member of the communicator");
       } else if (open >= 0 && o.stream != stream_id::comm) {
-        return at_op(errc::nccl_deadlock, r, o, i - beg[r], "an op of another stream inside a group");
+        return at_op(errc::nccl_deadlock, r, o, local, "an op of another stream inside a group");
+      }
+      // events
+      const int s = static_cast<int>(o.stream), other = 1 - s;
+      if (o.wait_event >= 0) {
+        if (o.wait_event >= res[r].events)
+          return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
+        const int rec = last_record[o.wait_event];
+        if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
+        waits_on[i] = rec;
+        if (static_cast<int>(ops[rec].stream) != s && rec > known[s]) known[s] = rec;
+      }
+      // buffers: up to three (pool, slot, write) touches
+      int tp[3] = {0, 0, 0}, ts[3] = {-1, -1, -1};
+      bool tw[3] = {false, false, false};
+      int done_at = i;
+      if (o.code == op_code::send || o.code == op_code::recv) {
+        tp[0] = o.what == kind::F ? 0 : 1, ts[0] = o.slot, tw[0] = o.code == op_code::recv;
+        done_at = group_end_of[i];
+      } else if (o.code == op_code::compute) {
+        tp[0] = 0, ts[0] = o.slot;
+        tp[1] = 1, ts[1] = o.grad_slot;
+        tp[2] = o.what == kind::F ? 0 : 1, ts[2] = o.out_slot, tw[2] = true;
+      }
+      for (int t = 0; t < 3; ++t) {
+        if (ts[t] < 0) continue;
+        if (ts[t] >= nslots[tp[t]])
+          return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+        int* u = use + 4 * (tp[t] * slots + ts[t]);
+        if (u[other] > known[s] || (tw[t] && u[2 + other] > known[s]))
+          return at_op(errc::event_misuse, r, o, local,
+                       "a buffer is used before the other stream's use of it is waited for");
+        u[(tw[t] ? 0 : 2) + s] = done_at;
+      }
+      if (o.record_event >= 0) {
+        if (o.record_event >= res[r].events)
+          return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
+        last_record[o.record_event] = i;
       }
     }
     if (open >= 0) return at_op(errc::nccl_deadlock, r, ops[open], open - beg[r], "group never ends");
@@ -140,65 +196,6 @@ constexpr verdict verify_lowered(lowered_view L) {
         const int i = ns > nr ? send_list[send_begin[c] + common] : recv_list[recv_begin[c] + common];
         return at_op(errc::transfer_mismatch, rank_of[i], ops[i], i - beg[rank_of[i]],
                      ns > nr ? "a send with no matching recv" : "a recv with no matching send");
-      }
-    }
-  }
-
-  // 3. events: each wait refers to the latest op issued before it on its rank that records the event
-  detail::scratch<int> waits_on_v(N + 1, -1);
-  int* waits_on = waits_on_v.data();
-  detail::scratch<int> last_record_v(max_event + 2, -1);
-  int* last_record = last_record_v.data();
-  for (int r = 0; r < P; ++r) {
-    for (int e = 0; e <= max_event; ++e) last_record[e] = -1;
-    for (int i = beg[r]; i < beg[r + 1]; ++i) {
-      const lowered_op& o = ops[i];
-      if (o.wait_event >= 0) {
-        if (last_record[o.wait_event] < 0)
-          return at_op(errc::event_misuse, r, o, i - beg[r], "a wait on an event never recorded before it");
-        waits_on[i] = last_record[o.wait_event];
-      }
-      if (o.record_event >= 0) last_record[o.record_event] = i;
-    }
-  }
-
-  // 4. buffers shared by the two streams of a rank are ordered by events: replay each rank with
-  //    "known completed" positions. use[(pool·slots + slot)·4 + {writer s0, writer s1, reader s0, reader s1}]
-  {
-    const int slots = max_slot + 1;
-    detail::scratch<int> use_v(8 * slots + 8, -1);
-    int* use = use_v.data();
-    for (int r = 0; r < P; ++r) {
-      for (int i = 0; i < 8 * slots; ++i) use[i] = -1;
-      int known[stream_count] = {-1, -1};  // index on the other stream this stream has waited past
-      for (int i = beg[r]; i < beg[r + 1]; ++i) {
-        const lowered_op& o = ops[i];
-        const int s = static_cast<int>(o.stream), other = 1 - s;
-        if (waits_on[i] >= 0) {
-          // a recording group_end stands for its whole group
-          const int rec = waits_on[i];
-          if (static_cast<int>(ops[rec].stream) != s && rec > known[s]) known[s] = rec;
-        }
-        // up to three (pool, slot, write) touches
-        int tp[3] = {0, 0, 0}, ts[3] = {-1, -1, -1};
-        bool tw[3] = {false, false, false};
-        int done_at = i;
-        if (o.code == op_code::send || o.code == op_code::recv) {
-          tp[0] = o.what == kind::F ? 0 : 1, ts[0] = o.slot, tw[0] = o.code == op_code::recv;
-          done_at = group_end_of[i];
-        } else if (o.code == op_code::compute) {
-          tp[0] = 0, ts[0] = o.slot;
-          tp[1] = 1, ts[1] = o.grad_slot;
-          tp[2] = o.what == kind::F ? 0 : 1, ts[2] = o.out_slot, tw[2] = true;
-        }
-        for (int t = 0; t < 3; ++t) {
-          if (ts[t] < 0) continue;
-          int* u = use + 4 * (tp[t] * slots + ts[t]);
-          if (u[other] > known[s] || (tw[t] && u[2 + other] > known[s]))
-            return at_op(errc::event_misuse, r, o, i - beg[r],
-                         "a buffer is used before the other stream's use of it is waited for");
-          u[(tw[t] ? 0 : 2) + s] = done_at;
-        }
       }
     }
   }
