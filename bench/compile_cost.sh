@@ -19,12 +19,12 @@ $2
 int main() { return 0; }
 CPP
 }
-tu small 'constexpr auto p = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>(); static_assert(p.ops.size() > 0);'
-tu interleaved_p8_m64_v2 'constexpr auto p = pt::make_plan<pt::interleaved_1f1b<pt::ranks<8>, pt::microbatches<64>, pt::chunks<2>>>(); static_assert(p.ops.size() > 0);'
-tu one_f_one_b_p16_m128 'constexpr auto p = pt::make_plan<pt::one_f_one_b<pt::ranks<16>, pt::microbatches<128>>>(); static_assert(p.ops.size() > 0);'
+tu small 'constexpr auto p = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>(); static_assert(p.ops().size() > 0);'
+tu interleaved_p8_m64_v2 'constexpr auto p = pt::make_plan<pt::interleaved_1f1b<pt::ranks<8>, pt::microbatches<64>, pt::chunks<2>>>(); static_assert(p.ops().size() > 0);'
+tu one_f_one_b_p16_m128 'constexpr auto p = pt::make_plan<pt::one_f_one_b<pt::ranks<16>, pt::microbatches<128>>>(); static_assert(p.ops().size() > 0);'
 tu acceptance_both 'constexpr auto a = pt::make_plan<pt::interleaved_1f1b<pt::ranks<8>, pt::microbatches<64>, pt::chunks<2>>>();
 constexpr auto b = pt::make_plan<pt::one_f_one_b<pt::ranks<16>, pt::microbatches<128>>>();
-static_assert(a.ops.size() > 0 && b.ops.size() > 0);'
+static_assert(a.ops().size() > 0 && b.ops().size() > 0);'
 
 printf "%-10s %-24s %-14s %9s %10s  %s\n" compiler tu flags "time [s]" "peak [MB]" result
 for cxx in g++ clang++; do

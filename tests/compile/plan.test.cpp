@@ -10,7 +10,7 @@ constexpr auto by_pair = pt::make_plan<sched, pt::plan_options{.comms = pt::comm
 
 // facts are constants
 static_assert(plan.peak_activations(0) == 3 + 4 + 1);
-static_assert(plan.comms.size() == 5 && by_pair.comms.size() == 3);
+static_assert(plan.comms().size() == 5 && by_pair.comms().size() == 3);
 static_assert(plan.resources[0].events >= 1);
 static_assert(std::is_same_v<pt::plan_t<sched>, std::remove_cv_t<decltype(plan)>>);
 static_assert(pt::verify_lowered(plan.lowered()).ok());
@@ -23,8 +23,8 @@ static_assert(limited.peak_activations(0) == 4);
 TEST_CASE("plan: the compile-time tables equal the run-time plan of the same schedule") {
   const pt::runtime_plan rt = pt::build_plan(pt::make_interleaved_1f1b(3, 6, 2));
   REQUIRE(rt.ok());
-  REQUIRE(rt.lowered.ops.size() == plan.ops.size());
-  for (std::size_t i = 0; i < plan.ops.size(); ++i) CHECK(rt.lowered.ops[i] == plan.ops[i]);
+  REQUIRE(rt.lowered.ops.size() == plan.ops().size());
+  for (std::size_t i = 0; i < plan.ops().size(); ++i) CHECK(rt.lowered.ops[i] == plan.ops()[i]);
   CHECK(rt.compute.actions.size() == plan.actions.size());
   for (std::size_t i = 0; i < plan.actions.size(); ++i) CHECK(rt.compute.actions[i] == plan.actions[i]);
   for (int r = 0; r < 3; ++r) {
@@ -42,3 +42,8 @@ TEST_CASE("plan: a run-time plan reports the verdict instead of failing to compi
   o.mem_limit = 3;
   CHECK(pt::build_plan(pt::make_one_f_one_b(4, 8), o).result.code == pt::errc::memory_limit_exceeded);
 }
+
+// plan_v: the same plan by reference, no copy
+static_assert(&pt::plan_v<sched> == &pt::plan_v<sched>);
+static_assert(pt::plan_v<sched>.ops().size() == plan.ops().size());
+static_assert(pt::plan_v<sched>.used.ops <= pt::plan_t<sched>::shape.ops);

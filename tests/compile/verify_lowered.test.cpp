@@ -65,26 +65,32 @@ TEST_CASE("verify_lowered: transfers in separate groups that wait on each other 
   };
   for (int r = 0; r < 2; ++r) {
     const int peer = 1 - r;
-    L.ops.push_back(op(pt::op_code::group_begin, -1, -1));
+    L.ops.push_back(op(pt::op_code::group, -1, -1));
     L.ops.push_back(op(pt::op_code::send, peer, 0));
-    L.ops.push_back(op(pt::op_code::group_end, -1, -1));
-    L.ops.push_back(op(pt::op_code::group_begin, -1, -1));
+    L.ops.push_back(op(pt::op_code::group, -1, -1));
     L.ops.push_back(op(pt::op_code::recv, peer, 0));
-    L.ops.push_back(op(pt::op_code::group_end, -1, -1));
   }
-  L.begin = {0, 6, 12};
+  L.begin = {0, 4, 8};
   const pt::verdict v = pt::verify_lowered(L.view());
   CHECK(v.code == pt::errc::nccl_deadlock);
+  // ungrouped, the same: each transfer is a group of one
+  pt::lowered_program U = L;
+  U.ops.clear();
+  for (int r = 0; r < 2; ++r) {
+    U.ops.push_back(op(pt::op_code::send, 1 - r, 0));
+    U.ops.push_back(op(pt::op_code::recv, 1 - r, 0));
+  }
+  U.begin = {0, 2, 4};
+  CHECK(pt::verify_lowered(U.view()).code == pt::errc::nccl_deadlock);
   // grouping the two makes it complete
   pt::lowered_program G = L;
   G.ops.clear();
   for (int r = 0; r < 2; ++r) {
-    G.ops.push_back(op(pt::op_code::group_begin, -1, -1));
+    G.ops.push_back(op(pt::op_code::group, -1, -1));
     G.ops.push_back(op(pt::op_code::send, 1 - r, 0));
     G.ops.push_back(op(pt::op_code::recv, 1 - r, 0));
-    G.ops.push_back(op(pt::op_code::group_end, -1, -1));
   }
-  G.begin = {0, 4, 8};
+  G.begin = {0, 3, 6};
   CHECK(pt::verify_lowered(G.view()).ok());
 }
 

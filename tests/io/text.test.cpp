@@ -18,16 +18,14 @@ TEST_CASE("to_text: an overlapped pair") {
   CHECK(pt::to_text(std::move(b).build().view()) == "0F0,(0F1;0B0),0B1\n");
 }
 
-TEST_CASE("listing: the ops of one rank, groups indented") {
+TEST_CASE("listing: the ops of one rank, a group's transfers indented") {
   const pt::runtime_plan plan = pt::build_plan(pt::make_one_f_one_b(2, 1));
   REQUIRE(plan.ok());
   CHECK(pt::listing(plan.lowered.view(), 1) ==
-        "group begin (tick 1)\n"
+        "group (tick 1) [record e0 when it ends]\n"
         "  recv act 0F0 <- rank 0 comm 0 slot a0\n"
-        "group end [record e0]\n"
         "[wait e0] compute 1F0 in=a0 out=-\n"
         "compute 1B0 in=a0 grad=- out=g0 [record e0]\n"
-        "[wait e0] group begin (tick 3)\n"
-        "  send grad 1B0 -> rank 0 comm 0 slot g0\n"
-        "group end\n");
+        "[wait e0] group (tick 3)\n"
+        "  send grad 1B0 -> rank 0 comm 0 slot g0\n");
 }

@@ -24,7 +24,7 @@ constexpr auto mine = pt::make_plan<two_rank_1f1b>();
 constexpr auto theirs = pt::make_plan<from_lambda>();
 
 TEST_CASE("schedule: a hand-built 1F1B and the generator lower to the same ops") {
-  REQUIRE(mine.ops.size() == theirs.ops.size());
-  for (std::size_t i = 0; i < mine.ops.size(); ++i) CHECK(mine.ops[i] == theirs.ops[i]);
+  REQUIRE(mine.ops().size() == theirs.ops().size());
+  for (std::size_t i = 0; i < mine.ops().size(); ++i) CHECK(mine.ops()[i] == theirs.ops()[i]);
   CHECK(std::string(mine.name) == "mine");
 }

@@ -251,7 +251,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   for (int r = 0; r < P; ++r) rank_end_begin[r + 1] += rank_end_begin[r];
 
   out.begin.push_back(0);
-  out.ops.reserve(static_cast<std::size_t>(N + 6 * nx));  // computes, send + recv, at most a group per end
+  out.ops.reserve(static_cast<std::size_t>(N + 4 * nx));  // computes, send + recv, at most a group per end
   // per-rank scratch, sized for the largest rank
   int max_steps = 0;
   for (int r = 0; r < P; ++r) {
@@ -299,7 +299,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
     }
 
     // 2. which steps wait for the other stream: hazards on the slots they touch. A group's
-    //    transfers complete with the group, so its step index stands for its group_end.
+    //    transfers complete with the group, so its step index stands for the whole group.
     const int grad_base = 4 * rr.activation_slots;
     for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
     int waited0 = -1, waited1 = -1;
@@ -349,10 +349,11 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
       }
     }
 
-    // 3. emit, with events from the rank's pool (free again once its wait is issued): a step's
-    //    wait rides on its first op, its record on its last.
+    // 3. emit, with events from the rank's pool (free again once its wait is issued); a step's
+    //    wait and record ride on its compute or group op.
     int nevents = 0;
     lowered_op gop, xop, cop;
+    gop.code = op_code::group;
     gop.stream = xop.stream = stream_id::comm;
     cop.stream = stream_id::compute;
     for (int i = 0; i < ns; ++i) {
@@ -373,9 +374,8 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
       // (one object per op kind, only the fields that change written: cheapest in constant evaluation)
       if (group) {
         gop.wait_event = wait_ev;
-        gop.record_event = -1;
+        gop.record_event = record_ev;
         gop.tick = t;
-        gop.code = op_code::group_begin;
         out.ops.push_back(gop);
         xop.tick = t;
         for (int g = step_ref[i]; g < step_end[i]; ++g) {
@@ -391,10 +391,6 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
           xop.slot = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
           out.ops.push_back(xop);
         }
-        gop.code = op_code::group_end;
-        gop.wait_event = -1;
-        gop.record_event = record_ev;
-        out.ops.push_back(gop);
       } else {
         const int c = step_ref[i];
         const action& a = A[c];
@@ -408,7 +404,6 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
         cop.wait_event = wait_ev;
         cop.record_event = record_ev;
         cop.tick = t;
-        cop.action = c;
         out.ops.push_back(cop);
       }
     }

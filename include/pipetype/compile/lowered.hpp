@@ -2,14 +2,14 @@
 //
 // Per rank, an ordered list of ops, each bound to a stream:
 //   compute      run one action (F/B/I/W) on the compute stream, reading and writing slots
-//   group_begin  ─┐ one NCCL group on the communication stream (ncclGroupStart/End):
-//   send / recv   │ point-to-point transfers to `peer` on communicator `comm`, from / into
-//   group_end    ─┘ a buffer slot
-// and any op may carry
-//   wait_event   cudaStreamWaitEvent(stream, event) issued just before the op
-//   record_event cudaEventRecord(event, stream) issued just after the op
-// (on a group, the wait sits on group_begin and the record on group_end). A wait refers to the
-// latest record of that event issued before it on the rank, as CUDA resolves it at call time.
+//   group        one NCCL group on the communication stream: ncclGroupStart, then the send /
+//   send / recv  recv ops that directly follow it (point-to-point transfers to `peer` on
+//                communicator `comm`, from / into a buffer slot), then ncclGroupEnd
+// and a compute or group op may carry
+//   wait_event   cudaStreamWaitEvent(stream, event) issued just before it
+//   record_event cudaEventRecord(event, stream) issued just after it (after ncclGroupEnd)
+// A wait refers to the latest record of that event issued before it on the rank, as CUDA
+// resolves it at call time.
 // All fields are small integers fixed when the plan is built. The host executor issues the
 // same list on host threads; the record backend checks it call by call.
 #pragma once
@@ -22,7 +22,7 @@
 
 namespace pipetype {
 
-enum class op_code : std::uint8_t { compute, send, recv, group_begin, group_end };
+enum class op_code : std::uint8_t { compute, send, recv, group };
 
 /// Streams of one rank. The compute stream runs the user's stage code; the communication
 /// stream runs the NCCL groups. Events order one after the other where data or a buffer is shared.
@@ -56,7 +56,6 @@ struct lowered_op {
   int wait_event = -1;    // wait on this event (of the rank's pool) before the op; -1: none
   int record_event = -1;  // record this event after the op; -1: none
   int tick = -1;       // lock-step tick this op belongs to
-  int action = -1;     // compute: index of the action in the compute program
 
   friend constexpr bool operator==(const lowered_op&, const lowered_op&) = default;
 };

@@ -10,13 +10,13 @@
 // (diagnostics.hpp). `build_plan(program, options)` is the run-time twin (same code), returning
 // a `runtime_plan` whose `result` carries the same verdict as a value.
 //
-// Compile cost: the pipeline runs once per plan, into arrays sized by cheap upper bounds, and is
-// then copied into exact arrays;
+// Compile cost: the pipeline runs once per plan, into arrays sized by cheap upper bounds;
 // see bench/compile_cost.sh for measurements and docs/03_diagnostics.md for the limit flags.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lower.hpp"
@@ -69,8 +69,10 @@ struct plan_shape {
   friend constexpr bool operator==(const plan_shape&, const plan_shape&) = default;
 };
 
-/// A verified, lowered plan as a literal value. `Z` sizes the arrays; `used` says how much of
-/// them is filled (equal to Z for the plans make_plan returns).
+/// A verified, lowered plan as a literal value. `Z` holds the array capacities: exact for the
+/// compute program, an upper bound for the lowered ops and communicators (their exact count is
+/// known only after lowering, and copying into exact arrays would double the compile cost);
+/// `used` holds the counts. Read the ops and communicators through `ops()` and `comms()`.
 template <plan_shape Z>
 struct static_plan {
   static constexpr plan_shape shape = Z;
@@ -89,29 +91,20 @@ struct static_plan {
   std::array<int, static_cast<std::size_t>(Z.actions)> tick{};
   std::array<int, static_cast<std::size_t>(Z.ranks)> peak_units{};
   std::array<int, static_cast<std::size_t>(Z.ranks) + 1> op_begin{};
-  std::array<lowered_op, static_cast<std::size_t>(Z.ops)> ops{};
-  std::array<comm_desc, static_cast<std::size_t>(Z.comms)> comms{};
   std::array<rank_resources, static_cast<std::size_t>(Z.ranks)> resources{};
+  std::array<lowered_op, static_cast<std::size_t>(Z.ops)> op_table{};      // first used.ops are the ops
+  std::array<comm_desc, static_cast<std::size_t>(Z.comms)> comm_table{};  // first used.comms
 
+  constexpr std::span<const lowered_op> ops() const {
+    return std::span<const lowered_op>(op_table).first(static_cast<std::size_t>(used.ops));
+  }
+  constexpr std::span<const comm_desc> comms() const {
+    return std::span<const comm_desc>(comm_table).first(static_cast<std::size_t>(used.comms));
+  }
   constexpr program_view compute() const {
-    return {name,
-            used.ranks,
-            used.stages,
-            used.microbatches,
-            stage_rank,
-            action_begin,
-            std::span<const action>(actions).first(static_cast<std::size_t>(used.actions)),
-            -1,
-            {}};
+    return {name, used.ranks, used.stages, used.microbatches, stage_rank, action_begin, actions, no_rank, {}};
   }
-  constexpr lowered_view lowered() const {
-    return {used.ranks,
-            policy,
-            op_begin,
-            std::span<const lowered_op>(ops).first(static_cast<std::size_t>(used.ops)),
-            std::span<const comm_desc>(comms).first(static_cast<std::size_t>(used.comms)),
-            resources};
-  }
+  constexpr lowered_view lowered() const { return {used.ranks, policy, op_begin, ops(), comms(), resources}; }
   constexpr double peak_activations(int r) const {
     return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / unit;
   }
@@ -120,9 +113,9 @@ struct static_plan {
 
 namespace detail {
 
-/// Upper bounds for the arrays, from the compute program alone (cheap): every action is one
-/// compute op; every transfer is a send and a recv; a rank has at most one group per transfer
-/// end and at most one record and one wait per compute op or group.
+/// Capacities from the compute program alone (cheap). Exact for the program; for the lowered
+/// program: one compute op per action, a send and a recv per transfer (two per crossing edge
+/// and microbatch), and at most one group op per transfer end.
 constexpr plan_shape capacity_of(const program& prog) {
   plan_shape z;
   z.ranks = prog.ranks > 0 ? prog.ranks : 0;
@@ -130,14 +123,13 @@ constexpr plan_shape capacity_of(const program& prog) {
   z.microbatches = prog.microbatches > 0 ? prog.microbatches : 0;
   z.actions = static_cast<int>(prog.actions.size());
   int crossing = 0;
-  for (int s = 0; s + 1 < z.stages; ++s) {
+  for (int s = 0; s + 1 < z.stages && s + 1 < static_cast<int>(prog.stage_rank.size()); ++s) {
     const int a = prog.stage_rank[static_cast<std::size_t>(s)], b = prog.stage_rank[static_cast<std::size_t>(s + 1)];
     crossing += (a != b || a < 0) ? 1 : 0;
   }
-  const int ends = 4 * crossing * z.microbatches;  // 2 tensors per edge and microbatch, 2 ends each
-  z.ops = 3 * z.actions + 5 * ends;
-  z.comms = crossing > z.ranks * z.ranks ? crossing : z.ranks * z.ranks;
-  if (z.comms > crossing && crossing < z.ranks * z.ranks) z.comms = crossing + z.ranks * z.ranks;
+  const int transfers = 2 * crossing * z.microbatches;
+  z.ops = z.actions + 2 * transfers + 2 * transfers;
+  z.comms = crossing;
   return z;
 }
 
@@ -154,13 +146,13 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   z.line = p.result.line;
   z.column = p.result.column;
   z.kind = p.result.kind;
+  if (!p.result.ok()) return s;
   z.ranks = p.compute.ranks;
   z.stages = p.compute.stages;
   z.microbatches = p.compute.microbatches;
   z.actions = static_cast<int>(p.compute.actions.size());
   z.ops = static_cast<int>(p.lowered.ops.size());
   z.comms = static_cast<int>(p.lowered.comms.size());
-  if (!p.result.ok()) return s;
   s.name = p.compute.name;
   s.ticks = p.facts.ticks;
   s.unit = opt.memory.unit;
@@ -176,61 +168,45 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   copy(p.facts.tick, s.tick);
   copy(p.facts.peak_units, s.peak_units);
   copy(p.lowered.begin, s.op_begin);
-  copy(p.lowered.ops, s.ops);
-  copy(p.lowered.comms, s.comms);
+  copy(p.lowered.ops, s.op_table);
+  copy(p.lowered.comms, s.comm_table);
   copy(p.lowered.resources, s.resources);
-  return s;
-}
-
-template <plan_shape Z, plan_shape Cap>
-constexpr static_plan<Z> shrink(const static_plan<Cap>& from) {
-  static_plan<Z> s;
-  s.name = from.name;
-  s.ticks = from.ticks;
-  s.unit = from.unit;
-  s.policy = from.policy;
-  auto copy = [](const auto& f, auto& t) {
-    for (std::size_t i = 0; i < t.size(); ++i) t[i] = f[i];
-  };
-  copy(from.stage_rank, s.stage_rank);
-  copy(from.action_begin, s.action_begin);
-  copy(from.actions, s.actions);
-  copy(from.tick, s.tick);
-  copy(from.peak_units, s.peak_units);
-  copy(from.op_begin, s.op_begin);
-  copy(from.ops, s.ops);
-  copy(from.comms, s.comms);
-  copy(from.resources, s.resources);
   return s;
 }
 
 template <class Schedule, plan_options Options>
 struct planner {
   static constexpr plan_shape cap = capacity_of(Schedule::generate());
-  // The one full run of generate → verify → lower → verify, into arrays sized by `cap`.
-  static constexpr static_plan<cap> full = build_static<cap>([] { return Schedule::generate(); }, Options);
-  static constexpr plan_shape used = full.used;
+  // The one run of generate → verify → lower → verify.
+  static constexpr static_plan<cap> value = build_static<cap>([] { return Schedule::generate(); }, Options);
 };
+
+template <class Schedule, plan_options Options>
+constexpr const auto& checked_plan() {
+  using P = planner<Schedule, Options>;
+  constexpr plan_shape z = P::value.used;
+  if constexpr (z.code != errc::ok)
+    (void)report<error_for_t<z.code, z.rank, z.stage, z.microbatch, z.kind, z.index, z.line, z.column>>{};
+  return P::value;
+}
 
 }  // namespace detail
 
-/// Generates, verifies and lowers `Schedule` at compile time. A rejected schedule is a compile
-/// error naming `error<what<...>, at_rank<...>, at_stage<...>, at_microbatch<...>, at_action<...>>`.
+/// The plan of `Schedule`, generated, verified and lowered at compile time, as a reference to a
+/// constant (no copy: prefer it for plans with thousands of actions). A rejected schedule is a
+/// compile error naming `error<what<...>, at_rank<...>, at_stage<...>, at_microbatch<...>,
+/// at_action<...>>`.
+template <schedule Schedule, plan_options Options = plan_options{}>
+inline constexpr const auto& plan_v = detail::checked_plan<Schedule, Options>();
+
+/// The same plan as a value: `constexpr auto plan = pipetype::make_plan<S>();`.
 template <schedule Schedule, plan_options Options = plan_options{}>
 constexpr auto make_plan() {
-  using P = detail::planner<Schedule, Options>;
-  constexpr plan_shape z = P::used;
-  if constexpr (z.code != errc::ok) {
-    (void)
-        detail::report<detail::error_for_t<z.code, z.rank, z.stage, z.microbatch, z.kind, z.index, z.line, z.column>>{};
-    return static_plan<plan_shape{}>{};
-  } else {
-    return detail::shrink<plan_shape{z.ranks, z.stages, z.microbatches, z.actions, z.ops, z.comms}>(P::full);
-  }
+  return detail::checked_plan<Schedule, Options>();
 }
 
 /// The type of a schedule's plan.
 template <schedule Schedule, plan_options Options = plan_options{}>
-using plan_t = decltype(make_plan<Schedule, Options>());
+using plan_t = std::remove_cvref_t<decltype(plan_v<Schedule, Options>)>;
 
 }  // namespace pipetype

@@ -78,33 +78,24 @@ constexpr verdict verify_lowered(lowered_view L) {
     for (int u = 0; u < 8 * slots; ++u) use[u] = -1;
     const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
     int known[stream_count] = {-1, -1};
-    int open = -1;
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
       const int local = i - beg[r];
       rank_of[i] = r;
-      // structure
-      if (o.code == op_code::group_begin) {
-        if (open >= 0) return at_op(errc::nccl_deadlock, r, o, local, "nested group");
-        open = i;
-        int e = i + 1;
-        while (e < beg[r + 1] && ops[e].code != op_code::group_end && ops[e].code != op_code::group_begin) ++e;
-        if (e >= beg[r + 1] || ops[e].code != op_code::group_end)
-          return at_op(errc::nccl_deadlock, r, o, local, "group never ends");
+      // structure: a group op and the transfers that directly follow it are one NCCL group
+      if (o.code == op_code::group) {
+        if (o.stream != stream_id::comm) return at_op(errc::nccl_deadlock, r, o, local, "a group off the communication stream");
+        int e = i;
+        while (e + 1 < beg[r + 1] && (ops[e + 1].code == op_code::send || ops[e + 1].code == op_code::recv)) ++e;
         for (int j = i; j <= e; ++j) group_of[j] = i, group_end_of[j] = e;
-      } else if (o.code == op_code::group_end) {
-        if (open < 0) return at_op(errc::nccl_deadlock, r, o, local, "group end without a begin");
-        open = -1;
       } else if (o.code == op_code::send || o.code == op_code::recv) {
         if (o.stream != stream_id::comm)
           return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
-        if (open < 0) group_of[i] = i, group_end_of[i] = i;  // an ungrouped transfer is a group of one
+        if (group_of[i] < 0) group_of[i] = i, group_end_of[i] = i;  // an ungrouped transfer is a group of one
         if (o.comm < 0 || o.comm >= C) return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
         const comm_desc& cm = comms[o.comm];
         if (!((cm.rank_a == r && cm.rank_b == o.peer) || (cm.rank_b == r && cm.rank_a == o.peer)))
           return at_op(errc::transfer_mismatch, r, o, local, "rank or peer is not a member of the communicator");
-      } else if (open >= 0 && o.stream != stream_id::comm) {
-        return at_op(errc::nccl_deadlock, r, o, local, "an op of another stream inside a group");
       }
       // events
       const int s = static_cast<int>(o.stream), other = 1 - s;
@@ -114,7 +105,8 @@ constexpr verdict verify_lowered(lowered_view L) {
         const int rec = last_record[o.wait_event];
         if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
         waits_on[i] = rec;
-        if (static_cast<int>(ops[rec].stream) != s && rec > known[s]) known[s] = rec;
+        const int covered = ops[rec].code == op_code::group ? group_end_of[rec] : rec;  // a group records when it ends
+        if (static_cast<int>(ops[rec].stream) != s && covered > known[s]) known[s] = covered;
       }
       // buffers: up to three (pool, slot, write) touches
       int tp[3] = {0, 0, 0}, ts[3] = {-1, -1, -1};
@@ -144,7 +136,6 @@ constexpr verdict verify_lowered(lowered_view L) {
         last_record[o.record_event] = i;
       }
     }
-    if (open >= 0) return at_op(errc::nccl_deadlock, r, ops[open], open - beg[r], "group never ends");
   }
 
   // 2. FIFO matching per (communicator, direction): channel 2c carries rank_a → rank_b, 2c+1 back.
@@ -215,7 +206,7 @@ constexpr verdict verify_lowered(lowered_view L) {
   for (int l = 0; l < lanes; ++l) pc[l] = lane_begin[l];
   detail::scratch<char> flags_v(2 * N + 2, 0);
   char* done = flags_v.data();
-  char* reached = done + N + 1;  // a group_begin (or lone transfer) some lane arrived at
+  char* reached = done + N + 1;  // a group op (or lone transfer) some lane arrived at
   int remaining = N;
   while (remaining > 0) {
     bool progressed = false;
@@ -224,7 +215,7 @@ constexpr verdict verify_lowered(lowered_view L) {
         const int i = lane_ops[pc[l]];
         const op_code code = ops[i].code;
         if (waits_on[i] >= 0 && !done[waits_on[i]]) break;
-        if (code == op_code::group_begin || code == op_code::send || code == op_code::recv) {
+        if (code == op_code::group || code == op_code::send || code == op_code::recv) {
           const int g = group_of[i], e = group_end_of[i];
           reached[g] = 1;
           bool all = true;

@@ -8,7 +8,7 @@
 //
 //   to_text(op)               one lowered op: "[wait e0] compute 1F0 in=a0 out=- [record e1]",
 //                             "send act 0F0 -> rank 1 comm 0 slot a1", ...
-//   listing(plan.lowered(), r) every op of rank r, one per line, groups indented
+//   listing(plan.lowered(), r) every op of rank r, one per line, a group's transfers indented
 #pragma once
 
 #include <string>
@@ -58,20 +58,19 @@ inline std::string to_text(const lowered_op& o) {
            (o.code == op_code::send ? " -> rank " : " <- rank ") + std::to_string(o.peer) + " comm " +
            std::to_string(o.comm) + " slot " + slot(o.what == kind::F ? 'a' : 'g', o.slot);
       break;
-    case op_code::group_begin: s += "group begin (tick " + std::to_string(o.tick) + ")"; break;
-    case op_code::group_end: s += "group end"; break;
+    case op_code::group: s += "group (tick " + std::to_string(o.tick) + ")"; break;
   }
-  if (o.record_event >= 0) s += " [record e" + std::to_string(o.record_event) + "]";
+  if (o.record_event >= 0)
+    s += o.code == op_code::group ? " [record e" + std::to_string(o.record_event) + " when it ends]"
+                                  : " [record e" + std::to_string(o.record_event) + "]";
   return s;
 }
 
 inline std::string listing(lowered_view L, int rank) {
   std::string out;
-  int depth = 0;
   for (const lowered_op& o : L.rank_ops(rank)) {
-    if (o.code == op_code::group_end) depth = 0;
-    out += std::string(static_cast<std::size_t>(2 * depth), ' ') + to_text(o) + '\n';
-    if (o.code == op_code::group_begin) depth = 1;
+    const bool inner = o.code == op_code::send || o.code == op_code::recv;
+    out += (inner ? "  " : "") + to_text(o) + '\n';
   }
   return out;
 }
