@@ -184,28 +184,29 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   detail::scratch<int> slot_v(2 * (2 * n + 2), -1);
   int* slot_of = slot_v.data();  // [pool · (2n + 2) + id]
   {
-    detail::scratch<int> keys_v(niv, 0);
-    int* keys = keys_v.data();
-    for (int i = 0; i < niv; ++i) keys[i] = ((iv_rank[i] * 2 + iv_pool[i]) * limit) + iv_alloc[i];
-    const detail::scratch<int> order_v = detail::counting_order(keys, niv, 2 * P * limit);
+    // Intervals in allocation order (a counting sort over positions), each coloured within its
+    // (rank, pool) group; group g's busy list lives at busy[base[g] ..], as long as its count.
+    const detail::scratch<int> order_v = detail::counting_order(iv_alloc, niv, limit);
     const int* order = order_v.data();
-    detail::scratch<int> busy_v(niv + 1, 0);  // per slot of the current (rank, pool)
+    detail::scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), busy_v(niv + 1, 0);
+    int* base = base_v.data();
+    int* nslots = nslots_v.data();
     int* busy = busy_v.data();
-    int group = -1, nslots = 0;
+    for (int i = 0; i < niv; ++i) ++base[iv_rank[i] * 2 + iv_pool[i] + 1];
+    for (int g = 0; g < 2 * P; ++g) base[g + 1] += base[g];
     for (int o = 0; o < niv; ++o) {
       const int i = order[o];
       const int g = iv_rank[i] * 2 + iv_pool[i];
-      if (g != group) {
-        group = g;
-        nslots = 0;
-      }
+      int* b = busy + base[g];
       int chosen = 0;
-      while (chosen < nslots && busy[chosen] >= iv_alloc[i]) ++chosen;
-      if (chosen == nslots) ++nslots;
-      busy[chosen] = iv_free[i];
+      while (chosen < nslots[g] && b[chosen] >= iv_alloc[i]) ++chosen;
+      if (chosen == nslots[g]) ++nslots[g];
+      b[chosen] = iv_free[i];
       slot_of[iv_pool[i] * (2 * n + 2) + iv_id[i]] = chosen;
-      int& count = iv_pool[i] == 0 ? res[iv_rank[i]].activation_slots : res[iv_rank[i]].gradient_slots;
-      count = nslots > count ? nslots : count;
+    }
+    for (int r = 0; r < P; ++r) {
+      res[r].activation_slots = nslots[2 * r];
+      res[r].gradient_slots = nslots[2 * r + 1];
     }
   }
   const int* act_slot = slot_of;
