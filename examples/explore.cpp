@@ -24,6 +24,12 @@ namespace pt = pipetype;
 
 namespace {
 
+// Past this many actions the explorer would take minutes and gigabytes; refuse instead.
+constexpr long max_actions = 4'000'000;
+
+/// 2·p·m·v actions (one F and one B per stage and microbatch) for the built-in schedules.
+long actions_of(int p, int m, int v) { return 2L * p * m * v; }
+
 struct args {
   std::string schedule = "1f1b";
   int ranks = 4;
@@ -101,9 +107,6 @@ args parse(int argc, char** argv) {
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
   if (a.ranks > 4096 || a.microbatches > 65536 || a.chunks > 64)
     usage_error("--ranks, --microbatches or --chunks too large");
-  const long actions = 3L * a.ranks * a.microbatches * (a.chunks ? a.chunks : 2);
-  if (actions > 4'000'000)
-    usage_error("ranks x microbatches x chunks is too large for the explorer (over 4 million actions)");
   return a;
 }
 
@@ -157,6 +160,10 @@ int print_all(const args& a) {
     const int v = s.chunked ? (a.chunks ? a.chunks : 2) : 1;
     if (const char* e = pt::schedule_error(s.name, a.ranks, a.microbatches, v)) {
       skipped.emplace_back(std::string(s.name), e);
+      continue;
+    }
+    if (actions_of(a.ranks, a.microbatches, v) > max_actions) {
+      skipped.emplace_back(std::string(s.name), "too large for the explorer (over 4 million actions)");
       continue;
     }
     rows.emplace_back(std::string(s.name), evaluate(pt::make_schedule(s.name, a.ranks, a.microbatches, v), a, v));
@@ -221,6 +228,7 @@ int main(int argc, char** argv) {
     ss << in.rdbuf();
     source = ss.str();
     prog = pt::parse_schedule(source, "file");
+    if (static_cast<long>(prog.actions.size()) > max_actions) usage_error(a.file + " has over 4 million actions");
     if (prog.source_error.ok()) {
       if (a.ranks_given && prog.ranks != a.ranks)
         usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(prog.ranks) +
@@ -235,6 +243,9 @@ int main(int argc, char** argv) {
     chunks = a.chunks ? a.chunks : (s && s->chunked ? 2 : 1);
     if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, chunks))
       usage_error("--schedule " + a.schedule + ": " + e);
+    if (actions_of(a.ranks, a.microbatches, chunks) > max_actions)
+      usage_error("--schedule " + a.schedule + ": ranks x microbatches x chunks is too large for the explorer (over " +
+                  std::to_string(max_actions) + " actions)");
     prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, chunks);
   }
   const std::string name = a.file.empty() ? a.schedule : a.file;

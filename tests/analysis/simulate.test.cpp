@@ -84,3 +84,14 @@ TEST_CASE("simulate: a deadlocked program is reported incomplete") {
   const pt::program p = pt::parse_schedule("0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n");
   CHECK_FALSE(pt::simulate(p.view()).complete);
 }
+
+TEST_CASE("simulate: a plan is simulated with its own memory model") {
+  pt::plan_options o;
+  o.memory = pt::memory_model{.f = 3, .b = -3, .i = -1, .w = -2, .unit = 3};
+  const pt::runtime_plan rp = pt::build_plan(pt::make_one_f_one_b(3, 4), o);
+  REQUIRE(rp.ok());
+  const pt::timeline t = pt::simulate(rp);
+  for (int r = 0; r < 3; ++r) CHECK(t.peak_activations(r) == rp.peak_activations(r));
+  CHECK(t.live_after[0] == 3);
+  CHECK(rp.peak_activations(0) == 3);
+}

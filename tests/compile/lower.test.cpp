@@ -58,9 +58,12 @@ TEST_CASE("lower: groups hold only transfers; every compute op reads the slots i
     bool in_group = false;
     int computes = 0;
     for (const pt::lowered_op& o : L.rank_ops(r)) {
-      if (o.code == pt::op_code::group) in_group = true;
-      else if (o.code == pt::op_code::compute) in_group = false;
-      else CHECK(in_group);  // every transfer follows its group op
+      if (o.code == pt::op_code::group)
+        in_group = true;
+      else if (o.code == pt::op_code::compute)
+        in_group = false;
+      else
+        CHECK(in_group);  // every transfer follows its group op
       if (o.code == pt::op_code::compute) {
         ++computes;
         CHECK(o.stream == pt::stream_id::compute);

@@ -116,3 +116,17 @@ TEST_CASE("verify_lowered: a peer outside the communicator") {
   L.ops[s].peer = 2;
   CHECK(pt::verify_lowered(L.view()).code == pt::errc::transfer_mismatch);
 }
+
+TEST_CASE("verify_lowered: events ride on compute and group ops only") {
+  pt::lowered_program L = lowered_1f1b(2, 2);
+  const std::size_t s = find(L, 0, pt::op_code::send);
+  L.ops[s].record_event = 0;
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::event_misuse);
+}
+
+TEST_CASE("verify_lowered: a slot outside the rank's pool") {
+  pt::lowered_program L = lowered_1f1b(2, 2);
+  const std::size_t c = find(L, 1, pt::op_code::compute);
+  L.ops[c].slot = 99;
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::index_out_of_range);
+}

@@ -207,15 +207,11 @@ constexpr timeline simulate(program_view p, const C& c = {}, const memory_model&
 /// Simulates a plan's compute program (compile-time or run-time plan).
 template <plan_shape Z, cost_source C = costs>
 constexpr timeline simulate(const static_plan<Z>& plan, const C& c = {}) {
-  memory_model mem{};
-  mem.unit = plan.unit;
-  return simulate(plan.compute(), c, mem);
+  return simulate(plan.compute(), c, plan.memory);
 }
 template <cost_source C = costs>
 constexpr timeline simulate(const runtime_plan& plan, const C& c = {}) {
-  memory_model mem{};
-  mem.unit = plan.unit;
-  return simulate(plan.compute.view(), c, mem);
+  return simulate(plan.compute.view(), c, plan.memory);
 }
 
 }  // namespace pipetype

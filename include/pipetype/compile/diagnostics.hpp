@@ -35,7 +35,8 @@ enum class errc : std::uint8_t {
   parse_error,              // text notation: see line / column
   transfer_mismatch,        // lowered: k-th send and k-th recv of a channel carry different data
   nccl_deadlock,            // lowered: rendezvous / group / event order can never complete
-  event_misuse,             // lowered: a wait with no earlier record of that event
+  event_misuse,             // lowered: a wait with no earlier record, an event outside the pool, an
+                            // event on a transfer, or a buffer the other stream may still use
 };
 
 struct verdict {
@@ -98,7 +99,8 @@ inline std::string describe(const verdict& v) {
   std::string s = errc_name(v.code);
   if (v.ok()) return s;
   if (v.line >= 0) s += " at line " + std::to_string(v.line) + ", column " + std::to_string(v.column);
-  if (v.rank != -1) s += (v.line >= 0 ? ", rank " : " at rank ") + std::to_string(v.rank);
+  if (v.rank != -1 || v.code == errc::rank_out_of_range)
+    s += (v.line >= 0 ? ", rank " : " at rank ") + std::to_string(v.rank);
   if (v.stage >= 0) s += ", stage " + std::to_string(v.stage);
   if (v.microbatch >= 0) s += ", microbatch " + std::to_string(v.microbatch);
   if (v.kind != '?') {

@@ -167,7 +167,8 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
           continue;
         }
         const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's
-        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q + 1;
+        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t, iv_pool[niv] = pool_kind,
+        iv_id[niv] = 2 * q + 1;
         ++niv;
         iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q;
         ++niv;
@@ -221,7 +222,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
       const action& a = A[k];
       const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
-      const int qin = q - m;                      // edge (s−1, j): this stage's input side
+      const int qin = q - m;                     // edge (s−1, j): this stage's input side
       if (a.stage > 0) in_slot[k] = act_slot[2 * qin];
       if (a.what == kind::F) {
         if (a.stage + 1 < S) out_slot[k] = act_slot[2 * q + (owner[a.stage + 1] == r ? 0 : 1)];

@@ -47,15 +47,15 @@ struct lowered_op {
   bool overlapped = false;  // compute: runs together with the next compute op
   int stage = -1;           // compute: the action's stage; send/recv: the stage that produced the data
   int microbatch = -1;
-  int peer = -1;       // send/recv: the other rank
-  int comm = -1;       // send/recv: communicator id
-  int slot = -1;       // send/recv: slot in the pool of `what`; compute: input activation
-                       // (-1: stage 0 reads the user's batch)
-  int grad_slot = -1;  // compute B/I/W: incoming gradient (-1: the last stage's own loss)
-  int out_slot = -1;   // compute: output (activation slot for F, gradient slot for B/I); -1: none
+  int peer = -1;          // send/recv: the other rank
+  int comm = -1;          // send/recv: communicator id
+  int slot = -1;          // send/recv: slot in the pool of `what`; compute: input activation
+                          // (-1: stage 0 reads the user's batch)
+  int grad_slot = -1;     // compute B/I/W: incoming gradient (-1: the last stage's own loss)
+  int out_slot = -1;      // compute: output (activation slot for F, gradient slot for B/I); -1: none
   int wait_event = -1;    // wait on this event (of the rank's pool) before the op; -1: none
   int record_event = -1;  // record this event after the op; -1: none
-  int tick = -1;       // lock-step tick this op belongs to
+  int tick = -1;          // lock-step tick this op belongs to
 
   friend constexpr bool operator==(const lowered_op&, const lowered_op&) = default;
 };

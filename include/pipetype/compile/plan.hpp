@@ -3,15 +3,17 @@
 //   constexpr auto plan = pipetype::make_plan<pipetype::one_f_one_b<ranks<4>, microbatches<8>>>();
 //   static_assert(plan.peak_activations(0) == 4);
 //
-// `make_plan<Schedule, options>()` runs the whole pipeline in a constant expression and returns a
-// `static_plan<shape>`: a literal value holding the compute program, its ticks, the lowered ops,
-// communicators and per-rank resources in std::arrays sized exactly. A schedule that fails any
-// check does not compile; the compiler names an `error<what<...>, at_rank<...>, ...>` type
+// `plan_v<Schedule, options>` runs the whole pipeline in a constant expression and names the
+// result, a `static_plan<shape>`: a literal value holding the compute program, its ticks, the
+// lowered ops, communicators and per-rank resources in std::arrays (exact for the compute
+// program, capacity-sized for ops and communicators, read through ops() and comms()).
+// `make_plan<Schedule, options>()` returns a copy of it. A schedule that fails any check does
+// not compile; the compiler names an `error<what<...>, at_rank<...>, ...>` type
 // (diagnostics.hpp). `build_plan(program, options)` is the run-time twin (same code), returning
 // a `runtime_plan` whose `result` carries the same verdict as a value.
 //
-// Compile cost: the pipeline runs once per plan, into arrays sized by cheap upper bounds;
-// see bench/compile_cost.sh for measurements and docs/03_diagnostics.md for the limit flags.
+// Compile cost: the pipeline runs once per plan; see bench/README.md for measurements and
+// docs/03_diagnostics.md for the flags that lift the compilers' constexpr limits.
 #pragma once
 
 #include <array>
@@ -39,16 +41,16 @@ struct runtime_plan {
   lowered_program lowered;
   verdict result;
 
+  memory_model memory{};
   constexpr bool ok() const noexcept { return result.ok(); }
   constexpr double peak_activations(int r) const {
-    return static_cast<double>(facts.peak_units[static_cast<std::size_t>(r)]) / unit;
+    return static_cast<double>(facts.peak_units[static_cast<std::size_t>(r)]) / memory.unit;
   }
-  int unit = 2;
 };
 
 constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   runtime_plan out;
-  out.unit = opt.memory.unit;
+  out.memory = opt.memory;
   out.compute = std::move(prog);
   out.facts = check_program(out.compute.view(), {opt.mem_limit, opt.memory});
   out.result = out.facts.result;
@@ -83,7 +85,7 @@ struct static_plan {
   plan_shape used = Z;
   const char* name = "";
   int ticks = 0;
-  int unit = 2;
+  memory_model memory{};
   comm_policy policy = comm_policy::per_edge;
   std::array<int, static_cast<std::size_t>(Z.stages)> stage_rank{};
   std::array<int, static_cast<std::size_t>(Z.ranks) + 1> action_begin{};
@@ -92,7 +94,7 @@ struct static_plan {
   std::array<int, static_cast<std::size_t>(Z.ranks)> peak_units{};
   std::array<int, static_cast<std::size_t>(Z.ranks) + 1> op_begin{};
   std::array<rank_resources, static_cast<std::size_t>(Z.ranks)> resources{};
-  std::array<lowered_op, static_cast<std::size_t>(Z.ops)> op_table{};      // first used.ops are the ops
+  std::array<lowered_op, static_cast<std::size_t>(Z.ops)> op_table{};     // first used.ops are the ops
   std::array<comm_desc, static_cast<std::size_t>(Z.comms)> comm_table{};  // first used.comms
 
   constexpr std::span<const lowered_op> ops() const {
@@ -106,7 +108,7 @@ struct static_plan {
   }
   constexpr lowered_view lowered() const { return {used.ranks, policy, op_begin, ops(), comms(), resources}; }
   constexpr double peak_activations(int r) const {
-    return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / unit;
+    return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / memory.unit;
   }
   constexpr std::span<const lowered_op> rank_ops(int r) const { return lowered().rank_ops(r); }
 };
@@ -155,7 +157,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   z.comms = static_cast<int>(p.lowered.comms.size());
   s.name = p.compute.name;
   s.ticks = p.facts.ticks;
-  s.unit = opt.memory.unit;
+  s.memory = opt.memory;
   s.policy = opt.comms;
   auto copy = [](const auto& from, auto& to) {
     const auto* f = from.data();

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "pipetype/compile/diagnostics.hpp"
-#include "pipetype/detail/scratch.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/detail/scratch.hpp"
 
 namespace pipetype {
 
@@ -110,7 +110,8 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
     verdict v;
     v.code = errc::rank_out_of_range;
     v.rank = p.invalid_rank;
-    v.detail = "an action was added to a rank outside [0, ranks), or before a rank was selected";
+    v.detail = p.invalid_rank == -1 ? "an action was added to rank -1 or before any rank() was selected"
+                                    : "an action was added to a rank outside [0, ranks)";
     return fail(v);
   }
   const int S = p.stages, m = p.microbatches, P = p.ranks;
@@ -174,13 +175,14 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
         if (k + 1 >= beg[r + 1])
           return fail(at(errc::invalid_overlap, r, a, idx, "an overlapped action needs a partner after it"));
         const action& b = A[k + 1];
-        const bool ok = !b.overlapped && ((a.what == kind::F) != (b.what == kind::F)) && a.what != kind::W &&
-                        b.what != kind::W;
+        const bool ok =
+            !b.overlapped && ((a.what == kind::F) != (b.what == kind::F)) && a.what != kind::W && b.what != kind::W;
         if (!ok) return fail(at(errc::invalid_overlap, r, a, idx, "an overlapped pair is one F and one B or I"));
       }
       const int q = a.stage * m + a.microbatch;
       if (a.what != kind::F && posF[q] > idx) return fail(at(errc::backward_before_forward, r, a, idx));
-      if (a.what == kind::W && posI[q] > idx) return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
+      if (a.what == kind::W && posI[q] > idx)
+        return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
       // cross-stage inputs produced on this same rank
       if (a.what == kind::F && a.stage > 0 && owner[a.stage - 1] == r && posF[q - m] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of the previous stage"));
@@ -212,15 +214,19 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
       for (int d = 0; d < width && ok; ++d) {
         const action& a = A[k + d];
         const int q = a.stage * m + a.microbatch;
-        if (a.what == kind::F) ok = a.stage == 0 || fdone[q - m] < t;
-        else if (a.what == kind::W) ok = idone[q] < t;
-        else ok = fdone[q] < t && (a.stage == S - 1 || gdone[q + m] < t);
+        if (a.what == kind::F)
+          ok = a.stage == 0 || fdone[q - m] < t;
+        else if (a.what == kind::W)
+          ok = idone[q] < t;
+        else
+          ok = fdone[q] < t && (a.stage == S - 1 || gdone[q + m] < t);
       }
       if (!ok) continue;
       for (int d = 0; d < width; ++d) {
         const action& a = A[k + d];
         const int q = a.stage * m + a.microbatch;
-        if (a.what == kind::F) fdone[q] = t;
+        if (a.what == kind::F)
+          fdone[q] = t;
         else if (a.what != kind::W) {
           gdone[q] = t;
           if (a.what == kind::I) idone[q] = t;

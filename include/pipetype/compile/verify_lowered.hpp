@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "pipetype/compile/diagnostics.hpp"
-#include "pipetype/detail/scratch.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/detail/scratch.hpp"
 
 namespace pipetype {
 
@@ -84,7 +84,8 @@ constexpr verdict verify_lowered(lowered_view L) {
       rank_of[i] = r;
       // structure: a group op and the transfers that directly follow it are one NCCL group
       if (o.code == op_code::group) {
-        if (o.stream != stream_id::comm) return at_op(errc::nccl_deadlock, r, o, local, "a group off the communication stream");
+        if (o.stream != stream_id::comm)
+          return at_op(errc::nccl_deadlock, r, o, local, "a group off the communication stream");
         int e = i;
         while (e + 1 < beg[r + 1] && (ops[e + 1].code == op_code::send || ops[e + 1].code == op_code::recv)) ++e;
         for (int j = i; j <= e; ++j) group_of[j] = i, group_end_of[j] = e;
@@ -92,13 +93,16 @@ constexpr verdict verify_lowered(lowered_view L) {
         if (o.stream != stream_id::comm)
           return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
         if (group_of[i] < 0) group_of[i] = i, group_end_of[i] = i;  // an ungrouped transfer is a group of one
-        if (o.comm < 0 || o.comm >= C) return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
+        if (o.comm < 0 || o.comm >= C)
+          return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
         const comm_desc& cm = comms[o.comm];
         if (!((cm.rank_a == r && cm.rank_b == o.peer) || (cm.rank_b == r && cm.rank_a == o.peer)))
           return at_op(errc::transfer_mismatch, r, o, local, "rank or peer is not a member of the communicator");
       }
       // events
       const int s = static_cast<int>(o.stream), other = 1 - s;
+      if ((o.code == op_code::send || o.code == op_code::recv) && (o.wait_event >= 0 || o.record_event >= 0))
+        return at_op(errc::event_misuse, r, o, local, "events ride on compute and group ops, not on transfers");
       if (o.wait_event >= 0) {
         if (o.wait_event >= res[r].events)
           return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
@@ -167,8 +171,10 @@ constexpr verdict verify_lowered(lowered_view L) {
     for (int c = 0; c < channels; ++c) send_fill[c] = send_begin[c], recv_fill[c] = recv_begin[c];
     for (int i = 0; i < N; ++i) {
       if (ch[i] < 0) continue;
-      if (ops[i].code == op_code::send) send_list[send_fill[ch[i]]++] = i;
-      else recv_list[recv_fill[ch[i]]++] = i;
+      if (ops[i].code == op_code::send)
+        send_list[send_fill[ch[i]]++] = i;
+      else
+        recv_list[recv_fill[ch[i]]++] = i;
     }
     for (int c = 0; c < channels; ++c) {
       const int ns = send_begin[c + 1] - send_begin[c], nr = recv_begin[c + 1] - recv_begin[c];

@@ -58,7 +58,9 @@ inline std::string to_text(const lowered_op& o) {
            (o.code == op_code::send ? " -> rank " : " <- rank ") + std::to_string(o.peer) + " comm " +
            std::to_string(o.comm) + " slot " + slot(o.what == kind::F ? 'a' : 'g', o.slot);
       break;
-    case op_code::group: s += "group (tick " + std::to_string(o.tick) + ")"; break;
+    case op_code::group:
+      s += "group (tick " + std::to_string(o.tick) + ")";
+      break;
   }
   if (o.record_event >= 0)
     s += o.code == op_code::group ? " [record e" + std::to_string(o.record_event) + " when it ends]"
