@@ -96,6 +96,11 @@ constexpr program parse_schedule(std::string_view text, const char* name = "text
     a.overlapped = false;
     return parse_number(a.microbatch, "expected a microbatch number", "microbatch number too large");
   };
+  auto keep = [&](int rank, const action& a) {
+    items.push_back({rank, a});
+    max_stage = a.stage > max_stage ? a.stage : max_stage;
+    max_mb = a.microbatch > max_mb ? a.microbatch : max_mb;
+  };
   while (i < text.size() && err.ok()) {
     // one line
     bool any = false;
@@ -130,19 +135,13 @@ constexpr program parse_schedule(std::string_view text, const char* name = "text
         }
         ++i;
         x.overlapped = true;
-        items.push_back({rank, x});
-        items.push_back({rank, y});
-        max_stage = x.stage > max_stage ? x.stage : max_stage;
-        max_stage = y.stage > max_stage ? y.stage : max_stage;
-        max_mb = x.microbatch > max_mb ? x.microbatch : max_mb;
-        max_mb = y.microbatch > max_mb ? y.microbatch : max_mb;
+        keep(rank, x);
+        keep(rank, y);
         any = true;
       } else if (is_digit(c)) {
         action a;
         if (!parse_action(a)) break;
-        items.push_back({rank, a});
-        max_stage = a.stage > max_stage ? a.stage : max_stage;
-        max_mb = a.microbatch > max_mb ? a.microbatch : max_mb;
+        keep(rank, a);
         any = true;
       } else {
         fail(line, col(), "unexpected character; an action looks like 2F0, 3I1 or (0F7;7B3)");
