@@ -1,12 +1,9 @@
 #include <pipetype/core/action.hpp>
-#include <pipetype/core/sizes.hpp>
 
 #include <doctest/doctest.h>
 
 namespace pt = pipetype;
 
-static_assert(pt::ranks<4>::value == 4 && pt::microbatches<8>::value == 8 && pt::chunks<2>::value == 2);
-static_assert(pt::value_v<pt::stages<6>> == 6);
 static_assert(pt::F(2, 0) == pt::action{pt::kind::F, 2, 0, false});
 static_assert(pt::kind_char(pt::kind::I) == 'I' && pt::kind_char(pt::kind::W) == 'W');
 
