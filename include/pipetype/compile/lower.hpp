@@ -51,7 +51,7 @@ constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
   int* start = start_v.data();
   for (int i = 0; i < n; ++i) ++start[keys[i] + 1];
   for (int i = 0; i < limit; ++i) start[i + 1] += start[i];
-  detail::scratch<int> order_v(n, 0);
+  scratch<int> order_v(n, unset);
   int* order = order_v.data();
   for (int i = 0; i < n; ++i) order[start[keys[i]]++] = i;
   return order_v;
@@ -59,12 +59,15 @@ constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
 
 }  // namespace detail
 
-/// Lowers a verified program. `tick` is check_program's lock-step tick per action.
-///
-/// Written as flat loops over raw pointers: this runs inside make_plan's constant evaluation,
-/// where every function call costs far more than the arithmetic around it.
-constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
-                                comm_policy policy = comm_policy::per_edge) {
+namespace detail {
+
+/// The lowering, writing its ops where `storage(count)` says (a pointer to `count` ops, or
+/// nullptr to give up). Written as flat loops over raw pointers: this runs inside make_plan's
+/// constant evaluation, where every function call and every std::vector element costs far more
+/// than the arithmetic around it.
+template <class Storage>
+constexpr lowered_program lower_with(program_view p, std::span<const int> tick_span, comm_policy policy,
+                                     Storage&& storage) {
   const int P = p.ranks, S = p.stages, m = p.microbatches;
   const int N = p.size();
   const int n = S * m;
@@ -135,7 +138,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   // microbatch) order and later stably ordered by tick, which gives both ends of every channel the
   // same order.
   const int max_iv = 4 * n;
-  detail::scratch<int> iv_v(5 * max_iv, 0);
+  detail::scratch<int> iv_v(5 * max_iv, detail::unset);
   int* iv_rank = iv_v.data();  // struct of arrays: rank, alloc, free, pool, id
   int* iv_alloc = iv_rank + max_iv;
   int* iv_free = iv_rank + 2 * max_iv;
@@ -143,7 +146,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   int* iv_id = iv_rank + 4 * max_iv;
   int niv = 0;
   const int max_x = 2 * n;
-  detail::scratch<int> xv(8 * max_x, 0);
+  detail::scratch<int> xv(8 * max_x, detail::unset);
   int* x_tick = xv.data();  // struct of arrays: tick, pool, stage, mb, src, dst, src id, dst id
   int* x_pool = x_tick + max_x;
   int* x_stage = x_tick + 2 * max_x;
@@ -182,14 +185,14 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   // after its last use — optimal for intervals, so a pool's size is its peak of live buffers.
   out.resources.assign(static_cast<std::size_t>(P), rank_resources{});
   rank_resources* res = out.resources.data();
-  detail::scratch<int> slot_v(2 * (2 * n + 2), -1);
+  detail::scratch<int> slot_v(2 * (2 * n + 2), detail::unset);
   int* slot_of = slot_v.data();  // [pool · (2n + 2) + id]
   {
     // Intervals in allocation order (a counting sort over positions), each coloured within its
     // (rank, pool) group; group g's busy list lives at busy[base[g] ..], as long as its count.
     const detail::scratch<int> order_v = detail::counting_order(iv_alloc, niv, limit);
     const int* order = order_v.data();
-    detail::scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), busy_v(niv + 1, 0);
+    detail::scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), busy_v(niv + 1, detail::unset);
     int* base = base_v.data();
     int* nslots = nslots_v.data();
     int* busy = busy_v.data();
@@ -236,8 +239,8 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   // ends by rank. end e = 2·x (the send) or 2·x + 1 (the recv).
   const detail::scratch<int> by_tick_v = detail::counting_order(x_tick, nx, T + 2);
   const int* by_tick = by_tick_v.data();
-  detail::scratch<int> end_rank_v(2 * nx, 0);
-  detail::scratch<int> end_v(2 * nx, 0);
+  detail::scratch<int> end_rank_v(2 * nx, detail::unset);
+  detail::scratch<int> end_v(2 * nx, detail::unset);
   int* end_rank = end_rank_v.data();
   int* end_of = end_v.data();
   for (int o = 0; o < nx; ++o) {
@@ -252,29 +255,37 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
   for (int e = 0; e < 2 * nx; ++e) ++rank_end_begin[end_rank[e] + 1];
   for (int r = 0; r < P; ++r) rank_end_begin[r + 1] += rank_end_begin[r];
 
+  // the op count: computes, a send and a recv per transfer, and one group op per (rank, tick)
+  // with transfers
+  int nops = N + 2 * nx;
+  for (int r = 0; r < P; ++r)
+    for (int e = rank_end_begin[r]; e < rank_end_begin[r + 1]; ++e)
+      if (e == rank_end_begin[r] || x_tick[end_of[by_rank[e]] / 2] != x_tick[end_of[by_rank[e - 1]] / 2]) ++nops;
+  lowered_op* const ops_out = storage(nops);
+  if (ops_out == nullptr) return out;
+  int nout = 0;
   out.begin.push_back(0);
-  out.ops.reserve(static_cast<std::size_t>(N + 4 * nx));  // computes, send + recv, at most a group per end
   // per-rank scratch, sized for the largest rank
   int max_steps = 0;
   for (int r = 0; r < P; ++r) {
     const int steps = (beg[r + 1] - beg[r]) + (rank_end_begin[r + 1] - rank_end_begin[r]);
     max_steps = steps > max_steps ? steps : max_steps;
   }
-  detail::scratch<int> step_v(4 * max_steps + 4, 0);
+  detail::scratch<int> step_v(4 * max_steps + 4, detail::unset);
   int* step_ref = step_v.data();         // compute: action index; group: first end (in by_rank order)
   int* step_end = step_ref + max_steps;  // group: one past its last end; compute: -1
   int* wait_for = step_ref + 2 * max_steps;
   int* event_of = step_ref + 3 * max_steps;
-  detail::scratch<char> record_v(max_steps + 1, 0);
+  detail::scratch<char> record_v(max_steps + 1, detail::unset);
   char* record_after = record_v.data();
   int max_slots = 0;
   for (int r = 0; r < P; ++r) {
     const int sl = res[r].activation_slots + res[r].gradient_slots;
     max_slots = sl > max_slots ? sl : max_slots;
   }
-  detail::scratch<int> use_v(4 * max_slots + 4, -1);
+  detail::scratch<int> use_v(4 * max_slots + 4, detail::unset);
   int* use = use_v.data();  // per slot: [writer on stream 0, writer on 1, reader on 0, reader on 1]
-  detail::scratch<char> in_use_v(max_steps + 1, 0);
+  detail::scratch<char> in_use_v(max_steps + 1, detail::unset);
   char* in_use = in_use_v.data();
 
   for (int r = 0; r < P; ++r) {
@@ -378,7 +389,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
         gop.wait_event = wait_ev;
         gop.record_event = record_ev;
         gop.tick = t;
-        out.ops.push_back(gop);
+        ops_out[nout++] = gop;
         xop.tick = t;
         for (int g = step_ref[i]; g < step_end[i]; ++g) {
           const int en = end_of[by_rank[g]];
@@ -391,7 +402,7 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
           xop.peer = sending ? x_dst[x] : x_src[x];
           xop.comm = edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1];
           xop.slot = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
-          out.ops.push_back(xop);
+          ops_out[nout++] = xop;
         }
       } else {
         const int c = step_ref[i];
@@ -406,14 +417,28 @@ constexpr lowered_program lower(program_view p, std::span<const int> tick_span,
         cop.wait_event = wait_ev;
         cop.record_event = record_ev;
         cop.tick = t;
-        out.ops.push_back(cop);
+        ops_out[nout++] = cop;
       }
     }
     for (int ev = 0; ev < nevents; ++ev) in_use[ev] = 0;
     rr.events = nevents;
-    out.begin.push_back(static_cast<int>(out.ops.size()));
+    out.begin.push_back(nout);
   }
   return out;
+}
+
+}  // namespace detail
+
+/// Lowers a verified program. `tick` is check_program's lock-step tick per action.
+constexpr lowered_program lower(program_view p, std::span<const int> tick,
+                                comm_policy policy = comm_policy::per_edge) {
+  lowered_program out;
+  lowered_program l = detail::lower_with(p, tick, policy, [&](int count) {
+    out.ops.resize(static_cast<std::size_t>(count));
+    return out.ops.data();
+  });
+  l.ops = std::move(out.ops);
+  return l;
 }
 
 }  // namespace pipetype

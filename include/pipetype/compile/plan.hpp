@@ -137,26 +137,40 @@ constexpr plan_shape capacity_of(const program& prog) {
 
 template <plan_shape Cap, class F>
 constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt) {
+  // build_plan's steps, writing the lowered ops straight into the plan's table (no std::vector
+  // of ops and no copy: the cheapest form for the constant evaluator).
   static_plan<Cap> s;
-  const runtime_plan p = build_plan(make_program(), opt);
+  const program prog = make_program();
+  const program_facts facts = check_program(prog.view(), {opt.mem_limit, opt.memory});
+  verdict v = facts.result;
+  lowered_program lowered;
+  if (v.ok()) {
+    lowered = detail::lower_with(prog.view(), facts.tick, opt.comms, [&](int count) {
+      return count <= Cap.ops ? s.op_table.data() : nullptr;  // capacity_of bounds count
+    });
+    const int count = lowered.begin.empty() ? 0 : lowered.begin.back();
+    v = verify_lowered({lowered.ranks, lowered.policy, lowered.begin,
+                        std::span<const lowered_op>(s.op_table).first(static_cast<std::size_t>(count)), lowered.comms,
+                        lowered.resources});
+    s.used.ops = count;
+  }
   plan_shape& z = s.used;
-  z.code = p.result.code;
-  z.rank = p.result.rank;
-  z.stage = p.result.stage;
-  z.microbatch = p.result.microbatch;
-  z.index = p.result.index;
-  z.line = p.result.line;
-  z.column = p.result.column;
-  z.kind = p.result.kind;
-  if (!p.result.ok()) return s;
-  z.ranks = p.compute.ranks;
-  z.stages = p.compute.stages;
-  z.microbatches = p.compute.microbatches;
-  z.actions = static_cast<int>(p.compute.actions.size());
-  z.ops = static_cast<int>(p.lowered.ops.size());
-  z.comms = static_cast<int>(p.lowered.comms.size());
-  s.name = p.compute.name;
-  s.ticks = p.facts.ticks;
+  z.code = v.code;
+  z.rank = v.rank;
+  z.stage = v.stage;
+  z.microbatch = v.microbatch;
+  z.index = v.index;
+  z.line = v.line;
+  z.column = v.column;
+  z.kind = v.kind;
+  if (!v.ok()) return s;
+  z.ranks = prog.ranks;
+  z.stages = prog.stages;
+  z.microbatches = prog.microbatches;
+  z.actions = static_cast<int>(prog.actions.size());
+  z.comms = static_cast<int>(lowered.comms.size());
+  s.name = prog.name;
+  s.ticks = facts.ticks;
   s.memory = opt.memory;
   s.policy = opt.comms;
   auto copy = [](const auto& from, auto& to) {
@@ -164,15 +178,14 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
     auto* t = to.data();
     for (std::size_t i = 0; i < from.size(); ++i) t[i] = f[i];
   };
-  copy(p.compute.stage_rank, s.stage_rank);
-  copy(p.compute.begin, s.action_begin);
-  copy(p.compute.actions, s.actions);
-  copy(p.facts.tick, s.tick);
-  copy(p.facts.peak_units, s.peak_units);
-  copy(p.lowered.begin, s.op_begin);
-  copy(p.lowered.ops, s.op_table);
-  copy(p.lowered.comms, s.comm_table);
-  copy(p.lowered.resources, s.resources);
+  copy(prog.stage_rank, s.stage_rank);
+  copy(prog.begin, s.action_begin);
+  copy(prog.actions, s.actions);
+  copy(facts.tick, s.tick);
+  copy(facts.peak_units, s.peak_units);
+  copy(lowered.begin, s.op_begin);
+  copy(lowered.comms, s.comm_table);
+  copy(lowered.resources, s.resources);
   return s;
 }
 

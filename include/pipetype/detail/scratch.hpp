@@ -10,9 +10,15 @@
 
 namespace pipetype::detail {
 
+/// Tag: leave the elements unset (for arrays written before they are read; reading an unset
+/// element in a constant expression is a compile error, so a mistake cannot go unnoticed there).
+struct unset_t {};
+inline constexpr unset_t unset{};
+
 template <class T>
 class scratch {
  public:
+  constexpr scratch(int n, unset_t) : size_(n > 0 ? n : 0), data_(new T[static_cast<std::size_t>(size_ > 0 ? size_ : 1)]) {}
   constexpr scratch(int n, T fill)
       : size_(n > 0 ? n : 0), data_(new T[static_cast<std::size_t>(size_ > 0 ? size_ : 1)]) {
     for (int i = 0; i < size_; ++i) data_[i] = fill;
