@@ -47,3 +47,25 @@ TEST_CASE("plan: a run-time plan reports the verdict instead of failing to compi
 static_assert(&pt::plan_v<sched> == &pt::plan_v<sched>);
 static_assert(pt::plan_v<sched>.ops().size() == plan.ops().size());
 static_assert(pt::plan_v<sched>.used.ops <= pt::plan_t<sched>::shape.ops);
+
+TEST_CASE("plan: built-in schedules state their extent exactly, so make_plan need not generate twice") {
+  auto same = [](const pt::program_extent& a, const pt::program_extent& b) {
+    return a.ranks == b.ranks && a.stages == b.stages && a.microbatches == b.microbatches && a.actions == b.actions &&
+           a.crossing_edges == b.crossing_edges;
+  };
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 12; ++m)
+      for (int v = 1; v <= 3; ++v) {
+        CAPTURE(p);
+        CAPTURE(m);
+        CAPTURE(v);
+        if (v == 1) {
+          CHECK(same(pt::detail::extent_of(pt::make_gpipe(p, m)), pt::looped_extent(p, m, 1)));
+          CHECK(same(pt::detail::extent_of(pt::make_one_f_one_b(p, m)), pt::looped_extent(p, m, 1)));
+        }
+        if (!pt::interleaved_1f1b_error(p, m, v))
+          CHECK(same(pt::detail::extent_of(pt::make_interleaved_1f1b(p, m, v)), pt::looped_extent(p, m, v)));
+        CHECK(same(pt::detail::extent_of(pt::make_looped_bfs(p, m, v)), pt::looped_extent(p, m, v)));
+      }
+  static_assert(std::is_same_v<decltype(pt::one_f_one_b<pt::ranks<2>, pt::microbatches<2>>::extent()), pt::program_extent>);
+}

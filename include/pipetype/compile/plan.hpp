@@ -115,24 +115,37 @@ struct static_plan {
 
 namespace detail {
 
-/// Capacities from the compute program alone (cheap). Exact for the program; for the lowered
-/// program: one compute op per action, a send and a recv per transfer (two per crossing edge
-/// and microbatch), and at most one group op per transfer end.
-constexpr plan_shape capacity_of(const program& prog) {
+/// Capacities from a program's extent. Exact for the program; for the lowered program: one
+/// compute op per action, a send and a recv per transfer (two per crossing edge and
+/// microbatch), and at most one group op per transfer end.
+constexpr plan_shape capacity_of(const program_extent& e) {
   plan_shape z;
-  z.ranks = prog.ranks > 0 ? prog.ranks : 0;
-  z.stages = prog.stages > 0 ? prog.stages : 0;
-  z.microbatches = prog.microbatches > 0 ? prog.microbatches : 0;
-  z.actions = static_cast<int>(prog.actions.size());
-  int crossing = 0;
-  for (int s = 0; s + 1 < z.stages && s + 1 < static_cast<int>(prog.stage_rank.size()); ++s) {
-    const int a = prog.stage_rank[static_cast<std::size_t>(s)], b = prog.stage_rank[static_cast<std::size_t>(s + 1)];
-    crossing += (a != b || a < 0) ? 1 : 0;
-  }
-  const int transfers = 2 * crossing * z.microbatches;
+  z.ranks = e.ranks > 0 ? e.ranks : 0;
+  z.stages = e.stages > 0 ? e.stages : 0;
+  z.microbatches = e.microbatches > 0 ? e.microbatches : 0;
+  z.actions = e.actions;
+  const int transfers = 2 * e.crossing_edges * z.microbatches;
   z.ops = z.actions + 2 * transfers + 2 * transfers;
-  z.comms = crossing;
+  z.comms = e.crossing_edges;
   return z;
+}
+
+/// The extent of a generated program (when the schedule type does not say).
+constexpr program_extent extent_of(const program& prog) {
+  program_extent e{prog.ranks, prog.stages, prog.microbatches, static_cast<int>(prog.actions.size()), 0};
+  for (int s = 0; s + 1 < prog.stages && s + 1 < static_cast<int>(prog.stage_rank.size()); ++s) {
+    const int a = prog.stage_rank[static_cast<std::size_t>(s)], b = prog.stage_rank[static_cast<std::size_t>(s + 1)];
+    e.crossing_edges += (a != b || a < 0) ? 1 : 0;
+  }
+  return e;
+}
+
+template <class Schedule>
+constexpr program_extent extent_of() {
+  if constexpr (requires { { Schedule::extent() } -> std::same_as<program_extent>; })
+    return Schedule::extent();
+  else
+    return extent_of(Schedule::generate());
 }
 
 template <plan_shape Cap, class F>
@@ -191,7 +204,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
 
 template <class Schedule, plan_options Options>
 struct planner {
-  static constexpr plan_shape cap = capacity_of(Schedule::generate());
+  static constexpr plan_shape cap = capacity_of(extent_of<Schedule>());
   // The one run of generate → verify → lower → verify.
   static constexpr static_plan<cap> value = build_static<cap>([] { return Schedule::generate(); }, Options);
 };

@@ -65,6 +65,23 @@ struct program {
   }
 };
 
+/// The sizes of a program, known without building it. A schedule type may provide
+/// `static constexpr program_extent extent()`; make_plan then sizes its tables from it instead of
+/// generating the program twice (generation is a noticeable share of the compile time).
+struct program_extent {
+  int ranks = 0;
+  int stages = 0;
+  int microbatches = 0;
+  int actions = 0;         // exactly the number of actions generate() returns
+  int crossing_edges = 0;  // an upper bound on the stage edges s → s+1 whose stages are on two ranks
+};
+
+/// The extent of a schedule on the looped placement (v chunks per rank) with one F and one B per
+/// stage and microbatch.
+constexpr program_extent looped_extent(int p, int m, int v) {
+  return {p, p * v, m, 2 * p * v * m, p > 1 ? p * v - 1 : 0};
+}
+
 /// Builds a program rank by rank. Usable in a constexpr function:
 ///
 ///   constexpr pipetype::program two_rank() {

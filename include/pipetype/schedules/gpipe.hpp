@@ -29,6 +29,7 @@ constexpr program make_gpipe(int p, int m) {
 template <class Ranks, class Microbatches>
 struct gpipe {
   static constexpr program generate() { return make_gpipe(Ranks::value, Microbatches::value); }
+  static constexpr program_extent extent() { return looped_extent(Ranks::value, Microbatches::value, 1); }
 };
 
 }  // namespace pipetype

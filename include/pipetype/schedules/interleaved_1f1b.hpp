@@ -75,6 +75,7 @@ struct interleaved_1f1b {
   static constexpr program generate() {
     return make_interleaved_1f1b(Ranks::value, Microbatches::value, Chunks::value);
   }
+  static constexpr program_extent extent() { return looped_extent(Ranks::value, Microbatches::value, Chunks::value); }
 };
 
 }  // namespace pipetype

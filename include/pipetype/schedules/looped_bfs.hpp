@@ -35,6 +35,7 @@ constexpr program make_looped_bfs(int p, int m, int v) {
 template <class Ranks, class Microbatches, class Chunks = chunks<2>>
 struct looped_bfs {
   static constexpr program generate() { return make_looped_bfs(Ranks::value, Microbatches::value, Chunks::value); }
+  static constexpr program_extent extent() { return looped_extent(Ranks::value, Microbatches::value, Chunks::value); }
 };
 
 }  // namespace pipetype

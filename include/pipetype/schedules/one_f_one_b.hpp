@@ -36,6 +36,7 @@ constexpr program make_one_f_one_b(int p, int m) {
 template <class Ranks, class Microbatches>
 struct one_f_one_b {
   static constexpr program generate() { return make_one_f_one_b(Ranks::value, Microbatches::value); }
+  static constexpr program_extent extent() { return looped_extent(Ranks::value, Microbatches::value, 1); }
 };
 
 }  // namespace pipetype
