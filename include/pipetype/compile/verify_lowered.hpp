@@ -72,6 +72,7 @@ constexpr verdict verify_lowered(lowered_view L) {
   detail::scratch<int> last_record_v(events + 1, -1);
   int* last_record = last_record_v.data();
   detail::scratch<int> use_v(8 * slots + 8, -1);
+  constexpr const char* race = "a buffer is used before the other stream's use of it is waited for";
   int* use = use_v.data();
   for (int r = 0; r < P; ++r) {
     for (int e = 0; e < events; ++e) last_record[e] = -1;
@@ -112,27 +113,38 @@ constexpr verdict verify_lowered(lowered_view L) {
         const int covered = ops[rec].code == op_code::group ? group_end_of[rec] : rec;  // a group records when it ends
         if (static_cast<int>(ops[rec].stream) != s && covered > known[s]) known[s] = covered;
       }
-      // buffers: up to three (pool, slot, write) touches
-      int tp[3] = {0, 0, 0}, ts[3] = {-1, -1, -1};
-      bool tw[3] = {false, false, false};
-      int done_at = i;
+      // buffers: each slot this op reads or writes must not still be in use by the other stream
+      // (a read needs the other stream's last write waited for; a write also its last read).
+      // Written out per op kind: a loop or a call costs more than these comparisons.
       if (o.code == op_code::send || o.code == op_code::recv) {
-        tp[0] = o.what == kind::F ? 0 : 1, ts[0] = o.slot, tw[0] = o.code == op_code::recv;
-        done_at = group_end_of[i];
+        if (o.slot >= 0) {
+          const int pool = o.what == kind::F ? 0 : 1;
+          if (o.slot >= nslots[pool]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          int* u = use + 4 * (pool * slots + o.slot);
+          const bool write = o.code == op_code::recv;
+          if (u[other] > known[s] || (write && u[2 + other] > known[s])) return at_op(errc::event_misuse, r, o, local, race);
+          u[(write ? 0 : 2) + s] = group_end_of[i];
+        }
       } else if (o.code == op_code::compute) {
-        tp[0] = 0, ts[0] = o.slot;
-        tp[1] = 1, ts[1] = o.grad_slot;
-        tp[2] = o.what == kind::F ? 0 : 1, ts[2] = o.out_slot, tw[2] = true;
-      }
-      for (int t = 0; t < 3; ++t) {
-        if (ts[t] < 0) continue;
-        if (ts[t] >= nslots[tp[t]])
-          return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
-        int* u = use + 4 * (tp[t] * slots + ts[t]);
-        if (u[other] > known[s] || (tw[t] && u[2 + other] > known[s]))
-          return at_op(errc::event_misuse, r, o, local,
-                       "a buffer is used before the other stream's use of it is waited for");
-        u[(tw[t] ? 0 : 2) + s] = done_at;
+        if (o.slot >= 0) {
+          if (o.slot >= nslots[0]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          int* u = use + 4 * o.slot;
+          if (u[other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
+          u[2 + s] = i;
+        }
+        if (o.grad_slot >= 0) {
+          if (o.grad_slot >= nslots[1]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          int* u = use + 4 * (slots + o.grad_slot);
+          if (u[other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
+          u[2 + s] = i;
+        }
+        if (o.out_slot >= 0) {
+          const int pool = o.what == kind::F ? 0 : 1;
+          if (o.out_slot >= nslots[pool]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          int* u = use + 4 * (pool * slots + o.out_slot);
+          if (u[other] > known[s] || u[2 + other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
+          u[s] = i;
+        }
       }
       if (o.record_event >= 0) {
         if (o.record_event >= res[r].events)
