@@ -72,6 +72,17 @@ constexpr verdict verify_lowered(lowered_view L) {
   detail::scratch<int> last_record_v(events + 1, -1);
   int* last_record = last_record_v.data();
   detail::scratch<int> use_v(8 * slots + 8, -1);
+  // transfers in issue order with their channel: 2c carries rank_a → rank_b, 2c+1 back
+  const int channels = 2 * C;
+  detail::scratch<int> tv(2 * N + 2, detail::unset);
+  int* t_op = tv.data();
+  int* t_ch = t_op + N + 1;
+  int nt = 0;
+  detail::scratch<int> cv(4 * (channels + 1), 0);
+  int* send_begin = cv.data();  // [channels + 1] counts, then prefix sums; then fill cursors
+  int* recv_begin = send_begin + (channels + 1);
+  int* send_fill = recv_begin + (channels + 1);
+  int* recv_fill = send_fill + (channels + 1);
   constexpr const char* race = "a buffer is used before the other stream's use of it is waited for";
   int* use = use_v.data();
   for (int r = 0; r < P; ++r) {
@@ -99,6 +110,12 @@ constexpr verdict verify_lowered(lowered_view L) {
         const comm_desc& cm = comms[o.comm];
         if (!((cm.rank_a == r && cm.rank_b == o.peer) || (cm.rank_b == r && cm.rank_a == o.peer)))
           return at_op(errc::transfer_mismatch, r, o, local, "rank or peer is not a member of the communicator");
+        const bool sending = o.code == op_code::send;
+        const int chn = 2 * o.comm + (cm.rank_a == (sending ? r : o.peer) ? 0 : 1);
+        t_op[nt] = i;
+        t_ch[nt] = chn;
+        ++nt;
+        ++(sending ? send_begin : recv_begin)[chn + 1];
       }
       // events
       const int s = static_cast<int>(o.stream), other = 1 - s;
@@ -154,39 +171,24 @@ constexpr verdict verify_lowered(lowered_view L) {
     }
   }
 
-  // 2. FIFO matching per (communicator, direction): channel 2c carries rank_a → rank_b, 2c+1 back.
-  //    Sends and recvs of each channel are listed in issue order; the k-th of each must match.
-  detail::scratch<int> partner_v(N + 1, -1);
+  // 2. FIFO matching per (communicator, direction): the sends and recvs of each channel in issue
+  //    order; the k-th of each must carry the same data.
+  detail::scratch<int> partner_v(N + 1, detail::unset);
   int* partner = partner_v.data();
   {
-    const int channels = 2 * C;
-    detail::scratch<int> cv(4 * (channels + 1) + 2 * N + 2, 0);
-    int* send_begin = cv.data();  // [channels + 1] prefix counts, then fill cursors
-    int* recv_begin = send_begin + (channels + 1);
-    int* send_fill = recv_begin + (channels + 1);
-    int* recv_fill = send_fill + (channels + 1);
-    int* send_list = recv_fill + (channels + 1);
-    int* recv_list = send_list + N + 1;
-    detail::scratch<int> ch_v(N + 1, -1);
-    int* ch = ch_v.data();
-    for (int i = 0; i < N; ++i) {
-      const lowered_op& o = ops[i];
-      if (o.code != op_code::send && o.code != op_code::recv) continue;
-      const int src = o.code == op_code::send ? rank_of[i] : o.peer;
-      ch[i] = 2 * o.comm + (comms[o.comm].rank_a == src ? 0 : 1);
-      ++(o.code == op_code::send ? send_begin : recv_begin)[ch[i] + 1];
-    }
+    detail::scratch<int> lists(2 * nt + 2, detail::unset);
+    int* send_list = lists.data();
+    int* recv_list = send_list + nt + 1;
     for (int c = 0; c < channels; ++c) {
       send_begin[c + 1] += send_begin[c];
       recv_begin[c + 1] += recv_begin[c];
     }
     for (int c = 0; c < channels; ++c) send_fill[c] = send_begin[c], recv_fill[c] = recv_begin[c];
-    for (int i = 0; i < N; ++i) {
-      if (ch[i] < 0) continue;
-      if (ops[i].code == op_code::send)
-        send_list[send_fill[ch[i]]++] = i;
+    for (int k = 0; k < nt; ++k) {
+      if (ops[t_op[k]].code == op_code::send)
+        send_list[send_fill[t_ch[k]]++] = t_op[k];
       else
-        recv_list[recv_fill[ch[i]]++] = i;
+        recv_list[recv_fill[t_ch[k]]++] = t_op[k];
     }
     for (int c = 0; c < channels; ++c) {
       const int ns = send_begin[c + 1] - send_begin[c], nr = recv_begin[c + 1] - recv_begin[c];
