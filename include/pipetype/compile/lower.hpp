@@ -255,12 +255,28 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   for (int e = 0; e < 2 * nx; ++e) ++rank_end_begin[end_rank[e] + 1];
   for (int r = 0; r < P; ++r) rank_end_begin[r + 1] += rank_end_begin[r];
 
+  // per end, in rank-then-tick order: its transfer, whether it sends, its tick and its slot
+  detail::scratch<int> ev_v(4 * nx + 4, detail::unset);
+  int* e_x = ev_v.data();
+  int* e_tick = e_x + 2 * nx + 1;
+  detail::scratch<int> es_v(2 * nx + 2, detail::unset);
+  int* e_slot = es_v.data();
+  detail::scratch<char> esend_v(2 * nx + 2, detail::unset);
+  char* e_send = esend_v.data();
+  for (int e = 0; e < 2 * nx; ++e) {
+    const int en = end_of[by_rank[e]];
+    const int x = en / 2;
+    e_x[e] = x;
+    e_send[e] = (en & 1) == 0 ? 1 : 0;
+    e_tick[e] = x_tick[x];
+    e_slot[e] = slot_of[x_pool[x] * (2 * n + 2) + ((en & 1) == 0 ? x_sid[x] : x_did[x])];
+  }
   // the op count: computes, a send and a recv per transfer, and one group op per (rank, tick)
   // with transfers
   int nops = N + 2 * nx;
   for (int r = 0; r < P; ++r)
     for (int e = rank_end_begin[r]; e < rank_end_begin[r + 1]; ++e)
-      if (e == rank_end_begin[r] || x_tick[end_of[by_rank[e]] / 2] != x_tick[end_of[by_rank[e - 1]] / 2]) ++nops;
+      if (e == rank_end_begin[r] || e_tick[e] != e_tick[e - 1]) ++nops;
   lowered_op* const ops_out = storage(nops);
   if (ops_out == nullptr) return out;
   int nout = 0;
@@ -296,11 +312,11 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
     const int eend = rank_end_begin[r + 1];
     int k = beg[r];
     while (e < eend || k < beg[r + 1]) {
-      const int tx = e < eend ? x_tick[end_of[by_rank[e]] / 2] : detail::never;
+      const int tx = e < eend ? e_tick[e] : detail::never;
       const int tc = k < beg[r + 1] ? tick[k] : detail::never;
       if (tx <= tc) {
         step_ref[ns] = e;
-        while (e < eend && x_tick[end_of[by_rank[e]] / 2] == tx) ++e;
+        while (e < eend && e_tick[e] == tx) ++e;
         step_end[ns] = e;
         rr.transfers += e - step_ref[ns];
         ++rr.groups;
@@ -326,11 +342,8 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
       int req = -1;
       if (group) {
         for (int g = step_ref[i]; g < step_end[i]; ++g) {
-          const int en = end_of[by_rank[g]];
-          const int x = en / 2;
-          const bool sending = (en & 1) == 0;
-          const int sl = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
-          int* u = use + (x_pool[x] == 0 ? 0 : grad_base) + 4 * sl;
+          const bool sending = e_send[g] != 0;
+          int* u = use + (x_pool[e_x[g]] == 0 ? 0 : grad_base) + 4 * e_slot[g];
           if (u[other] > req) req = u[other];
           if (!sending && u[2 + other] > req) req = u[2 + other];
           u[(sending ? 2 : 0) + sw] = i;
@@ -371,7 +384,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
     cop.stream = stream_id::compute;
     for (int i = 0; i < ns; ++i) {
       const bool group = step_end[i] >= 0;
-      const int t = group ? x_tick[end_of[by_rank[step_ref[i]]] / 2] : tick[step_ref[i]];
+      const int t = group ? e_tick[step_ref[i]] : tick[step_ref[i]];
       int wait_ev = -1, record_ev = -1;
       if (wait_for[i] >= 0) {
         wait_ev = event_of[wait_for[i]];
@@ -392,16 +405,15 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
         ops_out[nout++] = gop;
         xop.tick = t;
         for (int g = step_ref[i]; g < step_end[i]; ++g) {
-          const int en = end_of[by_rank[g]];
-          const int x = en / 2;
-          const bool sending = (en & 1) == 0;
+          const int x = e_x[g];
+          const bool sending = e_send[g] != 0;
           xop.code = sending ? op_code::send : op_code::recv;
           xop.what = x_pool[x] == 0 ? kind::F : kind::B;
           xop.stage = x_stage[x];
           xop.microbatch = x_mb[x];
           xop.peer = sending ? x_dst[x] : x_src[x];
           xop.comm = edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1];
-          xop.slot = slot_of[x_pool[x] * (2 * n + 2) + (sending ? x_sid[x] : x_did[x])];
+          xop.slot = e_slot[g];
           ops_out[nout++] = xop;
         }
       } else {
