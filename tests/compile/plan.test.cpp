@@ -67,5 +67,6 @@ TEST_CASE("plan: built-in schedules state their extent exactly, so make_plan nee
           CHECK(same(pt::detail::extent_of(pt::make_interleaved_1f1b(p, m, v)), pt::looped_extent(p, m, v)));
         CHECK(same(pt::detail::extent_of(pt::make_looped_bfs(p, m, v)), pt::looped_extent(p, m, v)));
       }
-  static_assert(std::is_same_v<decltype(pt::one_f_one_b<pt::ranks<2>, pt::microbatches<2>>::extent()), pt::program_extent>);
+  static_assert(
+      std::is_same_v<decltype(pt::one_f_one_b<pt::ranks<2>, pt::microbatches<2>>::extent()), pt::program_extent>);
 }

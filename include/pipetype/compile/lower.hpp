@@ -442,8 +442,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
 }  // namespace detail
 
 /// Lowers a verified program. `tick` is check_program's lock-step tick per action.
-constexpr lowered_program lower(program_view p, std::span<const int> tick,
-                                comm_policy policy = comm_policy::per_edge) {
+constexpr lowered_program lower(program_view p, std::span<const int> tick, comm_policy policy = comm_policy::per_edge) {
   lowered_program out;
   lowered_program l = detail::lower_with(p, tick, policy, [&](int count) {
     out.ops.resize(static_cast<std::size_t>(count));

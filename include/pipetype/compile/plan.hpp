@@ -142,7 +142,9 @@ constexpr program_extent extent_of(const program& prog) {
 
 template <class Schedule>
 constexpr program_extent extent_of() {
-  if constexpr (requires { { Schedule::extent() } -> std::same_as<program_extent>; })
+  if constexpr (requires {
+                  { Schedule::extent() } -> std::same_as<program_extent>;
+                })
     return Schedule::extent();
   else
     return extent_of(Schedule::generate());

@@ -12,9 +12,11 @@
 //   • both ends of a communicator must be its members.
 // It also checks that every buffer shared by the two streams of a rank is ordered by events
 // (no op reads or overwrites a slot that the other stream may still be using).
-// If the run stalls, some ops wait on each other in a cycle: `nccl_deadlock` at the first
-// stalled op. Any plan this library lowers passes (lower.hpp argues why); the check is the
-// proof on the exact ops the executors issue, and it rejects hand-made programs that would hang.
+// Completion is proved the fast way when the ops carry a consistent tick certificate (the
+// lowering's lock-step ticks; see step 5), otherwise by simulating the lanes. If the simulation
+// stalls, some ops wait on each other in a cycle: `nccl_deadlock` at the first stalled op. Any plan this library lowers
+// passes (lower.hpp argues why); the check is the proof on the exact ops the executors issue, and it rejects hand-made
+// programs that would hang.
 #pragma once
 
 #include <cstddef>
@@ -72,6 +74,7 @@ constexpr verdict verify_lowered(lowered_view L) {
   detail::scratch<int> last_record_v(events + 1, -1);
   int* last_record = last_record_v.data();
   detail::scratch<int> use_v(8 * slots + 8, -1);
+  bool certified = true;  // see step 5
   // transfers in issue order with their channel: 2c carries rank_a → rank_b, 2c+1 back
   const int channels = 2 * C;
   detail::scratch<int> tv(2 * N + 2, detail::unset);
@@ -90,10 +93,20 @@ constexpr verdict verify_lowered(lowered_view L) {
     for (int u = 0; u < 8 * slots; ++u) use[u] = -1;
     const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
     int known[stream_count] = {-1, -1};
+    int prev_phase = -2147483647 - 1, last_group_tick = -2147483647 - 1;
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
       const int local = i - beg[r];
       rank_of[i] = r;
+      // the tick certificate (step 5): phases 2·tick (groups, transfers) and 2·tick + 1 (computes)
+      // never decrease along the rank, and a rank has at most one group per tick
+      const int phase = o.code == op_code::compute ? 2 * o.tick + 1 : 2 * o.tick;
+      if (phase < prev_phase) certified = false;
+      prev_phase = phase;
+      if (o.code == op_code::group) {
+        if (o.tick == last_group_tick) certified = false;
+        last_group_tick = o.tick;
+      }
       // structure: a group op and the transfers that directly follow it are one NCCL group
       if (o.code == op_code::group) {
         if (o.stream != stream_id::comm)
@@ -104,7 +117,10 @@ constexpr verdict verify_lowered(lowered_view L) {
       } else if (o.code == op_code::send || o.code == op_code::recv) {
         if (o.stream != stream_id::comm)
           return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
-        if (group_of[i] < 0) group_of[i] = i, group_end_of[i] = i;  // an ungrouped transfer is a group of one
+        if (group_of[i] < 0) {  // an ungrouped transfer is a group of one
+          group_of[i] = i, group_end_of[i] = i;
+          certified = false;
+        }
         if (o.comm < 0 || o.comm >= C)
           return at_op(errc::transfer_mismatch, r, o, local, "communicator id out of range");
         const comm_desc& cm = comms[o.comm];
@@ -121,6 +137,10 @@ constexpr verdict verify_lowered(lowered_view L) {
       const int s = static_cast<int>(o.stream), other = 1 - s;
       if ((o.code == op_code::send || o.code == op_code::recv) && (o.wait_event >= 0 || o.record_event >= 0))
         return at_op(errc::event_misuse, r, o, local, "events ride on compute and group ops, not on transfers");
+      if (o.wait_event >= 0 && last_record[o.wait_event] >= 0) {
+        const lowered_op& ro = ops[last_record[o.wait_event]];
+        if ((ro.code == op_code::compute ? 2 * ro.tick + 1 : 2 * ro.tick) >= phase) certified = false;
+      }
       if (o.wait_event >= 0) {
         if (o.wait_event >= res[r].events)
           return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
@@ -136,28 +156,33 @@ constexpr verdict verify_lowered(lowered_view L) {
       if (o.code == op_code::send || o.code == op_code::recv) {
         if (o.slot >= 0) {
           const int pool = o.what == kind::F ? 0 : 1;
-          if (o.slot >= nslots[pool]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          if (o.slot >= nslots[pool])
+            return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
           int* u = use + 4 * (pool * slots + o.slot);
           const bool write = o.code == op_code::recv;
-          if (u[other] > known[s] || (write && u[2 + other] > known[s])) return at_op(errc::event_misuse, r, o, local, race);
+          if (u[other] > known[s] || (write && u[2 + other] > known[s]))
+            return at_op(errc::event_misuse, r, o, local, race);
           u[(write ? 0 : 2) + s] = group_end_of[i];
         }
       } else if (o.code == op_code::compute) {
         if (o.slot >= 0) {
-          if (o.slot >= nslots[0]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          if (o.slot >= nslots[0])
+            return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
           int* u = use + 4 * o.slot;
           if (u[other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
           u[2 + s] = i;
         }
         if (o.grad_slot >= 0) {
-          if (o.grad_slot >= nslots[1]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          if (o.grad_slot >= nslots[1])
+            return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
           int* u = use + 4 * (slots + o.grad_slot);
           if (u[other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
           u[2 + s] = i;
         }
         if (o.out_slot >= 0) {
           const int pool = o.what == kind::F ? 0 : 1;
-          if (o.out_slot >= nslots[pool]) return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          if (o.out_slot >= nslots[pool])
+            return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
           int* u = use + 4 * (pool * slots + o.out_slot);
           if (u[other] > known[s] || u[2 + other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
           u[s] = i;
@@ -200,6 +225,7 @@ constexpr verdict verify_lowered(lowered_view L) {
         if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch)
           return at_op(errc::transfer_mismatch, rank_of[ri], b, ri - beg[rank_of[ri]],
                        "the recv matches (FIFO per communicator and peer) a send of other data");
+        if (a.tick != b.tick) certified = false;
         partner[si] = ri;
         partner[ri] = si;
       }
@@ -211,7 +237,16 @@ constexpr verdict verify_lowered(lowered_view L) {
     }
   }
 
-  // 5. progress: run every (rank, stream) lane as far as it can until all finish or none moves.
+  // 5. progress. The fast proof: the ops carry a tick certificate (the lowering's lock-step ticks)
+  //    and the checks above found it consistent — along each rank phases 2·tick (a group and its
+  //    transfers) then 2·tick + 1 (computes) never decrease, a rank has one group per tick, both
+  //    ends of every transfer have the same tick, and every wait refers to an op of an earlier
+  //    phase. Then, by induction over phases, every group of tick t is reached once phases below
+  //    2t are done (its lane predecessor and wait source are earlier), so all groups of tick t
+  //    (partners included) complete, then the computes of tick t: the program completes. Any
+  //    program without a valid certificate (hand-made ones) gets the simulation below.
+  if (certified) return {};
+  //    The simulation: run every (rank, stream) lane as far as it can until all finish or none moves.
   //    A group completes once every partner's group has been reached (grouped ops progress
   //    together; a rendezvous needs both ends posted).
   const int lanes = P * stream_count;
