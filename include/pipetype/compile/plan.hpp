@@ -156,13 +156,21 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   // of ops and no copy: the cheapest form for the constant evaluator).
   static_plan<Cap> s;
   const program prog = make_program();
-  const program_facts facts = check_program(prog.view(), {opt.mem_limit, opt.memory});
+  const bool fits = static_cast<int>(prog.actions.size()) <= Cap.actions && prog.ranks <= Cap.ranks;
+  const detail::check_result facts =
+      fits ? detail::check_into(prog.view(), {opt.mem_limit, opt.memory}, s.tick.data(), s.peak_units.data())
+           : detail::check_result{check_program(prog.view(), {opt.mem_limit, opt.memory}).result, 0};
   verdict v = facts.result;
+  if (v.ok() && !fits) {  // a schedule whose extent() undercounts what generate() returns
+    v.code = errc::index_out_of_range;
+    v.detail = "the schedule's extent() is smaller than the program it generates";
+  }
   lowered_program lowered;
   if (v.ok()) {
-    lowered = detail::lower_with(prog.view(), facts.tick, opt.comms, [&](int count) {
-      return count <= Cap.ops ? s.op_table.data() : nullptr;  // capacity_of bounds count
-    });
+    lowered = detail::lower_with(prog.view(), std::span<const int>(s.tick).first(prog.actions.size()), opt.comms,
+                                 [&](int count) {
+                                   return count <= Cap.ops ? s.op_table.data() : nullptr;  // capacity_of bounds count
+                                 });
     const int count = lowered.begin.empty() ? 0 : lowered.begin.back();
     v = verify_lowered({lowered.ranks, lowered.policy, lowered.begin,
                         std::span<const lowered_op>(s.op_table).first(static_cast<std::size_t>(count)), lowered.comms,
@@ -196,8 +204,6 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   copy(prog.stage_rank, s.stage_rank);
   copy(prog.begin, s.action_begin);
   copy(prog.actions, s.actions);
-  copy(facts.tick, s.tick);
-  copy(facts.peak_units, s.peak_units);
   copy(lowered.begin, s.op_begin);
   copy(lowered.comms, s.comm_table);
   copy(lowered.resources, s.resources);

@@ -90,11 +90,20 @@ constexpr std::size_t key(int stage, int mb, int m) {
 
 }  // namespace detail
 
-constexpr program_facts check_program(program_view p, const check_options& opt = {}) {
+namespace detail {
+
+struct check_result {
+  verdict result;
+  int ticks = 0;
+};
+
+/// check_program writing the ticks (one per action) and peaks (one per rank) to caller storage:
+/// make_plan passes its plan's tables, avoiding std::vector growth in the constant evaluation.
+constexpr check_result check_into(program_view p, const check_options& opt, int* tick, int* peak_units) {
   // Written as flat loops over raw pointers: this runs inside make_plan's constant evaluation,
   // where every function call costs far more than the arithmetic around it.
   using detail::at;
-  program_facts out;
+  check_result out;
   auto fail = [&](verdict v) {
     out.result = v;
     return out;
@@ -194,8 +203,7 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
     }
 
   // 6. lock-step run. done[0·n + q]: tick of F(q); done[1·n + q]: of B/I(q); done[2·n + q]: of I(q)
-  out.tick.assign(static_cast<std::size_t>(N), -1);
-  int* tick = out.tick.data();
+  for (int k = 0; k < N; ++k) tick[k] = -1;
   detail::scratch<int> done_v(3 * n, detail::never);
   int* fdone = done_v.data();
   int* gdone = fdone + n;
@@ -247,7 +255,6 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
   }
 
   // 7. memory
-  out.peak_units.assign(static_cast<std::size_t>(P), 0);
   const int delta[kind_count] = {opt.memory.f, opt.memory.b, opt.memory.i, opt.memory.w};
   const int limit = opt.mem_limit > 0 ? opt.mem_limit * opt.memory.unit : detail::never;
   for (int r = 0; r < P; ++r) {
@@ -260,8 +267,20 @@ constexpr program_facts check_program(program_view p, const check_options& opt =
           return fail(at(errc::memory_limit_exceeded, r, A[k], k - beg[r], "activations above the limit"));
       }
     }
-    out.peak_units[static_cast<std::size_t>(r)] = peak;
+    peak_units[r] = peak;
   }
+  return out;
+}
+
+}  // namespace detail
+
+constexpr program_facts check_program(program_view p, const check_options& opt = {}) {
+  program_facts out;
+  out.tick.assign(p.actions.size(), -1);
+  out.peak_units.assign(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), 0);
+  const detail::check_result r = detail::check_into(p, opt, out.tick.data(), out.peak_units.data());
+  out.result = r.result;
+  out.ticks = r.ticks;
   return out;
 }
 

@@ -66,11 +66,11 @@ constexpr verdict verify_lowered(lowered_view L) {
     slots = sl > slots ? sl : slots;
     events = res[r].events > events ? res[r].events : events;
   }
-  detail::scratch<int> iv(4 * N + 1, -1);
-  int* rank_of = iv.data();
-  int* group_of = rank_of + N;
-  int* group_end_of = rank_of + 2 * N;
-  int* waits_on = rank_of + 3 * N;
+  detail::scratch<int> iv(2 * N + 1, -1), iv_unset(2 * N + 1, detail::unset);
+  int* group_of = iv.data();        // -1: not in a group (yet)
+  int* waits_on = group_of + N;     // -1: no wait
+  int* rank_of = iv_unset.data();   // written for every op
+  int* group_end_of = rank_of + N;  // written wherever group_of is
   detail::scratch<int> last_record_v(events + 1, -1);
   int* last_record = last_record_v.data();
   detail::scratch<int> use_v(8 * slots + 8, -1);
