@@ -100,7 +100,36 @@ class program_builder {
         stages_(stages),
         microbatches_(microbatches),
         stage_rank_(static_cast<std::size_t>(stages > 0 ? stages : 0), -1),
-        lists_(static_cast<std::size_t>(ranks > 0 ? ranks : 0)) {}
+        count_(static_cast<std::size_t>(ranks > 0 ? ranks : 0), 0) {}
+  constexpr program_builder(const program_builder& o)
+      : ranks_(o.ranks_),
+        stages_(o.stages_),
+        microbatches_(o.microbatches_),
+        current_(o.current_),
+        invalid_rank_(o.invalid_rank_),
+        stage_rank_(o.stage_rank_),
+        count_(o.count_) {
+    reserve(o.size_);
+    for (int i = 0; i < o.size_; ++i) buf_[i] = o.buf_[i];
+    size_ = o.size_;
+  }
+  constexpr program_builder(program_builder&& o) noexcept
+      : ranks_(o.ranks_),
+        stages_(o.stages_),
+        microbatches_(o.microbatches_),
+        current_(o.current_),
+        invalid_rank_(o.invalid_rank_),
+        stage_rank_(std::move(o.stage_rank_)),
+        count_(std::move(o.count_)),
+        buf_(o.buf_),
+        size_(o.size_),
+        cap_(o.cap_) {
+    o.buf_ = nullptr;
+    o.size_ = o.cap_ = 0;
+  }
+  program_builder& operator=(const program_builder&) = delete;
+  program_builder& operator=(program_builder&&) = delete;
+  constexpr ~program_builder() { delete[] buf_; }
 
   /// Selects the rank that `add` appends to.
   constexpr program_builder& rank(int r) {
@@ -108,10 +137,15 @@ class program_builder {
     return *this;
   }
   constexpr program_builder& add(action a) {
-    if (current_ >= 0 && current_ < ranks_)
-      lists_[static_cast<std::size_t>(current_)].push_back(a);
-    else if (invalid_rank_ == no_rank)
+    if (current_ >= 0 && current_ < ranks_) {
+      if (size_ == cap_) reserve(cap_ < 16 ? 16 : 2 * cap_);
+      buf_[size_].a = a;
+      buf_[size_].rank = current_;
+      ++size_;
+      ++count_.data()[current_];
+    } else if (invalid_rank_ == no_rank) {
       invalid_rank_ = current_ == no_rank ? -1 : current_;
+    }
     return *this;
   }
   /// Appends an overlapped pair (DualPipe's F&B): both start together on this rank.
@@ -130,7 +164,7 @@ class program_builder {
     return *this;
   }
   /// Number of actions added to rank r so far.
-  constexpr int size(int r) const { return static_cast<int>(lists_[static_cast<std::size_t>(r)].size()); }
+  constexpr int size(int r) const { return count_[static_cast<std::size_t>(r)]; }
 
   constexpr program build(const char* name = "custom") && {
     program p;
@@ -138,17 +172,25 @@ class program_builder {
     p.ranks = ranks_;
     p.stages = stages_;
     p.microbatches = microbatches_;
-    p.begin.push_back(0);
-    std::size_t total = 0;
-    for (const auto& l : lists_) total += l.size();
-    p.actions.reserve(total);
-    for (int r = 0; r < ranks_; ++r) {
-      for (const action& a : lists_[static_cast<std::size_t>(r)]) {
-        p.actions.push_back(a);
-        if (a.stage >= 0 && a.stage < stages_ && stage_rank_[static_cast<std::size_t>(a.stage)] < 0)
-          stage_rank_[static_cast<std::size_t>(a.stage)] = r;
+    p.begin.assign(static_cast<std::size_t>(ranks_ > 0 ? ranks_ + 1 : 1), 0);
+    int* begin = p.begin.data();
+    const int* count = count_.data();
+    for (int r = 0; r < ranks_; ++r) begin[r + 1] = begin[r] + count[r];
+    // rank-major, keeping each rank's order (a stable placement by rank)
+    p.actions.resize(static_cast<std::size_t>(size_));
+    action* out = p.actions.data();
+    std::vector<int> next(p.begin.begin(), p.begin.end());
+    int* cursor = next.data();
+    for (int i = 0; i < size_; ++i) out[cursor[buf_[i].rank]++] = buf_[i].a;
+    // stages not pinned go to the rank whose list names them first
+    int* placed = stage_rank_.data();
+    for (int k = 0; k < size_; ++k) {
+      const int st = out[k].stage;
+      if (st >= 0 && st < stages_ && placed[st] < 0) {
+        int r = 0;
+        while (begin[r + 1] <= k) ++r;
+        placed[st] = r;
       }
-      p.begin.push_back(static_cast<int>(p.actions.size()));
     }
     p.stage_rank = std::move(stage_rank_);
     p.invalid_rank = invalid_rank_;
@@ -156,13 +198,29 @@ class program_builder {
   }
 
  private:
+  struct entry {
+    action a;
+    int rank;
+  };
+  constexpr void reserve(int cap) {
+    if (cap <= cap_) return;
+    entry* grown = new entry[static_cast<std::size_t>(cap)];
+    for (int i = 0; i < size_; ++i) grown[i] = buf_[i];
+    delete[] buf_;
+    buf_ = grown;
+    cap_ = cap;
+  }
+
   int ranks_;
   int stages_;
   int microbatches_;
   int current_ = no_rank;
   int invalid_rank_ = no_rank;
   std::vector<int> stage_rank_;
-  std::vector<std::vector<action>> lists_;
+  std::vector<int> count_;  // actions per rank
+  entry* buf_ = nullptr;    // actions in the order added, with their rank
+  int size_ = 0;
+  int cap_ = 0;
 };
 
 }  // namespace pipetype
