@@ -137,16 +137,14 @@ constexpr verdict verify_lowered(lowered_view L) {
       const int s = static_cast<int>(o.stream), other = 1 - s;
       if ((o.code == op_code::send || o.code == op_code::recv) && (o.wait_event >= 0 || o.record_event >= 0))
         return at_op(errc::event_misuse, r, o, local, "events ride on compute and group ops, not on transfers");
-      if (o.wait_event >= 0 && last_record[o.wait_event] >= 0) {
-        const lowered_op& ro = ops[last_record[o.wait_event]];
-        if ((ro.code == op_code::compute ? 2 * ro.tick + 1 : 2 * ro.tick) >= phase) certified = false;
-      }
       if (o.wait_event >= 0) {
         if (o.wait_event >= res[r].events)
           return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
         const int rec = last_record[o.wait_event];
         if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
         waits_on[i] = rec;
+        // the certificate: a wait refers to an op of an earlier phase
+        if ((ops[rec].code == op_code::compute ? 2 * ops[rec].tick + 1 : 2 * ops[rec].tick) >= phase) certified = false;
         const int covered = ops[rec].code == op_code::group ? group_end_of[rec] : rec;  // a group records when it ends
         if (static_cast<int>(ops[rec].stream) != s && covered > known[s]) known[s] = covered;
       }
