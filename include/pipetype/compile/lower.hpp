@@ -26,12 +26,12 @@
 //
 //   Streams and events. Compute runs on stream 0, groups on stream 1. Wherever an op touches a
 //   slot last touched by the other stream (data arriving, data leaving, a slot being reused), the
-//   lowering inserts a record after the earlier op and a wait before the later one, unless that
-//   stream has already waited past it. Events come from a per-rank pool; an event is reused once
-//   its wait has been issued (CUDA waits on the record state at the time of the wait call).
+//   earlier op gets a record_event and the later a wait_event, unless that stream has already
+//   waited past it. Events come from a per-rank pool; an event is reused once its wait has been
+//   issued (CUDA waits on the record state at the time of the wait call). Every op keeps its tick:
+//   the certificate verify_lowered checks to prove completion in one pass.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
