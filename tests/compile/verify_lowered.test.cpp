@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <initializer_list>
 
 namespace pt = pipetype;
 
@@ -23,6 +24,37 @@ std::size_t find_waiting(const pt::lowered_program& L, int rank) {
     if (L.ops[static_cast<std::size_t>(i)].wait_event >= 0) return static_cast<std::size_t>(i);
   FAIL("no op waits");
   return 0;
+}
+
+/// A two-rank neighbour exchange on one communicator: both ranks issue `seq` ({code, tick}) with
+/// the other rank as peer (microbatch 0, stage 0).
+struct step_spec {
+  pt::op_code code;
+  int tick;
+};
+pt::lowered_program exchange(std::initializer_list<step_spec> seq) {
+  pt::lowered_program L;
+  L.ranks = 2;
+  L.comms = {{0, 1, 0}};
+  L.resources.assign(2, pt::rank_resources{});
+  L.begin = {0};
+  for (int r = 0; r < 2; ++r) {
+    for (const step_spec& st : seq) {
+      pt::lowered_op o;
+      o.code = st.code;
+      o.stream = pt::stream_id::comm;
+      o.tick = st.tick;
+      if (st.code != pt::op_code::group) {
+        o.peer = 1 - r;
+        o.comm = 0;
+        o.stage = 0;
+        o.microbatch = 0;
+      }
+      L.ops.push_back(o);
+    }
+    L.begin.push_back(static_cast<int>(L.ops.size()));
+  }
+  return L;
 }
 }  // namespace
 
@@ -49,49 +81,15 @@ TEST_CASE("verify_lowered: a recv with no send") {
 TEST_CASE("verify_lowered: transfers in separate groups that wait on each other deadlock") {
   // rank 0 sends then receives in two groups; rank 1 does the same: with blocking rendezvous
   // both sit in their send group forever (the classic unordered neighbour exchange).
-  pt::lowered_program L;
-  L.ranks = 2;
-  L.comms = {{0, 1, 0}};
-  L.resources.assign(2, pt::rank_resources{});
-  auto op = [](pt::op_code c, int peer, int mb) {
-    pt::lowered_op o;
-    o.code = c;
-    o.stream = pt::stream_id::comm;
-    o.peer = peer;
-    o.comm = 0;
-    o.stage = 0;
-    o.microbatch = mb;
-    return o;
-  };
-  for (int r = 0; r < 2; ++r) {
-    const int peer = 1 - r;
-    L.ops.push_back(op(pt::op_code::group, -1, -1));
-    L.ops.push_back(op(pt::op_code::send, peer, 0));
-    L.ops.push_back(op(pt::op_code::group, -1, -1));
-    L.ops.push_back(op(pt::op_code::recv, peer, 0));
-  }
-  L.begin = {0, 4, 8};
-  const pt::verdict v = pt::verify_lowered(L.view());
-  CHECK(v.code == pt::errc::nccl_deadlock);
+  using pt::op_code;
+  const pt::lowered_program L =
+      exchange({{op_code::group, -1}, {op_code::send, -1}, {op_code::group, -1}, {op_code::recv, -1}});
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::nccl_deadlock);
   // ungrouped, the same: each transfer is a group of one
-  pt::lowered_program U = L;
-  U.ops.clear();
-  for (int r = 0; r < 2; ++r) {
-    U.ops.push_back(op(pt::op_code::send, 1 - r, 0));
-    U.ops.push_back(op(pt::op_code::recv, 1 - r, 0));
-  }
-  U.begin = {0, 2, 4};
-  CHECK(pt::verify_lowered(U.view()).code == pt::errc::nccl_deadlock);
+  CHECK(pt::verify_lowered(exchange({{op_code::send, -1}, {op_code::recv, -1}}).view()).code ==
+        pt::errc::nccl_deadlock);
   // grouping the two makes it complete
-  pt::lowered_program G = L;
-  G.ops.clear();
-  for (int r = 0; r < 2; ++r) {
-    G.ops.push_back(op(pt::op_code::group, -1, -1));
-    G.ops.push_back(op(pt::op_code::send, 1 - r, 0));
-    G.ops.push_back(op(pt::op_code::recv, 1 - r, 0));
-  }
-  G.begin = {0, 3, 6};
-  CHECK(pt::verify_lowered(G.view()).ok());
+  CHECK(pt::verify_lowered(exchange({{op_code::group, -1}, {op_code::send, -1}, {op_code::recv, -1}}).view()).ok());
 }
 
 TEST_CASE("verify_lowered: a wait before any record of its event") {
@@ -135,39 +133,12 @@ TEST_CASE("verify_lowered: a tick certificate that does not hold falls back to t
   // The unordered neighbour exchange again, now labelled with ticks: each rank sends at tick 0
   // and receives at tick 1, so a send's partner (a recv) has another tick. The certificate fails;
   // the simulation finds the deadlock.
-  pt::lowered_program L;
-  L.ranks = 2;
-  L.comms = {{0, 1, 0}};
-  L.resources.assign(2, pt::rank_resources{});
-  auto op = [](pt::op_code c, int peer, int tick) {
-    pt::lowered_op o;
-    o.code = c;
-    o.stream = pt::stream_id::comm;
-    o.peer = peer;
-    o.comm = peer < 0 ? -1 : 0;
-    o.stage = 0;
-    o.microbatch = 0;
-    o.tick = tick;
-    return o;
-  };
-  for (int r = 0; r < 2; ++r) {
-    L.ops.push_back(op(pt::op_code::group, -1, 0));
-    L.ops.push_back(op(pt::op_code::send, 1 - r, 0));
-    L.ops.push_back(op(pt::op_code::group, -1, 1));
-    L.ops.push_back(op(pt::op_code::recv, 1 - r, 1));
-  }
-  L.begin = {0, 4, 8};
-  CHECK(pt::verify_lowered(L.view()).code == pt::errc::nccl_deadlock);
+  using pt::op_code;
+  CHECK(pt::verify_lowered(
+            exchange({{op_code::group, 0}, {op_code::send, 0}, {op_code::group, 1}, {op_code::recv, 1}}).view())
+            .code == pt::errc::nccl_deadlock);
   // the same exchange in one group per rank at one tick is certified and completes
-  pt::lowered_program G = L;
-  G.ops.clear();
-  for (int r = 0; r < 2; ++r) {
-    G.ops.push_back(op(pt::op_code::group, -1, 0));
-    G.ops.push_back(op(pt::op_code::send, 1 - r, 0));
-    G.ops.push_back(op(pt::op_code::recv, 1 - r, 0));
-  }
-  G.begin = {0, 3, 6};
-  CHECK(pt::verify_lowered(G.view()).ok());
+  CHECK(pt::verify_lowered(exchange({{op_code::group, 0}, {op_code::send, 0}, {op_code::recv, 0}}).view()).ok());
 }
 
 TEST_CASE("verify_lowered: certified or simulated, every lowered schedule of the sweep passes") {
