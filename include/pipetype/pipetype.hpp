@@ -29,5 +29,7 @@
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
 
+#include "pipetype/exec/channel.hpp"
+
 #include "pipetype/io/grid.hpp"
 #include "pipetype/io/text.hpp"
