@@ -1,4 +1,6 @@
-// pipetype/pipetype.hpp — everything that needs no CUDA.
+// pipetype/pipetype.hpp — the schedule algebra: generate, verify, lower, analyse, print.
+// (<pipetype/host.hpp> adds host execution; <pipetype/cuda.hpp> will add the CUDA executor.
+// Kept apart so that a TU that only builds plans does not pay for threading headers.)
 //
 //   #include <pipetype/pipetype.hpp>
 //   namespace pt = pipetype;
@@ -28,8 +30,6 @@
 
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
-
-#include "pipetype/exec/channel.hpp"
 
 #include "pipetype/io/grid.hpp"
 #include "pipetype/io/text.hpp"

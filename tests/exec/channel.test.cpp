@@ -1,4 +1,4 @@
-#include <pipetype/exec/channel.hpp>
+#include <pipetype/host.hpp>
 
 #include <doctest/doctest.h>
 
