@@ -57,10 +57,6 @@ constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
   return order_v;
 }
 
-}  // namespace detail
-
-namespace detail {
-
 /// The lowering, writing its ops where `storage(count)` says (a pointer to `count` ops, or
 /// nullptr to give up). Written as flat loops over raw pointers: this runs inside make_plan's
 /// constant evaluation, where every function call and every std::vector element costs far more
