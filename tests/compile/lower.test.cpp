@@ -1,4 +1,4 @@
-#include <pipetype/pipetype.hpp>
+#include "../schedules/sweep.hpp"
 
 #include <doctest/doctest.h>
 
@@ -17,19 +17,7 @@ pt::runtime_plan plan_of(pt::program p, pt::comm_policy c = pt::comm_policy::per
 
 TEST_CASE("lower: every schedule in the sweep lowers and verifies under both communicator policies") {
   for (const auto policy : {pt::comm_policy::per_edge, pt::comm_policy::per_rank_pair})
-    for (int p = 1; p <= 6; ++p)
-      for (int m = 1; m <= 12; ++m)
-        for (int v = 1; v <= 3; ++v) {
-          CAPTURE(p);
-          CAPTURE(m);
-          CAPTURE(v);
-          if (v == 1) {
-            CHECK(plan_of(pt::make_gpipe(p, m), policy).ok());
-            CHECK(plan_of(pt::make_one_f_one_b(p, m), policy).ok());
-          }
-          if (!pt::interleaved_1f1b_error(p, m, v)) CHECK(plan_of(pt::make_interleaved_1f1b(p, m, v), policy).ok());
-          CHECK(plan_of(pt::make_looped_bfs(p, m, v), policy).ok());
-        }
+    sweep::for_each_builtin(6, 12, 3, [&](const pt::program& prog, int) { CHECK(plan_of(prog, policy).ok()); });
 }
 
 TEST_CASE("lower: one transfer each way per crossing edge and microbatch, matched send/recv") {

@@ -1,4 +1,4 @@
-#include <pipetype/pipetype.hpp>
+#include "../schedules/sweep.hpp"
 
 #include <doctest/doctest.h>
 
@@ -53,20 +53,9 @@ TEST_CASE("plan: built-in schedules state their extent exactly, so make_plan nee
     return a.ranks == b.ranks && a.stages == b.stages && a.microbatches == b.microbatches && a.actions == b.actions &&
            a.crossing_edges == b.crossing_edges;
   };
-  for (int p = 1; p <= 6; ++p)
-    for (int m = 1; m <= 12; ++m)
-      for (int v = 1; v <= 3; ++v) {
-        CAPTURE(p);
-        CAPTURE(m);
-        CAPTURE(v);
-        if (v == 1) {
-          CHECK(same(pt::detail::extent_of(pt::make_gpipe(p, m)), pt::looped_extent(p, m, 1)));
-          CHECK(same(pt::detail::extent_of(pt::make_one_f_one_b(p, m)), pt::looped_extent(p, m, 1)));
-        }
-        if (!pt::interleaved_1f1b_error(p, m, v))
-          CHECK(same(pt::detail::extent_of(pt::make_interleaved_1f1b(p, m, v)), pt::looped_extent(p, m, v)));
-        CHECK(same(pt::detail::extent_of(pt::make_looped_bfs(p, m, v)), pt::looped_extent(p, m, v)));
-      }
+  sweep::for_each_builtin(6, 12, 3, [&](const pt::program& prog, int v) {
+    CHECK(same(pt::detail::extent_of(prog), pt::looped_extent(prog.ranks, prog.microbatches, v)));
+  });
   static_assert(
       std::is_same_v<decltype(pt::one_f_one_b<pt::ranks<2>, pt::microbatches<2>>::extent()), pt::program_extent>);
 }

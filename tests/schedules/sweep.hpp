@@ -61,6 +61,24 @@ inline constexpr int pytorch_grid[][3] = {{2, 2, 2},  {2, 4, 4},   {2, 8, 2},   
                                           {4, 64, 4}, {4, 16, 16}, {4, 32, 32}, {4, 128, 64}, {3, 2, 2},
                                           {3, 8, 2},  {3, 12, 4},  {4, 6, 3},   {4, 10, 5}};
 
+/// Calls f(program, v) for every built-in schedule valid at (p, m, v), p ≤ pmax, m ≤ mmax,
+/// v ≤ vmax (the one-chunk schedules at v = 1 only), with p, m and v captured for doctest.
+template <class F>
+void for_each_builtin(int pmax, int mmax, int vmax, F f) {
+  for (int p = 1; p <= pmax; ++p)
+    for (int m = 1; m <= mmax; ++m)
+      for (int v = 1; v <= vmax; ++v) {
+        CAPTURE(p);
+        CAPTURE(m);
+        CAPTURE(v);
+        for (const pt::schedule_info& s : pt::schedule_infos) {
+          if ((!s.chunked && v != 1) || pt::schedule_error(s.name, p, m, v)) continue;
+          CAPTURE(s.name);
+          f(pt::make_schedule(s.name, p, m, v), v);
+        }
+      }
+}
+
 inline std::vector<int> peaks(const pt::program& p) {
   const pt::program_facts f = pt::check_program(p.view());
   std::vector<int> out;
