@@ -1,6 +1,8 @@
-// pipetype/host.hpp — everything in pipetype.hpp, plus host execution (rank threads, the
-// NCCL-semantics fabric).
+// pipetype/host.hpp — everything in pipetype.hpp, plus host execution: the stage graph bound to
+// a plan and run on rank threads, transfers through the NCCL-semantics fabric.
 #pragma once
 
+#include "pipetype/exec/binding.hpp"
 #include "pipetype/exec/channel.hpp"
+#include "pipetype/exec/host_executor.hpp"
 #include "pipetype/pipetype.hpp"

@@ -11,7 +11,9 @@
 #include "pipetype/core/program.hpp"
 #include "pipetype/core/sizes.hpp"
 
+#include "pipetype/graph/chain.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/graph/stage.hpp"
 
 #include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/interleaved_1f1b.hpp"

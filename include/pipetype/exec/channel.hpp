@@ -32,6 +32,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pipetype::host {
@@ -154,14 +155,14 @@ class fabric::endpoint {
     complete();
   }
   /// Sends `data` to `peer` on communicator `comm`; blocks (outside a group) until received.
-  /// `what` names the transfer in errors (e.g. "act 0F3").
-  void send(int comm, int peer, std::span<const std::byte> data, std::string what = {}) {
-    pending_.push_back({comm, peer, true, nullptr, data.data(), data.size(), std::move(what)});
+  /// `what` names the transfer in errors (e.g. "act 0F3"); it must outlive the call.
+  void send(int comm, int peer, std::span<const std::byte> data, std::string_view what = {}) {
+    pending_.push_back({comm, peer, true, nullptr, data.data(), data.size(), what});
     if (!in_group_) complete();
   }
   /// Receives into `data` from `peer` on communicator `comm`; blocks (outside a group) until done.
-  void recv(int comm, int peer, std::span<std::byte> data, std::string what = {}) {
-    pending_.push_back({comm, peer, false, data.data(), nullptr, data.size(), std::move(what)});
+  void recv(int comm, int peer, std::span<std::byte> data, std::string_view what = {}) {
+    pending_.push_back({comm, peer, false, data.data(), nullptr, data.size(), what});
     if (!in_group_) complete();
   }
   int rank() const noexcept { return rank_; }
@@ -173,11 +174,12 @@ class fabric::endpoint {
     std::byte* to;
     const std::byte* from;
     std::size_t bytes;
-    std::string what;
+    std::string_view what;  // the caller's label, kept alive by the caller
   };
 
   void complete() {
-    std::vector<posted> slots(pending_.size());
+    slots_.assign(pending_.size(), posted{});
+    std::vector<posted>& slots = slots_;
     fabric& f = *f_;
     const auto until = std::chrono::steady_clock::now() + f.deadline_;
     std::unique_lock lock(f.mutex_);
@@ -219,7 +221,7 @@ class fabric::endpoint {
         for (std::size_t i = 0; i < pending_.size(); ++i)
           if (!slots[i].done) {
             const op& o = pending_[i];
-            stuck = std::string(o.sending ? "send" : "recv") + (o.what.empty() ? "" : " " + o.what) +
+            stuck = std::string(o.sending ? "send" : "recv") + (o.what.empty() ? "" : " " + std::string(o.what)) +
                     (o.sending ? " to rank " : " from rank ") + std::to_string(o.peer) + " on communicator " +
                     std::to_string(o.comm);
             break;
@@ -236,7 +238,7 @@ class fabric::endpoint {
       if (!slots[i].error.empty()) {
         const op& o = pending_[i];
         const std::string msg = "pipetype::host: rank " + std::to_string(rank_) + ": " + (o.sending ? "send" : "recv") +
-                                (o.what.empty() ? "" : " " + o.what) + ": " + slots[i].error;
+                                (o.what.empty() ? "" : " " + std::string(o.what)) + ": " + slots[i].error;
         pending_.clear();
         throw transfer_error(msg);
       }
@@ -247,6 +249,7 @@ class fabric::endpoint {
   int rank_;
   bool in_group_ = false;
   std::vector<op> pending_;
+  std::vector<posted> slots_;  // one per pending op while a group completes; reused
 };
 
 inline fabric::endpoint fabric::at(int rank) { return fabric::endpoint(*this, rank); }

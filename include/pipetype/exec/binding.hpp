@@ -1,0 +1,472 @@
+// pipetype/exec/binding.hpp — a lowered program bound to a model's stages and buffers.
+//
+// Binding is what an executor does once, before any step (like instantiating a CUDA graph):
+// every slot index of the lowered program becomes an address in a pool allocated here, every
+// stage becomes a function pointer to its forward/backward, and every event wait becomes "the
+// other stream has completed its first k ops" (the record that CUDA would resolve when the wait
+// is issued). Nothing is decided: the bound ops are the lowered ops, in their order, one for one.
+//
+//   pools per rank   activations: resources.activation_slots × the largest activation that
+//                    touches the rank; gradients likewise; stashes: peak live (stage,
+//                    microbatch) pairs on the rank (F to its last backward) × the largest stash
+//   checks (before any step; shape_error / std::invalid_argument, naming the place)
+//     • the plan has as many stages as the model;
+//     • stage s's output has as many bytes as stage s+1's input (dynamic extents);
+//     • a schedule that splits a stage's backward (I/W) meets a stage with backward_input and
+//       backward_weight;
+//     • determinism: each stage produces its weight gradients (B, or W when split) in
+//       microbatch order, so accumulation order is the same under every schedule
+//       (binding_options::ordered_gradients = false lifts this).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/plan.hpp"
+#include "pipetype/core/program.hpp"
+#include "pipetype/graph/chain.hpp"
+#include "pipetype/graph/stage.hpp"
+
+namespace pipetype::host {
+
+/// A model and a plan (or a batch and a model) that do not fit each other.
+struct shape_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct bound_op;
+using stage_fn = void (*)(void* stage, const bound_op& op, const std::byte* batch);
+using add_fn = void (*)(void* stage, const std::byte* weight_grad);
+
+/// One lowered op with its addresses resolved. `wait` > 0: before the op, the rank's other
+/// stream must have completed `wait` of its ops; `record`: after the op, publish how many of
+/// this stream's ops have completed (`end`).
+struct bound_op {
+  op_code code = op_code::compute;
+  kind what = kind::F;
+  int stage = -1;
+  int microbatch = -1;
+  int wait = 0;
+  bool record = false;
+  int end = 0;    // position after this op (a group: after its transfers)
+  int count = 0;  // group: transfers that follow it
+  int index = 0;  // position in the rank's lowered op list
+  // compute
+  stage_fn fn = nullptr;
+  void* obj = nullptr;
+  std::byte* in = nullptr;  // nullptr on stage 0: the batch, at microbatch · in_bytes
+  std::byte* out = nullptr;
+  std::byte* grad_out = nullptr;  // the gradient of this stage's output (from stage + 1)
+  std::byte* grad_in = nullptr;   // the gradient of this stage's input (to stage − 1)
+  std::byte* stash = nullptr;
+  std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
+  std::size_t n_in = 0, n_out = 0, n_stash = 0, n_weight_grad = 0;  // elements
+  add_fn add = nullptr;              // after the op: add these held weight gradients, in order
+  int add_begin = 0, add_count = 0;  // (bound_rank::adds[add_begin ..])
+  // transfers
+  int peer = -1;
+  int comm = -1;
+  std::byte* buf = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// What binding needs to know about one stage.
+struct stage_entry {
+  void* obj = nullptr;
+  stage_fn fn[kind_count] = {};  // by kind: F, B, I, W (nullptr: not provided)
+  add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
+  std::size_t in_elems = 0, out_elems = 0, stash_elems = 0, weight_grad_elems = 0;
+  std::size_t in_size = 0, out_size = 0, stash_size = 0, weight_grad_size = 0;  // element sizes
+  bool split = false;
+  constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
+  constexpr std::size_t in_bytes() const { return in_elems * in_size; }
+  constexpr std::size_t out_bytes() const { return out_elems * out_size; }
+  constexpr std::size_t stash_bytes() const { return stash_elems * stash_size; }
+};
+
+namespace detail {
+
+template <class S>
+forward_ctx<S> make_forward(const bound_op& op, const std::byte* batch) {
+  using I = input_t<S>;
+  using O = output_t<S>;
+  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(I);
+  return {op.stage, op.microbatch, {reinterpret_cast<const I*>(in), op.n_in},
+          {reinterpret_cast<O*>(op.out), op.out ? op.n_out : 0},
+          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash}};
+}
+template <class S>
+backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool input_part, bool weight_part) {
+  using I = input_t<S>;
+  using O = output_t<S>;
+  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(I);
+  const bool gi = input_part && op.grad_in != nullptr;
+  const bool wg = weight_part && op.weight_grad != nullptr;
+  return {op.stage,
+          op.microbatch,
+          {reinterpret_cast<const I*>(in), op.n_in},
+          {reinterpret_cast<const O*>(op.grad_out), op.grad_out ? op.n_out : 0},
+          {reinterpret_cast<I*>(op.grad_in), gi ? op.n_in : 0},
+          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
+          {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? op.n_weight_grad : 0}};
+}
+
+template <class S>
+void run_forward(void* s, const bound_op& op, const std::byte* batch) {
+  static_cast<S*>(s)->forward(make_forward<S>(op, batch));
+}
+template <class S>
+void run_backward(void* s, const bound_op& op, const std::byte* batch) {
+  S& st = *static_cast<S*>(s);
+  if constexpr (has_full_backward<S>) {
+    st.backward(make_backward<S>(op, batch, true, true));
+  } else {
+    st.backward_input(make_backward<S>(op, batch, true, false));
+    st.backward_weight(make_backward<S>(op, batch, false, true));
+  }
+}
+template <class S>
+void run_backward_input(void* s, const bound_op& op, const std::byte* batch) {
+  static_cast<S*>(s)->backward_input(make_backward<S>(op, batch, true, false));
+}
+template <class S>
+void run_backward_weight(void* s, const bound_op& op, const std::byte* batch) {
+  static_cast<S*>(s)->backward_weight(make_backward<S>(op, batch, false, true));
+}
+template <class S>
+void add_weight_grad(void* s, const std::byte* g) {
+  const std::span<weight_grad_t<S>> acc = static_cast<S*>(s)->weight_gradients();
+  const auto* x = reinterpret_cast<const weight_grad_t<S>*>(g);
+  for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += x[i];
+}
+
+template <stage S>
+stage_entry entry_of(S& s) {
+  stage_entry e;
+  e.obj = &s;
+  e.fn[static_cast<int>(kind::F)] = &run_forward<S>;
+  e.fn[static_cast<int>(kind::B)] = &run_backward<S>;
+  if constexpr (has_split_backward<S>) {
+    e.split = true;
+    e.fn[static_cast<int>(kind::I)] = &run_backward_input<S>;
+    e.fn[static_cast<int>(kind::W)] = &run_backward_weight<S>;
+  }
+  if constexpr (has_weight_grad<S>) {
+    e.add = &add_weight_grad<S>;
+    e.weight_grad_elems = weight_grad_extent(s);
+    e.weight_grad_size = sizeof(weight_grad_t<S>);
+    if (s.weight_gradients().size() != e.weight_grad_elems)
+      throw shape_error("pipetype::host: a stage's weight_gradients() has " +
+                                  std::to_string(s.weight_gradients().size()) + " elements, its weight_grad " +
+                                  std::to_string(e.weight_grad_elems));
+  }
+  e.in_elems = input_extent(s);
+  e.out_elems = output_extent(s);
+  e.stash_elems = stash_extent(s);
+  e.in_size = sizeof(input_t<S>);
+  e.out_size = sizeof(output_t<S>);
+  e.stash_size = sizeof(stash_t<S>);
+  return e;
+}
+
+/// 64-byte aligned, zero-filled bytes that do not move.
+class aligned_bytes {
+ public:
+  aligned_bytes() = default;
+  explicit aligned_bytes(std::size_t n)
+      : p_(n ? static_cast<std::byte*>(::operator new(n, std::align_val_t{64})) : nullptr), n_(n) {
+    if (p_) std::memset(p_.get(), 0, n);
+  }
+  std::byte* data() const noexcept { return p_.get(); }
+  std::size_t size() const noexcept { return n_; }
+
+ private:
+  struct free_aligned {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte, free_aligned> p_;
+  std::size_t n_ = 0;
+};
+
+constexpr std::size_t round_up64(std::size_t n) { return (n + 63) / 64 * 64; }
+
+inline std::string action_name(kind k, int stage, int mb) {
+  return std::to_string(stage) + kind_char(k) + std::to_string(mb);
+}
+
+}  // namespace detail
+
+/// The lowered and compute views of a plan (compile-time or run-time).
+struct plan_views {
+  program_view compute;
+  lowered_view lowered;
+};
+template <plan_shape Z>
+constexpr plan_views views_of(const static_plan<Z>& p) {
+  return {p.compute(), p.lowered()};
+}
+inline plan_views views_of(const runtime_plan& p) {
+  if (!p.ok()) throw std::invalid_argument("pipetype::host: the plan was rejected: " + describe(p.result));
+  return {p.compute.view(), p.lowered.view()};
+}
+
+struct binding_options {
+  bool ordered_gradients = true;  // require weight gradients in microbatch order (determinism)
+};
+
+/// One rank's bound program: an op list per stream, and the buffers they point into.
+struct bound_rank {
+  std::vector<bound_op> ops[stream_count];        // by stream: compute, comm
+  std::vector<std::string> labels[stream_count];  // per op: "act 1F3", for error messages
+  detail::aligned_bytes activations, gradients, stashes, weight_grads;
+  std::vector<std::byte*> adds;  // held weight gradients to add, per op's [add_begin, +add_count)
+  std::size_t activation_stride = 0, stash_stride = 0;
+  int stash_slots = 0;
+};
+
+/// The whole program bound to stages and buffers.
+struct bound_program {
+  int ranks = 0, stages = 0, microbatches = 0, comms = 0;
+  std::size_t batch_bytes = 0;  // per microbatch: stage 0's input
+  std::vector<stage_entry> entries;
+  std::vector<bound_rank> rank;
+
+  /// Rank r's ops in the order the lowered program lists them (both streams), for walking a
+  /// rank on one thread.
+  std::vector<const bound_op*> in_program_order(int r) const {
+    std::vector<const bound_op*> out;
+    const bound_rank& br = rank[static_cast<std::size_t>(r)];
+    std::size_t i0 = 0, i1 = 0;
+    const auto& a = br.ops[0];
+    const auto& b = br.ops[1];
+    while (i0 < a.size() || i1 < b.size()) {
+      const bool first = i1 >= b.size() || (i0 < a.size() && a[i0].index < b[i1].index);
+      out.push_back(first ? &a[i0++] : &b[i1++]);
+    }
+    return out;
+  }
+};
+
+/// Binds the lowered program of `v` to the stages in `entries` (one per stage, in chain order).
+inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries, const binding_options& opt = {}) {
+  const program_view& p = v.compute;
+  const lowered_view& l = v.lowered;
+  bound_program out;
+  out.ranks = p.ranks;
+  out.stages = p.stages;
+  out.microbatches = p.microbatches;
+  out.comms = static_cast<int>(l.comms.size());
+  if (static_cast<int>(entries.size()) != p.stages)
+    throw shape_error("pipetype::host: the plan has " + std::to_string(p.stages) + " stages but the model has " +
+                      std::to_string(entries.size()));
+  for (int s = 0; s + 1 < p.stages; ++s) {
+    const stage_entry& a = entries[static_cast<std::size_t>(s)];
+    const stage_entry& b = entries[static_cast<std::size_t>(s) + 1];
+    if (a.out_bytes() != b.in_bytes() || a.out_size != b.in_size)
+      throw shape_error("pipetype::host: stage " + std::to_string(s) + " gives " + std::to_string(a.out_elems) +
+                        " elements of " + std::to_string(a.out_size) + " bytes but stage " + std::to_string(s + 1) +
+                        " takes " + std::to_string(b.in_elems) + " of " + std::to_string(b.in_size));
+  }
+  out.batch_bytes = entries.front().in_bytes();
+  const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
+
+  // split backward and gradient order
+  std::vector<int> last_weight_mb(S, -1);
+  for (const action& a : p.actions) {
+    const stage_entry& e = entries[static_cast<std::size_t>(a.stage)];
+    const std::string where = "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) +
+                              ", action " + detail::action_name(a.what, a.stage, a.microbatch);
+    if ((a.what == kind::I || a.what == kind::W) && !e.split)
+      throw std::invalid_argument("pipetype::host: the schedule splits the backward (" + where +
+                                  ") but the stage has no backward_input/backward_weight");
+    if (a.what == kind::B || a.what == kind::W) {
+      int& last = last_weight_mb[static_cast<std::size_t>(a.stage)];
+      if (opt.ordered_gradients && e.add == nullptr && a.microbatch < last)
+        throw std::invalid_argument(
+            "pipetype::host: " + where + " comes after microbatch " + std::to_string(last) +
+            "'s weight gradient; the stage accumulates its own gradients, which would then differ from other "
+            "schedules' (declare a weight_grad so pipetype adds them in microbatch order, or set "
+            "ordered_gradients = false)");
+      last = a.microbatch > last ? a.microbatch : last;
+    }
+  }
+  out.entries = std::move(entries);
+  const std::vector<stage_entry>& E = out.entries;
+  std::vector<int> owner(S, -1);
+  for (int r = 0; r < p.ranks; ++r)
+    for (const action& a : p.rank_actions(r)) owner[static_cast<std::size_t>(a.stage)] = r;
+
+  out.rank.resize(static_cast<std::size_t>(p.ranks));
+  std::vector<int> stash_slot(S * m, -1), last_use(S * m, -1);
+  for (int r = 0; r < p.ranks; ++r) {
+    bound_rank& br = out.rank[static_cast<std::size_t>(r)];
+    const rank_resources& res = l.resources[static_cast<std::size_t>(r)];
+    // pools: the largest activation crossing into, out of or within this rank
+    std::size_t act = 0, stash = 0;
+    for (std::size_t s = 0; s < S; ++s) {
+      if (owner[s] != r) continue;
+      act = std::max({act, s > 0 ? E[s].in_bytes() : 0, s + 1 < S ? E[s].out_bytes() : 0});
+      stash = std::max(stash, E[s].stash_bytes());
+    }
+    br.activation_stride = detail::round_up64(act);
+    br.stash_stride = detail::round_up64(stash);
+    br.activations = detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.activation_slots));
+    br.gradients = detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.gradient_slots));
+    auto act_at = [&](int slot) { return slot < 0 ? nullptr : br.activations.data() + br.activation_stride * static_cast<std::size_t>(slot); };
+    auto grad_at = [&](int slot) { return slot < 0 ? nullptr : br.gradients.data() + br.activation_stride * static_cast<std::size_t>(slot); };
+
+    // stash slots: live from F(s,j) to the last backward of (s,j) on this rank; lowest free first
+    const std::span<const lowered_op> ops = l.rank_ops(r);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].code == op_code::compute && ops[i].what != kind::F)
+        last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
+            static_cast<int>(i);
+    std::vector<char> busy;
+    std::vector<int> op_stash(ops.size(), -1);
+    if (stash > 0)
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const lowered_op& o = ops[i];
+        if (o.code != op_code::compute) continue;
+        const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
+        if (o.what == kind::F) {
+          const auto free = std::find(busy.begin(), busy.end(), 0);
+          const auto k = static_cast<std::size_t>(free - busy.begin());
+          if (free == busy.end()) busy.push_back(1);
+          busy[k] = 1;
+          stash_slot[q] = static_cast<int>(k);
+        }
+        op_stash[i] = stash_slot[q];
+        if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0)
+          busy[static_cast<std::size_t>(stash_slot[q])] = 0;
+      }
+    br.stash_slots = static_cast<int>(busy.size());
+    br.stashes = detail::aligned_bytes(br.stash_stride * busy.size());
+
+    // weight gradients handed to pipetype: each B/W writes into a held slot; after it, the held
+    // ones that are next in microbatch order are added (so out-of-order backwards still add in order)
+    std::vector<int> wg_slot(ops.size(), -1);                      // per op: its slot (global index)
+    std::vector<std::vector<int>> wg_adds(ops.size());             // per op: slots to add after it
+    std::vector<std::size_t> wg_base;                              // per global slot: byte offset
+    std::size_t wg_bytes = 0;
+    for (std::size_t s = 0; s < S; ++s) {
+      if (owner[s] != r || E[s].add == nullptr) continue;
+      const std::size_t stride = detail::round_up64(E[s].weight_grad_bytes());
+      std::vector<int> held(m, -1);  // microbatch → local slot
+      std::vector<char> used;
+      const int first = static_cast<int>(wg_base.size());
+      std::size_t next = 0;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const lowered_op& o = ops[i];
+        if (o.code != op_code::compute || static_cast<std::size_t>(o.stage) != s) continue;
+        if (o.what != kind::B && o.what != kind::W) continue;
+        const auto k = static_cast<std::size_t>(std::find(used.begin(), used.end(), 0) - used.begin());
+        if (k == used.size()) {
+          used.push_back(0);
+          wg_base.push_back(wg_bytes);
+          wg_bytes += stride;
+        }
+        used[k] = 1;
+        held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
+        wg_slot[i] = first + static_cast<int>(k);
+        while (next < m && held[next] >= 0) {
+          wg_adds[i].push_back(first + held[next]);
+          used[static_cast<std::size_t>(held[next])] = 0;
+          ++next;
+        }
+      }
+    }
+    br.weight_grads = detail::aligned_bytes(wg_bytes);
+
+    // events: the position each record publishes, per event, as CUDA resolves a wait at call time
+    struct rec {
+      int stream = -1, end = 0;
+    };
+    std::vector<rec> last_record(static_cast<std::size_t>(res.events > 0 ? res.events : 0) + 1);
+    int group_open = -1;   // index in the comm list of the open group
+    int group_event = -1;  // the event the open group records, if any
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const lowered_op& o = ops[i];
+      const int st = static_cast<int>(o.stream);
+      auto& list = br.ops[st];
+      auto& labels = br.labels[st];
+      bound_op b;
+      b.code = o.code;
+      b.what = o.what;
+      b.stage = o.stage;
+      b.microbatch = o.microbatch;
+      b.index = static_cast<int>(i);
+      if (o.wait_event >= 0) {
+        const rec& w = last_record.at(static_cast<std::size_t>(o.wait_event));
+        if (w.stream < 0) throw std::invalid_argument("pipetype::host: a wait on an event never recorded");
+        b.wait = w.stream != st ? w.end : 0;  // the same stream is ordered already
+      }
+      if (o.code == op_code::compute) {
+        const stage_entry& e = E[static_cast<std::size_t>(o.stage)];
+        b.fn = e.fn[static_cast<int>(o.what)];
+        b.obj = e.obj;
+        b.n_in = e.in_elems;
+        b.n_out = e.out_elems;
+        b.n_stash = e.stash_elems;
+        b.in = act_at(o.slot);
+        if (o.what == kind::F) {
+          b.out = act_at(o.out_slot);
+        } else {
+          b.grad_out = grad_at(o.grad_slot);
+          b.grad_in = grad_at(o.out_slot);
+        }
+        b.stash = op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i])
+                                   : nullptr;
+        if (b.stash == nullptr) b.n_stash = 0;
+        if (wg_slot[i] >= 0) {
+          b.weight_grad = br.weight_grads.data() + wg_base[static_cast<std::size_t>(wg_slot[i])];
+          b.n_weight_grad = e.weight_grad_elems;
+          b.add = e.add;
+          b.add_begin = static_cast<int>(br.adds.size());
+          b.add_count = static_cast<int>(wg_adds[i].size());
+          for (int g : wg_adds[i]) br.adds.push_back(br.weight_grads.data() + wg_base[static_cast<std::size_t>(g)]);
+        }
+        group_open = -1;
+        labels.push_back(detail::action_name(o.what, o.stage, o.microbatch));
+      } else {
+        if (o.code == op_code::group) {
+          group_open = static_cast<int>(list.size());
+          labels.emplace_back("group");
+        } else {
+          b.peer = o.peer;
+          b.comm = o.comm;
+          // an activation of F(stage), or the gradient B/I(stage) made for its input
+          const stage_entry& e = E[static_cast<std::size_t>(o.stage)];
+          b.bytes = o.what == kind::F ? e.out_bytes() : e.in_bytes();
+          b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
+          labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") +
+                           detail::action_name(o.what, o.stage, o.microbatch));
+          if (group_open >= 0) ++list[static_cast<std::size_t>(group_open)].count;
+        }
+      }
+      list.push_back(b);
+      // the op's (or its group's) end position; a record on a group is published after its transfers
+      const int end_pos = static_cast<int>(list.size());
+      if (o.code != op_code::group) list.back().end = end_pos;
+      if (group_open >= 0) list[static_cast<std::size_t>(group_open)].end = end_pos;
+      if (o.code == op_code::group) group_event = o.record_event;
+      if (group_open < 0) group_event = -1;
+      if (o.record_event >= 0) {
+        list.back().record = true;
+        last_record.at(static_cast<std::size_t>(o.record_event)) = {st, end_pos};
+      }
+      // a record on a group is published after the group's last transfer
+      if (group_open >= 0 && group_event >= 0) last_record[static_cast<std::size_t>(group_event)].end = end_pos;
+    }
+  }
+  return out;
+}
+
+}  // namespace pipetype::host

@@ -1,0 +1,435 @@
+// pipetype/exec/host_executor.hpp — runs a plan on host threads: real numerics, NCCL's rules.
+//
+//   pipetype::uniform_chain<block> model{...};                       // or chain<embed, block, head>
+//   const auto plan = pipetype::build_plan(pipetype::make_schedule("1f1b", 4, 8));
+//   pipetype::host::executor ex{plan, model};                        // bind once
+//   ex.step(batch);                                                  // one training step
+//
+// Per rank, one thread per stream of the lowered program (compute, communication), as a GPU
+// runs a compute and an NCCL stream: each walks its list of bound ops (binding.hpp) in order and
+// issues each as it stands. Compute ops call the stage; a group op posts its transfers to the
+// `fabric` (channel.hpp: NCCL's rendezvous, FIFO and grouped progress) and waits for them; an
+// op's event wait blocks until the other stream has completed the op that recorded it. There
+// is no readiness check, no queue of ready work and no choice: the compile-time proofs of the
+// lowered program cover exactly these calls.
+//
+// Faults end the step on every rank, and no thread is left blocked:
+//   • a stage that throws aborts the step; step() throws step_error naming rank, stage,
+//     microbatch and action (the stage's own exception is kept: stage_exception());
+//   • every wait (a transfer, an event) has a deadline (executor_options::deadline); past it,
+//     step_error says which op waited, on whom, and which ranks were still inside a stage;
+//   • sizes are checked before any thread starts: the model against the plan at construction,
+//     the batch at step() (shape_error).
+//
+// Determinism: a stage's weight gradients are produced in microbatch order (checked by bind),
+// and each microbatch's numerics do not depend on the schedule, so every schedule gives bitwise
+// the same gradients as running the microbatches one after the other.
+//
+// A step starts 2·ranks threads and joins them; stages that run for milliseconds dwarf that.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "pipetype/exec/binding.hpp"
+#include "pipetype/exec/channel.hpp"
+
+namespace pipetype::host {
+
+enum class failure_cause { stage_threw, timeout, transfer, aborted };
+
+/// How one thread (rank, stream) ended a failed step.
+struct failure {
+  int rank = -1;
+  stream_id stream = stream_id::compute;
+  int op = -1;          // index in the rank's lowered op list (-1: before its first op)
+  std::string action;   // e.g. "2B5", "activation 1F3", "group"
+  failure_cause cause = failure_cause::aborted;
+  std::string message;
+};
+
+/// A step that did not complete. what() is the first failure (the cause of the others);
+/// failures() lists how every thread that had not finished ended.
+class step_error : public std::runtime_error {
+ public:
+  step_error(const std::string& what, failure_cause cause, std::vector<failure> all, std::exception_ptr stage)
+      : std::runtime_error(what), cause_(cause), failures_(std::move(all)), stage_(std::move(stage)) {}
+  failure_cause cause() const noexcept { return cause_; }
+  const std::vector<failure>& failures() const noexcept { return failures_; }
+  /// The exception the stage threw (cause() == stage_threw), for rethrow_exception.
+  std::exception_ptr stage_exception() const noexcept { return stage_; }
+
+ private:
+  failure_cause cause_;
+  std::vector<failure> failures_;
+  std::exception_ptr stage_;
+};
+
+struct executor_options {
+  std::chrono::milliseconds deadline{std::chrono::seconds(30)};  // the longest any wait may block
+  bool ordered_gradients = true;                                 // see binding.hpp
+  bool trace = false;                                            // record each op's start and end
+};
+
+/// One op's run time in the last traced step (seconds from the step's start).
+struct op_time {
+  int rank = -1;
+  stream_id stream = stream_id::compute;
+  op_code code = op_code::compute;
+  kind what = kind::F;
+  int stage = -1, microbatch = -1;
+  double start = 0, end = 0;
+};
+
+namespace detail {
+
+/// Per rank: how far each stream got (events), and where its threads are (diagnostics).
+struct alignas(64) rank_sync {
+  std::atomic<int> progress[stream_count] = {};  // ops completed, published at records
+  std::atomic<int> current[stream_count] = {};   // op index being issued (lowered list)
+  std::atomic<bool> in_stage{false};
+  std::atomic<int> waiters{0};
+  std::mutex m;
+  std::condition_variable cv;
+};
+
+/// A transport that moves nothing: for walking a program without peers (benchmarks).
+struct null_transport {
+  void group_begin() noexcept {}
+  void group_end() noexcept {}
+  void send(int, int, std::span<const std::byte>, std::string_view) noexcept {}
+  void recv(int, int, std::span<std::byte>, std::string_view) noexcept {}
+};
+
+class engine {
+ public:
+  engine(bound_program prog, const executor_options& opt)
+      : prog_(std::move(prog)), opt_(opt), sync_(std::make_unique<rank_sync[]>(static_cast<std::size_t>(prog_.ranks))) {}
+
+  const bound_program& program() const noexcept { return prog_; }
+  const std::vector<op_time>& trace() const noexcept { return trace_; }
+
+  /// One step: every rank's streams on their own threads. `batch`: microbatches × batch_bytes.
+  void run(const std::byte* batch) {
+    fabric f{prog_.ranks, prog_.comms, opt_.deadline};
+    fabric_ = &f;
+    batch_ = batch;
+    aborted_.store(false);
+    failures_.clear();
+    primary_ = -1;
+    stage_exc_ = nullptr;
+    for (int r = 0; r < prog_.ranks; ++r)
+      for (int st = 0; st < stream_count; ++st) {
+        sync_[static_cast<std::size_t>(r)].progress[st].store(0);
+        sync_[static_cast<std::size_t>(r)].current[st].store(-1);
+      }
+    if (opt_.trace) prepare_trace();
+    t0_ = std::chrono::steady_clock::now();
+    {
+      std::vector<std::jthread> threads;
+      threads.reserve(static_cast<std::size_t>(2 * prog_.ranks));
+      for (int r = 0; r < prog_.ranks; ++r)
+        for (int st = 0; st < stream_count; ++st)
+          if (!prog_.rank[static_cast<std::size_t>(r)].ops[st].empty())
+            threads.emplace_back([this, r, st] { thread_main(r, st); });
+    }
+    fabric_ = nullptr;
+    if (!failures_.empty()) {
+      const failure& p = failures_[static_cast<std::size_t>(primary_ >= 0 ? primary_ : 0)];
+      throw step_error(p.message, p.cause, failures_, stage_exc_);
+    }
+  }
+
+  /// Issues op `i` of rank r's stream `st` (a group with its transfers) through `t`; returns
+  /// the index of the next op. The one code path of the executor threads and of walk_in_order.
+  template <class Transport>
+  int issue(int r, int st, int i, Transport& t) {
+    const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
+    const bound_op* list = br.ops[st].data();
+    const bound_op& op = list[i];
+    rank_sync& s = sync_[static_cast<std::size_t>(r)];
+    if (op.wait > 0) wait_for(r, 1 - st, op.wait, op) ;
+    switch (op.code) {
+      case op_code::compute:
+        s.in_stage.store(true, std::memory_order_relaxed);
+        op.fn(op.obj, op, batch_);
+        s.in_stage.store(false, std::memory_order_relaxed);
+        for (int k = 0; k < op.add_count; ++k) op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)]);
+        break;
+      case op_code::group:
+        t.group_begin();
+        for (int k = i + 1; k < op.end; ++k) post(t, list[k], br.labels[st][static_cast<std::size_t>(k)]);
+        t.group_end();
+        break;
+      case op_code::send:
+      case op_code::recv:
+        post(t, op, br.labels[st][static_cast<std::size_t>(i)]);
+        break;
+    }
+    if (op.record) publish(s, st, op.end);
+    return op.end;
+  }
+
+  /// Walks rank r's program on the calling thread in the lowered order (both streams
+  /// interleaved), with `t` for transfers. For benchmarks and single-rank checks.
+  template <class Transport>
+  void walk_in_order(int r, Transport& t, const std::byte* batch) {
+    batch_ = batch;
+    const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
+    rank_sync& s = sync_[static_cast<std::size_t>(r)];
+    s.progress[0].store(0, std::memory_order_relaxed);
+    s.progress[1].store(0, std::memory_order_relaxed);
+    const auto n0 = static_cast<int>(br.ops[0].size()), n1 = static_cast<int>(br.ops[1].size());
+    const bound_op* a = br.ops[0].data();
+    const bound_op* b = br.ops[1].data();
+    int i0 = 0, i1 = 0;
+    while (i0 < n0 || i1 < n1) {
+      if (i1 >= n1 || (i0 < n0 && a[i0].index < b[i1].index))
+        i0 = issue(r, 0, i0, t);
+      else
+        i1 = issue(r, 1, i1, t);
+    }
+  }
+
+ private:
+  template <class Transport>
+  static void post(Transport& t, const bound_op& x, std::string_view label) {
+    if (x.code == op_code::send)
+      t.send(x.comm, x.peer, std::span<const std::byte>(x.buf, x.bytes), label);
+    else
+      t.recv(x.comm, x.peer, std::span<std::byte>(x.buf, x.bytes), label);
+  }
+
+  static void publish(rank_sync& s, int st, int value) {
+    s.progress[st].store(value, std::memory_order_seq_cst);
+    if (s.waiters.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard lock(s.m); }
+      s.cv.notify_all();
+    }
+  }
+
+  void wait_for(int r, int other, int value, const bound_op& op) {
+    rank_sync& s = sync_[static_cast<std::size_t>(r)];
+    if (s.progress[other].load(std::memory_order_acquire) >= value) return;
+    s.waiters.fetch_add(1, std::memory_order_seq_cst);
+    std::unique_lock lock(s.m);
+    const bool ok = s.cv.wait_until(lock, std::chrono::steady_clock::now() + opt_.deadline, [&] {
+      return s.progress[other].load(std::memory_order_seq_cst) >= value || aborted_.load();
+    });
+    lock.unlock();
+    s.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (aborted_.load()) throw aborted_error("aborted");
+    if (!ok)
+      throw timeout_error("pipetype::host: rank " + std::to_string(r) + ": the " + stream_name(1 - other) +
+                          " stream waited " + std::to_string(opt_.deadline.count()) + " ms for the " +
+                          stream_name(other) + " stream before " +
+                          (op.code == op_code::compute ? action_name(op.what, op.stage, op.microbatch) : "a group"));
+  }
+
+  static const char* stream_name(int st) { return st == 0 ? "compute" : "communication"; }
+
+  void thread_main(int r, int st) {
+    rank_sync& s = sync_[static_cast<std::size_t>(r)];
+    const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
+    const auto& list = br.ops[st];
+    const auto n = static_cast<int>(list.size());
+    int i = 0;
+    auto in_stage = [&] { return st == 0 && s.in_stage.load(std::memory_order_relaxed); };
+    try {
+      fabric::endpoint ep = fabric_->at(r);
+      op_time* trace = opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(2 * r + st)] : nullptr;
+      while (i < n) {
+        if (aborted_.load(std::memory_order_relaxed)) throw aborted_error("aborted");
+        const bound_op& op = list[static_cast<std::size_t>(i)];
+        s.current[st].store(op.index, std::memory_order_relaxed);
+        const auto start = trace ? std::chrono::steady_clock::now() : t0_;
+        const int next = issue(r, st, i, ep);
+        if (trace) {
+          op_time& t = trace[i];
+          t.start = seconds(start);
+          t.end = seconds(std::chrono::steady_clock::now());
+        }
+        i = next;
+      }
+    } catch (const aborted_error&) {
+      fail(r, st, i, failure_cause::aborted, "", nullptr);
+    } catch (const timeout_error& e) {
+      fail(r, st, i, failure_cause::timeout, e.what(), nullptr);
+    } catch (const transfer_error& e) {
+      fail(r, st, i, failure_cause::transfer, e.what(), nullptr);
+    } catch (const std::exception& e) {
+      fail(r, st, i, in_stage() ? failure_cause::stage_threw : failure_cause::transfer, e.what(),
+           std::current_exception());
+    } catch (...) {
+      fail(r, st, i, failure_cause::stage_threw, "an exception not derived from std::exception",
+           std::current_exception());
+    }
+    s.in_stage.store(false, std::memory_order_relaxed);
+  }
+
+  void fail(int r, int st, int i, failure_cause cause, const std::string& what, std::exception_ptr exc) {
+    const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
+    const auto& list = br.ops[st];
+    failure f;
+    f.rank = r;
+    f.stream = static_cast<stream_id>(st);
+    f.cause = cause;
+    if (i < static_cast<int>(list.size())) {
+      f.op = list[static_cast<std::size_t>(i)].index;
+      f.action = br.labels[st][static_cast<std::size_t>(i)];
+    }
+    const bound_op* op = i < static_cast<int>(list.size()) ? &list[static_cast<std::size_t>(i)] : nullptr;
+    std::lock_guard lock(fail_mutex_);
+    switch (cause) {
+      case failure_cause::stage_threw:
+        f.message = "pipetype::host: rank " + std::to_string(r) + ", stage " + std::to_string(op ? op->stage : -1) +
+                    ", microbatch " + std::to_string(op ? op->microbatch : -1) + ", action " + f.action +
+                    " threw: " + what;
+        break;
+      case failure_cause::timeout:
+        f.message = what + still_running();
+        break;
+      case failure_cause::transfer:
+        f.message = what;
+        break;
+      case failure_cause::aborted:
+        f.message = "pipetype::host: rank " + std::to_string(r) + " (" + stream_name(st) + " stream, at " +
+                    (f.action.empty() ? std::string("its end") : f.action) + ") stopped: another rank failed";
+        break;
+    }
+    failures_.push_back(f);
+    if (cause != failure_cause::aborted && primary_ < 0) {
+      primary_ = static_cast<int>(failures_.size()) - 1;
+      stage_exc_ = exc;
+      abort_all(f.message);
+    }
+  }
+
+  // Which ranks are inside a stage call right now (for a timeout's message).
+  std::string still_running() const {
+    std::string out;
+    for (int r = 0; r < prog_.ranks; ++r) {
+      const rank_sync& s = sync_[static_cast<std::size_t>(r)];
+      if (!s.in_stage.load(std::memory_order_relaxed)) continue;
+      const int idx = s.current[0].load(std::memory_order_relaxed);
+      for (const bound_op& op : prog_.rank[static_cast<std::size_t>(r)].ops[0])
+        if (op.index == idx) {
+          out += (out.empty() ? "; still inside a stage: rank " : ", rank ") + std::to_string(r) + " in " +
+                 action_name(op.what, op.stage, op.microbatch);
+          break;
+        }
+    }
+    return out;
+  }
+
+  void abort_all(const std::string& reason) {
+    aborted_.store(true);
+    if (fabric_) fabric_->abort(reason);
+    for (int r = 0; r < prog_.ranks; ++r) {
+      rank_sync& s = sync_[static_cast<std::size_t>(r)];
+      { std::lock_guard lock(s.m); }
+      s.cv.notify_all();
+    }
+  }
+
+  void prepare_trace() {
+    trace_.clear();
+    trace_begin_.assign(static_cast<std::size_t>(2 * prog_.ranks) + 1, 0);
+    for (int r = 0; r < prog_.ranks; ++r)
+      for (int st = 0; st < stream_count; ++st) {
+        trace_begin_[static_cast<std::size_t>(2 * r + st)] = trace_.size();
+        for (const bound_op& op : prog_.rank[static_cast<std::size_t>(r)].ops[st]) {
+          op_time t;
+          t.rank = r;
+          t.stream = static_cast<stream_id>(st);
+          t.code = op.code;
+          t.what = op.what;
+          t.stage = op.stage;
+          t.microbatch = op.microbatch;
+          t.start = t.end = -1;  // transfers inside a group keep -1: the group carries the time
+          trace_.push_back(t);
+        }
+      }
+  }
+  double seconds(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double>(t - t0_).count();
+  }
+
+  bound_program prog_;
+  executor_options opt_;
+  std::unique_ptr<rank_sync[]> sync_;
+  fabric* fabric_ = nullptr;
+  const std::byte* batch_ = nullptr;
+  std::atomic<bool> aborted_{false};
+  std::mutex fail_mutex_;
+  std::vector<failure> failures_;
+  int primary_ = -1;
+  std::exception_ptr stage_exc_;
+  std::vector<op_time> trace_;
+  std::vector<std::size_t> trace_begin_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+template <class M>
+std::vector<stage_entry> entries_of(M& model) {
+  std::vector<stage_entry> out;
+  out.reserve(static_cast<std::size_t>(model.size()));
+  model.for_each_stage([&](int, auto& s) { out.push_back(detail::entry_of(s)); });
+  return out;
+}
+
+}  // namespace detail
+
+/// Runs a plan's lowered program on host threads with the stages of `Model` (a chain or
+/// uniform_chain). The model is held by reference: parameters and gradients stay the user's.
+template <stage_graph Model>
+class executor {
+ public:
+  using batch_type = input_t<typename Model::first_stage>;
+
+  template <class Plan>
+  executor(const Plan& plan, Model& model, const executor_options& opt = {})
+      : engine_(bind(views_of(plan), detail::entries_of(model), {opt.ordered_gradients}), opt) {}
+
+  /// One training step over all microbatches: `batch` holds microbatches × (stage 0's input
+  /// extent) elements, microbatch j at j · extent. Throws shape_error before anything runs if
+  /// the size is wrong, step_error if the step failed on some rank.
+  void step(std::span<const batch_type> batch) {
+    const bound_program& p = engine_.program();
+    const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
+    if (batch.size() != want)
+      throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) + " elements; the plan has " +
+                        std::to_string(p.microbatches) + " microbatches of " +
+                        std::to_string(p.batch_bytes / sizeof(batch_type)) + " (stage 0's input), so " +
+                        std::to_string(want));
+    engine_.run(reinterpret_cast<const std::byte*>(batch.data()));
+  }
+
+  const bound_program& program() const noexcept { return engine_.program(); }
+  /// Per op, its start and end in the last step (executor_options::trace).
+  const std::vector<op_time>& trace() const noexcept { return engine_.trace(); }
+  /// For benchmarks: walk rank r's program on this thread with a transport that moves nothing.
+  void walk_rank(int r, std::span<const batch_type> batch) {
+    detail::null_transport t;
+    engine_.walk_in_order(r, t, reinterpret_cast<const std::byte*>(batch.data()));
+  }
+
+ private:
+  detail::engine engine_;
+};
+
+template <class Plan, class Model>
+executor(const Plan&, Model&, const executor_options& = {}) -> executor<Model>;
+
+}  // namespace pipetype::host

@@ -1,0 +1,107 @@
+// pipetype/graph/chain.hpp — the stage graph: a chain of stages, stage s feeding stage s+1.
+//
+// Two forms, one interface (size(), for_each_stage):
+//
+//   chain<embed, block, block, head>   the stages as types, their objects inside (like a tuple);
+//                                      each stage's output type must be the next one's input type,
+//                                      checked at compile time (dynamic extents: at executor
+//                                      construction)
+//   uniform_chain<block>               n stages of one type, n known at run time (a model whose
+//                                      depth follows --ranks and --chunks)
+//
+// The executor reads the stages through `for_each_stage(f)`, which calls f(index, stage&) in
+// chain order, and never copies them: parameters stay where the user put them.
+//
+//   pipetype::chain<embed, block, head> model{embed{...}, block{...}, head{...}};
+//   model.stage<1>().weights ...;
+#pragma once
+
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pipetype/graph/stage.hpp"
+
+namespace pipetype {
+
+namespace detail {
+/// Stage `Index`'s output must be stage `Index + 1`'s input (the instantiation names both).
+template <std::size_t Index, class Producer, class Consumer>
+struct chain_link {
+  static_assert(std::is_same_v<output_t<Producer>, input_t<Consumer>>,
+                "pipetype::chain: a stage's output element type differs from the next stage's input element type");
+  static_assert(Producer::output::is_dynamic || Consumer::input::is_dynamic ||
+                    Producer::output::extent == Consumer::input::extent,
+                "pipetype::chain: a stage's output extent differs from the next stage's input extent");
+  static constexpr bool value = true;
+};
+
+template <class... S, std::size_t... I>
+constexpr bool chain_links(std::index_sequence<I...>) {
+  using types = std::tuple<S...>;
+  return (chain_link<I, std::tuple_element_t<I, types>, std::tuple_element_t<I + 1, types>>::value && ...);
+}
+}  // namespace detail
+
+template <stage... S>
+class chain {
+  static_assert(sizeof...(S) > 0, "pipetype::chain: a chain needs at least one stage");
+  static_assert(detail::chain_links<S...>(std::make_index_sequence<sizeof...(S) - 1>{}));
+
+ public:
+  static constexpr int stages = static_cast<int>(sizeof...(S));
+  using first_stage = std::tuple_element_t<0, std::tuple<S...>>;
+
+  chain() = default;
+  explicit chain(S... s) : stages_(std::move(s)...) {}
+
+  constexpr int size() const noexcept { return stages; }
+  template <std::size_t I>
+  auto& stage() noexcept {
+    return std::get<I>(stages_);
+  }
+  template <std::size_t I>
+  const auto& stage() const noexcept {
+    return std::get<I>(stages_);
+  }
+  /// f(index, stage&) for every stage, in chain order.
+  template <class F>
+  void for_each_stage(F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (f(static_cast<int>(I), std::get<I>(stages_)), ...);
+    }(std::make_index_sequence<sizeof...(S)>{});
+  }
+
+ private:
+  std::tuple<S...> stages_;
+};
+
+template <stage S>
+class uniform_chain {
+ public:
+  using first_stage = S;
+  uniform_chain() = default;
+  explicit uniform_chain(std::vector<S> s) : stages_(std::move(s)) {}
+
+  int size() const noexcept { return static_cast<int>(stages_.size()); }
+  S& stage(int i) { return stages_.at(static_cast<std::size_t>(i)); }
+  const S& stage(int i) const { return stages_.at(static_cast<std::size_t>(i)); }
+  std::vector<S>& stages() noexcept { return stages_; }
+  template <class F>
+  void for_each_stage(F&& f) {
+    for (std::size_t i = 0; i < stages_.size(); ++i) f(static_cast<int>(i), stages_[i]);
+  }
+
+ private:
+  std::vector<S> stages_;
+};
+
+/// Anything the executor can run: a chain of stages with size() and for_each_stage.
+template <class M>
+concept stage_graph = stage<typename M::first_stage> && requires(M& m) {
+  { m.size() } -> std::convertible_to<int>;
+};
+
+}  // namespace pipetype

@@ -1,0 +1,183 @@
+// pipetype/graph/stage.hpp — what a stage is: the user's piece of the model.
+//
+// A stage is a type the user writes. It declares the activation it takes and the one it gives
+// (element type and element count per microbatch), optionally a per-microbatch `stash` for what
+// its backward needs besides its input, and provides
+//
+//   void forward(const pipetype::forward_ctx<S>&);
+//   void backward(const pipetype::backward_ctx<S>&);                 // full backward, and/or
+//   void backward_input(const pipetype::backward_ctx<S>&);           // the split of zero-bubble
+//   void backward_weight(const pipetype::backward_ctx<S>&);          // schedules (I, then W)
+//
+// pipetype owns when these run and where their buffers live (the plan's slots, allocated once);
+// the user owns parameters, their gradients and the optimizer. A context holds spans into those
+// buffers, valid for the call only:
+//
+//   forward:   input (stage 0: the microbatch's slice of the batch given to step()),
+//              output (empty on the last stage, which computes its loss), stash
+//   backward:  input (the same values forward saw), grad_output (the gradient of the output;
+//              empty on the last stage: the gradient comes from its own loss), grad_input (to be
+//              written; empty on stage 0 and in backward_weight), stash (what forward left)
+//
+//   struct block {
+//     using input  = pipetype::tensor<float, 4, 64>;    // 4 rows × 64 features per microbatch
+//     using output = pipetype::tensor<float, 4, 64>;
+//     using stash  = pipetype::tensor<float, 4, 64>;    // optional
+//     void forward(const pipetype::forward_ctx<block>& c);
+//     void backward(const pipetype::backward_ctx<block>& c);
+//   };
+//
+// Sizes known only at run time: declare `tensor<T, pipetype::dynamic>` and give the stage a
+// member `std::size_t input_extent() const` (output_extent, stash_extent likewise).
+//
+// Gradient accumulation. A stage either adds its weight gradients into its own accumulators
+// (then the schedule must run its B/W in microbatch order, which the executor checks), or it
+// declares `using weight_grad = tensor<T, N>` and `std::span<T> weight_gradients()`: backward
+// (or backward_weight) then *writes* microbatch j's weight gradient to ctx.weight_grad and
+// pipetype adds it into weight_gradients() in microbatch order, holding early ones back when the
+// schedule runs backwards out of order (looped BFS). Either way every schedule gives bitwise the
+// same gradients.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+
+namespace pipetype {
+
+/// An extent known only at run time (see the stage's *_extent() members).
+inline constexpr std::size_t dynamic = std::dynamic_extent;
+
+/// Element type and elements per microbatch of an activation (the product of `Extents`).
+template <class T, std::size_t... Extents>
+struct tensor {
+  static_assert(std::is_trivially_copyable_v<T>, "pipetype::tensor: elements travel as bytes");
+  using value_type = T;
+  static constexpr bool is_dynamic = ((Extents == dynamic) || ...);
+  static constexpr std::size_t extent = is_dynamic ? dynamic : (std::size_t{1} * ... * Extents);
+};
+
+namespace detail {
+template <class T>
+struct is_tensor : std::false_type {};
+template <class T, std::size_t... E>
+struct is_tensor<tensor<T, E...>> : std::true_type {};
+
+template <class S>
+struct stash_of {
+  using type = tensor<std::byte, 0>;
+};
+template <class S>
+  requires requires { typename S::stash; }
+struct stash_of<S> {
+  using type = typename S::stash;
+};
+template <class S>
+struct weight_grad_of {
+  using type = tensor<std::byte, 0>;
+};
+template <class S>
+  requires requires { typename S::weight_grad; }
+struct weight_grad_of<S> {
+  using type = typename S::weight_grad;
+};
+}  // namespace detail
+
+/// Element types of a stage's input, output and stash.
+template <class S>
+using input_t = typename S::input::value_type;
+template <class S>
+using output_t = typename S::output::value_type;
+template <class S>
+using stash_tensor_t = typename detail::stash_of<S>::type;
+template <class S>
+using stash_t = typename stash_tensor_t<S>::value_type;
+template <class S>
+using weight_grad_tensor_t = typename detail::weight_grad_of<S>::type;
+template <class S>
+using weight_grad_t = typename weight_grad_tensor_t<S>::value_type;
+
+template <class S>
+struct forward_ctx {
+  int stage = 0;       // the stage's index in the chain
+  int microbatch = 0;  // 0 .. m-1
+  std::span<const input_t<S>> input;
+  std::span<output_t<S>> output;  // empty on the last stage
+  std::span<stash_t<S>> stash;
+};
+
+template <class S>
+struct backward_ctx {
+  int stage = 0;
+  int microbatch = 0;
+  std::span<const input_t<S>> input;
+  std::span<const output_t<S>> grad_output;  // empty on the last stage
+  std::span<input_t<S>> grad_input;          // empty on stage 0 and in backward_weight
+  std::span<stash_t<S>> stash;
+  std::span<weight_grad_t<S>> weight_grad;  // this microbatch's weight gradient, to be written
+                                            // (stages that declare `weight_grad`; not in backward_input)
+};
+
+template <class S>
+concept has_full_backward = requires(S& s, const backward_ctx<S>& c) { s.backward(c); };
+template <class S>
+concept has_split_backward = requires(S& s, const backward_ctx<S>& c) {
+  s.backward_input(c);
+  s.backward_weight(c);
+};
+
+/// A stage that hands its weight gradients to pipetype to accumulate in microbatch order.
+template <class S>
+concept has_weight_grad = requires { typename S::weight_grad; } && requires(S& s) {
+  { s.weight_gradients() } -> std::convertible_to<std::span<weight_grad_t<S>>>;
+};
+
+/// A pipeline stage: declared input/output tensors, forward, and a full or split backward.
+template <class S>
+concept stage = detail::is_tensor<typename S::input>::value && detail::is_tensor<typename S::output>::value &&
+                detail::is_tensor<stash_tensor_t<S>>::value && detail::is_tensor<weight_grad_tensor_t<S>>::value &&
+                (!requires { typename S::weight_grad; } || has_weight_grad<S>) &&
+                requires(S& s, const forward_ctx<S>& f) { s.forward(f); } &&
+                (has_full_backward<S> || has_split_backward<S>);
+
+/// Elements per microbatch of a stage's input, output and stash: the tensor's extent, or the
+/// stage's member *_extent() when the tensor is dynamic.
+template <stage S>
+constexpr std::size_t input_extent(const S& s) {
+  if constexpr (!S::input::is_dynamic)
+    return S::input::extent;
+  else if constexpr (requires { s.input_extent(); })
+    return s.input_extent();
+  else
+    static_assert(sizeof(S) == 0, "pipetype::stage: a dynamic input needs a member input_extent()");
+}
+template <stage S>
+constexpr std::size_t output_extent(const S& s) {
+  if constexpr (!S::output::is_dynamic)
+    return S::output::extent;
+  else if constexpr (requires { s.output_extent(); })
+    return s.output_extent();
+  else
+    static_assert(sizeof(S) == 0, "pipetype::stage: a dynamic output needs a member output_extent()");
+}
+template <stage S>
+constexpr std::size_t stash_extent(const S& s) {
+  if constexpr (!stash_tensor_t<S>::is_dynamic)
+    return stash_tensor_t<S>::extent;
+  else if constexpr (requires { s.stash_extent(); })
+    return s.stash_extent();
+  else
+    static_assert(sizeof(S) == 0, "pipetype::stage: a dynamic stash needs a member stash_extent()");
+}
+template <stage S>
+constexpr std::size_t weight_grad_extent(const S& s) {
+  if constexpr (!weight_grad_tensor_t<S>::is_dynamic)
+    return weight_grad_tensor_t<S>::extent;
+  else if constexpr (requires { s.weight_grad_extent(); })
+    return s.weight_grad_extent();
+  else
+    static_assert(sizeof(S) == 0, "pipetype::stage: a dynamic weight_grad needs a member weight_grad_extent()");
+}
+
+}  // namespace pipetype

@@ -1,0 +1,310 @@
+// Host executor: every schedule trains the MLP of examples/mlp.hpp with gradients bitwise equal
+// to the unpipelined reference; faults end the step on every rank with an error naming the place.
+#include <pipetype/host.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "mlp.hpp"
+
+namespace pt = pipetype;
+namespace ph = pipetype::host;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct run_result {
+  double loss = 0, ref_loss = 0, diff = -1;
+  bool bitwise = false;
+};
+
+// One step of `plan` against the reference, on fresh models of 8 layers.
+run_result one_step(const pt::runtime_plan& plan) {
+  REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
+  const int S = plan.compute.stages, m = plan.compute.microbatches;
+  auto model = mlp::make_model(8, S), ref = mlp::make_model(8, S);
+  ph::executor ex{plan, model, {.deadline = 20s}};
+  const mlp::batch b = mlp::make_batch(m, 0);
+  std::vector<double> losses, ref_losses;
+  mlp::attach(model, b, losses, m);
+  ex.step(b.inputs);
+  mlp::reference_step(ref, b, ref_losses, m);
+  run_result r;
+  r.loss = mlp::mean_loss(losses);
+  r.ref_loss = mlp::mean_loss(ref_losses);
+  r.diff = mlp::max_grad_diff(model, ref, &r.bitwise);
+  return r;
+}
+
+void check_bitwise(const pt::runtime_plan& plan) {
+  const run_result r = one_step(plan);
+  CHECK(r.bitwise);
+  CHECK(r.diff == 0.0);
+  CHECK(std::memcmp(&r.loss, &r.ref_loss, sizeof(double)) == 0);
+}
+
+// A custom zero-bubble-like schedule in PyTorch's notation, with the backward split into I and W.
+constexpr const char* split_text = R"(0F0,0F1,0F2,0I0,0F3,0I1,0W0,0I2,0W1,0I3,0W2,0W3
+1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1F3,1I3,1W2,1W3)";
+
+}  // namespace
+
+TEST_CASE("host executor: every built-in schedule gives gradients and loss bitwise equal to the reference") {
+  struct cfg {
+    int p, m, v;
+  };
+  for (const pt::schedule_info& info : pt::schedule_infos)
+    for (const cfg c : {cfg{1, 3, 1}, cfg{2, 4, 1}, cfg{3, 5, 1}, cfg{4, 8, 1}, cfg{2, 4, 2}, cfg{4, 8, 2}, cfg{3, 6, 3}}) {
+      if (pt::schedule_error(info.name, c.p, c.m, c.v)) continue;
+      for (const pt::comm_policy policy : {pt::comm_policy::per_edge, pt::comm_policy::per_rank_pair}) {
+        CAPTURE(info.name);
+        CAPTURE(c.p);
+        CAPTURE(c.m);
+        CAPTURE(c.v);
+        check_bitwise(pt::build_plan(pt::make_schedule(info.name, c.p, c.m, c.v), {.comms = policy}));
+      }
+    }
+}
+
+TEST_CASE("host executor: a custom text schedule that splits the backward (I, W) matches the reference bitwise") {
+  check_bitwise(pt::build_plan(pt::parse_schedule(split_text, "zb-text")));
+}
+
+TEST_CASE("host executor: a compile-time plan runs too") {
+  constexpr auto plan = pt::make_plan<pt::interleaved_1f1b<pt::ranks<2>, pt::microbatches<4>, pt::chunks<2>>>();
+  auto model = mlp::make_model(8, 4), ref = mlp::make_model(8, 4);
+  ph::executor ex{plan, model};
+  const mlp::batch b = mlp::make_batch(4, 3);
+  std::vector<double> l, rl;
+  mlp::attach(model, b, l, 4);
+  ex.step(b.inputs);
+  mlp::reference_step(ref, b, rl, 4);
+  bool same = false;
+  mlp::max_grad_diff(model, ref, &same);
+  CHECK(same);
+}
+
+TEST_CASE("host executor: 20 steps lower the loss under every schedule") {
+  for (const pt::schedule_info& info : pt::schedule_infos) {
+    CAPTURE(info.name);
+    const int p = 4, m = 8, v = info.chunked ? 2 : 1;
+    const auto plan = pt::build_plan(pt::make_schedule(info.name, p, m, v));
+    auto model = mlp::make_model(8, p * v);
+    ph::executor ex{plan, model};
+    std::vector<double> losses;
+    double first = 0, last = 0;
+    for (int step = 0; step < 20; ++step) {
+      const mlp::batch b = mlp::make_batch(m, static_cast<std::uint64_t>(step));
+      mlp::attach(model, b, losses, m);
+      ex.step(b.inputs);
+      for (mlp::stage& s : model.stages()) s.sgd(0.5f);
+      (step == 0 ? first : last) = mlp::mean_loss(losses);
+    }
+    CHECK(last < 0.8 * first);
+  }
+}
+
+// ---- faults --------------------------------------------------------------------------------
+
+namespace {
+
+// A stage that adds one going forward, passes the gradient back, and calls `hook` first.
+struct probe {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  std::function<void(char, int, int)> hook;  // (kind, stage, microbatch)
+  std::atomic<int>* calls = nullptr;
+  void forward(const pt::forward_ctx<probe>& c) {
+    if (calls) ++*calls;
+    if (hook) hook('F', c.stage, c.microbatch);
+    for (std::size_t i = 0; i < c.output.size(); ++i) c.output[i] = c.input[i] + 1;
+  }
+  void backward(const pt::backward_ctx<probe>& c) {
+    if (calls) ++*calls;
+    if (hook) hook('B', c.stage, c.microbatch);
+    for (std::size_t i = 0; i < c.grad_input.size(); ++i) c.grad_input[i] = c.grad_output.empty() ? 1 : c.grad_output[i];
+  }
+};
+
+pt::uniform_chain<probe> probes(int n, std::function<void(char, int, int)> hook, std::atomic<int>* calls = nullptr) {
+  std::vector<probe> v(static_cast<std::size_t>(n));
+  for (probe& x : v) {
+    x.hook = hook;
+    x.calls = calls;
+  }
+  return pt::uniform_chain<probe>(std::move(v));
+}
+
+}  // namespace
+
+TEST_CASE("host executor: a stage that throws ends the step on every rank, naming rank, stage, microbatch, action") {
+  const auto plan = pt::build_plan(pt::make_schedule("1f1b", 4, 8));
+  auto model = probes(4, [](char k, int s, int j) {
+    if (k == 'F' && s == 1 && j == 2) throw std::runtime_error("nan in layer norm");
+  });
+  ph::executor ex{plan, model, {.deadline = 10s}};
+  std::vector<float> batch(8 * 4, 0.0f);
+  try {
+    ex.step(batch);
+    FAIL("the step should have failed");
+  } catch (const ph::step_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("rank 1, stage 1, microbatch 2, action 1F2 threw: nan in layer norm") != std::string::npos);
+    CHECK(e.cause() == ph::failure_cause::stage_threw);
+    CHECK_THROWS_WITH_AS(std::rethrow_exception(e.stage_exception()), "nan in layer norm", std::runtime_error);
+    // every rank ended with an error: rank 1 the stage's, the others aborted by it
+    std::vector<int> seen(4, 0);
+    for (const ph::failure& f : e.failures()) {
+      seen[static_cast<std::size_t>(f.rank)] = 1;
+      if (f.rank != 1) CHECK(f.cause == ph::failure_cause::aborted);
+    }
+    CHECK(seen == std::vector<int>{1, 1, 1, 1});
+  }
+  // the executor is usable again: the next step runs clean
+  model.stage(1).hook = nullptr;
+  CHECK_NOTHROW(ex.step(batch));
+}
+
+TEST_CASE("host executor: a stage stalled past the deadline ends the step with a timeout naming the stall") {
+  const auto plan = pt::build_plan(pt::make_schedule("gpipe", 3, 4));
+  auto model = probes(3, [](char k, int s, int j) {
+    if (k == 'F' && s == 2 && j == 1) std::this_thread::sleep_for(600ms);
+  });
+  ph::executor ex{plan, model, {.deadline = 150ms}};
+  std::vector<float> batch(4 * 4, 0.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ex.step(batch);
+    FAIL("the step should have timed out");
+  } catch (const ph::step_error& e) {
+    const std::string what = e.what();
+    CHECK(e.cause() == ph::failure_cause::timeout);
+    CHECK(what.find("150 ms") != std::string::npos);
+    CHECK(what.find("still inside a stage: rank 2 in 2F1") != std::string::npos);
+    std::vector<int> seen(3, 0);
+    for (const ph::failure& f : e.failures()) seen[static_cast<std::size_t>(f.rank)] = 1;
+    CHECK(seen == std::vector<int>{1, 1, 1});
+  }
+  // no thread was left behind: step() returned once the stalled stage came back
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("host executor: sizes that do not fit are rejected before anything runs") {
+  std::atomic<int> calls{0};
+  const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  auto model = probes(2, nullptr, &calls);
+  ph::executor ex{plan, model};
+  std::vector<float> wrong(4 * 4 - 1, 0.0f);
+  CHECK_THROWS_WITH_AS(ex.step(wrong),
+                       "pipetype::host: step() got a batch of 15 elements; the plan has 4 microbatches of 4 "
+                       "(stage 0's input), so 16",
+                       ph::shape_error);
+  CHECK(calls.load() == 0);
+
+  auto three = probes(3, nullptr);
+  CHECK_THROWS_WITH_AS(ph::executor(plan, three), "pipetype::host: the plan has 2 stages but the model has 3",
+                       ph::shape_error);
+}
+
+namespace {
+// Stages whose sizes are known at run time.
+struct resize {
+  using input = pt::tensor<float, pt::dynamic>;
+  using output = pt::tensor<float, pt::dynamic>;
+  std::size_t in = 4, out = 4;
+  std::size_t input_extent() const { return in; }
+  std::size_t output_extent() const { return out; }
+  void forward(const pt::forward_ctx<resize>& c) {
+    for (std::size_t i = 0; i < c.output.size(); ++i) c.output[i] = c.input[i % c.input.size()] * 2;
+  }
+  void backward(const pt::backward_ctx<resize>&) {}
+};
+}  // namespace
+
+TEST_CASE("host executor: run-time extents are checked link by link at construction") {
+  const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 2));
+  pt::uniform_chain<resize> bad(std::vector<resize>{{4, 6}, {5, 1}});
+  CHECK_THROWS_WITH_AS(ph::executor(plan, bad), "pipetype::host: stage 0 gives 6 elements of 4 bytes but stage 1 takes 5 of 4",
+                       ph::shape_error);
+  pt::uniform_chain<resize> good(std::vector<resize>{{4, 6}, {6, 1}});
+  CHECK_NOTHROW(ph::executor(plan, good));
+}
+
+namespace {
+// A heterogeneous chain: int tokens in, floats through, a scalar loss at the end.
+struct embed {
+  using input = pt::tensor<int, 2>;
+  using output = pt::tensor<float, 2, 3>;
+  std::vector<float> seen;
+  void forward(const pt::forward_ctx<embed>& c) {
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t k = 0; k < 3; ++k) c.output[r * 3 + k] = static_cast<float>(c.input[r] * 10) + static_cast<float>(k);
+  }
+  void backward(const pt::backward_ctx<embed>& c) {
+    CHECK(c.grad_input.empty());  // stage 0 has no input gradient to give
+    seen.insert(seen.end(), c.grad_output.begin(), c.grad_output.end());
+  }
+};
+struct head {
+  using input = pt::tensor<float, 6>;
+  using output = pt::tensor<float, 1>;
+  using stash = pt::tensor<float, 1>;
+  std::vector<float> sums;
+  void forward(const pt::forward_ctx<head>& c) {
+    CHECK(c.output.empty());  // the last stage has no output buffer
+    float s = 0;
+    for (float x : c.input) s += x;
+    c.stash[0] = s;
+    sums.push_back(s);
+  }
+  void backward(const pt::backward_ctx<head>& c) {
+    CHECK(c.grad_output.empty());
+    for (float& g : c.grad_input) g = c.stash[0];
+  }
+};
+}  // namespace
+
+TEST_CASE("host executor: a chain of different stage types moves typed data both ways") {
+  using sched = pt::from_text<R"(0F0,0F1,0B0,0B1
+                                 1F0,1B0,1F1,1B1)">;
+  constexpr auto plan = pt::make_plan<sched>();
+  pt::chain<embed, head> model;
+  ph::executor ex{plan, model};
+  const std::vector<int> tokens{1, 2, 3, 4};  // microbatch 0: {1, 2}, microbatch 1: {3, 4}
+  ex.step(tokens);
+  // forward sums: (10+11+12) + (20+21+22) = 96; (30..32) + (40..42) = 216
+  CHECK(model.stage<1>().sums == std::vector<float>{96, 216});
+  std::vector<float> grads(6, 96.0f);
+  grads.insert(grads.end(), 6, 216.0f);
+  CHECK(model.stage<0>().seen == grads);
+}
+
+TEST_CASE("host executor: a stage that accumulates its own gradients needs its backwards in microbatch order") {
+  const auto plan = pt::build_plan(pt::make_schedule("looped-bfs", 2, 4, 2));  // backwards in reverse order
+  auto model = probes(4, nullptr);
+  CHECK_THROWS_WITH_AS(ph::executor(plan, model),
+                       doctest::Contains("stage 2, microbatch 2, action 2B2 comes after microbatch 3's weight gradient"),
+                       std::invalid_argument);
+  CHECK_NOTHROW(ph::executor(plan, model, {.ordered_gradients = false}));
+}
+
+TEST_CASE("host executor: a schedule that splits the backward needs backward_input and backward_weight") {
+  const auto plan = pt::build_plan(pt::parse_schedule(split_text));
+  auto model = probes(2, nullptr);
+  CHECK_THROWS_WITH_AS(ph::executor(plan, model), doctest::Contains("splits the backward"), std::invalid_argument);
+}
+
+TEST_CASE("host executor: walking one rank issues each of its compute ops once") {
+  std::atomic<int> calls{0};
+  const auto plan = pt::build_plan(pt::make_schedule("interleaved-1f1b", 2, 4, 2));
+  auto model = probes(4, nullptr, &calls);
+  ph::executor ex{plan, model};
+  std::vector<float> batch(4 * 4, 0.0f);
+  ex.walk_rank(0, batch);
+  CHECK(calls.load() == static_cast<int>(plan.compute.view().rank_actions(0).size()));
+}
