@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The two commands of a fresh machine (README.md):
-#   bash run.sh demo   build and run the main job (for now: the explorer on 1F1B, 4 ranks, 8 microbatches)
+#   bash run.sh demo   build and run the main job: train_mlp (an MLP trained across 4 pipeline ranks with
+#                      1F1B on host threads; flags pass through, e.g. --schedule interleaved-1f1b)
 #   bash run.sh test   build everything and run every test (what CI runs)
 # Each installs what it needs from Debian's packages first.
 set -euo pipefail
@@ -27,16 +28,16 @@ case "${1:-}" in
   demo)
     need_packages
     cmake --preset release >/dev/null
-    cmake --build --preset release --target pipetype-explore
+    cmake --build --preset release --target train_mlp
     shift
-    exec ./build/release/examples/pipetype-explore "$@"
+    exec ./build/release/examples/train_mlp "$@"
     ;;
   test)
     need_packages
     exec cmake --workflow --preset dev
     ;;
   *)
-    echo "usage: bash run.sh demo [explorer flags] | bash run.sh test" >&2
+    echo "usage: bash run.sh demo [train_mlp flags] | bash run.sh test" >&2
     exit 2
     ;;
 esac
