@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -50,28 +51,30 @@ using add_fn = void (*)(void* stage, const std::byte* weight_grad);
 /// stream must have completed `wait` of its ops; `record`: after the op, publish how many of
 /// this stream's ops have completed (`end`).
 struct bound_op {
+  // first cache line: what every op and a forward read
   op_code code = op_code::compute;
   kind what = kind::F;
+  bool record = false;
+  int wait = 0;
+  int end = 0;  // position after this op (a group: after its transfers)
   int stage = -1;
   int microbatch = -1;
-  int wait = 0;
-  bool record = false;
-  int end = 0;    // position after this op (a group: after its transfers)
-  int count = 0;  // group: transfers that follow it
-  int index = 0;  // position in the rank's lowered op list
-  // compute
+  std::uint32_t n_in = 0, n_out = 0;  // elements
+  int add_count = 0;                  // after the op: add this many held weight gradients, in order
   stage_fn fn = nullptr;
   void* obj = nullptr;
   std::byte* in = nullptr;  // nullptr on stage 0: the batch, at microbatch · in_bytes
   std::byte* out = nullptr;
+  // then: backwards, weight gradients, transfers
   std::byte* grad_out = nullptr;  // the gradient of this stage's output (from stage + 1)
   std::byte* grad_in = nullptr;   // the gradient of this stage's input (to stage − 1)
   std::byte* stash = nullptr;
+  std::uint32_t n_stash = 0, n_weight_grad = 0;
   std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
-  std::size_t n_in = 0, n_out = 0, n_stash = 0, n_weight_grad = 0;  // elements
-  add_fn add = nullptr;              // after the op: add these held weight gradients, in order
-  int add_begin = 0, add_count = 0;  // (bound_rank::adds[add_begin ..])
-  // transfers
+  add_fn add = nullptr;
+  int add_begin = 0;  // bound_rank::adds[add_begin .. + add_count)
+  int count = 0;      // group: transfers that follow it
+  int index = 0;      // position in the rank's lowered op list
   int peer = -1;
   int comm = -1;
   std::byte* buf = nullptr;
@@ -228,6 +231,8 @@ struct bound_rank {
   std::vector<std::string> labels[stream_count];  // per op: "act 1F3", for error messages
   detail::aligned_bytes activations, gradients, stashes, weight_grads;
   std::vector<std::byte*> adds;  // held weight gradients to add, per op's [add_begin, +add_count)
+  std::vector<std::uint32_t> order;  // each unit (an op, or a group with its transfers) in lowered
+                                     // order, as index · 2 + stream
   std::size_t activation_stride = 0, stash_stride = 0;
   int stash_slots = 0;
 };
@@ -238,21 +243,6 @@ struct bound_program {
   std::size_t batch_bytes = 0;  // per microbatch: stage 0's input
   std::vector<stage_entry> entries;
   std::vector<bound_rank> rank;
-
-  /// Rank r's ops in the order the lowered program lists them (both streams), for walking a
-  /// rank on one thread.
-  std::vector<const bound_op*> in_program_order(int r) const {
-    std::vector<const bound_op*> out;
-    const bound_rank& br = rank[static_cast<std::size_t>(r)];
-    std::size_t i0 = 0, i1 = 0;
-    const auto& a = br.ops[0];
-    const auto& b = br.ops[1];
-    while (i0 < a.size() || i1 < b.size()) {
-      const bool first = i1 >= b.size() || (i0 < a.size() && a[i0].index < b[i1].index);
-      out.push_back(first ? &a[i0++] : &b[i1++]);
-    }
-    return out;
-  }
 };
 
 /// Binds the lowered program of `v` to the stages in `entries` (one per stage, in chain order).
@@ -412,9 +402,9 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         const stage_entry& e = E[static_cast<std::size_t>(o.stage)];
         b.fn = e.fn[static_cast<int>(o.what)];
         b.obj = e.obj;
-        b.n_in = e.in_elems;
-        b.n_out = e.out_elems;
-        b.n_stash = e.stash_elems;
+        b.n_in = static_cast<std::uint32_t>(e.in_elems);
+        b.n_out = static_cast<std::uint32_t>(e.out_elems);
+        b.n_stash = static_cast<std::uint32_t>(e.stash_elems);
         b.in = act_at(o.slot);
         if (o.what == kind::F) {
           b.out = act_at(o.out_slot);
@@ -427,7 +417,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         if (b.stash == nullptr) b.n_stash = 0;
         if (wg_slot[i] >= 0) {
           b.weight_grad = br.weight_grads.data() + wg_base[static_cast<std::size_t>(wg_slot[i])];
-          b.n_weight_grad = e.weight_grad_elems;
+          b.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);
           b.add = e.add;
           b.add_begin = static_cast<int>(br.adds.size());
           b.add_count = static_cast<int>(wg_adds[i].size());
@@ -456,6 +446,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       const int end_pos = static_cast<int>(list.size());
       if (o.code != op_code::group) list.back().end = end_pos;
       if (group_open >= 0) list[static_cast<std::size_t>(group_open)].end = end_pos;
+      if (o.code == op_code::compute || o.code == op_code::group || group_open < 0)
+        br.order.push_back(static_cast<std::uint32_t>(list.size() - 1) * 2 + static_cast<std::uint32_t>(st));
       if (o.code == op_code::group) group_event = o.record_event;
       if (group_open < 0) group_event = -1;
       if (o.record_event >= 0) {

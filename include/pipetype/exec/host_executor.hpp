@@ -32,6 +32,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -98,7 +99,7 @@ namespace detail {
 struct alignas(64) rank_sync {
   std::atomic<int> progress[stream_count] = {};  // ops completed, published at records
   std::atomic<int> current[stream_count] = {};   // op index being issued (lowered list)
-  std::atomic<bool> in_stage{false};
+  std::atomic<bool> waiting{false};  // the compute stream is blocked on an event
   std::atomic<int> waiters{0};
   std::mutex m;
   std::condition_variable cv;
@@ -159,12 +160,10 @@ class engine {
     const bound_op* list = br.ops[st].data();
     const bound_op& op = list[i];
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
-    if (op.wait > 0) wait_for(r, 1 - st, op.wait, op) ;
+    if (op.wait > 0 && s.progress[1 - st].load(std::memory_order_acquire) < op.wait) wait_for(r, 1 - st, op.wait, op);
     switch (op.code) {
       case op_code::compute:
-        s.in_stage.store(true, std::memory_order_relaxed);
         op.fn(op.obj, op, batch_);
-        s.in_stage.store(false, std::memory_order_relaxed);
         for (int k = 0; k < op.add_count; ++k) op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)]);
         break;
       case op_code::group:
@@ -190,16 +189,7 @@ class engine {
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
     s.progress[0].store(0, std::memory_order_relaxed);
     s.progress[1].store(0, std::memory_order_relaxed);
-    const auto n0 = static_cast<int>(br.ops[0].size()), n1 = static_cast<int>(br.ops[1].size());
-    const bound_op* a = br.ops[0].data();
-    const bound_op* b = br.ops[1].data();
-    int i0 = 0, i1 = 0;
-    while (i0 < n0 || i1 < n1) {
-      if (i1 >= n1 || (i0 < n0 && a[i0].index < b[i1].index))
-        i0 = issue(r, 0, i0, t);
-      else
-        i1 = issue(r, 1, i1, t);
-    }
+    for (const std::uint32_t u : br.order) issue(r, static_cast<int>(u & 1), static_cast<int>(u >> 1), t);
   }
 
  private:
@@ -211,23 +201,42 @@ class engine {
       t.recv(x.comm, x.peer, std::span<std::byte>(x.buf, x.bytes), label);
   }
 
+  // An event record: publish this stream's progress; wake the other stream if it sleeps. The
+  // store is a release and the waiter check is relaxed (no StoreLoad fence on the fast path), so
+  // in a narrow race a sleeping waiter can miss the wake-up: it re-checks every `recheck`.
   static void publish(rank_sync& s, int st, int value) {
-    s.progress[st].store(value, std::memory_order_seq_cst);
-    if (s.waiters.load(std::memory_order_seq_cst) > 0) {
+    s.progress[st].store(value, std::memory_order_release);
+    if (s.waiters.load(std::memory_order_relaxed) > 0) {
       { std::lock_guard lock(s.m); }
       s.cv.notify_all();
     }
   }
+  static constexpr std::chrono::microseconds recheck{100};
 
-  void wait_for(int r, int other, int value, const bound_op& op) {
+  [[gnu::noinline]] void wait_for(int r, int other, int value, const bound_op& op) {
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
-    if (s.progress[other].load(std::memory_order_acquire) >= value) return;
+    struct waiting_flag {  // marks the compute stream as waiting (not inside a stage) meanwhile
+      std::atomic<bool>* f;
+      ~waiting_flag() {
+        if (f) f->store(false, std::memory_order_relaxed);
+      }
+    } flag{other == 1 ? &s.waiting : nullptr};
+    if (flag.f) flag.f->store(true, std::memory_order_relaxed);
+    // a short yielding spin first: the other stream is often microseconds away, and a blocked
+    // thread takes tens of microseconds to wake
+    for (int k = 0; k < 64; ++k) {
+      std::this_thread::yield();
+      if (s.progress[other].load(std::memory_order_acquire) >= value) return;
+    }
     s.waiters.fetch_add(1, std::memory_order_seq_cst);
-    std::unique_lock lock(s.m);
-    const bool ok = s.cv.wait_until(lock, std::chrono::steady_clock::now() + opt_.deadline, [&] {
-      return s.progress[other].load(std::memory_order_seq_cst) >= value || aborted_.load();
-    });
-    lock.unlock();
+    const auto until = std::chrono::steady_clock::now() + opt_.deadline;
+    auto done = [&] { return s.progress[other].load(std::memory_order_acquire) >= value || aborted_.load(); };
+    bool ok = false;
+    {
+      std::unique_lock lock(s.m);
+      while (!(ok = done()) && std::chrono::steady_clock::now() < until)
+        s.cv.wait_for(lock, recheck);
+    }
     s.waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (aborted_.load()) throw aborted_error("aborted");
     if (!ok)
@@ -245,7 +254,8 @@ class engine {
     const auto& list = br.ops[st];
     const auto n = static_cast<int>(list.size());
     int i = 0;
-    auto in_stage = [&] { return st == 0 && s.in_stage.load(std::memory_order_relaxed); };
+    // on the compute stream, anything but a timeout or an abort came from the stage
+    auto in_stage = [&] { return st == 0; };
     try {
       fabric::endpoint ep = fabric_->at(r);
       op_time* trace = opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(2 * r + st)] : nullptr;
@@ -275,7 +285,7 @@ class engine {
       fail(r, st, i, failure_cause::stage_threw, "an exception not derived from std::exception",
            std::current_exception());
     }
-    s.in_stage.store(false, std::memory_order_relaxed);
+    s.current[st].store(-1, std::memory_order_relaxed);
   }
 
   void fail(int r, int st, int i, failure_cause cause, const std::string& what, std::exception_ptr exc) {
@@ -321,8 +331,8 @@ class engine {
     std::string out;
     for (int r = 0; r < prog_.ranks; ++r) {
       const rank_sync& s = sync_[static_cast<std::size_t>(r)];
-      if (!s.in_stage.load(std::memory_order_relaxed)) continue;
       const int idx = s.current[0].load(std::memory_order_relaxed);
+      if (idx < 0 || s.waiting.load(std::memory_order_relaxed)) continue;
       for (const bound_op& op : prog_.rank[static_cast<std::size_t>(r)].ops[0])
         if (op.index == idx) {
           out += (out.empty() ? "; still inside a stage: rank " : ", rank ") + std::to_string(r) + " in " +
