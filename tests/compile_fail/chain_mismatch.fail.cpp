@@ -1,0 +1,18 @@
+// expect: pipetype::chain: a stage's output extent differs from the next stage's input extent
+// A stage graph whose stage 0 gives 8 floats per microbatch while stage 1 takes 6.
+#include <pipetype/pipetype.hpp>
+namespace pt = pipetype;
+struct a {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 8>;
+  void forward(const pt::forward_ctx<a>&) {}
+  void backward(const pt::backward_ctx<a>&) {}
+};
+struct b {
+  using input = pt::tensor<float, 2, 3>;
+  using output = pt::tensor<float, 1>;
+  void forward(const pt::forward_ctx<b>&) {}
+  void backward(const pt::backward_ctx<b>&) {}
+};
+pt::chain<a, b> model;
+int main() { return model.size() == 2 ? 0 : 1; }
