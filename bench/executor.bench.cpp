@@ -41,16 +41,15 @@ constexpr int bench_rank = 1;
 
 void set_counters(benchmark::State& s, const pt::runtime_plan& plan) {
   const auto actions = static_cast<double>(plan.compute.view().rank_actions(bench_rank).size());
-  s.counters["ns_per_action"] =
-      benchmark::Counter(static_cast<double>(s.iterations()) * actions,
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  s.counters["ns_per_action"] = benchmark::Counter(static_cast<double>(s.iterations()) * actions,
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   s.counters["ops"] = static_cast<double>(plan.lowered.view().rank_ops(bench_rank).size());
   s.counters["actions"] = actions;
 }
 
 void BM_static_walk(benchmark::State& s) {
-  const pt::runtime_plan plan = plan_of(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)),
-                                        static_cast<int>(s.range(2)));
+  const pt::runtime_plan plan =
+      plan_of(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
   pt::uniform_chain<noop> model(std::vector<noop>(static_cast<std::size_t>(plan.compute.stages)));
   ph::executor ex{plan, model};
   std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute.microbatches));
@@ -112,8 +111,8 @@ struct recv_node final : action_node {
 };
 
 void BM_runtime_scheduler(benchmark::State& s) {
-  const pt::runtime_plan plan = plan_of(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)),
-                                        static_cast<int>(s.range(2)));
+  const pt::runtime_plan plan =
+      plan_of(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
   noop stage;
   runtime_state st;
   st.stages = plan.compute.stages;

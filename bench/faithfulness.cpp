@@ -81,11 +81,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const double x = std::atof(argv[i + 1]);
-    if (k == "--ranks") p = static_cast<int>(x);
-    else if (k == "--microbatches") m = static_cast<int>(x);
-    else if (k == "--steps") steps = static_cast<int>(x);
-    else if (k == "--f") f = x;
-    else if (k == "--b") b = x;
+    if (k == "--ranks")
+      p = static_cast<int>(x);
+    else if (k == "--microbatches")
+      m = static_cast<int>(x);
+    else if (k == "--steps")
+      steps = static_cast<int>(x);
+    else if (k == "--f")
+      f = x;
+    else if (k == "--b")
+      b = x;
   }
   std::printf("stages sleep F = %.1f ms, B = %.1f ms; %d ranks, %d microbatches; median of %d steps\n\n", f, b, p, m,
               steps);

@@ -213,7 +213,8 @@ inline batch make_batch(int microbatches, std::uint64_t step) {
 }
 
 /// Points the last stage at the targets and the per-microbatch losses.
-inline void attach(pipetype::uniform_chain<stage>& model, const batch& b, std::vector<double>& losses, int microbatches) {
+inline void attach(pipetype::uniform_chain<stage>& model, const batch& b, std::vector<double>& losses,
+                   int microbatches) {
   losses.assign(static_cast<std::size_t>(microbatches), 0.0);
   for (stage& s : model.stages()) s.set_targets(s.last() ? b.targets.data() : nullptr, s.last() ? &losses : nullptr);
 }
@@ -238,18 +239,22 @@ inline void reference_step(pipetype::uniform_chain<stage>& model, const batch& b
     for (int s = 0; s < S; ++s) {
       stage& st = model.stage(s);
       stash[static_cast<std::size_t>(s)].assign(st.stash_extent(), 0.0f);
-      pipetype::forward_ctx<stage> c{s, j, acts[static_cast<std::size_t>(s)],
-                                     s + 1 < S ? std::span<float>(acts[static_cast<std::size_t>(s) + 1]) : std::span<float>{},
-                                     stash[static_cast<std::size_t>(s)]};
+      pipetype::forward_ctx<stage> c{
+          s, j, acts[static_cast<std::size_t>(s)],
+          s + 1 < S ? std::span<float>(acts[static_cast<std::size_t>(s) + 1]) : std::span<float>{},
+          stash[static_cast<std::size_t>(s)]};
       st.forward(c);
     }
     std::vector<float> grad(act), grad_in(act);
     for (int s = S; s-- > 0;) {
       stage& st = model.stage(s);
-      pipetype::backward_ctx<stage> c{s, j, acts[static_cast<std::size_t>(s)],
+      pipetype::backward_ctx<stage> c{s,
+                                      j,
+                                      acts[static_cast<std::size_t>(s)],
                                       s + 1 < S ? std::span<const float>(grad) : std::span<const float>{},
                                       s > 0 ? std::span<float>(grad_in) : std::span<float>{},
-                                      stash[static_cast<std::size_t>(s)], {}};
+                                      stash[static_cast<std::size_t>(s)],
+                                      {}};
       st.backward_input(c);
       std::vector<float> wg(st.weight_grad_extent());
       c.grad_input = {};

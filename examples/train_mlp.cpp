@@ -70,7 +70,9 @@ args parse(int argc, char** argv) {
       a.json = true;
       continue;
     }
-    if (i + 1 >= argc) fail(f == "--schedule" || f == "--file" || f.rfind("--", 0) == 0 ? f + " needs a value" : "unknown argument '" + f + "'");
+    if (i + 1 >= argc)
+      fail(f == "--schedule" || f == "--file" || f.rfind("--", 0) == 0 ? f + " needs a value"
+                                                                       : "unknown argument '" + f + "'");
     const std::string v = argv[++i];
     if (f == "--schedule")
       a.schedule = v;
@@ -139,8 +141,8 @@ int main(int argc, char** argv) {
 
   if (!a.json) {
     std::cout << pt::grid(plan, pt::simulate(plan, pt::costs{.f = 1, .b = 2})) << "\n"
-              << "training: " << a.layers << " layers of width " << mlp::width << " over " << S << " stages, "
-              << m << " microbatches of " << mlp::rows << " rows, " << a.steps << " steps, lr " << a.lr << "\n";
+              << "training: " << a.layers << " layers of width " << mlp::width << " over " << S << " stages, " << m
+              << " microbatches of " << mlp::rows << " rows, " << a.steps << " steps, lr " << a.lr << "\n";
   }
 
   std::vector<double> losses, ref_losses, step_ms;
@@ -170,8 +172,9 @@ int main(int argc, char** argv) {
         return n[i] > 0 ? 1e3 * sum[i] / n[i] : fallback;
       };
       const double f = mean_ms(pt::kind::F, 0), bw = mean_ms(pt::kind::B, 0);
-      sim_ms = pt::simulate(plan, pt::costs{.f = f, .b = bw, .i = mean_ms(pt::kind::I, -1), .w = mean_ms(pt::kind::W, -1)})
-                   .makespan();
+      sim_ms =
+          pt::simulate(plan, pt::costs{.f = f, .b = bw, .i = mean_ms(pt::kind::I, -1), .w = mean_ms(pt::kind::W, -1)})
+              .makespan();
     }
     loss_last = loss;
     if (!a.json) std::printf("step %3d  loss %.6f  %7.3f ms\n", step, loss, step_ms.back());

@@ -59,7 +59,8 @@ TEST_CASE("host executor: every built-in schedule gives gradients and loss bitwi
     int p, m, v;
   };
   for (const pt::schedule_info& info : pt::schedule_infos)
-    for (const cfg c : {cfg{1, 3, 1}, cfg{2, 4, 1}, cfg{3, 5, 1}, cfg{4, 8, 1}, cfg{2, 4, 2}, cfg{4, 8, 2}, cfg{3, 6, 3}}) {
+    for (const cfg c :
+         {cfg{1, 3, 1}, cfg{2, 4, 1}, cfg{3, 5, 1}, cfg{4, 8, 1}, cfg{2, 4, 2}, cfg{4, 8, 2}, cfg{3, 6, 3}}) {
       if (pt::schedule_error(info.name, c.p, c.m, c.v)) continue;
       for (const pt::comm_policy policy : {pt::comm_policy::per_edge, pt::comm_policy::per_rank_pair}) {
         CAPTURE(info.name);
@@ -127,7 +128,8 @@ struct probe {
   void backward(const pt::backward_ctx<probe>& c) {
     if (calls) ++*calls;
     if (hook) hook('B', c.stage, c.microbatch);
-    for (std::size_t i = 0; i < c.grad_input.size(); ++i) c.grad_input[i] = c.grad_output.empty() ? 1 : c.grad_output[i];
+    for (std::size_t i = 0; i < c.grad_input.size(); ++i)
+      c.grad_input[i] = c.grad_output.empty() ? 1 : c.grad_output[i];
   }
 };
 
@@ -229,8 +231,8 @@ struct resize {
 TEST_CASE("host executor: run-time extents are checked link by link at construction") {
   const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 2));
   pt::uniform_chain<resize> bad(std::vector<resize>{{4, 6}, {5, 1}});
-  CHECK_THROWS_WITH_AS(ph::executor(plan, bad), "pipetype::host: stage 0 gives 6 elements of 4 bytes but stage 1 takes 5 of 4",
-                       ph::shape_error);
+  CHECK_THROWS_WITH_AS(ph::executor(plan, bad),
+                       "pipetype::host: stage 0 gives 6 elements of 4 bytes but stage 1 takes 5 of 4", ph::shape_error);
   pt::uniform_chain<resize> good(std::vector<resize>{{4, 6}, {6, 1}});
   CHECK_NOTHROW(ph::executor(plan, good));
 }
@@ -243,7 +245,8 @@ struct embed {
   std::vector<float> seen;
   void forward(const pt::forward_ctx<embed>& c) {
     for (std::size_t r = 0; r < 2; ++r)
-      for (std::size_t k = 0; k < 3; ++k) c.output[r * 3 + k] = static_cast<float>(c.input[r] * 10) + static_cast<float>(k);
+      for (std::size_t k = 0; k < 3; ++k)
+        c.output[r * 3 + k] = static_cast<float>(c.input[r] * 10) + static_cast<float>(k);
   }
   void backward(const pt::backward_ctx<embed>& c) {
     CHECK(c.grad_input.empty());  // stage 0 has no input gradient to give
@@ -287,9 +290,10 @@ TEST_CASE("host executor: a chain of different stage types moves typed data both
 TEST_CASE("host executor: a stage that accumulates its own gradients needs its backwards in microbatch order") {
   const auto plan = pt::build_plan(pt::make_schedule("looped-bfs", 2, 4, 2));  // backwards in reverse order
   auto model = probes(4, nullptr);
-  CHECK_THROWS_WITH_AS(ph::executor(plan, model),
-                       doctest::Contains("stage 2, microbatch 2, action 2B2 comes after microbatch 3's weight gradient"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      ph::executor(plan, model),
+      doctest::Contains("stage 2, microbatch 2, action 2B2 comes after microbatch 3's weight gradient"),
+      std::invalid_argument);
   CHECK_NOTHROW(ph::executor(plan, model, {.ordered_gradients = false}));
 }
 

@@ -102,7 +102,9 @@ forward_ctx<S> make_forward(const bound_op& op, const std::byte* batch) {
   using I = input_t<S>;
   using O = output_t<S>;
   const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(I);
-  return {op.stage, op.microbatch, {reinterpret_cast<const I*>(in), op.n_in},
+  return {op.stage,
+          op.microbatch,
+          {reinterpret_cast<const I*>(in), op.n_in},
           {reinterpret_cast<O*>(op.out), op.out ? op.n_out : 0},
           {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash}};
 }
@@ -168,8 +170,8 @@ stage_entry entry_of(S& s) {
     e.weight_grad_size = sizeof(weight_grad_t<S>);
     if (s.weight_gradients().size() != e.weight_grad_elems)
       throw shape_error("pipetype::host: a stage's weight_gradients() has " +
-                                  std::to_string(s.weight_gradients().size()) + " elements, its weight_grad " +
-                                  std::to_string(e.weight_grad_elems));
+                        std::to_string(s.weight_gradients().size()) + " elements, its weight_grad " +
+                        std::to_string(e.weight_grad_elems));
   }
   e.in_elems = input_extent(s);
   e.out_elems = output_extent(s);
@@ -185,7 +187,7 @@ class aligned_bytes {
  public:
   aligned_bytes() = default;
   explicit aligned_bytes(std::size_t n)
-      : p_(n ? static_cast<std::byte*>(::operator new(n, std::align_val_t{64})) : nullptr), n_(n) {
+      : p_(n ? static_cast<std::byte*>(::operator new (n, std::align_val_t{64})) : nullptr), n_(n) {
     if (p_) std::memset(p_.get(), 0, n);
   }
   std::byte* data() const noexcept { return p_.get(); }
@@ -193,7 +195,7 @@ class aligned_bytes {
 
  private:
   struct free_aligned {
-    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
   };
   std::unique_ptr<std::byte, free_aligned> p_;
   std::size_t n_ = 0;
@@ -230,7 +232,7 @@ struct bound_rank {
   std::vector<bound_op> ops[stream_count];        // by stream: compute, comm
   std::vector<std::string> labels[stream_count];  // per op: "act 1F3", for error messages
   detail::aligned_bytes activations, gradients, stashes, weight_grads;
-  std::vector<std::byte*> adds;  // held weight gradients to add, per op's [add_begin, +add_count)
+  std::vector<std::byte*> adds;      // held weight gradients to add, per op's [add_begin, +add_count)
   std::vector<std::uint32_t> order;  // each unit (an op, or a group with its transfers) in lowered
                                      // order, as index · 2 + stream
   std::size_t activation_stride = 0, stash_stride = 0;
@@ -310,8 +312,12 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     br.stash_stride = detail::round_up64(stash);
     br.activations = detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.activation_slots));
     br.gradients = detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.gradient_slots));
-    auto act_at = [&](int slot) { return slot < 0 ? nullptr : br.activations.data() + br.activation_stride * static_cast<std::size_t>(slot); };
-    auto grad_at = [&](int slot) { return slot < 0 ? nullptr : br.gradients.data() + br.activation_stride * static_cast<std::size_t>(slot); };
+    auto act_at = [&](int slot) {
+      return slot < 0 ? nullptr : br.activations.data() + br.activation_stride * static_cast<std::size_t>(slot);
+    };
+    auto grad_at = [&](int slot) {
+      return slot < 0 ? nullptr : br.gradients.data() + br.activation_stride * static_cast<std::size_t>(slot);
+    };
 
     // stash slots: live from F(s,j) to the last backward of (s,j) on this rank; lowest free first
     const std::span<const lowered_op> ops = l.rank_ops(r);
@@ -342,9 +348,9 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
 
     // weight gradients handed to pipetype: each B/W writes into a held slot; after it, the held
     // ones that are next in microbatch order are added (so out-of-order backwards still add in order)
-    std::vector<int> wg_slot(ops.size(), -1);                      // per op: its slot (global index)
-    std::vector<std::vector<int>> wg_adds(ops.size());             // per op: slots to add after it
-    std::vector<std::size_t> wg_base;                              // per global slot: byte offset
+    std::vector<int> wg_slot(ops.size(), -1);           // per op: its slot (global index)
+    std::vector<std::vector<int>> wg_adds(ops.size());  // per op: slots to add after it
+    std::vector<std::size_t> wg_base;                   // per global slot: byte offset
     std::size_t wg_bytes = 0;
     for (std::size_t s = 0; s < S; ++s) {
       if (owner[s] != r || E[s].add == nullptr) continue;
@@ -412,8 +418,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           b.grad_out = grad_at(o.grad_slot);
           b.grad_in = grad_at(o.out_slot);
         }
-        b.stash = op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i])
-                                   : nullptr;
+        b.stash =
+            op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr;
         if (b.stash == nullptr) b.n_stash = 0;
         if (wg_slot[i] >= 0) {
           b.weight_grad = br.weight_grads.data() + wg_base[static_cast<std::size_t>(wg_slot[i])];

@@ -54,8 +54,8 @@ enum class failure_cause { stage_threw, timeout, transfer, aborted };
 struct failure {
   int rank = -1;
   stream_id stream = stream_id::compute;
-  int op = -1;          // index in the rank's lowered op list (-1: before its first op)
-  std::string action;   // e.g. "2B5", "activation 1F3", "group"
+  int op = -1;         // index in the rank's lowered op list (-1: before its first op)
+  std::string action;  // e.g. "2B5", "activation 1F3", "group"
   failure_cause cause = failure_cause::aborted;
   std::string message;
 };
@@ -99,7 +99,7 @@ namespace detail {
 struct alignas(64) rank_sync {
   std::atomic<int> progress[stream_count] = {};  // ops completed, published at records
   std::atomic<int> current[stream_count] = {};   // op index being issued (lowered list)
-  std::atomic<bool> waiting{false};  // the compute stream is blocked on an event
+  std::atomic<bool> waiting{false};              // the compute stream is blocked on an event
   std::atomic<int> waiters{0};
   std::mutex m;
   std::condition_variable cv;
@@ -116,7 +116,9 @@ struct null_transport {
 class engine {
  public:
   engine(bound_program prog, const executor_options& opt)
-      : prog_(std::move(prog)), opt_(opt), sync_(std::make_unique<rank_sync[]>(static_cast<std::size_t>(prog_.ranks))) {}
+      : prog_(std::move(prog)),
+        opt_(opt),
+        sync_(std::make_unique<rank_sync[]>(static_cast<std::size_t>(prog_.ranks))) {}
 
   const bound_program& program() const noexcept { return prog_; }
   const std::vector<op_time>& trace() const noexcept { return trace_; }
@@ -234,8 +236,7 @@ class engine {
     bool ok = false;
     {
       std::unique_lock lock(s.m);
-      while (!(ok = done()) && std::chrono::steady_clock::now() < until)
-        s.cv.wait_for(lock, recheck);
+      while (!(ok = done()) && std::chrono::steady_clock::now() < until) s.cv.wait_for(lock, recheck);
     }
     s.waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (aborted_.load()) throw aborted_error("aborted");
@@ -419,8 +420,8 @@ class executor {
     const bound_program& p = engine_.program();
     const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
     if (batch.size() != want)
-      throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) + " elements; the plan has " +
-                        std::to_string(p.microbatches) + " microbatches of " +
+      throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) +
+                        " elements; the plan has " + std::to_string(p.microbatches) + " microbatches of " +
                         std::to_string(p.batch_bytes / sizeof(batch_type)) + " (stage 0's input), so " +
                         std::to_string(want));
     engine_.run(reinterpret_cast<const std::byte*>(batch.data()));

@@ -69,9 +69,8 @@ class chain {
   /// f(index, stage&) for every stage, in chain order.
   template <class F>
   void for_each_stage(F&& f) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (f(static_cast<int>(I), std::get<I>(stages_)), ...);
-    }(std::make_index_sequence<sizeof...(S)>{});
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(static_cast<int>(I), std::get<I>(stages_)), ...); }
+    (std::make_index_sequence<sizeof...(S)>{});
   }
 
  private:

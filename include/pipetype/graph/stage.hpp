@@ -69,7 +69,7 @@ struct stash_of {
   using type = tensor<std::byte, 0>;
 };
 template <class S>
-  requires requires { typename S::stash; }
+requires requires { typename S::stash; }
 struct stash_of<S> {
   using type = typename S::stash;
 };
@@ -78,7 +78,7 @@ struct weight_grad_of {
   using type = tensor<std::byte, 0>;
 };
 template <class S>
-  requires requires { typename S::weight_grad; }
+requires requires { typename S::weight_grad; }
 struct weight_grad_of<S> {
   using type = typename S::weight_grad;
 };
@@ -120,7 +120,9 @@ struct backward_ctx {
 };
 
 template <class S>
-concept has_full_backward = requires(S& s, const backward_ctx<S>& c) { s.backward(c); };
+concept has_full_backward = requires(S& s, const backward_ctx<S>& c) {
+  s.backward(c);
+};
 template <class S>
 concept has_split_backward = requires(S& s, const backward_ctx<S>& c) {
   s.backward_input(c);
@@ -129,17 +131,21 @@ concept has_split_backward = requires(S& s, const backward_ctx<S>& c) {
 
 /// A stage that hands its weight gradients to pipetype to accumulate in microbatch order.
 template <class S>
-concept has_weight_grad = requires { typename S::weight_grad; } && requires(S& s) {
+concept has_weight_grad = requires {
+  typename S::weight_grad;
+}
+&&requires(S& s) {
   { s.weight_gradients() } -> std::convertible_to<std::span<weight_grad_t<S>>>;
 };
 
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.
 template <class S>
 concept stage = detail::is_tensor<typename S::input>::value && detail::is_tensor<typename S::output>::value &&
-                detail::is_tensor<stash_tensor_t<S>>::value && detail::is_tensor<weight_grad_tensor_t<S>>::value &&
-                (!requires { typename S::weight_grad; } || has_weight_grad<S>) &&
-                requires(S& s, const forward_ctx<S>& f) { s.forward(f); } &&
-                (has_full_backward<S> || has_split_backward<S>);
+    detail::is_tensor<stash_tensor_t<S>>::value && detail::is_tensor<weight_grad_tensor_t<S>>::value &&
+    (!requires { typename S::weight_grad; } || has_weight_grad<S>)&&requires(S& s, const forward_ctx<S>& f) {
+  s.forward(f);
+}
+&&(has_full_backward<S> || has_split_backward<S>);
 
 /// Elements per microbatch of a stage's input, output and stash: the tensor's extent, or the
 /// stage's member *_extent() when the tensor is dynamic.
