@@ -105,9 +105,7 @@ pt::runtime_plan make(args& a) {
     if (!in) fail("cannot read " + a.file);
     std::stringstream ss;
     ss << in.rdbuf();
-    static std::string text;  // the program's name points into it
-    text = ss.str();
-    prog = pt::parse_schedule(text, "file");
+    prog = pt::parse_schedule(ss.str(), "file");
     a.schedule = a.file;
   } else {
     const pt::schedule_info* info = pt::find_schedule(a.schedule);

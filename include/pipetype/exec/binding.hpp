@@ -35,6 +35,7 @@
 #include "pipetype/core/program.hpp"
 #include "pipetype/graph/chain.hpp"
 #include "pipetype/graph/stage.hpp"
+#include "pipetype/io/text.hpp"
 
 namespace pipetype::host {
 
@@ -73,7 +74,6 @@ struct bound_op {
   std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
   add_fn add = nullptr;
   int add_begin = 0;  // bound_rank::adds[add_begin .. + add_count)
-  int count = 0;      // group: transfers that follow it
   int index = 0;      // position in the rank's lowered op list
   int peer = -1;
   int comm = -1;
@@ -97,14 +97,19 @@ struct stage_entry {
 
 namespace detail {
 
+// The op's input: its slot, or on stage 0 the microbatch's slice of the batch.
+template <class S>
+const input_t<S>* input_of(const bound_op& op, const std::byte* batch) {
+  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(input_t<S>);
+  return reinterpret_cast<const input_t<S>*>(in);
+}
+
 template <class S>
 forward_ctx<S> make_forward(const bound_op& op, const std::byte* batch) {
-  using I = input_t<S>;
   using O = output_t<S>;
-  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(I);
   return {op.stage,
           op.microbatch,
-          {reinterpret_cast<const I*>(in), op.n_in},
+          {input_of<S>(op, batch), op.n_in},
           {reinterpret_cast<O*>(op.out), op.out ? op.n_out : 0},
           {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash}};
 }
@@ -112,12 +117,11 @@ template <class S>
 backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool input_part, bool weight_part) {
   using I = input_t<S>;
   using O = output_t<S>;
-  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(I);
   const bool gi = input_part && op.grad_in != nullptr;
   const bool wg = weight_part && op.weight_grad != nullptr;
   return {op.stage,
           op.microbatch,
-          {reinterpret_cast<const I*>(in), op.n_in},
+          {input_of<S>(op, batch), op.n_in},
           {reinterpret_cast<const O*>(op.grad_out), op.grad_out ? op.n_out : 0},
           {reinterpret_cast<I*>(op.grad_in), gi ? op.n_in : 0},
           {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
@@ -203,9 +207,15 @@ class aligned_bytes {
 
 constexpr std::size_t round_up64(std::size_t n) { return (n + 63) / 64 * 64; }
 
-inline std::string action_name(kind k, int stage, int mb) {
-  return std::to_string(stage) + kind_char(k) + std::to_string(mb);
+/// Takes the lowest free slot of `busy` (growing it when none is free); returns its index.
+inline std::size_t take_lowest_free(std::vector<char>& busy) {
+  const auto k = static_cast<std::size_t>(std::find(busy.begin(), busy.end(), 0) - busy.begin());
+  if (k == busy.size()) busy.push_back(0);
+  busy[k] = 1;
+  return k;
 }
+
+inline std::string action_name(const lowered_op& o) { return to_text(action{o.what, o.stage, o.microbatch, false}); }
 
 }  // namespace detail
 
@@ -274,8 +284,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   std::vector<int> last_weight_mb(S, -1);
   for (const action& a : p.actions) {
     const stage_entry& e = entries[static_cast<std::size_t>(a.stage)];
-    const std::string where = "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) +
-                              ", action " + detail::action_name(a.what, a.stage, a.microbatch);
+    const std::string where =
+        "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a);
     if ((a.what == kind::I || a.what == kind::W) && !e.split)
       throw std::invalid_argument("pipetype::host: the schedule splits the backward (" + where +
                                   ") but the stage has no backward_input/backward_weight");
@@ -332,13 +342,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         const lowered_op& o = ops[i];
         if (o.code != op_code::compute) continue;
         const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
-        if (o.what == kind::F) {
-          const auto free = std::find(busy.begin(), busy.end(), 0);
-          const auto k = static_cast<std::size_t>(free - busy.begin());
-          if (free == busy.end()) busy.push_back(1);
-          busy[k] = 1;
-          stash_slot[q] = static_cast<int>(k);
-        }
+        if (o.what == kind::F) stash_slot[q] = static_cast<int>(detail::take_lowest_free(busy));
         op_stash[i] = stash_slot[q];
         if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0)
           busy[static_cast<std::size_t>(stash_slot[q])] = 0;
@@ -363,13 +367,11 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         const lowered_op& o = ops[i];
         if (o.code != op_code::compute || static_cast<std::size_t>(o.stage) != s) continue;
         if (o.what != kind::B && o.what != kind::W) continue;
-        const auto k = static_cast<std::size_t>(std::find(used.begin(), used.end(), 0) - used.begin());
-        if (k == used.size()) {
-          used.push_back(0);
+        const std::size_t k = detail::take_lowest_free(used);
+        if (k == wg_base.size() - static_cast<std::size_t>(first)) {  // a new slot
           wg_base.push_back(wg_bytes);
           wg_bytes += stride;
         }
-        used[k] = 1;
         held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
         wg_slot[i] = first + static_cast<int>(k);
         while (next < m && held[next] >= 0) {
@@ -430,7 +432,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           for (int g : wg_adds[i]) br.adds.push_back(br.weight_grads.data() + wg_base[static_cast<std::size_t>(g)]);
         }
         group_open = -1;
-        labels.push_back(detail::action_name(o.what, o.stage, o.microbatch));
+        labels.push_back(detail::action_name(o));
       } else {
         if (o.code == op_code::group) {
           group_open = static_cast<int>(list.size());
@@ -442,9 +444,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           const stage_entry& e = E[static_cast<std::size_t>(o.stage)];
           b.bytes = o.what == kind::F ? e.out_bytes() : e.in_bytes();
           b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
-          labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") +
-                           detail::action_name(o.what, o.stage, o.microbatch));
-          if (group_open >= 0) ++list[static_cast<std::size_t>(group_open)].count;
+          labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") + detail::action_name(o));
         }
       }
       list.push_back(b);

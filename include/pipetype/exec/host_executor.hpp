@@ -98,7 +98,7 @@ namespace detail {
 /// Per rank: how far each stream got (events), and where its threads are (diagnostics).
 struct alignas(64) rank_sync {
   std::atomic<int> progress[stream_count] = {};  // ops completed, published at records
-  std::atomic<int> current[stream_count] = {};   // op index being issued (lowered list)
+  std::atomic<int> computing{-1};                // position in the compute list being issued
   std::atomic<bool> waiting{false};              // the compute stream is blocked on an event
   std::atomic<int> waiters{0};
   std::mutex m;
@@ -135,7 +135,7 @@ class engine {
     for (int r = 0; r < prog_.ranks; ++r)
       for (int st = 0; st < stream_count; ++st) {
         sync_[static_cast<std::size_t>(r)].progress[st].store(0);
-        sync_[static_cast<std::size_t>(r)].current[st].store(-1);
+        sync_[static_cast<std::size_t>(r)].computing.store(-1);
       }
     if (opt_.trace) prepare_trace();
     t0_ = std::chrono::steady_clock::now();
@@ -241,10 +241,10 @@ class engine {
     s.waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (aborted_.load()) throw aborted_error("aborted");
     if (!ok)
-      throw timeout_error("pipetype::host: rank " + std::to_string(r) + ": the " + stream_name(1 - other) +
-                          " stream waited " + std::to_string(opt_.deadline.count()) + " ms for the " +
-                          stream_name(other) + " stream before " +
-                          (op.code == op_code::compute ? action_name(op.what, op.stage, op.microbatch) : "a group"));
+      throw timeout_error(
+          "pipetype::host: rank " + std::to_string(r) + ": the " + stream_name(1 - other) + " stream waited " +
+          std::to_string(opt_.deadline.count()) + " ms for the " + stream_name(other) + " stream before " +
+          (op.code == op_code::compute ? to_text(action{op.what, op.stage, op.microbatch, false}) : "a group"));
   }
 
   static const char* stream_name(int st) { return st == 0 ? "compute" : "communication"; }
@@ -256,14 +256,13 @@ class engine {
     const auto n = static_cast<int>(list.size());
     int i = 0;
     // on the compute stream, anything but a timeout or an abort came from the stage
-    auto in_stage = [&] { return st == 0; };
+    const bool compute_stream = st == 0;
     try {
       fabric::endpoint ep = fabric_->at(r);
       op_time* trace = opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(2 * r + st)] : nullptr;
       while (i < n) {
         if (aborted_.load(std::memory_order_relaxed)) throw aborted_error("aborted");
-        const bound_op& op = list[static_cast<std::size_t>(i)];
-        s.current[st].store(op.index, std::memory_order_relaxed);
+        if (compute_stream) s.computing.store(i, std::memory_order_relaxed);
         const auto start = trace ? std::chrono::steady_clock::now() : t0_;
         const int next = issue(r, st, i, ep);
         if (trace) {
@@ -280,13 +279,13 @@ class engine {
     } catch (const transfer_error& e) {
       fail(r, st, i, failure_cause::transfer, e.what(), nullptr);
     } catch (const std::exception& e) {
-      fail(r, st, i, in_stage() ? failure_cause::stage_threw : failure_cause::transfer, e.what(),
+      fail(r, st, i, compute_stream ? failure_cause::stage_threw : failure_cause::transfer, e.what(),
            std::current_exception());
     } catch (...) {
       fail(r, st, i, failure_cause::stage_threw, "an exception not derived from std::exception",
            std::current_exception());
     }
-    s.current[st].store(-1, std::memory_order_relaxed);
+    if (compute_stream) s.computing.store(-1, std::memory_order_relaxed);
   }
 
   void fail(int r, int st, int i, failure_cause cause, const std::string& what, std::exception_ptr exc) {
@@ -332,14 +331,10 @@ class engine {
     std::string out;
     for (int r = 0; r < prog_.ranks; ++r) {
       const rank_sync& s = sync_[static_cast<std::size_t>(r)];
-      const int idx = s.current[0].load(std::memory_order_relaxed);
-      if (idx < 0 || s.waiting.load(std::memory_order_relaxed)) continue;
-      for (const bound_op& op : prog_.rank[static_cast<std::size_t>(r)].ops[0])
-        if (op.index == idx) {
-          out += (out.empty() ? "; still inside a stage: rank " : ", rank ") + std::to_string(r) + " in " +
-                 action_name(op.what, op.stage, op.microbatch);
-          break;
-        }
+      const int i = s.computing.load(std::memory_order_relaxed);
+      if (i < 0 || s.waiting.load(std::memory_order_relaxed)) continue;
+      out += (out.empty() ? "; still inside a stage: rank " : ", rank ") + std::to_string(r) + " in " +
+             prog_.rank[static_cast<std::size_t>(r)].labels[0][static_cast<std::size_t>(i)];
     }
     return out;
   }
