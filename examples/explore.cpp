@@ -4,10 +4,15 @@
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
 //                    [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]
 //
-// NAME is one of the registry's schedules or `all` (a comparison table). --file reads the text
+// NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
+// microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
+// schedules that need more, and is the limit zb-auto searches within. --file reads the text
 // notation instead (ranks and microbatches come from the file unless given, and must then
-// agree). Costs are per action on one stage; defaults F=1, B=2, I=W=B/2, comm 0. The run-time
-// path is the same code make_plan runs at compile time (build_plan, simulate).
+// agree). Costs and activations count a rank's whole share of the model (one stage of a
+// one-stage-per-rank split): with v chunks per rank a chunk costs 1/v of them and holds 1/v of
+// an activation, so schedules with different v compare fairly. Cost defaults F=1, B=2,
+// I=W=B/2 (B = I + W when only those are given), comm 0. The run-time path is the same code
+// make_plan runs at compile time (build_plan, simulate).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -17,6 +22,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,8 +33,8 @@ namespace {
 // Past this many actions the explorer would take minutes and gigabytes; refuse instead.
 constexpr long max_actions = 4'000'000;
 
-/// 2·p·m·v actions (one F and one B per stage and microbatch) for the built-in schedules.
-long actions_of(int p, int m, int v) { return 2L * p * m * v; }
+/// Actions of a built-in schedule: one F and one B (or an I and a W) per stage and microbatch.
+long actions_of(int p, int m, int v, bool split) { return (split ? 3L : 2L) * p * m * v; }
 
 struct args {
   std::string schedule = "1f1b";
@@ -37,7 +43,8 @@ struct args {
   int chunks = 0;  // 0: 2 for chunked schedules, 1 otherwise
   bool ranks_given = false, microbatches_given = false;
   pt::costs costs{};
-  int mem_limit = 0;
+  double mem_limit = 0;
+  bool cost_b_given = false;
   std::string file;
   bool json = false;
 };
@@ -46,7 +53,7 @@ constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
     "         [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, all\n";
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, zb-auto, all\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "pipetype-explore: " << msg << "\n" << usage;
@@ -85,16 +92,17 @@ args parse(int argc, char** argv) {
       a.chunks = static_cast<int>(to_number(flag, v, true));
     else if (flag == "--cost-f")
       a.costs.f = to_number(flag, v, false);
-    else if (flag == "--cost-b")
+    else if (flag == "--cost-b") {
       a.costs.b = to_number(flag, v, false);
-    else if (flag == "--cost-i") {
+      a.cost_b_given = true;
+    } else if (flag == "--cost-i") {
       a.costs.i = to_number(flag, v, false);
     } else if (flag == "--cost-w") {
       a.costs.w = to_number(flag, v, false);
     } else if (flag == "--cost-comm")
       a.costs.comm = to_number(flag, v, false);
     else if (flag == "--mem-limit")
-      a.mem_limit = static_cast<int>(to_number(flag, v, true));
+      a.mem_limit = to_number(flag, v, false);
     else if (flag == "--file")
       a.file = v;
     else if (flag == "--format") {
@@ -103,6 +111,10 @@ args parse(int argc, char** argv) {
     } else
       usage_error("unknown flag " + flag);
   }
+  if (a.mem_limit * 2 != static_cast<double>(static_cast<long>(a.mem_limit * 2)))
+    usage_error("--mem-limit counts activations in halves (e.g. 4 or 3.5)");
+  // I and W given without B: a full backward is their sum
+  if (!a.cost_b_given && a.costs.i >= 0 && a.costs.w >= 0) a.costs.b = a.costs.i + a.costs.w;
   if (a.ranks < 1) usage_error("--ranks must be at least 1");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
   if (a.ranks > 4096 || a.microbatches > 65536 || a.chunks > 64)
@@ -137,19 +149,36 @@ std::string json_array(const std::vector<T>& v, F f) {
   return out + "]";
 }
 
+/// A built-in schedule for the arguments (zb-auto searches with the given costs and limit);
+/// throws std::invalid_argument when there is none.
+pt::program make(std::string_view name, const args& a, int v) {
+  return pt::make_schedule(name, a.ranks, a.microbatches, v, {a.costs, a.mem_limit});
+}
+
 struct result {
   pt::runtime_plan plan;
   pt::timeline t;
   int chunks = 1;
 };
 
+/// The costs of one stage when a rank's share of the model is cut into v chunks: the given
+/// costs are those of a whole share, so schedules with different v compare fairly.
+pt::costs per_stage(pt::costs c, int v) {
+  auto scale = [v](double& x) {
+    if (x >= 0) x /= v;
+  };
+  scale(c.f), scale(c.b), scale(c.i), scale(c.w), scale(c.fb);
+  return c;
+}
+
 result evaluate(pt::program prog, const args& a, int chunks) {
   result r;
   r.chunks = chunks;
   pt::plan_options o;
-  o.mem_limit = a.mem_limit;
+  // the limit counts activations of a rank's whole share of the model: v chunk activations each
+  o.mem_limit_units = static_cast<int>(a.mem_limit * o.memory.unit * chunks);
   r.plan = pt::build_plan(std::move(prog), o);
-  if (r.plan.ok()) r.t = pt::simulate(r.plan.compute.view(), a.costs);
+  if (r.plan.ok()) r.t = pt::simulate(r.plan.compute.view(), per_stage(a.costs, chunks));
   return r;
 }
 
@@ -157,21 +186,25 @@ int print_all(const args& a) {
   std::vector<std::pair<std::string, result>> rows;
   std::vector<std::pair<std::string, std::string>> skipped;
   for (const pt::schedule_info& s : pt::schedule_infos) {
-    const int v = s.chunked ? (a.chunks ? a.chunks : 2) : 1;
+    const int v = s.chunks ? s.chunks : pt::default_chunks(s, a.chunks);
     if (const char* e = pt::schedule_error(s.name, a.ranks, a.microbatches, v)) {
       skipped.emplace_back(std::string(s.name), e);
       continue;
     }
-    if (actions_of(a.ranks, a.microbatches, v) > max_actions) {
+    if (actions_of(a.ranks, a.microbatches, v, s.split) > max_actions) {
       skipped.emplace_back(std::string(s.name), "too large for the explorer (over 4 million actions)");
       continue;
     }
-    rows.emplace_back(std::string(s.name), evaluate(pt::make_schedule(s.name, a.ranks, a.microbatches, v), a, v));
+    try {
+      rows.emplace_back(std::string(s.name), evaluate(make(s.name, a, v), a, v));
+    } catch (const std::invalid_argument& e) {
+      skipped.emplace_back(std::string(s.name), e.what());
+    }
   }
   auto peak_max = [](const result& r) {
     double m = 0;
     for (int k = 0; k < r.plan.compute.ranks; ++k) m = std::max(m, r.plan.peak_activations(k));
-    return m;
+    return m / r.chunks;
   };
   if (a.json) {
     std::string out = "{\"ranks\": " + std::to_string(a.ranks) +
@@ -196,8 +229,8 @@ int print_all(const args& a) {
     std::cout << out << "]}\n";
     return 0;
   }
-  std::printf("ranks %d, microbatches %d, costs F=%g B=%g I=%g W=%g comm=%g\n", a.ranks, a.microbatches, a.costs.f,
-              a.costs.b, a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
+  std::printf("ranks %d, microbatches %d, costs (per rank share) F=%g B=%g I=%g W=%g comm=%g\n", a.ranks,
+              a.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
   std::printf("%-18s %6s %6s %10s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "rank span", "bubble",
               "peak act");
   for (const auto& [name, r] : rows) {
@@ -240,13 +273,17 @@ int main(int argc, char** argv) {
     }
   } else {
     const pt::schedule_info* s = pt::find_schedule(a.schedule);
-    chunks = a.chunks ? a.chunks : (s && s->chunked ? 2 : 1);
+    chunks = s ? pt::default_chunks(*s, a.chunks) : 1;
     if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, chunks))
       usage_error("--schedule " + a.schedule + ": " + e);
-    if (actions_of(a.ranks, a.microbatches, chunks) > max_actions)
+    if (actions_of(a.ranks, a.microbatches, chunks, s->split) > max_actions)
       usage_error("--schedule " + a.schedule + ": ranks x microbatches x chunks is too large for the explorer (over " +
                   std::to_string(max_actions) + " actions)");
-    prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, chunks);
+    try {
+      prog = make(a.schedule, a, chunks);
+    } catch (const std::invalid_argument& e) {
+      usage_error("--schedule " + a.schedule + ": " + e.what());
+    }
   }
   const std::string name = a.file.empty() ? a.schedule : a.file;
   const result r = evaluate(std::move(prog), a, chunks);
@@ -265,7 +302,7 @@ int main(int argc, char** argv) {
   const int P = plan.compute.ranks;
   std::vector<double> peaks, busy;
   for (int k = 0; k < P; ++k) {
-    peaks.push_back(plan.peak_activations(k));
+    peaks.push_back(plan.peak_activations(k) / chunks);
     busy.push_back(t.busy(k));
   }
   if (a.json) {
@@ -287,16 +324,17 @@ int main(int argc, char** argv) {
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}}\n";
     return 0;
   }
-  std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs F=%g B=%g I=%g W=%g comm=%g)\n\n", name.c_str(),
-              P, plan.compute.stages, plan.compute.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
-              a.costs.of(pt::kind::W), a.costs.comm);
+  std::printf(
+      "schedule %s: %d ranks, %d stages, %d microbatches (costs per rank share F=%g B=%g I=%g W=%g comm=%g)\n\n",
+      name.c_str(), P, plan.compute.stages, plan.compute.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
+      a.costs.of(pt::kind::W), a.costs.comm);
   std::cout << pt::grid(plan.compute.view(), t) << "\n";
   std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n\n", t.makespan(),
               t.max_rank_span(), 100 * t.bubble_fraction(), plan.facts.ticks);
   std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");
   for (int k = 0; k < P; ++k) {
     const pt::rank_resources& res = plan.lowered.resources[static_cast<std::size_t>(k)];
-    std::printf("%4d %6g %7g %9g %10d %11d %7d %7d\n", k, t.busy(k), t.idle(k), plan.peak_activations(k),
+    std::printf("%4d %6g %7g %9g %10d %11d %7d %7d\n", k, t.busy(k), t.idle(k), peaks[static_cast<std::size_t>(k)],
                 res.activation_slots, res.gradient_slots, res.events, res.groups);
   }
   const std::size_t nc = plan.lowered.comms.size();

@@ -1,14 +1,14 @@
 // train_mlp — the main job: a small MLP trained across pipeline ranks on host threads.
 //
 //   train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]
-//             [--steps N] [--layers L] [--lr X] [--json]
+//             [--mem-limit K] [--steps N] [--layers L] [--lr X] [--json]
 //
 // The model (examples/mlp.hpp) has L dense layers (default 8) split over the plan's stages
-// (ranks × chunks), trained by SGD on synthetic data (a fresh batch per step from a fixed
-// teacher). It prints the schedule's grid, the loss of every step, the measured step time next to
-// the simulated makespan (the simulation's costs are the mean forward and backward times measured
-// in the first step), and checks the first step's gradients against an unpipelined run of the
-// same model: they must be bitwise equal. --json prints one object instead.
+// (ranks × chunks; 2 per rank for the V-shape schedules), trained by SGD on synthetic data (a fresh batch per step from
+// a fixed teacher). It prints the schedule's grid, the loss of every step, the measured step time next to the simulated
+// makespan (the simulation's costs are the mean forward and backward times measured in the first step), and checks the
+// first step's gradients against an unpipelined run of the same model: they must be bitwise equal. --json prints one
+// object instead.
 //
 // Exit codes: 0 trained and matched the reference, 1 the gradients differ, 2 bad arguments or
 // a rejected schedule.
@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,14 +37,16 @@ struct args {
   std::string schedule = "1f1b";
   std::string file;
   int ranks = 4, microbatches = 8, chunks = 0, steps = 20, layers = 8;
+  double mem_limit = 0;  // zb-auto's limit, in microbatch activations per rank
   float lr = 0.5f;
   bool json = false;
 };
 
 constexpr const char* usage =
     "usage: train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]\n"
-    "                 [--steps N] [--layers L] [--lr X] [--json]\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs\n";
+    "                 [--mem-limit K] [--steps N] [--layers L] [--lr X] [--json]\n"
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, zb-auto\n"
+    "--mem-limit: zb-auto's memory limit in activations per rank (default: none)\n";
 
 [[noreturn]] void fail(const std::string& msg) {
   std::cerr << "train_mlp: " << msg << "\n";
@@ -84,6 +87,8 @@ args parse(int argc, char** argv) {
       a.microbatches = to_int(f, v, 1, 4096);
     else if (f == "--chunks")
       a.chunks = to_int(f, v, 1, 16);
+    else if (f == "--mem-limit")
+      a.mem_limit = to_int(f, v, 1, 1 << 20);
     else if (f == "--steps")
       a.steps = to_int(f, v, 1, 100000);
     else if (f == "--layers")
@@ -109,9 +114,13 @@ pt::runtime_plan make(args& a) {
     a.schedule = a.file;
   } else {
     const pt::schedule_info* info = pt::find_schedule(a.schedule);
-    if (a.chunks == 0) a.chunks = info && info->chunked ? 2 : 1;
+    if (info) a.chunks = pt::default_chunks(*info, a.chunks);
     if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, a.chunks)) fail(e);
-    prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks);
+    try {
+      prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks, {.mem_limit = a.mem_limit});
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
   }
   pt::runtime_plan plan = pt::build_plan(std::move(prog));
   if (!plan.ok()) fail("the schedule was rejected: " + pt::describe(plan.result));

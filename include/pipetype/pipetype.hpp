@@ -15,6 +15,7 @@
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/graph/stage.hpp"
 
+#include "pipetype/schedules/dualpipe_v.hpp"
 #include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/interleaved_1f1b.hpp"
 #include "pipetype/schedules/looped_bfs.hpp"
@@ -22,6 +23,10 @@
 #include "pipetype/schedules/registry.hpp"
 #include "pipetype/schedules/schedule.hpp"
 #include "pipetype/schedules/text.hpp"
+#include "pipetype/schedules/zb_auto.hpp"
+#include "pipetype/schedules/zb_h1.hpp"
+#include "pipetype/schedules/zb_h2.hpp"
+#include "pipetype/schedules/zb_v.hpp"
 
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lower.hpp"

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
+
 namespace pt = pipetype;
 
 using sched = pt::interleaved_1f1b<pt::ranks<3>, pt::microbatches<6>, pt::chunks<2>>;
@@ -54,7 +56,13 @@ TEST_CASE("plan: built-in schedules state their extent exactly, so make_plan nee
            a.crossing_edges == b.crossing_edges;
   };
   sweep::for_each_builtin(6, 12, 3, [&](const pt::program& prog, int v) {
-    CHECK(same(pt::detail::extent_of(prog), pt::looped_extent(prog.ranks, prog.microbatches, v)));
+    const std::string name = prog.name;
+    const int p = prog.ranks, m = prog.microbatches;
+    if (name == "dualpipe-v") return;  // no extent(): its split backwards are counted by generating
+    const pt::program_extent want = name == "zb-v"              ? pt::v_split_extent(p, m)
+                                    : name.rfind("zb-", 0) == 0 ? pt::split_extent(p, m)
+                                                                : pt::looped_extent(p, m, v);
+    CHECK(same(pt::detail::extent_of(prog), want));
   });
   static_assert(
       std::is_same_v<decltype(pt::one_f_one_b<pt::ranks<2>, pt::microbatches<2>>::extent()), pt::program_extent>);

@@ -93,7 +93,7 @@ TEST_CASE("host executor: a compile-time plan runs too") {
 TEST_CASE("host executor: 20 steps lower the loss under every schedule") {
   for (const pt::schedule_info& info : pt::schedule_infos) {
     CAPTURE(info.name);
-    const int p = 4, m = 8, v = info.chunked ? 2 : 1;
+    const int p = 4, m = 8, v = pt::default_chunks(info);
     const auto plan = pt::build_plan(pt::make_schedule(info.name, p, m, v));
     auto model = mlp::make_model(8, p * v);
     ph::executor ex{plan, model};

@@ -72,7 +72,8 @@ void for_each_builtin(int pmax, int mmax, int vmax, F f) {
         CAPTURE(m);
         CAPTURE(v);
         for (const pt::schedule_info& s : pt::schedule_infos) {
-          if ((!s.chunked && v != 1) || pt::schedule_error(s.name, p, m, v)) continue;
+          if (pt::default_chunks(s) != v && s.chunks != 0) continue;
+          if (pt::schedule_error(s.name, p, m, v)) continue;
           CAPTURE(s.name);
           f(pt::make_schedule(s.name, p, m, v), v);
         }

@@ -32,6 +32,9 @@ struct plan_options {
   int mem_limit = 0;  // peak activations allowed per rank; 0 = no limit
   memory_model memory{};
   comm_policy comms = comm_policy::per_edge;
+  /// The limit in memory_model units, for fractions of an activation (with the default model,
+  /// 7 means 3.5 activations: I and W each release half of one); wins over mem_limit when > 0.
+  int mem_limit_units = 0;
 };
 
 /// The run-time plan: owning tables and the verdict.
@@ -52,7 +55,7 @@ constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   runtime_plan out;
   out.memory = opt.memory;
   out.compute = std::move(prog);
-  out.facts = check_program(out.compute.view(), {opt.mem_limit, opt.memory});
+  out.facts = check_program(out.compute.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units});
   out.result = out.facts.result;
   if (!out.result.ok()) return out;
   out.lowered = lower(out.compute.view(), out.facts.tick, opt.comms);
@@ -158,8 +161,10 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   const program prog = make_program();
   const bool fits = static_cast<int>(prog.actions.size()) <= Cap.actions && prog.ranks <= Cap.ranks;
   const detail::check_result facts =
-      fits ? detail::check_into(prog.view(), {opt.mem_limit, opt.memory}, s.tick.data(), s.peak_units.data())
-           : detail::check_result{check_program(prog.view(), {opt.mem_limit, opt.memory}).result, 0};
+      fits ? detail::check_into(prog.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units}, s.tick.data(),
+                                s.peak_units.data())
+           : detail::check_result{check_program(prog.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units}).result,
+                                  0};
   verdict v = facts.result;
   if (v.ok() && !fits) {  // a schedule whose extent() undercounts what generate() returns
     v.code = errc::index_out_of_range;

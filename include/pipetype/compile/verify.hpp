@@ -59,6 +59,7 @@ struct memory_model {
 struct check_options {
   int mem_limit = 0;  // peak activations allowed per rank (microbatch activations); 0 = no limit
   memory_model memory{};
+  int mem_limit_units = 0;  // the same limit in memory_model units (halves by default); wins when > 0
 };
 
 struct program_facts {
@@ -256,7 +257,9 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
 
   // 7. memory
   const int delta[kind_count] = {opt.memory.f, opt.memory.b, opt.memory.i, opt.memory.w};
-  const int limit = opt.mem_limit > 0 ? opt.mem_limit * opt.memory.unit : detail::never;
+  const int limit = opt.mem_limit_units > 0 ? opt.mem_limit_units
+                    : opt.mem_limit > 0     ? opt.mem_limit * opt.memory.unit
+                                            : detail::never;
   for (int r = 0; r < P; ++r) {
     int live = 0, peak = 0;
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
