@@ -72,6 +72,17 @@ TEST_CASE("host executor: every built-in schedule gives gradients and loss bitwi
     }
 }
 
+TEST_CASE("host executor: zb-auto at limits p and 2p, with unequal costs, matches the reference bitwise") {
+  for (const double limit : {4.0, 8.0})
+    for (const pt::costs c : {pt::costs{.f = 1, .b = 2}, pt::costs{.f = 1, .b = 2, .i = 1.5, .w = 0.5}}) {
+      CAPTURE(limit);
+      const pt::program prog = pt::make_schedule("zb-auto", 4, 8, 1, {c, limit});
+      const auto plan = pt::build_plan(prog, {.mem_limit = static_cast<int>(limit)});
+      REQUIRE(plan.ok());
+      check_bitwise(plan);
+    }
+}
+
 TEST_CASE("host executor: a custom text schedule that splits the backward (I, W) matches the reference bitwise") {
   check_bitwise(pt::build_plan(pt::parse_schedule(split_text, "zb-text")));
 }
@@ -81,6 +92,21 @@ TEST_CASE("host executor: a compile-time plan runs too") {
   auto model = mlp::make_model(8, 4), ref = mlp::make_model(8, 4);
   ph::executor ex{plan, model};
   const mlp::batch b = mlp::make_batch(4, 3);
+  std::vector<double> l, rl;
+  mlp::attach(model, b, l, 4);
+  ex.step(b.inputs);
+  mlp::reference_step(ref, b, rl, 4);
+  bool same = false;
+  mlp::max_grad_diff(model, ref, &same);
+  CHECK(same);
+}
+
+TEST_CASE("host executor: a compile-time zero-bubble plan (V placement, split backwards) runs too") {
+  constexpr auto plan = pt::make_plan<pt::zb_v<pt::ranks<2>, pt::microbatches<4>>>();
+  static_assert(plan.shape.split);
+  auto model = mlp::make_model(8, 4), ref = mlp::make_model(8, 4);
+  ph::executor ex{plan, model};
+  const mlp::batch b = mlp::make_batch(4, 5);
   std::vector<double> l, rl;
   mlp::attach(model, b, l, 4);
   ex.step(b.inputs);

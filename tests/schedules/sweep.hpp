@@ -87,4 +87,19 @@ inline std::vector<int> peaks(const pt::program& p) {
   return out;
 }
 
+/// Peak activations per rank, in activations (halves when backwards are split).
+inline std::vector<double> half_peaks(const pt::program& p) {
+  const pt::program_facts f = pt::check_program(p.view());
+  std::vector<double> out;
+  for (int u : f.peak_units) out.push_back(u / 2.0);
+  return out;
+}
+
+/// The largest (rank span − busy time): a rank's bubble when consecutive steps overlap.
+inline double max_span_bubble(const pt::timeline& t) {
+  double b = 0;
+  for (std::size_t r = 0; r < t.ranks.size(); ++r) b = std::max(b, t.ranks[r].span() - t.ranks[r].busy);
+  return b;
+}
+
 }  // namespace sweep

@@ -67,6 +67,7 @@ constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
 /// be a template argument.
 struct plan_shape {
   int ranks = 0, stages = 0, microbatches = 0, actions = 0, ops = 0, comms = 0;
+  bool split = false;  // some backward is split into I and W: the executors need stages that offer that
   errc code = errc::ok;
   int rank = -1, stage = -1, microbatch = -1, index = -1, line = -1, column = -1;
   char kind = '?';
@@ -130,12 +131,18 @@ constexpr plan_shape capacity_of(const program_extent& e) {
   const int transfers = 2 * e.crossing_edges * z.microbatches;
   z.ops = z.actions + 2 * transfers + 2 * transfers;
   z.comms = e.crossing_edges;
+  z.split = e.split;
   return z;
 }
 
 /// The extent of a generated program (when the schedule type does not say).
 constexpr program_extent extent_of(const program& prog) {
-  program_extent e{prog.ranks, prog.stages, prog.microbatches, static_cast<int>(prog.actions.size()), 0};
+  program_extent e{prog.ranks,
+                   prog.stages,
+                   prog.microbatches,
+                   static_cast<int>(prog.actions.size()),
+                   0,
+                   prog.view().split_backward()};
   for (int s = 0; s + 1 < prog.stages && s + 1 < static_cast<int>(prog.stage_rank.size()); ++s) {
     const int a = prog.stage_rank[static_cast<std::size_t>(s)], b = prog.stage_rank[static_cast<std::size_t>(s + 1)];
     e.crossing_edges += (a != b || a < 0) ? 1 : 0;
@@ -169,6 +176,10 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   if (v.ok() && !fits) {  // a schedule whose extent() undercounts what generate() returns
     v.code = errc::index_out_of_range;
     v.detail = "the schedule's extent() is smaller than the program it generates";
+  }
+  if (v.ok() && prog.view().split_backward() != Cap.split) {  // the executors trust Cap.split
+    v.code = errc::index_out_of_range;
+    v.detail = "the schedule's extent().split does not say whether it splits backwards";
   }
   lowered_program lowered;
   if (v.ok()) {

@@ -40,11 +40,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "pipetype/exec/binding.hpp"
 #include "pipetype/exec/channel.hpp"
+#include "pipetype/graph/chain.hpp"
 
 namespace pipetype::host {
 
@@ -395,6 +397,29 @@ std::vector<stage_entry> entries_of(M& model) {
   return out;
 }
 
+/// Instantiated for each stage type when a compile-time plan splits backwards into I and W; a
+/// stage that offers only a full `backward` stops the build here, and the compiler's message
+/// names it: `split_schedule_needs_backward_input_and_backward_weight<your_stage>`.
+template <class Stage>
+struct split_schedule_needs_backward_input_and_backward_weight {
+  static_assert(has_split_backward<Stage>,
+                "pipetype: the plan's schedule splits backwards into I and W, but this stage (named in the "
+                "template argument above) offers only a full backward(); give it backward_input() and "
+                "backward_weight(), or use a schedule that does not split (gpipe, 1f1b, interleaved-1f1b, ...)");
+  static constexpr bool value = true;
+};
+
+template <class Plan, class Model>
+constexpr bool stages_fit_plan() {
+  if constexpr (requires { Plan::shape.split; }) {
+    if constexpr (Plan::shape.split)
+      return []<class... S>(std::tuple<S...>*) {
+        return (split_schedule_needs_backward_input_and_backward_weight<S>::value && ...);
+      }(static_cast<stage_types_t<Model>*>(nullptr));
+  }
+  return true;
+}
+
 }  // namespace detail
 
 /// Runs a plan's lowered program on host threads with the stages of `Model` (a chain or
@@ -404,9 +429,13 @@ class executor {
  public:
   using batch_type = input_t<typename Model::first_stage>;
 
+  /// A compile-time plan whose schedule splits backwards is checked against the stage types here
+  /// (a compile error naming the stage); a run-time plan is checked when bound (std::invalid_argument).
   template <class Plan>
   executor(const Plan& plan, Model& model, const executor_options& opt = {})
-      : engine_(bind(views_of(plan), detail::entries_of(model), {opt.ordered_gradients}), opt) {}
+      : engine_(bind(views_of(plan), detail::entries_of(model), {opt.ordered_gradients}), opt) {
+    static_assert(detail::stages_fit_plan<Plan, Model>());
+  }
 
   /// One training step over all microbatches: `batch` holds microbatches × (stage 0's input
   /// extent) elements, microbatch j at j · extent. Throws shape_error before anything runs if

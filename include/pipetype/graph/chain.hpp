@@ -97,6 +97,21 @@ class uniform_chain {
   std::vector<S> stages_;
 };
 
+/// The stage types of a model, as a std::tuple (one entry per distinct position of a chain; the
+/// one type of a uniform_chain).
+template <class M>
+struct stage_types;
+template <class... S>
+struct stage_types<chain<S...>> {
+  using type = std::tuple<S...>;
+};
+template <class S>
+struct stage_types<uniform_chain<S>> {
+  using type = std::tuple<S>;
+};
+template <class M>
+using stage_types_t = typename stage_types<M>::type;
+
 /// Anything the executor can run: a chain of stages with size() and for_each_stage.
 template <class M>
 concept stage_graph = stage<typename M::first_stage> && requires(M& m) {

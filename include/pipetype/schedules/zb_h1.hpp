@@ -13,8 +13,9 @@
 // Formulas (uniform costs F, I, W; no communication latency; m ≥ p):
 //   makespan = rank span   m(F + I + W) + (p − 1)(F + I − W)
 //                          (bubble (p − 1)(F + I − W): a third of 1F1B's when F = I = W)
-//   peak activations       min(p − r, m) on rank r, as 1F1B (memory_model units: F holds one
-//                          activation, I releases half of it, W the other half)
+//   peak activations       p − r/2 on rank r (m ≥ p): 1F1B's p on rank 0, half an activation
+//                          more per rank further down, as each delayed W holds half of one
+//                          (memory_model units: F holds one activation, I releases half, W the rest)
 #pragma once
 
 #include "pipetype/core/sizes.hpp"
@@ -42,7 +43,7 @@ constexpr program make_zb_h1(int p, int m) {
 }
 
 /// The extent of a one-stage-per-rank schedule with split backwards (F, I, W per microbatch).
-constexpr program_extent split_extent(int p, int m) { return {p, p, m, 3 * p * m, p > 1 ? p - 1 : 0}; }
+constexpr program_extent split_extent(int p, int m) { return {p, p, m, 3 * p * m, p > 1 ? p - 1 : 0, true}; }
 
 template <class Ranks, class Microbatches>
 struct zb_h1 {

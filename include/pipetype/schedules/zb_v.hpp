@@ -53,7 +53,7 @@ constexpr program make_zb_v(int p, int m) {
 
 /// The extent of a V-shape schedule with split backwards: 2p stages, F, I, W per stage and
 /// microbatch; every edge but the turn p − 1 → p crosses ranks.
-constexpr program_extent v_split_extent(int p, int m) { return {p, 2 * p, m, 6 * p * m, 2 * p - 2}; }
+constexpr program_extent v_split_extent(int p, int m) { return {p, 2 * p, m, 6 * p * m, 2 * p - 2, true}; }
 
 template <class Ranks, class Microbatches>
 struct zb_v {
