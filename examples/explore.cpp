@@ -53,7 +53,7 @@ constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
     "         [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, zb-auto, all\n";
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "pipetype-explore: " << msg << "\n" << usage;

@@ -45,7 +45,7 @@ struct args {
 constexpr const char* usage =
     "usage: train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]\n"
     "                 [--mem-limit K] [--steps N] [--layers L] [--lr X] [--json]\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, zb-auto\n"
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto\n"
     "--mem-limit: zb-auto's memory limit in activations per rank (default: none)\n";
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -126,7 +126,7 @@ pt::runtime_plan make(args& a) {
   if (!plan.ok()) fail("the schedule was rejected: " + pt::describe(plan.result));
   a.ranks = plan.compute.ranks;
   a.microbatches = plan.compute.microbatches;
-  a.chunks = plan.compute.stages / std::max(1, plan.compute.ranks);
+  a.chunks = plan.compute.view().chain_length() / std::max(1, plan.compute.ranks);
   return plan;
 }
 
@@ -140,7 +140,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
   const pt::runtime_plan plan = make(a);
-  const int S = plan.compute.stages, m = a.microbatches;
+  const int S = plan.compute.view().chain_length(), m = a.microbatches;  // the model's stages
 
   auto model = mlp::make_model(a.layers, S);
   auto reference = mlp::make_model(a.layers, S);  // the same initial parameters

@@ -15,6 +15,7 @@
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/graph/stage.hpp"
 
+#include "pipetype/schedules/dualpipe.hpp"
 #include "pipetype/schedules/dualpipe_v.hpp"
 #include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/interleaved_1f1b.hpp"

@@ -26,7 +26,7 @@ struct run_result {
 // One step of `plan` against the reference, on fresh models of 8 layers.
 run_result one_step(const pt::runtime_plan& plan) {
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
-  const int S = plan.compute.stages, m = plan.compute.microbatches;
+  const int S = plan.compute.view().chain_length(), m = plan.compute.microbatches;
   auto model = mlp::make_model(8, S), ref = mlp::make_model(8, S);
   ph::executor ex{plan, model, {.deadline = 20s}};
   const mlp::batch b = mlp::make_batch(m, 0);
@@ -80,6 +80,14 @@ TEST_CASE("host executor: zb-auto at limits p and 2p, with unequal costs, matche
       const auto plan = pt::build_plan(prog, {.mem_limit = static_cast<int>(limit)});
       REQUIRE(plan.ok());
       check_bitwise(plan);
+    }
+}
+
+TEST_CASE("host executor: dualpipe runs one stage object in two directions, gradients bitwise equal") {
+  for (const int p : {2, 4})
+    for (const pt::comm_policy policy : {pt::comm_policy::per_edge, pt::comm_policy::per_rank_pair}) {
+      CAPTURE(p);
+      check_bitwise(pt::build_plan(pt::make_dualpipe(p, 2 * p + 2), {.comms = policy}));
     }
 }
 
@@ -213,6 +221,7 @@ TEST_CASE("host executor: a stage stalled past the deadline ends the step with a
     const std::string what = e.what();
     CHECK(e.cause() == ph::failure_cause::timeout);
     CHECK(what.find("150 ms") != std::string::npos);
+    INFO(what);
     CHECK(what.find("still inside a stage: rank 2 in 2F1") != std::string::npos);
     std::vector<int> seen(3, 0);
     for (const ph::failure& f : e.failures()) seen[static_cast<std::size_t>(f.rank)] = 1;
@@ -337,4 +346,11 @@ TEST_CASE("host executor: walking one rank issues each of its compute ops once")
   std::vector<float> batch(4 * 4, 0.0f);
   ex.walk_rank(0, batch);
   CHECK(calls.load() == static_cast<int>(plan.compute.view().rank_actions(0).size()));
+}
+
+TEST_CASE("host executor: dualpipe refuses a stage that accumulates its own gradients (two ranks would write it)") {
+  // a probe keeps its gradients itself (no weight_grad): the two directions would write it at once
+  const auto plan = pt::build_plan(pt::make_dualpipe(2, 4));
+  auto model = probes(2, [](char, int, int) {});
+  CHECK_THROWS_WITH_AS(ph::executor(plan, model), doctest::Contains("declare a weight_grad"), std::invalid_argument);
 }

@@ -67,12 +67,12 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
     };
     switch (a.what) {
       case kind::F:
-        if (a.stage > 0) need(fend[key(a.stage - 1, a.microbatch, m)], a.stage - 1);
+        if (!p.chain_head(a.stage)) need(fend[key(a.stage - 1, a.microbatch, m)], a.stage - 1);
         break;
       case kind::B:
       case kind::I:
         need(fend[q], a.stage);
-        if (a.stage + 1 < S) need(gend[key(a.stage + 1, a.microbatch, m)], a.stage + 1);
+        if (!p.chain_tail(a.stage)) need(gend[key(a.stage + 1, a.microbatch, m)], a.stage + 1);
         break;
       case kind::W:
         need(iend[q], a.stage);

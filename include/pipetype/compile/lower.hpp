@@ -103,6 +103,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   int* edge_comm = edge_comm_v.data();
   if (policy == comm_policy::per_edge) {
     for (int s = 0; s + 1 < S; ++s) {
+      if (p.chain_tail(s)) continue;  // no edge between two chains
       const int a = owner[s], b = owner[s + 1];
       if (a == b) continue;
       edge_comm[s] = static_cast<int>(out.comms.size());
@@ -112,6 +113,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
     detail::scratch<int> pair_v(P * P, -1);
     int* pair = pair_v.data();
     for (int s = 0; s + 1 < S; ++s) {
+      if (p.chain_tail(s)) continue;  // no edge between two chains
       const int a = owner[s], b = owner[s + 1];
       if (a != b) pair[(a < b ? a : b) * P + (a < b ? b : a)] = 0;
     }
@@ -122,6 +124,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
           out.comms.push_back({a, b, -1});
         }
     for (int s = 0; s + 1 < S; ++s) {
+      if (p.chain_tail(s)) continue;  // no edge between two chains
       const int a = owner[s], b = owner[s + 1];
       if (a != b) edge_comm[s] = pair[(a < b ? a : b) * P + (a < b ? b : a)];
     }
@@ -154,9 +157,11 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   int nx = 0;
   for (int pool_kind = 0; pool_kind < 2; ++pool_kind)
     for (int s = 0; s + 1 < S; ++s) {
+      if (p.chain_tail(s)) continue;
       const int ra = owner[s], rb = owner[s + 1];
       const int from = pool_kind == 0 ? ra : rb, to = pool_kind == 0 ? rb : ra;
       for (int j = 0; j < m; ++j) {
+        if (!p.runs_through(s, j)) continue;
         const int q = s * m + j;
         const int made = pool_kind == 0 ? posF[q] : posG[q + m];
         const int use = pool_kind == 0 ? last[q + m] : last[q];
@@ -222,12 +227,13 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
       const action& a = A[k];
       const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
       const int qin = q - m;                     // edge (s−1, j): this stage's input side
-      if (a.stage > 0) in_slot[k] = act_slot[2 * qin];
+      if (!p.chain_head(a.stage)) in_slot[k] = act_slot[2 * qin];
       if (a.what == kind::F) {
-        if (a.stage + 1 < S) out_slot[k] = act_slot[2 * q + (owner[a.stage + 1] == r ? 0 : 1)];
+        if (!p.chain_tail(a.stage)) out_slot[k] = act_slot[2 * q + (owner[a.stage + 1] == r ? 0 : 1)];
       } else {
-        if (a.stage + 1 < S) gin_slot[k] = grad_slot[2 * q];
-        if (a.what != kind::W && a.stage > 0) out_slot[k] = grad_slot[2 * qin + (owner[a.stage - 1] == r ? 0 : 1)];
+        if (!p.chain_tail(a.stage)) gin_slot[k] = grad_slot[2 * q];
+        if (a.what != kind::W && !p.chain_head(a.stage))
+          out_slot[k] = grad_slot[2 * qin + (owner[a.stage - 1] == r ? 0 : 1)];
       }
     }
 

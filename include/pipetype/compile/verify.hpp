@@ -116,6 +116,12 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     v.detail = "ranks, stages and microbatches must be positive";
     return fail(v);
   }
+  if (p.chains < 1 || p.stages % p.chains != 0 || p.microbatches % p.chains != 0) {
+    verdict v;
+    v.code = errc::empty_program;
+    v.detail = "chains must be positive and divide both the stages and the microbatches";
+    return fail(v);
+  }
   if (p.invalid_rank != no_rank) {
     verdict v;
     v.code = errc::rank_out_of_range;
@@ -125,6 +131,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     return fail(v);
   }
   const int S = p.stages, m = p.microbatches, P = p.ranks;
+  const int L = p.chain_length();  // stages per chain
   const int n = S * m;
   const int N = static_cast<int>(p.actions.size());
   const action* A = p.actions.data();
@@ -146,6 +153,9 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
         return fail(at(errc::stage_on_two_ranks, r, a, k - beg[r], "the stage already has actions on another rank"));
       if (a.stage < nplaced && placed[a.stage] != -1 && placed[a.stage] != r)
         return fail(at(errc::stage_on_two_ranks, r, a, k - beg[r], "the placement puts this stage on another rank"));
+      if (!p.runs_through(a.stage, a.microbatch))
+        return fail(at(errc::index_out_of_range, r, a, k - beg[r],
+                       "the microbatch runs through another chain of the stage graph"));
     }
 
   // 3. duplicates, then completeness; pos[kind·n + q] = index of that action in its rank's list
@@ -164,6 +174,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   const int* posW = pos + 3 * n;
   for (int s = 0; s < S; ++s)
     for (int j = 0; j < m; ++j) {
+      if (!p.runs_through(s, j)) continue;
       const int q = s * m + j;
       const bool f = posF[q] >= 0, b = posB[q] >= 0, i = posI[q] >= 0, w = posW[q] >= 0;
       if (f && b && !i && !w) continue;  // the common case
@@ -194,9 +205,9 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       if (a.what == kind::W && posI[q] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
       // cross-stage inputs produced on this same rank
-      if (a.what == kind::F && a.stage > 0 && owner[a.stage - 1] == r && posF[q - m] > idx)
+      if (a.what == kind::F && !p.chain_head(a.stage) && owner[a.stage - 1] == r && posF[q - m] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of the previous stage"));
-      if ((a.what == kind::B || a.what == kind::I) && a.stage + 1 < S && owner[a.stage + 1] == r) {
+      if ((a.what == kind::B || a.what == kind::I) && !p.chain_tail(a.stage) && owner[a.stage + 1] == r) {
         const int g = posB[q + m] >= 0 ? posB[q + m] : posI[q + m];
         if (g > idx)
           return fail(at(errc::action_before_its_input, r, a, idx, "backward before the backward of the next stage"));
@@ -224,11 +235,11 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
         const action& a = A[k + d];
         const int q = a.stage * m + a.microbatch;
         if (a.what == kind::F)
-          ok = a.stage == 0 || fdone[q - m] < t;
+          ok = (a.stage % L == 0) || fdone[q - m] < t;
         else if (a.what == kind::W)
           ok = idone[q] < t;
         else
-          ok = fdone[q] < t && (a.stage == S - 1 || gdone[q + m] < t);
+          ok = fdone[q] < t && ((a.stage + 1) % L == 0 || gdone[q + m] < t);
       }
       if (!ok) continue;
       for (int d = 0; d < width; ++d) {

@@ -7,6 +7,11 @@
 // `program` owns its tables (std::vector, usable inside constant evaluation); `program_view`
 // is the non-owning form every algorithm takes, so the same code reads a run-time program and
 // the frozen tables of a compile-time `plan`.
+//
+// Chains. The stage graph is a chain s → s+1 of all S stages, or (`chains` = c > 1) c parallel
+// chains of L = S / c stages: chain k holds stages k·L .. k·L + L − 1, and microbatch j runs
+// through chain j / (m / c) only. DualPipe uses two: both directions of the pipeline, each a
+// copy of the model (stage k·L + i runs the model's stage i).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +36,18 @@ struct program_view {
   std::span<const action> actions;  // [begin[ranks]]
   int invalid_rank = no_rank;       // a rank outside [0, ranks) that the builder was asked for
   verdict source_error{};           // set when the program came from text that did not parse
+  int chains = 1;                   // parallel chains of the stage graph (see above)
+
+  /// Stages per chain.
+  constexpr int chain_length() const noexcept { return chains > 0 ? stages / chains : stages; }
+  /// True when stage s has no predecessor (the first stage of its chain).
+  constexpr bool chain_head(int s) const noexcept { return s % chain_length() == 0; }
+  /// True when stage s has no successor (the last stage of its chain).
+  constexpr bool chain_tail(int s) const noexcept { return (s + 1) % chain_length() == 0; }
+  /// True when microbatch j runs through stage s.
+  constexpr bool runs_through(int s, int j) const noexcept {
+    return chains <= 1 || s / chain_length() == j / (microbatches / chains);
+  }
 
   constexpr std::span<const action> rank_actions(int r) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(r)]);
@@ -59,9 +76,10 @@ struct program {
   int invalid_rank = no_rank;
   /// Set by the text parser when the source did not parse (line, column, reason).
   verdict source_error{};
+  int chains = 1;
 
   constexpr program_view view() const {
-    return {name, ranks, stages, microbatches, stage_rank, begin, actions, invalid_rank, source_error};
+    return {name, ranks, stages, microbatches, stage_rank, begin, actions, invalid_rank, source_error, chains};
   }
 };
 
@@ -108,6 +126,7 @@ class program_builder {
         microbatches_(o.microbatches_),
         current_(o.current_),
         invalid_rank_(o.invalid_rank_),
+        chains_(o.chains_),
         stage_rank_(o.stage_rank_),
         count_(o.count_) {
     reserve(o.size_);
@@ -120,6 +139,7 @@ class program_builder {
         microbatches_(o.microbatches_),
         current_(o.current_),
         invalid_rank_(o.invalid_rank_),
+        chains_(o.chains_),
         stage_rank_(std::move(o.stage_rank_)),
         count_(std::move(o.count_)),
         buf_(o.buf_),
@@ -166,6 +186,11 @@ class program_builder {
   }
   /// Number of actions added to rank r so far.
   constexpr int size(int r) const { return count_[static_cast<std::size_t>(r)]; }
+  /// Splits the stage graph into `c` parallel chains (two for DualPipe's directions).
+  constexpr program_builder& chains(int c) {
+    chains_ = c;
+    return *this;
+  }
 
   constexpr program build(const char* name = "custom") && {
     program p;
@@ -195,6 +220,7 @@ class program_builder {
     }
     p.stage_rank = std::move(stage_rank_);
     p.invalid_rank = invalid_rank_;
+    p.chains = chains_;
     return p;
   }
 
@@ -217,6 +243,7 @@ class program_builder {
   int microbatches_;
   int current_ = no_rank;
   int invalid_rank_ = no_rank;
+  int chains_ = 1;
   std::vector<int> stage_rank_;
   std::vector<int> count_;  // actions per rank
   entry* buf_ = nullptr;    // actions in the order added, with their rank

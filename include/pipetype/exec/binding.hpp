@@ -17,6 +17,11 @@
 //     • determinism: each stage produces its weight gradients (B, or W when split) in
 //       microbatch order, so accumulation order is the same under every schedule
 //       (binding_options::ordered_gradients = false lifts this).
+//   two chains (DualPipe): the plan's stage k·L + i runs the model's stage i on another rank, so
+//   one stage object serves two ranks at once — its forward/backward must write only through
+//   their contexts, and it must hand its weight gradients to pipetype (weight_grad): chain 0's
+//   are added in microbatch order during the step, the later chains' are held and added after
+//   it, in microbatch order, so the sum is the unpipelined one bit for bit.
 #pragma once
 
 #include <algorithm>
@@ -249,12 +254,20 @@ struct bound_rank {
   int stash_slots = 0;
 };
 
+/// A held weight gradient added after the step (a later chain's, in microbatch order).
+struct deferred_add {
+  add_fn add = nullptr;
+  void* obj = nullptr;
+  const std::byte* grad = nullptr;
+};
+
 /// The whole program bound to stages and buffers.
 struct bound_program {
   int ranks = 0, stages = 0, microbatches = 0, comms = 0;
-  std::size_t batch_bytes = 0;  // per microbatch: stage 0's input
-  std::vector<stage_entry> entries;
+  std::size_t batch_bytes = 0;       // per microbatch: stage 0's input
+  std::vector<stage_entry> entries;  // the model's stages; the plan's stage s runs entries[s % entries.size()]
   std::vector<bound_rank> rank;
+  std::vector<deferred_add> deferred;  // after a successful step, in this order
 };
 
 /// Binds the lowered program of `v` to the stages in `entries` (one per stage, in chain order).
@@ -266,10 +279,12 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   out.stages = p.stages;
   out.microbatches = p.microbatches;
   out.comms = static_cast<int>(l.comms.size());
-  if (static_cast<int>(entries.size()) != p.stages)
-    throw shape_error("pipetype::host: the plan has " + std::to_string(p.stages) + " stages but the model has " +
-                      std::to_string(entries.size()));
-  for (int s = 0; s + 1 < p.stages; ++s) {
+  const int L = p.chain_length();  // the model's stages (the plan's, unless it has several chains)
+  if (static_cast<int>(entries.size()) != L)
+    throw shape_error("pipetype::host: the plan has " + std::to_string(p.stages) + " stages" +
+                      (p.chains > 1 ? " (" + std::to_string(p.chains) + " chains of " + std::to_string(L) + ")" : "") +
+                      " but the model has " + std::to_string(entries.size()));
+  for (int s = 0; s + 1 < L; ++s) {
     const stage_entry& a = entries[static_cast<std::size_t>(s)];
     const stage_entry& b = entries[static_cast<std::size_t>(s) + 1];
     if (a.out_bytes() != b.in_bytes() || a.out_size != b.in_size)
@@ -283,12 +298,17 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   // split backward and gradient order
   std::vector<int> last_weight_mb(S, -1);
   for (const action& a : p.actions) {
-    const stage_entry& e = entries[static_cast<std::size_t>(a.stage)];
+    const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
     const std::string where =
         "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a);
     if ((a.what == kind::I || a.what == kind::W) && !e.split)
       throw std::invalid_argument("pipetype::host: the schedule splits the backward (" + where +
                                   ") but the stage has no backward_input/backward_weight");
+    if (p.chains > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
+      throw std::invalid_argument("pipetype::host: " + where + ": the plan runs the model's stage " +
+                                  std::to_string(a.stage % L) + " in " + std::to_string(p.chains) +
+                                  " chains (DualPipe's two directions) on different ranks at once, and the stage "
+                                  "accumulates its own gradients; declare a weight_grad so pipetype adds them");
     if (a.what == kind::B || a.what == kind::W) {
       int& last = last_weight_mb[static_cast<std::size_t>(a.stage)];
       if (opt.ordered_gradients && e.add == nullptr && a.microbatch < last)
@@ -308,6 +328,12 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
 
   out.rank.resize(static_cast<std::size_t>(p.ranks));
   std::vector<int> stash_slot(S * m, -1), last_use(S * m, -1);
+  struct held_later {
+    int stage, microbatch, rank, slot;
+    const std::byte* grad = nullptr;
+  };
+  std::vector<held_later> later;  // later chains' weight gradients, added after the step
+  std::size_t later_begin = 0;
   for (int r = 0; r < p.ranks; ++r) {
     bound_rank& br = out.rank[static_cast<std::size_t>(r)];
     const rank_resources& res = l.resources[static_cast<std::size_t>(r)];
@@ -315,8 +341,10 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     std::size_t act = 0, stash = 0;
     for (std::size_t s = 0; s < S; ++s) {
       if (owner[s] != r) continue;
-      act = std::max({act, s > 0 ? E[s].in_bytes() : 0, s + 1 < S ? E[s].out_bytes() : 0});
-      stash = std::max(stash, E[s].stash_bytes());
+      const stage_entry& e = E[s % E.size()];
+      const int si = static_cast<int>(s);
+      act = std::max({act, !p.chain_head(si) ? e.in_bytes() : 0, !p.chain_tail(si) ? e.out_bytes() : 0});
+      stash = std::max(stash, e.stash_bytes());
     }
     br.activation_stride = detail::round_up64(act);
     br.stash_stride = detail::round_up64(stash);
@@ -357,9 +385,10 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     std::vector<std::size_t> wg_base;                   // per global slot: byte offset
     std::size_t wg_bytes = 0;
     for (std::size_t s = 0; s < S; ++s) {
-      if (owner[s] != r || E[s].add == nullptr) continue;
-      const std::size_t stride = detail::round_up64(E[s].weight_grad_bytes());
-      std::vector<int> held(m, -1);  // microbatch → local slot
+      if (owner[s] != r || E[s % E.size()].add == nullptr) continue;
+      const std::size_t stride = detail::round_up64(E[s % E.size()].weight_grad_bytes());
+      const bool later_chain = s >= E.size();  // held to the end of the step, added after chain 0's
+      std::vector<int> held(m, -1);            // microbatch → local slot
       std::vector<char> used;
       const int first = static_cast<int>(wg_base.size());
       std::size_t next = 0;
@@ -374,6 +403,10 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         }
         held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
         wg_slot[i] = first + static_cast<int>(k);
+        if (later_chain) {  // never freed: added after the step
+          later.push_back({static_cast<int>(s), o.microbatch, r, first + static_cast<int>(k)});
+          continue;
+        }
         while (next < m && held[next] >= 0) {
           wg_adds[i].push_back(first + held[next]);
           used[static_cast<std::size_t>(held[next])] = 0;
@@ -382,6 +415,9 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       }
     }
     br.weight_grads = detail::aligned_bytes(wg_bytes);
+    for (std::size_t k = later_begin; k < later.size(); ++k)
+      later[k].grad = br.weight_grads.data() + wg_base[static_cast<std::size_t>(later[k].slot)];
+    later_begin = later.size();
 
     // events: the position each record publishes, per event, as CUDA resolves a wait at call time
     struct rec {
@@ -407,7 +443,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         b.wait = w.stream != st ? w.end : 0;  // the same stream is ordered already
       }
       if (o.code == op_code::compute) {
-        const stage_entry& e = E[static_cast<std::size_t>(o.stage)];
+        const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
         b.fn = e.fn[static_cast<int>(o.what)];
         b.obj = e.obj;
         b.n_in = static_cast<std::uint32_t>(e.in_elems);
@@ -441,7 +477,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           b.peer = o.peer;
           b.comm = o.comm;
           // an activation of F(stage), or the gradient B/I(stage) made for its input
-          const stage_entry& e = E[static_cast<std::size_t>(o.stage)];
+          const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
           b.bytes = o.what == kind::F ? e.out_bytes() : e.in_bytes();
           b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
           labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") + detail::action_name(o));
@@ -463,6 +499,15 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       // a record on a group is published after the group's last transfer
       if (group_open >= 0 && group_event >= 0) last_record[static_cast<std::size_t>(group_event)].end = end_pos;
     }
+  }
+  // later chains' weight gradients: per model stage, chain by chain, in microbatch order
+  std::stable_sort(later.begin(), later.end(), [&](const held_later& x, const held_later& y) {
+    const int lx = x.stage % L, ly = y.stage % L;
+    return lx != ly ? lx < ly : x.stage != y.stage ? x.stage < y.stage : x.microbatch < y.microbatch;
+  });
+  for (const held_later& h : later) {
+    const stage_entry& e = out.entries[static_cast<std::size_t>(h.stage % L)];
+    out.deferred.push_back({e.add, e.obj, h.grad});
   }
   return out;
 }

@@ -100,8 +100,7 @@ namespace detail {
 /// Per rank: how far each stream got (events), and where its threads are (diagnostics).
 struct alignas(64) rank_sync {
   std::atomic<int> progress[stream_count] = {};  // ops completed, published at records
-  std::atomic<int> computing{-1};                // position in the compute list being issued
-  std::atomic<bool> waiting{false};              // the compute stream is blocked on an event
+  std::atomic<int> computing{-1};                // position of the compute op whose stage call is running
   std::atomic<int> waiters{0};
   std::mutex m;
   std::condition_variable cv;
@@ -154,6 +153,7 @@ class engine {
       const failure& p = failures_[static_cast<std::size_t>(primary_ >= 0 ? primary_ : 0)];
       throw step_error(p.message, p.cause, failures_, stage_exc_);
     }
+    for (const deferred_add& d : prog_.deferred) d.add(d.obj, d.grad);  // later chains' gradients, in order
   }
 
   /// Issues op `i` of rank r's stream `st` (a group with its transfers) through `t`; returns
@@ -167,8 +167,10 @@ class engine {
     if (op.wait > 0 && s.progress[1 - st].load(std::memory_order_acquire) < op.wait) wait_for(r, 1 - st, op.wait, op);
     switch (op.code) {
       case op_code::compute:
+        s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
         op.fn(op.obj, op, batch_);
         for (int k = 0; k < op.add_count; ++k) op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)]);
+        s.computing.store(-1, std::memory_order_relaxed);
         break;
       case op_code::group:
         t.group_begin();
@@ -219,13 +221,6 @@ class engine {
 
   [[gnu::noinline]] void wait_for(int r, int other, int value, const bound_op& op) {
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
-    struct waiting_flag {  // marks the compute stream as waiting (not inside a stage) meanwhile
-      std::atomic<bool>* f;
-      ~waiting_flag() {
-        if (f) f->store(false, std::memory_order_relaxed);
-      }
-    } flag{other == 1 ? &s.waiting : nullptr};
-    if (flag.f) flag.f->store(true, std::memory_order_relaxed);
     // a short yielding spin first: the other stream is often microseconds away, and a blocked
     // thread takes tens of microseconds to wake
     for (int k = 0; k < 64; ++k) {
@@ -264,7 +259,6 @@ class engine {
       op_time* trace = opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(2 * r + st)] : nullptr;
       while (i < n) {
         if (aborted_.load(std::memory_order_relaxed)) throw aborted_error("aborted");
-        if (compute_stream) s.computing.store(i, std::memory_order_relaxed);
         const auto start = trace ? std::chrono::steady_clock::now() : t0_;
         const int next = issue(r, st, i, ep);
         if (trace) {
@@ -334,7 +328,7 @@ class engine {
     for (int r = 0; r < prog_.ranks; ++r) {
       const rank_sync& s = sync_[static_cast<std::size_t>(r)];
       const int i = s.computing.load(std::memory_order_relaxed);
-      if (i < 0 || s.waiting.load(std::memory_order_relaxed)) continue;
+      if (i < 0) continue;
       out += (out.empty() ? "; still inside a stage: rank " : ", rank ") + std::to_string(r) + " in " +
              prog_.rank[static_cast<std::size_t>(r)].labels[0][static_cast<std::size_t>(i)];
     }

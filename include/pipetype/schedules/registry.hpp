@@ -2,14 +2,16 @@
 //
 // The names are the explorer's `--schedule` values. `schedule_error` says why a (name, p, m, v)
 // is not valid (nullptr if it is); `make_schedule` builds it (throws std::invalid_argument
-// otherwise). `v` is the number of stages per rank: the looped families take any v ≥ 1, the
-// one-stage families need 1 and the V-shape families 2; 0 asks for the schedule's default
-// (`default_chunks`). `schedule_params` carries what zb-auto needs (costs, memory limit).
+// otherwise). `v` is the number of the model's stages per rank: the looped families take any
+// v ≥ 1, the one-stage families need 1 and the V-shape families 2; 0 asks for the schedule's
+// default (`default_chunks`). DualPipe counts 1: each rank holds one model stage per direction
+// (its program has two chains of p stages). `schedule_params` carries what zb-auto needs (costs, memory limit).
 #pragma once
 
 #include <stdexcept>
 #include <string_view>
 
+#include "pipetype/schedules/dualpipe.hpp"
 #include "pipetype/schedules/dualpipe_v.hpp"
 #include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/interleaved_1f1b.hpp"
@@ -38,6 +40,7 @@ inline constexpr schedule_info schedule_infos[] = {
     {"zb-h2", 1, true, "zero bubble with 2p-1 activations: extra warm-up forwards (Qi et al. 2024)"},
     {"zb-v", 2, true, "zero bubble on the V placement within 1F1B memory (Qi et al. 2024)"},
     {"dualpipe-v", 2, true, "DualPipe cut in half: V placement, overlapped F&B pairs (DeepSeek-V3)"},
+    {"dualpipe", 1, true, "two directions over two parameter copies, overlapped F&B pairs (DeepSeek-V3)"},
     {"zb-auto", 1, true, "automatic zero-bubble search for the given costs and --mem-limit"},
 };
 
@@ -62,7 +65,7 @@ constexpr const char* schedule_error(std::string_view name, int p, int m, int v)
   const schedule_info* s = find_schedule(name);
   if (!s)
     return "unknown schedule; known: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, "
-           "zb-auto";
+           "dualpipe, zb-auto";
   v = default_chunks(*s, v);
   if (p < 1) return "ranks must be at least 1";
   if (m < 1) return "microbatches must be at least 1";
@@ -71,6 +74,7 @@ constexpr const char* schedule_error(std::string_view name, int p, int m, int v)
   if (s->chunks == 2 && v != 2) return "this schedule uses the V placement (2 stages per rank); --chunks must be 2";
   if (name == "interleaved-1f1b") return interleaved_1f1b_error(p, m, v);
   if (name == "dualpipe-v") return dualpipe_v_error(p, m);
+  if (name == "dualpipe") return dualpipe_error(p, m);
   return nullptr;
 }
 
@@ -85,6 +89,7 @@ constexpr program make_schedule(std::string_view name, int p, int m, int v = 0, 
   if (name == "zb-h2") return make_zb_h2(p, m);
   if (name == "zb-v") return make_zb_v(p, m);
   if (name == "dualpipe-v") return make_dualpipe_v(p, m);
+  if (name == "dualpipe") return make_dualpipe(p, m);
   zb_problem pr;
   pr.ranks = p;
   pr.microbatches = m;

@@ -1,0 +1,124 @@
+// pipetype/schedules/dualpipe.hpp — DualPipe: two pipelines in opposite directions, overlapped.
+//
+// Source: DeepSeek-AI, DeepSeek-V3 Technical Report (2024) §3.2.1; ordering as
+// deepseek-ai/DualPipe's dualpipe.py (steps 1–8 below). Figures: DualPipe README's table.
+// Placement: PP ranks (even) and a model of PP stages, held twice: direction 0 runs the model
+// down the ranks (its stage i on rank i), direction 1 up (its stage i on rank PP − 1 − i). In a
+// program that is two chains of PP stages (program_builder::chains(2)): stage i of chain 0 on
+// rank i, stage PP + i of chain 1 on rank PP − 1 − i. Microbatches 0 .. m/2 − 1 enter at rank 0,
+// m/2 .. m − 1 at rank PP − 1. Every rank holds two copies of parameters (2× parameters); the
+// executors run both copies on the same stage object and sum the two directions' weight
+// gradients in microbatch order (docs/05_zero_bubble.md).
+// Rule, rank r with h = min(r, PP − 1 − r), H = PP/2, n = m/2; phase 0 is the direction that
+// enters nearer to r (chain 0 on ranks < H, chain 1 above), phase 1 the other; each phase runs
+// its microbatches in order, W's in the order their I's ran; (F&B) is an overlapped pair:
+//   1. 2(H − h − 1) × F(0)                 2. (h + 1) × [F(0), F(1)]
+//   3. (H − h − 1) × [I(1), W, F(1)]       4. (n − PP + h + 1) × [(F(0)&B(1)), (F(1)&B(0))]
+//                                             (the two middle ranks run their first F(0), B(1) apart)
+//   5. (H − h − 1) × [B(1), (F(1)&B(0))]   6. (h + 1) × [B(1), B(0)], split into I from the middle
+//                                             iteration on (the parity of h decides which first)
+//   7. (H − h − 1) × [W, I(0)]             8. (h + 1) × W
+// Overlapped pairs: see dualpipe_v.hpp (host: run both halves; CUDA: two streams; simulator:
+// costs::fb, default F + B).
+// Constraints: PP even, m even, m ≥ 2·PP (dualpipe.py's assertions). Stages with split backwards.
+// Formulas (uniform costs F = I = W, B = I + W, F&B = F + B; no communication latency):
+//   bubble (rank span − per-rank work)  (PP/2 − 1)(F&B + B − 3W)   (README)
+//   peak activations                    PP + 1 on every rank        (README)
+#pragma once
+
+#include <stdexcept>
+#include <vector>
+
+#include "pipetype/core/sizes.hpp"
+#include "pipetype/schedules/schedule.hpp"
+
+namespace pipetype {
+
+/// Why (PP, m) is not a valid DualPipe, or nullptr.
+constexpr const char* dualpipe_error(int PP, int m) noexcept {
+  if (PP < 2 || PP % 2 != 0) return "dualpipe: needs an even number of ranks, at least 2";
+  if (m < 2 * PP || m % 2 != 0) return "dualpipe: needs an even number of microbatches, at least 2 x ranks";
+  return nullptr;
+}
+
+/// The placement of DualPipe's 2·PP stage copies: chain 0 down the ranks, chain 1 up.
+constexpr std::vector<int> dualpipe_placement(int PP) {
+  std::vector<int> out(static_cast<std::size_t>(2 * PP), 0);
+  for (int i = 0; i < PP; ++i) {
+    out[static_cast<std::size_t>(i)] = i;
+    out[static_cast<std::size_t>(PP + i)] = PP - 1 - i;
+  }
+  return out;
+}
+
+constexpr program make_dualpipe(int PP, int m) {
+  if (const char* e = dualpipe_error(PP, m)) throw std::invalid_argument(e);
+  const int H = PP / 2, n = m / 2;
+  program_builder b{PP, 2 * PP, m};
+  b.chains(2).placement(dualpipe_placement(PP));
+  std::vector<action> pending_w;
+  for (int r = 0; r < PP; ++r) {
+    b.rank(r);
+    const int h = r < PP - 1 - r ? r : PP - 1 - r;
+    const int down = r, up = PP + (PP - 1 - r);  // this rank's stage of chain 0 and of chain 1
+    const int stage[2] = {r < H ? down : up, r < H ? up : down};
+    const int first_mb[2] = {stage[0] == down ? 0 : n, stage[1] == down ? 0 : n};
+    int nf[2] = {0, 0}, nb[2] = {0, 0};
+    std::size_t next_w = 0;
+    pending_w.clear();
+    auto fwd = [&](int ph) { return F(stage[ph], first_mb[ph] + nf[ph]++); };
+    auto bwd = [&](int ph, bool split) {
+      const int j = first_mb[ph] + nb[ph]++;
+      if (!split) return B(stage[ph], j);
+      pending_w.push_back(W(stage[ph], j));
+      return I(stage[ph], j);
+    };
+    auto weight = [&] { b.add(pending_w[next_w++]); };
+    const int rest = H - h - 1;
+    for (int k = 0; k < 2 * rest; ++k) b.add(fwd(0));
+    for (int k = 0; k < h + 1; ++k) b.add(fwd(0)), b.add(fwd(1));
+    for (int k = 0; k < rest; ++k) {
+      b.add(bwd(1, true));
+      weight();
+      b.add(fwd(1));
+    }
+    for (int k = 0; k < n - PP + h + 1; ++k) {
+      if (k == 0 && rest == 0) {  // a middle rank
+        b.add(fwd(0));
+        b.add(bwd(1, false));
+      } else {
+        const action f = fwd(0);
+        b.add_overlapped(f, bwd(1, false));
+      }
+      const action f = fwd(1);
+      b.add_overlapped(f, bwd(0, false));
+    }
+    for (int k = 0; k < rest; ++k) {
+      b.add(bwd(1, false));
+      const action f = fwd(1);
+      b.add_overlapped(f, bwd(0, false));
+    }
+    bool split = false;
+    for (int k = 0; k < h + 1; ++k) {
+      if (k == (h + 1) / 2 && h % 2 == 1) split = true;
+      b.add(bwd(1, split));
+      if (k == (h + 1) / 2 && h % 2 == 0) split = true;
+      b.add(bwd(0, split));
+    }
+    for (int k = 0; k < rest; ++k) {
+      weight();
+      b.add(bwd(0, true));
+    }
+    while (next_w < pending_w.size()) weight();
+  }
+  return std::move(b).build("dualpipe");
+}
+
+template <class Ranks, class Microbatches>
+struct dualpipe {
+  static_assert(dualpipe_error(Ranks::value, Microbatches::value) == nullptr,
+                "dualpipe: needs an even number of ranks and an even number of microbatches, at least 2 x ranks");
+  static constexpr program generate() { return make_dualpipe(Ranks::value, Microbatches::value); }
+};
+
+}  // namespace pipetype
