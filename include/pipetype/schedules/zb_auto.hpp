@@ -16,7 +16,7 @@
 // makespan, is the step period; "zero bubble" means every rank's span equals its work.
 // Ties go to the shorter makespan, then to the smaller peak.
 //
-// Search. Candidates are scored on the simulator (analysis/simulate.hpp) and the best kept:
+// Search. Candidates are scored by their simulated rank span and the best kept:
 //   • a list scheduler: simulated time runs forward; whenever a rank is free it takes, among the
 //     actions whose inputs have arrived, the one that can start first — I before F before W on a
 //     tie (I is on the critical path, W on none) — subject to the memory limit (an F that does
@@ -27,17 +27,22 @@
 //       W filling     a W starts whenever the rank would idle, or only when it ends before the
 //                     next input arrives (it never delays a ready I or F);
 //       tie order     I before F, or F before I;
+//   • a refinement from the best of those: each rank's warm-up cap in turn, over the same range,
+//     kept when it shortens the span (`zb_problem::refine` passes, default 1);
 //   • the hand-written schedules that fit the limit: 1F1B with each backward split in place,
 //     ZB-H1, ZB-H2, GPipe with split backwards.
 // So the result is never worse than the best hand-written one-stage-per-rank schedule within
-// the same memory, and the list scheduler's 4(p + 2) variants cover the paper's three-flag
-// heuristic's decisions (how many warm-up forwards, whether a W may delay the next input,
-// whether I preempts F) with a finer warm-up grid.
+// the same memory. The reference heuristic (schedules.md §15b) grid-searches three flags; the
+// grid here covers the same decisions (how many warm-up forwards, whether a W may delay the
+// next input, whether I preempts F) with a finer, per-rank warm-up. bench/zb_compare.sh prints
+// the comparison (bench/README.md has the figures).
 // Figures (simulator, uniform costs F = I = W, no latency; checked in tests/schedules):
 //   limit p     rank span m(F + I + W) + (p − 1)(F + I − W), ZB-H1's
 //   limit 2p    rank span m(F + I + W), zero bubble, for m ≥ 2p − 1
-// Cost: 4(p + 2) list-scheduler runs and up to 4 hand-written candidates, each simulated:
-// O(p²·m) per run. At compile time keep p·m in the low hundreds (docs/05_zero_bubble.md).
+// Cost: 4(p + 2) list-scheduler runs plus p(p + 2) per refinement pass, each O(p·m) with flat
+// tables, and up to 4 simulations. Run time: about a millisecond at p = 8, m = 32. Compile
+// time (g++ 12): p = 4, m = 8 in 1.2 s; p = 8, m = 16 in 5.5 s and needs
+// -fconstexpr-ops-limit (docs/03_diagnostics.md); p·m up to about 72 fits the default limit.
 #pragma once
 
 #include <stdexcept>
@@ -47,6 +52,7 @@
 #include "pipetype/analysis/simulate.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/core/sizes.hpp"
+#include "pipetype/detail/scratch.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
@@ -66,6 +72,9 @@ struct zb_problem {
   memory_model memory{};
   /// Per-stage memory accounting (an I that releases more or less than half); empty: `memory`.
   std::vector<memory_model> stage_memory{};
+  /// Passes of the per-rank refinement (0: the uniform grid only; each pass tries every rank's
+  /// warm-up cap in turn and keeps what shortens the span).
+  int refine = 1;
 
   constexpr const memory_model& memory_of(int s) const {
     return static_cast<std::size_t>(s) < stage_memory.size() ? stage_memory[static_cast<std::size_t>(s)] : memory;
@@ -77,6 +86,7 @@ struct zb_knobs {
   int warmup_extra = -1;  // k: at most (p − r) + k forwards before the first I; < 0: memory only
   bool fill_only_gaps = false;
   bool forward_first = false;
+  std::vector<int> rank_extra{};  // per rank, overrides warmup_extra (the refinement's result)
 };
 
 struct zb_result {
@@ -123,92 +133,169 @@ constexpr bool zb_fits(program_view p, const zb_problem& pr) {
   return true;
 }
 
-/// One run of the list scheduler. Returns an empty program (no actions) if it cannot finish
-/// (a limit that lets no forward start).
-constexpr program zb_list_schedule(const zb_problem& pr, const zb_knobs& knobs) {
-  const int P = pr.ranks, m = pr.microbatches;
-  const auto at = [m](int r, int j) {
-    return static_cast<std::size_t>(r) * static_cast<std::size_t>(m) + static_cast<std::size_t>(j);
-  };
-  constexpr double unknown = -1;
-  std::vector<double> fend(static_cast<std::size_t>(P * m), unknown), gend(fend);
-  std::vector<double> free_at(static_cast<std::size_t>(P), 0.0);
-  std::vector<int> nf(static_cast<std::size_t>(P), 0), ni(nf), nw(nf), live(nf);
-  program_builder b{P, P, m};
-  b.placement(looped_placement(P, 1));
-  const cost_model& c = pr.costs;
-  for (int placed = 0, total = 3 * P * m; placed < total; ++placed) {
-    int best_rank = -1;
-    kind best_kind = kind::F;
-    double best_start = 0;
-    int best_rank_prio = 0;
-    for (int r = 0; r < P; ++r) {
-      const std::size_t ru = static_cast<std::size_t>(r);
-      const double t = free_at[ru];
-      // candidates: (start, priority) per kind; unknown when the input has not been scheduled
-      double s_i = unknown, s_f = unknown, s_w = unknown;
-      if (ni[ru] < nf[ru]) {
-        double ready = fend[at(r, ni[ru])];
-        if (r + 1 < P) {
-          const double g = gend[at(r + 1, ni[ru])];
-          ready = g == unknown ? unknown : (g + c.latency(r + 1, r) > ready ? g + c.latency(r + 1, r) : ready);
-        }
-        if (ready != unknown) s_i = ready > t ? ready : t;
-      }
-      const memory_model& mm = pr.memory_of(r);
-      const bool warm_ok = knobs.warmup_extra < 0 || ni[ru] > 0 || nf[ru] < (P - r) + knobs.warmup_extra;
-      if (nf[ru] < m && warm_ok && live[ru] + mm.f <= zb_limit_units(pr, r)) {
-        double ready = 0;
-        if (r > 0) {
-          const double e = fend[at(r - 1, nf[ru])];
-          ready = e == unknown ? unknown : e + c.latency(r - 1, r);
-        }
-        if (ready != unknown) s_f = ready > t ? ready : t;
-      }
-      if (nw[ru] < ni[ru]) s_w = t;
-      // choose: earliest start; ties I, F, W (or F, I, W)
-      kind k = kind::W;
-      double s = unknown;
-      const kind first = knobs.forward_first ? kind::F : kind::I;
-      const kind second = knobs.forward_first ? kind::I : kind::F;
-      const double s_first = knobs.forward_first ? s_f : s_i;
-      const double s_second = knobs.forward_first ? s_i : s_f;
-      if (s_first != unknown) k = first, s = s_first;
-      if (s_second != unknown && (s == unknown || s_second < s)) k = second, s = s_second;
-      if (s_w != unknown) {
-        const double w_end = t + c.time(W(r, nw[ru]));
-        if (s == unknown || s_w < s) {
-          // a W would run now; with fill_only_gaps it must end before the next input arrives
-          if (!knobs.fill_only_gaps || s == unknown || w_end <= s) k = kind::W, s = s_w;
-        }
-      }
-      if (s == unknown) continue;
-      const int prio = k == kind::I ? 0 : k == kind::F ? 1 : 2;
-      if (best_rank < 0 || s < best_start || (s == best_start && prio < best_rank_prio)) {
-        best_rank = r, best_kind = k, best_start = s, best_rank_prio = prio;
-      }
-    }
-    if (best_rank < 0) return program{};
-    const int r = best_rank;
-    const std::size_t ru = static_cast<std::size_t>(r);
+/// One run of the list scheduler: the actions in the order it placed them (each rank's list is
+/// its subsequence) and the figures of the timeline it built, which is exactly the one the
+/// simulator gives that program (every action starts as soon as its rank and inputs allow).
+struct zb_run {
+  bool ok = false;  // false: the limit let no action start
+  std::vector<action> placed;
+  double rank_span = 0, makespan = 0;
+};
+
+/// The problem in flat tables, built once per search: the list scheduler runs dozens of times
+/// and, inside the compiler, every function call and vector access costs far more than the
+/// arithmetic (the same style as verify.hpp's check_into).
+struct zb_tables {
+  int P = 0, m = 0;
+  std::vector<double> t;    // [3 · P · m]: F, I, W time of (rank, microbatch) at (kind · P + r) · m + j
+  std::vector<double> lat;  // [2 · P]: latency into r from r − 1 (F), from r + 1 (I)
+  std::vector<int> mem;     // [4 · P]: per rank: F, I, W units and the limit
+};
+
+constexpr zb_tables zb_tables_of(const zb_problem& pr) {
+  zb_tables z;
+  z.P = pr.ranks;
+  z.m = pr.microbatches;
+  const auto P = static_cast<std::size_t>(z.P), m = static_cast<std::size_t>(z.m);
+  z.t.assign(3 * P * m, 0.0);
+  z.lat.assign(2 * P, 0.0);
+  z.mem.assign(4 * P, 0);
+  const kind kinds[3] = {kind::F, kind::I, kind::W};
+  for (std::size_t k = 0; k < 3; ++k)
+    for (std::size_t r = 0; r < P; ++r)
+      for (std::size_t j = 0; j < m; ++j)
+        z.t[(k * P + r) * m + j] = pr.costs.time(action{kinds[k], static_cast<int>(r), static_cast<int>(j), false});
+  for (int r = 0; r < z.P; ++r) {
+    const auto ru = static_cast<std::size_t>(r);
+    z.lat[2 * ru] = r > 0 ? pr.costs.latency(r - 1, r) : 0.0;
+    z.lat[2 * ru + 1] = r + 1 < z.P ? pr.costs.latency(r + 1, r) : 0.0;
     const memory_model& mm = pr.memory_of(r);
-    action a{};
-    if (best_kind == kind::F) {
-      a = F(r, nf[ru]++);
-      live[ru] += mm.f;
-    } else if (best_kind == kind::I) {
-      a = I(r, ni[ru]++);
-      live[ru] += mm.i;
-    } else {
-      a = W(r, nw[ru]++);
-      live[ru] += mm.w;
-    }
-    const double end = best_start + c.time(a);
-    if (a.what == kind::F) fend[at(r, a.microbatch)] = end;
-    if (a.what == kind::I) gend[at(r, a.microbatch)] = end;
-    free_at[ru] = end;
-    b.rank(r).add(a);
+    z.mem[4 * ru] = mm.f;
+    z.mem[4 * ru + 1] = mm.i;
+    z.mem[4 * ru + 2] = mm.w;
+    z.mem[4 * ru + 3] = zb_limit_units(pr, r);
   }
+  return z;
+}
+
+constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs) {
+  const int P = z.P, m = z.m;
+  const auto Pu = static_cast<std::size_t>(P);
+  constexpr double unknown = -1;
+  const double* TF = z.t.data();
+  const double* TI = TF + P * m;
+  const double* TW = TF + 2 * P * m;
+  const double* LAT = z.lat.data();
+  const int* MEM = z.mem.data();
+  const int* EXTRA = knobs.rank_extra.size() == Pu ? knobs.rank_extra.data() : nullptr;
+  scratch<double> dv(6 * P * 1 + 2 * P * m, unknown);
+  double* fend = dv.data();  // [P · m] end of F(r, j), of I(r, j)
+  double* gend = fend + P * m;
+  double* free_at = gend + P * m;  // [P] each
+  double* first = free_at + P;
+  double* cand = first + P;
+  for (int r = 0; r < P; ++r) free_at[r] = 0;
+  scratch<int> iv(6 * P, 0);
+  int* nf = iv.data();
+  int* ni = nf + P;
+  int* nw = nf + 2 * P;
+  int* live = nf + 3 * P;
+  int* ckind = nf + 4 * P;  // 0 I, 1 F, 2 W
+  int* dirty = nf + 5 * P;
+  for (int r = 0; r < P; ++r) dirty[r] = 1;
+  const bool ff = knobs.forward_first, gaps = knobs.fill_only_gaps;
+  zb_run out;
+  out.placed.resize(static_cast<std::size_t>(3 * P * m));
+  action* placed_out = out.placed.data();
+  for (int placed = 0, total = 3 * P * m; placed < total; ++placed) {
+    int best = -1;
+    for (int r = 0; r < P; ++r) {
+      if (dirty[r]) {  // the rank's next choice: the earliest start; ties I, F (or F, I); W fills
+        const double t = free_at[r];
+        double s_i = unknown, s_f = unknown;
+        if (ni[r] < nf[r]) {
+          double ready = fend[r * m + ni[r]];
+          if (r + 1 < P) {
+            const double g = gend[(r + 1) * m + ni[r]];
+            ready = g == unknown ? unknown : (g + LAT[2 * r + 1] > ready ? g + LAT[2 * r + 1] : ready);
+          }
+          if (ready != unknown) s_i = ready > t ? ready : t;
+        }
+        const int extra = EXTRA ? EXTRA[r] : knobs.warmup_extra;
+        if (nf[r] < m && (extra < 0 || ni[r] > 0 || nf[r] < (P - r) + extra) &&
+            live[r] + MEM[4 * r] <= MEM[4 * r + 3]) {
+          double ready = 0;
+          if (r > 0) {
+            const double e = fend[(r - 1) * m + nf[r]];
+            ready = e == unknown ? unknown : e + LAT[2 * r];
+          }
+          if (ready != unknown) s_f = ready > t ? ready : t;
+        }
+        int k = 2;
+        double s = unknown;
+        const double s1 = ff ? s_f : s_i, s2 = ff ? s_i : s_f;
+        if (s1 != unknown) k = ff ? 1 : 0, s = s1;
+        if (s2 != unknown && (s == unknown || s2 < s)) k = ff ? 0 : 1, s = s2;
+        // a W when the rank would idle; with fill_only_gaps only if it ends before the next input
+        if (nw[r] < ni[r] && (s == unknown || t < s) && (!gaps || s == unknown || t + TW[r * m + nw[r]] <= s))
+          k = 2, s = t;
+        cand[r] = s;
+        ckind[r] = k;
+        dirty[r] = 0;
+      }
+      if (cand[r] == unknown) continue;
+      if (best < 0 || cand[r] < cand[best] || (cand[r] == cand[best] && ckind[r] < ckind[best])) best = r;
+    }
+    if (best < 0) return out;  // nothing can start: the limit is too tight
+    const int r = best;
+    const double start = cand[r];
+    double end = start;
+    if (ckind[r] == 1) {
+      const int j = nf[r]++;
+      live[r] += MEM[4 * r];
+      end += TF[r * m + j];
+      fend[r * m + j] = end;
+      placed_out[placed] = F(r, j);
+    } else if (ckind[r] == 0) {
+      const int j = ni[r]++;
+      live[r] += MEM[4 * r + 1];
+      end += TI[r * m + j];
+      gend[r * m + j] = end;
+      placed_out[placed] = I(r, j);
+    } else {
+      const int j = nw[r]++;
+      live[r] += MEM[4 * r + 2];
+      end += TW[r * m + j];
+      placed_out[placed] = W(r, j);
+    }
+    if (first[r] == unknown) first[r] = start;
+    free_at[r] = end;
+    dirty[r] = 1;                     // its own state changed,
+    if (r > 0) dirty[r - 1] = 1;      // an I of the rank above may now be ready,
+    if (r + 1 < P) dirty[r + 1] = 1;  // and an F of the rank below
+  }
+  double lo = 0, hi = 0;
+  for (int q = 0; q < P; ++q) {
+    const double span = free_at[q] - first[q];
+    out.rank_span = span > out.rank_span ? span : out.rank_span;
+    lo = q == 0 || first[q] < lo ? first[q] : lo;
+    hi = free_at[q] > hi ? free_at[q] : hi;
+  }
+  out.makespan = hi - lo;
+  out.ok = true;
+  return out;
+}
+
+/// One run for a problem (builds the tables; the search builds them once).
+constexpr zb_run zb_list_schedule(const zb_problem& pr, const zb_knobs& knobs) {
+  return zb_list_schedule(zb_tables_of(pr), knobs);
+}
+
+/// The program of a list-scheduler run (each action on its stage's rank).
+constexpr program zb_program_of(const zb_problem& pr, const zb_run& run) {
+  program_builder b{pr.ranks, pr.ranks, pr.microbatches};
+  b.placement(looped_placement(pr.ranks, 1));
+  for (const action& a : run.placed) b.rank(a.stage).add(a);
   return std::move(b).build("zb-auto");
 }
 
@@ -249,33 +336,62 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
   const int P = pr.ranks, m = pr.microbatches;
   zb_result best;
   bool have = false;
-  memory_model uniform = pr.memory;
-  auto consider = [&](program prog, const char* source, const zb_knobs& knobs) {
-    if (prog.actions.empty() || !detail::zb_fits(prog.view(), pr)) return;
+  detail::zb_run best_run;
+  auto better = [&](double span, double ms) {
+    return !have || span < best.rank_span || (span == best.rank_span && ms < best.makespan);
+  };
+  // list-scheduler runs: their own timeline is the simulator's, and they respect the limit
+  auto consider_run = [&](detail::zb_run run, const zb_knobs& knobs) {
+    if (!run.ok) return false;
     ++best.candidates;
-    const timeline t = simulate(prog.view(), pr.costs, uniform);
-    if (!t.complete) return;
-    const double span = t.max_rank_span(), ms = t.makespan();
-    if (have && (span > best.rank_span || (span == best.rank_span && ms >= best.makespan))) return;
+    if (!better(run.rank_span, run.makespan)) return false;
+    have = true;
+    best.rank_span = run.rank_span;
+    best.makespan = run.makespan;
+    best.source = "list";
+    best.knobs = knobs;
+    best_run = std::move(run);
+    return true;
+  };
+  const detail::zb_tables tables = detail::zb_tables_of(pr);
+  const bool flags[2] = {false, true};
+  for (int k = -1; k <= P; ++k)
+    for (bool gaps : flags)
+      for (bool ff : flags) consider_run(detail::zb_list_schedule(tables, {k, gaps, ff}), {k, gaps, ff});
+  // refinement: per-rank warm-up caps, one rank at a time, from the best uniform setting
+  if (have && pr.refine > 0) {
+    zb_knobs kn = best.knobs;
+    kn.rank_extra.assign(static_cast<std::size_t>(P), kn.warmup_extra);
+    for (int pass = 0; pass < pr.refine; ++pass) {
+      bool improved = false;
+      for (int r = 0; r < P; ++r)
+        for (int k = -1; k <= P; ++k) {
+          if (k == kn.rank_extra[static_cast<std::size_t>(r)]) continue;
+          zb_knobs t = kn;
+          t.rank_extra[static_cast<std::size_t>(r)] = k;
+          if (consider_run(detail::zb_list_schedule(tables, t), t)) kn = t, improved = true;
+        }
+      if (!improved) break;
+    }
+  }
+  if (have) best.schedule = detail::zb_program_of(pr, best_run);
+  // the hand-written schedules that fit the limit
+  auto consider = [&](program prog, const char* source) {
+    if (!detail::zb_fits(prog.view(), pr)) return;
+    ++best.candidates;
+    const timeline t = simulate(prog.view(), pr.costs, pr.memory);
+    if (!t.complete || !better(t.max_rank_span(), t.makespan())) return;
     have = true;
     best.schedule = std::move(prog);
-    best.rank_span = span;
-    best.makespan = ms;
+    best.rank_span = t.max_rank_span();
+    best.makespan = t.makespan();
     best.source = source;
-    best.knobs = knobs;
+    best.knobs = {};
   };
-  const bool fill[2] = {false, true};
-  const bool fwd[2] = {false, true};
-  for (int k = -1; k <= P; ++k)
-    for (bool gaps : fill)
-      for (bool ff : fwd) {
-        const zb_knobs kn{k, gaps, ff};
-        consider(detail::zb_list_schedule(pr, kn), "list", kn);
-      }
-  consider(make_zb_h1(P, m), "zb-h1", {});
-  consider(make_zb_h2(P, m), "zb-h2", {});
-  consider(detail::zb_one_f_one_b_split(P, m), "1f1b-split", {});
-  consider(detail::zb_gpipe_split(P, m), "gpipe-split", {});
+  consider(make_zb_h1(P, m), "zb-h1");
+  consider(make_zb_h2(P, m), "zb-h2");
+  consider(detail::zb_one_f_one_b_split(P, m), "1f1b-split");
+  consider(detail::zb_gpipe_split(P, m), "gpipe-split");
   if (!have) throw std::invalid_argument("zb_auto: no schedule fits the memory limit");
   best.schedule.name = "zb-auto";
   return best;
