@@ -58,8 +58,8 @@ int main() {
   };
   std::printf("%-10s %3s %3s %6s | %-12s %9s | %9s %-16s | %9s | %9s %7s\n", "costs", "p", "m", "limit", "best hand",
               "span", "zb-auto", "(winner)", "3-knob", "bound", "gap");
-  int wins = 0, ties = 0, rows = 0;
-  double gap_sum = 0;
+  int wins = 0, ties = 0, rows = 0, beats_knob3 = 0;
+  double gap_sum = 0, best_gain = 0;
   for (const cost_case& cc : cases)
     for (int p : {4, 8})
       for (int m : {p, 2 * p, 4 * p})
@@ -90,18 +90,20 @@ int main() {
           std::string winner = r.source;
           if (winner == "list")
             winner += " k=" + std::to_string(r.knobs.warmup_extra) + (r.knobs.fill_only_gaps ? " gaps" : "") +
-                      (r.knobs.forward_first ? " F1st" : "");
+                      (r.knobs.forward_first ? " F1st" : "") + (r.knobs.rank_extra.empty() ? "" : " +ref");
           std::printf("%-10s %3d %3d %6g | %-12s %9.3f | %9.3f %-16s | %9.3f | %9.3f %6.1f%%\n", cc.name, p, m, limit,
                       hand.c_str(), hand_span, r.rank_span, ("(" + winner + ")").c_str(), knob3, bound,
                       100 * (r.rank_span / bound - 1));
           ++rows;
           gap_sum += r.rank_span / bound - 1;
+          if (knob3 > r.rank_span + 1e-9) ++beats_knob3;
+          best_gain = std::max(best_gain, 1 - r.rank_span / hand_span);
           if (r.rank_span < hand_span - 1e-9) ++wins;
           if (r.rank_span <= hand_span + 1e-9 && r.rank_span >= hand_span - 1e-9) ++ties;
         }
   std::printf(
-      "\n%d cases: zb-auto shorter than the best hand-written schedule in %d, equal in %d, longer in %d; "
-      "mean gap to the work bound %.2f%%\n",
-      rows, wins, ties, rows - wins - ties, 100 * gap_sum / rows);
+      "\n%d cases: zb-auto shorter than the best hand-written schedule in %d (by up to %.1f%%), equal in %d, "
+      "longer in %d; shorter than the three-knob search in %d; mean gap to the work bound %.2f%%\n",
+      rows, wins, 100 * best_gain, ties, rows - wins - ties, beats_knob3, 100 * gap_sum / rows);
   return 0;
 }

@@ -16,6 +16,7 @@ TEST_CASE("zb_h2: zero bubble (rank span = m(F+I+W)) for m >= 2p-1 when F = I = 
       const pt::timeline t = pt::simulate(prog.view(), pt::costs{.f = 1, .b = 2});
       if (m >= 2 * p - 1) {
         CHECK(t.max_rank_span() == 3.0 * m);
+        CHECK(t.makespan() == 3.0 * m + (p - 1));  // one isolated step: the fill of F's remains
         CHECK(sweep::max_span_bubble(t) == 0);
       } else {
         CHECK(t.max_rank_span() > 3.0 * m - 1e-9);

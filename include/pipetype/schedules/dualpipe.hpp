@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "pipetype/core/sizes.hpp"
+#include "pipetype/schedules/dualpipe_v.hpp"
 #include "pipetype/schedules/schedule.hpp"
 
 namespace pipetype {
@@ -56,60 +57,12 @@ constexpr program make_dualpipe(int PP, int m) {
   const int H = PP / 2, n = m / 2;
   program_builder b{PP, 2 * PP, m};
   b.chains(2).placement(dualpipe_placement(PP));
-  std::vector<action> pending_w;
   for (int r = 0; r < PP; ++r) {
-    b.rank(r);
-    const int h = r < PP - 1 - r ? r : PP - 1 - r;
     const int down = r, up = PP + (PP - 1 - r);  // this rank's stage of chain 0 and of chain 1
     const int stage[2] = {r < H ? down : up, r < H ? up : down};
-    const int first_mb[2] = {stage[0] == down ? 0 : n, stage[1] == down ? 0 : n};
-    int nf[2] = {0, 0}, nb[2] = {0, 0};
-    std::size_t next_w = 0;
-    pending_w.clear();
-    auto fwd = [&](int ph) { return F(stage[ph], first_mb[ph] + nf[ph]++); };
-    auto bwd = [&](int ph, bool split) {
-      const int j = first_mb[ph] + nb[ph]++;
-      if (!split) return B(stage[ph], j);
-      pending_w.push_back(W(stage[ph], j));
-      return I(stage[ph], j);
-    };
-    auto weight = [&] { b.add(pending_w[next_w++]); };
-    const int rest = H - h - 1;
-    for (int k = 0; k < 2 * rest; ++k) b.add(fwd(0));
-    for (int k = 0; k < h + 1; ++k) b.add(fwd(0)), b.add(fwd(1));
-    for (int k = 0; k < rest; ++k) {
-      b.add(bwd(1, true));
-      weight();
-      b.add(fwd(1));
-    }
-    for (int k = 0; k < n - PP + h + 1; ++k) {
-      if (k == 0 && rest == 0) {  // a middle rank
-        b.add(fwd(0));
-        b.add(bwd(1, false));
-      } else {
-        const action f = fwd(0);
-        b.add_overlapped(f, bwd(1, false));
-      }
-      const action f = fwd(1);
-      b.add_overlapped(f, bwd(0, false));
-    }
-    for (int k = 0; k < rest; ++k) {
-      b.add(bwd(1, false));
-      const action f = fwd(1);
-      b.add_overlapped(f, bwd(0, false));
-    }
-    bool split = false;
-    for (int k = 0; k < h + 1; ++k) {
-      if (k == (h + 1) / 2 && h % 2 == 1) split = true;
-      b.add(bwd(1, split));
-      if (k == (h + 1) / 2 && h % 2 == 0) split = true;
-      b.add(bwd(0, split));
-    }
-    for (int k = 0; k < rest; ++k) {
-      weight();
-      b.add(bwd(0, true));
-    }
-    while (next_w < pending_w.size()) weight();
+    const int first_mb[2] = {r < H ? 0 : n, r < H ? n : 0};
+    b.rank(r);
+    detail::dualpipe_rank(b, stage, first_mb, r < PP - 1 - r ? r : PP - 1 - r, H, n);
   }
   return std::move(b).build("dualpipe");
 }

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <vector>
 
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
@@ -42,61 +43,73 @@ constexpr const char* dualpipe_v_error(int ranks, int m) noexcept {
   return nullptr;
 }
 
+namespace detail {
+
+/// The eight steps of DualPipe's rule on one rank (dualpipe.py's step()), shared by DualPipe and
+/// DualPipeV: `stage[ph]` and `first_mb[ph]` are the rank's stage and first microbatch of
+/// phase 0 and 1, h its distance from the nearer end, H the ranks per half (R for the V), n the
+/// microbatches per phase.
+constexpr void dualpipe_rank(program_builder& b, const int (&stage)[2], const int (&first_mb)[2], int h, int H, int n) {
+  std::vector<action> pending_w;  // W's of split backwards, in the order their I's ran
+  std::size_t next_w = 0;
+  int nf[2] = {0, 0}, nb[2] = {0, 0};
+  auto fwd = [&](int ph) { return F(stage[ph], first_mb[ph] + nf[ph]++); };
+  auto bwd = [&](int ph, bool split) {
+    const int j = first_mb[ph] + nb[ph]++;
+    if (!split) return B(stage[ph], j);
+    pending_w.push_back(W(stage[ph], j));
+    return I(stage[ph], j);
+  };
+  auto weight = [&] { b.add(pending_w[next_w++]); };
+  const int rest = H - h - 1;
+  for (int k = 0; k < 2 * rest; ++k) b.add(fwd(0));              // 1. nF0
+  for (int k = 0; k < h + 1; ++k) b.add(fwd(0)), b.add(fwd(1));  // 2. nF0F1
+  for (int k = 0; k < rest; ++k) {                               // 3. nB1W1F1, split
+    b.add(bwd(1, true));
+    weight();
+    b.add(fwd(1));
+  }
+  for (int k = 0; k < n - 2 * H + h + 1; ++k) {  // 4. the main loop of overlapped pairs
+    if (k == 0 && rest == 0) {                   //    the middle rank(s) start apart
+      b.add(fwd(0));
+      b.add(bwd(1, false));
+    } else {
+      const action f = fwd(0);
+      b.add_overlapped(f, bwd(1, false));
+    }
+    const action f = fwd(1);
+    b.add_overlapped(f, bwd(0, false));
+  }
+  for (int k = 0; k < rest; ++k) {  // 5. nB1F1B0
+    b.add(bwd(1, false));
+    const action f = fwd(1);
+    b.add_overlapped(f, bwd(0, false));
+  }
+  bool split = false;  // 6. nB1B0, split from the middle iteration on
+  for (int k = 0; k < h + 1; ++k) {
+    if (k == (h + 1) / 2 && h % 2 == 1) split = true;
+    b.add(bwd(1, split));
+    if (k == (h + 1) / 2 && h % 2 == 0) split = true;
+    b.add(bwd(0, split));
+  }
+  for (int k = 0; k < rest; ++k) {  // 7. nWB0, split
+    weight();
+    b.add(bwd(0, true));
+  }
+  while (next_w < pending_w.size()) weight();  // 8. nW
+}
+
+}  // namespace detail
+
 constexpr program make_dualpipe_v(int R, int m) {
   if (const char* e = dualpipe_v_error(R, m)) throw std::invalid_argument(e);
   program_builder b{R, 2 * R, m};
   b.placement(v_shape_placement(R));
-  std::vector<action> pending_w;  // W's of split backwards, oldest first
   for (int r = 0; r < R; ++r) {
-    b.rank(r);
     const int stage[2] = {r, 2 * R - 1 - r};
-    int nf[2] = {0, 0}, nb[2] = {0, 0};
-    std::size_t next_w = 0;
-    pending_w.clear();
-    auto fwd = [&](int ph) { return F(stage[ph], nf[ph]++); };
-    auto bwd = [&](int ph, bool split) {
-      const int j = nb[ph]++;
-      if (!split) return B(stage[ph], j);
-      pending_w.push_back(W(stage[ph], j));
-      return I(stage[ph], j);
-    };
-    auto weight = [&] { b.add(pending_w[next_w++]); };
-    const int rest = R - r - 1;
-    for (int k = 0; k < 2 * rest; ++k) b.add(fwd(0));
-    for (int k = 0; k < r + 1; ++k) b.add(fwd(0)), b.add(fwd(1));
-    for (int k = 0; k < rest; ++k) {
-      b.add(bwd(1, true));
-      weight();
-      b.add(fwd(1));
-    }
-    for (int k = 0; k < m - 2 * R + r + 1; ++k) {
-      if (k == 0 && rest == 0) {
-        b.add(fwd(0));
-        b.add(bwd(1, false));
-      } else {
-        const action f = fwd(0);
-        b.add_overlapped(f, bwd(1, false));
-      }
-      const action f = fwd(1);
-      b.add_overlapped(f, bwd(0, false));
-    }
-    for (int k = 0; k < rest; ++k) {
-      b.add(bwd(1, false));
-      const action f = fwd(1);
-      b.add_overlapped(f, bwd(0, false));
-    }
-    bool split = false;
-    for (int k = 0; k < r + 1; ++k) {
-      if (k == (r + 1) / 2 && r % 2 == 1) split = true;
-      b.add(bwd(1, split));
-      if (k == (r + 1) / 2 && r % 2 == 0) split = true;
-      b.add(bwd(0, split));
-    }
-    for (int k = 0; k < rest; ++k) {
-      weight();
-      b.add(bwd(0, true));
-    }
-    while (next_w < pending_w.size()) weight();
+    const int first_mb[2] = {0, 0};
+    b.rank(r);
+    detail::dualpipe_rank(b, stage, first_mb, r, R, m);
   }
   return std::move(b).build("dualpipe-v");
 }
