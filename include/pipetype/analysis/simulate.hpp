@@ -1,10 +1,11 @@
 // pipetype/analysis/simulate.hpp — event simulation of a compute program under a cost model.
 //
 // Each rank runs its actions in order; an action starts when its rank is free and its inputs
-// exist: F(s,j) after F(s−1,j), B/I(s,j) after F(s,j) and B/I(s+1,j), W(s,j) after I(s,j), an
-// input from another rank arriving `latency` after its producer ends. An overlapped pair starts
-// when both halves may and takes `pair_time`. This is the dataflow the executors realise; the
-// rendezvous order of the lowered program is proved separately (verify_lowered.hpp).
+// exist: F(s,j) after F(s−1,j), B/I(s,j) after F(s,j) and B/I(s+1,j) (s ± 1 within s's chain),
+// W(s,j) after I(s,j), an input from another rank arriving `latency` after its producer ends.
+// An overlapped pair starts when both halves may and takes `pair_time`. This is the dataflow the
+// executors realise; the rendezvous order of the lowered program is proved separately
+// (verify_lowered.hpp).
 //
 // Figures (DESIGN.md / issue vocabulary):
 //   makespan          one isolated step: first start to last end

@@ -3,10 +3,11 @@
 // Input: a program that passed check_program, and its lock-step ticks. Output: a
 // lowered_program (lowered.hpp). The rules:
 //
-//   Transfers. Each stage-graph edge s→s+1 whose stages sit on different ranks carries the
-//   activation of F(s,j) forward and the gradient of B/I(s+1,j) back. A tensor produced at tick t
-//   is transferred at tick t+1 (send on the producer, receive on the consumer). When both stages
-//   share a rank there is no transfer: the consumer reads the producer's slot (local hand-off).
+//   Transfers. Each stage-graph edge s→s+1 (within a chain: program.hpp) whose stages sit on
+//   different ranks carries the activation of F(s,j) forward and the gradient of B/I(s+1,j)
+//   back. A tensor produced at tick t is transferred at tick t+1 (send on the producer, receive
+//   on the consumer). When both stages share a rank there is no transfer: the consumer reads the
+//   producer's slot (local hand-off).
 //
 //   Groups. Each rank issues, for every tick at which it sends or receives, one NCCL group with
 //   all of that tick's transfers, ordered by (tensor kind, stage, microbatch) — the same order on

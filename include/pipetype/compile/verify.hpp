@@ -1,7 +1,8 @@
 // pipetype/compile/verify.hpp — checks a compute program and computes its lock-step ticks.
 //
 // Checks, in this order, each reported as a `verdict` naming the place (diagnostics.hpp):
-//   1. sizes positive; builder ranks and every stage / microbatch index in range;
+//   1. sizes positive, chains dividing stages and microbatches; builder ranks and every stage /
+//      microbatch index in range, and each microbatch only on the stages of its chain;
 //   2. each stage on exactly one rank (and on the rank its placement names);
 //   3. no duplicate action; every (stage, microbatch) has one F and either one B or one I and
 //      one W (never both forms);
@@ -14,7 +15,7 @@
 // Lock-step run: time advances in ticks; at each tick every rank runs its next action (or its
 // next overlapped pair) if all its inputs were produced at an earlier tick, else idles. The tick
 // of each action orders the transfers of the lowered program (lower.hpp) and is PyTorch's
-// "time step" of a schedule. Dependencies:
+// "time step" of a schedule. Dependencies (s−1 and s+1 within s's chain; program.hpp):
 //   F(s,j) ← F(s−1,j)        B/I(s,j) ← F(s,j), B/I(s+1,j)        W(s,j) ← I(s,j)
 //
 // Memory (in `memory_model` units, default two per microbatch activation of one stage, as in

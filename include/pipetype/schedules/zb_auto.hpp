@@ -54,7 +54,6 @@
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/detail/scratch.hpp"
 #include "pipetype/graph/placement.hpp"
-#include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/schedule.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
