@@ -269,7 +269,8 @@ int main(int argc, char** argv) {
       if (a.microbatches_given && prog.microbatches != a.microbatches)
         usage_error("--microbatches " + std::to_string(a.microbatches) + " but " + a.file + " uses " +
                     std::to_string(prog.microbatches));
-      if (prog.stages % prog.ranks == 0) chunks = prog.stages / prog.ranks;
+      const int model_stages = prog.view().chain_length();  // per chain: DualPipe holds the model twice
+      if (model_stages % prog.ranks == 0) chunks = model_stages / prog.ranks;
     }
   } else {
     const pt::schedule_info* s = pt::find_schedule(a.schedule);

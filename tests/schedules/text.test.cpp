@@ -34,12 +34,35 @@ TEST_CASE("text: overlapped pairs and I/W actions") {
 }
 
 TEST_CASE("text: round trip through to_text") {
-  for (const pt::program& p : {pt::make_one_f_one_b(3, 5), pt::make_interleaved_1f1b(2, 4, 3)}) {
+  for (const pt::program& p : {pt::make_one_f_one_b(3, 5), pt::make_interleaved_1f1b(2, 4, 3), pt::make_zb_v(3, 5),
+                               pt::make_dualpipe_v(2, 4), pt::make_dualpipe(4, 8)}) {
+    CAPTURE(p.name);
     const pt::program q = pt::parse_schedule(pt::to_text(p.view()));
+    REQUIRE(q.source_error.ok());
     CHECK(q.actions == p.actions);
     CHECK(q.begin == p.begin);
     CHECK(q.stage_rank == p.stage_rank);
+    CHECK(q.chains == p.chains);
+    CHECK(pt::build_plan(q).ok());
   }
+}
+
+// DualPipe's two directions in text: a `chains 2` line (here PP = 2, m = 4: chain 0 is stages 0-1
+// with microbatches 0-1, chain 1 is stages 2-3 with microbatches 2-3, stage 2 on rank 1)
+using two_way = pt::from_text<R"(
+  chains 2
+  0F0,0F1,3F2,3F3,0B0,0B1,3B2,3B3
+  1F0,1F1,2F2,2F3,1B0,1B1,2B2,2B3
+)">;
+static_assert(pt::make_plan<two_way>().chains == 2);
+
+TEST_CASE("text: chains") {
+  const pt::program p = pt::parse_schedule("chains 2  # two directions\n0F0,1F1\n");
+  REQUIRE(p.source_error.ok());
+  CHECK(p.chains == 2);
+  CHECK(pt::to_text(p.view()).rfind("chains 2\n", 0) == 0);
+  // a microbatch on the other chain's stage is refused by verify
+  CHECK(pt::verify(pt::parse_schedule("chains 2\n0F1,0B1\n1F0,1B0\n").view()).code == pt::errc::index_out_of_range);
 }
 
 TEST_CASE("text: syntax errors name line and column") {
@@ -57,6 +80,10 @@ TEST_CASE("text: syntax errors name line and column") {
       {"(0F0;1B0", 1, 9, "expected ')'"},
       {"0F99999999", 1, 9, "microbatch number too large"},
       {"\n\n# nothing\n", 1, 1, "no actions"},
+      {"chains\n0F0", 1, 7, "expected the number of chains"},
+      {"chains 0\n0F0", 1, 9, "at least 1"},
+      {"chains 2 0F0", 1, 10, "stands alone"},
+      {"chains 2\nchains 2\n0F0", 2, 1, "given twice"},
   };
   for (const bad& b : cases) {
     CAPTURE(b.text);

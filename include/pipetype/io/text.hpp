@@ -1,7 +1,8 @@
 // pipetype/io/text.hpp — a program in the text notation (schedules/text.hpp), and one action.
 //
 //   to_text(F(2, 0))          "2F0"
-//   to_text(plan.compute())   "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
+//   to_text(plan.compute())   "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n" (a first line `chains N`
+//                             when the stage graph has several chains)
 //
 // parse_schedule(to_text(p)) gives back p's actions and placement (placement only as far as
 // the actions show it).
@@ -23,7 +24,7 @@ inline std::string to_text(const action& a) {
 }
 
 inline std::string to_text(program_view p) {
-  std::string out;
+  std::string out = p.chains > 1 ? "chains " + std::to_string(p.chains) + "\n" : "";
   for (int r = 0; r < p.ranks; ++r) {
     const auto acts = p.rank_actions(r);
     for (std::size_t k = 0; k < acts.size(); ++k) {

@@ -7,7 +7,8 @@
 // idle slot: the executors start every action as soon as its inputs exist, so idle slots only
 // help a reader line columns up; they change nothing. `#` starts a comment; blank lines are
 // skipped. Ranks are the lines, stages and microbatches are inferred (largest index + 1), and
-// each stage is placed on the rank whose line names it.
+// each stage is placed on the rank whose line names it. A line `chains N` (once, anywhere) splits
+// the stage graph into N parallel chains, as DualPipe's two directions (core/program.hpp).
 //
 //   using mine = pipetype::from_text<R"(
 //     0F0,0F1,0B0,0B1
@@ -34,7 +35,7 @@ constexpr program parse_schedule(std::string_view text, const char* name = "text
     action a;
   };
   std::vector<parsed> items;
-  int ranks = 0, max_stage = -1, max_mb = -1;
+  int ranks = 0, max_stage = -1, max_mb = -1, chains = 0;
   verdict err;
   auto fail = [&](int line, int col, const char* why) {
     if (err.ok()) {
@@ -101,10 +102,28 @@ constexpr program parse_schedule(std::string_view text, const char* name = "text
     max_stage = a.stage > max_stage ? a.stage : max_stage;
     max_mb = a.microbatch > max_mb ? a.microbatch : max_mb;
   };
+  auto starts_with = [&](std::string_view word) {
+    return text.size() - i >= word.size() && text.substr(i, word.size()) == word;
+  };
   while (i < text.size() && err.ok()) {
     // one line
     bool any = false;
     const int rank = ranks;
+    while (i < text.size() && is_space(text[i])) ++i;
+    if (starts_with("chains")) {  // a directive line: `chains N`
+      if (chains != 0) fail(line, col(), "`chains` given twice");
+      i += 6;
+      while (i < text.size() && is_space(text[i])) ++i;
+      int n = 0;
+      if (err.ok() && parse_number(n, "expected the number of chains after `chains`", "too many chains")) {
+        if (n < 1) fail(line, col(), "the number of chains must be at least 1");
+        chains = n;
+        while (i < text.size() && is_space(text[i])) ++i;
+        if (i < text.size() && text[i] != '\n' && text[i] != '#')
+          fail(line, col(), "`chains N` stands alone on its line");
+      }
+      while (err.ok() && i < text.size() && text[i] != '\n') ++i;  // a trailing comment
+    }
     while (i < text.size() && text[i] != '\n' && err.ok()) {
       const char c = text[i];
       if (is_space(c) || c == ',') {
@@ -160,6 +179,7 @@ constexpr program parse_schedule(std::string_view text, const char* name = "text
   }
   if (err.ok() && ranks == 0) fail(1, 1, "the schedule has no actions");
   program_builder b{ranks > 0 ? ranks : 1, max_stage + 1 > 0 ? max_stage + 1 : 1, max_mb + 1 > 0 ? max_mb + 1 : 1};
+  b.chains(chains > 0 ? chains : 1);
   for (const parsed& x : items) b.rank(x.rank).add(x.a);
   program p = std::move(b).build(name);
   p.source_error = err;
