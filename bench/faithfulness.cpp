@@ -1,9 +1,12 @@
 // Does the host executor realise the schedule the simulator predicts? Stages sleep for fixed
-// times (F = 2 ms, B = 4 ms by default), so the step's length is set by the schedule, not by the
-// machine's cores; the measured step time (median of --steps) is printed next to the simulated
-// makespan of the same plan under the same costs, and their ratio.
+// times (F = 2 ms, B = 4 ms by default, I = W = B/2 for the schedules that split backwards), so
+// the step's length is set by the schedule, not by the machine's cores; the measured step time
+// (median of --steps) is printed next to the simulated makespan of the same plan under the same
+// costs, and their ratio. Every stage sleeps the same, whatever its placement (a V-shape chunk
+// as long as a whole stage); an overlapped F&B pair runs its halves one after the other, as the
+// simulator's default pair cost F + B assumes.
 //
-//   bash bench/faithfulness.sh            (builds release, runs 1F1B and interleaved, p=4 m=8)
+//   bash bench/faithfulness.sh            (builds release; every built-in schedule at p=4 m=8)
 //   ./build/release/bench/bench_faithfulness [--ranks 4] [--microbatches 8] [--steps 7] [--f 2] [--b 4]
 //
 // Sleeping is done to an absolute deadline with the thread's timer slack lowered (Linux), so
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +34,9 @@ namespace {
 struct sleeper {
   using input = pt::tensor<float, 64>;
   using output = pt::tensor<float, 64>;
+  using weight_grad = pt::tensor<float, 1>;  // DualPipe needs pipetype to add gradients
   std::chrono::microseconds f{2000}, b{4000};
+  float grad[1] = {0};
   static void hold(std::chrono::microseconds d) {
 #if defined(__linux__)
     thread_local const bool slack = [] { return prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0) == 0; }();
@@ -40,6 +46,9 @@ struct sleeper {
   }
   void forward(const pt::forward_ctx<sleeper>&) { hold(f); }
   void backward(const pt::backward_ctx<sleeper>&) { hold(b); }
+  void backward_input(const pt::backward_ctx<sleeper>&) { hold(b / 2); }
+  void backward_weight(const pt::backward_ctx<sleeper>&) { hold(b / 2); }
+  std::span<float> weight_gradients() { return grad; }
 };
 
 struct row {
@@ -48,18 +57,18 @@ struct row {
 };
 
 row run(const char* name, int p, int m, int v, int steps, double f_ms, double b_ms) {
-  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, p, m, v));
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, p, m, v, {pt::costs{.f = f_ms, .b = b_ms}, 0}));
   if (!plan.ok()) {
     std::fprintf(stderr, "%s: %s\n", name, pt::describe(plan.result).c_str());
     std::exit(2);
   }
-  std::vector<sleeper> stages(static_cast<std::size_t>(plan.compute.stages));
+  std::vector<sleeper> stages(static_cast<std::size_t>(plan.compute.view().chain_length()));
   for (sleeper& s : stages) {
     s.f = std::chrono::microseconds(static_cast<long>(f_ms * 1000));
     s.b = std::chrono::microseconds(static_cast<long>(b_ms * 1000));
   }
   pt::uniform_chain<sleeper> model(std::move(stages));
-  ph::executor ex{plan, model, {.ordered_gradients = false}};  // sleepers have no gradients
+  ph::executor ex{plan, model, {.ordered_gradients = false}};  // a sleeper's gradient is one float
   std::vector<float> batch(64 * static_cast<std::size_t>(m));
   ex.step(batch);  // warm-up
   std::vector<double> ms;
@@ -95,8 +104,10 @@ int main(int argc, char** argv) {
   std::printf("stages sleep F = %.1f ms, B = %.1f ms; %d ranks, %d microbatches; median of %d steps\n\n", f, b, p, m,
               steps);
   std::printf("%-22s %12s %14s %8s\n", "schedule", "measured ms", "simulated ms", "ratio");
-  for (const row& r : {run("1f1b", p, m, 1, steps, f, b), run("interleaved-1f1b", p, m, 2, steps, f, b),
-                       run("gpipe", p, m, 1, steps, f, b), run("looped-bfs", p, m, 2, steps, f, b)})
+  for (const pt::schedule_info& s : pt::schedule_infos) {
+    if (pt::schedule_error(s.name, p, m, 0)) continue;
+    const row r = run(std::string(s.name).c_str(), p, m, pt::default_chunks(s), steps, f, b);
     std::printf("%-22s %12.2f %14.2f %8.3f\n", r.name.c_str(), r.measured_ms, r.simulated_ms,
                 r.measured_ms / r.simulated_ms);
+  }
 }

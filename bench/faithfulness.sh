@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measured step time of the host executor vs the simulated makespan, with stages that sleep
-# F = 2 ms and B = 4 ms (p = 4, m = 8): 1F1B, interleaved 1F1B (v = 2), GPipe, looped BFS.
+# F = 2 ms and B = 4 ms (I = W = 2 ms when split), p = 4, m = 8: every built-in schedule.
 # Usage: bash bench/faithfulness.sh [bench_faithfulness flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
