@@ -113,6 +113,7 @@ args parse(int argc, char** argv) {
   }
   if (a.mem_limit * 2 != static_cast<double>(static_cast<long>(a.mem_limit * 2)))
     usage_error("--mem-limit counts activations in halves (e.g. 4 or 3.5)");
+  if (a.mem_limit > 1e6) usage_error("--mem-limit is at most 1000000 activations");
   // I and W given without B: a full backward is their sum
   if (!a.cost_b_given && a.costs.i >= 0 && a.costs.w >= 0) a.costs.b = a.costs.i + a.costs.w;
   if (a.ranks < 1) usage_error("--ranks must be at least 1");

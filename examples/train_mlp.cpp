@@ -46,7 +46,7 @@ constexpr const char* usage =
     "usage: train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]\n"
     "                 [--mem-limit K] [--steps N] [--layers L] [--lr X] [--json]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto\n"
-    "--mem-limit: zb-auto's memory limit in activations per rank (default: none)\n";
+    "--mem-limit: zb-auto's memory limit in activations per rank, halves allowed (default: none)\n";
 
 [[noreturn]] void fail(const std::string& msg) {
   std::cerr << "train_mlp: " << msg << "\n";
@@ -87,9 +87,13 @@ args parse(int argc, char** argv) {
       a.microbatches = to_int(f, v, 1, 4096);
     else if (f == "--chunks")
       a.chunks = to_int(f, v, 1, 16);
-    else if (f == "--mem-limit")
-      a.mem_limit = to_int(f, v, 1, 1 << 20);
-    else if (f == "--steps")
+    else if (f == "--mem-limit") {
+      char* end = nullptr;
+      a.mem_limit = std::strtod(v.c_str(), &end);
+      if (v.empty() || end != v.c_str() + v.size() || !(a.mem_limit >= 1) || a.mem_limit > 1e6 ||
+          a.mem_limit * 2 != static_cast<double>(static_cast<long>(a.mem_limit * 2)))
+        fail("--mem-limit needs a number of activations in [1, 1000000], in halves (e.g. 4 or 3.5)");
+    } else if (f == "--steps")
       a.steps = to_int(f, v, 1, 100000);
     else if (f == "--layers")
       a.layers = to_int(f, v, 1, 256);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -351,4 +352,37 @@ TEST_CASE("host executor: dualpipe refuses a stage that accumulates its own grad
   const auto plan = pt::build_plan(pt::make_dualpipe(2, 4));
   auto model = probes(2, [](char, int, int) {});
   CHECK_THROWS_WITH_AS(ph::executor(plan, model), doctest::Contains("declare a weight_grad"), std::invalid_argument);
+}
+
+namespace {
+
+// Counts the calls whose context names another stage than the one this object is in the model.
+struct stage_witness {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  using weight_grad = pt::tensor<float, 1>;
+  int index = 0;
+  std::atomic<int>* wrong = nullptr;
+  float grad[1] = {0};
+  void check(int s) {
+    if (s != index) ++*wrong;
+  }
+  void forward(const pt::forward_ctx<stage_witness>& c) { check(c.stage); }
+  void backward(const pt::backward_ctx<stage_witness>& c) { check(c.stage); }
+  void backward_input(const pt::backward_ctx<stage_witness>& c) { check(c.stage); }
+  void backward_weight(const pt::backward_ctx<stage_witness>& c) { check(c.stage); }
+  std::span<float> weight_gradients() { return grad; }
+};
+
+}  // namespace
+
+TEST_CASE("host executor: under dualpipe a stage's context names its model stage in both directions") {
+  std::atomic<int> wrong{0};
+  std::vector<stage_witness> v(4);
+  for (int s = 0; s < 4; ++s) v[static_cast<std::size_t>(s)].index = s, v[static_cast<std::size_t>(s)].wrong = &wrong;
+  pt::uniform_chain<stage_witness> model(std::move(v));
+  ph::executor ex{pt::build_plan(pt::make_dualpipe(4, 8)), model};
+  std::vector<float> batch(4 * 8, 0.0f);
+  ex.step(batch);
+  CHECK(wrong.load() == 0);
 }

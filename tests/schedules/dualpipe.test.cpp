@@ -53,5 +53,5 @@ TEST_CASE("chains: a microbatch outside its chain, or chains that do not divide,
   CHECK(std::string(v.detail).find("another chain") != std::string::npos);
   pt::program_builder odd{2, 3, 2};
   odd.chains(2).rank(0).add(pt::F(0, 0));
-  CHECK(pt::verify(std::move(odd).build().view()).code == pt::errc::empty_program);
+  CHECK(pt::verify(std::move(odd).build().view()).code == pt::errc::invalid_chains);
 }

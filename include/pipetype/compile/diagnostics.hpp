@@ -37,6 +37,8 @@ enum class errc : std::uint8_t {
   nccl_deadlock,            // lowered: rendezvous / group / event order can never complete
   event_misuse,             // lowered: a wait with no earlier record, an event outside the pool, an
                             // event on a transfer, or a buffer the other stream may still use
+  invalid_chains,           // chains not positive, or not dividing the stages and microbatches
+  bad_extent,               // a schedule's extent() disagrees with the program it generates
 };
 
 struct verdict {
@@ -90,6 +92,10 @@ constexpr const char* errc_name(errc e) noexcept {
       return "NCCL deadlock";
     case errc::event_misuse:
       return "event misuse";
+    case errc::invalid_chains:
+      return "invalid chains";
+    case errc::bad_extent:
+      return "schedule extent mismatch";
   }
   return "unknown";
 }
@@ -125,6 +131,7 @@ struct _ACTION_BEFORE_ITS_INPUT_ {}; struct _INVALID_OVERLAP_ {};
 struct _CROSS_RANK_DEADLOCK_ {};     struct _MEMORY_LIMIT_EXCEEDED_ {};
 struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
 struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
+struct _INVALID_CHAINS_ {};          struct _BAD_EXTENT_ {};
 // clang-format on
 
 template <class What>
@@ -215,6 +222,14 @@ struct errc_tag<errc::nccl_deadlock> {
 template <>
 struct errc_tag<errc::event_misuse> {
   using type = _EVENT_MISUSE_;
+};
+template <>
+struct errc_tag<errc::invalid_chains> {
+  using type = _INVALID_CHAINS_;
+};
+template <>
+struct errc_tag<errc::bad_extent> {
+  using type = _BAD_EXTENT_;
 };
 
 template <errc Code, int Rank, int Stage, int Mb, char Kind, int Index, int Line, int Column>

@@ -176,11 +176,11 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
                                   0};
   verdict v = facts.result;
   if (v.ok() && !fits) {  // a schedule whose extent() undercounts what generate() returns
-    v.code = errc::index_out_of_range;
+    v.code = errc::bad_extent;
     v.detail = "the schedule's extent() is smaller than the program it generates";
   }
   if (v.ok() && prog.view().split_backward() != Cap.split) {  // the executors trust Cap.split
-    v.code = errc::index_out_of_range;
+    v.code = errc::bad_extent;
     v.detail = "the schedule's extent().split does not say whether it splits backwards";
   }
   lowered_program lowered;

@@ -119,7 +119,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   }
   if (p.chains < 1 || p.stages % p.chains != 0 || p.microbatches % p.chains != 0) {
     verdict v;
-    v.code = errc::empty_program;
+    v.code = errc::invalid_chains;
     v.detail = "chains must be positive and divide both the stages and the microbatches";
     return fail(v);
   }

@@ -38,15 +38,18 @@ struct program_view {
   verdict source_error{};           // set when the program came from text that did not parse
   int chains = 1;                   // parallel chains of the stage graph (see above)
 
-  /// Stages per chain.
-  constexpr int chain_length() const noexcept { return chains > 0 ? stages / chains : stages; }
+  /// Stages per chain (all of them when `chains` does not divide the stages: verify says so).
+  constexpr int chain_length() const noexcept {
+    return chains > 1 && stages % chains == 0 ? stages / chains : (stages > 0 ? stages : 1);
+  }
   /// True when stage s has no predecessor (the first stage of its chain).
   constexpr bool chain_head(int s) const noexcept { return s % chain_length() == 0; }
   /// True when stage s has no successor (the last stage of its chain).
   constexpr bool chain_tail(int s) const noexcept { return (s + 1) % chain_length() == 0; }
   /// True when microbatch j runs through stage s.
   constexpr bool runs_through(int s, int j) const noexcept {
-    return chains <= 1 || s / chain_length() == j / (microbatches / chains);
+    if (chains <= 1 || stages % chains != 0 || microbatches % chains != 0 || microbatches < chains) return true;
+    return s / chain_length() == j / (microbatches / chains);
   }
 
   constexpr std::span<const action> rank_actions(int r) const {

@@ -78,8 +78,9 @@ struct bound_op {
   std::uint32_t n_stash = 0, n_weight_grad = 0;
   std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
   add_fn add = nullptr;
-  int add_begin = 0;  // bound_rank::adds[add_begin .. + add_count)
-  int index = 0;      // position in the rank's lowered op list
+  int add_begin = 0;    // bound_rank::adds[add_begin .. + add_count)
+  int index = 0;        // position in the rank's lowered op list
+  int plan_stage = -1;  // the plan's stage (`stage` is the model's: they differ in a later chain)
   int peer = -1;
   int comm = -1;
   std::byte* buf = nullptr;
@@ -329,7 +330,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   out.rank.resize(static_cast<std::size_t>(p.ranks));
   std::vector<int> stash_slot(S * m, -1), last_use(S * m, -1);
   struct held_later {
-    int stage, microbatch, rank, slot;
+    int stage, microbatch, slot;
     const std::byte* grad = nullptr;
   };
   std::vector<held_later> later;  // later chains' weight gradients, added after the step
@@ -404,7 +405,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
         wg_slot[i] = first + static_cast<int>(k);
         if (later_chain) {  // never freed: added after the step
-          later.push_back({static_cast<int>(s), o.microbatch, r, first + static_cast<int>(k)});
+          later.push_back({static_cast<int>(s), o.microbatch, first + static_cast<int>(k)});
           continue;
         }
         while (next < m && held[next] >= 0) {
@@ -434,7 +435,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       bound_op b;
       b.code = o.code;
       b.what = o.what;
-      b.stage = o.stage;
+      b.stage = o.stage % L;  // what the stage sees in its context
+      b.plan_stage = o.stage;
       b.microbatch = o.microbatch;
       b.index = static_cast<int>(i);
       if (o.wait_event >= 0) {

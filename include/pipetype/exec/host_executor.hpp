@@ -241,7 +241,7 @@ class engine {
       throw timeout_error(
           "pipetype::host: rank " + std::to_string(r) + ": the " + stream_name(1 - other) + " stream waited " +
           std::to_string(opt_.deadline.count()) + " ms for the " + stream_name(other) + " stream before " +
-          (op.code == op_code::compute ? to_text(action{op.what, op.stage, op.microbatch, false}) : "a group"));
+          (op.code == op_code::compute ? to_text(action{op.what, op.plan_stage, op.microbatch, false}) : "a group"));
   }
 
   static const char* stream_name(int st) { return st == 0 ? "compute" : "communication"; }
@@ -299,9 +299,9 @@ class engine {
     std::lock_guard lock(fail_mutex_);
     switch (cause) {
       case failure_cause::stage_threw:
-        f.message = "pipetype::host: rank " + std::to_string(r) + ", stage " + std::to_string(op ? op->stage : -1) +
-                    ", microbatch " + std::to_string(op ? op->microbatch : -1) + ", action " + f.action +
-                    " threw: " + what;
+        f.message = "pipetype::host: rank " + std::to_string(r) + ", stage " +
+                    std::to_string(op ? op->plan_stage : -1) + ", microbatch " +
+                    std::to_string(op ? op->microbatch : -1) + ", action " + f.action + " threw: " + what;
         break;
       case failure_cause::timeout:
         f.message = what + still_running();
@@ -357,7 +357,7 @@ class engine {
           t.stream = static_cast<stream_id>(st);
           t.code = op.code;
           t.what = op.what;
-          t.stage = op.stage;
+          t.stage = op.plan_stage;
           t.microbatch = op.microbatch;
           t.start = t.end = -1;  // transfers inside a group keep -1: the group carries the time
           trace_.push_back(t);
@@ -424,7 +424,9 @@ class executor {
   using batch_type = input_t<typename Model::first_stage>;
 
   /// A compile-time plan whose schedule splits backwards is checked against the stage types here
-  /// (a compile error naming the stage); a run-time plan is checked when bound (std::invalid_argument).
+  /// (a compile error naming the stage): every stage type must offer the split, even one that the
+  /// schedule happens never to split. A run-time plan is checked when bound, action by action
+  /// (std::invalid_argument).
   template <class Plan>
   executor(const Plan& plan, Model& model, const executor_options& opt = {})
       : engine_(bind(views_of(plan), detail::entries_of(model), {opt.ordered_gradients}), opt) {

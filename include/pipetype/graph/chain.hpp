@@ -100,7 +100,9 @@ class uniform_chain {
 /// The stage types of a model, as a std::tuple (one entry per distinct position of a chain; the
 /// one type of a uniform_chain).
 template <class M>
-struct stage_types;
+struct stage_types {  // any other stage graph: its first stage type stands for all
+  using type = std::tuple<typename M::first_stage>;
+};
 template <class... S>
 struct stage_types<chain<S...>> {
   using type = std::tuple<S...>;

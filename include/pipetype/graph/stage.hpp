@@ -100,7 +100,7 @@ using weight_grad_t = typename weight_grad_tensor_t<S>::value_type;
 
 template <class S>
 struct forward_ctx {
-  int stage = 0;       // the stage's index in the chain
+  int stage = 0;       // the stage's index in the model's chain (DualPipe: the same in both directions)
   int microbatch = 0;  // 0 .. m-1
   std::span<const input_t<S>> input;
   std::span<output_t<S>> output;  // empty on the last stage

@@ -14,7 +14,7 @@
 // Objective: the largest rank span (a rank's last end − its first start). With the optimizer's
 // post-validation (paper §4) consecutive steps overlap, so the span, not the isolated step's
 // makespan, is the step period; "zero bubble" means every rank's span equals its work.
-// Ties go to the shorter makespan, then to the smaller peak.
+// Ties go to the shorter makespan.
 //
 // Search. Candidates are scored by their simulated rank span and the best kept:
 //   • a list scheduler: simulated time runs forward; whenever a rank is free it takes, among the
@@ -25,10 +25,12 @@
 //                     or as many as memory allows (1F1B's warm-up at k = 0, ZB-H2's at
 //                     k = p − r − 1);
 //       W filling     a W starts whenever the rank would idle, or only when it ends before the
-//                     next input arrives (it never delays a ready I or F);
+//                     next input already scheduled to arrive (an input whose producer is not
+//                     placed yet cannot be waited for, so the W may still delay it);
 //       tie order     I before F, or F before I;
 //   • a refinement from the best of those: each rank's warm-up cap in turn, over the same range,
-//     kept when it shortens the span (`zb_problem::refine` passes, default 1);
+//     kept when it shortens the span, or the makespan at an equal span (`zb_problem::refine`
+//     passes, default 1);
 //   • the hand-written schedules that fit the limit: 1F1B with each backward split in place,
 //     ZB-H1, ZB-H2, GPipe with split backwards.
 // So the result is never worse than the best hand-written one-stage-per-rank schedule within
@@ -39,7 +41,7 @@
 // Figures (simulator, uniform costs F = I = W, no latency; checked in tests/schedules):
 //   limit p     rank span m(F + I + W) + (p − 1)(F + I − W), ZB-H1's
 //   limit 2p    rank span m(F + I + W), zero bubble, for m ≥ 2p − 1
-// Cost: 4(p + 2) list-scheduler runs plus p(p + 2) per refinement pass, each O(p·m) with flat
+// Cost: 4(p + 2) list-scheduler runs plus p(p + 1) per refinement pass, each O(p·m) with flat
 // tables, and up to 4 simulations. Run time: about a millisecond at p = 8, m = 32. Compile
 // time (g++ 12): p = 4, m = 8 in 1.2 s; p = 8, m = 16 in 5.5 s and needs
 // -fconstexpr-ops-limit (docs/03_diagnostics.md); p·m up to about 72 fits the default limit.
