@@ -2,11 +2,13 @@
 //
 //   pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
-//                    [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]
+//                    [--mem-limit K] [--groups tick|peer] [--file SCHEDULE.txt]
+//                    [--format text|json]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
-// schedules that need more, and is the limit zb-auto searches within. --file reads the text
+// schedules that need more, and is the limit zb-auto searches within. --groups: one NCCL group
+// per tick (default) or one per peer and tick (group_policy, lowered.hpp). --file reads the text
 // notation instead (ranks and microbatches come from the file unless given, and must then
 // agree). Costs and activations count a rank's whole share of the model (one stage of a
 // one-stage-per-rank split): with v chunks per rank a chunk costs 1/v of them and holds 1/v of
@@ -47,12 +49,13 @@ struct args {
   bool cost_b_given = false;
   std::string file;
   bool json = false;
+  pt::group_policy groups = pt::group_policy::per_tick;
 };
 
 constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
-    "         [--mem-limit K] [--file SCHEDULE.txt] [--format text|json]\n"
+    "         [--mem-limit K] [--groups tick|peer] [--file SCHEDULE.txt] [--format text|json]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -105,7 +108,10 @@ args parse(int argc, char** argv) {
       a.mem_limit = to_number(flag, v, false);
     else if (flag == "--file")
       a.file = v;
-    else if (flag == "--format") {
+    else if (flag == "--groups") {
+      if (v != "tick" && v != "peer") usage_error("--groups is tick or peer, got '" + v + "'");
+      a.groups = v == "peer" ? pt::group_policy::per_peer : pt::group_policy::per_tick;
+    } else if (flag == "--format") {
       if (v != "text" && v != "json") usage_error("--format is text or json, got '" + v + "'");
       a.json = v == "json";
     } else
@@ -178,6 +184,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   pt::plan_options o;
   // the limit counts activations of a rank's whole share of the model: v chunk activations each
   o.mem_limit_units = static_cast<int>(a.mem_limit * o.memory.unit * chunks);
+  o.groups = a.groups;
   r.plan = pt::build_plan(std::move(prog), o);
   if (r.plan.ok()) r.t = pt::simulate(r.plan.compute.view(), per_stage(a.costs, chunks));
   return r;

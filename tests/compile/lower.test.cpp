@@ -8,16 +8,48 @@
 namespace pt = pipetype;
 
 namespace {
-pt::runtime_plan plan_of(pt::program p, pt::comm_policy c = pt::comm_policy::per_edge) {
+pt::runtime_plan plan_of(pt::program p, pt::comm_policy c = pt::comm_policy::per_edge,
+                         pt::group_policy g = pt::group_policy::per_tick) {
   pt::plan_options o;
   o.comms = c;
+  o.groups = g;
   return pt::build_plan(std::move(p), o);
 }
 }  // namespace
 
-TEST_CASE("lower: every schedule in the sweep lowers and verifies under both communicator policies") {
+TEST_CASE("lower: every schedule in the sweep lowers and verifies under both communicator and group policies") {
   for (const auto policy : {pt::comm_policy::per_edge, pt::comm_policy::per_rank_pair})
-    sweep::for_each_builtin(6, 12, 3, [&](const pt::program& prog, int) { CHECK(plan_of(prog, policy).ok()); });
+    for (const auto groups : {pt::group_policy::per_tick, pt::group_policy::per_peer})
+      sweep::for_each_builtin(6, 12, 3,
+                              [&](const pt::program& prog, int) { CHECK(plan_of(prog, policy, groups).ok()); });
+}
+
+TEST_CASE("lower: group_policy::per_peer — one group per peer and tick, lowest peer first, both ends alike") {
+  const pt::program prog = pt::make_dualpipe_v(4, 8);
+  const pt::runtime_plan tick = plan_of(prog),
+                         peer = plan_of(prog, pt::comm_policy::per_edge, pt::group_policy::per_peer);
+  REQUIRE(peer.ok());
+  int groups_tick = 0, groups_peer = 0;
+  for (const pt::rank_resources& r : tick.lowered.resources) groups_tick += r.groups;
+  for (const pt::rank_resources& r : peer.lowered.resources) groups_peer += r.groups;
+  CHECK(groups_peer > groups_tick);  // DualPipeV's middle ranks talk to both neighbours in one tick
+  const pt::lowered_view L = peer.lowered.view();
+  for (int r = 0; r < L.ranks; ++r) {
+    int last_tick = -1, last_peer = -1, group_peer = -1;
+    for (const pt::lowered_op& o : L.rank_ops(r)) {
+      if (o.code == pt::op_code::group) {
+        group_peer = -2;  // set by its first transfer
+        if (o.tick != last_tick) last_peer = -1;
+        last_tick = o.tick;
+      } else if (o.code == pt::op_code::send || o.code == pt::op_code::recv) {
+        if (group_peer == -2) {
+          CHECK(o.peer > last_peer);  // a new group: a higher peer than the tick's previous one
+          group_peer = last_peer = o.peer;
+        }
+        CHECK(o.peer == group_peer);  // every transfer of a group goes to one peer
+      }
+    }
+  }
 }
 
 TEST_CASE("lower: one transfer each way per crossing edge and microbatch, matched send/recv") {

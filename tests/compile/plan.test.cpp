@@ -16,6 +16,9 @@ static_assert(plan.comms().size() == 5 && by_pair.comms().size() == 3);
 static_assert(plan.resources[0].events >= 1);
 static_assert(std::is_same_v<pt::plan_t<sched>, std::remove_cv_t<decltype(plan)>>);
 static_assert(pt::verify_lowered(plan.lowered()).ok());
+// one group per peer: more groups, still proved at compile time
+constexpr auto by_peer = pt::make_plan<sched, pt::plan_options{.groups = pt::group_policy::per_peer}>();
+static_assert(by_peer.resources[1].groups > plan.resources[1].groups && pt::verify_lowered(by_peer.lowered()).ok());
 
 // a memory limit that holds
 constexpr auto limited =

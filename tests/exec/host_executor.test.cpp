@@ -69,7 +69,10 @@ TEST_CASE("host executor: every built-in schedule gives gradients and loss bitwi
         CAPTURE(c.p);
         CAPTURE(c.m);
         CAPTURE(c.v);
-        check_bitwise(pt::build_plan(pt::make_schedule(info.name, c.p, c.m, c.v), {.comms = policy}));
+        // one group per tick with per-edge communicators; one per peer with one per rank pair
+        const pt::group_policy groups =
+            policy == pt::comm_policy::per_edge ? pt::group_policy::per_tick : pt::group_policy::per_peer;
+        check_bitwise(pt::build_plan(pt::make_schedule(info.name, c.p, c.m, c.v), {.comms = policy, .groups = groups}));
       }
     }
 }

@@ -15,6 +15,9 @@
 //   of the same tick, a rank reaches its tick-t group after finishing ticks < t, whose groups
 //   completed by induction: the program cannot deadlock under NCCL's blocking rendezvous, FIFO
 //   per (communicator, peer) and grouped progress. verify_lowered re-proves this on the ops.
+//   group_policy::per_peer splits a tick's group into one per peer, lowest peer first: every rank
+//   then meets its (tick, rank pair) groups in the same lexicographic order, and the same
+//   induction runs over (tick, pair); a compute waits only for the group that carries its input.
 //
 //   Communicators. comm_policy::per_edge (default): one per crossing edge; per_rank_pair: one per
 //   pair of ranks that talk. Both orders are consistent by the rule above.
@@ -64,7 +67,7 @@ constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
 /// than the arithmetic around it.
 template <class Storage>
 constexpr lowered_program lower_with(program_view p, std::span<const int> tick_span, comm_policy policy,
-                                     Storage&& storage) {
+                                     group_policy groups, Storage&& storage) {
   const int P = p.ranks, S = p.stages, m = p.microbatches;
   const int N = p.size();
   const int n = S * m;
@@ -274,12 +277,28 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
     e_tick[e] = x_tick[x];
     e_slot[e] = slot_of[x_pool[x] * (2 * n + 2) + ((en & 1) == 0 ? x_sid[x] : x_did[x])];
   }
-  // the op count: computes, a send and a recv per transfer, and one group op per (rank, tick)
-  // with transfers
+  // group_policy::per_peer: within each (rank, tick), by peer, stably — one group per peer, lowest
+  // peer first. Every rank thus takes its (tick, rank pair) groups in one global order, and a
+  // compute waits only for the group that carries its input, not for another peer's. per_tick:
+  // every end counts as the same "peer", so each tick keeps one group.
+  detail::scratch<int> ep_v(2 * nx + 2, 0);
+  int* e_peer = ep_v.data();
+  if (groups == group_policy::per_peer)
+    for (int e = 0; e < 2 * nx; ++e) e_peer[e] = e_send[e] ? x_dst[e_x[e]] : x_src[e_x[e]];
+  for (int r = 0; r < P; ++r)
+    for (int e = rank_end_begin[r] + 1; e < rank_end_begin[r + 1]; ++e)
+      for (int f = e; f > rank_end_begin[r] && e_tick[f] == e_tick[f - 1] && e_peer[f] < e_peer[f - 1]; --f) {
+        const int tx = e_x[f], ts = e_slot[f], tp = e_peer[f];
+        const char tsend = e_send[f];
+        e_x[f] = e_x[f - 1], e_slot[f] = e_slot[f - 1], e_send[f] = e_send[f - 1], e_peer[f] = e_peer[f - 1];
+        e_x[f - 1] = tx, e_slot[f - 1] = ts, e_send[f - 1] = tsend, e_peer[f - 1] = tp;
+      }
+  // the op count: computes, a send and a recv per transfer, and one group op per (rank, tick,
+  // peer) with transfers
   int nops = N + 2 * nx;
   for (int r = 0; r < P; ++r)
     for (int e = rank_end_begin[r]; e < rank_end_begin[r + 1]; ++e)
-      if (e == rank_end_begin[r] || e_tick[e] != e_tick[e - 1]) ++nops;
+      if (e == rank_end_begin[r] || e_tick[e] != e_tick[e - 1] || e_peer[e] != e_peer[e - 1]) ++nops;
   lowered_op* const ops_out = storage(nops);
   if (ops_out == nullptr) return out;
   int nout = 0;
@@ -309,7 +328,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
 
   for (int r = 0; r < P; ++r) {
     rank_resources& rr = res[r];
-    // 1. per tick, its group (if any) then its compute
+    // 1. per tick, its groups (one per peer, if any) then its compute
     int ns = 0;
     int e = rank_end_begin[r];
     const int eend = rank_end_begin[r + 1];
@@ -319,7 +338,8 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
       const int tc = k < beg[r + 1] ? tick[k] : detail::never;
       if (tx <= tc) {
         step_ref[ns] = e;
-        while (e < eend && e_tick[e] == tx) ++e;
+        const int peer = e_peer[e];
+        while (e < eend && e_tick[e] == tx && e_peer[e] == peer) ++e;
         step_end[ns] = e;
         rr.transfers += e - step_ref[ns];
         ++rr.groups;
@@ -445,9 +465,10 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
 }  // namespace detail
 
 /// Lowers a verified program. `tick` is check_program's lock-step tick per action.
-constexpr lowered_program lower(program_view p, std::span<const int> tick, comm_policy policy = comm_policy::per_edge) {
+constexpr lowered_program lower(program_view p, std::span<const int> tick, comm_policy policy = comm_policy::per_edge,
+                                group_policy groups = group_policy::per_tick) {
   lowered_program out;
-  lowered_program l = detail::lower_with(p, tick, policy, [&](int count) {
+  lowered_program l = detail::lower_with(p, tick, policy, groups, [&](int count) {
     out.ops.resize(static_cast<std::size_t>(count));
     return out.ops.data();
   });

@@ -37,6 +37,16 @@ inline constexpr int stream_count = 2;
 /// Both are proved deadlock-free by verify_lowered for every plan; per_edge is the default.
 enum class comm_policy : std::uint8_t { per_edge, per_rank_pair };
 
+/// How a rank's transfers of one lock-step tick are grouped.
+///   per_tick  (default) one NCCL group with all of them: transfers to different peers progress
+///             together, and a compute that reads one of them waits for the whole group.
+///   per_peer  one group per peer, lowest peer first (every rank meets its (tick, rank pair)
+///             groups in one global order, so it stays deadlock-free): a compute waits only for
+///             the group with its input, but groups to different peers run one after the other
+///             on the communication stream. On host threads this takes DualPipeV from 1.14× to
+///             1.03× of the simulated step (bench/README.md); on GPUs measure both.
+enum class group_policy : std::uint8_t { per_tick, per_peer };
+
 /// Which buffer pool a slot index refers to.
 enum class pool : std::uint8_t { activation, gradient };
 

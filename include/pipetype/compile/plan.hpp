@@ -35,6 +35,7 @@ struct plan_options {
   /// The limit in memory_model units, for fractions of an activation (with the default model,
   /// 7 means 3.5 activations: I and W each release half of one); wins over mem_limit when > 0.
   int mem_limit_units = 0;
+  group_policy groups = group_policy::per_tick;
 };
 
 /// The run-time plan: owning tables and the verdict.
@@ -58,7 +59,7 @@ constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   out.facts = check_program(out.compute.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units});
   out.result = out.facts.result;
   if (!out.result.ok()) return out;
-  out.lowered = lower(out.compute.view(), out.facts.tick, opt.comms);
+  out.lowered = lower(out.compute.view(), out.facts.tick, opt.comms, opt.groups);
   out.result = verify_lowered(out.lowered.view());
   return out;
 }
@@ -186,7 +187,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   lowered_program lowered;
   if (v.ok()) {
     lowered = detail::lower_with(prog.view(), std::span<const int>(s.tick).first(prog.actions.size()), opt.comms,
-                                 [&](int count) {
+                                 opt.groups, [&](int count) {
                                    return count <= Cap.ops ? s.op_table.data() : nullptr;  // capacity_of bounds count
                                  });
     const int count = lowered.begin.empty() ? 0 : lowered.begin.back();

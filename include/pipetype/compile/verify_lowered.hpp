@@ -93,19 +93,27 @@ constexpr verdict verify_lowered(lowered_view L) {
     for (int u = 0; u < 8 * slots; ++u) use[u] = -1;
     const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
     int known[stream_count] = {-1, -1};
-    int prev_phase = -2147483647 - 1, last_group_tick = -2147483647 - 1;
+    int prev_phase = -2147483647 - 1, last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
       const int local = i - beg[r];
       rank_of[i] = r;
       // the tick certificate (step 5): phases 2·tick (groups, transfers) and 2·tick + 1 (computes)
-      // never decrease along the rank, and a rank has at most one group per tick
+      // never decrease along the rank, and a rank has one group per tick or, per tick, one group
+      // per peer in increasing peer order (group_policy::per_peer)
       const int phase = o.code == op_code::compute ? 2 * o.tick + 1 : 2 * o.tick;
       if (phase < prev_phase) certified = false;
       prev_phase = phase;
-      if (o.code == op_code::group) {
-        if (o.tick == last_group_tick) certified = false;
+      if (o.code == op_code::group) {  // one group per tick, or one per peer in increasing peer order
+        int peer = i + 1 < beg[r + 1] && (ops[i + 1].code == op_code::send || ops[i + 1].code == op_code::recv)
+                       ? ops[i + 1].peer
+                       : -1;
+        for (int j = i + 1; j < beg[r + 1] && (ops[j].code == op_code::send || ops[j].code == op_code::recv); ++j)
+          if (ops[j].peer != peer) peer = -1;
+        if (o.tick == last_group_tick && (peer < 0 || last_group_peer < 0 || peer <= last_group_peer))
+          certified = false;
         last_group_tick = o.tick;
+        last_group_peer = peer;
       }
       // structure: a group op and the transfers that directly follow it are one NCCL group
       if (o.code == op_code::group) {
@@ -237,12 +245,14 @@ constexpr verdict verify_lowered(lowered_view L) {
 
   // 5. progress. The fast proof: the ops carry a tick certificate (the lowering's lock-step ticks)
   //    and the checks above found it consistent — along each rank phases 2·tick (a group and its
-  //    transfers) then 2·tick + 1 (computes) never decrease, a rank has one group per tick, both
-  //    ends of every transfer have the same tick, and every wait refers to an op of an earlier
-  //    phase. Then, by induction over phases, every group of tick t is reached once phases below
-  //    2t are done (its lane predecessor and wait source are earlier), so all groups of tick t
-  //    (partners included) complete, then the computes of tick t: the program completes. Any
-  //    program without a valid certificate (hand-made ones) gets the simulation below.
+  //    transfers) then 2·tick + 1 (computes) never decrease, a rank has one group per tick (or one
+  //    per peer, in increasing peer order), both ends of every transfer have the same tick, and
+  //    every wait refers to an op of an earlier phase. Then, by induction over phases, every group
+  //    of tick t is reached once phases below 2t are done (its lane predecessor and wait source
+  //    are earlier), so all groups of tick t (partners included) complete — with groups per peer,
+  //    by induction over (tick, rank pair) in lexicographic order, which every rank follows — then
+  //    the computes of tick t: the program completes. Any program without a valid certificate
+  //    (hand-made ones) gets the simulation below.
   if (certified) return {};
   //    The simulation: run every (rank, stream) lane as far as it can until all finish or none moves.
   //    A group completes once every partner's group has been reached (grouped ops progress
