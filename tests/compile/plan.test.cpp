@@ -61,7 +61,18 @@ TEST_CASE("plan: built-in schedules state their extent exactly, so make_plan nee
   sweep::for_each_builtin(6, 12, 3, [&](const pt::program& prog, int v) {
     const std::string name = prog.name;
     const int p = prog.ranks, m = prog.microbatches;
-    if (name == "dualpipe-v" || name == "dualpipe") return;  // no extent(): split backwards counted by generating
+    if (name == "dualpipe-v" || name == "dualpipe") {  // extents from the types, checked at a few sizes
+      const pt::program_extent got = pt::detail::extent_of(prog);
+      if (name == "dualpipe-v" && p == 4 && m == 8)
+        CHECK(same(got, pt::dualpipe_v<pt::ranks<4>, pt::microbatches<8>>::extent()));
+      if (name == "dualpipe-v" && p == 3 && m == 7)
+        CHECK(same(got, pt::dualpipe_v<pt::ranks<3>, pt::microbatches<7>>::extent()));
+      if (name == "dualpipe" && p == 4 && m == 8)
+        CHECK(same(got, pt::dualpipe<pt::ranks<4>, pt::microbatches<8>>::extent()));
+      if (name == "dualpipe" && p == 6 && m == 12)
+        CHECK(same(got, pt::dualpipe<pt::ranks<6>, pt::microbatches<12>>::extent()));
+      return;
+    }
     const pt::program_extent want = name == "zb-v"              ? pt::v_split_extent(p, m)
                                     : name.rfind("zb-", 0) == 0 ? pt::split_extent(p, m)
                                                                 : pt::looped_extent(p, m, v);

@@ -72,6 +72,13 @@ struct dualpipe {
   static_assert(dualpipe_error(Ranks::value, Microbatches::value) == nullptr,
                 "dualpipe: needs an even number of ranks and an even number of microbatches, at least 2 x ranks");
   static constexpr program generate() { return make_dualpipe(Ranks::value, Microbatches::value); }
+  static constexpr program_extent extent() {
+    const int PP = Ranks::value, m = Microbatches::value;
+    int actions = 0;
+    for (int r = 0; r < PP; ++r)
+      actions += detail::dualpipe_rank_actions(r < PP - 1 - r ? r : PP - 1 - r, PP / 2, m / 2);
+    return {PP, 2 * PP, m, actions, 2 * (PP - 1), true};
+  }
 };
 
 }  // namespace pipetype

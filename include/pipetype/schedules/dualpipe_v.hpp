@@ -99,6 +99,10 @@ constexpr void dualpipe_rank(program_builder& b, const int (&stage)[2], const in
   while (next_w < pending_w.size()) weight();  // 8. nW
 }
 
+/// Actions of the rank rule on one rank: 2n F, 2n B or I, and a W for each split backward —
+/// 2(H − h − 1) in steps 3 and 7, h + 1 in step 6 (whatever the parity of h).
+constexpr int dualpipe_rank_actions(int h, int H, int n) { return 4 * n + 2 * (H - h - 1) + h + 1; }
+
 }  // namespace detail
 
 constexpr program make_dualpipe_v(int R, int m) {
@@ -119,6 +123,12 @@ struct dualpipe_v {
   static_assert(dualpipe_v_error(Ranks::value, Microbatches::value) == nullptr,
                 "dualpipe_v: needs at least 2 x ranks microbatches (the V has 2 x ranks stages)");
   static constexpr program generate() { return make_dualpipe_v(Ranks::value, Microbatches::value); }
+  static constexpr program_extent extent() {
+    const int R = Ranks::value, m = Microbatches::value;
+    int actions = 0;
+    for (int r = 0; r < R; ++r) actions += detail::dualpipe_rank_actions(r, R, m);
+    return {R, 2 * R, m, actions, 2 * R - 2, true};
+  }
 };
 
 }  // namespace pipetype
