@@ -78,9 +78,10 @@ struct bound_op {
   std::uint32_t n_stash = 0, n_weight_grad = 0;
   std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
   add_fn add = nullptr;
-  int add_begin = 0;    // bound_rank::adds[add_begin .. + add_count)
-  int index = 0;        // position in the rank's lowered op list
-  int plan_stage = -1;  // the plan's stage (`stage` is the model's: they differ in a later chain)
+  int add_begin = 0;       // bound_rank::adds[add_begin .. + add_count)
+  int index = 0;           // position in the rank's lowered op list
+  int plan_stage = -1;     // the plan's stage (`stage` is the model's: they differ in a later chain)
+  void* stream = nullptr;  // handed to the stage's context (the CUDA executor's compute stream)
   int peer = -1;
   int comm = -1;
   std::byte* buf = nullptr;
@@ -117,7 +118,8 @@ forward_ctx<S> make_forward(const bound_op& op, const std::byte* batch) {
           op.microbatch,
           {input_of<S>(op, batch), op.n_in},
           {reinterpret_cast<O*>(op.out), op.out ? op.n_out : 0},
-          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash}};
+          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
+          op.stream};
 }
 template <class S>
 backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool input_part, bool weight_part) {
@@ -131,7 +133,8 @@ backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool i
           {reinterpret_cast<const O*>(op.grad_out), op.grad_out ? op.n_out : 0},
           {reinterpret_cast<I*>(op.grad_in), gi ? op.n_in : 0},
           {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
-          {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? op.n_weight_grad : 0}};
+          {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? op.n_weight_grad : 0},
+          op.stream};
 }
 
 template <class S>

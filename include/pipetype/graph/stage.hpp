@@ -105,6 +105,7 @@ struct forward_ctx {
   std::span<const input_t<S>> input;
   std::span<output_t<S>> output;  // empty on the last stage
   std::span<stash_t<S>> stash;
+  void* stream = nullptr;  // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
 };
 
 template <class S>
@@ -117,6 +118,7 @@ struct backward_ctx {
   std::span<stash_t<S>> stash;
   std::span<weight_grad_t<S>> weight_grad;  // this microbatch's weight gradient, to be written
                                             // (stages that declare `weight_grad`; not in backward_input)
+  void* stream = nullptr;                   // the CUDA executor: the cudaStream_t to launch on
 };
 
 template <class S>

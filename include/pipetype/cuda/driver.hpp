@@ -1,0 +1,40 @@
+// pipetype/cuda/driver.hpp — the calls a device executor makes, as a concept.
+//
+// A driver is the executor's only way to touch a device: it creates streams and events once,
+// allocates buffers once, and during a step records and waits on events and issues grouped
+// point-to-point transfers. Two drivers implement it:
+//   record_driver (record.hpp)   CUDA-free: writes every call down, for CPU tests of the exact
+//                                call sequence a rank issues (and for benchmarks of the host cost)
+//   the CUDA + NCCL driver       cudaEventRecord / cudaStreamWaitEvent / ncclGroupStart,
+//                                ncclSend, ncclRecv, ncclGroupEnd (issue 4, next step)
+// Header-only and CUDA-free: handles are the driver's own small types.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+
+namespace pipetype::cuda {
+
+template <class D>
+concept device_driver = requires(D& d, typename D::stream s, typename D::event e, typename D::comm c, void* p,
+                                 const void* cp, std::size_t n, int peer) {
+  { d.allocate(n) } -> std::same_as<void*>;                 // cudaMalloc: only while binding
+  { d.make_stream() } -> std::same_as<typename D::stream>;  // only while binding
+  { d.make_event() } -> std::same_as<typename D::event>;    // cudaEventDisableTiming; only while binding
+  { d.native(s) } -> std::convertible_to<void*>;            // what a stage's context carries
+  d.record(e, s);                                           // cudaEventRecord(e, s)
+  d.wait(s, e);                                             // cudaStreamWaitEvent(s, e)
+  d.group_start();                                          // ncclGroupStart()
+  d.group_end();                                            // ncclGroupEnd()
+  d.send(cp, n, peer, c, s);                                // ncclSend(bytes, peer, comm, stream)
+  d.recv(p, n, peer, c, s);                                 // ncclRecv(bytes, peer, comm, stream)
+};
+
+/// Drivers may also observe each compute op just before the stage is called (the record driver
+/// writes it down; a CUDA driver could open an NVTX range).
+template <class D>
+concept observes_compute = requires(D& d, typename D::stream s) {
+  d.on_compute(s, 'F', 0, 0);
+};
+
+}  // namespace pipetype::cuda

@@ -1,0 +1,226 @@
+// pipetype/cuda/executor.hpp — one rank's lowered program, issued through a device driver.
+//
+// The device executor runs on one host thread per rank (a process per GPU with NCCL, or one
+// thread per rank with the loopback transport). Construction binds the rank's lowered ops once:
+// buffer slots become addresses in pools the driver allocates (activations, gradients, stashes),
+// event ids become events from a pool of `resources.events`, stream ids become the rank's two
+// streams, communicator ids become the transport's communicators. `step()` then walks the ops
+// in lowered order and issues, per op, exactly
+//   [wait(stream, event)]  compute: the stage's forward/backward on the compute stream
+//                          group:   group_start, its sends and recvs on the comm stream, group_end
+//   [record(event, stream)]
+// — no allocation, no creation, no decision. What the stage receives is the host executor's
+// context (graph/stage.hpp) with device pointers and `stream`, the driver's native stream (a
+// cudaStream_t with the CUDA driver) to launch its kernels on.
+//
+// State of play (issue 4): this CUDA-free core and the record driver (record.hpp) are tested on
+// CPU (tests/cuda); the CUDA + NCCL driver, loopback transport, graph capture, weight-gradient
+// accumulation on the device and the bootstrap are the next steps. A stage that declares
+// `weight_grad` is given no buffer yet (it must accumulate its own gradients on the device).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/core/program.hpp"
+#include "pipetype/cuda/driver.hpp"
+#include "pipetype/exec/binding.hpp"
+#include "pipetype/io/text.hpp"
+
+namespace pipetype::cuda {
+
+/// The stages of a model (a chain or uniform_chain), as the executors bind them.
+template <class M>
+std::vector<host::stage_entry> entries_of(M& model) {
+  std::vector<host::stage_entry> out;
+  out.reserve(static_cast<std::size_t>(model.size()));
+  model.for_each_stage([&](int, auto& s) { out.push_back(host::detail::entry_of(s)); });
+  return out;
+}
+
+template <device_driver D>
+class rank_executor {
+ public:
+  /// Binds rank `rank` of the plan `v` (host::views_of(plan)) to the model's stages, allocating
+  /// and creating everything through `driver`; `comms[c]` is lowered communicator c (only those
+  /// the rank is a member of are used).
+  rank_executor(const host::plan_views& v, int rank, std::vector<host::stage_entry> entries, D& driver,
+                std::vector<typename D::comm> comms)
+      : d_(driver), rank_(rank), entries_(std::move(entries)), comms_(std::move(comms)) {
+    const program_view& p = v.compute;
+    const lowered_view& l = v.lowered;
+    if (rank < 0 || rank >= p.ranks)
+      throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank) + " is not in the plan's " +
+                                  std::to_string(p.ranks) + " ranks");
+    const int L = p.chain_length();
+    if (static_cast<int>(entries_.size()) != L)
+      throw host::shape_error("pipetype::cuda: the plan has " + std::to_string(L) + " model stages but the model has " +
+                              std::to_string(entries_.size()));
+    for (int s = 0; s + 1 < L; ++s)
+      if (entries_[static_cast<std::size_t>(s)].out_bytes() != entries_[static_cast<std::size_t>(s) + 1].in_bytes())
+        throw host::shape_error("pipetype::cuda: stage " + std::to_string(s) + "'s output and stage " +
+                                std::to_string(s + 1) + "'s input differ in size");
+    if (comms_.size() < l.comms.size())
+      throw std::invalid_argument("pipetype::cuda: the plan uses " + std::to_string(l.comms.size()) +
+                                  " communicators, " + std::to_string(comms_.size()) + " given");
+    batch_bytes_ = entries_.front().in_bytes();
+    bind(p, l, L);
+  }
+
+  /// One step: `batch` is stage 0's input for every microbatch (microbatch j at j × its bytes),
+  /// read only on the rank that holds a chain's first stage (device memory with the CUDA driver).
+  void step(const void* batch) {
+    const auto* b = static_cast<const std::byte*>(batch);
+    for (const issue_op& o : ops_) {
+      const typename D::stream s = streams_[o.stream];
+      if (o.wait >= 0) d_.wait(s, events_[static_cast<std::size_t>(o.wait)]);
+      if (o.code == op_code::compute) {
+        if constexpr (observes_compute<D>)
+          d_.on_compute(s, kind_char(o.call.what), o.call.plan_stage, o.call.microbatch);
+        o.call.fn(o.call.obj, o.call, b);
+      } else {
+        d_.group_start();
+        for (int k = o.first; k < o.last; ++k) {
+          const transfer& x = transfers_[static_cast<std::size_t>(k)];
+          if (x.send)
+            d_.send(x.buf, x.bytes, x.peer, comms_[static_cast<std::size_t>(x.comm)], s);
+          else
+            d_.recv(x.buf, x.bytes, x.peer, comms_[static_cast<std::size_t>(x.comm)], s);
+        }
+        d_.group_end();
+      }
+      if (o.record >= 0) d_.record(events_[static_cast<std::size_t>(o.record)], s);
+    }
+  }
+
+  int rank() const noexcept { return rank_; }
+  std::size_t batch_bytes() const noexcept { return batch_bytes_; }  // per microbatch
+  int ops() const noexcept { return static_cast<int>(ops_.size()); }
+
+ private:
+  struct transfer {
+    bool send = false;
+    void* buf = nullptr;
+    std::size_t bytes = 0;
+    int peer = -1, comm = -1;
+  };
+  struct issue_op {
+    op_code code = op_code::compute;
+    int stream = 0, wait = -1, record = -1;
+    host::bound_op call;      // compute: the stage call, pointers into the device pools
+    int first = 0, last = 0;  // group: transfers_[first, last)
+  };
+
+  void bind(const program_view& p, const lowered_view& l, int L) {
+    const rank_resources& res = l.resources[static_cast<std::size_t>(rank_)];
+    const std::span<const lowered_op> ops = l.rank_ops(rank_);
+    const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
+    auto entry = [&](int s) -> const host::stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
+    // pools: the largest activation crossing into, out of or within this rank; stashes by slot
+    std::vector<char> here(S, 0);
+    for (const lowered_op& o : ops)
+      if (o.code == op_code::compute) here[static_cast<std::size_t>(o.stage)] = 1;
+    std::size_t act = 0, stash = 0;
+    for (std::size_t s = 0; s < S; ++s) {
+      if (!here[s]) continue;
+      const int si = static_cast<int>(s);
+      act =
+          std::max({act, !p.chain_head(si) ? entry(si).in_bytes() : 0, !p.chain_tail(si) ? entry(si).out_bytes() : 0});
+      stash = std::max(stash, entry(si).stash_bytes());
+    }
+    const std::size_t stride = host::detail::round_up64(act), stash_stride = host::detail::round_up64(stash);
+    std::byte* acts = alloc(stride * static_cast<std::size_t>(res.activation_slots));
+    std::byte* grads = alloc(stride * static_cast<std::size_t>(res.gradient_slots));
+    auto at = [&](std::byte* pool, int slot) {
+      return slot < 0 ? nullptr : pool + stride * static_cast<std::size_t>(slot);
+    };
+    // stash slots: live from F(s,j) to the last backward of (s,j); lowest free first
+    std::vector<int> last_use(S * m, -1), stash_slot(S * m, -1), op_stash(ops.size(), -1);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].code == op_code::compute && ops[i].what != kind::F)
+        last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
+            static_cast<int>(i);
+    std::vector<char> busy;
+    if (stash > 0)
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const lowered_op& o = ops[i];
+        if (o.code != op_code::compute) continue;
+        const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
+        if (o.what == kind::F) stash_slot[q] = static_cast<int>(host::detail::take_lowest_free(busy));
+        op_stash[i] = stash_slot[q];
+        if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0)
+          busy[static_cast<std::size_t>(stash_slot[q])] = 0;
+      }
+    std::byte* stashes = alloc(stash_stride * busy.size());
+    // events and streams, once
+    for (int e = 0; e < res.events; ++e) events_.push_back(d_.make_event());
+    streams_[0] = d_.make_stream();
+    streams_[1] = d_.make_stream();
+    // the issue list
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const lowered_op& o = ops[i];
+      if (o.code == op_code::send || o.code == op_code::recv) {
+        const host::stage_entry& e = entry(o.stage);
+        transfers_.push_back({o.code == op_code::send, o.what == kind::F ? at(acts, o.slot) : at(grads, o.slot),
+                              o.what == kind::F ? e.out_bytes() : e.in_bytes(), o.peer, o.comm});
+        ops_.back().last = static_cast<int>(transfers_.size());
+        continue;
+      }
+      issue_op x;
+      x.code = o.code;
+      x.stream = static_cast<int>(o.stream);
+      x.wait = o.wait_event;
+      x.record = o.record_event;
+      if (o.code == op_code::group) {
+        x.first = x.last = static_cast<int>(transfers_.size());
+      } else {
+        const host::stage_entry& e = entry(o.stage);
+        host::bound_op& b = x.call;
+        b.code = o.code;
+        b.what = o.what;
+        b.stage = o.stage % L;
+        b.plan_stage = o.stage;
+        b.microbatch = o.microbatch;
+        b.fn = e.fn[static_cast<int>(o.what)];
+        if (b.fn == nullptr)
+          throw std::invalid_argument("pipetype::cuda: the schedule splits the backward (" +
+                                      to_text(action{o.what, o.stage, o.microbatch, false}) +
+                                      ") but the stage has no backward_input/backward_weight");
+        b.obj = e.obj;
+        b.n_in = static_cast<std::uint32_t>(e.in_elems);
+        b.n_out = static_cast<std::uint32_t>(e.out_elems);
+        b.in = at(acts, o.slot);
+        if (o.what == kind::F) {
+          b.out = at(acts, o.out_slot);
+        } else {
+          b.grad_out = at(grads, o.grad_slot);
+          b.grad_in = at(grads, o.out_slot);
+        }
+        b.stash = op_stash[i] >= 0 ? stashes + stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr;
+        b.n_stash = b.stash ? static_cast<std::uint32_t>(e.stash_elems) : 0;
+        b.stream = d_.native(streams_[0]);
+      }
+      ops_.push_back(x);
+    }
+  }
+
+  std::byte* alloc(std::size_t n) { return n ? static_cast<std::byte*>(d_.allocate(n)) : nullptr; }
+
+  D& d_;
+  int rank_;
+  std::vector<host::stage_entry> entries_;
+  std::vector<typename D::comm> comms_;
+  std::vector<issue_op> ops_;
+  std::vector<transfer> transfers_;
+  std::vector<typename D::event> events_;
+  typename D::stream streams_[2]{};
+  std::size_t batch_bytes_ = 0;
+};
+
+}  // namespace pipetype::cuda

@@ -1,0 +1,179 @@
+// The device executor over the record driver: each rank issues exactly its lowered program as
+// driver calls, nothing is allocated or created during a step, and the ranks' sends and recvs
+// pair up channel by channel. CPU only (no CUDA headers).
+#include <pipetype/cuda/executor.hpp>
+#include <pipetype/cuda/record.hpp>
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace pt = pipetype;
+namespace pc = pipetype::cuda;
+using call = pc::record_driver::call;
+using ck = pc::record_driver::call_kind;
+
+namespace {
+
+// A stage that launches nothing: the record driver sees the executor's calls only.
+struct quiet {
+  using input = pt::tensor<float, 16>;
+  using output = pt::tensor<float, 16>;
+  using stash = pt::tensor<float, 8>;
+  void forward(const pt::forward_ctx<quiet>&) {}
+  void backward(const pt::backward_ctx<quiet>&) {}
+  void backward_input(const pt::backward_ctx<quiet>&) {}
+  void backward_weight(const pt::backward_ctx<quiet>&) {}
+};
+
+struct rank_run {
+  std::vector<call> bind, step1, step2;
+};
+
+std::vector<rank_run> record_step(const pt::runtime_plan& plan) {
+  const int L = plan.compute.view().chain_length();
+  pt::uniform_chain<quiet> model(std::vector<quiet>(static_cast<std::size_t>(L)));
+  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute.microbatches));
+  std::vector<int> comms(plan.lowered.comms.size());
+  for (std::size_t c = 0; c < comms.size(); ++c) comms[c] = static_cast<int>(c);
+  std::vector<rank_run> out;
+  for (int r = 0; r < plan.compute.ranks; ++r) {
+    pc::record_driver d;
+    pc::rank_executor ex{pt::host::views_of(plan), r, pc::entries_of(model), d, comms};
+    rank_run run;
+    run.bind = d.calls();
+    d.clear();
+    ex.step(batch.data());
+    run.step1 = d.calls();
+    d.clear();
+    ex.step(batch.data());
+    run.step2 = d.calls();
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+bool same_call(const call& a, const call& b) {
+  return a.what == b.what && a.stream == b.stream && a.event == b.event && a.comm == b.comm && a.peer == b.peer &&
+         a.bytes == b.bytes && a.ptr == b.ptr && a.kind == b.kind && a.stage == b.stage && a.microbatch == b.microbatch;
+}
+
+// The calls rank r's lowered ops stand for, in order, checked against what was recorded.
+std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& got) {
+  std::size_t k = 0;
+  auto next = [&](ck what) -> const call* {
+    if (k >= got.size() || got[k].what != what) return nullptr;
+    return &got[k++];
+  };
+  const auto ops = L.rank_ops(r);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const pt::lowered_op& o = ops[i];
+    const std::string where = "op " + std::to_string(i) + " (" + pt::to_text(o) + ")";
+    if (o.code == pt::op_code::send || o.code == pt::op_code::recv) continue;  // inside its group
+    const int stream = static_cast<int>(o.stream);
+    if (o.wait_event >= 0) {
+      const call* c = next(ck::wait);
+      if (!c || c->event != o.wait_event || c->stream != stream) return "missing wait before " + where;
+    }
+    if (o.code == pt::op_code::compute) {
+      const call* c = next(ck::compute);
+      if (!c || c->stage != o.stage || c->microbatch != o.microbatch || c->kind != pt::kind_char(o.what) ||
+          c->stream != 0)
+        return "expected the compute of " + where;
+    } else {
+      if (!next(ck::group_start)) return "expected group_start for " + where;
+      std::size_t j = i + 1;
+      for (; j < ops.size() && (ops[j].code == pt::op_code::send || ops[j].code == pt::op_code::recv); ++j) {
+        const call* c = next(ops[j].code == pt::op_code::send ? ck::send : ck::recv);
+        if (!c || c->peer != ops[j].peer || c->comm != ops[j].comm || c->stream != 1 || c->bytes == 0)
+          return "expected transfer " + pt::to_text(ops[j]) + " in the group of " + where;
+      }
+      if (!next(ck::group_end)) return "expected group_end after the transfers of " + where;
+    }
+    if (o.record_event >= 0) {
+      const call* c = next(ck::record);
+      if (!c || c->event != o.record_event || c->stream != stream) return "missing record after " + where;
+    }
+  }
+  if (k != got.size()) return "extra calls after the last op";
+  return "";
+}
+
+void check_plan(const pt::runtime_plan& plan) {
+  REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
+  const std::vector<rank_run> runs = record_step(plan);
+  const pt::lowered_view L = plan.lowered.view();
+  std::map<std::tuple<int, int, int>, std::vector<std::size_t>> sends, recvs;  // (comm, from, to) → bytes in order
+  for (int r = 0; r < L.ranks; ++r) {
+    CAPTURE(r);
+    const rank_run& run = runs[static_cast<std::size_t>(r)];
+    // binding: events and two streams made, pools allocated — and nothing of that in a step
+    int events = 0, streams = 0;
+    for (const call& c : run.bind) {
+      events += c.what == ck::make_event;
+      streams += c.what == ck::make_stream;
+    }
+    CHECK(events == L.resources[static_cast<std::size_t>(r)].events);
+    CHECK(streams == 2);
+    for (const call& c : run.step1)
+      CHECK((c.what != ck::allocate && c.what != ck::make_event && c.what != ck::make_stream));
+    // exactly the lowered program; every wait after a record of its event in the same step
+    CHECK(compare(L, r, run.step1) == "");
+    std::vector<char> recorded(static_cast<std::size_t>(events), 0);
+    for (const call& c : run.step1) {
+      if (c.what == ck::record) recorded[static_cast<std::size_t>(c.event)] = 1;
+      if (c.what == ck::wait) CHECK(recorded[static_cast<std::size_t>(c.event)]);
+      if (c.what == ck::send) sends[{c.comm, r, c.peer}].push_back(c.bytes);
+      if (c.what == ck::recv) recvs[{c.comm, c.peer, r}].push_back(c.bytes);
+    }
+    // the program is static: the second step issues the same calls, on the same buffers
+    REQUIRE(run.step2.size() == run.step1.size());
+    for (std::size_t i = 0; i < run.step1.size(); ++i) CHECK(same_call(run.step1[i], run.step2[i]));
+  }
+  CHECK(sends == recvs);  // per channel: as many sends as recvs, the same sizes in the same order
+}
+
+}  // namespace
+
+TEST_CASE("cuda record: every built-in schedule issues exactly its lowered program on every rank") {
+  for (const pt::schedule_info& info : pt::schedule_infos)
+    for (const int p : {1, 2, 3, 4}) {
+      const int m = 2 * p + 2;
+      if (pt::schedule_error(info.name, p, m, 0)) continue;
+      for (const pt::comm_policy comms : {pt::comm_policy::per_edge, pt::comm_policy::per_rank_pair})
+        for (const pt::group_policy groups : {pt::group_policy::per_tick, pt::group_policy::per_peer}) {
+          CAPTURE(info.name);
+          CAPTURE(p);
+          check_plan(pt::build_plan(pt::make_schedule(info.name, p, m), {.comms = comms, .groups = groups}));
+        }
+    }
+}
+
+TEST_CASE("cuda record: a compile-time plan binds too") {
+  constexpr auto plan = pt::make_plan<pt::zb_v<pt::ranks<2>, pt::microbatches<4>>>();
+  pt::uniform_chain<quiet> model(std::vector<quiet>(4));
+  pc::record_driver d;
+  pc::rank_executor ex{pt::host::views_of(plan), 1, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  std::vector<float> batch(16 * 4);
+  d.clear();
+  ex.step(batch.data());
+  int computes = 0;
+  for (const call& c : d.calls()) computes += c.what == ck::compute;
+  CHECK(computes == 2 * 3 * 4);  // rank 1: two stages, F I W per microbatch
+}
+
+TEST_CASE("cuda record: bad bindings are named") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
+  pc::record_driver d;
+  pt::uniform_chain<quiet> three(std::vector<quiet>(3)), two(std::vector<quiet>(2));
+  CHECK_THROWS_AS(pc::rank_executor(pt::host::views_of(plan), 0, pc::entries_of(three), d, std::vector<int>{0}),
+                  pt::host::shape_error);
+  CHECK_THROWS_WITH(pc::rank_executor(pt::host::views_of(plan), 2, pc::entries_of(two), d, std::vector<int>{0}),
+                    doctest::Contains("rank 2 is not in the plan's 2 ranks"));
+  CHECK_THROWS_WITH(pc::rank_executor(pt::host::views_of(plan), 0, pc::entries_of(two), d, std::vector<int>{}),
+                    doctest::Contains("uses 1 communicators, 0 given"));
+}
