@@ -1,0 +1,71 @@
+// GPU tests (CTest label `gpu`): NCCL grouped self send/recv on a one-rank communicator, and the
+// device executor running a one-rank plan whose stages launch a kernel on the stream it hands them.
+#include <pipetype/cuda/executor.hpp>
+#include <pipetype/cuda/runtime.hpp>
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "kernels.hpp"
+
+namespace pt = pipetype;
+namespace pc = pipetype::cuda;
+
+namespace {
+
+ncclComm_t one_rank_comm() {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t c = nullptr;
+  REQUIRE(ncclCommInitRank(&c, 1, id, 0) == ncclSuccess);
+  return c;
+}
+
+// y = x + 1 forward; the gradient passes through unchanged backward
+struct plus_one {
+  using input = pt::tensor<float, 256>;
+  using output = pt::tensor<float, 256>;
+  void forward(const pt::forward_ctx<plus_one>& c) {
+    if (!c.output.empty()) gpu_test::add(c.input.data(), c.output.data(), 256, 1.0f, c.stream);
+  }
+  void backward(const pt::backward_ctx<plus_one>& c) {
+    if (!c.grad_input.empty()) gpu_test::add(c.grad_output.data(), c.grad_input.data(), 256, 0.0f, c.stream);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gpu: one-rank NCCL communicator, grouped send to self and recv from self") {
+  pc::runtime_driver d{0, 0};
+  ncclComm_t c = one_rank_comm();
+  const std::size_t n = 1 << 16;
+  auto* a = static_cast<unsigned char*>(d.allocate(n));
+  auto* b = static_cast<unsigned char*>(d.allocate(n));
+  std::vector<unsigned char> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<unsigned char>(i * 7 + 3);
+  REQUIRE(cudaMemcpy(a, host.data(), n, cudaMemcpyHostToDevice) == cudaSuccess);
+  const auto s = d.make_stream();
+  d.group_start();
+  d.send(a, n, 0, c, s);
+  d.recv(b, n, 0, c, s);
+  d.group_end();
+  d.synchronize();
+  std::vector<unsigned char> back(n);
+  REQUIRE(cudaMemcpy(back.data(), b, n, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back == host);
+  ncclCommDestroy(c);
+}
+
+TEST_CASE("gpu: the device executor runs a one-rank plan, stages launching on the stream it hands them") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(1, 4));
+  pt::uniform_chain<plus_one> model(std::vector<plus_one>(1));
+  pc::runtime_driver d{0, 0};
+  auto* batch = static_cast<float*>(d.allocate(4 * 256 * sizeof(float)));
+  REQUIRE(cudaMemset(batch, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
+  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), d, std::vector<ncclComm_t>{}};
+  ex.step(batch);
+  d.synchronize();
+  CHECK(cudaGetLastError() == cudaSuccess);
+}

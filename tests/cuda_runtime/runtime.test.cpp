@@ -1,0 +1,33 @@
+// The CUDA + NCCL driver compiled by the host compiler in a .cpp; what runs without a GPU: NCCL's
+// version, the device count, and the errors a missing device produces.
+#include <pipetype/cuda/executor.hpp>
+#include <pipetype/cuda/runtime.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace pc = pipetype::cuda;
+
+TEST_CASE("cuda runtime: NCCL answers without a GPU, and the driver satisfies the concept") {
+  const std::string v = pc::nccl_version();
+  CHECK(v.rfind("NCCL 2.", 0) == 0);
+  static_assert(pc::device_driver<pc::runtime_driver>);
+  CHECK(pc::device_count() >= 0);
+}
+
+TEST_CASE("cuda runtime: without a device, the driver's first call fails with rank, call and CUDA's words") {
+  if (pc::device_count() > 0) {
+    MESSAGE("a CUDA device is present: the no-device error path is not exercised here");
+    return;
+  }
+  try {
+    pc::runtime_driver d{3, 0};
+    FAIL("cudaSetDevice should have failed without a device");
+  } catch (const pc::device_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("rank 3") != std::string::npos);
+    CHECK(what.find("cudaSetDevice failed") != std::string::npos);
+    CHECK(what.find("cudaError") != std::string::npos);  // the error's name, e.g. cudaErrorInsufficientDriver
+  }
+}
