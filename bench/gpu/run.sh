@@ -6,7 +6,8 @@
 # NCCL comes from the CUDA toolkit when it has one (include/nccl.h), otherwise from NCCL_ROOT or
 # the Python package nvidia-nccl (its directory holds include/nccl.h and lib/libnccl.so.2).
 # State of play (issue 4): the GPU tests are NCCL grouped self send/recv on a one-rank
-# communicator and the device executor on a one-rank plan; eager-vs-graph and loopback timings
+# communicator and the device executor on a one-rank plan, eager and captured into a graph
+# (replayed, then updated for a new batch); eager-vs-graph and loopback timings
 # come with the next steps (docs/06_cuda_execution.md). Finishes in a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,5 +34,5 @@ echo "| item | value |"
 echo "|---|---|"
 echo "| device | ${device} |"
 echo "| CUDA / NCCL tests | ${passed} |"
-echo "| GPU test (NCCL self send/recv, device executor) | ${gpu:-not run} |"
+echo "| GPU tests (NCCL self send/recv, device executor eager and graph) | ${gpu:-not run} |"
 echo "| wall time | $(( $(date +%s) - start )) s |"

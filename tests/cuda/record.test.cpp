@@ -117,13 +117,14 @@ void check_plan(const pt::runtime_plan& plan) {
       events += c.what == ck::make_event;
       streams += c.what == ck::make_stream;
     }
-    CHECK(events == L.resources[static_cast<std::size_t>(r)].events);
-    CHECK(streams == 2);
+    // the pool, plus the capture's fork and join events; compute, comm and the capture's origin
+    CHECK(events == L.resources[static_cast<std::size_t>(r)].events + 3);
+    CHECK(streams == 3);
     for (const call& c : run.step1)
       CHECK((c.what != ck::allocate && c.what != ck::make_event && c.what != ck::make_stream));
     // exactly the lowered program; every wait after a record of its event in the same step
     CHECK(compare(L, r, run.step1) == "");
-    std::vector<char> recorded(static_cast<std::size_t>(events), 0);
+    std::vector<char> recorded(static_cast<std::size_t>(events), 0);  // (ids: the pool first)
     for (const call& c : run.step1) {
       if (c.what == ck::record) recorded[static_cast<std::size_t>(c.event)] = 1;
       if (c.what == ck::wait) CHECK(recorded[static_cast<std::size_t>(c.event)]);
@@ -176,4 +177,47 @@ TEST_CASE("cuda record: bad bindings are named") {
                     doctest::Contains("rank 2 is not in the plan's 2 ranks"));
   CHECK_THROWS_WITH(pc::rank_executor(pt::host::views_of(plan), 0, pc::entries_of(two), d, std::vector<int>{}),
                     doctest::Contains("uses 1 communicators, 0 given"));
+}
+
+TEST_CASE("cuda record: a step captured into a graph forks from the origin stream, joins back, and updates in place") {
+  const auto plan = pt::build_plan(pt::make_interleaved_1f1b(2, 4, 2));
+  pt::uniform_chain<quiet> model(std::vector<quiet>(4));
+  pc::record_driver d;
+  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  std::vector<float> a(16 * 4), b(16 * 4);
+  d.clear();
+  ex.step(a.data());
+  const std::vector<call> eager = d.calls();
+  d.clear();
+  ex.capture(a.data());
+  const std::vector<call>& c = d.calls();
+  // begin_capture on the origin (stream 2), fork: record there, both streams wait on it
+  REQUIRE(c.size() > 8);
+  CHECK(c[0].what == ck::begin_capture);
+  const int origin = c[0].stream, fork = c[1].event;
+  CHECK(origin == 2);
+  CHECK((c[1].what == ck::record && c[1].stream == origin));
+  CHECK((c[2].what == ck::wait && c[2].stream == 0 && c[2].event == fork));
+  CHECK((c[3].what == ck::wait && c[3].stream == 1 && c[3].event == fork));
+  // then exactly the eager step's calls
+  for (std::size_t i = 0; i < eager.size(); ++i) CHECK(same_call(c[4 + i], eager[i]));
+  // join: each stream records, the origin waits; end_capture, instantiate
+  std::size_t k = 4 + eager.size();
+  for (int s = 0; s < 2; ++s, k += 2) {
+    CHECK((c[k].what == ck::record && c[k].stream == s));
+    CHECK((c[k + 1].what == ck::wait && c[k + 1].stream == origin && c[k + 1].event == c[k].event));
+  }
+  CHECK((c[k].what == ck::end_capture && c[k].stream == origin));
+  CHECK(c[k + 1].what == ck::instantiate);
+  CHECK(ex.instantiations() == 1);
+  // a new batch: the same topology, other addresses → update, no second instantiation
+  ex.capture(b.data());
+  CHECK(ex.instantiations() == 1);
+  CHECK(ex.updates() == 1);
+  d.clear();
+  ex.replay();
+  REQUIRE(d.calls().size() == 1);
+  CHECK((d.calls()[0].what == ck::launch && d.calls()[0].stream == origin));
+  pc::rank_executor fresh{pt::host::views_of(plan), 1, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  CHECK_THROWS_AS(fresh.replay(), std::logic_error);
 }

@@ -69,3 +69,23 @@ TEST_CASE("gpu: the device executor runs a one-rank plan, stages launching on th
   d.synchronize();
   CHECK(cudaGetLastError() == cudaSuccess);
 }
+
+TEST_CASE("gpu: a captured step replays, and a new batch updates the graph in place") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(1, 4));
+  pt::uniform_chain<plus_one> model(std::vector<plus_one>(1));
+  pc::runtime_driver d{0, 0};
+  auto* a = static_cast<float*>(d.allocate(4 * 256 * sizeof(float)));
+  auto* b = static_cast<float*>(d.allocate(4 * 256 * sizeof(float)));
+  REQUIRE(cudaMemset(a, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemset(b, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
+  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), d, std::vector<ncclComm_t>{}};
+  ex.capture(a);
+  ex.replay();
+  d.synchronize();
+  ex.capture(b);
+  CHECK(ex.instantiations() == 1);
+  CHECK(ex.updates() == 1);
+  ex.replay();
+  d.synchronize();
+  CHECK(cudaGetLastError() == cudaSuccess);
+}

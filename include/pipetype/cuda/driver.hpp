@@ -30,6 +30,25 @@ concept device_driver = requires(D& d, typename D::stream s, typename D::event e
   d.recv(p, n, peer, c, s);                                 // ncclRecv(bytes, peer, comm, stream)
 };
 
+/// Drivers that can record a step into a graph and replay it (whole-step CUDA graphs):
+///   begin_capture(origin)          cudaStreamBeginCapture(origin, ThreadLocal)
+///   end_capture(origin) -> graph   cudaStreamEndCapture
+///   instantiate(graph) -> exec     cudaGraphInstantiate
+///   update(exec, graph) -> bool    cudaGraphExecUpdate; false when the topology changed
+///   launch(exec, stream)           cudaGraphLaunch
+///   destroy(graph), destroy(exec)
+template <class D>
+concept captures_graphs = device_driver<D> &&
+    requires(D& d, typename D::stream s, typename D::graph g, typename D::graph_exec x) {
+  d.begin_capture(s);
+  { d.end_capture(s) } -> std::same_as<typename D::graph>;
+  { d.instantiate(g) } -> std::same_as<typename D::graph_exec>;
+  { d.update(x, g) } -> std::same_as<bool>;
+  d.launch(x, s);
+  d.destroy(g);
+  d.destroy(x);
+};
+
 /// Drivers may also observe each compute op just before the stage is called (the record driver
 /// writes it down; a CUDA driver could open an NVTX range).
 template <class D>

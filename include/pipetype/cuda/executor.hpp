@@ -25,6 +25,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "pipetype/compile/lowered.hpp"
@@ -99,6 +100,39 @@ class rank_executor {
     }
   }
 
+  /// Records one step into a graph (fork from an origin stream to the compute and communication
+  /// streams, the step, join back), then instantiates it — or, when a graph was made before and
+  /// only buffer addresses changed (a new `batch`), updates it in place. replay() launches it.
+  void capture(const void* batch) requires captures_graphs<D> {
+    const typename D::stream origin = origin_;
+    d_.begin_capture(origin);
+    d_.record(fork_, origin);
+    d_.wait(streams_[0], fork_);
+    d_.wait(streams_[1], fork_);
+    step(batch);
+    for (int s = 0; s < 2; ++s) {
+      d_.record(join_[s], streams_[s]);
+      d_.wait(origin, join_[s]);
+    }
+    const typename D::graph g = d_.end_capture(origin);
+    if (captured_ && d_.update(exec_, g)) {
+      ++updates_;
+    } else {
+      if (captured_) d_.destroy(exec_);
+      exec_ = d_.instantiate(g);
+      captured_ = true;
+      ++instantiations_;
+    }
+    d_.destroy(g);
+  }
+  /// Launches the captured step on the origin stream (capture() first).
+  void replay() requires captures_graphs<D> {
+    if (!captured_) throw std::logic_error("pipetype::cuda: replay() before capture()");
+    d_.launch(exec_, origin_);
+  }
+  int instantiations() const noexcept { return instantiations_; }
+  int updates() const noexcept { return updates_; }
+
   int rank() const noexcept { return rank_; }
   std::size_t batch_bytes() const noexcept { return batch_bytes_; }  // per microbatch
   int ops() const noexcept { return static_cast<int>(ops_.size()); }
@@ -162,6 +196,12 @@ class rank_executor {
     for (int e = 0; e < res.events; ++e) events_.push_back(d_.make_event());
     streams_[0] = d_.make_stream();
     streams_[1] = d_.make_stream();
+    if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join events
+      origin_ = d_.make_stream();
+      fork_ = d_.make_event();
+      join_[0] = d_.make_event();
+      join_[1] = d_.make_event();
+    }
     // the issue list
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const lowered_op& o = ops[i];
@@ -221,6 +261,16 @@ class rank_executor {
   std::vector<typename D::event> events_;
   typename D::stream streams_[2]{};
   std::size_t batch_bytes_ = 0;
+  // whole-step graphs (drivers with captures_graphs)
+  struct no_graph {
+    using graph_exec = int;
+  };
+  using exec_t = typename std::conditional_t<captures_graphs<D>, D, no_graph>::graph_exec;
+  typename D::stream origin_{};
+  typename D::event fork_{}, join_[2]{};
+  exec_t exec_{};
+  bool captured_ = false;
+  int instantiations_ = 0, updates_ = 0;
 };
 
 }  // namespace pipetype::cuda

@@ -21,6 +21,8 @@ class record_driver {
   using stream = int;
   using event = int;
   using comm = int;
+  using graph = int;
+  using graph_exec = int;
 
   enum class call_kind : std::uint8_t {
     allocate,
@@ -32,7 +34,13 @@ class record_driver {
     group_end,
     send,
     recv,
-    compute
+    compute,
+    begin_capture,
+    end_capture,
+    instantiate,
+    update,
+    launch,
+    destroy
   };
   struct call {
     call_kind what = call_kind::allocate;
@@ -70,6 +78,37 @@ class record_driver {
   void on_compute(stream s, char kind, int stage, int microbatch) {
     calls_.push_back({call_kind::compute, s, -1, -1, -1, 0, nullptr, kind, stage, microbatch});
   }
+  // graphs: a graph is the calls made between begin_capture and end_capture; update succeeds
+  // when the new graph has the same calls up to buffer addresses (CUDA's "same topology")
+  void begin_capture(stream s) {
+    calls_.push_back({call_kind::begin_capture, s});
+    capture_begin_ = calls_.size();
+  }
+  graph end_capture(stream s) {
+    graphs_.emplace_back(calls_.begin() + static_cast<std::ptrdiff_t>(capture_begin_), calls_.end());
+    calls_.push_back({call_kind::end_capture, s, static_cast<int>(graphs_.size()) - 1});
+    return static_cast<graph>(graphs_.size()) - 1;
+  }
+  graph_exec instantiate(graph g) {
+    execs_.push_back(graphs_[static_cast<std::size_t>(g)]);
+    calls_.push_back({call_kind::instantiate, -1, g});
+    return static_cast<graph_exec>(execs_.size()) - 1;
+  }
+  bool update(graph_exec x, graph g) {
+    std::vector<call>& have = execs_[static_cast<std::size_t>(x)];
+    const std::vector<call>& want = graphs_[static_cast<std::size_t>(g)];
+    bool same = have.size() == want.size();
+    for (std::size_t i = 0; same && i < have.size(); ++i)
+      same = have[i].what == want[i].what && have[i].stream == want[i].stream && have[i].event == want[i].event &&
+             have[i].peer == want[i].peer && have[i].comm == want[i].comm && have[i].bytes == want[i].bytes;
+    if (same) have = want;
+    calls_.push_back({call_kind::update, -1, g, same ? 1 : 0});
+    return same;
+  }
+  void launch(graph_exec x, stream s) { calls_.push_back({call_kind::launch, s, x}); }
+  void destroy(graph) { calls_.push_back({call_kind::destroy}); }
+  /// The calls graph `g` holds (what a launch of an exec made from it replays).
+  const std::vector<call>& graph_calls(graph g) const { return graphs_[static_cast<std::size_t>(g)]; }
 
   const std::vector<call>& calls() const noexcept { return calls_; }
   void clear() { calls_.clear(); }
@@ -77,9 +116,11 @@ class record_driver {
  private:
   std::vector<call> calls_;
   std::vector<std::unique_ptr<std::byte[]>> blocks_;
+  std::vector<std::vector<call>> graphs_, execs_;
+  std::size_t capture_begin_ = 0;
   int streams_ = 0, events_ = 0;
 };
 
-static_assert(device_driver<record_driver> && observes_compute<record_driver>);
+static_assert(device_driver<record_driver> && observes_compute<record_driver> && captures_graphs<record_driver>);
 
 }  // namespace pipetype::cuda

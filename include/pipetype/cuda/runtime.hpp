@@ -58,6 +58,8 @@ class runtime_driver {
   using stream = cudaStream_t;
   using event = cudaEvent_t;
   using comm = ncclComm_t;
+  using graph = cudaGraph_t;
+  using graph_exec = cudaGraphExec_t;
 
   /// Makes `device` current for this thread; `rank` names the messages.
   runtime_driver(int rank, int device) : rank_(rank), device_(device) { check(cudaSetDevice(device), "cudaSetDevice"); }
@@ -98,6 +100,35 @@ class runtime_driver {
   void recv(void* p, std::size_t n, int peer, comm c, stream s) {
     check(ncclRecv(p, n, ncclUint8, peer, c, s), "ncclRecv", c);
   }
+  // whole-step graphs (rank_executor::capture / replay)
+  void begin_capture(stream s) {
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  }
+  graph end_capture(stream s) {
+    cudaGraph_t g = nullptr;
+    check(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+    return g;
+  }
+  graph_exec instantiate(graph g) {
+    cudaGraphExec_t x = nullptr;
+    check(cudaGraphInstantiate(&x, g, 0ULL), "cudaGraphInstantiate");
+    return x;
+  }
+  /// False when the graph's topology differs (then instantiate anew); other failures throw.
+  bool update(graph_exec x, graph g) {
+    cudaGraphExecUpdateResultInfo info{};
+    const cudaError_t e = cudaGraphExecUpdate(x, g, &info);
+    if (e == cudaErrorGraphExecUpdateFailure) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    check(e, "cudaGraphExecUpdate");
+    return true;
+  }
+  void launch(graph_exec x, stream s) { check(cudaGraphLaunch(x, s), "cudaGraphLaunch"); }
+  void destroy(graph g) { check(cudaGraphDestroy(g), "cudaGraphDestroy"); }
+  void destroy(graph_exec x) { check(cudaGraphExecDestroy(x), "cudaGraphExecDestroy"); }
+
   /// Waits for everything this driver's streams were given.
   void synchronize() {
     for (cudaStream_t s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -127,6 +158,6 @@ class runtime_driver {
   std::vector<cudaEvent_t> events_;
 };
 
-static_assert(device_driver<runtime_driver>);
+static_assert(device_driver<runtime_driver> && captures_graphs<runtime_driver>);
 
 }  // namespace pipetype::cuda
