@@ -19,7 +19,6 @@
 // `weight_grad` is given no buffer yet (it must accumulate its own gradients on the device).
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -32,18 +31,10 @@
 #include "pipetype/core/program.hpp"
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/exec/binding.hpp"
-#include "pipetype/io/text.hpp"
 
 namespace pipetype::cuda {
 
-/// The stages of a model (a chain or uniform_chain), as the executors bind them.
-template <class M>
-std::vector<host::stage_entry> entries_of(M& model) {
-  std::vector<host::stage_entry> out;
-  out.reserve(static_cast<std::size_t>(model.size()));
-  model.for_each_stage([&](int, auto& s) { out.push_back(host::detail::entry_of(s)); });
-  return out;
-}
+using host::entries_of;  // the stages of a model, as the executors bind them
 
 template <device_driver D>
 class rank_executor {
@@ -60,13 +51,7 @@ class rank_executor {
       throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank) + " is not in the plan's " +
                                   std::to_string(p.ranks) + " ranks");
     const int L = p.chain_length();
-    if (static_cast<int>(entries_.size()) != L)
-      throw host::shape_error("pipetype::cuda: the plan has " + std::to_string(L) + " model stages but the model has " +
-                              std::to_string(entries_.size()));
-    for (int s = 0; s + 1 < L; ++s)
-      if (entries_[static_cast<std::size_t>(s)].out_bytes() != entries_[static_cast<std::size_t>(s) + 1].in_bytes())
-        throw host::shape_error("pipetype::cuda: stage " + std::to_string(s) + "'s output and stage " +
-                                std::to_string(s + 1) + "'s input differ in size");
+    host::detail::check_model(p, entries_, "pipetype::cuda");
     if (comms_.size() < l.comms.size())
       throw std::invalid_argument("pipetype::cuda: the plan uses " + std::to_string(l.comms.size()) +
                                   " communicators, " + std::to_string(comms_.size()) + " given");
@@ -154,44 +139,17 @@ class rank_executor {
   void bind(const program_view& p, const lowered_view& l, int L) {
     const rank_resources& res = l.resources[static_cast<std::size_t>(rank_)];
     const std::span<const lowered_op> ops = l.rank_ops(rank_);
-    const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
     auto entry = [&](int s) -> const host::stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
-    // pools: the largest activation crossing into, out of or within this rank; stashes by slot
-    std::vector<char> here(S, 0);
-    for (const lowered_op& o : ops)
-      if (o.code == op_code::compute) here[static_cast<std::size_t>(o.stage)] = 1;
-    std::size_t act = 0, stash = 0;
-    for (std::size_t s = 0; s < S; ++s) {
-      if (!here[s]) continue;
-      const int si = static_cast<int>(s);
-      act =
-          std::max({act, !p.chain_head(si) ? entry(si).in_bytes() : 0, !p.chain_tail(si) ? entry(si).out_bytes() : 0});
-      stash = std::max(stash, entry(si).stash_bytes());
-    }
-    const std::size_t stride = host::detail::round_up64(act), stash_stride = host::detail::round_up64(stash);
+    const host::detail::rank_layout layout = host::detail::layout_of(p, ops, entries_);
+    const std::size_t stride = layout.stride;
     std::byte* acts = alloc(stride * static_cast<std::size_t>(res.activation_slots));
     std::byte* grads = alloc(stride * static_cast<std::size_t>(res.gradient_slots));
-    auto at = [&](std::byte* pool, int slot) {
+    std::byte* stashes = alloc(layout.stash_stride * static_cast<std::size_t>(layout.stash_slots));
+    auto at = [stride](std::byte* pool, int slot) {
       return slot < 0 ? nullptr : pool + stride * static_cast<std::size_t>(slot);
     };
-    // stash slots: live from F(s,j) to the last backward of (s,j); lowest free first
-    std::vector<int> last_use(S * m, -1), stash_slot(S * m, -1), op_stash(ops.size(), -1);
-    for (std::size_t i = 0; i < ops.size(); ++i)
-      if (ops[i].code == op_code::compute && ops[i].what != kind::F)
-        last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
-            static_cast<int>(i);
-    std::vector<char> busy;
-    if (stash > 0)
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const lowered_op& o = ops[i];
-        if (o.code != op_code::compute) continue;
-        const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
-        if (o.what == kind::F) stash_slot[q] = static_cast<int>(host::detail::take_lowest_free(busy));
-        op_stash[i] = stash_slot[q];
-        if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0)
-          busy[static_cast<std::size_t>(stash_slot[q])] = 0;
-      }
-    std::byte* stashes = alloc(stash_stride * busy.size());
+    auto act_at = [&](int slot) { return at(acts, slot); };
+    auto grad_at = [&](int slot) { return at(grads, slot); };
     // events and streams, once
     for (int e = 0; e < res.events; ++e) events_.push_back(d_.make_event());
     streams_[0] = d_.make_stream();
@@ -207,7 +165,7 @@ class rank_executor {
       const lowered_op& o = ops[i];
       if (o.code == op_code::send || o.code == op_code::recv) {
         const host::stage_entry& e = entry(o.stage);
-        transfers_.push_back({o.code == op_code::send, o.what == kind::F ? at(acts, o.slot) : at(grads, o.slot),
+        transfers_.push_back({o.code == op_code::send, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
                               o.what == kind::F ? e.out_bytes() : e.in_bytes(), o.peer, o.comm});
         ops_.back().last = static_cast<int>(transfers_.size());
         continue;
@@ -221,30 +179,11 @@ class rank_executor {
         x.first = x.last = static_cast<int>(transfers_.size());
       } else {
         const host::stage_entry& e = entry(o.stage);
-        host::bound_op& b = x.call;
-        b.code = o.code;
-        b.what = o.what;
-        b.stage = o.stage % L;
-        b.plan_stage = o.stage;
-        b.microbatch = o.microbatch;
-        b.fn = e.fn[static_cast<int>(o.what)];
-        if (b.fn == nullptr)
-          throw std::invalid_argument("pipetype::cuda: the schedule splits the backward (" +
-                                      to_text(action{o.what, o.stage, o.microbatch, false}) +
-                                      ") but the stage has no backward_input/backward_weight");
-        b.obj = e.obj;
-        b.n_in = static_cast<std::uint32_t>(e.in_elems);
-        b.n_out = static_cast<std::uint32_t>(e.out_elems);
-        b.in = at(acts, o.slot);
-        if (o.what == kind::F) {
-          b.out = at(acts, o.out_slot);
-        } else {
-          b.grad_out = at(grads, o.grad_slot);
-          b.grad_in = at(grads, o.out_slot);
-        }
-        b.stash = op_stash[i] >= 0 ? stashes + stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr;
-        b.n_stash = b.stash ? static_cast<std::uint32_t>(e.stash_elems) : 0;
-        b.stream = d_.native(streams_[0]);
+        host::detail::check_split(e, action{o.what, o.stage, o.microbatch, false}, "pipetype::cuda");
+        const int st = layout.op_stash[i];
+        host::detail::bind_compute(x.call, o, e, L, act_at, grad_at,
+                                   st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr);
+        x.call.stream = d_.native(streams_[0]);
       }
       ops_.push_back(x);
     }

@@ -226,7 +226,117 @@ inline std::size_t take_lowest_free(std::vector<char>& busy) {
 
 inline std::string action_name(const lowered_op& o) { return to_text(action{o.what, o.stage, o.microbatch, false}); }
 
+// ---- pieces every executor's binding shares (host threads here, cuda/executor.hpp) ----------
+
+/// The model fits the plan: one entry per model stage, each stage's output the next one's input.
+/// `who` prefixes the message ("pipetype::host").
+inline void check_model(const program_view& p, const std::vector<stage_entry>& entries, const std::string& who) {
+  const int L = p.chain_length();  // the model's stages (the plan's, unless it has several chains)
+  if (static_cast<int>(entries.size()) != L)
+    throw shape_error(who + ": the plan has " + std::to_string(p.stages) + " stages" +
+                      (p.chains > 1 ? " (" + std::to_string(p.chains) + " chains of " + std::to_string(L) + ")" : "") +
+                      " but the model has " + std::to_string(entries.size()));
+  for (int s = 0; s + 1 < L; ++s) {
+    const stage_entry& a = entries[static_cast<std::size_t>(s)];
+    const stage_entry& b = entries[static_cast<std::size_t>(s) + 1];
+    if (a.out_bytes() != b.in_bytes() || a.out_size != b.in_size)
+      throw shape_error(who + ": stage " + std::to_string(s) + " gives " + std::to_string(a.out_elems) +
+                        " elements of " + std::to_string(a.out_size) + " bytes but stage " + std::to_string(s + 1) +
+                        " takes " + std::to_string(b.in_elems) + " of " + std::to_string(b.in_size));
+  }
+}
+
+/// An I or W action meets a stage that cannot split its backward.
+inline void check_split(const stage_entry& e, const action& a, const std::string& who) {
+  if ((a.what == kind::I || a.what == kind::W) && !e.split)
+    throw std::invalid_argument(who + ": the schedule splits the backward (stage " + std::to_string(a.stage) +
+                                ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a) +
+                                ") but the stage has no backward_input/backward_weight");
+}
+
+/// One rank's buffer layout: the stride of its activation and gradient slots (the largest
+/// activation crossing into, out of or within the rank), its stash stride, and per op the stash
+/// slot it uses — live from F(s,j) to the last backward of (s,j) on the rank, lowest free first.
+struct rank_layout {
+  std::size_t stride = 0, stash_stride = 0;
+  int stash_slots = 0;
+  std::vector<int> op_stash;  // per lowered op of the rank; -1: none
+};
+
+inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> ops,
+                             const std::vector<stage_entry>& entries) {
+  const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
+  const std::size_t L = entries.size();
+  std::vector<char> here(S, 0);
+  for (const lowered_op& o : ops)
+    if (o.code == op_code::compute) here[static_cast<std::size_t>(o.stage)] = 1;
+  std::size_t act = 0, stash = 0;
+  for (std::size_t s = 0; s < S; ++s) {
+    if (!here[s]) continue;
+    const stage_entry& e = entries[s % L];
+    const int si = static_cast<int>(s);
+    act = std::max({act, !p.chain_head(si) ? e.in_bytes() : 0, !p.chain_tail(si) ? e.out_bytes() : 0});
+    stash = std::max(stash, e.stash_bytes());
+  }
+  rank_layout out;
+  out.stride = round_up64(act);
+  out.stash_stride = round_up64(stash);
+  out.op_stash.assign(ops.size(), -1);
+  if (stash == 0) return out;
+  std::vector<int> last_use(S * m, -1), stash_slot(S * m, -1);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].code == op_code::compute && ops[i].what != kind::F)
+      last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
+          static_cast<int>(i);
+  std::vector<char> busy;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const lowered_op& o = ops[i];
+    if (o.code != op_code::compute) continue;
+    const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
+    if (o.what == kind::F) stash_slot[q] = static_cast<int>(take_lowest_free(busy));
+    out.op_stash[i] = stash_slot[q];
+    if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0)
+      busy[static_cast<std::size_t>(stash_slot[q])] = 0;
+  }
+  out.stash_slots = static_cast<int>(busy.size());
+  return out;
+}
+
+/// The stage call of a compute op: what it runs and the buffers it reads and writes, given the
+/// rank's activation and gradient slot addresses and its stash (nullptr: none).
+template <class ActAt, class GradAt>
+void bind_compute(bound_op& b, const lowered_op& o, const stage_entry& e, int L, ActAt act_at, GradAt grad_at,
+                  std::byte* stash) {
+  b.code = o.code;
+  b.what = o.what;
+  b.stage = o.stage % L;  // what the stage sees in its context
+  b.plan_stage = o.stage;
+  b.microbatch = o.microbatch;
+  b.fn = e.fn[static_cast<int>(o.what)];
+  b.obj = e.obj;
+  b.n_in = static_cast<std::uint32_t>(e.in_elems);
+  b.n_out = static_cast<std::uint32_t>(e.out_elems);
+  b.in = act_at(o.slot);
+  if (o.what == kind::F) {
+    b.out = act_at(o.out_slot);
+  } else {
+    b.grad_out = grad_at(o.grad_slot);
+    b.grad_in = grad_at(o.out_slot);
+  }
+  b.stash = stash;
+  b.n_stash = stash ? static_cast<std::uint32_t>(e.stash_elems) : 0;
+}
+
 }  // namespace detail
+
+/// The stages of a model (a chain or uniform_chain), as the executors bind them.
+template <class M>
+std::vector<stage_entry> entries_of(M& model) {
+  std::vector<stage_entry> out;
+  out.reserve(static_cast<std::size_t>(model.size()));
+  model.for_each_stage([&](int, auto& s) { out.push_back(detail::entry_of(s)); });
+  return out;
+}
 
 /// The lowered and compute views of a plan (compile-time or run-time).
 struct plan_views {
@@ -284,18 +394,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   out.microbatches = p.microbatches;
   out.comms = static_cast<int>(l.comms.size());
   const int L = p.chain_length();  // the model's stages (the plan's, unless it has several chains)
-  if (static_cast<int>(entries.size()) != L)
-    throw shape_error("pipetype::host: the plan has " + std::to_string(p.stages) + " stages" +
-                      (p.chains > 1 ? " (" + std::to_string(p.chains) + " chains of " + std::to_string(L) + ")" : "") +
-                      " but the model has " + std::to_string(entries.size()));
-  for (int s = 0; s + 1 < L; ++s) {
-    const stage_entry& a = entries[static_cast<std::size_t>(s)];
-    const stage_entry& b = entries[static_cast<std::size_t>(s) + 1];
-    if (a.out_bytes() != b.in_bytes() || a.out_size != b.in_size)
-      throw shape_error("pipetype::host: stage " + std::to_string(s) + " gives " + std::to_string(a.out_elems) +
-                        " elements of " + std::to_string(a.out_size) + " bytes but stage " + std::to_string(s + 1) +
-                        " takes " + std::to_string(b.in_elems) + " of " + std::to_string(b.in_size));
-  }
+  detail::check_model(p, entries, "pipetype::host");
   out.batch_bytes = entries.front().in_bytes();
   const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
 
@@ -305,9 +404,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
     const std::string where =
         "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a);
-    if ((a.what == kind::I || a.what == kind::W) && !e.split)
-      throw std::invalid_argument("pipetype::host: the schedule splits the backward (" + where +
-                                  ") but the stage has no backward_input/backward_weight");
+    detail::check_split(e, a, "pipetype::host");
     if (p.chains > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
       throw std::invalid_argument("pipetype::host: " + where + ": the plan runs the model's stage " +
                                   std::to_string(a.stage % L) + " in " + std::to_string(p.chains) +
@@ -331,7 +428,6 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     for (const action& a : p.rank_actions(r)) owner[static_cast<std::size_t>(a.stage)] = r;
 
   out.rank.resize(static_cast<std::size_t>(p.ranks));
-  std::vector<int> stash_slot(S * m, -1), last_use(S * m, -1);
   struct held_later {
     int stage, microbatch, slot;
     const std::byte* grad = nullptr;
@@ -341,17 +437,10 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   for (int r = 0; r < p.ranks; ++r) {
     bound_rank& br = out.rank[static_cast<std::size_t>(r)];
     const rank_resources& res = l.resources[static_cast<std::size_t>(r)];
-    // pools: the largest activation crossing into, out of or within this rank
-    std::size_t act = 0, stash = 0;
-    for (std::size_t s = 0; s < S; ++s) {
-      if (owner[s] != r) continue;
-      const stage_entry& e = E[s % E.size()];
-      const int si = static_cast<int>(s);
-      act = std::max({act, !p.chain_head(si) ? e.in_bytes() : 0, !p.chain_tail(si) ? e.out_bytes() : 0});
-      stash = std::max(stash, e.stash_bytes());
-    }
-    br.activation_stride = detail::round_up64(act);
-    br.stash_stride = detail::round_up64(stash);
+    const std::span<const lowered_op> ops = l.rank_ops(r);
+    const detail::rank_layout layout = detail::layout_of(p, ops, E);
+    br.activation_stride = layout.stride;
+    br.stash_stride = layout.stash_stride;
     br.activations = detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.activation_slots));
     br.gradients = detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.gradient_slots));
     auto act_at = [&](int slot) {
@@ -360,27 +449,9 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     auto grad_at = [&](int slot) {
       return slot < 0 ? nullptr : br.gradients.data() + br.activation_stride * static_cast<std::size_t>(slot);
     };
-
-    // stash slots: live from F(s,j) to the last backward of (s,j) on this rank; lowest free first
-    const std::span<const lowered_op> ops = l.rank_ops(r);
-    for (std::size_t i = 0; i < ops.size(); ++i)
-      if (ops[i].code == op_code::compute && ops[i].what != kind::F)
-        last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
-            static_cast<int>(i);
-    std::vector<char> busy;
-    std::vector<int> op_stash(ops.size(), -1);
-    if (stash > 0)
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const lowered_op& o = ops[i];
-        if (o.code != op_code::compute) continue;
-        const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
-        if (o.what == kind::F) stash_slot[q] = static_cast<int>(detail::take_lowest_free(busy));
-        op_stash[i] = stash_slot[q];
-        if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0)
-          busy[static_cast<std::size_t>(stash_slot[q])] = 0;
-      }
-    br.stash_slots = static_cast<int>(busy.size());
-    br.stashes = detail::aligned_bytes(br.stash_stride * busy.size());
+    const std::vector<int>& op_stash = layout.op_stash;
+    br.stash_slots = layout.stash_slots;
+    br.stashes = detail::aligned_bytes(br.stash_stride * static_cast<std::size_t>(layout.stash_slots));
 
     // weight gradients handed to pipetype: each B/W writes into a held slot; after it, the held
     // ones that are next in microbatch order are added (so out-of-order backwards still add in order)
@@ -438,7 +509,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       bound_op b;
       b.code = o.code;
       b.what = o.what;
-      b.stage = o.stage % L;  // what the stage sees in its context
+      b.stage = o.stage % L;
       b.plan_stage = o.stage;
       b.microbatch = o.microbatch;
       b.index = static_cast<int>(i);
@@ -449,21 +520,9 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       }
       if (o.code == op_code::compute) {
         const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
-        b.fn = e.fn[static_cast<int>(o.what)];
-        b.obj = e.obj;
-        b.n_in = static_cast<std::uint32_t>(e.in_elems);
-        b.n_out = static_cast<std::uint32_t>(e.out_elems);
-        b.n_stash = static_cast<std::uint32_t>(e.stash_elems);
-        b.in = act_at(o.slot);
-        if (o.what == kind::F) {
-          b.out = act_at(o.out_slot);
-        } else {
-          b.grad_out = grad_at(o.grad_slot);
-          b.grad_in = grad_at(o.out_slot);
-        }
-        b.stash =
-            op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr;
-        if (b.stash == nullptr) b.n_stash = 0;
+        detail::bind_compute(
+            b, o, e, L, act_at, grad_at,
+            op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr);
         if (wg_slot[i] >= 0) {
           b.weight_grad = br.weight_grads.data() + wg_base[static_cast<std::size_t>(wg_slot[i])];
           b.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);

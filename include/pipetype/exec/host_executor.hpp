@@ -383,14 +383,6 @@ class engine {
   std::chrono::steady_clock::time_point t0_;
 };
 
-template <class M>
-std::vector<stage_entry> entries_of(M& model) {
-  std::vector<stage_entry> out;
-  out.reserve(static_cast<std::size_t>(model.size()));
-  model.for_each_stage([&](int, auto& s) { out.push_back(detail::entry_of(s)); });
-  return out;
-}
-
 /// Instantiated for each stage type when a compile-time plan splits backwards into I and W; a
 /// stage that offers only a full `backward` stops the build here, and the compiler's message
 /// names it: `split_schedule_needs_backward_input_and_backward_weight<your_stage>`.
@@ -429,7 +421,7 @@ class executor {
   /// (std::invalid_argument).
   template <class Plan>
   executor(const Plan& plan, Model& model, const executor_options& opt = {})
-      : engine_(bind(views_of(plan), detail::entries_of(model), {opt.ordered_gradients}), opt) {
+      : engine_(bind(views_of(plan), entries_of(model), {opt.ordered_gradients}), opt) {
     static_assert(detail::stages_fit_plan<Plan, Model>());
   }
 
