@@ -4,91 +4,118 @@
 //   ./build/release/bench/bench_cuda_issue
 //
 // The driver counts its calls and does nothing else (a CUDA driver's calls enqueue work
-// asynchronously; their own cost is the same in both rows, so it is left out). BM_executor_step:
-// rank_executor::step, the bound issue list walked in lowered order. BM_hand_written: the same
-// calls, read from a flat array recorded from one step (the least any issuing code could do
-// short of compiling the schedule into straight-line code), the stage calls through the same
-// function pointers. The issue's target: executor ≤ 1.05 × hand-written (`ratio` in the note
-// comes from one run of both).
-#include <pipetype/cuda/executor.hpp>
+// asynchronously; their own cost is the same in every row, so it is left out). The stage calls
+// go through the same function pointers and bound ops in every row. Per case (0: 1F1B p = 4,
+// m = 8; 1: DualPipeV p = 4, m = 8; rank 1 of both):
+//   BM_executor_step   rank_executor::step, the bound issue list walked in lowered order.
+//   BM_executor_unrolled  rank_executor::step_unrolled on the compile-time plan of the same
+//                      schedule: the issue list unrolled by the compiler into straight-line code.
+//   BM_straight_line   the hand-written baseline: a function whose body is the same calls
+//                      written out in order, constants inlined, buffers a pool's base plus a
+//                      constant offset, no loop and no dispatch. gen_straight_line.cpp writes it
+//                      at build time from one recorded step (straight_line.gen.cpp in the build
+//                      folder); the row checks that it makes as many driver calls as the executor.
+//   BM_flat_replay     the same calls read from a flat array of records with a switch (what
+//                      issuing code that interprets a recording costs).
+// The issue's target: executor ≤ 1.05 × straight line.
+#include "cuda_issue.hpp"
+
 #include <pipetype/cuda/record.hpp>
-#include <pipetype/pipetype.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <vector>
 
-namespace pt = pipetype;
 namespace pc = pipetype::cuda;
+using namespace pipetype_bench;
 
 namespace {
 
-struct quiet {
-  using input = pt::tensor<float, 16>;
-  using output = pt::tensor<float, 16>;
-  void forward(const pt::forward_ctx<quiet>& c) { benchmark::DoNotOptimize(c.input.data()); }
-  void backward(const pt::backward_ctx<quiet>& c) { benchmark::DoNotOptimize(c.grad_output.data()); }
-  void backward_input(const pt::backward_ctx<quiet>& c) { benchmark::DoNotOptimize(c.grad_output.data()); }
-  void backward_weight(const pt::backward_ctx<quiet>& c) { benchmark::DoNotOptimize(c.input.data()); }
-};
-
-// Counts calls; every argument goes through DoNotOptimize so nothing is folded away.
-struct counting_driver {
-  using stream = int;
-  using event = int;
-  using comm = int;
-  std::uint64_t calls = 0;
-  std::vector<std::vector<std::byte>> blocks;
-  void* allocate(std::size_t n) {
-    blocks.emplace_back(n ? n : 1);
-    return blocks.back().data();
-  }
-  stream make_stream() { return streams++; }
-  event make_event() { return events++; }
-  void* native(stream s) const { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(s) + 1); }
-  void record(event e, stream s) { note(e, s); }
-  void wait(stream s, event e) { note(e, s); }
-  void group_start() { ++calls; }
-  void group_end() { ++calls; }
-  void send(const void* p, std::size_t n, int peer, comm c, stream s) { note(p, n, peer, c, s); }
-  void recv(void* p, std::size_t n, int peer, comm c, stream s) { note(p, n, peer, c, s); }
-  template <class... A>
-  void note(const A&... a) {
-    (benchmark::DoNotOptimize(a), ...);
-    ++calls;
-  }
-  int streams = 0, events = 0;
-};
-
-constexpr int bench_rank = 1;
-
-pt::runtime_plan plan_of(int which) {
-  return pt::build_plan(which == 0 ? pt::make_one_f_one_b(4, 8) : pt::make_dualpipe_v(4, 8));
+void count_ops(benchmark::State& state, int ops) {
+  state.counters["ops"] = ops;
+  state.counters["ns_per_op"] =
+      benchmark::Counter(static_cast<double>(ops) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_executor_step(benchmark::State& state) {
   const pt::runtime_plan plan = plan_of(static_cast<int>(state.range(0)));
-  pt::uniform_chain<quiet> model(std::vector<quiet>(static_cast<std::size_t>(plan.compute.view().chain_length())));
+  auto model = model_of(plan);
   counting_driver d;
-  std::vector<int> comms(plan.lowered.comms.size(), 0);
-  pc::rank_executor ex{pt::host::views_of(plan), bench_rank, pc::entries_of(model), d, comms};
-  std::vector<float> batch(16 * 8);
+  auto ex = executor_of(plan, model, d);
+  const std::vector<float> batch = batch_of(plan);
   for (auto _ : state) ex.step(batch.data());
-  state.counters["ops"] = ex.ops();
-  state.counters["ns_per_op"] =
-      benchmark::Counter(static_cast<double>(ex.ops()) * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  count_ops(state, ex.ops());
+}
+
+constexpr auto static_1f1b = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>();
+constexpr auto static_dualpipe_v = pt::make_plan<pt::dualpipe_v<pt::ranks<4>, pt::microbatches<8>>>();
+
+template <const auto& Plan>
+void run_unrolled(benchmark::State& state, const pt::runtime_plan& plan) {
+  auto model = model_of(plan);
+  counting_driver d, check;
+  pc::rank_executor<counting_driver> ex{pt::host::views_of(Plan), bench_rank, pc::entries_of(model), d,
+                                        std::vector<int>(Plan.lowered().comms.size(), 0)};
+  const std::vector<float> batch = batch_of(plan);
+  {  // the same program as the run-time plan's: as many ops and driver calls
+    auto rt = executor_of(plan, model, check);
+    rt.step(batch.data());
+    ex.step_unrolled<Plan, bench_rank>(batch.data());
+    if (d.calls != check.calls || rt.ops() != ex.ops()) {
+      state.SkipWithError("the compile-time plan differs from the run-time plan");
+      return;
+    }
+  }
+  for (auto _ : state) ex.step_unrolled<Plan, bench_rank>(batch.data());
+  count_ops(state, ex.ops());
+}
+
+void BM_executor_unrolled(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const pt::runtime_plan plan = plan_of(which);
+  if (which == 0)
+    run_unrolled<static_1f1b>(state, plan);
+  else
+    run_unrolled<static_dualpipe_v>(state, plan);
+}
+
+// The generated straight-line step, over pools allocated as the executor allocates them.
+void BM_straight_line(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const straight_line& sl = straight_line_of(which);
+  const pt::runtime_plan plan = plan_of(which);
+  auto model = model_of(plan);
+  const std::vector<pt::host::stage_entry> entries = pc::entries_of(model);
+  counting_driver d;
+  std::vector<std::byte*> pools;
+  for (const std::size_t n : sl.pool_bytes) pools.push_back(static_cast<std::byte*>(d.allocate(n)));
+  std::vector<pt::host::bound_op> calls(static_cast<std::size_t>(sl.stage_calls));
+  sl.bind(d, pools.data(), entries.data(), calls.data());
+  const std::vector<float> batch = batch_of(plan);
+  const auto* b = reinterpret_cast<const std::byte*>(batch.data());
+  {  // as many driver calls as the executor's step
+    counting_driver ed;
+    auto ex = executor_of(plan, model, ed);
+    ex.step(batch.data());
+    sl.step(d, pools.data(), calls.data(), b);
+    if (d.calls != ed.calls || sl.ops != ex.ops()) {
+      state.SkipWithError("the generated step does not match the executor's (rebuild gen_straight_line)");
+      return;
+    }
+  }
+  for (auto _ : state) sl.step(d, pools.data(), calls.data(), b);
+  count_ops(state, sl.ops);
 }
 
 // The same calls replayed from a flat array recorded from one step.
-void BM_hand_written(benchmark::State& state) {
+void BM_flat_replay(benchmark::State& state) {
   const pt::runtime_plan plan = plan_of(static_cast<int>(state.range(0)));
-  pt::uniform_chain<quiet> model(std::vector<quiet>(static_cast<std::size_t>(plan.compute.view().chain_length())));
+  auto model = model_of(plan);
   pc::record_driver rec;
-  std::vector<int> comms(plan.lowered.comms.size(), 0);
-  pc::rank_executor ex{pt::host::views_of(plan), bench_rank, pc::entries_of(model), rec, comms};
-  std::vector<float> batch(16 * 8);
+  auto ex = executor_of(plan, model, rec);
+  std::vector<float> batch = batch_of(plan);
   rec.clear();
   ex.step(batch.data());
   // compact: one 32-byte record per call; the stage calls' contexts in a side table
@@ -154,16 +181,15 @@ void BM_hand_written(benchmark::State& state) {
         default:
           break;
       }
-  state.counters["ops"] = ex.ops();
-  state.counters["ns_per_op"] =
-      benchmark::Counter(static_cast<double>(ex.ops()) * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  count_ops(state, ex.ops());
 }
 
 }  // namespace
 
 // 0: 1F1B p = 4, m = 8; 1: DualPipeV p = 4, m = 8 (rank 1)
 BENCHMARK(BM_executor_step)->Arg(0)->Arg(1);
-BENCHMARK(BM_hand_written)->Arg(0)->Arg(1);
+BENCHMARK(BM_executor_unrolled)->Arg(0)->Arg(1);
+BENCHMARK(BM_straight_line)->Arg(0)->Arg(1);
+BENCHMARK(BM_flat_replay)->Arg(0)->Arg(1);
 
 BENCHMARK_MAIN();

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace pc = pipetype::cuda;
@@ -30,4 +32,22 @@ TEST_CASE("cuda runtime: without a device, the driver's first call fails with ra
     CHECK(what.find("cudaSetDevice failed") != std::string::npos);
     CHECK(what.find("cudaError") != std::string::npos);  // the error's name, e.g. cudaErrorInsufficientDriver
   }
+}
+
+TEST_CASE("cuda runtime: NCCL's unique id without a way to share it is refused with what to do") {
+  ::unsetenv("NCCL_COMM_ID");
+  pc::launch_info l;
+  l.rank = 1;
+  l.world = 4;
+  CHECK_THROWS_WITH(pc::unique_id(l), doctest::Contains("set NCCL_COMM_ID=<host>:<port> or give a file"));
+}
+
+TEST_CASE("cuda runtime: NCCL_COMM_ID gives every rank the same id, computed locally") {
+  ::setenv("NCCL_COMM_ID", "127.0.0.1:29517", 1);
+  pc::launch_info a, b;
+  a.world = b.world = 2;
+  b.rank = 1;
+  const ncclUniqueId x = pc::unique_id(a), y = pc::unique_id(b);
+  ::unsetenv("NCCL_COMM_ID");
+  CHECK(std::memcmp(x.internal, y.internal, sizeof(x.internal)) == 0);
 }

@@ -9,22 +9,35 @@
 //   [wait(stream, event)]  compute: the stage's forward/backward on the compute stream
 //                          group:   group_start, its sends and recvs on the comm stream, group_end
 //   [record(event, stream)]
-// — no allocation, no creation, no decision. What the stage receives is the host executor's
+// — no allocation, no creation, no decision. For a plan known at compile time,
+// `step_unrolled<plan, rank>()` issues the same calls as straight-line code: the op list is a
+// constant, so the compiler unrolls it into one call after another with every stream, event,
+// kind and peer decided at compile time (bench_cuda_issue measures both against hand-written
+// code). What the stage receives is the host executor's
 // context (graph/stage.hpp) with device pointers and `stream`, the driver's native stream (a
 // cudaStream_t with the CUDA driver) to launch its kernels on.
 //
-// State of play (issue 4): this CUDA-free core and the record driver (record.hpp) are tested on
-// CPU (tests/cuda); the CUDA + NCCL driver, loopback transport, graph capture, weight-gradient
-// accumulation on the device and the bootstrap are the next steps. A stage that declares
-// `weight_grad` is given no buffer yet (it must accumulate its own gradients on the device).
+// Transfers name the peer by its rank in the communicator: lowered communicator c joins ranks
+// comms[c].rank_a (rank 0 in it) and comms[c].rank_b (rank 1), as make_communicators creates them.
+//
+// Weight gradients: a stage that declares `weight_grad` writes each microbatch's into a slot the
+// executor allocated; after the B/W, the held ones next in microbatch order are added through the
+// stage's `add_weight_grad(span, stream)` on the compute stream (on a device pipetype has no
+// kernel of its own; a driver with `host_memory` lets the plain host loop do it). A later chain's
+// (DualPipe's second direction) are added at the end of the step. So each rank's stage objects
+// hold the same sums, in the same order, under every schedule. Under DualPipe a model stage runs
+// on two ranks: give every rank its own stage objects and sum the two copies' gradients after
+// the step (an all-reduce between the pair).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "pipetype/compile/lowered.hpp"
@@ -32,9 +45,91 @@
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/exec/binding.hpp"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PIPETYPE_INLINE [[gnu::always_inline]] inline
+#else
+#define PIPETYPE_INLINE inline
+#endif
+
 namespace pipetype::cuda {
 
 using host::entries_of;  // the stages of a model, as the executors bind them
+
+/// A captured step's executable graph: the first capture instantiates it; a later one updates it
+/// in place (cudaGraphExecUpdate) when only addresses changed, else instantiates anew.
+template <class D>
+struct step_graph {
+  typename D::graph_exec exec{};
+  bool captured = false;
+  int instantiations = 0, updates = 0;
+
+  void take(D& d, typename D::graph g) {
+    if (captured && d.update(exec, g)) {
+      ++updates;
+    } else {
+      if (captured) d.destroy(exec);
+      exec = d.instantiate(g);
+      captured = true;
+      ++instantiations;
+    }
+    d.destroy(g);
+  }
+  void launch(D& d, typename D::stream s) {
+    if (!captured) throw std::logic_error("pipetype::cuda: replay() before capture()");
+    d.launch(exec, s);
+  }
+};
+
+namespace detail {
+struct no_graph {};
+
+// A rank's issue list as compile-time constants (rank_executor::step_unrolled).
+struct static_issue {
+  op_code code = op_code::compute;
+  int stream = 0, wait = -1, record = -1;
+  std::size_t index = 0, last = 0;  // compute: the call's index; group: its transfers [index, last)
+};
+struct static_transfer {
+  bool send = false;
+  int peer = 0;  // in the communicator
+};
+template <const auto& Plan, int Rank>
+struct static_program {
+  static constexpr lowered_view lowered = Plan.lowered();
+  static constexpr std::size_t count(bool transfers) {
+    std::size_t n = 0;
+    for (const lowered_op& o : lowered.rank_ops(Rank))
+      n += (o.code == op_code::send || o.code == op_code::recv) == transfers;
+    return n;
+  }
+  static constexpr auto issues = [] {
+    std::array<static_issue, count(false)> out{};
+    std::size_t k = 0, calls = 0, transfers = 0;
+    for (const lowered_op& o : lowered.rank_ops(Rank)) {
+      if (o.code == op_code::send || o.code == op_code::recv) {
+        out[k - 1].last = ++transfers;
+        continue;
+      }
+      static_issue& x = out[k++];
+      x.code = o.code;
+      x.stream = static_cast<int>(o.stream);
+      x.wait = o.wait_event;
+      x.record = o.record_event;
+      x.index = x.last = o.code == op_code::compute ? calls++ : transfers;
+    }
+    return out;
+  }();
+  static constexpr auto transfers = [] {
+    std::array<static_transfer, count(true)> out{};
+    std::size_t k = 0;
+    for (const lowered_op& o : lowered.rank_ops(Rank))
+      if (o.code == op_code::send || o.code == op_code::recv)
+        out[k++] = {o.code == op_code::send,
+                    o.peer == lowered.comms[static_cast<std::size_t>(o.comm)].rank_a ? 0 : 1};
+    return out;
+  }();
+};
+}  // namespace detail
 
 template <device_driver D>
 class rank_executor {
@@ -43,7 +138,7 @@ class rank_executor {
   /// and creating everything through `driver`; `comms[c]` is lowered communicator c (only those
   /// the rank is a member of are used).
   rank_executor(const host::plan_views& v, int rank, std::vector<host::stage_entry> entries, D& driver,
-                std::vector<typename D::comm> comms)
+                std::vector<typename D::comm> comms, const host::binding_options& opt = {})
       : d_(driver), rank_(rank), entries_(std::move(entries)), comms_(std::move(comms)) {
     const program_view& p = v.compute;
     const lowered_view& l = v.lowered;
@@ -52,6 +147,15 @@ class rank_executor {
                                   std::to_string(p.ranks) + " ranks");
     const int L = p.chain_length();
     host::detail::check_model(p, entries_, "pipetype::cuda");
+    host::detail::check_gradients(p, entries_, opt.ordered_gradients, "pipetype::cuda");
+    if constexpr (!host_memory<D>)
+      for (std::size_t s = 0; s < entries_.size(); ++s)
+        if (entries_[s].add != nullptr && !entries_[s].adds_on_stream)
+          throw std::invalid_argument(
+              "pipetype::cuda: stage " + std::to_string(s) +
+              " declares a weight_grad but has no add_weight_grad(std::span<const T> g, void* stream): on a device "
+              "pipetype cannot add weight gradients itself; give the stage that member (launch the add on "
+              "`stream`) or accumulate in the stage and drop weight_grad");
     if (comms_.size() < l.comms.size())
       throw std::invalid_argument("pipetype::cuda: the plan uses " + std::to_string(l.comms.size()) +
                                   " communicators, " + std::to_string(comms_.size()) + " given");
@@ -62,27 +166,46 @@ class rank_executor {
   /// One step: `batch` is stage 0's input for every microbatch (microbatch j at j × its bytes),
   /// read only on the rank that holds a chain's first stage (device memory with the CUDA driver).
   void step(const void* batch) {
+    // locals, so the compiler need not reload them after every driver call
+    D& d = d_;
+    const host::bound_op* const calls = calls_.data();
+    const transfer* const tr = transfers_.data();
     const auto* b = static_cast<const std::byte*>(batch);
-    for (const issue_op& o : ops_) {
-      const typename D::stream s = streams_[o.stream];
-      if (o.wait >= 0) d_.wait(s, events_[static_cast<std::size_t>(o.wait)]);
-      if (o.code == op_code::compute) {
-        if constexpr (observes_compute<D>)
-          d_.on_compute(s, kind_char(o.call.what), o.call.plan_stage, o.call.microbatch);
-        o.call.fn(o.call.obj, o.call, b);
+    for (const issue_op* o = ops_.data(), *e = o + ops_.size(); o != e; ++o) {
+      const typename D::stream s = o->s;
+      if (o->has_wait) d.wait(s, o->wait);
+      if (o->code == op_code::compute) {
+        compute(d, calls[o->index], s, b);
       } else {
-        d_.group_start();
-        for (int k = o.first; k < o.last; ++k) {
-          const transfer& x = transfers_[static_cast<std::size_t>(k)];
-          if (x.send)
-            d_.send(x.buf, x.bytes, x.peer, comms_[static_cast<std::size_t>(x.comm)], s);
+        d.group_start();
+        for (const transfer *x = tr + o->index, *end = tr + o->last; x != end; ++x) {
+          if (x->send)
+            d.send(x->buf, x->bytes, x->peer, x->c, s);
           else
-            d_.recv(x.buf, x.bytes, x.peer, comms_[static_cast<std::size_t>(x.comm)], s);
+            d.recv(x->buf, x->bytes, x->peer, x->c, s);
         }
-        d_.group_end();
+        d.group_end();
       }
-      if (o.record >= 0) d_.record(events_[static_cast<std::size_t>(o.record)], s);
+      if (o->has_record) d.record(o->record, s);
     }
+    if (!later_.empty()) add_later();
+  }
+
+  /// The same step for a plan known at compile time (`Plan` a constexpr plan with static storage,
+  /// `Rank` this executor's rank), as straight-line code: one call after another, the kinds,
+  /// streams, events and peers compile-time constants, only the addresses read from the binding.
+  ///   static constexpr auto plan = pipetype::make_plan<S>();
+  ///   ex.step_unrolled<plan, 1>(batch);
+  template <const auto& Plan, int Rank>
+  void step_unrolled(const void* batch) {
+    using P = detail::static_program<Plan, Rank>;
+    if (rank_ != Rank || ops_.size() != P::issues.size() || transfers_.size() != P::transfers.size())
+      throw std::logic_error("pipetype::cuda: step_unrolled<plan, " + std::to_string(Rank) +
+                             ">: this executor was bound to rank " + std::to_string(rank_) + " of another plan");
+    const static_args a{d_, calls_.data(), transfers_.data(), events_.data(), streams_[0], streams_[1],
+                        static_cast<const std::byte*>(batch)};
+    issue_all<P>(a, std::make_index_sequence<P::issues.size()>{});
+    if (!later_.empty()) add_later();
   }
 
   /// Records one step into a graph (fork from an origin stream to the compute and communication
@@ -99,42 +222,89 @@ class rank_executor {
       d_.record(join_[s], streams_[s]);
       d_.wait(origin, join_[s]);
     }
-    const typename D::graph g = d_.end_capture(origin);
-    if (captured_ && d_.update(exec_, g)) {
-      ++updates_;
-    } else {
-      if (captured_) d_.destroy(exec_);
-      exec_ = d_.instantiate(g);
-      captured_ = true;
-      ++instantiations_;
-    }
-    d_.destroy(g);
+    graph_.take(d_, d_.end_capture(origin));
   }
   /// Launches the captured step on the origin stream (capture() first).
-  void replay() requires captures_graphs<D> {
-    if (!captured_) throw std::logic_error("pipetype::cuda: replay() before capture()");
-    d_.launch(exec_, origin_);
-  }
-  int instantiations() const noexcept { return instantiations_; }
-  int updates() const noexcept { return updates_; }
+  void replay() requires captures_graphs<D> { graph_.launch(d_, origin_); }
+  int instantiations() const noexcept requires captures_graphs<D> { return graph_.instantiations; }
+  int updates() const noexcept requires captures_graphs<D> { return graph_.updates; }
 
   int rank() const noexcept { return rank_; }
   std::size_t batch_bytes() const noexcept { return batch_bytes_; }  // per microbatch
   int ops() const noexcept { return static_cast<int>(ops_.size()); }
+  typename D::stream compute_stream() const noexcept { return streams_[0]; }
+  typename D::stream comm_stream() const noexcept { return streams_[1]; }
 
  private:
   struct transfer {
     bool send = false;
+    int peer = -1;  // in the communicator
     void* buf = nullptr;
     std::size_t bytes = 0;
-    int peer = -1, comm = -1;
+    typename D::comm c{};
   };
+  struct later_add {
+    host::add_fn add = nullptr;
+    void* obj = nullptr;
+    const std::byte* grad = nullptr;
+    int stage = -1, microbatch = -1;
+  };
+  // One op as issued: its stream and events resolved to the driver's handles.
   struct issue_op {
     op_code code = op_code::compute;
-    int stream = 0, wait = -1, record = -1;
-    host::bound_op call;      // compute: the stage call, pointers into the device pools
-    int first = 0, last = 0;  // group: transfers_[first, last)
+    bool has_wait = false, has_record = false;
+    std::uint32_t index = 0;  // compute: calls_[index]; group: transfers_[index, last)
+    std::uint32_t last = 0;
+    typename D::stream s{};
+    typename D::event wait{}, record{};
   };
+
+  PIPETYPE_INLINE void compute(D& d, const host::bound_op& c, typename D::stream s, const std::byte* b) {
+    if constexpr (observes_compute<D>) d.on_compute(s, kind_char(c.what), c.plan_stage, c.microbatch);
+    c.fn(c.obj, c, b);
+    for (int k = 0; k < c.add_count; ++k) c.add(c.obj, adds_[static_cast<std::size_t>(c.add_begin + k)], c.stream);
+  }
+  void add_later() {
+    for (const later_add& a : later_) a.add(a.obj, a.grad, compute_native_);  // later chains', in order
+  }
+  // What the unrolled step reads, in locals.
+  struct static_args {
+    D& d;
+    const host::bound_op* calls;
+    const transfer* tr;
+    const typename D::event* ev;
+    typename D::stream compute, comm;
+    const std::byte* batch;
+  };
+  template <class P, std::size_t... I>
+  PIPETYPE_INLINE void issue_all(const static_args a, std::index_sequence<I...>) {
+    (issue_static<P, P::issues[I]>(a), ...);
+  }
+  template <class P, std::size_t First, std::size_t... K>
+  PIPETYPE_INLINE void transfer_all(const static_args a, typename D::stream s, std::index_sequence<K...>) {
+    (transfer_static<P, First + K>(a, s), ...);
+  }
+  template <class P, detail::static_issue X>
+  PIPETYPE_INLINE void issue_static(const static_args& a) {
+    const typename D::stream s = X.stream == 0 ? a.compute : a.comm;
+    if constexpr (X.wait >= 0) a.d.wait(s, a.ev[X.wait]);
+    if constexpr (X.code == op_code::compute) {
+      compute(a.d, a.calls[X.index], s, a.batch);
+    } else {
+      a.d.group_start();
+      transfer_all<P, X.index>(a, s, std::make_index_sequence<X.last - X.index>{});
+      a.d.group_end();
+    }
+    if constexpr (X.record >= 0) a.d.record(a.ev[X.record], s);
+  }
+  template <class P, std::size_t K>
+  PIPETYPE_INLINE void transfer_static(const static_args& a, typename D::stream s) {
+    const transfer& t = a.tr[K];
+    if constexpr (P::transfers[K].send)
+      a.d.send(t.buf, t.bytes, P::transfers[K].peer, t.c, s);
+    else
+      a.d.recv(t.buf, t.bytes, P::transfers[K].peer, t.c, s);
+  }
 
   void bind(const program_view& p, const lowered_view& l, int L) {
     const rank_resources& res = l.resources[static_cast<std::size_t>(rank_)];
@@ -150,10 +320,17 @@ class rank_executor {
     };
     auto act_at = [&](int slot) { return at(acts, slot); };
     auto grad_at = [&](int slot) { return at(grads, slot); };
+    const host::detail::weight_grad_plan wg = host::detail::plan_weight_grads(ops, entries_);
+    std::byte* wgrads = alloc(wg.bytes);
+    auto wg_at = [&](int slot) { return wgrads + wg.offset[static_cast<std::size_t>(slot)]; };
+    for (const host::detail::weight_grad_plan::held& h : wg.later)
+      later_.push_back({entry(h.stage).add, entry(h.stage).obj, wg_at(h.slot), h.stage, h.microbatch});
+    host::detail::sort_later(later_, L);
     // events and streams, once
     for (int e = 0; e < res.events; ++e) events_.push_back(d_.make_event());
     streams_[0] = d_.make_stream();
     streams_[1] = d_.make_stream();
+    compute_native_ = d_.native(streams_[0]);
     if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join events
       origin_ = d_.make_stream();
       fork_ = d_.make_event();
@@ -165,25 +342,40 @@ class rank_executor {
       const lowered_op& o = ops[i];
       if (o.code == op_code::send || o.code == op_code::recv) {
         const host::stage_entry& e = entry(o.stage);
-        transfers_.push_back({o.code == op_code::send, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
-                              o.what == kind::F ? e.out_bytes() : e.in_bytes(), o.peer, o.comm});
-        ops_.back().last = static_cast<int>(transfers_.size());
+        const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
+        transfers_.push_back({o.code == op_code::send, o.peer == c.rank_a ? 0 : 1,
+                              o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
+                              o.what == kind::F ? e.out_bytes() : e.in_bytes(),
+                              comms_[static_cast<std::size_t>(o.comm)]});
+        ops_.back().last = static_cast<std::uint32_t>(transfers_.size());
         continue;
       }
       issue_op x;
       x.code = o.code;
-      x.stream = static_cast<int>(o.stream);
-      x.wait = o.wait_event;
-      x.record = o.record_event;
+      x.s = streams_[static_cast<int>(o.stream)];
+      x.has_wait = o.wait_event >= 0;
+      x.has_record = o.record_event >= 0;
+      if (x.has_wait) x.wait = events_[static_cast<std::size_t>(o.wait_event)];
+      if (x.has_record) x.record = events_[static_cast<std::size_t>(o.record_event)];
       if (o.code == op_code::group) {
-        x.first = x.last = static_cast<int>(transfers_.size());
+        x.index = x.last = static_cast<std::uint32_t>(transfers_.size());
       } else {
+        x.index = static_cast<std::uint32_t>(calls_.size());
+        host::bound_op& call = calls_.emplace_back();
         const host::stage_entry& e = entry(o.stage);
         host::detail::check_split(e, action{o.what, o.stage, o.microbatch, false}, "pipetype::cuda");
         const int st = layout.op_stash[i];
-        host::detail::bind_compute(x.call, o, e, L, act_at, grad_at,
+        host::detail::bind_compute(call, o, e, L, act_at, grad_at,
                                    st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr);
-        x.call.stream = d_.native(streams_[0]);
+        call.stream = compute_native_;
+        if (wg.slot[i] >= 0) {
+          call.weight_grad = wg_at(wg.slot[i]);
+          call.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);
+          call.add = e.add;
+          call.add_begin = static_cast<int>(adds_.size());
+          call.add_count = static_cast<int>(wg.adds[i].size());
+          for (int g : wg.adds[i]) adds_.push_back(wg_at(g));
+        }
       }
       ops_.push_back(x);
     }
@@ -196,20 +388,18 @@ class rank_executor {
   std::vector<host::stage_entry> entries_;
   std::vector<typename D::comm> comms_;
   std::vector<issue_op> ops_;
+  std::vector<host::bound_op> calls_;  // the compute ops' stage calls
   std::vector<transfer> transfers_;
+  std::vector<std::byte*> adds_;      // held weight gradients, per op's [add_begin, + add_count)
+  std::vector<later_add> later_;      // added after the step
+  void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;
   typename D::stream streams_[2]{};
   std::size_t batch_bytes_ = 0;
   // whole-step graphs (drivers with captures_graphs)
-  struct no_graph {
-    using graph_exec = int;
-  };
-  using exec_t = typename std::conditional_t<captures_graphs<D>, D, no_graph>::graph_exec;
   typename D::stream origin_{};
   typename D::event fork_{}, join_[2]{};
-  exec_t exec_{};
-  bool captured_ = false;
-  int instantiations_ = 0, updates_ = 0;
+  [[no_unique_address]] std::conditional_t<captures_graphs<D>, step_graph<D>, detail::no_graph> graph_{};
 };
 
 }  // namespace pipetype::cuda

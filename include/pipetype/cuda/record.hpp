@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,7 @@ class record_driver {
   using comm = int;
   using graph = int;
   using graph_exec = int;
+  static constexpr bool host_memory = true;  // buffers are host memory: the executor may add on the host
 
   enum class call_kind : std::uint8_t {
     allocate,
@@ -34,6 +36,7 @@ class record_driver {
     group_end,
     send,
     recv,
+    copy,
     compute,
     begin_capture,
     end_capture,
@@ -74,6 +77,12 @@ class record_driver {
   }
   void recv(void* p, std::size_t n, int peer, comm c, stream s) {
     calls_.push_back({call_kind::recv, s, -1, c, peer, n, p});
+  }
+  /// Copies at once (memcpy): run in issue order, so a loopback pipeline of record drivers
+  /// computes what the device would (tests/cuda/loopback.test.cpp).
+  void copy(void* dst, const void* src, std::size_t n, stream s) {
+    if (n) std::memcpy(dst, src, n);
+    calls_.push_back({call_kind::copy, s, -1, -1, -1, n, dst});
   }
   void on_compute(stream s, char kind, int stage, int microbatch) {
     calls_.push_back({call_kind::compute, s, -1, -1, -1, 0, nullptr, kind, stage, microbatch});
@@ -121,6 +130,7 @@ class record_driver {
   int streams_ = 0, events_ = 0;
 };
 
-static_assert(device_driver<record_driver> && observes_compute<record_driver> && captures_graphs<record_driver>);
+static_assert(device_driver<record_driver> && observes_compute<record_driver> && captures_graphs<record_driver> &&
+              host_memory<record_driver> && copies<record_driver>);
 
 }  // namespace pipetype::cuda

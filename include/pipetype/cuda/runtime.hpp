@@ -13,20 +13,33 @@
 // names the rank, the call and the library's error string. The driver owns what it creates
 // (buffers, streams, events) and frees it when destroyed; communicators stay the caller's.
 //
-// State of play (issue 4): eager issue with blocking NCCL communicators. Next: non-blocking
-// communicators with a deadline and ncclCommAbort, whole-step graph capture, the loopback
-// transport, bootstrap helpers (docs/06_cuda_execution.md).
+// Communicators (connect): one world communicator from NCCL's unique id, then one two-rank
+// communicator per lowered id by ncclCommSplit (collective over the world, in id order, key =
+// rank, so the lower rank is rank 0 in it), all non-blocking by default (cfg.blocking = 0). Every
+// wait on NCCL — init, split, a group that returns ncclInProgress — and synchronize() polls with
+// the driver's deadline: a peer that died or hangs ends in ncclCommAbort on every communicator
+// of this rank and a device_error naming the rank, the call and the deadline, not in a hang.
+//
+// Bootstrap (docs/06_cuda_execution.md §6.6): launch_from_env() (launch.hpp) gives rank, world and
+// local rank under torchrun-style variables, mpirun, PMI or Slurm; unique_id() makes NCCL's id
+// reach every rank through NCCL_COMM_ID or a shared file.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstddef>
+#include <cstdlib>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "pipetype/compile/lowered.hpp"
 #include "pipetype/cuda/driver.hpp"
+#include "pipetype/cuda/launch.hpp"
 
 namespace pipetype::cuda {
 
@@ -53,6 +66,11 @@ inline std::string nccl_version() {
   return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
+struct runtime_options {
+  std::chrono::milliseconds deadline{120'000};  // the longest any NCCL wait or synchronize() may take
+  bool nonblocking = true;                       // communicators made by connect()
+};
+
 class runtime_driver {
  public:
   using stream = cudaStream_t;
@@ -62,10 +80,14 @@ class runtime_driver {
   using graph_exec = cudaGraphExec_t;
 
   /// Makes `device` current for this thread; `rank` names the messages.
-  runtime_driver(int rank, int device) : rank_(rank), device_(device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+  runtime_driver(int rank, int device, runtime_options opt = {}) : rank_(rank), device_(device), opt_(opt) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+  }
   runtime_driver(const runtime_driver&) = delete;
   runtime_driver& operator=(const runtime_driver&) = delete;
   ~runtime_driver() {
+    if (!aborted_)
+      for (auto it = comms_.rbegin(); it != comms_.rend(); ++it) (void)ncclCommDestroy(*it);
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
     for (cudaStream_t s : streams_) (void)cudaStreamDestroy(s);
     for (void* p : buffers_) (void)cudaFree(p);
@@ -92,14 +114,31 @@ class runtime_driver {
   void* native(stream s) const noexcept { return static_cast<void*>(s); }
   void record(event e, stream s) { check(cudaEventRecord(e, s), "cudaEventRecord"); }
   void wait(stream s, event e) { check(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent"); }
-  void group_start() { check(ncclGroupStart(), "ncclGroupStart", nullptr); }
-  void group_end() { check(ncclGroupEnd(), "ncclGroupEnd", nullptr); }
+  void group_start() {
+    check(ncclGroupStart(), "ncclGroupStart", nullptr);
+    group_comms_.clear();
+  }
+  /// With non-blocking communicators the group may still be issuing: wait for each of its
+  /// communicators (up to the deadline) before anything else touches their streams.
+  void group_end() {
+    const ncclResult_t r = ncclGroupEnd();
+    if (r != ncclInProgress) check(r, "ncclGroupEnd", group_comms_.empty() ? nullptr : group_comms_.front());
+    for (ncclComm_t c : group_comms_) settle(c, "ncclGroupEnd");
+  }
   void send(const void* p, std::size_t n, int peer, comm c, stream s) {
-    check(ncclSend(p, n, ncclUint8, peer, c, s), "ncclSend", c);
+    note(c);
+    check_queued(ncclSend(p, n, ncclUint8, peer, c, s), "ncclSend", c);
   }
   void recv(void* p, std::size_t n, int peer, comm c, stream s) {
-    check(ncclRecv(p, n, ncclUint8, peer, c, s), "ncclRecv", c);
+    note(c);
+    check_queued(ncclRecv(p, n, ncclUint8, peer, c, s), "ncclRecv", c);
   }
+  /// cudaMemcpyAsync device to device: the loopback transport's transfers (loopback.hpp).
+  void copy(void* dst, const void* src, std::size_t n, stream s) {
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+  }
+  /// Makes this driver's device current on the calling thread (a loopback pipeline's rank threads).
+  void bind_thread() { check(cudaSetDevice(device_), "cudaSetDevice"); }
   // whole-step graphs (rank_executor::capture / replay)
   void begin_capture(stream s) {
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -129,10 +168,62 @@ class runtime_driver {
   void destroy(graph g) { check(cudaGraphDestroy(g), "cudaGraphDestroy"); }
   void destroy(graph_exec x) { check(cudaGraphExecDestroy(x), "cudaGraphExecDestroy"); }
 
-  /// Waits for everything this driver's streams were given.
+  /// Waits for everything this driver's streams were given, polling so that a peer that never
+  /// comes (its NCCL kernel waits forever) ends at the deadline: the communicators are aborted
+  /// and device_error says so.
   void synchronize() {
-    for (cudaStream_t s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    const auto until = std::chrono::steady_clock::now() + opt_.deadline;
+    for (cudaStream_t s : streams_) {
+      for (;;) {
+        const cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) check(e, "cudaStreamQuery");
+        for (ncclComm_t c : comms_) poll_async(c, "synchronize");
+        if (std::chrono::steady_clock::now() > until) fail_deadline("synchronize (a stream did not finish)");
+        std::this_thread::yield();
+      }
+    }
   }
+
+  // ---- communicators ---------------------------------------------------------------------------
+
+  /// The world communicator of `world` ranks from `id` (every rank calls it), then one two-rank
+  /// communicator per lowered communicator of `l` by ncclCommSplit, in id order: rank_a is rank 0
+  /// in it, rank_b rank 1; a rank outside gets nullptr. The driver owns them all (destroyed with
+  /// it, or aborted at a deadline). Returns the lowered ids' communicators, for the executor.
+  std::vector<comm> connect(const ncclUniqueId& id, int world, const lowered_view& l) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = opt_.nonblocking ? 0 : 1;
+    ncclComm_t w = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&w, world, id, rank_, &cfg);
+    if (w) comms_.push_back(w);
+    if (r != ncclInProgress) check(r, "ncclCommInitRankConfig", w);
+    settle(w, "ncclCommInitRankConfig");
+    world_ = w;
+    std::vector<comm> out;
+    for (std::size_t c = 0; c < l.comms.size(); ++c) {
+      const comm_desc& d = l.comms[c];
+      const bool member = d.rank_a == rank_ || d.rank_b == rank_;
+      ncclComm_t sub = nullptr;
+      const ncclResult_t rs =
+          ncclCommSplit(w, member ? static_cast<int>(c) : NCCL_SPLIT_NOCOLOR, rank_, &sub, nullptr);
+      if (sub) comms_.push_back(sub);
+      if (rs != ncclInProgress) check(rs, "ncclCommSplit", w);
+      settle(w, "ncclCommSplit");
+      if (sub) settle(sub, "ncclCommSplit");
+      out.push_back(sub);
+    }
+    return out;
+  }
+  comm world() const noexcept { return world_; }
+  /// Aborts every communicator this driver owns (ncclCommAbort): what a deadline does.
+  void abort() noexcept {
+    if (aborted_) return;
+    aborted_ = true;
+    for (ncclComm_t c : comms_) (void)ncclCommAbort(c);
+  }
+  bool aborted() const noexcept { return aborted_; }
+  std::chrono::milliseconds deadline() const noexcept { return opt_.deadline; }
 
   int rank() const noexcept { return rank_; }
   int device() const noexcept { return device_; }
@@ -143,21 +234,93 @@ class runtime_driver {
       throw device_error("pipetype::cuda: rank " + std::to_string(rank_) + ": " + call +
                          " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
   }
-  void check(ncclResult_t r, const char* call, ncclComm_t c) const {
-    if (r == ncclSuccess) return;
+  void note(ncclComm_t c) {
+    for (ncclComm_t x : group_comms_)
+      if (x == c) return;
+    group_comms_.push_back(c);
+  }
+  // A call on a non-blocking communicator may return ncclInProgress: queued, settled at group_end.
+  void check_queued(ncclResult_t r, const char* call, ncclComm_t c) {
+    if (r != ncclInProgress) check(r, call, c);
+  }
+  // One look at a communicator's asynchronous state; true while it is still in progress.
+  bool poll_async(ncclComm_t c, const char* call) {
+    ncclResult_t state = ncclSuccess;
+    check(ncclCommGetAsyncError(c, &state), "ncclCommGetAsyncError", c);
+    if (state == ncclInProgress) return true;
+    if (state != ncclSuccess) {
+      const std::string what = message(state, call, c);
+      abort();
+      throw device_error(what + "; communicators aborted");
+    }
+    return false;
+  }
+  // Waits until the communicator has settled, up to the deadline.
+  void settle(ncclComm_t c, const char* call) {
+    if (!c) return;
+    const auto until = std::chrono::steady_clock::now() + opt_.deadline;
+    while (poll_async(c, call)) {
+      if (std::chrono::steady_clock::now() > until) fail_deadline(call);
+      std::this_thread::yield();
+    }
+  }
+  [[noreturn]] void fail_deadline(const std::string& call) {
+    abort();
+    throw device_error("pipetype::cuda: rank " + std::to_string(rank_) + ": " + call + " did not complete within " +
+                       std::to_string(opt_.deadline.count()) +
+                       " ms (a peer is stuck or dead); this rank's NCCL communicators were aborted");
+  }
+  std::string message(ncclResult_t r, const char* call, ncclComm_t c) const {
     std::string what =
         "pipetype::cuda: rank " + std::to_string(rank_) + ": " + call + " failed: " + ncclGetErrorString(r);
     if (const char* last = ncclGetLastError(c); last && *last) what += std::string(" (") + last + ")";
-    throw device_error(what);
+    return what;
+  }
+  void check(ncclResult_t r, const char* call, ncclComm_t c) const {
+    if (r == ncclSuccess) return;
+    throw device_error(message(r, call, c));
   }
 
   int rank_;
   int device_;
+  runtime_options opt_;
+  std::vector<ncclComm_t> comms_, group_comms_;
+  ncclComm_t world_ = nullptr;
+  bool aborted_ = false;
   std::vector<void*> buffers_;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;
 };
 
-static_assert(device_driver<runtime_driver> && captures_graphs<runtime_driver>);
+static_assert(device_driver<runtime_driver> && captures_graphs<runtime_driver> && copies<runtime_driver>);
+
+/// NCCL's unique id on every rank of `l`: from NCCL_COMM_ID when it is set (each rank computes it;
+/// rank 0 starts the root in ncclCommInitRank), else through `id_file` (rank 0 makes it and
+/// publishes it, the others read it: share_bytes), else — one process — made here.
+inline ncclUniqueId unique_id(const launch_info& l, const std::string& id_file = {},
+                              std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
+  ncclUniqueId id{};
+  auto get = [&] {
+    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
+      throw device_error("pipetype::cuda: rank " + std::to_string(l.rank) +
+                         ": ncclGetUniqueId failed: " + ncclGetErrorString(r));
+  };
+  const char* comm_id = std::getenv("NCCL_COMM_ID");
+  if (comm_id && *comm_id) {
+    get();
+    return id;
+  }
+  if (l.world == 1) {
+    get();
+    return id;
+  }
+  if (id_file.empty())
+    throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(l.rank) + " of " + std::to_string(l.world) +
+                                ": no way to share NCCL's unique id: set NCCL_COMM_ID=<host>:<port> or give a file "
+                                "every rank can see");
+  if (l.rank == 0) get();
+  share_bytes(id_file, l.rank, std::as_writable_bytes(std::span<char, sizeof(id.internal)>(id.internal)), deadline);
+  return id;
+}
 
 }  // namespace pipetype::cuda

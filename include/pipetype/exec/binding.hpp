@@ -51,7 +51,7 @@ struct shape_error : std::invalid_argument {
 
 struct bound_op;
 using stage_fn = void (*)(void* stage, const bound_op& op, const std::byte* batch);
-using add_fn = void (*)(void* stage, const std::byte* weight_grad);
+using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
 
 /// One lowered op with its addresses resolved. `wait` > 0: before the op, the rank's other
 /// stream must have completed `wait` of its ops; `record`: after the op, publish how many of
@@ -93,6 +93,7 @@ struct stage_entry {
   void* obj = nullptr;
   stage_fn fn[kind_count] = {};  // by kind: F, B, I, W (nullptr: not provided)
   add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
+  bool adds_on_stream = false;   // the stage adds them itself, on a stream (add_weight_grad)
   std::size_t in_elems = 0, out_elems = 0, stash_elems = 0, weight_grad_elems = 0;
   std::size_t in_size = 0, out_size = 0, stash_size = 0, weight_grad_size = 0;  // element sizes
   bool split = false;
@@ -160,10 +161,15 @@ void run_backward_weight(void* s, const bound_op& op, const std::byte* batch) {
   static_cast<S*>(s)->backward_weight(make_backward<S>(op, batch, false, true));
 }
 template <class S>
-void add_weight_grad(void* s, const std::byte* g) {
-  const std::span<weight_grad_t<S>> acc = static_cast<S*>(s)->weight_gradients();
+void add_weight_grad(void* s, const std::byte* g, void* stream) {
+  S& st = *static_cast<S*>(s);
+  const std::span<weight_grad_t<S>> acc = st.weight_gradients();
   const auto* x = reinterpret_cast<const weight_grad_t<S>*>(g);
-  for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += x[i];
+  if constexpr (adds_weight_grad_on_stream<S>) {
+    st.add_weight_grad(std::span<const weight_grad_t<S>>(x, acc.size()), stream);
+  } else {
+    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += x[i];
+  }
 }
 
 template <stage S>
@@ -179,6 +185,7 @@ stage_entry entry_of(S& s) {
   }
   if constexpr (has_weight_grad<S>) {
     e.add = &add_weight_grad<S>;
+    e.adds_on_stream = adds_weight_grad_on_stream<S>;
     e.weight_grad_elems = weight_grad_extent(s);
     e.weight_grad_size = sizeof(weight_grad_t<S>);
     if (s.weight_gradients().size() != e.weight_grad_elems)
@@ -302,6 +309,107 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
   return out;
 }
 
+/// One rank's weight gradients handed to pipetype (stages with a weight_grad): each B/W writes
+/// into a held slot; after it, the held ones that are next in microbatch order are added, so
+/// out-of-order backwards still add in order. A later chain's (DualPipe's second direction) are
+/// held to the end of the step and added after it.
+struct weight_grad_plan {
+  struct held {
+    int stage = -1, microbatch = -1, slot = -1;
+  };
+  std::vector<int> slot;               // per op: the slot its B/W writes; -1: none
+  std::vector<std::vector<int>> adds;  // per op: the slots added after it, in microbatch order
+  std::vector<std::size_t> offset;     // per slot: its byte offset in the rank's pool
+  std::size_t bytes = 0;               // the pool
+  std::vector<held> later;             // later chains' slots, in op order
+};
+
+inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const std::vector<stage_entry>& entries) {
+  const std::size_t L = entries.size();
+  weight_grad_plan out;
+  out.slot.assign(ops.size(), -1);
+  out.adds.resize(ops.size());
+  int stages = 0;
+  for (const lowered_op& o : ops)
+    if (o.code == op_code::compute) stages = std::max(stages, o.stage + 1);
+  int microbatches = 0;
+  for (const lowered_op& o : ops)
+    if (o.code == op_code::compute) microbatches = std::max(microbatches, o.microbatch + 1);
+  const auto m = static_cast<std::size_t>(microbatches);
+  for (std::size_t s = 0; s < static_cast<std::size_t>(stages); ++s) {
+    const stage_entry& e = entries[s % L];
+    if (e.add == nullptr) continue;
+    const std::size_t stride = round_up64(e.weight_grad_bytes());
+    const bool later_chain = s >= L;  // held to the end of the step, added after chain 0's
+    std::vector<int> held(m, -1);     // microbatch → local slot
+    std::vector<char> used;
+    const int first = static_cast<int>(out.offset.size());
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const lowered_op& o = ops[i];
+      if (o.code != op_code::compute || static_cast<std::size_t>(o.stage) != s) continue;
+      if (o.what != kind::B && o.what != kind::W) continue;
+      const std::size_t k = take_lowest_free(used);
+      if (k == out.offset.size() - static_cast<std::size_t>(first)) {  // a new slot
+        out.offset.push_back(out.bytes);
+        out.bytes += stride;
+      }
+      held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
+      out.slot[i] = first + static_cast<int>(k);
+      if (later_chain) {  // never freed: added after the step
+        out.later.push_back({static_cast<int>(s), o.microbatch, first + static_cast<int>(k)});
+        continue;
+      }
+      while (next < m && held[next] >= 0) {
+        out.adds[i].push_back(first + held[next]);
+        used[static_cast<std::size_t>(held[next])] = 0;
+        ++next;
+      }
+    }
+  }
+  return out;
+}
+
+/// Later chains' held weight gradients in the order they are added after a step: per model
+/// stage, chain by chain, in microbatch order. `H` has stage and microbatch.
+template <class H>
+void sort_later(std::vector<H>& later, int L) {
+  std::stable_sort(later.begin(), later.end(), [L](const H& x, const H& y) {
+    const int lx = x.stage % L, ly = y.stage % L;
+    return lx != ly ? lx < ly : x.stage != y.stage ? x.stage < y.stage : x.microbatch < y.microbatch;
+  });
+}
+
+/// Weight gradients are made in an order every schedule agrees on: a stage that accumulates its
+/// own (no weight_grad) must run its B/W in microbatch order (unless `ordered` is false), and a
+/// plan with several chains runs a model stage on two ranks, so pipetype must do the adding.
+inline void check_gradients(const program_view& p, const std::vector<stage_entry>& entries, bool ordered,
+                            const std::string& who) {
+  const int L = p.chain_length();
+  std::vector<int> last_weight_mb(static_cast<std::size_t>(p.stages), -1);
+  for (const action& a : p.actions) {
+    const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
+    const std::string where =
+        "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a);
+    check_split(e, a, who);
+    if (p.chains > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
+      throw std::invalid_argument(who + ": " + where + ": the plan runs the model's stage " +
+                                  std::to_string(a.stage % L) + " in " + std::to_string(p.chains) +
+                                  " chains (DualPipe's two directions) on different ranks at once, and the stage "
+                                  "accumulates its own gradients; declare a weight_grad so pipetype adds them");
+    if (a.what == kind::B || a.what == kind::W) {
+      int& last = last_weight_mb[static_cast<std::size_t>(a.stage)];
+      if (ordered && e.add == nullptr && a.microbatch < last)
+        throw std::invalid_argument(
+            who + ": " + where + " comes after microbatch " + std::to_string(last) +
+            "'s weight gradient; the stage accumulates its own gradients, which would then differ from other "
+            "schedules' (declare a weight_grad so pipetype adds them in microbatch order, or set "
+            "ordered_gradients = false)");
+      last = a.microbatch > last ? a.microbatch : last;
+    }
+  }
+}
+
 /// The stage call of a compute op: what it runs and the buffers it reads and writes, given the
 /// rank's activation and gradient slot addresses and its stash (nullptr: none).
 template <class ActAt, class GradAt>
@@ -396,44 +504,17 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   const int L = p.chain_length();  // the model's stages (the plan's, unless it has several chains)
   detail::check_model(p, entries, "pipetype::host");
   out.batch_bytes = entries.front().in_bytes();
-  const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
 
-  // split backward and gradient order
-  std::vector<int> last_weight_mb(S, -1);
-  for (const action& a : p.actions) {
-    const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
-    const std::string where =
-        "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a);
-    detail::check_split(e, a, "pipetype::host");
-    if (p.chains > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
-      throw std::invalid_argument("pipetype::host: " + where + ": the plan runs the model's stage " +
-                                  std::to_string(a.stage % L) + " in " + std::to_string(p.chains) +
-                                  " chains (DualPipe's two directions) on different ranks at once, and the stage "
-                                  "accumulates its own gradients; declare a weight_grad so pipetype adds them");
-    if (a.what == kind::B || a.what == kind::W) {
-      int& last = last_weight_mb[static_cast<std::size_t>(a.stage)];
-      if (opt.ordered_gradients && e.add == nullptr && a.microbatch < last)
-        throw std::invalid_argument(
-            "pipetype::host: " + where + " comes after microbatch " + std::to_string(last) +
-            "'s weight gradient; the stage accumulates its own gradients, which would then differ from other "
-            "schedules' (declare a weight_grad so pipetype adds them in microbatch order, or set "
-            "ordered_gradients = false)");
-      last = a.microbatch > last ? a.microbatch : last;
-    }
-  }
+  detail::check_gradients(p, entries, opt.ordered_gradients, "pipetype::host");
   out.entries = std::move(entries);
   const std::vector<stage_entry>& E = out.entries;
-  std::vector<int> owner(S, -1);
-  for (int r = 0; r < p.ranks; ++r)
-    for (const action& a : p.rank_actions(r)) owner[static_cast<std::size_t>(a.stage)] = r;
 
   out.rank.resize(static_cast<std::size_t>(p.ranks));
   struct held_later {
-    int stage, microbatch, slot;
+    int stage, microbatch;
     const std::byte* grad = nullptr;
   };
   std::vector<held_later> later;  // later chains' weight gradients, added after the step
-  std::size_t later_begin = 0;
   for (int r = 0; r < p.ranks; ++r) {
     bound_rank& br = out.rank[static_cast<std::size_t>(r)];
     const rank_resources& res = l.resources[static_cast<std::size_t>(r)];
@@ -453,46 +534,10 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     br.stash_slots = layout.stash_slots;
     br.stashes = detail::aligned_bytes(br.stash_stride * static_cast<std::size_t>(layout.stash_slots));
 
-    // weight gradients handed to pipetype: each B/W writes into a held slot; after it, the held
-    // ones that are next in microbatch order are added (so out-of-order backwards still add in order)
-    std::vector<int> wg_slot(ops.size(), -1);           // per op: its slot (global index)
-    std::vector<std::vector<int>> wg_adds(ops.size());  // per op: slots to add after it
-    std::vector<std::size_t> wg_base;                   // per global slot: byte offset
-    std::size_t wg_bytes = 0;
-    for (std::size_t s = 0; s < S; ++s) {
-      if (owner[s] != r || E[s % E.size()].add == nullptr) continue;
-      const std::size_t stride = detail::round_up64(E[s % E.size()].weight_grad_bytes());
-      const bool later_chain = s >= E.size();  // held to the end of the step, added after chain 0's
-      std::vector<int> held(m, -1);            // microbatch → local slot
-      std::vector<char> used;
-      const int first = static_cast<int>(wg_base.size());
-      std::size_t next = 0;
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const lowered_op& o = ops[i];
-        if (o.code != op_code::compute || static_cast<std::size_t>(o.stage) != s) continue;
-        if (o.what != kind::B && o.what != kind::W) continue;
-        const std::size_t k = detail::take_lowest_free(used);
-        if (k == wg_base.size() - static_cast<std::size_t>(first)) {  // a new slot
-          wg_base.push_back(wg_bytes);
-          wg_bytes += stride;
-        }
-        held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
-        wg_slot[i] = first + static_cast<int>(k);
-        if (later_chain) {  // never freed: added after the step
-          later.push_back({static_cast<int>(s), o.microbatch, first + static_cast<int>(k)});
-          continue;
-        }
-        while (next < m && held[next] >= 0) {
-          wg_adds[i].push_back(first + held[next]);
-          used[static_cast<std::size_t>(held[next])] = 0;
-          ++next;
-        }
-      }
-    }
-    br.weight_grads = detail::aligned_bytes(wg_bytes);
-    for (std::size_t k = later_begin; k < later.size(); ++k)
-      later[k].grad = br.weight_grads.data() + wg_base[static_cast<std::size_t>(later[k].slot)];
-    later_begin = later.size();
+    const detail::weight_grad_plan wg = detail::plan_weight_grads(ops, E);
+    br.weight_grads = detail::aligned_bytes(wg.bytes);
+    for (const detail::weight_grad_plan::held& h : wg.later)
+      later.push_back({h.stage, h.microbatch, br.weight_grads.data() + wg.offset[static_cast<std::size_t>(h.slot)]});
 
     // events: the position each record publishes, per event, as CUDA resolves a wait at call time
     struct rec {
@@ -523,13 +568,13 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         detail::bind_compute(
             b, o, e, L, act_at, grad_at,
             op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr);
-        if (wg_slot[i] >= 0) {
-          b.weight_grad = br.weight_grads.data() + wg_base[static_cast<std::size_t>(wg_slot[i])];
+        if (wg.slot[i] >= 0) {
+          b.weight_grad = br.weight_grads.data() + wg.offset[static_cast<std::size_t>(wg.slot[i])];
           b.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);
           b.add = e.add;
           b.add_begin = static_cast<int>(br.adds.size());
-          b.add_count = static_cast<int>(wg_adds[i].size());
-          for (int g : wg_adds[i]) br.adds.push_back(br.weight_grads.data() + wg_base[static_cast<std::size_t>(g)]);
+          b.add_count = static_cast<int>(wg.adds[i].size());
+          for (int g : wg.adds[i]) br.adds.push_back(br.weight_grads.data() + wg.offset[static_cast<std::size_t>(g)]);
         }
         group_open = -1;
         labels.push_back(detail::action_name(o));
@@ -565,10 +610,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     }
   }
   // later chains' weight gradients: per model stage, chain by chain, in microbatch order
-  std::stable_sort(later.begin(), later.end(), [&](const held_later& x, const held_later& y) {
-    const int lx = x.stage % L, ly = y.stage % L;
-    return lx != ly ? lx < ly : x.stage != y.stage ? x.stage < y.stage : x.microbatch < y.microbatch;
-  });
+  detail::sort_later(later, L);
   for (const held_later& h : later) {
     const stage_entry& e = out.entries[static_cast<std::size_t>(h.stage % L)];
     out.deferred.push_back({e.add, e.obj, h.grad});

@@ -153,7 +153,7 @@ class engine {
       const failure& p = failures_[static_cast<std::size_t>(primary_ >= 0 ? primary_ : 0)];
       throw step_error(p.message, p.cause, failures_, stage_exc_);
     }
-    for (const deferred_add& d : prog_.deferred) d.add(d.obj, d.grad);  // later chains' gradients, in order
+    for (const deferred_add& d : prog_.deferred) d.add(d.obj, d.grad, nullptr);  // later chains' gradients, in order
   }
 
   /// Issues op `i` of rank r's stream `st` (a group with its transfers) through `t`; returns
@@ -169,7 +169,7 @@ class engine {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
         op.fn(op.obj, op, batch_);
-        for (int k = 0; k < op.add_count; ++k) op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)]);
+        for (int k = 0; k < op.add_count; ++k) op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
         s.computing.store(-1, std::memory_order_relaxed);
         break;
       case op_code::group:

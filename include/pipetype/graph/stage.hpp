@@ -140,6 +140,17 @@ concept has_weight_grad = requires {
   { s.weight_gradients() } -> std::convertible_to<std::span<weight_grad_t<S>>>;
 };
 
+/// A stage with a weight_grad that adds one microbatch's weight gradient into its accumulators
+/// itself, asynchronously on `stream` (a cudaStream_t on a device; nullptr on host threads):
+///   void add_weight_grad(std::span<const T> g, void* stream);
+/// A device executor needs it (the gradients live in device memory, where pipetype cannot add
+/// them without a kernel); host executors call it too when it exists.
+template <class S>
+concept adds_weight_grad_on_stream = has_weight_grad<S> && requires(S& s, std::span<const weight_grad_t<S>> g,
+                                                                    void* stream) {
+  s.add_weight_grad(g, stream);
+};
+
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.
 template <class S>
 concept stage = detail::is_tensor<typename S::input>::value && detail::is_tensor<typename S::output>::value &&

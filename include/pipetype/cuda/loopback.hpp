@@ -1,0 +1,440 @@
+// pipetype/cuda/loopback.hpp — every rank of a pipeline in one process, on one device.
+//
+// NCCL refuses two ranks of a communicator on one GPU (2.28), so a single GPU runs a p-rank
+// pipeline through this transport instead: each rank keeps its own executor, streams, events and
+// buffers; a transfer is a copy on the receiver's communication stream, ordered by events:
+//
+//   sender, in its group:   record(ready, comm stream)            — the data is there
+//   receiver, its group:    wait(comm stream, ready); copy(dst, src); record(done, comm stream)
+//   sender, after that:     wait(comm stream, done)               — the buffer may be reused
+//
+// which is what ncclSend/ncclRecv promise their streams. The two sides meet on the host: at
+// group_end a rank posts its sends and, for each of its recvs in order, takes the oldest posted
+// send of that (communicator, sender → receiver) channel — NCCL's FIFO per (communicator, peer) —
+// then waits until its own sends were taken. A rank blocks only on peers reaching their matching
+// group, so the rendezvous is deadlock-free exactly when the lowered program is (verify_lowered
+// proves it for every plan). Every rank runs on its own host thread (loopback_pipeline).
+//
+// Events: each rank has one `ready` and one `done` event per transfer of its step
+// (resources.transfers), created once; the k-th transfer a rank issues uses the k-th pair, so a
+// step creates nothing. Reuse is safe: the next record of a transfer's event happens a step
+// later, after a rendezvous with the same peer, which has by then issued its wait.
+//
+// Deadline: a rank that waits longer than `deadline` for a peer (a peer thread died or is stuck),
+// or a pipeline whose rank failed (abort), throws loopback_error naming the rank, the channel and
+// why, instead of hanging.
+//
+// Graphs: loopback_pipeline::capture records the whole pipeline's step — every rank's streams
+// forked from one origin stream and joined back — as one graph, since an event recorded in one
+// capture cannot be waited on in another; replay() launches it (no host threads at all).
+//
+// Any driver that `copies` works as the base: runtime_driver (cudaMemcpyAsync on the device), or
+// the record driver (memcpy at once, so on CPU the pipeline computes what the device would:
+// tests/cuda/loopback.test.cpp checks gradients against the host executor's, bit for bit).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "pipetype/cuda/driver.hpp"
+#include "pipetype/cuda/executor.hpp"
+#include "pipetype/exec/binding.hpp"
+
+namespace pipetype::cuda {
+
+/// A loopback transfer that could not complete: a peer missed its deadline, or the pipeline was
+/// aborted because another rank failed.
+struct loopback_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class Base>
+class loopback_driver;
+
+/// The meeting point of one pipeline's ranks (one per pipeline, shared by its drivers).
+template <class Base>
+class loopback_hub {
+ public:
+  loopback_hub(const lowered_view& l, std::chrono::milliseconds deadline)
+      : deadline_(deadline), comms_(l.comms.begin(), l.comms.end()) {
+    for (const rank_resources& r : l.resources) transfers_.push_back(r.transfers);
+  }
+  loopback_hub(const loopback_hub&) = delete;
+  loopback_hub& operator=(const loopback_hub&) = delete;
+
+  /// Wakes every waiting rank with loopback_error(`why`); later exchanges fail the same way.
+  void abort(const std::string& why) {
+    {
+      const std::lock_guard lk(m_);
+      if (aborted_.empty()) aborted_ = why.empty() ? std::string("aborted") : why;
+    }
+    cv_.notify_all();
+  }
+  /// Forgets an abort and every posted transfer (after all ranks stopped).
+  void reset() {
+    const std::lock_guard lk(m_);
+    aborted_.clear();
+    channels_.clear();
+  }
+  std::chrono::milliseconds deadline() const noexcept { return deadline_; }
+
+ private:
+  friend class loopback_driver<Base>;
+  using event = typename Base::event;
+  using stream = typename Base::stream;
+
+  struct posted {  // one send, from post to the receiver's copy
+    const void* src = nullptr;
+    std::size_t bytes = 0;
+    event ready{}, done{};
+    bool taken = false;
+  };
+  struct pending {  // one transfer of an open group
+    bool send = false;
+    void* buf = nullptr;
+    std::size_t bytes = 0;
+    int peer = -1, comm = -1;  // peer: the global rank
+    stream s{};
+    posted* post = nullptr;  // send: its slot
+    event done{};            // recv: the receiver's done event
+  };
+
+  int global_peer(int comm, int local) const {
+    const comm_desc& c = comms_.at(static_cast<std::size_t>(comm));
+    return local == 0 ? c.rank_a : c.rank_b;
+  }
+  int transfers(int rank) const { return transfers_.at(static_cast<std::size_t>(rank)); }
+
+  std::string channel_name(int comm, int from, int to) const {
+    return "communicator " + std::to_string(comm) + ", rank " + std::to_string(from) + " → rank " + std::to_string(to);
+  }
+
+  // One group of rank `me`: post its sends, take its recvs in order, wait for its sends to be taken.
+  void exchange(int me, std::vector<pending>& group, Base& d) {
+    std::unique_lock lk(m_);
+    fail_if_aborted(me);
+    for (pending& x : group)
+      if (x.send) channels_[{x.comm, me, x.peer}].push_back(x.post);
+    cv_.notify_all();
+    const auto until = std::chrono::steady_clock::now() + deadline_;
+    for (pending& x : group) {
+      if (x.send) continue;
+      std::deque<posted*>& ch = channels_[{x.comm, x.peer, me}];
+      if (!cv_.wait_until(lk, until, [&] { return !aborted_.empty() || !ch.empty(); }))
+        throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " waited " +
+                             std::to_string(deadline_.count()) + " ms for a send on " +
+                             channel_name(x.comm, x.peer, me) + " (the peer stopped or is stuck)");
+      fail_if_aborted(me);
+      posted* p = ch.front();
+      ch.pop_front();
+      if (p->bytes != x.bytes)
+        throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " receives " +
+                             std::to_string(x.bytes) + " bytes on " + channel_name(x.comm, x.peer, me) +
+                             " but the send has " + std::to_string(p->bytes));
+      d.wait(x.s, p->ready);
+      d.copy(x.buf, p->src, x.bytes, x.s);
+      d.record(x.done, x.s);
+      p->done = x.done;
+      p->taken = true;
+    }
+    cv_.notify_all();
+    for (pending& x : group) {
+      if (!x.send) continue;
+      if (!cv_.wait_until(lk, until, [&] { return !aborted_.empty() || x.post->taken; }))
+        throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " waited " +
+                             std::to_string(deadline_.count()) + " ms for its send on " +
+                             channel_name(x.comm, me, x.peer) + " to be received (the peer stopped or is stuck)");
+      fail_if_aborted(me);
+      d.wait(x.s, x.post->done);
+    }
+  }
+  void fail_if_aborted(int me) const {
+    if (!aborted_.empty())
+      throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " stopped: " + aborted_);
+  }
+
+  std::chrono::milliseconds deadline_;
+  std::vector<comm_desc> comms_;
+  std::vector<int> transfers_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::map<std::tuple<int, int, int>, std::deque<posted*>> channels_;  // (comm, from, to) → posted sends
+  std::string aborted_;
+};
+
+/// One rank's driver over the hub: streams, events, buffers and copies from `Base`; send/recv
+/// inside a group become the rendezvous above. Communicators are the lowered ids.
+template <class Base>
+class loopback_driver {
+ public:
+  using stream = typename Base::stream;
+  using event = typename Base::event;
+  using comm = int;
+  static constexpr bool host_memory = cuda::host_memory<Base>;
+
+  loopback_driver(Base& base, loopback_hub<Base>& hub, int rank) : d_(base), hub_(hub), rank_(rank) {
+    const auto n = static_cast<std::size_t>(hub.transfers(rank));
+    posts_.resize(n);
+    done_.reserve(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      posts_[k].ready = d_.make_event();
+      done_.push_back(d_.make_event());
+    }
+    group_.reserve(n);
+  }
+  loopback_driver(const loopback_driver&) = delete;
+  loopback_driver& operator=(const loopback_driver&) = delete;
+
+  void* allocate(std::size_t n) { return d_.allocate(n); }
+  stream make_stream() { return d_.make_stream(); }
+  event make_event() { return d_.make_event(); }
+  void* native(stream s) const { return d_.native(s); }
+  void record(event e, stream s) { d_.record(e, s); }
+  void wait(stream s, event e) { d_.wait(s, e); }
+  void group_start() { group_.clear(); }
+  void send(const void* p, std::size_t n, int peer, comm c, stream s) {
+    typename loopback_hub<Base>::posted& post = posts_[next()];
+    d_.record(post.ready, s);
+    post.src = p;
+    post.bytes = n;
+    post.taken = false;
+    group_.push_back({true, nullptr, n, hub_.global_peer(c, peer), c, s, &post, {}});
+  }
+  void recv(void* p, std::size_t n, int peer, comm c, stream s) {
+    group_.push_back({false, p, n, hub_.global_peer(c, peer), c, s, nullptr, done_[next()]});
+  }
+  void group_end() { hub_.exchange(rank_, group_, d_); }
+  void on_compute(stream s, char what, int stage, int microbatch) requires observes_compute<Base> {
+    d_.on_compute(s, what, stage, microbatch);
+  }
+
+  /// The next transfer is the step's first (the pipeline calls it before every step, so a step
+  /// cut short by an error does not shift the event pairs of the next).
+  void restart() noexcept { ordinal_ = 0; }
+  Base& base() noexcept { return d_; }
+  int rank() const noexcept { return rank_; }
+
+ private:
+  std::size_t next() {  // the k-th transfer of the step uses the k-th event pair
+    const std::size_t k = ordinal_;
+    ordinal_ = posts_.empty() ? 0 : (ordinal_ + 1) % posts_.size();
+    return k;
+  }
+
+  Base& d_;
+  loopback_hub<Base>& hub_;
+  int rank_;
+  std::vector<typename loopback_hub<Base>::posted> posts_;
+  std::vector<event> done_;
+  std::vector<typename loopback_hub<Base>::pending> group_;
+  std::size_t ordinal_ = 0;
+};
+
+struct loopback_options {
+  std::chrono::milliseconds deadline{60'000};  // a rank waiting longer for a peer throws
+  host::binding_options binding{};               // as for every executor
+};
+
+/// A whole pipeline in one process: one executor per rank over `Base` drivers (one per rank,
+/// the caller's; with CUDA, runtime_driver{r, device} for every r on the same device), each rank
+/// stepping on its own persistent host thread.
+///
+///   std::vector<std::unique_ptr<runtime_driver>> d;  // one per rank, same device
+///   loopback_pipeline<runtime_driver> pipe{views_of(plan), models, drivers};
+///   pipe.step(batch);                 // eager: every rank's program, rendezvous on the host
+///   pipe.capture(batch); pipe.replay();
+///
+/// `entries[r]` are rank r's stages (entries_of(model)); ranks may share one model's entries
+/// when every stage lives on one rank, not under DualPipe (a model stage on two ranks would add
+/// gradients from two streams at once: give each rank its own model then).
+template <class Base>
+  requires device_driver<Base> && copies<Base>
+class loopback_pipeline {
+ public:
+  using executor = rank_executor<loopback_driver<Base>>;
+
+  loopback_pipeline(const host::plan_views& v, std::vector<std::vector<host::stage_entry>> entries,
+                    std::vector<Base*> drivers, loopback_options opt = {})
+      : ranks_(v.compute.ranks), hub_(v.lowered, opt.deadline) {
+    if (static_cast<int>(drivers.size()) != ranks_ || static_cast<int>(entries.size()) != ranks_)
+      throw std::invalid_argument("pipetype::cuda loopback: the plan has " + std::to_string(ranks_) + " ranks, " +
+                                  std::to_string(drivers.size()) + " drivers and " + std::to_string(entries.size()) +
+                                  " models given");
+    if (v.compute.chains > 1)
+      for (int a = 0; a < ranks_; ++a)
+        for (int b = a + 1; b < ranks_; ++b)
+          if (!entries[static_cast<std::size_t>(a)].empty() && !entries[static_cast<std::size_t>(b)].empty() &&
+              entries[static_cast<std::size_t>(a)].front().obj == entries[static_cast<std::size_t>(b)].front().obj)
+            throw std::invalid_argument(
+                "pipetype::cuda loopback: ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                " share one model, but the plan runs each model stage on two ranks (" +
+                std::to_string(v.compute.chains) + " chains): give every rank its own model");
+    std::vector<int> comms(v.lowered.comms.size());
+    for (std::size_t c = 0; c < comms.size(); ++c) comms[c] = static_cast<int>(c);
+    for (int r = 0; r < ranks_; ++r) {
+      Base& d = *drivers.at(static_cast<std::size_t>(r));
+      bases_.push_back(&d);
+      links_.push_back(std::make_unique<loopback_driver<Base>>(d, hub_, r));
+      execs_.push_back(std::make_unique<executor>(v, r, std::move(entries[static_cast<std::size_t>(r)]),
+                                                  *links_.back(), comms, opt.binding));
+    }
+    if constexpr (captures_graphs<Base>) {
+      Base& d0 = *bases_.front();
+      origin_ = d0.make_stream();
+      fork_ = d0.make_event();
+      for (int r = 0; r < ranks_; ++r) {
+        join_.push_back(bases_[static_cast<std::size_t>(r)]->make_event());
+        join_.push_back(bases_[static_cast<std::size_t>(r)]->make_event());
+      }
+    }
+    for (int r = 0; r < ranks_; ++r) threads_.emplace_back([this, r] { serve(r); });
+  }
+  /// Every rank sharing one model's stages (plans where each stage lives on one rank).
+  loopback_pipeline(const host::plan_views& v, const std::vector<host::stage_entry>& shared,
+                    std::vector<Base*> drivers, loopback_options opt = {})
+      : loopback_pipeline(v, std::vector<std::vector<host::stage_entry>>(static_cast<std::size_t>(v.compute.ranks), shared),
+                          std::move(drivers), opt) {}
+
+  loopback_pipeline(const loopback_pipeline&) = delete;
+  loopback_pipeline& operator=(const loopback_pipeline&) = delete;
+  ~loopback_pipeline() {
+    {
+      const std::lock_guard lk(m_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  /// One step of every rank, each on its thread; returns when all have issued theirs (with CUDA
+  /// the work is then enqueued, not done). The first failure aborts the others and is rethrown.
+  void step(const void* batch) { run(batch); }
+
+  /// Records one step of the whole pipeline into one graph (or updates the graph made before in
+  /// place when only addresses changed); replay() launches it on the origin stream.
+  void capture(const void* batch) requires captures_graphs<Base> {
+    Base& d0 = *bases_.front();
+    d0.begin_capture(origin_);
+    d0.record(fork_, origin_);
+    for (int r = 0; r < ranks_; ++r) {
+      Base& d = *bases_[static_cast<std::size_t>(r)];
+      d.wait(execs_[static_cast<std::size_t>(r)]->compute_stream(), fork_);
+      d.wait(execs_[static_cast<std::size_t>(r)]->comm_stream(), fork_);
+    }
+    try {
+      run(batch);
+    } catch (...) {
+      (void)d0.end_capture(origin_);  // leave the origin stream usable
+      throw;
+    }
+    for (int r = 0; r < ranks_; ++r) {
+      Base& d = *bases_[static_cast<std::size_t>(r)];
+      const executor& ex = *execs_[static_cast<std::size_t>(r)];
+      const auto j = static_cast<std::size_t>(2 * r);
+      d.record(join_[j], ex.compute_stream());
+      d.record(join_[j + 1], ex.comm_stream());
+      d0.wait(origin_, join_[j]);
+      d0.wait(origin_, join_[j + 1]);
+    }
+    graph_.take(d0, d0.end_capture(origin_));
+  }
+  void replay() requires captures_graphs<Base> { graph_.launch(*bases_.front(), origin_); }
+  int instantiations() const noexcept requires captures_graphs<Base> { return graph_.instantiations; }
+  int updates() const noexcept requires captures_graphs<Base> { return graph_.updates; }
+  typename Base::stream origin_stream() const noexcept requires captures_graphs<Base> { return origin_; }
+
+  int ranks() const noexcept { return ranks_; }
+  executor& rank(int r) { return *execs_.at(static_cast<std::size_t>(r)); }
+
+ private:
+  void run(const void* batch) {
+    std::unique_lock lk(m_);
+    batch_ = batch;
+    errors_.assign(static_cast<std::size_t>(ranks_), nullptr);
+    busy_ = ranks_;
+    ++generation_;
+    cv_.notify_all();
+    done_cv_.wait(lk, [&] { return busy_ == 0; });
+    lk.unlock();
+    hub_.reset();
+    // the first error that is not an echo of another rank's abort
+    std::exception_ptr first;
+    for (const std::exception_ptr& e : errors_) {
+      if (!e) continue;
+      try {
+        std::rethrow_exception(e);
+      } catch (const loopback_error&) {
+        if (!first) first = e;
+      } catch (...) {
+        std::rethrow_exception(e);
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+  void serve(int r) {
+    if constexpr (requires(Base& d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
+    std::uint64_t seen = 0;
+    for (;;) {
+      const void* batch = nullptr;
+      {
+        std::unique_lock lk(m_);
+        cv_.wait(lk, [&] { return quit_ || generation_ != seen; });
+        if (quit_) return;
+        seen = generation_;
+        batch = batch_;
+      }
+      std::exception_ptr err;
+      try {
+        links_[static_cast<std::size_t>(r)]->restart();
+        execs_[static_cast<std::size_t>(r)]->step(batch);
+      } catch (const std::exception& e) {
+        err = std::current_exception();
+        hub_.abort("rank " + std::to_string(r) + " failed: " + e.what());
+      } catch (...) {
+        err = std::current_exception();
+        hub_.abort("rank " + std::to_string(r) + " failed");
+      }
+      {
+        const std::lock_guard lk(m_);
+        errors_[static_cast<std::size_t>(r)] = err;
+        if (--busy_ == 0) done_cv_.notify_all();
+      }
+    }
+  }
+
+  int ranks_;
+  loopback_hub<Base> hub_;
+  std::vector<Base*> bases_;
+  std::vector<std::unique_ptr<loopback_driver<Base>>> links_;
+  std::vector<std::unique_ptr<executor>> execs_;
+  // persistent rank threads
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  std::condition_variable cv_, done_cv_;
+  std::uint64_t generation_ = 0;
+  int busy_ = 0;
+  bool quit_ = false;
+  const void* batch_ = nullptr;
+  std::vector<std::exception_ptr> errors_;
+  // the whole-pipeline graph
+  typename Base::stream origin_{};
+  typename Base::event fork_{};
+  std::vector<typename Base::event> join_;
+  [[no_unique_address]] std::conditional_t<captures_graphs<Base>, step_graph<Base>, detail::no_graph> graph_{};
+};
+
+}  // namespace pipetype::cuda

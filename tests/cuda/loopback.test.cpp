@@ -1,0 +1,234 @@
+// The loopback transport over record drivers (memory on the host, copies at once): every rank
+// of a pipeline in one process, each on its own thread, meeting at its groups. With the MLP of
+// examples/mlp.hpp this runs the device executor end to end on CPU: every built-in schedule's
+// gradients and loss equal the unpipelined reference bit for bit (DualPipe's two model copies
+// summed: to rounding), a rank that fails stops the others with its error, and a whole-pipeline
+// capture forks every rank from one origin stream.
+#include <pipetype/cuda/executor.hpp>
+#include <pipetype/cuda/loopback.hpp>
+#include <pipetype/cuda/record.hpp>
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlp.hpp"
+#include "plans.hpp"
+
+namespace pt = pipetype;
+namespace pc = pipetype::cuda;
+using ck = pc::record_driver::call_kind;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct drivers {
+  std::vector<std::unique_ptr<pc::record_driver>> own;
+  std::vector<pc::record_driver*> ptrs;
+  explicit drivers(int p) {
+    for (int r = 0; r < p; ++r) {
+      own.push_back(std::make_unique<pc::record_driver>());
+      ptrs.push_back(own.back().get());
+    }
+  }
+};
+
+struct outcome {
+  double max_diff = -1, rel_diff = -1;
+  bool bitwise = false, loss_bitwise = false;
+};
+
+// One step of `plan` over loopback record drivers against mlp::reference_step. Plans with several
+// chains get one model per rank (a model stage runs on two ranks), whose gradients are summed.
+outcome loopback_step(const pt::runtime_plan& plan) {
+  REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
+  const pt::program_view pv = plan.compute.view();
+  const int p = pv.ranks, S = pv.chain_length(), m = pv.microbatches;
+  const bool own_models = pv.chains > 1;
+  std::vector<pt::uniform_chain<mlp::stage>> models;
+  for (int r = 0; r < (own_models ? p : 1); ++r) models.push_back(mlp::make_model(8, S));
+  auto ref = mlp::make_model(8, S);
+  const mlp::batch b = mlp::make_batch(m, 0);
+  std::vector<double> losses(static_cast<std::size_t>(m)), ref_losses;
+  for (auto& model : models) mlp::attach(model, b, losses, m);
+  drivers d(p);
+  std::vector<std::vector<pt::host::stage_entry>> entries;
+  for (int r = 0; r < p; ++r) entries.push_back(pc::entries_of(models[own_models ? static_cast<std::size_t>(r) : 0]));
+  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), std::move(entries), d.ptrs,
+                                                {.deadline = 20s}};
+  pipe.step(b.inputs.data());
+  mlp::reference_step(ref, b, ref_losses, m);
+  // the models' gradients, summed over the copies
+  auto sum = mlp::make_model(8, S);
+  for (int s = 0; s < S; ++s) {
+    std::span<float> acc = sum.stage(s).weight_gradients();
+    for (auto& model : models) {
+      std::span<const float> g = model.stage(s).weight_gradients();
+      for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += g[i];
+    }
+  }
+  outcome o;
+  o.max_diff = mlp::max_grad_diff(sum, ref, &o.bitwise);
+  double scale = 0;
+  for (int s = 0; s < S; ++s)
+    for (float g : ref.stage(s).weight_gradients()) scale = std::max(scale, std::fabs(double(g)));
+  o.rel_diff = o.max_diff / scale;
+  const double loss = mlp::mean_loss(losses), ref_loss = mlp::mean_loss(ref_losses);
+  o.loss_bitwise = std::memcmp(&loss, &ref_loss, sizeof(double)) == 0;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("cuda loopback: every built-in schedule trains the MLP like the unpipelined reference") {
+  int runs = 0;
+  for_each_builtin_plan([&](const pt::runtime_plan& plan) {
+    const outcome o = loopback_step(plan);
+    CHECK(o.loss_bitwise);
+    if (plan.compute.chains > 1) {
+      CHECK(o.rel_diff < 1e-5);  // two copies' partial sums: equal to rounding
+    } else {
+      CHECK(o.bitwise);
+      CHECK(o.max_diff == 0.0);
+    }
+    ++runs;
+  });
+  CHECK(runs >= 100);
+}
+
+TEST_CASE("cuda loopback: transfers are copies on the receiver's communication stream, between events") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
+  auto model = mlp::make_model(4, 2);
+  const mlp::batch b = mlp::make_batch(4, 0);
+  std::vector<double> losses;
+  mlp::attach(model, b, losses, 4);
+  drivers d(2);
+  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), pc::entries_of(model), d.ptrs};
+  for (auto* x : d.ptrs) x->clear();
+  pipe.step(b.inputs.data());
+  const int comm_stream = pipe.rank(1).comm_stream();
+  // rank 1 receives 4 activations: each a wait (on rank 0's ready event), a copy and a record
+  // on its communication stream; it creates and allocates nothing
+  int copies = 0;
+  const auto& c1 = d.ptrs[1]->calls();
+  for (std::size_t i = 0; i < c1.size(); ++i) {
+    CHECK((c1[i].what != ck::allocate && c1[i].what != ck::make_event && c1[i].what != ck::make_stream));
+    CHECK((c1[i].what != ck::send && c1[i].what != ck::recv));  // no NCCL in loopback
+    if (c1[i].what != ck::copy) continue;
+    ++copies;
+    REQUIRE(i >= 1);
+    REQUIRE(i + 1 < c1.size());
+    CHECK((c1[i - 1].what == ck::wait && c1[i - 1].stream == comm_stream));
+    CHECK((c1[i + 1].what == ck::record && c1[i + 1].stream == comm_stream));
+    CHECK(c1[i].bytes == mlp::act * sizeof(float));
+  }
+  CHECK(copies == 4);
+  // rank 0 receives the 4 gradients the same way
+  int copies0 = 0;
+  for (const auto& c : d.ptrs[0]->calls()) copies0 += c.what == ck::copy;
+  CHECK(copies0 == 4);
+}
+
+namespace {
+// A stage that throws in the forward of one microbatch.
+struct faulty {
+  using input = pt::tensor<float, 16>;
+  using output = pt::tensor<float, 16>;
+  int fail_at = -1;
+  void forward(const pt::forward_ctx<faulty>& c) {
+    if (c.microbatch == fail_at) throw std::runtime_error("stage fault at microbatch " + std::to_string(c.microbatch));
+    for (std::size_t i = 0; i < c.output.size(); ++i) c.output[i] = c.input[i];
+  }
+  void backward(const pt::backward_ctx<faulty>& c) {
+    for (std::size_t i = 0; i < c.grad_input.size(); ++i)
+      c.grad_input[i] = c.grad_output.empty() ? 1.0f : c.grad_output[i];  // the last stage: its own loss
+  }
+};
+}  // namespace
+
+TEST_CASE("cuda loopback: a rank that fails stops the others with its error, and the pipeline steps again") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(4, 8));
+  std::vector<faulty> stages(4);
+  stages[2].fail_at = 3;
+  pt::uniform_chain<faulty> model(std::move(stages));
+  drivers d(4);
+  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), pc::entries_of(model), d.ptrs,
+                                                {.deadline = 20s}};
+  std::vector<float> batch(16 * 8, 1.0f);
+  CHECK_THROWS_WITH(pipe.step(batch.data()), doctest::Contains("stage fault at microbatch 3"));
+  model.stage(2).fail_at = -1;
+  CHECK_NOTHROW(pipe.step(batch.data()));  // the hub forgot the abort and the half-done transfers
+}
+
+TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error naming the channel") {
+  // two ranks, but rank 1's thread is never told to step: drive rank 0's executor by hand
+  const auto plan = pt::build_plan(pt::make_gpipe(2, 2));
+  std::vector<faulty> stages(2);
+  pt::uniform_chain<faulty> model(std::move(stages));
+  const pt::lowered_view l = plan.lowered.view();
+  pc::record_driver d0;
+  pc::loopback_hub<pc::record_driver> hub{l, 100ms};
+  pc::loopback_driver<pc::record_driver> link{d0, hub, 0};
+  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), link, std::vector<int>{0}};
+  std::vector<float> batch(32, 1.0f);
+  CHECK_THROWS_WITH_AS(ex.step(batch.data()), doctest::Contains("rank 0 waited 100 ms for its send on communicator 0, rank 0 → rank 1"),
+                       pc::loopback_error);
+}
+
+TEST_CASE("cuda loopback: DualPipe refuses one model shared by every rank") {
+  const auto plan = pt::build_plan(pt::make_schedule("dualpipe", 4, 8));
+  REQUIRE(plan.ok());
+  auto model = mlp::make_model(8, plan.compute.view().chain_length());
+  drivers d(4);
+  CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(pt::host::views_of(plan), pc::entries_of(model), d.ptrs),
+                    doctest::Contains("give every rank its own model"));
+  drivers d3(3);
+  CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(pt::host::views_of(plan), pc::entries_of(model), d3.ptrs),
+                    doctest::Contains("the plan has 4 ranks, 3 drivers"));
+}
+
+TEST_CASE("cuda loopback: the whole pipeline is captured as one graph, forked from one origin stream") {
+  const auto plan = pt::build_plan(pt::make_interleaved_1f1b(2, 4, 2));
+  auto model = mlp::make_model(8, 4);
+  const mlp::batch a = mlp::make_batch(4, 0), b = mlp::make_batch(4, 1);
+  std::vector<double> losses;
+  mlp::attach(model, a, losses, 4);
+  drivers d(2);
+  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), pc::entries_of(model), d.ptrs};
+  for (auto* x : d.ptrs) x->clear();
+  pipe.capture(a.inputs.data());
+  CHECK(pipe.instantiations() == 1);
+  // rank 1's streams wait on the fork recorded on the origin (rank 0's driver) before anything
+  // else, and record their join events last
+  const auto& c0 = d.ptrs[0]->calls();
+  REQUIRE(c0.size() > 3);
+  CHECK(c0[0].what == ck::begin_capture);
+  const int origin = c0[0].stream;
+  CHECK(origin == pipe.origin_stream());
+  CHECK((c0[1].what == ck::record && c0[1].stream == origin));
+  const int fork = c0[1].event;
+  const auto& c1 = d.ptrs[1]->calls();
+  REQUIRE(c1.size() > 4);
+  CHECK((c1[0].what == ck::wait && c1[0].event == fork && c1[0].stream == pipe.rank(1).compute_stream()));
+  CHECK((c1[1].what == ck::wait && c1[1].event == fork && c1[1].stream == pipe.rank(1).comm_stream()));
+  CHECK((c1[c1.size() - 2].what == ck::record && c1.back().what == ck::record));
+  REQUIRE(c0.size() > 3);
+  CHECK(c0[c0.size() - 3].what == ck::end_capture);
+  CHECK(c0[c0.size() - 2].what == ck::instantiate);
+  CHECK(c0.back().what == ck::destroy);
+  // a new batch updates the graph in place; replay is one launch on the origin
+  pipe.capture(b.inputs.data());
+  CHECK(pipe.instantiations() == 1);
+  CHECK(pipe.updates() == 1);
+  d.ptrs[0]->clear();
+  pipe.replay();
+  REQUIRE(d.ptrs[0]->calls().size() == 1);
+  CHECK(d.ptrs[0]->calls()[0].what == ck::launch);
+}
