@@ -5,10 +5,15 @@
 #
 # NCCL comes from the CUDA toolkit when it has one (include/nccl.h), otherwise from NCCL_ROOT or
 # the Python package nvidia-nccl (its directory holds include/nccl.h and lib/libnccl.so.2).
-# State of play (issue 4): the GPU tests are NCCL grouped self send/recv on a one-rank
-# communicator and the device executor on a one-rank plan, eager and captured into a graph
-# (replayed, then updated for a new batch); eager-vs-graph and loopback timings
-# come with the next steps (docs/06_cuda_execution.md). Finishes in a few minutes.
+# What runs (ctest -L gpu, plus the record-driver tests):
+#   - NCCL grouped self send/recv on a one-rank communicator; the device executor on a one-rank
+#     plan, eager and captured into a graph (replayed, then updated for a new batch);
+#   - examples/cuda_mlp: every schedule on 4 ranks over the loopback transport on this GPU, eager
+#     and as one whole-pipeline graph, gradients checked against the unpipelined run (≤ 1e-5);
+#     the NCCL path (non-blocking world communicator, splits) on a one-rank world.
+# Then the table: per schedule, host µs to issue a step eagerly and to launch its graph, device
+# ms per step both ways, and the unpipelined run's time (every kernel one after the other on one
+# stream: the sum of the stage kernels plus launch gaps). Finishes in a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 start=$(date +%s)
@@ -18,21 +23,34 @@ if [ -z "${NCCL_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
 fi
 export NCCL_ROOT="${NCCL_ROOT:-}"
 echo "NCCL_ROOT=${NCCL_ROOT:-(from the CUDA toolkit)}"
+if [ -n "${NCCL_ROOT}" ]; then export LD_LIBRARY_PATH="${NCCL_ROOT}/lib:${LD_LIBRARY_PATH:-}"; fi
 
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build/gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DNCCL_ROOT="${NCCL_ROOT}" -DPIPETYPE_BUILD_BENCH=OFF >/dev/null
-cmake --build build/gpu -j"$(nproc)" --target test_gpu test_cuda_runtime test_cuda
+cmake --build build/gpu -j"$(nproc)" --target test_gpu test_cuda_runtime test_cuda cuda_mlp
 ctest --test-dir build/gpu -R "gpu|cuda" --output-on-failure | tee build/gpu/ctest.log
+
+# the timing table (one more run, 20 steps each way)
+mlp=build/gpu/examples/cuda_mlp
+"${mlp}" --graph --steps 20 | tee build/gpu/cuda_mlp.log || true
 
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo "unknown")
 passed=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' build/gpu/ctest.log || echo "?")
-gpu=$(grep -E 'Test +#[0-9]+: gpu: ' build/gpu/ctest.log | head -1 | grep -Eo 'Passed|Failed|Skipped' || true)
+status() { grep -E "Test +#[0-9]+: $1" build/gpu/ctest.log | head -1 | grep -Eo 'Passed|Failed|Skipped|Timeout' || echo "not run"; }
 echo
 echo "| item | value |"
 echo "|---|---|"
 echo "| device | ${device} |"
 echo "| CUDA / NCCL tests | ${passed} |"
-echo "| GPU tests (NCCL self send/recv, device executor eager and graph) | ${gpu:-not run} |"
-echo "| wall time | $(( $(date +%s) - start )) s |"
+echo "| GPU: NCCL self send/recv, one-rank executor eager + graph | $(status 'gpu: NCCL self') |"
+echo "| GPU: cuda_mlp loopback p=4, every schedule, eager + graph | $(status 'gpu: cuda_mlp loopback') |"
+echo "| GPU: cuda_mlp over NCCL, one-rank world | $(status 'gpu: cuda_mlp over NCCL') |"
+echo
+echo "| schedule (p=4, m=8, loopback) | rel err | host µs/step eager | host µs/step graph | device ms/step eager | device ms/step graph | unpipelined ms |"
+echo "|---|---|---|---|---|---|---|"
+sed -nE 's/^([a-z0-9-]+) +loss [0-9.]+ +rel err ([0-9.e+-]+)( \(bitwise\))? .*host ([0-9.]+) us\/step +device ([0-9.]+) ms\/step +graph: host ([0-9.]+) us, device ([0-9.]+) ms +serial kernels ([0-9.]+) ms.*/| \1 | \2\3 | \4 | \6 | \5 | \7 | \8 |/p' \
+  build/gpu/cuda_mlp.log
+echo
+echo "wall time: $(( $(date +%s) - start )) s"

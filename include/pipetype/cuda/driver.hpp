@@ -6,7 +6,7 @@
 //   record_driver (record.hpp)   CUDA-free: writes every call down, for CPU tests of the exact
 //                                call sequence a rank issues (and for benchmarks of the host cost)
 //   the CUDA + NCCL driver       cudaEventRecord / cudaStreamWaitEvent / ncclGroupStart,
-//                                ncclSend, ncclRecv, ncclGroupEnd (issue 4, next step)
+//                                ncclSend, ncclRecv, ncclGroupEnd (runtime_driver, runtime.hpp)
 // Header-only and CUDA-free: handles are the driver's own small types.
 #pragma once
 

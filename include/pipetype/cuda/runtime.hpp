@@ -71,6 +71,13 @@ struct runtime_options {
   bool nonblocking = true;                       // communicators made by connect()
 };
 
+/// Throws device_error for an NCCL call the caller makes itself (ncclInProgress is not a failure:
+/// settle the communicator before using the result).
+inline void check_nccl(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw device_error(std::string("pipetype::cuda: ") + call + " failed: " + ncclGetErrorString(r));
+}
+
 class runtime_driver {
  public:
   using stream = cudaStream_t;
@@ -223,6 +230,16 @@ class runtime_driver {
     for (ncclComm_t c : comms_) (void)ncclCommAbort(c);
   }
   bool aborted() const noexcept { return aborted_; }
+  /// Waits until a non-blocking communicator has finished what it was given (a group that
+  /// returned ncclInProgress, a collective the caller issued on world()), up to the deadline.
+  void settle(ncclComm_t c, const char* call) {
+    if (!c) return;
+    const auto until = std::chrono::steady_clock::now() + opt_.deadline;
+    while (poll_async(c, call)) {
+      if (std::chrono::steady_clock::now() > until) fail_deadline(call);
+      std::this_thread::yield();
+    }
+  }
   std::chrono::milliseconds deadline() const noexcept { return opt_.deadline; }
 
   int rank() const noexcept { return rank_; }
@@ -254,15 +271,6 @@ class runtime_driver {
       throw device_error(what + "; communicators aborted");
     }
     return false;
-  }
-  // Waits until the communicator has settled, up to the deadline.
-  void settle(ncclComm_t c, const char* call) {
-    if (!c) return;
-    const auto until = std::chrono::steady_clock::now() + opt_.deadline;
-    while (poll_async(c, call)) {
-      if (std::chrono::steady_clock::now() > until) fail_deadline(call);
-      std::this_thread::yield();
-    }
   }
   [[noreturn]] void fail_deadline(const std::string& call) {
     abort();
