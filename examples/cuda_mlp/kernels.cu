@@ -24,10 +24,8 @@ constexpr int block = 128;
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
-/// Blocks for `n` threads; the elementwise kernels loop over a grid stride, so a cap is safe.
-unsigned blocks_for(std::size_t n) {
-  return static_cast<unsigned>(std::min<std::size_t>((n + block - 1) / block, 4096));
-}
+/// Blocks for one thread per element (no cap: only add_kernel strides over the grid).
+unsigned blocks_for(std::size_t n) { return static_cast<unsigned>((n + block - 1) / block); }
 
 [[noreturn]] void fail(const char* what, cudaError_t e) {
   throw std::runtime_error(std::string("cuda_mlp::gpu: ") + what + ": " + cudaGetErrorString(e));

@@ -171,9 +171,10 @@ struct stream_holder {
   ~stream_holder() { (void)cudaStreamDestroy(s); }
 };
 
-// The unpipelined reference's gradients, and its device time per step (every kernel one after
-// the other on one stream: the sum of the stage kernels, plus launch gaps).
-std::vector<std::vector<float>> reference(const options& o, int S, device_batch& b, double& serial_ms) {
+// The unpipelined reference's gradients, its gradient norm (CUB, on the device) and its device
+// time per step (every kernel one after the other on one stream: the sum of the stage kernels,
+// plus launch gaps).
+std::vector<std::vector<float>> reference(const options& o, int S, device_batch& b, double& serial_ms, double& norm) {
   std::vector<pt::uniform_chain<cuda_mlp::stage>> ref;
   ref.push_back(cuda_mlp::make_model(o.layers, S));
   attach(ref.front(), b);
@@ -181,7 +182,24 @@ std::vector<std::vector<float>> reference(const options& o, int S, device_batch&
   const auto t0 = clock_type::now();
   cuda_mlp::reference_step(ref.front(), b.inputs.data(), o.microbatches, s.s);
   serial_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+  norm = norm_of(ref.front(), s.s);
   return gradients(ref);
+}
+
+// The norm of host gradients, to check the device's (CUB) against.
+double host_norm(const std::vector<std::vector<float>>& g) {
+  double t = 0;
+  for (const auto& v : g)
+    for (float x : v) t += double(x) * double(x);
+  return std::sqrt(t);
+}
+
+// Checks a pipelined run's gradients against the reference: relative error ≤ 1e-5, and the
+// device-reduced norm agrees with the host's.
+void judge(result& r, const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
+  r.rel_err = rel_error(got, ref, r.bitwise);
+  const double hn = host_norm(got);
+  r.ok = r.rel_err <= 1e-5 && std::fabs(hn - r.norm) <= 1e-5 * std::max(1.0, hn);
 }
 
 result run_loopback(const options& o, const std::string& name) {
@@ -214,24 +232,18 @@ result run_loopback(const options& o, const std::string& name) {
   pipe.step(b.inputs.data());
   sync();
   r.loss = b.mean_loss();
-  const auto ref = reference(o, S, b, r.serial_ms);
-  r.rel_err = rel_error(gradients(models), ref, r.bitwise);
-  r.ok = r.rel_err <= 1e-5;
-  {
-    stream_holder s;
-    r.norm = norm_of(models.front(), s.s);
-  }
+  const auto ref = reference(o, S, b, r.serial_ms, r.norm);
+  judge(r, gradients(models), ref);
   time_steps(o.steps, [&] { pipe.step(b.inputs.data()); }, sync, r.host_us, r.device_ms);
   if (o.graph) {  // the whole pipeline as one graph: capture, check one replay, time replays
     for (auto& m : models)
       for (cuda_mlp::stage& s : m.stages()) s.zero_gradients();
-    cuda_mlp::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     pipe.capture(b.inputs.data());
     pipe.replay();
     cuda_mlp::check(cudaStreamSynchronize(pipe.origin_stream()), "cudaStreamSynchronize");
-    bool same = false;
-    const double err = rel_error(gradients(models), ref, same);
-    r.ok = r.ok && err <= 1e-5;
+    result g = r;
+    judge(g, gradients(models), ref);
+    r.ok = r.ok && g.ok;
     time_steps(
         o.steps, [&] { pipe.replay(); },
         [&] { cuda_mlp::check(cudaStreamSynchronize(pipe.origin_stream()), "cudaStreamSynchronize"); },
@@ -240,14 +252,15 @@ result run_loopback(const options& o, const std::string& name) {
   return r;
 }
 
-result run_nccl(const options& o, const std::string& name, const pc::launch_info& who) {
+// One schedule over NCCL: `d` is this process's driver, connected once (the world communicator)
+// and split again for each plan.
+result run_nccl(const options& o, const std::string& name, const pc::launch_info& who, pc::runtime_driver& d,
+                const ncclUniqueId& id) {
   result r;
   r.schedule = name;
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, who.world, o.microbatches));
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
   const int S = plan.compute.view().chain_length();
-  pc::runtime_driver d{who.rank, who.local_rank};
-  const ncclUniqueId id = pc::unique_id(who, o.id_file);
   const std::vector<ncclComm_t> comms = d.connect(id, who.world, plan.lowered.view());
   device_batch b(o.microbatches, 0);
   std::vector<pt::uniform_chain<cuda_mlp::stage>> model;
@@ -267,10 +280,8 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   if (end != ncclInProgress) pc::check_nccl(end, "ncclGroupEnd");
   d.settle(d.world(), "ncclAllReduce");
   cuda_mlp::check(cudaStreamSynchronize(s.s), "cudaStreamSynchronize");
-  const auto ref = reference(o, S, b, r.serial_ms);
-  r.rel_err = rel_error(gradients(model), ref, r.bitwise);
-  r.ok = r.rel_err <= 1e-5;
-  r.norm = norm_of(model.front(), s.s);
+  const auto ref = reference(o, S, b, r.serial_ms, r.norm);
+  judge(r, gradients(model), ref);
   const double loss = b.mean_loss();  // non-zero only where the last stage runs
   r.loss = loss;
   time_steps(o.steps, [&] { ex.step(b.inputs.data()); }, [&] { d.synchronize(); }, r.host_us, r.device_ms);
@@ -318,9 +329,11 @@ int main(int argc, char** argv) {
     } else {
       const pc::launch_info who = pc::launch_from_env();
       const std::string tag = "[rank " + std::to_string(who.rank) + "/" + std::to_string(who.world) + "]";
+      pc::runtime_driver d{who.rank, who.local_rank};
+      const ncclUniqueId id = pc::unique_id(who, o.id_file);  // once: every schedule shares the world
       for (const std::string& n : names) {
         if (pt::schedule_error(n, who.world, o.microbatches, 0)) continue;
-        const result r = run_nccl(o, n, who);
+        const result r = run_nccl(o, n, who, d, id);
         print(r, tag);
         ok = ok && r.ok;
       }

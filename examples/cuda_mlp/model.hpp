@@ -16,6 +16,7 @@
 #include <pipetype/graph/chain.hpp>
 #include <pipetype/graph/stage.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -33,7 +34,9 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("cuda_mlp: ") + what + ": " + cudaGetErrorString(e));
 }
 
-/// Device memory for n elements of T, zero-filled, freed with the object.
+/// Device memory for n elements of T, zero-filled, freed with the object. Setup only: the fill
+/// and uploads run on the legacy default stream, which does not order with the executor's
+/// non-blocking streams, so each waits for the device before returning.
 template <class T>
 class device_array {
  public:
@@ -43,12 +46,14 @@ class device_array {
     check(cudaMalloc(&p, (n ? n : 1) * sizeof(T)), "cudaMalloc");
     p_.reset(static_cast<T*>(p));
     check(cudaMemset(p, 0, (n ? n : 1) * sizeof(T)), "cudaMemset");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   T* data() const noexcept { return p_.get(); }
   std::size_t size() const noexcept { return n_; }
   void upload(const std::vector<T>& h) {
     if (h.size() != n_) throw std::invalid_argument("cuda_mlp: upload of the wrong size");
     check(cudaMemcpy(data(), h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   std::vector<T> download() const {
     std::vector<T> h(n_);
@@ -78,7 +83,9 @@ class stage {
 
   /// The layers of mlp::stage(first_layer, layers, last, seed), uploaded.
   stage(int first_layer, int layers, bool last, std::uint64_t seed)
-      : layers_(static_cast<std::size_t>(layers)), last_(last), red_(act) {
+      : layers_(static_cast<std::size_t>(layers)),
+        last_(last),
+        red_(std::max<std::size_t>(act, static_cast<std::size_t>(layers) * layer_grads)) {
     const mlp::stage host(first_layer, layers, last, seed);
     std::vector<float> p(layers_ * layer_grads);
     for (std::size_t l = 0; l < layers_; ++l) {
@@ -101,7 +108,10 @@ class stage {
 
   bool last() const { return last_; }
   std::vector<float> gradients() const { return grads_.download(); }
-  void zero_gradients() { check(cudaMemset(grads_.data(), 0, grads_.size() * sizeof(float)), "cudaMemset"); }
+  void zero_gradients() {
+    check(cudaMemset(grads_.data(), 0, grads_.size() * sizeof(float)), "cudaMemset");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
   /// Targets of every microbatch (device, microbatch j at j · act) and the device doubles the
   /// last stage writes each microbatch's loss into.
   void set_targets(const float* targets, double* losses) {

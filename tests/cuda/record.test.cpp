@@ -108,6 +108,14 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
       if (!c || c->event != o.record_event || c->stream != stream) return "missing record after " + where;
     }
   }
+  // the step's fence: each stream records, then waits for the other's record
+  const call* r0 = next(ck::record);
+  const call* r1 = next(ck::record);
+  const call* w1 = next(ck::wait);
+  const call* w0 = next(ck::wait);
+  if (!r0 || !r1 || !w1 || !w0 || r0->stream != 0 || r1->stream != 1 || w1->stream != 1 || w1->event != r0->event ||
+      w0->stream != 0 || w0->event != r1->event)
+    return "expected the step's fence after the last op";
   if (k != got.size()) return "extra calls after the last op";
   return "";
 }
@@ -126,8 +134,9 @@ void check_plan(const pt::runtime_plan& plan) {
       events += c.what == ck::make_event;
       streams += c.what == ck::make_stream;
     }
-    // the pool, plus the capture's fork and join events; compute, comm and the capture's origin
-    CHECK(events == L.resources[static_cast<std::size_t>(r)].events + 3);
+    // the pool, the step's fence, the capture's fork and join events; compute, comm and the
+    // capture's origin
+    CHECK(events == L.resources[static_cast<std::size_t>(r)].events + 2 + 3);
     CHECK(streams == 3);
     for (const call& c : run.step1)
       CHECK((c.what != ck::allocate && c.what != ck::make_event && c.what != ck::make_stream));

@@ -9,7 +9,9 @@
 //   [wait(stream, event)]  compute: the stage's forward/backward on the compute stream
 //                          group:   group_start, its sends and recvs on the comm stream, group_end
 //   [record(event, stream)]
-// — no allocation, no creation, no decision. For a plan known at compile time,
+// and ends with a fence (each stream records an event the other waits on, so the next step's
+// ops come after every use in this one) — no allocation, no creation, no decision. For a plan
+// known at compile time,
 // `step_unrolled<plan, rank>()` issues the same calls as straight-line code: the op list is a
 // constant, so the compiler unrolls it into one call after another with every stream, event,
 // kind and peer decided at compile time (bench_cuda_issue measures both against hand-written
@@ -67,12 +69,29 @@ struct step_graph {
     if (captured && d.update(exec, g)) {
       ++updates;
     } else {
-      if (captured) d.destroy(exec);
-      exec = d.instantiate(g);
+      if (captured) {
+        captured = false;
+        d.destroy(exec);
+      }
+      try {
+        exec = d.instantiate(g);
+      } catch (...) {
+        d.destroy(g);
+        throw;
+      }
       captured = true;
       ++instantiations;
     }
     d.destroy(g);
+  }
+  /// Destroys the executable graph (before the driver goes; errors are swallowed).
+  void release(D& d) noexcept {
+    if (!captured) return;
+    captured = false;
+    try {
+      d.destroy(exec);
+    } catch (...) {
+    }
   }
   void launch(D& d, typename D::stream s) {
     if (!captured) throw std::logic_error("pipetype::cuda: replay() before capture()");
@@ -189,6 +208,7 @@ class rank_executor {
       if (o->has_record) d.record(o->record, s);
     }
     if (!later_.empty()) add_later();
+    fence(d);
   }
 
   /// The same step for a plan known at compile time (`Plan` a constexpr plan with static storage,
@@ -206,6 +226,7 @@ class rank_executor {
                         static_cast<const std::byte*>(batch)};
     issue_all<P>(a, std::make_index_sequence<P::issues.size()>{});
     if (!later_.empty()) add_later();
+    fence(d_);
   }
 
   /// Records one step into a graph (fork from an origin stream to the compute and communication
@@ -228,6 +249,12 @@ class rank_executor {
   void replay() requires captures_graphs<D> { graph_.launch(d_, origin_); }
   int instantiations() const noexcept requires captures_graphs<D> { return graph_.instantiations; }
   int updates() const noexcept requires captures_graphs<D> { return graph_.updates; }
+
+  rank_executor(const rank_executor&) = delete;
+  rank_executor& operator=(const rank_executor&) = delete;
+  ~rank_executor() {
+    if constexpr (captures_graphs<D>) graph_.release(d_);
+  }
 
   int rank() const noexcept { return rank_; }
   std::size_t batch_bytes() const noexcept { return batch_bytes_; }  // per microbatch
@@ -263,6 +290,14 @@ class rank_executor {
     if constexpr (observes_compute<D>) d.on_compute(s, kind_char(c.what), c.plan_stage, c.microbatch);
     c.fn(c.obj, c, b);
     for (int k = 0; k < c.add_count; ++k) c.add(c.obj, adds_[static_cast<std::size_t>(c.add_begin + k)], c.stream);
+  }
+  // The step's end: each stream waits for the other's last op, so the next step's first ops
+  // (a recv into a slot, a compute over one) come after every use in this step.
+  PIPETYPE_INLINE void fence(D& d) {
+    d.record(fence_[0], streams_[0]);
+    d.record(fence_[1], streams_[1]);
+    d.wait(streams_[1], fence_[0]);
+    d.wait(streams_[0], fence_[1]);
   }
   void add_later() {
     for (const later_add& a : later_) a.add(a.obj, a.grad, compute_native_);  // later chains', in order
@@ -331,6 +366,8 @@ class rank_executor {
     streams_[0] = d_.make_stream();
     streams_[1] = d_.make_stream();
     compute_native_ = d_.native(streams_[0]);
+    fence_[0] = d_.make_event();
+    fence_[1] = d_.make_event();
     if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join events
       origin_ = d_.make_stream();
       fork_ = d_.make_event();
@@ -395,6 +432,7 @@ class rank_executor {
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;
   typename D::stream streams_[2]{};
+  typename D::event fence_[2]{};  // the step's end (fence)
   std::size_t batch_bytes_ = 0;
   // whole-step graphs (drivers with captures_graphs)
   typename D::stream origin_{};

@@ -317,6 +317,7 @@ class loopback_pipeline {
     }
     cv_.notify_all();
     for (std::thread& t : threads_) t.join();
+    if constexpr (captures_graphs<Base>) graph_.release(*bases_.front());
   }
 
   /// One step of every rank, each on its thread; returns when all have issued theirs (with CUDA
@@ -337,7 +338,10 @@ class loopback_pipeline {
     try {
       run(batch);
     } catch (...) {
-      (void)d0.end_capture(origin_);  // leave the origin stream usable
+      try {  // leave the origin stream usable; the rank's error is the one to report
+        d0.destroy(d0.end_capture(origin_));
+      } catch (...) {
+      }
       throw;
     }
     for (int r = 0; r < ranks_; ++r) {

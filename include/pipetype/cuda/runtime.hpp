@@ -93,8 +93,7 @@ class runtime_driver {
   runtime_driver(const runtime_driver&) = delete;
   runtime_driver& operator=(const runtime_driver&) = delete;
   ~runtime_driver() {
-    if (!aborted_)
-      for (auto it = comms_.rbegin(); it != comms_.rend(); ++it) (void)ncclCommDestroy(*it);
+    release_comms();
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
     for (cudaStream_t s : streams_) (void)cudaStreamDestroy(s);
     for (void* p : buffers_) (void)cudaFree(p);
@@ -122,6 +121,7 @@ class runtime_driver {
   void record(event e, stream s) { check(cudaEventRecord(e, s), "cudaEventRecord"); }
   void wait(stream s, event e) { check(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent"); }
   void group_start() {
+    live();
     check(ncclGroupStart(), "ncclGroupStart", nullptr);
     group_comms_.clear();
   }
@@ -179,6 +179,7 @@ class runtime_driver {
   /// comes (its NCCL kernel waits forever) ends at the deadline: the communicators are aborted
   /// and device_error says so.
   void synchronize() {
+    live();
     const auto until = std::chrono::steady_clock::now() + opt_.deadline;
     for (cudaStream_t s : streams_) {
       for (;;) {
@@ -198,26 +199,33 @@ class runtime_driver {
   /// communicator per lowered communicator of `l` by ncclCommSplit, in id order: rank_a is rank 0
   /// in it, rank_b rank 1; a rank outside gets nullptr. The driver owns them all (destroyed with
   /// it, or aborted at a deadline). Returns the lowered ids' communicators, for the executor.
+  /// Every plan of a run may connect again: the world communicator is made once (the first
+  /// call's `id` and `world`), the splits per call.
   std::vector<comm> connect(const ncclUniqueId& id, int world, const lowered_view& l) {
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = opt_.nonblocking ? 0 : 1;
-    ncclComm_t w = nullptr;
-    const ncclResult_t r = ncclCommInitRankConfig(&w, world, id, rank_, &cfg);
-    if (w) comms_.push_back(w);
-    if (r != ncclInProgress) check(r, "ncclCommInitRankConfig", w);
-    settle(w, "ncclCommInitRankConfig");
-    world_ = w;
+    if (aborted_) throw device_error("pipetype::cuda: rank " + std::to_string(rank_) + ": connect after an abort");
+    if (!world_) {
+      ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+      cfg.blocking = opt_.nonblocking ? 0 : 1;
+      ncclComm_t w = nullptr;
+      const ncclResult_t r = ncclCommInitRankConfig(&w, world, id, rank_, &cfg);
+      if (w) comms_.push_back(w);
+      if (r != ncclInProgress) check(r, "ncclCommInitRankConfig", w);
+      settle(w, "ncclCommInitRankConfig");
+      world_ = w;
+    }
     std::vector<comm> out;
     for (std::size_t c = 0; c < l.comms.size(); ++c) {
       const comm_desc& d = l.comms[c];
       const bool member = d.rank_a == rank_ || d.rank_b == rank_;
       ncclComm_t sub = nullptr;
       const ncclResult_t rs =
-          ncclCommSplit(w, member ? static_cast<int>(c) : NCCL_SPLIT_NOCOLOR, rank_, &sub, nullptr);
-      if (sub) comms_.push_back(sub);
-      if (rs != ncclInProgress) check(rs, "ncclCommSplit", w);
-      settle(w, "ncclCommSplit");
-      if (sub) settle(sub, "ncclCommSplit");
+          ncclCommSplit(world_, member ? static_cast<int>(c) : NCCL_SPLIT_NOCOLOR, rank_, &sub, nullptr);
+      if (rs != ncclInProgress) check(rs, "ncclCommSplit", world_);
+      settle(world_, "ncclCommSplit");  // a non-blocking split writes `sub` when it completes
+      if (sub) {
+        comms_.push_back(sub);
+        settle(sub, "ncclCommSplit");
+      }
       out.push_back(sub);
     }
     return out;
@@ -257,8 +265,37 @@ class runtime_driver {
     group_comms_.push_back(c);
   }
   // A call on a non-blocking communicator may return ncclInProgress: queued, settled at group_end.
+  // A failure closes the open group first, so later NCCL calls are not deferred into it.
   void check_queued(ncclResult_t r, const char* call, ncclComm_t c) {
-    if (r != ncclInProgress) check(r, call, c);
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    const std::string what = message(r, call, c);
+    (void)ncclGroupEnd();
+    throw device_error(what);
+  }
+  // After an abort the communicators are gone: refuse instead of using them.
+  void live() const {
+    if (aborted_)
+      throw device_error("pipetype::cuda: rank " + std::to_string(rank_) +
+                         ": the NCCL communicators were aborted (an earlier deadline or error)");
+  }
+  // Finalizes and destroys every communicator, within the deadline; aborts them when a peer does
+  // not finish (so a destructor never hangs).
+  void release_comms() noexcept {
+    if (aborted_ || comms_.empty()) return;
+    const auto until = std::chrono::steady_clock::now() + opt_.deadline;
+    for (ncclComm_t c : comms_) (void)ncclCommFinalize(c);
+    for (ncclComm_t c : comms_) {
+      ncclResult_t state = ncclInProgress;
+      while (ncclCommGetAsyncError(c, &state) == ncclSuccess && state == ncclInProgress) {
+        if (std::chrono::steady_clock::now() > until) {
+          abort();
+          return;
+        }
+        std::this_thread::yield();
+      }
+    }
+    for (auto it = comms_.rbegin(); it != comms_.rend(); ++it) (void)ncclCommDestroy(*it);
+    comms_.clear();
   }
   // One look at a communicator's asynchronous state; true while it is still in progress.
   bool poll_async(ncclComm_t c, const char* call) {
