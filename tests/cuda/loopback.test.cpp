@@ -232,3 +232,47 @@ TEST_CASE("cuda loopback: the whole pipeline is captured as one graph, forked fr
   REQUIRE(d.ptrs[0]->calls().size() == 1);
   CHECK(d.ptrs[0]->calls()[0].what == ck::launch);
 }
+
+TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three streams") {
+  const auto plan = pt::build_plan(pt::make_schedule("dualpipe-v", 2, 4));
+  REQUIRE(plan.ok());
+  const int S = plan.compute.view().chain_length();
+  auto m0 = mlp::make_model(4, S), m1 = mlp::make_model(4, S);
+  const mlp::batch b = mlp::make_batch(4, 0);
+  std::vector<double> losses;
+  mlp::attach(m0, b, losses, 4);
+  mlp::attach(m1, b, losses, 4);
+  drivers d(2);
+  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), {pc::entries_of(m0), pc::entries_of(m1)},
+                                                d.ptrs};
+  for (auto* x : d.ptrs) x->clear();
+  pipe.capture(b.inputs.data());
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const auto streams = pipe.rank(r).streams();
+    REQUIRE(streams.size() == 3);  // DualPipeV's ranks overlap F&B pairs: a second compute stream
+    const auto& c = d.ptrs[static_cast<std::size_t>(r)]->calls();
+    const std::size_t first = r == 0 ? 2 : 0;  // rank 0's driver began the capture and recorded the fork
+    REQUIRE(c.size() > first + 6);
+    for (std::size_t k = 0; k < 3; ++k)
+      CHECK((c[first + k].what == ck::wait && c[first + k].stream == streams[k]));
+    // each stream records its join last; the origin (rank 0's driver) waits on all six
+    std::size_t end = c.size();
+    if (r == 0) {
+      while (end > 0 && c[end - 1].what != ck::end_capture) --end;
+      REQUIRE(end >= 10);
+      --end;  // before end_capture: rank 0's three joins, each followed by the origin's wait, then rank 1's three waits
+      for (std::size_t k = 0; k < 3; ++k) CHECK((c[end - 1 - k].what == ck::wait && c[end - 1 - k].stream == pipe.origin_stream()));
+      end -= 3;
+      for (std::size_t k = 0; k < 3; ++k) {
+        const auto& rec = c[end - 6 + 2 * k];
+        const auto& w = c[end - 5 + 2 * k];
+        CHECK((rec.what == ck::record && rec.stream == streams[k]));
+        CHECK((w.what == ck::wait && w.stream == pipe.origin_stream() && w.event == rec.event));
+      }
+    } else {
+      REQUIRE(end >= 3);
+      for (std::size_t k = 0; k < 3; ++k) CHECK((c[end - 3 + k].what == ck::record && c[end - 3 + k].stream == streams[k]));
+    }
+  }
+}

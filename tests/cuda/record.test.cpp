@@ -77,11 +77,26 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
     return &got[k++];
   };
   const auto ops = L.rank_ops(r);
+  const int aux = 2;        // the second compute stream (ranks with F&B pairs)
+  bool second = false;      // the next compute op is the second half of an F&B pair
+  int pair_fork = -1;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const pt::lowered_op& o = ops[i];
     const std::string where = "op " + std::to_string(i) + " (" + pt::to_text(o) + ")";
     if (o.code == pt::op_code::send || o.code == pt::op_code::recv) continue;  // inside its group
-    const int stream = static_cast<int>(o.stream);
+    const bool first_half = o.code == pt::op_code::compute && o.overlapped;
+    const bool second_half = o.code == pt::op_code::compute && second;
+    const int stream = second_half ? aux : static_cast<int>(o.stream);
+    if (first_half) {  // the pair forks off the compute stream before its first half
+      const call* c = next(ck::record);
+      if (!c || c->stream != 0) return "expected the pair's fork before " + where;
+      pair_fork = c->event;
+      second = true;
+    }
+    if (second_half) {
+      const call* c = next(ck::wait);
+      if (!c || c->stream != aux || c->event != pair_fork) return "expected the wait on the pair's fork before " + where;
+    }
     if (o.wait_event >= 0) {
       const call* c = next(ck::wait);
       if (!c || c->event != o.wait_event || c->stream != stream) return "missing wait before " + where;
@@ -89,8 +104,15 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
     if (o.code == pt::op_code::compute) {
       const call* c = next(ck::compute);
       if (!c || c->stage != o.stage || c->microbatch != o.microbatch || c->kind != pt::kind_char(o.what) ||
-          c->stream != 0)
+          c->stream != (second_half ? aux : 0))
         return "expected the compute of " + where;
+      if (second_half) {  // joins the compute stream again
+        const call* j = next(ck::record);
+        const call* w = next(ck::wait);
+        if (!j || !w || j->stream != aux || w->stream != 0 || w->event != j->event)
+          return "expected the pair's join after " + where;
+        second = false;
+      }
     } else {
       if (!next(ck::group_start)) return "expected group_start for " + where;
       std::size_t j = i + 1;
@@ -103,11 +125,13 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
       }
       if (!next(ck::group_end)) return "expected group_end after the transfers of " + where;
     }
-    if (o.record_event >= 0) {
+    if (o.record_event >= 0) {  // a pair's second half records on the compute stream, after the join
       const call* c = next(ck::record);
-      if (!c || c->event != o.record_event || c->stream != stream) return "missing record after " + where;
+      if (!c || c->event != o.record_event || c->stream != (second_half ? 0 : static_cast<int>(o.stream)))
+        return "missing record after " + where;
     }
   }
+  if (second) return "an F&B pair without its second half";
   // the step's fence: each stream records, then waits for the other's record
   const call* r0 = next(ck::record);
   const call* r1 = next(ck::record);
@@ -134,10 +158,12 @@ void check_plan(const pt::runtime_plan& plan) {
       events += c.what == ck::make_event;
       streams += c.what == ck::make_stream;
     }
-    // the pool, the step's fence, the capture's fork and join events; compute, comm and the
-    // capture's origin
-    CHECK(events == L.resources[static_cast<std::size_t>(r)].events + 2 + 3);
-    CHECK(streams == 3);
+    // the pool, the step's fence, an F&B pair's fork and join, the capture's fork and one join per
+    // stream; compute, comm, the pairs' second compute stream and the capture's origin
+    bool pairs = false;
+    for (const pt::lowered_op& o : L.rank_ops(r)) pairs = pairs || o.overlapped;
+    CHECK(events == L.resources[static_cast<std::size_t>(r)].events + 2 + (pairs ? 2 : 0) + 1 + (pairs ? 3 : 2));
+    CHECK(streams == (pairs ? 4 : 3));
     for (const call& c : run.step1)
       CHECK((c.what != ck::allocate && c.what != ck::make_event && c.what != ck::make_stream));
     // exactly the lowered program; every wait after a record of its event in the same step
@@ -163,7 +189,17 @@ void check_plan(const pt::runtime_plan& plan) {
 }  // namespace
 
 TEST_CASE("cuda record: every built-in schedule issues exactly its lowered program on every rank") {
-  for_each_builtin_plan([](const pt::runtime_plan& plan) { check_plan(plan); });
+  int pair_ranks = 0;  // ranks with overlapped F&B pairs (DualPipe, DualPipeV): the second stream is covered
+  for_each_builtin_plan([&](const pt::runtime_plan& plan) {
+    check_plan(plan);
+    for (int r = 0; r < plan.lowered.ranks; ++r)
+      for (const pt::lowered_op& o : plan.lowered.view().rank_ops(r))
+        if (o.overlapped) {
+          ++pair_ranks;
+          break;
+        }
+  });
+  CHECK(pair_ranks > 20);
 }
 
 TEST_CASE("cuda record: a compile-time plan binds too") {
@@ -237,6 +273,7 @@ TEST_CASE("cuda record: a step captured into a graph forks from the origin strea
 namespace {
 constexpr auto unrolled_1f1b = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>();
 constexpr auto unrolled_zbv = pt::make_plan<pt::zb_v<pt::ranks<2>, pt::microbatches<4>>>();
+constexpr auto unrolled_dpv = pt::make_plan<pt::dualpipe_v<pt::ranks<4>, pt::microbatches<8>>>();  // F&B pairs
 
 template <const auto& Plan, int Rank>
 void check_unrolled(int stages) {
@@ -264,6 +301,8 @@ TEST_CASE("cuda record: the unrolled step of a compile-time plan issues exactly 
   check_unrolled<unrolled_1f1b, 3>(4);
   check_unrolled<unrolled_zbv, 0>(4);
   check_unrolled<unrolled_zbv, 1>(4);
+  check_unrolled<unrolled_dpv, 1>(8);
+  check_unrolled<unrolled_dpv, 3>(8);
   // bound to another rank: refused, not issued
   pt::uniform_chain<quiet> model(std::vector<quiet>(4));
   pc::record_driver d;

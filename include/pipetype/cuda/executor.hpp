@@ -19,6 +19,12 @@
 // context (graph/stage.hpp) with device pointers and `stream`, the driver's native stream (a
 // cudaStream_t with the CUDA driver) to launch its kernels on.
 //
+// Overlapped F&B pairs (DualPipe): the pair's second half runs on a second compute stream —
+// forked from the compute stream just before the first half (record/wait), joined back right
+// after (record/wait), its own record issued on the compute stream after the join — so the two
+// halves may run at once while everything after the pair sees both done. The stage's context
+// carries that stream. Ranks without pairs have two streams.
+//
 // Transfers name the peer by its rank in the communicator: lowered communicator c joins ranks
 // comms[c].rank_a (rank 0 in it) and comms[c].rank_b (rank 1), as make_communicators creates them.
 //
@@ -106,6 +112,7 @@ struct no_graph {};
 struct static_issue {
   op_code code = op_code::compute;
   int stream = 0, wait = -1, record = -1;
+  int pair = 0;  // an overlapped F&B pair: 1 its first half, 2 its second
   std::size_t index = 0, last = 0;  // compute: the call's index; group: its transfers [index, last)
 };
 struct static_transfer {
@@ -124,12 +131,17 @@ struct static_program {
   static constexpr auto issues = [] {
     std::array<static_issue, count(false)> out{};
     std::size_t k = 0, calls = 0, transfers = 0;
+    bool second_half = false;
     for (const lowered_op& o : lowered.rank_ops(Rank)) {
       if (o.code == op_code::send || o.code == op_code::recv) {
         out[k - 1].last = ++transfers;
         continue;
       }
       static_issue& x = out[k++];
+      if (o.code == op_code::compute) {
+        x.pair = second_half ? 2 : o.overlapped ? 1 : 0;
+        second_half = x.pair == 1;
+      }
       x.code = o.code;
       x.stream = static_cast<int>(o.stream);
       x.wait = o.wait_event;
@@ -191,6 +203,10 @@ class rank_executor {
     const transfer* const tr = transfers_.data();
     const auto* b = static_cast<const std::byte*>(batch);
     for (const issue_op* o = ops_.data(), *e = o + ops_.size(); o != e; ++o) {
+      if (o->pair) [[unlikely]] {
+        issue_pair_half(d, *o, b);
+        continue;
+      }
       const typename D::stream s = o->s;
       if (o->has_wait) d.wait(s, o->wait);
       if (o->code == op_code::compute) {
@@ -222,8 +238,8 @@ class rank_executor {
     if (rank_ != Rank || ops_.size() != P::issues.size() || transfers_.size() != P::transfers.size())
       throw std::logic_error("pipetype::cuda: step_unrolled<plan, " + std::to_string(Rank) +
                              ">: this executor was bound to rank " + std::to_string(rank_) + " of another plan");
-    const static_args a{d_, calls_.data(), transfers_.data(), events_.data(), streams_[0], streams_[1],
-                        static_cast<const std::byte*>(batch)};
+    const static_args a{d_,          calls_.data(), transfers_.data(), events_.data(),
+                        streams_[0], streams_[1],  streams_[2],       static_cast<const std::byte*>(batch)};
     issue_all<P>(a, std::make_index_sequence<P::issues.size()>{});
     if (!later_.empty()) add_later();
     fence(d_);
@@ -236,10 +252,9 @@ class rank_executor {
     const typename D::stream origin = origin_;
     d_.begin_capture(origin);
     d_.record(fork_, origin);
-    d_.wait(streams_[0], fork_);
-    d_.wait(streams_[1], fork_);
+    for (int s = 0; s < nstreams_; ++s) d_.wait(streams_[s], fork_);
     step(batch);
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < nstreams_; ++s) {
       d_.record(join_[s], streams_[s]);
       d_.wait(origin, join_[s]);
     }
@@ -261,6 +276,11 @@ class rank_executor {
   int ops() const noexcept { return static_cast<int>(ops_.size()); }
   typename D::stream compute_stream() const noexcept { return streams_[0]; }
   typename D::stream comm_stream() const noexcept { return streams_[1]; }
+  /// Every stream a step uses: compute, communication, and — on a rank with overlapped F&B
+  /// pairs — the second compute stream their backward halves run on.
+  std::span<const typename D::stream> streams() const noexcept {
+    return {streams_, static_cast<std::size_t>(nstreams_)};
+  }
 
  private:
   struct transfer {
@@ -280,6 +300,7 @@ class rank_executor {
   struct issue_op {
     op_code code = op_code::compute;
     bool has_wait = false, has_record = false;
+    std::uint8_t pair = 0;    // an overlapped F&B pair: 1 its first half, 2 its second (on streams_[2])
     std::uint32_t index = 0;  // compute: calls_[index]; group: transfers_[index, last)
     std::uint32_t last = 0;
     typename D::stream s{};
@@ -290,6 +311,21 @@ class rank_executor {
     if constexpr (observes_compute<D>) d.on_compute(s, kind_char(c.what), c.plan_stage, c.microbatch);
     c.fn(c.obj, c, b);
     for (int k = 0; k < c.add_count; ++k) c.add(c.obj, adds_[static_cast<std::size_t>(c.add_begin + k)], c.stream);
+  }
+  // One half of an overlapped F&B pair: the first forks the second compute stream off the
+  // compute stream before it runs; the second runs there and joins back, then records on the
+  // compute stream.
+  void issue_pair_half(D& d, const issue_op& o, const std::byte* b) {
+    const typename D::stream s = o.s;
+    if (o.pair == 1) d.record(pair_fork_, s);
+    if (o.pair == 2) d.wait(s, pair_fork_);
+    if (o.has_wait) d.wait(s, o.wait);
+    compute(d, calls_[o.index], s, b);
+    if (o.pair == 2) {
+      d.record(pair_join_, s);
+      d.wait(streams_[0], pair_join_);
+    }
+    if (o.has_record) d.record(o.record, o.pair == 2 ? streams_[0] : s);
   }
   // The step's end: each stream waits for the other's last op, so the next step's first ops
   // (a recv into a slot, a compute over one) come after every use in this step.
@@ -308,7 +344,7 @@ class rank_executor {
     const host::bound_op* calls;
     const transfer* tr;
     const typename D::event* ev;
-    typename D::stream compute, comm;
+    typename D::stream compute, comm, aux;
     const std::byte* batch;
   };
   template <class P, std::size_t... I>
@@ -321,16 +357,22 @@ class rank_executor {
   }
   template <class P, detail::static_issue X>
   PIPETYPE_INLINE void issue_static(const static_args& a) {
-    const typename D::stream s = X.stream == 0 ? a.compute : a.comm;
+    const typename D::stream s = X.pair == 2 ? a.aux : X.stream == 0 ? a.compute : a.comm;
+    if constexpr (X.pair == 1) a.d.record(pair_fork_, s);
+    if constexpr (X.pair == 2) a.d.wait(s, pair_fork_);
     if constexpr (X.wait >= 0) a.d.wait(s, a.ev[X.wait]);
     if constexpr (X.code == op_code::compute) {
       compute(a.d, a.calls[X.index], s, a.batch);
+      if constexpr (X.pair == 2) {
+        a.d.record(pair_join_, s);
+        a.d.wait(a.compute, pair_join_);
+      }
     } else {
       a.d.group_start();
       transfer_all<P, X.index>(a, s, std::make_index_sequence<X.last - X.index>{});
       a.d.group_end();
     }
-    if constexpr (X.record >= 0) a.d.record(a.ev[X.record], s);
+    if constexpr (X.record >= 0) a.d.record(a.ev[X.record], X.pair == 2 ? a.compute : s);
   }
   template <class P, std::size_t K>
   PIPETYPE_INLINE void transfer_static(const static_args& a, typename D::stream s) {
@@ -368,12 +410,21 @@ class rank_executor {
     compute_native_ = d_.native(streams_[0]);
     fence_[0] = d_.make_event();
     fence_[1] = d_.make_event();
+    bool pairs = false;
+    for (const lowered_op& o : ops) pairs = pairs || (o.code == op_code::compute && o.overlapped);
+    if (pairs) {  // the second compute stream of F&B pairs, with its fork and join events
+      streams_[2] = d_.make_stream();
+      nstreams_ = 3;
+      pair_fork_ = d_.make_event();
+      pair_join_ = d_.make_event();
+    }
+    void* const aux_native = pairs ? d_.native(streams_[2]) : nullptr;
     if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join events
       origin_ = d_.make_stream();
       fork_ = d_.make_event();
-      join_[0] = d_.make_event();
-      join_[1] = d_.make_event();
+      for (int k = 0; k < nstreams_; ++k) join_[k] = d_.make_event();
     }
+    bool second_half = false;  // the next compute op is the second half of a pair
     // the issue list
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const lowered_op& o = ops[i];
@@ -397,6 +448,14 @@ class rank_executor {
       if (o.code == op_code::group) {
         x.index = x.last = static_cast<std::uint32_t>(transfers_.size());
       } else {
+        if (second_half) {
+          x.pair = 2;
+          x.s = streams_[2];
+          second_half = false;
+        } else if (o.overlapped) {
+          x.pair = 1;
+          second_half = true;
+        }
         x.index = static_cast<std::uint32_t>(calls_.size());
         host::bound_op& call = calls_.emplace_back();
         const host::stage_entry& e = entry(o.stage);
@@ -404,7 +463,7 @@ class rank_executor {
         const int st = layout.op_stash[i];
         host::detail::bind_compute(call, o, e, L, act_at, grad_at,
                                    st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr);
-        call.stream = compute_native_;
+        call.stream = x.pair == 2 ? aux_native : compute_native_;
         if (wg.slot[i] >= 0) {
           call.weight_grad = wg_at(wg.slot[i]);
           call.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);
@@ -431,12 +490,14 @@ class rank_executor {
   std::vector<later_add> later_;      // added after the step
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;
-  typename D::stream streams_[2]{};
-  typename D::event fence_[2]{};  // the step's end (fence)
+  typename D::stream streams_[3]{};  // compute, comm, and the second compute stream of F&B pairs
+  int nstreams_ = 2;
+  typename D::event fence_[2]{};             // the step's end (fence)
+  typename D::event pair_fork_{}, pair_join_{};  // F&B pairs
   std::size_t batch_bytes_ = 0;
   // whole-step graphs (drivers with captures_graphs)
   typename D::stream origin_{};
-  typename D::event fork_{}, join_[2]{};
+  typename D::event fork_{}, join_[3]{};
   [[no_unique_address]] std::conditional_t<captures_graphs<D>, step_graph<D>, detail::no_graph> graph_{};
 };
 

@@ -295,10 +295,8 @@ class loopback_pipeline {
       Base& d0 = *bases_.front();
       origin_ = d0.make_stream();
       fork_ = d0.make_event();
-      for (int r = 0; r < ranks_; ++r) {
-        join_.push_back(bases_[static_cast<std::size_t>(r)]->make_event());
-        join_.push_back(bases_[static_cast<std::size_t>(r)]->make_event());
-      }
+      for (int r = 0; r < ranks_; ++r)  // one per stream of the rank (at most three)
+        for (int k = 0; k < 3; ++k) join_.push_back(bases_[static_cast<std::size_t>(r)]->make_event());
     }
     for (int r = 0; r < ranks_; ++r) threads_.emplace_back([this, r] { serve(r); });
   }
@@ -330,11 +328,9 @@ class loopback_pipeline {
     Base& d0 = *bases_.front();
     d0.begin_capture(origin_);
     d0.record(fork_, origin_);
-    for (int r = 0; r < ranks_; ++r) {
-      Base& d = *bases_[static_cast<std::size_t>(r)];
-      d.wait(execs_[static_cast<std::size_t>(r)]->compute_stream(), fork_);
-      d.wait(execs_[static_cast<std::size_t>(r)]->comm_stream(), fork_);
-    }
+    for (int r = 0; r < ranks_; ++r)
+      for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
+        bases_[static_cast<std::size_t>(r)]->wait(s, fork_);
     try {
       run(batch);
     } catch (...) {
@@ -346,12 +342,12 @@ class loopback_pipeline {
     }
     for (int r = 0; r < ranks_; ++r) {
       Base& d = *bases_[static_cast<std::size_t>(r)];
-      const executor& ex = *execs_[static_cast<std::size_t>(r)];
-      const auto j = static_cast<std::size_t>(2 * r);
-      d.record(join_[j], ex.compute_stream());
-      d.record(join_[j + 1], ex.comm_stream());
-      d0.wait(origin_, join_[j]);
-      d0.wait(origin_, join_[j + 1]);
+      const auto streams = execs_[static_cast<std::size_t>(r)]->streams();
+      for (std::size_t k = 0; k < streams.size(); ++k) {
+        const typename Base::event j = join_[static_cast<std::size_t>(3 * r) + k];
+        d.record(j, streams[k]);
+        d0.wait(origin_, j);
+      }
     }
     graph_.take(d0, d0.end_capture(origin_));
   }
