@@ -15,12 +15,14 @@ need_packages() {
   [ -f /usr/lib/cmake/doctest/doctestConfig.cmake ] || [ -f /usr/share/doctest/cmake/doctestConfig.cmake ] ||
     dpkg -s doctest-dev >/dev/null 2>&1 || missing+=(doctest-dev)
   dpkg -s libbenchmark-dev >/dev/null 2>&1 || missing+=(libbenchmark-dev)
+  # tests only: MPI (optional for pipetype) — the MPI bootstrap's test runs two processes under mpirun
+  if [ "${1:-}" = test ]; then dpkg -s libopenmpi-dev >/dev/null 2>&1 || missing+=(libopenmpi-dev); fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "run.sh: installing ${missing[*]}" >&2
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 }
 
@@ -33,7 +35,7 @@ case "${1:-}" in
     exec ./build/release/examples/train_mlp "$@"
     ;;
   test)
-    need_packages
+    need_packages test
     exec cmake --workflow --preset dev
     ;;
   *)

@@ -4,7 +4,8 @@
 //   cuda_mlp                                   every schedule, 4 ranks on GPU 0 (loopback)
 //   cuda_mlp --schedule zb-h1 --ranks 2 --graph
 //   torchrun-style:  RANK=r WORLD_SIZE=N LOCAL_RANK=r NCCL_COMM_ID=127.0.0.1:29500 cuda_mlp --transport nccl
-//   mpirun -np N cuda_mlp --transport nccl --id-file /tmp/pipetype.id      (one GPU per rank)
+//   mpirun -np N cuda_mlp --transport nccl                 (built with MPI: the id goes by MPI_Bcast)
+//   mpirun -np N cuda_mlp --transport nccl --id-file /tmp/pipetype.id   (without MPI: through a file)
 //
 // Loopback: every rank of the pipeline in this process, on one GPU (NCCL refuses two ranks on one
 // GPU), each on its own thread; `--graph` also captures the whole pipeline's step as one CUDA
@@ -33,6 +34,10 @@
 #include <vector>
 
 #include "model.hpp"
+
+#ifdef CUDA_MLP_WITH_MPI  // built with MPI: under mpirun, the id travels by MPI_Bcast
+#include <pipetype/cuda/mpi.hpp>
+#endif
 
 namespace pt = pipetype;
 namespace pc = pipetype::cuda;
@@ -327,10 +332,31 @@ int main(int argc, char** argv) {
         ok = ok && r.ok;
       }
     } else {
-      const pc::launch_info who = pc::launch_from_env();
+      pc::launch_info who = pc::launch_from_env();
+#ifdef CUDA_MLP_WITH_MPI
+      // launched by mpirun with no other way to share the id: MPI does it
+      const bool use_mpi = o.id_file.empty() && !std::getenv("NCCL_COMM_ID") && who.launcher != "RANK/WORLD_SIZE";
+      struct mpi_session {
+        bool on = false;
+        ~mpi_session() {
+          if (on) MPI_Finalize();
+        }
+      } mpi;
+      if (use_mpi) {
+        MPI_Init(&argc, &argv);
+        mpi.on = true;
+        who = pc::launch_from_mpi();
+      }
+#else
+      const bool use_mpi = false;
+#endif
       const std::string tag = "[rank " + std::to_string(who.rank) + "/" + std::to_string(who.world) + "]";
       pc::runtime_driver d{who.rank, who.local_rank};
-      const ncclUniqueId id = pc::unique_id(who, o.id_file);  // once: every schedule shares the world
+      ncclUniqueId id{};  // once: every schedule shares the world
+#ifdef CUDA_MLP_WITH_MPI
+      if (use_mpi) id = pc::unique_id_mpi();
+#endif
+      if (!use_mpi) id = pc::unique_id(who, o.id_file);
       for (const std::string& n : names) {
         if (pt::schedule_error(n, who.world, o.microbatches, 0)) continue;
         const result r = run_nccl(o, n, who, d, id);
