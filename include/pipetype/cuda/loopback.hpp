@@ -144,13 +144,16 @@ class loopback_hub {
         throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " receives " +
                              std::to_string(x.bytes) + " bytes on " + channel_name(x.comm, x.peer, me) +
                              " but the send has " + std::to_string(p->bytes));
+      // the sender stays in its group until `taken`, so its post is stable: issue unlocked
+      lk.unlock();
       d.wait(x.s, p->ready);
       d.copy(x.buf, p->src, x.bytes, x.s);
       d.record(x.done, x.s);
+      lk.lock();
       p->done = x.done;
       p->taken = true;
+      cv_.notify_all();
     }
-    cv_.notify_all();
     for (pending& x : group) {
       if (!x.send) continue;
       if (!cv_.wait_until(lk, until, [&] { return !aborted_.empty() || x.post->taken; }))
@@ -158,7 +161,10 @@ class loopback_hub {
                              std::to_string(deadline_.count()) + " ms for its send on " +
                              channel_name(x.comm, me, x.peer) + " to be received (the peer stopped or is stuck)");
       fail_if_aborted(me);
-      d.wait(x.s, x.post->done);
+      const event done = x.post->done;
+      lk.unlock();
+      d.wait(x.s, done);
+      lk.lock();
     }
   }
   void fail_if_aborted(int me) const {
