@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <vector>
 
 #include "kernels.hpp"
@@ -86,6 +87,38 @@ TEST_CASE("gpu: a captured step replays, and a new batch updates the graph in pl
   CHECK(ex.instantiations() == 1);
   CHECK(ex.updates() == 1);
   ex.replay();
+  d.synchronize();
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("gpu: a peer that never comes ends at the deadline in ncclCommAbort and an error, not a hang") {
+  // a world of two ranks, but only rank 0 exists: the non-blocking init can never complete
+  pc::runtime_driver d{0, 0, {.deadline = std::chrono::milliseconds(3000)}};
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(d.connect(id, 2, plan.lowered.view()), doctest::Contains("did not complete within 3000 ms"),
+                       pc::device_error);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
+  CHECK(d.aborted());
+  CHECK_THROWS_WITH_AS(d.synchronize(), doctest::Contains("were aborted"), pc::device_error);
+}
+
+TEST_CASE("gpu: connect on a one-rank world gives a plan without communicators, and the step runs") {
+  pc::runtime_driver d{0, 0};
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const auto plan = pt::build_plan(pt::make_gpipe(1, 4));
+  const std::vector<ncclComm_t> comms = d.connect(id, 1, plan.lowered.view());
+  CHECK(comms.empty());
+  CHECK(d.world() != nullptr);
+  pt::uniform_chain<plus_one> model(std::vector<plus_one>(1));
+  auto* batch = static_cast<float*>(d.allocate(4 * 256 * sizeof(float)));
+  REQUIRE(cudaMemset(batch, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), d, comms};
+  ex.step(batch);
   d.synchronize();
   CHECK(cudaGetLastError() == cudaSuccess);
 }
