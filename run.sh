@@ -7,16 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
 need_packages() {
   local missing=()
   command -v cmake >/dev/null || missing+=(cmake)
   command -v ninja >/dev/null || missing+=(ninja-build)
   command -v g++ >/dev/null || missing+=(g++)
   [ -f /usr/lib/cmake/doctest/doctestConfig.cmake ] || [ -f /usr/share/doctest/cmake/doctestConfig.cmake ] ||
-    dpkg -s doctest-dev >/dev/null 2>&1 || missing+=(doctest-dev)
-  dpkg -s libbenchmark-dev >/dev/null 2>&1 || missing+=(libbenchmark-dev)
+    installed doctest-dev || missing+=(doctest-dev)
+  installed libbenchmark-dev || missing+=(libbenchmark-dev)
   # tests only: MPI (optional for pipetype) — the MPI bootstrap's test runs two processes under mpirun
-  if [ "${1:-}" = test ]; then dpkg -s libopenmpi-dev >/dev/null 2>&1 || missing+=(libopenmpi-dev); fi
+  if [ "${1:-}" = test ]; then installed libopenmpi-dev || missing+=(libopenmpi-dev); fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "run.sh: installing ${missing[*]}" >&2
     local sudo=""
