@@ -311,3 +311,32 @@ TEST_CASE("cuda record: the unrolled step of a compile-time plan issues exactly 
   const auto wrong_rank = [&] { ex.step_unrolled<unrolled_1f1b, 1>(batch.data()); };
   CHECK_THROWS_WITH(wrong_rank(), doctest::Contains("bound to rank 2"));
 }
+
+namespace {
+// The record driver, failing its n-th send the way the CUDA driver fails a call.
+struct failing_driver : pc::record_driver {
+  int sends_left = 0;
+  void send(const void* p, std::size_t n, int peer, comm c, stream s) {
+    if (sends_left-- == 0) throw pc::device_error("pipetype::cuda: rank 1: ncclSend failed: unhandled system error");
+    record_driver::send(p, n, peer, c, s);
+  }
+};
+}  // namespace
+
+TEST_CASE("cuda record: a failing call names the op being issued") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
+  pt::uniform_chain<quiet> model(std::vector<quiet>(2));
+  failing_driver d;
+  d.sends_left = 1;  // rank 0's second send: activation 0F1
+  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), d, std::vector<int>{0}};
+  std::vector<float> batch(16 * 4);
+  try {
+    ex.step(batch.data());
+    FAIL("the send should have failed");
+  } catch (const pc::device_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("ncclSend failed: unhandled system error") != std::string::npos);
+    CHECK(what.find("[while issuing rank 0, op ") != std::string::npos);
+    CHECK(what.find("group: send activation 0F1 to rank 1") != std::string::npos);
+  }
+}

@@ -12,8 +12,15 @@
 
 #include <concepts>
 #include <cstddef>
+#include <stdexcept>
 
 namespace pipetype::cuda {
+
+/// A device call failed: which rank, which call, what the library said — and, from the executor,
+/// which op of the step was being issued.
+struct device_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 template <class D>
 concept device_driver = requires(D& d, typename D::stream s, typename D::event e, typename D::comm c, void* p,

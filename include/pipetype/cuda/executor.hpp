@@ -202,7 +202,9 @@ class rank_executor {
     const host::bound_op* const calls = calls_.data();
     const transfer* const tr = transfers_.data();
     const auto* b = static_cast<const std::byte*>(batch);
-    for (const issue_op* o = ops_.data(), *e = o + ops_.size(); o != e; ++o) {
+    const issue_op* o = ops_.data();
+    try {
+    for (const issue_op* e = o + ops_.size(); o != e; ++o) {
       if (o->pair) [[unlikely]] {
         issue_pair_half(d, *o, b);
         continue;
@@ -225,6 +227,9 @@ class rank_executor {
     }
     if (!later_.empty()) add_later();
     fence(d);
+    } catch (const device_error& err) {
+      throw device_error(std::string(err.what()) + " [while issuing " + where(o) + "]");
+    }
   }
 
   /// The same step for a plan known at compile time (`Plan` a constexpr plan with static storage,
@@ -240,9 +245,14 @@ class rank_executor {
                              ">: this executor was bound to rank " + std::to_string(rank_) + " of another plan");
     const static_args a{d_,          calls_.data(), transfers_.data(), events_.data(),
                         streams_[0], streams_[1],  streams_[2],       static_cast<const std::byte*>(batch)};
-    issue_all<P>(a, std::make_index_sequence<P::issues.size()>{});
-    if (!later_.empty()) add_later();
-    fence(d_);
+    try {
+      issue_all<P>(a, std::make_index_sequence<P::issues.size()>{});
+      if (!later_.empty()) add_later();
+      fence(d_);
+    } catch (const device_error& err) {
+      throw device_error(std::string(err.what()) + " [while issuing rank " + std::to_string(rank_) +
+                         "'s unrolled step]");
+    }
   }
 
   /// Records one step into a graph (fork from an origin stream to the compute and communication
@@ -326,6 +336,13 @@ class rank_executor {
       d.wait(streams_[0], pair_join_);
     }
     if (o.has_record) d.record(o.record, o.pair == 2 ? streams_[0] : s);
+  }
+  // What the op at `o` is, for an error: "rank 1, op 7 of 36: group (send activation 1F3 to rank 2)".
+  std::string where(const issue_op* o) const {
+    const auto k = static_cast<std::size_t>(o - ops_.data());
+    std::string s = "rank " + std::to_string(rank_) + ", ";
+    if (k >= ops_.size()) return s + "the step's end";
+    return s + "op " + std::to_string(k) + " of " + std::to_string(ops_.size()) + ": " + labels_[k];
   }
   // The step's end: each stream waits for the other's last op, so the next step's first ops
   // (a recv into a slot, a compute over one) come after every use in this step.
@@ -436,6 +453,11 @@ class rank_executor {
                               o.what == kind::F ? e.out_bytes() : e.in_bytes(),
                               comms_[static_cast<std::size_t>(o.comm)]});
         ops_.back().last = static_cast<std::uint32_t>(transfers_.size());
+        std::string& label = labels_.back();  // "group: send activation 1F3 to rank 2; recv …"
+        label += label == "group" ? ": " : "; ";
+        label += std::string(o.code == op_code::send ? "send " : "recv ") +
+                 (o.what == kind::F ? "activation " : "gradient ") + host::detail::action_name(o) +
+                 (o.code == op_code::send ? " to rank " : " from rank ") + std::to_string(o.peer);
         continue;
       }
       issue_op x;
@@ -447,7 +469,9 @@ class rank_executor {
       if (x.has_record) x.record = events_[static_cast<std::size_t>(o.record_event)];
       if (o.code == op_code::group) {
         x.index = x.last = static_cast<std::uint32_t>(transfers_.size());
+        labels_.emplace_back("group");
       } else {
+        labels_.push_back("compute " + host::detail::action_name(o));
         if (second_half) {
           x.pair = 2;
           x.s = streams_[2];
@@ -484,6 +508,7 @@ class rank_executor {
   std::vector<host::stage_entry> entries_;
   std::vector<typename D::comm> comms_;
   std::vector<issue_op> ops_;
+  std::vector<std::string> labels_;  // per issue op, for errors
   std::vector<host::bound_op> calls_;  // the compute ops' stage calls
   std::vector<transfer> transfers_;
   std::vector<std::byte*> adds_;      // held weight gradients, per op's [add_begin, + add_count)

@@ -43,11 +43,6 @@
 
 namespace pipetype::cuda {
 
-/// A CUDA or NCCL call failed: which rank, which call, what the library said.
-struct device_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 /// Devices visible to this process; 0 when there is no driver or no device (error 35, 100, 34
 /// and friends: shared/reference/nccl_cuda.md A.2), with the sticky error cleared.
 inline int device_count() noexcept {
