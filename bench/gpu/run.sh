@@ -29,12 +29,15 @@ gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build/gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DNCCL_ROOT="${NCCL_ROOT}" -DPIPETYPE_BUILD_BENCH=OFF >/dev/null
-cmake --build build/gpu -j"$(nproc)" --target test_gpu test_cuda_runtime test_cuda cuda_mlp
-ctest --test-dir build/gpu -R "gpu|cuda" --output-on-failure | tee build/gpu/ctest.log
+targets=(test_gpu test_cuda_runtime test_cuda cuda_mlp)
+cmake --build build/gpu --target help | grep -q test_cuda_mpi && targets+=(test_cuda_mpi)  # where MPI is found
+cmake --build build/gpu -j"$(nproc)" --target "${targets[@]}"
+ctest --test-dir build/gpu -R "gpu|cuda" --output-on-failure | tee build/gpu/ctest.log || true
 
-# the timing table (one more run, 20 steps each way)
+# the timing tables (one more run, 20 steps each way; then one NCCL group per peer and tick)
 mlp=build/gpu/examples/cuda_mlp
 "${mlp}" --graph --steps 20 | tee build/gpu/cuda_mlp.log || true
+"${mlp}" --graph --steps 20 --groups peer | tee build/gpu/cuda_mlp_peer.log || true
 
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo "unknown")
 passed=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' build/gpu/ctest.log || echo "?")
@@ -52,5 +55,13 @@ echo "| schedule (p=4, m=8, loopback) | rel err | host µs/step eager | host µs
 echo "|---|---|---|---|---|---|---|"
 sed -nE 's/^([a-z0-9-]+) +loss [0-9.]+ +rel err ([0-9.e+-]+)( \(bitwise\))? .*host ([0-9.]+) us\/step +device ([0-9.]+) ms\/step +graph: host ([0-9.]+) us, device ([0-9.]+) ms +serial kernels ([0-9.]+) ms.*/| \1 | \2\3 | \4 | \6 | \5 | \7 | \8 |/p' \
   build/gpu/cuda_mlp.log
+echo
+echo "| schedule | device ms/step, groups per tick | per peer | graph, per tick | graph, per peer |"
+echo "|---|---|---|---|---|"
+field() { sed -nE "s/^$2 +loss .*device ([0-9.]+) ms\/step +graph: host [0-9.]+ us, device ([0-9.]+) ms.*/\\$3/p" "$1"; }
+for s in $(sed -nE 's/^([a-z0-9-]+) +loss .*/\1/p' build/gpu/cuda_mlp.log); do
+  echo "| $s | $(field build/gpu/cuda_mlp.log "$s" 1) | $(field build/gpu/cuda_mlp_peer.log "$s" 1) |" \
+       "$(field build/gpu/cuda_mlp.log "$s" 2) | $(field build/gpu/cuda_mlp_peer.log "$s" 2) |"
+done
 echo
 echo "wall time: $(( $(date +%s) - start )) s"

@@ -3,6 +3,7 @@
 //
 //   cuda_mlp                                   every schedule, 4 ranks on GPU 0 (loopback)
 //   cuda_mlp --schedule zb-h1 --ranks 2 --graph
+//   cuda_mlp --groups peer                     one NCCL group per peer and tick (docs/05 §5.7)
 //   torchrun-style:  RANK=r WORLD_SIZE=N LOCAL_RANK=r NCCL_COMM_ID=127.0.0.1:29500 cuda_mlp --transport nccl
 //   mpirun -np N cuda_mlp --transport nccl                 (built with MPI: the id goes by MPI_Bcast)
 //   mpirun -np N cuda_mlp --transport nccl --id-file /tmp/pipetype.id   (without MPI: through a file)
@@ -49,6 +50,7 @@ struct options {
   std::string transport = "loopback", schedule = "all", id_file;
   int ranks = 4, microbatches = 8, layers = 8, steps = 3;
   bool graph = false;
+  pt::group_policy groups = pt::group_policy::per_tick;
 };
 
 struct result {
@@ -61,7 +63,7 @@ struct result {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "cuda_mlp: %s\nusage: cuda_mlp [--transport loopback|nccl] [--schedule NAME|all] [--ranks P] "
-               "[--microbatches M] [--layers L] [--steps N] [--graph] [--id-file PATH]\n",
+               "[--microbatches M] [--layers L] [--steps N] [--graph] [--groups tick|peer] [--id-file PATH]\n",
                why.c_str());
   std::exit(2);
 }
@@ -88,6 +90,11 @@ options parse(int argc, char** argv) {
     else if (a == "--layers") o.layers = number(1);
     else if (a == "--steps") o.steps = number(1);
     else if (a == "--graph") o.graph = true;
+    else if (a == "--groups") {
+      const std::string g = value();
+      if (g != "tick" && g != "peer") usage("--groups is tick or peer");
+      o.groups = g == "peer" ? pt::group_policy::per_peer : pt::group_policy::per_tick;
+    }
     else if (a == "--id-file") o.id_file = value();
     else usage("unknown argument " + a);
   }
@@ -210,7 +217,8 @@ void judge(result& r, const std::vector<std::vector<float>>& got, const std::vec
 result run_loopback(const options& o, const std::string& name) {
   result r;
   r.schedule = name;
-  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, o.ranks, o.microbatches));
+  const pt::runtime_plan plan =
+      pt::build_plan(pt::make_schedule(name, o.ranks, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
   const pt::program_view pv = plan.compute.view();
   const int S = pv.chain_length();
@@ -263,7 +271,8 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
                 const ncclUniqueId& id) {
   result r;
   r.schedule = name;
-  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, who.world, o.microbatches));
+  const pt::runtime_plan plan =
+      pt::build_plan(pt::make_schedule(name, who.world, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
   const int S = plan.compute.view().chain_length();
   const std::vector<ncclComm_t> comms = d.connect(id, who.world, plan.lowered.view());
@@ -307,8 +316,7 @@ int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   std::vector<std::string> names;
   if (o.schedule == "all") {
-    for (const pt::schedule_info& i : pt::schedule_infos)
-      if (i.name != "zb-auto") names.emplace_back(i.name);
+    for (const pt::schedule_info& i : pt::schedule_infos) names.emplace_back(i.name);
   } else {
     if (!pt::find_schedule(o.schedule)) usage("unknown schedule " + o.schedule);
     names.push_back(o.schedule);
