@@ -27,10 +27,10 @@ if [ -n "${NCCL_ROOT}" ]; then export LD_LIBRARY_PATH="${NCCL_ROOT}/lib:${LD_LIB
 
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S . -B build/gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build/gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
       -DNCCL_ROOT="${NCCL_ROOT}" -DPIPETYPE_BUILD_BENCH=OFF >/dev/null
 targets=(test_gpu test_cuda_runtime test_cuda cuda_mlp)
-cmake --build build/gpu --target help | grep -q test_cuda_mpi && targets+=(test_cuda_mpi)  # where MPI is found
+if cmake --build build/gpu --target help | grep test_cuda_mpi >/dev/null; then targets+=(test_cuda_mpi); fi  # where MPI is found
 cmake --build build/gpu -j"$(nproc)" --target "${targets[@]}"
 ctest --test-dir build/gpu -R "gpu|cuda" --output-on-failure | tee build/gpu/ctest.log || true
 

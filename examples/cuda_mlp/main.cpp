@@ -280,9 +280,11 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   std::vector<pt::uniform_chain<cuda_mlp::stage>> model;
   model.push_back(cuda_mlp::make_model(o.layers, S));
   attach(model.front(), b);
-  pc::rank_executor ex{pt::host::views_of(plan), who.rank, pc::entries_of(model.front()), d, comms};
-  ex.step(b.inputs.data());
+  auto ex = std::make_unique<pc::rank_executor<pc::runtime_driver>>(pt::host::views_of(plan), who.rank,
+                                                                    pc::entries_of(model.front()), d, comms);
+  ex->step(b.inputs.data());
   d.synchronize();
+  r.loss = b.mean_loss();  // this rank's share: non-zero only where the last stage runs
   // every rank's gradients (zeros for the stages it does not run) summed over the world
   stream_holder s;
   pc::check_nccl(ncclGroupStart(), "ncclGroupStart");
@@ -296,9 +298,9 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   cuda_mlp::check(cudaStreamSynchronize(s.s), "cudaStreamSynchronize");
   const auto ref = reference(o, S, b, r.serial_ms, r.norm);
   judge(r, gradients(model), ref);
-  const double loss = b.mean_loss();  // non-zero only where the last stage runs
-  r.loss = loss;
-  time_steps(o.steps, [&] { ex.step(b.inputs.data()); }, [&] { d.synchronize(); }, r.host_us, r.device_ms);
+  time_steps(o.steps, [&] { ex->step(b.inputs.data()); }, [&] { d.synchronize(); }, r.host_us, r.device_ms);
+  ex.reset();
+  d.release(comms);  // this plan's communicators; the world stays for the next schedule
   return r;
 }
 
@@ -346,11 +348,13 @@ int main(int argc, char** argv) {
       const bool use_mpi = o.id_file.empty() && !std::getenv("NCCL_COMM_ID") && who.launcher != "RANK/WORLD_SIZE";
       struct mpi_session {
         bool on = false;
-        ~mpi_session() {
+        ~mpi_session() {  // on an error the other ranks may wait in a collective: abort them
+          if (on && std::uncaught_exceptions() > 0) MPI_Abort(MPI_COMM_WORLD, 1);
           if (on) MPI_Finalize();
         }
       } mpi;
       if (use_mpi) {
+        cuda_mlp::check(cudaSetDevice(who.local_rank), "cudaSetDevice");  // before MPI touches CUDA
         MPI_Init(&argc, &argv);
         mpi.on = true;
         who = pc::launch_from_mpi();

@@ -227,10 +227,18 @@ TEST_CASE("cuda loopback: the whole pipeline is captured as one graph, forked fr
   pipe.capture(b.inputs.data());
   CHECK(pipe.instantiations() == 1);
   CHECK(pipe.updates() == 1);
-  d.ptrs[0]->clear();
-  pipe.replay();
-  REQUIRE(d.ptrs[0]->calls().size() == 1);
-  CHECK(d.ptrs[0]->calls()[0].what == ck::launch);
+  for (auto* x : d.ptrs) x->clear();
+  pipe.replay();  // after the ranks' streams (joined into the origin), before what follows on them
+  int launches = 0, origin_waits = 0;
+  for (const auto& x : d.ptrs[0]->calls()) {
+    launches += x.what == ck::launch;
+    origin_waits += x.what == ck::wait && x.stream == pipe.origin_stream();
+  }
+  CHECK(launches == 1);
+  CHECK(origin_waits == 4);  // two ranks × two streams
+  const auto& after = d.ptrs[1]->calls();
+  REQUIRE(after.size() == 4);  // rank 1: two join records, then both streams wait on the launch
+  CHECK((after[2].what == ck::wait && after[3].what == ck::wait && after[2].event == after[3].event));
 }
 
 TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three streams") {

@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <map>
 #include <span>
 #include <string>
@@ -87,12 +89,6 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
     const bool first_half = o.code == pt::op_code::compute && o.overlapped;
     const bool second_half = o.code == pt::op_code::compute && second;
     const int stream = second_half ? aux : static_cast<int>(o.stream);
-    if (first_half) {  // the pair forks off the compute stream before its first half
-      const call* c = next(ck::record);
-      if (!c || c->stream != 0) return "expected the pair's fork before " + where;
-      pair_fork = c->event;
-      second = true;
-    }
     if (second_half) {
       const call* c = next(ck::wait);
       if (!c || c->stream != aux || c->event != pair_fork) return "expected the wait on the pair's fork before " + where;
@@ -100,6 +96,12 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
     if (o.wait_event >= 0) {
       const call* c = next(ck::wait);
       if (!c || c->event != o.wait_event || c->stream != stream) return "missing wait before " + where;
+    }
+    if (first_half) {  // the pair forks off the compute stream after the first half's wait
+      const call* c = next(ck::record);
+      if (!c || c->stream != 0) return "expected the pair's fork before " + where;
+      pair_fork = c->event;
+      second = true;
     }
     if (o.code == pt::op_code::compute) {
       const call* c = next(ck::compute);
@@ -144,6 +146,82 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
   return "";
 }
 
+// The data dependencies of rank r's lowered program hold in the issued calls under CUDA's
+// semantics: with vector clocks over the rank's streams (a record snapshots its stream's clock,
+// a wait merges it), every op that reads or overwrites a slot must come after the slot's last
+// writer, and a write after the readers since. Ops: computes and groups (a group stands for its
+// transfers), identified by order.
+std::string happens_before(const pt::lowered_view& L, int r, const std::vector<call>& got) {
+  using clock = std::array<int, 4>;
+  std::array<clock, 4> at{};  // per stream
+  std::map<int, clock> ev;
+  const auto ops = L.rank_ops(r);
+  std::vector<std::size_t> units;  // the compute and group ops of the rank, in order
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].code == pt::op_code::compute || ops[i].code == pt::op_code::group) units.push_back(i);
+  std::map<std::size_t, std::pair<int, clock>> done;  // op → (its stream, the clock when it was issued)
+  std::size_t u = 0;
+  for (const call& c : got) {
+    const int stream = c.what == ck::group_end ? 1 : c.stream;  // groups run on the communication stream
+    if (stream < 0 || stream > 3) continue;
+    clock& me = at[static_cast<std::size_t>(stream)];
+    if (c.what == ck::record) ev[c.event] = me;
+    if (c.what == ck::wait)
+      for (std::size_t k = 0; k < 4; ++k) me[k] = std::max(me[k], ev[c.event][k]);
+    if (c.what == ck::compute || c.what == ck::group_end) {  // a group is placed at its group_end
+      if (u >= units.size()) return "more computes and groups than the program has";
+      ++me[static_cast<std::size_t>(stream)];
+      done[units[u++]] = {stream, me};
+    }
+  }
+  auto hb = [&](std::size_t w, std::size_t x) {
+    const auto& [ws, wc] = done.at(w);
+    const auto& [xs, xc] = done.at(x);
+    return xc[static_cast<std::size_t>(ws)] >= wc[static_cast<std::size_t>(ws)];
+  };
+  struct use {
+    long writer = -1;
+    std::vector<std::size_t> readers;
+  };
+  std::map<std::pair<int, int>, use> slots;  // (pool: 0 activation, 1 gradient, slot)
+  long group = -1;
+  auto touch = [&](int pool, int slot, std::size_t x, bool write) -> std::string {
+    if (slot < 0) return "";
+    use& s = slots[{pool, slot}];
+    const std::string name = std::string(pool ? "gradient" : "activation") + " slot " + std::to_string(slot);
+    if (s.writer >= 0 && static_cast<std::size_t>(s.writer) != x && !hb(static_cast<std::size_t>(s.writer), x))
+      return "op " + std::to_string(x) + " may run before op " + std::to_string(s.writer) + " wrote " + name;
+    if (write) {
+      for (std::size_t rd : s.readers)
+        if (rd != x && !hb(rd, x))
+          return "op " + std::to_string(x) + " may overwrite " + name + " before op " + std::to_string(rd) + " read it";
+      s.writer = static_cast<long>(x);
+      s.readers.clear();
+    } else {
+      s.readers.push_back(x);
+    }
+    return "";
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const pt::lowered_op& o = ops[i];
+    std::string e;
+    if (o.code == pt::op_code::group) {
+      group = static_cast<long>(i);
+    } else if (o.code == pt::op_code::send || o.code == pt::op_code::recv) {
+      e = touch(o.what == pt::kind::F ? 0 : 1, o.slot, static_cast<std::size_t>(group), o.code == pt::op_code::recv);
+    } else if (o.what == pt::kind::F) {
+      e = touch(0, o.slot, i, false);
+      if (e.empty()) e = touch(0, o.out_slot, i, true);
+    } else {
+      e = touch(0, o.slot, i, false);
+      if (e.empty()) e = touch(1, o.grad_slot, i, false);
+      if (e.empty() && o.what != pt::kind::W) e = touch(1, o.out_slot, i, true);
+    }
+    if (!e.empty()) return e + " (" + pt::to_text(o) + ")";
+  }
+  return "";
+}
+
 void check_plan(const pt::runtime_plan& plan) {
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   const std::vector<rank_run> runs = record_step(plan);
@@ -166,8 +244,10 @@ void check_plan(const pt::runtime_plan& plan) {
     CHECK(streams == (pairs ? 4 : 3));
     for (const call& c : run.step1)
       CHECK((c.what != ck::allocate && c.what != ck::make_event && c.what != ck::make_stream));
-    // exactly the lowered program; every wait after a record of its event in the same step
+    // exactly the lowered program; every wait after a record of its event in the same step;
+    // every slot's readers and writers ordered by the streams and events as issued
     CHECK(compare(L, r, run.step1) == "");
+    CHECK(happens_before(L, r, run.step1) == "");
     std::vector<char> recorded(static_cast<std::size_t>(events), 0);  // (ids: the pool first)
     for (const call& c : run.step1) {
       if (c.what == ck::record) recorded[static_cast<std::size_t>(c.event)] = 1;
@@ -262,10 +342,19 @@ TEST_CASE("cuda record: a step captured into a graph forks from the origin strea
   ex.capture(b.data());
   CHECK(ex.instantiations() == 1);
   CHECK(ex.updates() == 1);
+  // replay: the rank's streams join into the origin, one launch there, the streams wait on it
   d.clear();
   ex.replay();
-  REQUIRE(d.calls().size() == 1);
-  CHECK((d.calls()[0].what == ck::launch && d.calls()[0].stream == origin));
+  const std::vector<call>& rp = d.calls();
+  REQUIRE(rp.size() == 2 * 2 + 1 + 1 + 2);
+  for (std::size_t s = 0; s < 2; ++s) {
+    CHECK((rp[2 * s].what == ck::record && rp[2 * s].stream == static_cast<int>(s)));
+    CHECK((rp[2 * s + 1].what == ck::wait && rp[2 * s + 1].stream == origin && rp[2 * s + 1].event == rp[2 * s].event));
+  }
+  CHECK((rp[4].what == ck::launch && rp[4].stream == origin));
+  CHECK((rp[5].what == ck::record && rp[5].stream == origin));
+  CHECK((rp[6].what == ck::wait && rp[6].stream == 0 && rp[6].event == rp[5].event));
+  CHECK((rp[7].what == ck::wait && rp[7].stream == 1 && rp[7].event == rp[5].event));
   pc::rank_executor fresh{pt::host::views_of(plan), 1, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
   CHECK_THROWS_AS(fresh.replay(), std::logic_error);
 }
@@ -339,4 +428,29 @@ TEST_CASE("cuda record: a failing call names the op being issued") {
     CHECK(what.find("[while issuing rank 0, op ") != std::string::npos);
     CHECK(what.find("group: send activation 0F1 to rank 1") != std::string::npos);
   }
+}
+
+TEST_CASE("cuda record: the halves of a (B;F) pair never share a stash slot (they may run at once)") {
+  // the first half frees its stash at its last use; the second half's F must not take it
+  const auto plan = pt::build_plan(pt::parse_schedule("0F0,(0B0;0F1),0B1"));
+  REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
+  pt::uniform_chain<quiet> model(std::vector<quiet>(1));
+  const auto ops = plan.lowered.view().rank_ops(0);
+  const pt::host::detail::rank_layout layout =
+      pt::host::detail::layout_of(plan.compute.view(), ops, pc::entries_of(model));
+  int b0 = -1, f1 = -1;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].code != pt::op_code::compute) continue;
+    if (ops[i].what == pt::kind::B && ops[i].microbatch == 0) b0 = layout.op_stash[i];
+    if (ops[i].what == pt::kind::F && ops[i].microbatch == 1) f1 = layout.op_stash[i];
+  }
+  REQUIRE(b0 >= 0);
+  REQUIRE(f1 >= 0);
+  CHECK(b0 != f1);
+  CHECK(layout.stash_slots == 2);
+  // without the pair the slot is reused
+  const auto serial = pt::build_plan(pt::parse_schedule("0F0,0B0,0F1,0B1"));
+  REQUIRE(serial.ok());
+  CHECK(pt::host::detail::layout_of(serial.compute.view(), serial.lowered.view().rank_ops(0), pc::entries_of(model))
+            .stash_slots == 1);
 }

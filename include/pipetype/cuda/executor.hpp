@@ -20,10 +20,11 @@
 // cudaStream_t with the CUDA driver) to launch its kernels on.
 //
 // Overlapped F&B pairs (DualPipe): the pair's second half runs on a second compute stream —
-// forked from the compute stream just before the first half (record/wait), joined back right
-// after (record/wait), its own record issued on the compute stream after the join — so the two
-// halves may run at once while everything after the pair sees both done. The stage's context
-// carries that stream. Ranks without pairs have two streams.
+// forked from the compute stream after the first half's wait (the lowering leaves out a second
+// half's wait when the first's covers it), joined back right after (record/wait), its own record
+// issued on the compute stream after the join — so the two halves may run at once while
+// everything after the pair sees both done. The stage's context carries that stream. Ranks
+// without pairs have two streams.
 //
 // Transfers name the peer by its rank in the communicator: lowered communicator c joins ranks
 // comms[c].rank_a (rank 0 in it) and comms[c].rank_b (rank 1), as make_communicators creates them.
@@ -104,6 +105,16 @@ struct step_graph {
     d.launch(exec, s);
   }
 };
+
+/// Ends a capture that failed half-way and drops its graph, so the origin stream is usable again
+/// (the failure itself is what the caller reports).
+template <class D>
+void abandon_capture(D& d, typename D::stream origin) noexcept {
+  try {
+    d.destroy(d.end_capture(origin));
+  } catch (...) {
+  }
+}
 
 namespace detail {
 struct no_graph {};
@@ -263,15 +274,31 @@ class rank_executor {
     d_.begin_capture(origin);
     d_.record(fork_, origin);
     for (int s = 0; s < nstreams_; ++s) d_.wait(streams_[s], fork_);
-    step(batch);
+    try {
+      step(batch);
+    } catch (...) {
+      abandon_capture(d_, origin);
+      throw;
+    }
     for (int s = 0; s < nstreams_; ++s) {
       d_.record(join_[s], streams_[s]);
       d_.wait(origin, join_[s]);
     }
     graph_.take(d_, d_.end_capture(origin));
   }
-  /// Launches the captured step on the origin stream (capture() first).
-  void replay() requires captures_graphs<D> { graph_.launch(d_, origin_); }
+  /// Launches the captured step (capture() first), ordered like an eager step: after everything
+  /// already on the rank's streams (they join into the origin stream), and before whatever comes
+  /// next on them (they wait on the origin after the launch).
+  void replay() requires captures_graphs<D> {
+    for (int s = 0; s < nstreams_; ++s) {
+      d_.record(join_[s], streams_[s]);
+      d_.wait(origin_, join_[s]);
+    }
+    graph_.launch(d_, origin_);
+    d_.record(fork_, origin_);
+    for (int s = 0; s < nstreams_; ++s) d_.wait(streams_[s], fork_);
+  }
+  typename D::stream origin_stream() const noexcept requires captures_graphs<D> { return origin_; }
   int instantiations() const noexcept requires captures_graphs<D> { return graph_.instantiations; }
   int updates() const noexcept requires captures_graphs<D> { return graph_.updates; }
 
@@ -327,9 +354,10 @@ class rank_executor {
   // compute stream.
   void issue_pair_half(D& d, const issue_op& o, const std::byte* b) {
     const typename D::stream s = o.s;
-    if (o.pair == 1) d.record(pair_fork_, s);
     if (o.pair == 2) d.wait(s, pair_fork_);
     if (o.has_wait) d.wait(s, o.wait);
+    // after the first half's wait: the lowering drops a second half's wait that the first's covers
+    if (o.pair == 1) d.record(pair_fork_, s);
     compute(d, calls_[o.index], s, b);
     if (o.pair == 2) {
       d.record(pair_join_, s);
@@ -375,9 +403,9 @@ class rank_executor {
   template <class P, detail::static_issue X>
   PIPETYPE_INLINE void issue_static(const static_args& a) {
     const typename D::stream s = X.pair == 2 ? a.aux : X.stream == 0 ? a.compute : a.comm;
-    if constexpr (X.pair == 1) a.d.record(pair_fork_, s);
     if constexpr (X.pair == 2) a.d.wait(s, pair_fork_);
     if constexpr (X.wait >= 0) a.d.wait(s, a.ev[X.wait]);
+    if constexpr (X.pair == 1) a.d.record(pair_fork_, s);  // after the first half's wait (see issue_pair_half)
     if constexpr (X.code == op_code::compute) {
       compute(a.d, a.calls[X.index], s, a.batch);
       if constexpr (X.pair == 2) {

@@ -33,6 +33,7 @@
 // tests/cuda/loopback.test.cpp checks gradients against the host executor's, bit for bit).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -256,7 +257,7 @@ struct loopback_options {
 
 /// A whole pipeline in one process: one executor per rank over `Base` drivers (one per rank,
 /// the caller's; with CUDA, runtime_driver{r, device} for every r on the same device), each rank
-/// stepping on its own persistent host thread.
+/// stepping on its own persistent host thread. A rank has two streams, three with F&B pairs.
 ///
 ///   std::vector<std::unique_ptr<runtime_driver>> d;  // one per rank, same device
 ///   loopback_pipeline<runtime_driver> pipe{views_of(plan), models, drivers};
@@ -340,10 +341,7 @@ class loopback_pipeline {
     try {
       run(batch);
     } catch (...) {
-      try {  // leave the origin stream usable; the rank's error is the one to report
-        d0.destroy(d0.end_capture(origin_));
-      } catch (...) {
-      }
+      abandon_capture(d0, origin_);
       throw;
     }
     for (int r = 0; r < ranks_; ++r) {
@@ -357,7 +355,24 @@ class loopback_pipeline {
     }
     graph_.take(d0, d0.end_capture(origin_));
   }
-  void replay() requires captures_graphs<Base> { graph_.launch(*bases_.front(), origin_); }
+  /// Launches the pipeline's graph, ordered after everything already on the ranks' streams and
+  /// before whatever comes next on them, like an eager step.
+  void replay() requires captures_graphs<Base> {
+    Base& d0 = *bases_.front();
+    for (int r = 0; r < ranks_; ++r) {
+      const auto streams = execs_[static_cast<std::size_t>(r)]->streams();
+      for (std::size_t k = 0; k < streams.size(); ++k) {
+        const typename Base::event j = join_[static_cast<std::size_t>(3 * r) + k];
+        bases_[static_cast<std::size_t>(r)]->record(j, streams[k]);
+        d0.wait(origin_, j);
+      }
+    }
+    graph_.launch(d0, origin_);
+    d0.record(fork_, origin_);
+    for (int r = 0; r < ranks_; ++r)
+      for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
+        bases_[static_cast<std::size_t>(r)]->wait(s, fork_);
+  }
   int instantiations() const noexcept requires captures_graphs<Base> { return graph_.instantiations; }
   int updates() const noexcept requires captures_graphs<Base> { return graph_.updates; }
   typename Base::stream origin_stream() const noexcept requires captures_graphs<Base> { return origin_; }
@@ -375,6 +390,13 @@ class loopback_pipeline {
     cv_.notify_all();
     done_cv_.wait(lk, [&] { return busy_ == 0; });
     lk.unlock();
+    const bool failed = std::any_of(errors_.begin(), errors_.end(), [](const std::exception_ptr& e) { return e != nullptr; });
+    if constexpr (requires(Base& d) { d.synchronize(); })
+      if (failed)  // a step cut short left copies in flight whose senders never waited: let them land
+        for (Base* d : bases_) try {
+            d->synchronize();
+          } catch (...) {
+          }
     hub_.reset();
     // the first error that is not an echo of another rank's abort
     std::exception_ptr first;

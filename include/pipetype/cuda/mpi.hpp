@@ -51,7 +51,12 @@ inline ncclUniqueId unique_id_mpi(MPI_Comm comm = MPI_COMM_WORLD) {
   ncclUniqueId id{};
   int rank = 0;
   detail::check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  if (rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  int status = ncclSuccess;  // rank 0's, shared first, so a failure there does not leave the others waiting
+  if (rank == 0) status = ncclGetUniqueId(&id);
+  detail::check_mpi(MPI_Bcast(&status, 1, MPI_INT, 0, comm), "MPI_Bcast");
+  if (status != ncclSuccess)
+    throw device_error("pipetype::cuda: rank " + std::to_string(rank) + ": rank 0's ncclGetUniqueId failed: " +
+                       ncclGetErrorString(static_cast<ncclResult_t>(status)));
   detail::check_mpi(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, comm), "MPI_Bcast");
   return id;
 }

@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
@@ -195,7 +196,8 @@ class runtime_driver {
   /// in it, rank_b rank 1; a rank outside gets nullptr. The driver owns them all (destroyed with
   /// it, or aborted at a deadline). Returns the lowered ids' communicators, for the executor.
   /// Every plan of a run may connect again: the world communicator is made once (the first
-  /// call's `id` and `world`), the splits per call.
+  /// call's `id` and `world`; a later call with another `world` is refused), the splits per call
+  /// (release() them when the plan is done).
   std::vector<comm> connect(const ncclUniqueId& id, int world, const lowered_view& l) {
     if (aborted_) throw device_error("pipetype::cuda: rank " + std::to_string(rank_) + ": connect after an abort");
     if (!world_) {
@@ -208,6 +210,10 @@ class runtime_driver {
       settle(w, "ncclCommInitRankConfig");
       world_ = w;
     }
+    if (world != world_size_ && world_size_ > 0)
+      throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank_) + ": connect: the world has " +
+                                  std::to_string(world_size_) + " ranks, not " + std::to_string(world));
+    world_size_ = world;
     std::vector<comm> out;
     for (std::size_t c = 0; c < l.comms.size(); ++c) {
       const comm_desc& d = l.comms[c];
@@ -226,6 +232,19 @@ class runtime_driver {
     return out;
   }
   comm world() const noexcept { return world_; }
+  /// Finalizes and destroys communicators connect() made for a plan that is done (its executor
+  /// gone, its work finished), within the deadline; the world stays. nullptr entries are skipped.
+  void release(const std::vector<comm>& done) {
+    live();
+    for (ncclComm_t c : done)
+      if (c) check(ncclCommFinalize(c), "ncclCommFinalize", c);
+    for (ncclComm_t c : done) settle(c, "ncclCommFinalize");
+    for (ncclComm_t c : done) {
+      if (!c) continue;
+      check(ncclCommDestroy(c), "ncclCommDestroy", c);
+      std::erase(comms_, c);
+    }
+  }
   /// Aborts every communicator this driver owns (ncclCommAbort): what a deadline does.
   void abort() noexcept {
     if (aborted_) return;
@@ -236,6 +255,7 @@ class runtime_driver {
   /// Waits until a non-blocking communicator has finished what it was given (a group that
   /// returned ncclInProgress, a collective the caller issued on world()), up to the deadline.
   void settle(ncclComm_t c, const char* call) {
+    live();
     if (!c) return;
     const auto until = std::chrono::steady_clock::now() + opt_.deadline;
     while (poll_async(c, call)) {
@@ -288,6 +308,10 @@ class runtime_driver {
         }
         std::this_thread::yield();
       }
+      if (state != ncclSuccess) {  // a communicator in error: abort them all rather than destroy
+        abort();
+        return;
+      }
     }
     for (auto it = comms_.rbegin(); it != comms_.rend(); ++it) (void)ncclCommDestroy(*it);
     comms_.clear();
@@ -326,6 +350,7 @@ class runtime_driver {
   runtime_options opt_;
   std::vector<ncclComm_t> comms_, group_comms_;
   ncclComm_t world_ = nullptr;
+  int world_size_ = 0;
   bool aborted_ = false;
   std::vector<void*> buffers_;
   std::vector<cudaStream_t> streams_;

@@ -263,7 +263,9 @@ inline void check_split(const stage_entry& e, const action& a, const std::string
 
 /// One rank's buffer layout: the stride of its activation and gradient slots (the largest
 /// activation crossing into, out of or within the rank), its stash stride, and per op the stash
-/// slot it uses — live from F(s,j) to the last backward of (s,j) on the rank, lowest free first.
+/// slot it uses — live from F(s,j) to the last backward of (s,j) on the rank, lowest free first;
+/// a slot the first half of an overlapped pair frees stays taken through the second half (the
+/// halves may run at once on a device).
 struct rank_layout {
   std::size_t stride = 0, stash_stride = 0;
   int stash_slots = 0;
@@ -296,14 +298,23 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
       last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
           static_cast<int>(i);
   std::vector<char> busy;
+  int held = -1;  // a slot freed by the first half of an overlapped pair: free only after the second
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const lowered_op& o = ops[i];
     if (o.code != op_code::compute) continue;
     const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
     if (o.what == kind::F) stash_slot[q] = static_cast<int>(take_lowest_free(busy));
     out.op_stash[i] = stash_slot[q];
-    if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0)
-      busy[static_cast<std::size_t>(stash_slot[q])] = 0;
+    if (held >= 0) {  // this is the pair's second half: both halves have their slots now
+      busy[static_cast<std::size_t>(held)] = 0;
+      held = -1;
+    }
+    if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0) {
+      if (o.overlapped)  // the halves may run at once: the second must not take this slot
+        held = stash_slot[q];
+      else
+        busy[static_cast<std::size_t>(stash_slot[q])] = 0;
+    }
   }
   out.stash_slots = static_cast<int>(busy.size());
   return out;
