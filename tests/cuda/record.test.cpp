@@ -151,14 +151,15 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
 // a wait merges it), every op that reads or overwrites a slot must come after the slot's last
 // writer, and a write after the readers since. Ops: computes and groups (a group stands for its
 // transfers), identified by order.
-std::string happens_before(const pt::lowered_view& L, int r, const std::vector<call>& got) {
+std::string happens_before(const pt::lowered_view& L, int r, const std::vector<call>& got, int steps = 1) {
   using clock = std::array<int, 4>;
   std::array<clock, 4> at{};  // per stream
   std::map<int, clock> ev;
   const auto ops = L.rank_ops(r);
-  std::vector<std::size_t> units;  // the compute and group ops of the rank, in order
-  for (std::size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].code == pt::op_code::compute || ops[i].code == pt::op_code::group) units.push_back(i);
+  std::vector<std::size_t> units;  // the compute and group ops of the rank, in order, step after step
+  for (std::size_t k = 0; k < static_cast<std::size_t>(steps); ++k)
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].code == pt::op_code::compute || ops[i].code == pt::op_code::group) units.push_back(k * ops.size() + i);
   std::map<std::size_t, std::pair<int, clock>> done;  // op → (its stream, the clock when it was issued)
   std::size_t u = 0;
   for (const call& c : got) {
@@ -202,8 +203,9 @@ std::string happens_before(const pt::lowered_view& L, int r, const std::vector<c
     }
     return "";
   };
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const pt::lowered_op& o = ops[i];
+  for (std::size_t n = 0; n < ops.size() * static_cast<std::size_t>(steps); ++n) {
+    const std::size_t i = n;  // the op's identity across steps
+    const pt::lowered_op& o = ops[n % ops.size()];
     std::string e;
     if (o.code == pt::op_code::group) {
       group = static_cast<long>(i);
@@ -248,6 +250,9 @@ void check_plan(const pt::runtime_plan& plan) {
     // every slot's readers and writers ordered by the streams and events as issued
     CHECK(compare(L, r, run.step1) == "");
     CHECK(happens_before(L, r, run.step1) == "");
+    std::vector<call> both = run.step1;  // and across the step boundary (the fence)
+    both.insert(both.end(), run.step2.begin(), run.step2.end());
+    CHECK(happens_before(L, r, both, 2) == "");
     std::vector<char> recorded(static_cast<std::size_t>(events), 0);  // (ids: the pool first)
     for (const call& c : run.step1) {
       if (c.what == ck::record) recorded[static_cast<std::size_t>(c.event)] = 1;
