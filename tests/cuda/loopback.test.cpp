@@ -2,7 +2,8 @@
 // of a pipeline in one process, each on its own thread, meeting at its groups. With the MLP of
 // examples/mlp.hpp this runs the device executor end to end on CPU: every built-in schedule's
 // gradients and loss equal the unpipelined reference bit for bit (DualPipe's two model copies
-// summed: to rounding), a rank that fails stops the others with its error, and a whole-pipeline
+// summed: to rounding) and every data dependency, across ranks and streams, holds under CUDA's
+// event semantics, a rank that fails stops the others with its error, and a whole-pipeline
 // capture forks every rank from one origin stream.
 #include <pipetype/cuda/executor.hpp>
 #include <pipetype/cuda/loopback.hpp>
@@ -14,7 +15,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
+#include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,20 +35,130 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// One record driver per rank, with disjoint stream and event ids and one shared call sequence.
 struct drivers {
+  std::atomic<std::uint64_t> sequence{0};
   std::vector<std::unique_ptr<pc::record_driver>> own;
   std::vector<pc::record_driver*> ptrs;
   explicit drivers(int p) {
     for (int r = 0; r < p; ++r) {
-      own.push_back(std::make_unique<pc::record_driver>());
+      own.push_back(std::make_unique<pc::record_driver>(r * 100000, &sequence));
       ptrs.push_back(own.back().get());
     }
   }
 };
 
+// Every data dependency of the whole pipeline holds in the calls the ranks made, under CUDA's
+// semantics, across ranks: the ranks' calls merged in the order they were made; vector clocks
+// over every stream (a record snapshots its stream's clock, a wait merges it in, a compute or a
+// copy ticks it); a transfer is the receiver's copy, which writes the receiver's slot and reads
+// the sender's (the k-th recv of a channel matches its k-th send). Each slot's reader must come
+// after its writer, each overwrite after the readers.
+std::string pipeline_happens_before(const pt::runtime_plan& plan, const std::vector<pc::record_driver*>& d) {
+  using call = pc::record_driver::call;
+  using clock = std::map<int, int>;
+  const pt::lowered_view L = plan.lowered.view();
+  const int p = L.ranks;
+  std::vector<std::pair<int, const call*>> all;
+  for (int r = 0; r < p; ++r)
+    for (const call& c : d[static_cast<std::size_t>(r)]->calls()) all.emplace_back(r, &c);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second->seq < b.second->seq; });
+  // per rank: its compute ops and its recv ops, in lowered order (the order their calls come in)
+  std::vector<std::vector<std::size_t>> computes(static_cast<std::size_t>(p)), recvs(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    const auto ops = L.rank_ops(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].code == pt::op_code::compute) computes[static_cast<std::size_t>(r)].push_back(i);
+      if (ops[i].code == pt::op_code::recv) recvs[static_cast<std::size_t>(r)].push_back(i);
+    }
+  }
+  std::map<int, clock> at, ev;
+  using unit = std::pair<int, std::size_t>;  // (rank, lowered op)
+  std::map<unit, std::pair<int, clock>> stamp;
+  std::vector<std::size_t> nc(static_cast<std::size_t>(p), 0), nr(static_cast<std::size_t>(p), 0);
+  for (const auto& [r, c] : all) {
+    clock& me = at[c->stream];
+    const auto R = static_cast<std::size_t>(r);
+    if (c->what == ck::record) ev[c->event] = me;
+    if (c->what == ck::wait)
+      for (const auto& [k, v] : ev[c->event]) me[k] = std::max(me[k], v);
+    if (c->what == ck::compute || c->what == ck::copy) {
+      ++me[c->stream];
+      std::vector<std::size_t>& list = c->what == ck::compute ? computes[R] : recvs[R];
+      std::size_t& n = c->what == ck::compute ? nc[R] : nr[R];
+      if (n >= list.size()) return "rank " + std::to_string(r) + " made more computes or copies than its program has";
+      stamp[{r, list[n++]}] = {c->stream, me};
+    }
+  }
+  // the k-th send of each (comm, from, to) channel is the k-th recv's copy
+  std::map<std::tuple<int, int, int>, std::vector<unit>> sends, recv_units;
+  for (int r = 0; r < p; ++r) {
+    const auto ops = L.rank_ops(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].code == pt::op_code::send) sends[{ops[i].comm, r, ops[i].peer}].push_back({r, i});
+      if (ops[i].code == pt::op_code::recv) recv_units[{ops[i].comm, ops[i].peer, r}].push_back({r, i});
+    }
+  }
+  std::map<unit, unit> copy_of;
+  for (const auto& [ch, list] : sends)
+    for (std::size_t k = 0; k < list.size(); ++k) copy_of[list[k]] = recv_units.at(ch).at(k);
+  auto hb = [&](const unit& w, const unit& x) {
+    const auto& [ws, wc] = stamp.at(w);
+    const clock& xc = stamp.at(x).second;
+    const auto it = xc.find(ws);
+    return it != xc.end() && it->second >= wc.at(ws);
+  };
+  auto name = [](const unit& u) { return "rank " + std::to_string(u.first) + " op " + std::to_string(u.second); };
+  for (int r = 0; r < p; ++r) {
+    struct use {
+      std::optional<unit> writer;
+      std::vector<unit> readers;
+    };
+    std::map<std::pair<int, int>, use> slots;
+    auto touch = [&](int pool, int slot, const unit& x, bool write) -> std::string {
+      if (slot < 0) return "";
+      use& s = slots[{pool, slot}];
+      const std::string what = std::string(pool ? "gradient" : "activation") + " slot " + std::to_string(slot) +
+                               " of rank " + std::to_string(r);
+      if (s.writer && *s.writer != x && !hb(*s.writer, x))
+        return name(x) + " may run before " + name(*s.writer) + " wrote " + what;
+      if (write) {
+        for (const unit& rd : s.readers)
+          if (rd != x && !hb(rd, x)) return name(x) + " may overwrite " + what + " before " + name(rd) + " read it";
+        s.writer = x;
+        s.readers.clear();
+      } else {
+        s.readers.push_back(x);
+      }
+      return "";
+    };
+    const auto ops = L.rank_ops(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const pt::lowered_op& o = ops[i];
+      const unit me{r, i};
+      std::string e;
+      if (o.code == pt::op_code::recv) {
+        e = touch(o.what == pt::kind::F ? 0 : 1, o.slot, me, true);
+      } else if (o.code == pt::op_code::send) {
+        e = touch(o.what == pt::kind::F ? 0 : 1, o.slot, copy_of.at(me), false);
+      } else if (o.code == pt::op_code::compute && o.what == pt::kind::F) {
+        e = touch(0, o.slot, me, false);
+        if (e.empty()) e = touch(0, o.out_slot, me, true);
+      } else if (o.code == pt::op_code::compute) {
+        e = touch(0, o.slot, me, false);
+        if (e.empty()) e = touch(1, o.grad_slot, me, false);
+        if (e.empty() && o.what != pt::kind::W) e = touch(1, o.out_slot, me, true);
+      }
+      if (!e.empty()) return e + " (" + pt::to_text(o) + ")";
+    }
+  }
+  return "";
+}
+
 struct outcome {
   double max_diff = -1, rel_diff = -1;
   bool bitwise = false, loss_bitwise = false;
+  std::string order;  // pipeline_happens_before's verdict ("" when every dependency holds)
 };
 
 // One step of `plan` over loopback record drivers against mlp::reference_step. Plans with several
@@ -59,11 +175,14 @@ outcome loopback_step(const pt::runtime_plan& plan) {
   std::vector<double> losses(static_cast<std::size_t>(m)), ref_losses;
   for (auto& model : models) mlp::attach(model, b, losses, m);
   drivers d(p);
+  outcome o;
   std::vector<std::vector<pt::host::stage_entry>> entries;
   for (int r = 0; r < p; ++r) entries.push_back(pc::entries_of(models[own_models ? static_cast<std::size_t>(r) : 0]));
   pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), std::move(entries), d.ptrs,
                                                 {.deadline = 20s}};
+  for (auto* x : d.ptrs) x->clear();
   pipe.step(b.inputs.data());
+  o.order = pipeline_happens_before(plan, d.ptrs);
   mlp::reference_step(ref, b, ref_losses, m);
   // the models' gradients, summed over the copies
   auto sum = mlp::make_model(8, S);
@@ -74,7 +193,6 @@ outcome loopback_step(const pt::runtime_plan& plan) {
       for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += g[i];
     }
   }
-  outcome o;
   o.max_diff = mlp::max_grad_diff(sum, ref, &o.bitwise);
   double scale = 0;
   for (int s = 0; s < S; ++s)
@@ -91,6 +209,7 @@ TEST_CASE("cuda loopback: every built-in schedule trains the MLP like the unpipe
   int runs = 0;
   for_each_builtin_plan([&](const pt::runtime_plan& plan) {
     const outcome o = loopback_step(plan);
+    CHECK(o.order == "");
     CHECK(o.loss_bitwise);
     if (plan.compute.chains > 1) {
       CHECK(o.rel_diff < 1e-5);  // two copies' partial sums: equal to rounding

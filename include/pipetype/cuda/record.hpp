@@ -7,6 +7,7 @@
 // passes pointers along runs unchanged; streams, events and communicators are small integers.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -52,55 +53,65 @@ class record_driver {
     const void* ptr = nullptr;
     char kind = '?';  // compute: F, B, I or W
     int stage = -1, microbatch = -1;
+    const void* src = nullptr;  // copy: the source
+    std::uint64_t seq = 0;      // with a shared sequence: the call's place among every driver's calls
   };
+
+  /// `id_base`: the first stream and event id (give the drivers of one pipeline disjoint ranges);
+  /// `sequence`: a counter shared by several drivers, so their calls can be merged in the order
+  /// they were made (tests of the loopback transport's cross-rank ordering).
+  explicit record_driver(int id_base = 0, std::atomic<std::uint64_t>* sequence = nullptr)
+      : seq_(sequence), streams_(id_base), events_(id_base) {}
 
   void* allocate(std::size_t n) {
     blocks_.push_back(std::make_unique<std::byte[]>(n > 0 ? n : 1));
-    calls_.push_back({call_kind::allocate, -1, -1, -1, -1, n, blocks_.back().get()});
+    note({call_kind::allocate, -1, -1, -1, -1, n, blocks_.back().get()});
     return blocks_.back().get();
   }
   stream make_stream() {
-    calls_.push_back({call_kind::make_stream, streams_});
+    note({call_kind::make_stream, streams_});
     return streams_++;
   }
   event make_event() {
-    calls_.push_back({call_kind::make_event, -1, events_});
+    note({call_kind::make_event, -1, events_});
     return events_++;
   }
   void* native(stream s) const { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(s) + 1); }
-  void record(event e, stream s) { calls_.push_back({call_kind::record, s, e}); }
-  void wait(stream s, event e) { calls_.push_back({call_kind::wait, s, e}); }
-  void group_start() { calls_.push_back({call_kind::group_start}); }
-  void group_end() { calls_.push_back({call_kind::group_end}); }
+  void record(event e, stream s) { note({call_kind::record, s, e}); }
+  void wait(stream s, event e) { note({call_kind::wait, s, e}); }
+  void group_start() { note({call_kind::group_start}); }
+  void group_end() { note({call_kind::group_end}); }
   void send(const void* p, std::size_t n, int peer, comm c, stream s) {
-    calls_.push_back({call_kind::send, s, -1, c, peer, n, p});
+    note({call_kind::send, s, -1, c, peer, n, p});
   }
   void recv(void* p, std::size_t n, int peer, comm c, stream s) {
-    calls_.push_back({call_kind::recv, s, -1, c, peer, n, p});
+    note({call_kind::recv, s, -1, c, peer, n, p});
   }
   /// Copies at once (memcpy): run in issue order, so a loopback pipeline of record drivers
   /// computes what the device would (tests/cuda/loopback.test.cpp).
   void copy(void* dst, const void* src, std::size_t n, stream s) {
     if (n) std::memcpy(dst, src, n);
-    calls_.push_back({call_kind::copy, s, -1, -1, -1, n, dst});
+    call c{call_kind::copy, s, -1, -1, -1, n, dst};
+    c.src = src;
+    note(c);
   }
   void on_compute(stream s, char kind, int stage, int microbatch) {
-    calls_.push_back({call_kind::compute, s, -1, -1, -1, 0, nullptr, kind, stage, microbatch});
+    note({call_kind::compute, s, -1, -1, -1, 0, nullptr, kind, stage, microbatch});
   }
   // graphs: a graph is the calls made between begin_capture and end_capture; update succeeds
   // when the new graph has the same calls up to buffer addresses (CUDA's "same topology")
   void begin_capture(stream s) {
-    calls_.push_back({call_kind::begin_capture, s});
+    note({call_kind::begin_capture, s});
     capture_begin_ = calls_.size();
   }
   graph end_capture(stream s) {
     graphs_.emplace_back(calls_.begin() + static_cast<std::ptrdiff_t>(capture_begin_), calls_.end());
-    calls_.push_back({call_kind::end_capture, s, static_cast<int>(graphs_.size()) - 1});
+    note({call_kind::end_capture, s, static_cast<int>(graphs_.size()) - 1});
     return static_cast<graph>(graphs_.size()) - 1;
   }
   graph_exec instantiate(graph g) {
     execs_.push_back(graphs_[static_cast<std::size_t>(g)]);
-    calls_.push_back({call_kind::instantiate, -1, g});
+    note({call_kind::instantiate, -1, g});
     return static_cast<graph_exec>(execs_.size()) - 1;
   }
   bool update(graph_exec x, graph g) {
@@ -111,11 +122,11 @@ class record_driver {
       same = have[i].what == want[i].what && have[i].stream == want[i].stream && have[i].event == want[i].event &&
              have[i].peer == want[i].peer && have[i].comm == want[i].comm && have[i].bytes == want[i].bytes;
     if (same) have = want;
-    calls_.push_back({call_kind::update, -1, g, same ? 1 : 0});
+    note({call_kind::update, -1, g, same ? 1 : 0});
     return same;
   }
-  void launch(graph_exec x, stream s) { calls_.push_back({call_kind::launch, s, x}); }
-  void destroy(graph) { calls_.push_back({call_kind::destroy}); }
+  void launch(graph_exec x, stream s) { note({call_kind::launch, s, x}); }
+  void destroy(graph) { note({call_kind::destroy}); }
   /// The calls graph `g` holds (what a launch of an exec made from it replays).
   const std::vector<call>& graph_calls(graph g) const { return graphs_[static_cast<std::size_t>(g)]; }
 
@@ -123,6 +134,12 @@ class record_driver {
   void clear() { calls_.clear(); }
 
  private:
+  void note(call c) {
+    if (seq_) c.seq = seq_->fetch_add(1, std::memory_order_relaxed);
+    calls_.push_back(c);
+  }
+
+  std::atomic<std::uint64_t>* seq_ = nullptr;
   std::vector<call> calls_;
   std::vector<std::unique_ptr<std::byte[]>> blocks_;
   std::vector<std::vector<call>> graphs_, execs_;
