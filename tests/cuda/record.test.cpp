@@ -459,3 +459,42 @@ TEST_CASE("cuda record: the halves of a (B;F) pair never share a stash slot (the
   CHECK(pt::host::detail::layout_of(serial.compute.view(), serial.lowered.view().rank_ops(0), pc::entries_of(model))
             .stash_slots == 1);
 }
+
+namespace {
+// Notes the stream each stage call was handed, next to what the executor issued it on.
+struct probe {
+  using input = pt::tensor<float, 16>;
+  using output = pt::tensor<float, 16>;
+  using weight_grad = pt::tensor<float, 4>;
+  float grads[4] = {};
+  std::vector<void*>* seen = nullptr;
+  std::span<float> weight_gradients() { return grads; }
+  void forward(const pt::forward_ctx<probe>& c) { seen->push_back(c.stream); }
+  void backward(const pt::backward_ctx<probe>& c) { seen->push_back(c.stream); }
+  void backward_input(const pt::backward_ctx<probe>& c) { seen->push_back(c.stream); }
+  void backward_weight(const pt::backward_ctx<probe>& c) { seen->push_back(c.stream); }
+};
+}  // namespace
+
+TEST_CASE("cuda record: a stage is handed the stream its call is issued on (an F&B pair's second half: the second stream)") {
+  const auto plan = pt::build_plan(pt::make_schedule("dualpipe-v", 2, 4));
+  REQUIRE(plan.ok());
+  std::vector<void*> seen;
+  std::vector<probe> stages(4);
+  for (probe& s : stages) s.seen = &seen;
+  pt::uniform_chain<probe> model(std::move(stages));
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    pc::record_driver d;
+    pc::rank_executor ex{pt::host::views_of(plan), r, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+    std::vector<float> batch(16 * 4);
+    seen.clear();
+    d.clear();
+    ex.step(batch.data());
+    std::vector<void*> issued;
+    for (const call& c : d.calls())
+      if (c.what == ck::compute) issued.push_back(d.native(c.stream));
+    CHECK(seen == issued);
+    CHECK(std::count(issued.begin(), issued.end(), d.native(2)) > 0);  // some halves ran on the second stream
+  }
+}
