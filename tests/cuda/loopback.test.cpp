@@ -19,13 +19,13 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <optional>
 #include <tuple>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mlp.hpp"
+#include "order.hpp"
 #include "plans.hpp"
 
 namespace pt = pipetype;
@@ -109,48 +109,12 @@ std::string pipeline_happens_before(const pt::runtime_plan& plan, const std::vec
     return it != xc.end() && it->second >= wc.at(ws);
   };
   auto name = [](const unit& u) { return "rank " + std::to_string(u.first) + " op " + std::to_string(u.second); };
-  for (int r = 0; r < p; ++r) {
-    struct use {
-      std::optional<unit> writer;
-      std::vector<unit> readers;
-    };
-    std::map<std::pair<int, int>, use> slots;
-    auto touch = [&](int pool, int slot, const unit& x, bool write) -> std::string {
-      if (slot < 0) return "";
-      use& s = slots[{pool, slot}];
-      const std::string what = std::string(pool ? "gradient" : "activation") + " slot " + std::to_string(slot) +
-                               " of rank " + std::to_string(r);
-      if (s.writer && *s.writer != x && !hb(*s.writer, x))
-        return name(x) + " may run before " + name(*s.writer) + " wrote " + what;
-      if (write) {
-        for (const unit& rd : s.readers)
-          if (rd != x && !hb(rd, x)) return name(x) + " may overwrite " + what + " before " + name(rd) + " read it";
-        s.writer = x;
-        s.readers.clear();
-      } else {
-        s.readers.push_back(x);
-      }
-      return "";
-    };
+  for (int r = 0; r < p; ++r) {  // a send stands for the receiver's copy; every other op for itself
     const auto ops = L.rank_ops(r);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const pt::lowered_op& o = ops[i];
-      const unit me{r, i};
-      std::string e;
-      if (o.code == pt::op_code::recv) {
-        e = touch(o.what == pt::kind::F ? 0 : 1, o.slot, me, true);
-      } else if (o.code == pt::op_code::send) {
-        e = touch(o.what == pt::kind::F ? 0 : 1, o.slot, copy_of.at(me), false);
-      } else if (o.code == pt::op_code::compute && o.what == pt::kind::F) {
-        e = touch(0, o.slot, me, false);
-        if (e.empty()) e = touch(0, o.out_slot, me, true);
-      } else if (o.code == pt::op_code::compute) {
-        e = touch(0, o.slot, me, false);
-        if (e.empty()) e = touch(1, o.grad_slot, me, false);
-        if (e.empty() && o.what != pt::kind::W) e = touch(1, o.out_slot, me, true);
-      }
-      if (!e.empty()) return e + " (" + pt::to_text(o) + ")";
-    }
+    const std::string e = slot_order<unit>(
+        ops.size(), [&](std::size_t i) -> const pt::lowered_op& { return ops[i]; },
+        [&](std::size_t i) { return ops[i].code == pt::op_code::send ? copy_of.at({r, i}) : unit{r, i}; }, hb, name);
+    if (!e.empty()) return "on rank " + std::to_string(r) + "'s slots: " + e;
   }
   return "";
 }

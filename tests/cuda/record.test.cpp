@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "order.hpp"
 #include "plans.hpp"
 
 namespace pt = pipetype;
@@ -180,48 +181,17 @@ std::string happens_before(const pt::lowered_view& L, int r, const std::vector<c
     const auto& [xs, xc] = done.at(x);
     return xc[static_cast<std::size_t>(ws)] >= wc[static_cast<std::size_t>(ws)];
   };
-  struct use {
-    long writer = -1;
-    std::vector<std::size_t> readers;
-  };
-  std::map<std::pair<int, int>, use> slots;  // (pool: 0 activation, 1 gradient, slot)
-  long group = -1;
-  auto touch = [&](int pool, int slot, std::size_t x, bool write) -> std::string {
-    if (slot < 0) return "";
-    use& s = slots[{pool, slot}];
-    const std::string name = std::string(pool ? "gradient" : "activation") + " slot " + std::to_string(slot);
-    if (s.writer >= 0 && static_cast<std::size_t>(s.writer) != x && !hb(static_cast<std::size_t>(s.writer), x))
-      return "op " + std::to_string(x) + " may run before op " + std::to_string(s.writer) + " wrote " + name;
-    if (write) {
-      for (std::size_t rd : s.readers)
-        if (rd != x && !hb(rd, x))
-          return "op " + std::to_string(x) + " may overwrite " + name + " before op " + std::to_string(rd) + " read it";
-      s.writer = static_cast<long>(x);
-      s.readers.clear();
-    } else {
-      s.readers.push_back(x);
-    }
-    return "";
-  };
-  for (std::size_t n = 0; n < ops.size() * static_cast<std::size_t>(steps); ++n) {
-    const std::size_t i = n;  // the op's identity across steps
-    const pt::lowered_op& o = ops[n % ops.size()];
-    std::string e;
-    if (o.code == pt::op_code::group) {
-      group = static_cast<long>(i);
-    } else if (o.code == pt::op_code::send || o.code == pt::op_code::recv) {
-      e = touch(o.what == pt::kind::F ? 0 : 1, o.slot, static_cast<std::size_t>(group), o.code == pt::op_code::recv);
-    } else if (o.what == pt::kind::F) {
-      e = touch(0, o.slot, i, false);
-      if (e.empty()) e = touch(0, o.out_slot, i, true);
-    } else {
-      e = touch(0, o.slot, i, false);
-      if (e.empty()) e = touch(1, o.grad_slot, i, false);
-      if (e.empty() && o.what != pt::kind::W) e = touch(1, o.out_slot, i, true);
-    }
-    if (!e.empty()) return e + " (" + pt::to_text(o) + ")";
+  // a transfer stands for its group (ops are numbered across steps: step k's op i is k·N + i)
+  const std::size_t count = ops.size() * static_cast<std::size_t>(steps);
+  std::vector<std::size_t> unit(count);
+  for (std::size_t n = 0, group = 0; n < count; ++n) {
+    const pt::op_code code = ops[n % ops.size()].code;
+    if (code == pt::op_code::group) group = n;
+    unit[n] = code == pt::op_code::send || code == pt::op_code::recv ? group : n;
   }
-  return "";
+  return slot_order<std::size_t>(
+      count, [&](std::size_t n) -> const pt::lowered_op& { return ops[n % ops.size()]; },
+      [&](std::size_t n) { return unit[n]; }, hb, [](std::size_t x) { return "op " + std::to_string(x); });
 }
 
 void check_plan(const pt::runtime_plan& plan) {

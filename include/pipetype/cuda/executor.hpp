@@ -272,31 +272,23 @@ class rank_executor {
   void capture(const void* batch) requires captures_graphs<D> {
     const typename D::stream origin = origin_;
     d_.begin_capture(origin);
-    d_.record(fork_, origin);
-    for (int s = 0; s < nstreams_; ++s) d_.wait(streams_[s], fork_);
+    fork_from_origin();
     try {
       step(batch);
     } catch (...) {
       abandon_capture(d_, origin);
       throw;
     }
-    for (int s = 0; s < nstreams_; ++s) {
-      d_.record(join_[s], streams_[s]);
-      d_.wait(origin, join_[s]);
-    }
+    join_into_origin();
     graph_.take(d_, d_.end_capture(origin));
   }
   /// Launches the captured step (capture() first), ordered like an eager step: after everything
   /// already on the rank's streams (they join into the origin stream), and before whatever comes
   /// next on them (they wait on the origin after the launch).
   void replay() requires captures_graphs<D> {
-    for (int s = 0; s < nstreams_; ++s) {
-      d_.record(join_[s], streams_[s]);
-      d_.wait(origin_, join_[s]);
-    }
+    join_into_origin();
     graph_.launch(d_, origin_);
-    d_.record(fork_, origin_);
-    for (int s = 0; s < nstreams_; ++s) d_.wait(streams_[s], fork_);
+    fork_from_origin();
   }
   typename D::stream origin_stream() const noexcept requires captures_graphs<D> { return origin_; }
   int instantiations() const noexcept requires captures_graphs<D> { return graph_.instantiations; }
@@ -365,7 +357,19 @@ class rank_executor {
     }
     if (o.has_record) d.record(o.record, o.pair == 2 ? streams_[0] : s);
   }
-  // What the op at `o` is, for an error: "rank 1, op 7 of 36: group (send activation 1F3 to rank 2)".
+  // The origin stream (captures, replays) and the rank's streams: the streams wait on the origin's
+  // position (fork), or the origin waits on each stream's (join).
+  void fork_from_origin() requires captures_graphs<D> {
+    d_.record(fork_, origin_);
+    for (int s = 0; s < nstreams_; ++s) d_.wait(streams_[s], fork_);
+  }
+  void join_into_origin() requires captures_graphs<D> {
+    for (int s = 0; s < nstreams_; ++s) {
+      d_.record(join_[s], streams_[s]);
+      d_.wait(origin_, join_[s]);
+    }
+  }
+  // What the op at `o` is, for an error: "rank 1, op 7 of 36: group: send activation 1F3 to rank 2".
   std::string where(const issue_op* o) const {
     const auto k = static_cast<std::size_t>(o - ops_.data());
     std::string s = "rank " + std::to_string(rank_) + ", ";

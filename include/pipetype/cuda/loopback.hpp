@@ -334,44 +334,22 @@ class loopback_pipeline {
   void capture(const void* batch) requires captures_graphs<Base> {
     Base& d0 = *bases_.front();
     d0.begin_capture(origin_);
-    d0.record(fork_, origin_);
-    for (int r = 0; r < ranks_; ++r)
-      for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
-        bases_[static_cast<std::size_t>(r)]->wait(s, fork_);
+    fork_from_origin();
     try {
       run(batch);
     } catch (...) {
       abandon_capture(d0, origin_);
       throw;
     }
-    for (int r = 0; r < ranks_; ++r) {
-      Base& d = *bases_[static_cast<std::size_t>(r)];
-      const auto streams = execs_[static_cast<std::size_t>(r)]->streams();
-      for (std::size_t k = 0; k < streams.size(); ++k) {
-        const typename Base::event j = join_[static_cast<std::size_t>(3 * r) + k];
-        d.record(j, streams[k]);
-        d0.wait(origin_, j);
-      }
-    }
+    join_into_origin();
     graph_.take(d0, d0.end_capture(origin_));
   }
   /// Launches the pipeline's graph, ordered after everything already on the ranks' streams and
   /// before whatever comes next on them, like an eager step.
   void replay() requires captures_graphs<Base> {
-    Base& d0 = *bases_.front();
-    for (int r = 0; r < ranks_; ++r) {
-      const auto streams = execs_[static_cast<std::size_t>(r)]->streams();
-      for (std::size_t k = 0; k < streams.size(); ++k) {
-        const typename Base::event j = join_[static_cast<std::size_t>(3 * r) + k];
-        bases_[static_cast<std::size_t>(r)]->record(j, streams[k]);
-        d0.wait(origin_, j);
-      }
-    }
-    graph_.launch(d0, origin_);
-    d0.record(fork_, origin_);
-    for (int r = 0; r < ranks_; ++r)
-      for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
-        bases_[static_cast<std::size_t>(r)]->wait(s, fork_);
+    join_into_origin();
+    graph_.launch(*bases_.front(), origin_);
+    fork_from_origin();
   }
   int instantiations() const noexcept requires captures_graphs<Base> { return graph_.instantiations; }
   int updates() const noexcept requires captures_graphs<Base> { return graph_.updates; }
@@ -381,6 +359,25 @@ class loopback_pipeline {
   executor& rank(int r) { return *execs_.at(static_cast<std::size_t>(r)); }
 
  private:
+  // The origin stream (rank 0's driver) and every rank's streams: the streams wait on the
+  // origin's position (fork), or the origin waits on each stream's (join).
+  void fork_from_origin() requires captures_graphs<Base> {
+    bases_.front()->record(fork_, origin_);
+    for (int r = 0; r < ranks_; ++r)
+      for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
+        bases_[static_cast<std::size_t>(r)]->wait(s, fork_);
+  }
+  void join_into_origin() requires captures_graphs<Base> {
+    for (int r = 0; r < ranks_; ++r) {
+      const auto streams = execs_[static_cast<std::size_t>(r)]->streams();
+      for (std::size_t k = 0; k < streams.size(); ++k) {
+        const typename Base::event j = join_[static_cast<std::size_t>(3 * r) + k];
+        bases_[static_cast<std::size_t>(r)]->record(j, streams[k]);
+        bases_.front()->wait(origin_, j);
+      }
+    }
+  }
+
   void run(const void* batch) {
     std::unique_lock lk(m_);
     batch_ = batch;

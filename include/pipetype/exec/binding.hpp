@@ -340,12 +340,12 @@ inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const
   weight_grad_plan out;
   out.slot.assign(ops.size(), -1);
   out.adds.resize(ops.size());
-  int stages = 0;
+  int stages = 0, microbatches = 0;
   for (const lowered_op& o : ops)
-    if (o.code == op_code::compute) stages = std::max(stages, o.stage + 1);
-  int microbatches = 0;
-  for (const lowered_op& o : ops)
-    if (o.code == op_code::compute) microbatches = std::max(microbatches, o.microbatch + 1);
+    if (o.code == op_code::compute) {
+      stages = std::max(stages, o.stage + 1);
+      microbatches = std::max(microbatches, o.microbatch + 1);
+    }
   const auto m = static_cast<std::size_t>(microbatches);
   for (std::size_t s = 0; s < static_cast<std::size_t>(stages); ++s) {
     const stage_entry& e = entries[s % L];
@@ -400,11 +400,13 @@ inline void check_gradients(const program_view& p, const std::vector<stage_entry
   std::vector<int> last_weight_mb(static_cast<std::size_t>(p.stages), -1);
   for (const action& a : p.actions) {
     const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
-    const std::string where =
-        "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a);
+    auto where = [&] {  // for a message only
+      return "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " +
+             to_text(a);
+    };
     check_split(e, a, who);
     if (p.chains > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
-      throw std::invalid_argument(who + ": " + where + ": the plan runs the model's stage " +
+      throw std::invalid_argument(who + ": " + where() + ": the plan runs the model's stage " +
                                   std::to_string(a.stage % L) + " in " + std::to_string(p.chains) +
                                   " chains (DualPipe's two directions) on different ranks at once, and the stage "
                                   "accumulates its own gradients; declare a weight_grad so pipetype adds them");
@@ -412,7 +414,7 @@ inline void check_gradients(const program_view& p, const std::vector<stage_entry
       int& last = last_weight_mb[static_cast<std::size_t>(a.stage)];
       if (ordered && e.add == nullptr && a.microbatch < last)
         throw std::invalid_argument(
-            who + ": " + where + " comes after microbatch " + std::to_string(last) +
+            who + ": " + where() + " comes after microbatch " + std::to_string(last) +
             "'s weight gradient; the stage accumulates its own gradients, which would then differ from other "
             "schedules' (declare a weight_grad so pipetype adds them in microbatch order, or set "
             "ordered_gradients = false)");
