@@ -83,20 +83,28 @@ options parse(int argc, char** argv) {
       if (*end || x < lo || x > 4096) usage(a + " " + v + ": expected an integer ≥ " + std::to_string(lo));
       return static_cast<int>(x);
     };
-    if (a == "--transport") o.transport = value();
-    else if (a == "--schedule") o.schedule = value();
-    else if (a == "--ranks") o.ranks = number(1);
-    else if (a == "--microbatches") o.microbatches = number(1);
-    else if (a == "--layers") o.layers = number(1);
-    else if (a == "--steps") o.steps = number(1);
-    else if (a == "--graph") o.graph = true;
+    if (a == "--transport")
+      o.transport = value();
+    else if (a == "--schedule")
+      o.schedule = value();
+    else if (a == "--ranks")
+      o.ranks = number(1);
+    else if (a == "--microbatches")
+      o.microbatches = number(1);
+    else if (a == "--layers")
+      o.layers = number(1);
+    else if (a == "--steps")
+      o.steps = number(1);
+    else if (a == "--graph")
+      o.graph = true;
     else if (a == "--groups") {
       const std::string g = value();
       if (g != "tick" && g != "peer") usage("--groups is tick or peer");
       o.groups = g == "peer" ? pt::group_policy::per_peer : pt::group_policy::per_tick;
-    }
-    else if (a == "--id-file") o.id_file = value();
-    else usage("unknown argument " + a);
+    } else if (a == "--id-file")
+      o.id_file = value();
+    else
+      usage("unknown argument " + a);
   }
   if (o.transport != "loopback" && o.transport != "nccl") usage("--transport is loopback or nccl");
   return o;
@@ -217,8 +225,7 @@ void judge(result& r, const std::vector<std::vector<float>>& got, const std::vec
 result run_loopback(const options& o, const std::string& name) {
   result r;
   r.schedule = name;
-  const pt::runtime_plan plan =
-      pt::build_plan(pt::make_schedule(name, o.ranks, o.microbatches), {.groups = o.groups});
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, o.ranks, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
   const pt::program_view pv = plan.compute.view();
   const int S = pv.chain_length();
@@ -247,7 +254,8 @@ result run_loopback(const options& o, const std::string& name) {
   r.loss = b.mean_loss();
   const auto ref = reference(o, S, b, r.serial_ms, r.norm);
   judge(r, gradients(models), ref);
-  time_steps(o.steps, [&] { pipe.step(b.inputs.data()); }, sync, r.host_us, r.device_ms);
+  time_steps(
+      o.steps, [&] { pipe.step(b.inputs.data()); }, sync, r.host_us, r.device_ms);
   if (o.graph) {  // the whole pipeline as one graph: capture, check one replay, time replays
     for (auto& m : models)
       for (cuda_mlp::stage& s : m.stages()) s.zero_gradients();
@@ -259,8 +267,8 @@ result run_loopback(const options& o, const std::string& name) {
     r.ok = r.ok && g.ok;
     time_steps(
         o.steps, [&] { pipe.replay(); },
-        [&] { cuda_mlp::check(cudaStreamSynchronize(pipe.origin_stream()), "cudaStreamSynchronize"); },
-        r.graph_host_us, r.graph_device_ms);
+        [&] { cuda_mlp::check(cudaStreamSynchronize(pipe.origin_stream()), "cudaStreamSynchronize"); }, r.graph_host_us,
+        r.graph_device_ms);
   }
   return r;
 }
@@ -298,17 +306,18 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   cuda_mlp::check(cudaStreamSynchronize(s.s), "cudaStreamSynchronize");
   const auto ref = reference(o, S, b, r.serial_ms, r.norm);
   judge(r, gradients(model), ref);
-  time_steps(o.steps, [&] { ex->step(b.inputs.data()); }, [&] { d.synchronize(); }, r.host_us, r.device_ms);
+  time_steps(
+      o.steps, [&] { ex->step(b.inputs.data()); }, [&] { d.synchronize(); }, r.host_us, r.device_ms);
   ex.reset();
   d.release(comms);  // this plan's communicators; the world stays for the next schedule
   return r;
 }
 
 void print(const result& r, const std::string& who) {
-  std::printf("%-12s %s loss %.6f  rel err %.2e%s  |g| %.5f  host %.1f us/step  device %.3f ms/step", r.schedule.c_str(),
-              who.c_str(), r.loss, r.rel_err, r.bitwise ? " (bitwise)" : "", r.norm, r.host_us, r.device_ms);
-  if (r.graph_host_us >= 0)
-    std::printf("  graph: host %.1f us, device %.3f ms", r.graph_host_us, r.graph_device_ms);
+  std::printf("%-12s %s loss %.6f  rel err %.2e%s  |g| %.5f  host %.1f us/step  device %.3f ms/step",
+              r.schedule.c_str(), who.c_str(), r.loss, r.rel_err, r.bitwise ? " (bitwise)" : "", r.norm, r.host_us,
+              r.device_ms);
+  if (r.graph_host_us >= 0) std::printf("  graph: host %.1f us, device %.3f ms", r.graph_host_us, r.graph_device_ms);
   std::printf("  serial kernels %.3f ms  %s\n", r.serial_ms, r.ok ? "ok" : "MISMATCH");
 }
 

@@ -127,8 +127,7 @@ class stage {
       x = y;
     }
     if (!c.output.empty()) gpu::copy(c.output.data(), x, act, c.stream);
-    if (last_ && losses_)
-      red_.mse_loss(x, target(c.microbatch), int(act), losses_ + c.microbatch, c.stream);
+    if (last_ && losses_) red_.mse_loss(x, target(c.microbatch), int(act), losses_ + c.microbatch, c.stream);
   }
 
   // I: every layer's pre-activation gradient (into the stash, for W) and the input's gradient.
@@ -211,8 +210,12 @@ inline void reference_step(pipetype::uniform_chain<stage>& model, const float* i
           "cudaMemcpyAsync");
     for (int k = 0; k < S; ++k) {
       stage& st = model.stage(k);
-      st.forward({k, j, {a(k), act}, k + 1 < S ? std::span<float>(a(k + 1), act) : std::span<float>{},
-                  {stash[static_cast<std::size_t>(k)].data(), st.stash_extent()}, s});
+      st.forward({k,
+                  j,
+                  {a(k), act},
+                  k + 1 < S ? std::span<float>(a(k + 1), act) : std::span<float>{},
+                  {stash[static_cast<std::size_t>(k)].data(), st.stash_extent()},
+                  s});
     }
     for (int k = S; k-- > 0;) {
       stage& st = model.stage(k);

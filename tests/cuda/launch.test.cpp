@@ -16,9 +16,18 @@ namespace pc = pipetype::cuda;
 using namespace std::chrono_literals;
 
 namespace {
-constexpr const char* all_vars[] = {"RANK",         "WORLD_SIZE",   "LOCAL_RANK",    "OMPI_COMM_WORLD_RANK",
-                                    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
-                                    "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+constexpr const char* all_vars[] = {"RANK",
+                                    "WORLD_SIZE",
+                                    "LOCAL_RANK",
+                                    "OMPI_COMM_WORLD_RANK",
+                                    "OMPI_COMM_WORLD_SIZE",
+                                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                                    "PMI_RANK",
+                                    "PMI_SIZE",
+                                    "MPI_LOCALRANKID",
+                                    "SLURM_PROCID",
+                                    "SLURM_NTASKS",
+                                    "SLURM_LOCALID"};
 void clear_env() {
   for (const char* v : all_vars) ::unsetenv(v);
 }

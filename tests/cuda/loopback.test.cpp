@@ -12,16 +12,16 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
-#include <atomic>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mlp.hpp"
@@ -113,7 +113,10 @@ std::string pipeline_happens_before(const pt::runtime_plan& plan, const std::vec
     const auto ops = L.rank_ops(r);
     const std::string e = slot_order<unit>(
         ops.size(), [&](std::size_t i) -> const pt::lowered_op& { return ops[i]; },
-        [&](std::size_t i) { return ops[i].code == pt::op_code::send ? copy_of.at({r, i}) : unit{r, i}; }, hb, name);
+        [&](std::size_t i) {
+          return ops[i].code == pt::op_code::send ? copy_of.at({r, i}) : unit{r, i};
+        },
+        hb, name);
     if (!e.empty()) return "on rank " + std::to_string(r) + "'s slots: " + e;
   }
   return "";
@@ -142,8 +145,8 @@ outcome loopback_step(const pt::runtime_plan& plan) {
   outcome o;
   std::vector<std::vector<pt::host::stage_entry>> entries;
   for (int r = 0; r < p; ++r) entries.push_back(pc::entries_of(models[own_models ? static_cast<std::size_t>(r) : 0]));
-  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), std::move(entries), d.ptrs,
-                                                {.deadline = 20s}};
+  pc::loopback_pipeline<pc::record_driver> pipe{
+      pt::host::views_of(plan), std::move(entries), d.ptrs, {.deadline = 20s}};
   for (auto* x : d.ptrs) x->clear();
   pipe.step(b.inputs.data());
   o.order = pipeline_happens_before(plan, d.ptrs);
@@ -242,8 +245,8 @@ TEST_CASE("cuda loopback: a rank that fails stops the others with its error, and
   stages[2].fail_at = 3;
   pt::uniform_chain<faulty> model(std::move(stages));
   drivers d(4);
-  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), pc::entries_of(model), d.ptrs,
-                                                {.deadline = 20s}};
+  pc::loopback_pipeline<pc::record_driver> pipe{
+      pt::host::views_of(plan), pc::entries_of(model), d.ptrs, {.deadline = 20s}};
   std::vector<float> batch(16 * 8, 1.0f);
   CHECK_THROWS_WITH(pipe.step(batch.data()), doctest::Contains("stage fault at microbatch 3"));
   model.stage(2).fail_at = -1;
@@ -261,7 +264,8 @@ TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error namin
   pc::loopback_driver<pc::record_driver> link{d0, hub, 0};
   pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), link, std::vector<int>{0}};
   std::vector<float> batch(32, 1.0f);
-  CHECK_THROWS_WITH_AS(ex.step(batch.data()), doctest::Contains("rank 0 waited 100 ms for its send on communicator 0, rank 0 → rank 1"),
+  CHECK_THROWS_WITH_AS(ex.step(batch.data()),
+                       doctest::Contains("rank 0 waited 100 ms for its send on communicator 0, rank 0 → rank 1"),
                        pc::loopback_error);
 }
 
@@ -334,8 +338,8 @@ TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three
   mlp::attach(m0, b, losses, 4);
   mlp::attach(m1, b, losses, 4);
   drivers d(2);
-  pc::loopback_pipeline<pc::record_driver> pipe{pt::host::views_of(plan), {pc::entries_of(m0), pc::entries_of(m1)},
-                                                d.ptrs};
+  pc::loopback_pipeline<pc::record_driver> pipe{
+      pt::host::views_of(plan), {pc::entries_of(m0), pc::entries_of(m1)}, d.ptrs};
   for (auto* x : d.ptrs) x->clear();
   pipe.capture(b.inputs.data());
   for (int r = 0; r < 2; ++r) {
@@ -345,15 +349,15 @@ TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three
     const auto& c = d.ptrs[static_cast<std::size_t>(r)]->calls();
     const std::size_t first = r == 0 ? 2 : 0;  // rank 0's driver began the capture and recorded the fork
     REQUIRE(c.size() > first + 6);
-    for (std::size_t k = 0; k < 3; ++k)
-      CHECK((c[first + k].what == ck::wait && c[first + k].stream == streams[k]));
+    for (std::size_t k = 0; k < 3; ++k) CHECK((c[first + k].what == ck::wait && c[first + k].stream == streams[k]));
     // each stream records its join last; the origin (rank 0's driver) waits on all six
     std::size_t end = c.size();
     if (r == 0) {
       while (end > 0 && c[end - 1].what != ck::end_capture) --end;
       REQUIRE(end >= 10);
       --end;  // before end_capture: rank 0's three joins, each followed by the origin's wait, then rank 1's three waits
-      for (std::size_t k = 0; k < 3; ++k) CHECK((c[end - 1 - k].what == ck::wait && c[end - 1 - k].stream == pipe.origin_stream()));
+      for (std::size_t k = 0; k < 3; ++k)
+        CHECK((c[end - 1 - k].what == ck::wait && c[end - 1 - k].stream == pipe.origin_stream()));
       end -= 3;
       for (std::size_t k = 0; k < 3; ++k) {
         const auto& rec = c[end - 6 + 2 * k];
@@ -363,7 +367,8 @@ TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three
       }
     } else {
       REQUIRE(end >= 3);
-      for (std::size_t k = 0; k < 3; ++k) CHECK((c[end - 3 + k].what == ck::record && c[end - 3 + k].stream == streams[k]));
+      for (std::size_t k = 0; k < 3; ++k)
+        CHECK((c[end - 3 + k].what == ck::record && c[end - 3 + k].stream == streams[k]));
     }
   }
 }

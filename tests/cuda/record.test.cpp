@@ -80,8 +80,8 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
     return &got[k++];
   };
   const auto ops = L.rank_ops(r);
-  const int aux = 2;        // the second compute stream (ranks with F&B pairs)
-  bool second = false;      // the next compute op is the second half of an F&B pair
+  const int aux = 2;    // the second compute stream (ranks with F&B pairs)
+  bool second = false;  // the next compute op is the second half of an F&B pair
   int pair_fork = -1;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const pt::lowered_op& o = ops[i];
@@ -92,7 +92,8 @@ std::string compare(const pt::lowered_view& L, int r, const std::vector<call>& g
     const int stream = second_half ? aux : static_cast<int>(o.stream);
     if (second_half) {
       const call* c = next(ck::wait);
-      if (!c || c->stream != aux || c->event != pair_fork) return "expected the wait on the pair's fork before " + where;
+      if (!c || c->stream != aux || c->event != pair_fork)
+        return "expected the wait on the pair's fork before " + where;
     }
     if (o.wait_event >= 0) {
       const call* c = next(ck::wait);
@@ -446,7 +447,8 @@ struct probe {
 };
 }  // namespace
 
-TEST_CASE("cuda record: a stage is handed the stream its call is issued on (an F&B pair's second half: the second stream)") {
+TEST_CASE(
+    "cuda record: a stage is handed the stream its call is issued on (an F&B pair's second half: the second stream)") {
   const auto plan = pt::build_plan(pt::make_schedule("dualpipe-v", 2, 4));
   REQUIRE(plan.ok());
   std::vector<void*> seen;

@@ -59,12 +59,16 @@ concept captures_graphs = device_driver<D> &&
 /// Drivers whose buffers are host memory (the record driver): the executor may then add weight
 /// gradients with a plain loop. A device driver leaves `host_memory` out.
 template <class D>
-concept host_memory = requires { requires D::host_memory; };
+concept host_memory = requires {
+  requires D::host_memory;
+};
 
 /// Drivers that copy between buffers on a stream (cudaMemcpyAsync device to device): what the
 /// loopback transport (loopback.hpp) builds transfers from.
 template <class D>
-concept copies = requires(D& d, typename D::stream s, void* p, const void* cp, std::size_t n) { d.copy(p, cp, n, s); };
+concept copies = requires(D& d, typename D::stream s, void* p, const void* cp, std::size_t n) {
+  d.copy(p, cp, n, s);
+};
 
 /// Drivers may also observe each compute op just before the stage is called (the record driver
 /// writes it down; a CUDA driver could open an NVTX range).

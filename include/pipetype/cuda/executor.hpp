@@ -123,7 +123,7 @@ struct no_graph {};
 struct static_issue {
   op_code code = op_code::compute;
   int stream = 0, wait = -1, record = -1;
-  int pair = 0;  // an overlapped F&B pair: 1 its first half, 2 its second
+  int pair = 0;                     // an overlapped F&B pair: 1 its first half, 2 its second
   std::size_t index = 0, last = 0;  // compute: the call's index; group: its transfers [index, last)
 };
 struct static_transfer {
@@ -166,8 +166,7 @@ struct static_program {
     std::size_t k = 0;
     for (const lowered_op& o : lowered.rank_ops(Rank))
       if (o.code == op_code::send || o.code == op_code::recv)
-        out[k++] = {o.code == op_code::send,
-                    o.peer == lowered.comms[static_cast<std::size_t>(o.comm)].rank_a ? 0 : 1};
+        out[k++] = {o.code == op_code::send, o.peer == lowered.comms[static_cast<std::size_t>(o.comm)].rank_a ? 0 : 1};
     return out;
   }();
 };
@@ -215,29 +214,29 @@ class rank_executor {
     const auto* b = static_cast<const std::byte*>(batch);
     const issue_op* o = ops_.data();
     try {
-    for (const issue_op* e = o + ops_.size(); o != e; ++o) {
-      if (o->pair) [[unlikely]] {
-        issue_pair_half(d, *o, b);
-        continue;
-      }
-      const typename D::stream s = o->s;
-      if (o->has_wait) d.wait(s, o->wait);
-      if (o->code == op_code::compute) {
-        compute(d, calls[o->index], s, b);
-      } else {
-        d.group_start();
-        for (const transfer *x = tr + o->index, *end = tr + o->last; x != end; ++x) {
-          if (x->send)
-            d.send(x->buf, x->bytes, x->peer, x->c, s);
-          else
-            d.recv(x->buf, x->bytes, x->peer, x->c, s);
+      for (const issue_op* e = o + ops_.size(); o != e; ++o) {
+        if (o->pair) [[unlikely]] {
+          issue_pair_half(d, *o, b);
+          continue;
         }
-        d.group_end();
+        const typename D::stream s = o->s;
+        if (o->has_wait) d.wait(s, o->wait);
+        if (o->code == op_code::compute) {
+          compute(d, calls[o->index], s, b);
+        } else {
+          d.group_start();
+          for (const transfer *x = tr + o->index, *end = tr + o->last; x != end; ++x) {
+            if (x->send)
+              d.send(x->buf, x->bytes, x->peer, x->c, s);
+            else
+              d.recv(x->buf, x->bytes, x->peer, x->c, s);
+          }
+          d.group_end();
+        }
+        if (o->has_record) d.record(o->record, s);
       }
-      if (o->has_record) d.record(o->record, s);
-    }
-    if (!later_.empty()) add_later();
-    fence(d);
+      if (!later_.empty()) add_later();
+      fence(d);
     } catch (const device_error& err) {
       throw device_error(std::string(err.what()) + " [while issuing " + where(o) + "]");
     }
@@ -255,7 +254,7 @@ class rank_executor {
       throw std::logic_error("pipetype::cuda: step_unrolled<plan, " + std::to_string(Rank) +
                              ">: this executor was bound to rank " + std::to_string(rank_) + " of another plan");
     const static_args a{d_,          calls_.data(), transfers_.data(), events_.data(),
-                        streams_[0], streams_[1],  streams_[2],       static_cast<const std::byte*>(batch)};
+                        streams_[0], streams_[1],   streams_[2],       static_cast<const std::byte*>(batch)};
     try {
       issue_all<P>(a, std::make_index_sequence<P::issues.size()>{});
       if (!later_.empty()) add_later();
@@ -480,10 +479,9 @@ class rank_executor {
       if (o.code == op_code::send || o.code == op_code::recv) {
         const host::stage_entry& e = entry(o.stage);
         const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
-        transfers_.push_back({o.code == op_code::send, o.peer == c.rank_a ? 0 : 1,
-                              o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
-                              o.what == kind::F ? e.out_bytes() : e.in_bytes(),
-                              comms_[static_cast<std::size_t>(o.comm)]});
+        transfers_.push_back(
+            {o.code == op_code::send, o.peer == c.rank_a ? 0 : 1, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
+             o.what == kind::F ? e.out_bytes() : e.in_bytes(), comms_[static_cast<std::size_t>(o.comm)]});
         ops_.back().last = static_cast<std::uint32_t>(transfers_.size());
         std::string& label = labels_.back();  // "group: send activation 1F3 to rank 2; recv …"
         label += label == "group" ? ": " : "; ";
@@ -540,16 +538,16 @@ class rank_executor {
   std::vector<host::stage_entry> entries_;
   std::vector<typename D::comm> comms_;
   std::vector<issue_op> ops_;
-  std::vector<std::string> labels_;  // per issue op, for errors
+  std::vector<std::string> labels_;    // per issue op, for errors
   std::vector<host::bound_op> calls_;  // the compute ops' stage calls
   std::vector<transfer> transfers_;
-  std::vector<std::byte*> adds_;      // held weight gradients, per op's [add_begin, + add_count)
-  std::vector<later_add> later_;      // added after the step
+  std::vector<std::byte*> adds_;  // held weight gradients, per op's [add_begin, + add_count)
+  std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;
   typename D::stream streams_[3]{};  // compute, comm, and the second compute stream of F&B pairs
   int nstreams_ = 2;
-  typename D::event fence_[2]{};             // the step's end (fence)
+  typename D::event fence_[2]{};                 // the step's end (fence)
   typename D::event pair_fork_{}, pair_join_{};  // F&B pairs
   std::size_t batch_bytes_ = 0;
   // whole-step graphs (drivers with captures_graphs)

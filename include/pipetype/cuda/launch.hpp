@@ -34,7 +34,7 @@ namespace pipetype::cuda {
 struct launch_info {
   int rank = 0;
   int world = 1;
-  int local_rank = 0;  // the device to use: cudaSetDevice(local_rank)
+  int local_rank = 0;             // the device to use: cudaSetDevice(local_rank)
   std::string launcher = "none";  // which variables were read
 };
 

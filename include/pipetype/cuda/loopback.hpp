@@ -252,7 +252,7 @@ class loopback_driver {
 
 struct loopback_options {
   std::chrono::milliseconds deadline{60'000};  // a rank waiting longer for a peer throws
-  host::binding_options binding{};               // as for every executor
+  host::binding_options binding{};             // as for every executor
 };
 
 /// A whole pipeline in one process: one executor per rank over `Base` drivers (one per rank,
@@ -268,7 +268,7 @@ struct loopback_options {
 /// when every stage lives on one rank, not under DualPipe (a model stage on two ranks would add
 /// gradients from two streams at once: give each rank its own model then).
 template <class Base>
-  requires device_driver<Base> && copies<Base>
+requires device_driver<Base> && copies<Base>
 class loopback_pipeline {
  public:
   using executor = rank_executor<loopback_driver<Base>>;
@@ -285,18 +285,18 @@ class loopback_pipeline {
         for (int b = a + 1; b < ranks_; ++b)
           if (!entries[static_cast<std::size_t>(a)].empty() && !entries[static_cast<std::size_t>(b)].empty() &&
               entries[static_cast<std::size_t>(a)].front().obj == entries[static_cast<std::size_t>(b)].front().obj)
-            throw std::invalid_argument(
-                "pipetype::cuda loopback: ranks " + std::to_string(a) + " and " + std::to_string(b) +
-                " share one model, but the plan runs each model stage on two ranks (" +
-                std::to_string(v.compute.chains) + " chains): give every rank its own model");
+            throw std::invalid_argument("pipetype::cuda loopback: ranks " + std::to_string(a) + " and " +
+                                        std::to_string(b) +
+                                        " share one model, but the plan runs each model stage on two ranks (" +
+                                        std::to_string(v.compute.chains) + " chains): give every rank its own model");
     std::vector<int> comms(v.lowered.comms.size());
     for (std::size_t c = 0; c < comms.size(); ++c) comms[c] = static_cast<int>(c);
     for (int r = 0; r < ranks_; ++r) {
       Base& d = *drivers.at(static_cast<std::size_t>(r));
       bases_.push_back(&d);
       links_.push_back(std::make_unique<loopback_driver<Base>>(d, hub_, r));
-      execs_.push_back(std::make_unique<executor>(v, r, std::move(entries[static_cast<std::size_t>(r)]),
-                                                  *links_.back(), comms, opt.binding));
+      execs_.push_back(std::make_unique<executor>(v, r, std::move(entries[static_cast<std::size_t>(r)]), *links_.back(),
+                                                  comms, opt.binding));
     }
     if constexpr (captures_graphs<Base>) {
       Base& d0 = *bases_.front();
@@ -308,10 +308,11 @@ class loopback_pipeline {
     for (int r = 0; r < ranks_; ++r) threads_.emplace_back([this, r] { serve(r); });
   }
   /// Every rank sharing one model's stages (plans where each stage lives on one rank).
-  loopback_pipeline(const host::plan_views& v, const std::vector<host::stage_entry>& shared,
-                    std::vector<Base*> drivers, loopback_options opt = {})
-      : loopback_pipeline(v, std::vector<std::vector<host::stage_entry>>(static_cast<std::size_t>(v.compute.ranks), shared),
-                          std::move(drivers), opt) {}
+  loopback_pipeline(const host::plan_views& v, const std::vector<host::stage_entry>& shared, std::vector<Base*> drivers,
+                    loopback_options opt = {})
+      : loopback_pipeline(
+            v, std::vector<std::vector<host::stage_entry>>(static_cast<std::size_t>(v.compute.ranks), shared),
+            std::move(drivers), opt) {}
 
   loopback_pipeline(const loopback_pipeline&) = delete;
   loopback_pipeline& operator=(const loopback_pipeline&) = delete;
@@ -387,8 +388,9 @@ class loopback_pipeline {
     cv_.notify_all();
     done_cv_.wait(lk, [&] { return busy_ == 0; });
     lk.unlock();
-    const bool failed = std::any_of(errors_.begin(), errors_.end(), [](const std::exception_ptr& e) { return e != nullptr; });
-    if constexpr (requires(Base& d) { d.synchronize(); })
+    const bool failed =
+        std::any_of(errors_.begin(), errors_.end(), [](const std::exception_ptr& e) { return e != nullptr; });
+    if constexpr (requires(Base & d) { d.synchronize(); })
       if (failed)  // a step cut short left copies in flight whose senders never waited: let them land
         for (Base* d : bases_) try {
             d->synchronize();
@@ -411,7 +413,7 @@ class loopback_pipeline {
   }
 
   void serve(int r) {
-    if constexpr (requires(Base& d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
+    if constexpr (requires(Base & d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
     std::uint64_t seen = 0;
     for (;;) {
       const void* batch = nullptr;

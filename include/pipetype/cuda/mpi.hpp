@@ -28,7 +28,8 @@ inline void check_mpi(int rc, const char* call) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int n = 0;
   MPI_Error_string(rc, text, &n);
-  throw device_error(std::string("pipetype::cuda: ") + call + " failed: " + std::string(text, static_cast<std::size_t>(n)));
+  throw device_error(std::string("pipetype::cuda: ") + call +
+                     " failed: " + std::string(text, static_cast<std::size_t>(n)));
 }
 }  // namespace detail
 
@@ -55,8 +56,8 @@ inline ncclUniqueId unique_id_mpi(MPI_Comm comm = MPI_COMM_WORLD) {
   if (rank == 0) status = ncclGetUniqueId(&id);
   detail::check_mpi(MPI_Bcast(&status, 1, MPI_INT, 0, comm), "MPI_Bcast");
   if (status != ncclSuccess)
-    throw device_error("pipetype::cuda: rank " + std::to_string(rank) + ": rank 0's ncclGetUniqueId failed: " +
-                       ncclGetErrorString(static_cast<ncclResult_t>(status)));
+    throw device_error("pipetype::cuda: rank " + std::to_string(rank) +
+                       ": rank 0's ncclGetUniqueId failed: " + ncclGetErrorString(static_cast<ncclResult_t>(status)));
   detail::check_mpi(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, comm), "MPI_Bcast");
   return id;
 }

@@ -81,12 +81,8 @@ class record_driver {
   void wait(stream s, event e) { note({call_kind::wait, s, e}); }
   void group_start() { note({call_kind::group_start}); }
   void group_end() { note({call_kind::group_end}); }
-  void send(const void* p, std::size_t n, int peer, comm c, stream s) {
-    note({call_kind::send, s, -1, c, peer, n, p});
-  }
-  void recv(void* p, std::size_t n, int peer, comm c, stream s) {
-    note({call_kind::recv, s, -1, c, peer, n, p});
-  }
+  void send(const void* p, std::size_t n, int peer, comm c, stream s) { note({call_kind::send, s, -1, c, peer, n, p}); }
+  void recv(void* p, std::size_t n, int peer, comm c, stream s) { note({call_kind::recv, s, -1, c, peer, n, p}); }
   /// Copies at once (memcpy): run in issue order, so a loopback pipeline of record drivers
   /// computes what the device would (tests/cuda/loopback.test.cpp).
   void copy(void* dst, const void* src, std::size_t n, stream s) {

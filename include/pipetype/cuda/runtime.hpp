@@ -64,7 +64,7 @@ inline std::string nccl_version() {
 
 struct runtime_options {
   std::chrono::milliseconds deadline{120'000};  // the longest any NCCL wait or synchronize() may take
-  bool nonblocking = true;                       // communicators made by connect()
+  bool nonblocking = true;                      // communicators made by connect()
 };
 
 /// Throws device_error for an NCCL call the caller makes itself (ncclInProgress is not a failure:
