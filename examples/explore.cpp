@@ -2,19 +2,24 @@
 //
 //   pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
-//                    [--mem-limit K] [--groups tick|peer] [--file SCHEDULE.txt]
-//                    [--format text|json]
+//                    [--mem-limit K] [--groups tick|peer] [--file SCHEDULE]
+//                    [--notation auto|current|legacy] [--format text|json|csv|csv-comms]
+//                    [--output FILE]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
 // schedules that need more, and is the limit zb-auto searches within. --groups: one NCCL group
-// per tick (default) or one per peer and tick (group_policy, lowered.hpp). --file reads the text
-// notation instead (ranks and microbatches come from the file unless given, and must then
-// agree). Costs and activations count a rank's whole share of the model (one stage of a
-// one-stage-per-rank split): with v chunks per rank a chunk costs 1/v of them and holds 1/v of
-// an activation, so schedules with different v compare fairly. Cost defaults F=1, B=2,
-// I=W=B/2 (B = I + W when only those are given), comm 0. The run-time path is the same code
-// make_plan runs at compile time (build_plan, simulate).
+// per tick (default) or one per peer and tick (group_policy, lowered.hpp). --file reads a schedule
+// in PyTorch's notation instead (io/notation.hpp: compute-only or compute+comms CSV, current or
+// older notation, detected unless --notation says); --ranks and --microbatches then fix the
+// sizes instead of inferring them, so an index out of range is named where it is. A file with
+// its own transfers has their order checked against NCCL's rules. --format csv writes the
+// compute program as PyTorch's compute-only CSV, csv-comms the lowered program as its
+// compute+comms CSV (both refuse DualPipe's two directions); --output writes the result to FILE
+// (atomically) instead of standard output. Costs and activations count a rank's whole share of the model (one stage of
+// a one-stage-per-rank split): with v chunks per rank a chunk costs 1/v of them and holds 1/v of an activation, so
+// schedules with different v compare fairly. Cost defaults F=1, B=2, I=W=B/2 (B = I + W when only those are given),
+// comm 0. The run-time path is the same code make_plan runs at compile time (build_plan, simulate).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -48,14 +53,18 @@ struct args {
   double mem_limit = 0;
   bool cost_b_given = false;
   std::string file;
+  std::string format = "text";  // text, json, csv, csv-comms
   bool json = false;
+  std::string output;
+  pt::notation form = pt::notation::automatic;
   pt::group_policy groups = pt::group_policy::per_tick;
 };
 
 constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
-    "         [--mem-limit K] [--groups tick|peer] [--file SCHEDULE.txt] [--format text|json]\n"
+    "         [--mem-limit K] [--groups tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
+    "         [--format text|json|csv|csv-comms] [--output FILE]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -112,8 +121,17 @@ args parse(int argc, char** argv) {
       if (v != "tick" && v != "peer") usage_error("--groups is tick or peer, got '" + v + "'");
       a.groups = v == "peer" ? pt::group_policy::per_peer : pt::group_policy::per_tick;
     } else if (flag == "--format") {
-      if (v != "text" && v != "json") usage_error("--format is text or json, got '" + v + "'");
+      if (v != "text" && v != "json" && v != "csv" && v != "csv-comms")
+        usage_error("--format is text, json, csv or csv-comms, got '" + v + "'");
+      a.format = v;
       a.json = v == "json";
+    } else if (flag == "--notation") {
+      if (v != "auto" && v != "current" && v != "legacy")
+        usage_error("--notation is auto, current or legacy, got '" + v + "'");
+      a.form = v == "legacy" ? pt::notation::legacy : v == "current" ? pt::notation::current : pt::notation::automatic;
+    } else if (flag == "--output") {
+      if (v.empty()) usage_error("--output needs a file name");
+      a.output = v;
     } else
       usage_error("unknown flag " + flag);
   }
@@ -255,30 +273,79 @@ int print_all(const args& a) {
 
 }  // namespace
 
+namespace {
+
+// --output FILE: standard output goes to FILE.tmp, renamed to FILE once everything is written (a
+// reader never sees half a file); removed when the explorer exits with an error.
+std::string output_tmp, output_final;
+
+void remove_partial_output() {
+  if (!output_tmp.empty()) std::remove(output_tmp.c_str());
+}
+
+void open_output(const std::string& path) {
+  output_final = path;
+  output_tmp = path + ".tmp";
+  if (!std::freopen(output_tmp.c_str(), "w", stdout)) {
+    output_tmp.clear();
+    usage_error("cannot write " + path);
+  }
+  std::atexit(remove_partial_output);
+}
+
+int finish_output() {
+  if (output_tmp.empty()) return 0;
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::rename(output_tmp.c_str(), output_final.c_str()) != 0) {
+    std::cerr << "pipetype-explore: cannot write " << output_final << "\n";
+    return 2;
+  }
+  output_tmp.clear();
+  return 0;
+}
+
+/// The file's own facts for the report: notation read, transfers, markers.
+struct file_facts {
+  bool read = false;
+  pt::notation form = pt::notation::current;
+  int transfers = 0, waits = 0, markers = 0;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const args a = parse(argc, argv);
-  if (a.file.empty() && a.schedule == "all") return print_all(a);
+  const bool csv = a.format == "csv" || a.format == "csv-comms";
+  if (a.file.empty() && a.schedule == "all") {
+    if (csv) usage_error("--format " + a.format + " writes one schedule, not --schedule all");
+    if (!a.output.empty()) open_output(a.output);
+    const int rc = print_all(a);
+    return rc != 0 ? rc : finish_output();
+  }
 
   pt::program prog;
   int chunks = 1;
-  std::string source;
+  file_facts ff;
   if (!a.file.empty()) {
-    std::ifstream in(a.file);
+    std::ifstream in(a.file, std::ios::binary);
     if (!in) usage_error("cannot read " + a.file);
     std::stringstream ss;
     ss << in.rdbuf();
-    source = ss.str();
-    prog = pt::parse_schedule(source, "file");
-    if (static_cast<long>(prog.actions.size()) > max_actions) usage_error(a.file + " has over 4 million actions");
+    const pt::schedule_file file = pt::read_schedule(ss.str(), a.form);
+    if (static_cast<long>(file.steps.size()) > max_actions) usage_error(a.file + " has over 4 million actions");
+    if (file.error.ok() && a.ranks_given && a.ranks > file.rows)
+      usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(file.rows) +
+                  " rank rows (a rank with no row holds no stage)");
+    pt::read_options o;
+    o.form = a.form;
+    o.ranks = a.ranks_given ? a.ranks : 0;
+    o.microbatches = a.microbatches_given ? a.microbatches : 0;
+    o.name = "file";
+    prog = pt::to_program(file, o);
+    ff = {true, file.form, file.transfers, file.waits, file.markers};
     if (prog.source_error.ok()) {
-      if (a.ranks_given && prog.ranks != a.ranks)
-        usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(prog.ranks) +
-                    " ranks");
-      if (a.microbatches_given && prog.microbatches != a.microbatches)
-        usage_error("--microbatches " + std::to_string(a.microbatches) + " but " + a.file + " uses " +
-                    std::to_string(prog.microbatches));
       const int model_stages = prog.view().chain_length();  // per chain: DualPipe holds the model twice
-      if (model_stages % prog.ranks == 0) chunks = model_stages / prog.ranks;
+      if (prog.ranks > 0 && model_stages % prog.ranks == 0) chunks = model_stages / prog.ranks;
     }
   } else {
     const pt::schedule_info* s = pt::find_schedule(a.schedule);
@@ -294,6 +361,7 @@ int main(int argc, char** argv) {
       usage_error("--schedule " + a.schedule + ": " + e.what());
     }
   }
+  if (!a.output.empty()) open_output(a.output);
   const std::string name = a.file.empty() ? a.schedule : a.file;
   const result r = evaluate(std::move(prog), a, chunks);
   const pt::runtime_plan& plan = r.plan;
@@ -305,6 +373,16 @@ int main(int argc, char** argv) {
                 << "}\n";
     std::cerr << "pipetype-explore: " << msg << "\n";
     return 2;
+  }
+  if (csv) {  // PyTorch's CSV: the compute program, or the lowered program's transfers as PyTorch issues them
+    try {
+      std::cout << (a.format == "csv" ? pt::to_csv(plan.compute.view())
+                                      : pt::to_csv(plan.compute.view(), plan.lowered.view()));
+    } catch (const std::invalid_argument& e) {
+      std::cerr << "pipetype-explore: --format " << a.format << ": " << e.what() << "\n";
+      return 2;
+    }
+    return finish_output();
   }
 
   const pt::timeline& t = r.t;
@@ -318,8 +396,13 @@ int main(int argc, char** argv) {
     auto res = plan.lowered.resources;
     std::cout << "{\"schedule\": " << json_string(name) << ", \"ranks\": " << P
               << ", \"microbatches\": " << plan.compute.microbatches << ", \"stages\": " << plan.compute.stages
-              << ", \"chunks\": " << chunks << ", \"valid\": true"
-              << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
+              << ", \"chunks\": " << chunks << ", \"valid\": true";
+    if (ff.read)
+      std::cout << ", \"notation\": \"" << pt::notation_name(ff.form)
+                << "\", \"file\": {\"transfers\": " << ff.transfers << ", \"waits\": " << ff.waits
+                << ", \"markers\": " << ff.markers
+                << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << "}";
+    std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
               << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
               << ", \"ticks\": " << plan.facts.ticks << ", \"lowered\": {\"ops\": " << plan.lowered.ops.size()
@@ -331,12 +414,23 @@ int main(int argc, char** argv) {
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.events); })
               << ", \"groups\": "
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}}\n";
-    return 0;
+    return finish_output();
   }
   std::printf(
       "schedule %s: %d ranks, %d stages, %d microbatches (costs per rank share F=%g B=%g I=%g W=%g comm=%g)\n\n",
       name.c_str(), P, plan.compute.stages, plan.compute.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
       a.costs.of(pt::kind::W), a.costs.comm);
+  if (ff.read) {
+    std::printf("file: %s notation", pt::notation_name(ff.form));
+    if (ff.form == pt::notation::legacy) std::printf(" (B = backward for inputs, BW = full backward)");
+    if (ff.transfers > 0)
+      std::printf(
+          "; its %d transfers and %d send waits, as written, complete under NCCL's rules (blocking rendezvous, "
+          "FIFO per peer)",
+          ff.transfers, ff.waits);
+    if (ff.markers > 0) std::printf("; %d markers (UNSHARD, RESHARD, REDUCE_GRAD, ...) kept, not modelled", ff.markers);
+    std::printf("\n\n");
+  }
   std::cout << pt::grid(plan.compute.view(), t) << "\n";
   std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n\n", t.makespan(),
               t.max_rank_span(), 100 * t.bubble_fraction(), plan.facts.ticks);
@@ -350,5 +444,5 @@ int main(int argc, char** argv) {
   std::printf(
       "\nlowered: %zu ops on %zu communicator%s (one per stage edge that crosses ranks); proved deadlock-free\n",
       plan.lowered.ops.size(), nc, nc == 1 ? "" : "s");
-  return 0;
+  return finish_output();
 }

@@ -10,6 +10,7 @@
 #include "pipetype/core/action.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/core/sizes.hpp"
+#include "pipetype/core/step.hpp"
 
 #include "pipetype/graph/chain.hpp"
 #include "pipetype/graph/placement.hpp"
@@ -23,7 +24,6 @@
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/registry.hpp"
 #include "pipetype/schedules/schedule.hpp"
-#include "pipetype/schedules/text.hpp"
 #include "pipetype/schedules/zb_auto.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 #include "pipetype/schedules/zb_h2.hpp"
@@ -35,9 +35,11 @@
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/compile/verify_lowered.hpp"
+#include "pipetype/compile/verify_transfers.hpp"
 
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
 
 #include "pipetype/io/grid.hpp"
+#include "pipetype/io/notation.hpp"
 #include "pipetype/io/text.hpp"

@@ -66,7 +66,9 @@ TEST_CASE("verify: describe says what and where in one sentence") {
   CHECK(pt::describe(check("0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n")) ==
         "cross-rank deadlock at rank 0, stage 0, microbatch 0, action 0B0 (index 1): waits for an input that a rank "
         "produces only after it");
-  CHECK(pt::describe(check("0F0,0Q0")) == "parse error at line 1, column 6: expected F, B, I or W after the stage");
+  CHECK(pt::describe(check("0F0,0Q0")) ==
+        "parse error at line 1, column 6: expected F, B, I or W after the stage (or a PyTorch kind: SEND_F, RECV_B, "
+        "UNSHARD, ...)");
   CHECK(pt::describe(pt::verdict{}) == "ok");
 }
 

@@ -51,6 +51,7 @@ struct verdict {
   int line = -1;    // parse errors: 1-based line and column
   int column = -1;
   const char* detail = "";  // a short static reason (parse errors, lowered checks)
+  const char* op = "";      // a schedule file's non-compute kind at fault ("RECV_F", ...; core/step.hpp)
 
   constexpr bool ok() const noexcept { return code == errc::ok; }
   constexpr explicit operator bool() const noexcept { return ok(); }
@@ -109,10 +110,13 @@ inline std::string describe(const verdict& v) {
     s += (v.line >= 0 ? ", rank " : " at rank ") + std::to_string(v.rank);
   if (v.stage >= 0) s += ", stage " + std::to_string(v.stage);
   if (v.microbatch >= 0) s += ", microbatch " + std::to_string(v.microbatch);
-  if (v.kind != '?') {
+  if (v.kind != '?' || *v.op) {
     s += ", action ";
     if (v.stage >= 0) s += std::to_string(v.stage);
-    s += v.kind;
+    if (*v.op)
+      s += v.op;
+    else
+      s += v.kind;
     if (v.microbatch >= 0) s += std::to_string(v.microbatch);
   }
   if (v.index >= 0) s += " (index " + std::to_string(v.index) + ")";

@@ -1,0 +1,534 @@
+// pipetype/io/notation.hpp — the schedule notation, read and written in one place.
+//
+// The notation is PyTorch's (torch.distributed.pipelining: `_Action`, `_load_csv`, `_dump_csv`;
+// facts from torch 2.15, docs/07_pytorch.md). One line per rank, the rank's actions in the order
+// it runs them, separated by commas (spaces also work). A cell is
+//   <stage><kind><microbatch>      2F0, 3I1, 0W5, 1B2          compute: F, I (backward for inputs),
+//                                                              W (backward for weights), B (full)
+//   (<a>;<b>)OVERLAP_F_B           (0F7;7B3)OVERLAP_F_B        an overlapped F&B pair (DualPipe);
+//                                                              the bare (0F7;7B3) is read too
+//   <stage>SEND_F<mb>, RECV_F, SEND_B, RECV_B                  a transfer (compute+comms files)
+//   <stage>WAIT_SEND_F<mb>, WAIT_SEND_B                        the compute stream waits for a send
+//   <stage>UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD     markers: kept, never modelled
+//   (empty)                                                    idle: changes nothing
+// Older PyTorch files (before about October 2024) wrote `B` for backward-for-inputs next to `W`
+// and `BW` for a full backward; `notation::automatic` (the default) reads a file as that older
+// form when it has a `BW`, or `B` and `W` but no `I`; `notation::legacy` / `current` force one.
+// A cell may hold two transfers joined by `_` (`1SEND_F0_2RECV_B0`, seen in older copies).
+// Whitespace, quotes, CRLF line ends and `#` comments are skipped; blank lines are not ranks. A
+// line `chains N` (pipetype's, not PyTorch's) splits the stage graph into N parallel chains, as
+// DualPipe's two directions (core/program.hpp).
+//
+// Reading: `read_schedule(text)` gives every rank's steps in file order (core/step.hpp) and the
+// notation it read; `to_program(file, options)` the compute program (stages and microbatches
+// inferred as largest index + 1, or given in the options so that an index out of range is named
+// where it is) and, for a file with transfers, checks their order against NCCL's rules
+// (compile/verify_transfers.hpp) when the compute part verifies. `parse_schedule(text)` is both.
+// All of it is constexpr: `from_text<R"(...)">` is a schedule type parsed at compile time, and a
+// parse error is error<what<_PARSE_ERROR_>, at_line_column<L, C>> (line 1 is the literal's first).
+//
+//   using mine = pipetype::from_text<R"(0F0,0F1,0B0,0B1
+//                                       1F0,1B0,1F1,1B1)">;
+//   constexpr auto plan = pipetype::make_plan<mine>();
+//
+// Writing: `to_text(program)` is pipetype's form (a `chains N` line when there are several chains);
+// `to_csv(program)` PyTorch's compute-only CSV and `to_csv(program, lowered)` its compute+comms
+// CSV — pipetype's own transfers as PyTorch issues them (below). Both refuse a program with
+// several chains (std::invalid_argument): PyTorch's runtime has one model copy per stage.
+// read_schedule(to_csv(...)) gives back the same steps.
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipetype/compile/diagnostics.hpp"
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/verify.hpp"
+#include "pipetype/compile/verify_transfers.hpp"
+#include "pipetype/core/program.hpp"
+#include "pipetype/core/step.hpp"
+#include "pipetype/detail/fixed_string.hpp"
+
+namespace pipetype {
+
+enum class notation : std::uint8_t { automatic, current, legacy };
+
+constexpr const char* notation_name(notation n) noexcept {
+  return n == notation::legacy ? "legacy" : n == notation::current ? "current" : "automatic";
+}
+
+/// A schedule file as read: every rank's steps in file order.
+struct schedule_file {
+  int rows = 0;                       // rank lines
+  std::vector<int> begin{0};          // [rows + 1]
+  std::vector<step> steps;            // rank-major
+  int chains = 0;                     // 0: no `chains` line
+  notation form = notation::current;  // the notation the file was read in
+  verdict error{};                    // a parse error (line, column, reason)
+  int transfers = 0, waits = 0, markers = 0;
+
+  constexpr step_view view() const { return {rows, begin, steps}; }
+  /// True when the file lists its own transfers (PyTorch's compute+comms format).
+  constexpr bool has_transfers() const noexcept { return transfers + waits > 0; }
+};
+
+namespace detail {
+
+struct kind_word {
+  std::string_view word;
+  step_kind op;
+  char raw;  // compute: 'F', 'I', 'W', 'B' or 'b' (the older notation's BW); otherwise 0
+};
+
+// longest words first: a prefix never hides a longer kind
+inline constexpr kind_word kind_words[] = {
+    {"WAIT_REDUCE_GRAD", step_kind::wait_reduce_grad, 0},
+    {"WAIT_SEND_F", step_kind::wait_send_f, 0},
+    {"WAIT_SEND_B", step_kind::wait_send_b, 0},
+    {"REDUCE_GRAD", step_kind::reduce_grad, 0},
+    {"UNSHARD", step_kind::unshard, 0},
+    {"RESHARD", step_kind::reshard, 0},
+    {"SEND_F", step_kind::send_f, 0},
+    {"RECV_F", step_kind::recv_f, 0},
+    {"SEND_B", step_kind::send_b, 0},
+    {"RECV_B", step_kind::recv_b, 0},
+    {"BW", step_kind::compute, 'b'},
+    {"F", step_kind::compute, 'F'},
+    {"I", step_kind::compute, 'I'},
+    {"B", step_kind::compute, 'B'},
+    {"W", step_kind::compute, 'W'},
+};
+
+}  // namespace detail
+
+constexpr schedule_file read_schedule(std::string_view text, notation form = notation::automatic) {
+  schedule_file f;
+  std::vector<char> raw;  // per step: its compute letter as written (0 for the other kinds)
+  int bw_line = -1, bw_col = -1;
+  auto fail = [&](int line, int col, const char* why) {
+    if (f.error.ok()) {
+      f.error.code = errc::parse_error;
+      f.error.line = line;
+      f.error.column = col;
+      f.error.detail = why;
+    }
+  };
+  std::size_t i = 0, line_start = 0;
+  int line = 1;
+  auto col = [&] { return static_cast<int>(i - line_start) + 1; };
+  auto at_end = [&] { return i >= text.size() || text[i] == '\n'; };
+  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '"'; };
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  auto skip_space = [&] {
+    while (!at_end() && is_space(text[i])) ++i;
+  };
+  auto parse_number = [&](int& out, const char* missing) -> bool {
+    if (at_end() || !is_digit(text[i])) {
+      fail(line, col(), missing);
+      return false;
+    }
+    long v = 0;
+    while (!at_end() && is_digit(text[i])) {
+      v = v * 10 + (text[i] - '0');
+      if (v > 1000000) {
+        fail(line, col(), "number too large (at most 1000000)");
+        return false;
+      }
+      ++i;
+    }
+    out = static_cast<int>(v);
+    return true;
+  };
+  // <stage><kind>[<microbatch>] at i
+  auto parse_single = [&](step& s, char& letter) -> bool {
+    if (!parse_number(s.stage, "expected a stage number")) return false;
+    const detail::kind_word* w = nullptr;
+    for (const detail::kind_word& k : detail::kind_words)
+      if (text.size() - i >= k.word.size() && text.substr(i, k.word.size()) == k.word) {
+        w = &k;
+        break;
+      }
+    if (!w) {
+      fail(line, col(), "expected F, B, I or W after the stage (or a PyTorch kind: SEND_F, RECV_B, UNSHARD, ...)");
+      return false;
+    }
+    if (w->raw == 'b' && bw_line < 0) bw_line = line, bw_col = col();
+    i += w->word.size();
+    s.op = w->op;
+    letter = w->raw;
+    s.overlapped = false;
+    if (is_marker(s.op)) {  // no microbatch (PyTorch's parser would take one and ignore it)
+      s.microbatch = -1;
+      while (!at_end() && is_digit(text[i])) ++i;
+      return true;
+    }
+    return parse_number(s.microbatch, "expected a microbatch number");
+  };
+  constexpr const char* two_computes =
+      "an overlapped action holds two computes, a forward and a backward: (0F7;7B3)OVERLAP_F_B";
+  // inside a pair: a compute, or an error at the sub-action's column
+  auto compute_only = [&](const step& s, int at) {
+    if (s.op != step_kind::compute) fail(line, at, two_computes);
+    return s.op == step_kind::compute;
+  };
+  auto keep = [&](const step& s, char letter) {
+    f.steps.push_back(s);
+    raw.push_back(letter);
+  };
+  auto starts_with = [&](std::string_view word) {
+    return text.size() - i >= word.size() && text.substr(i, word.size()) == word;
+  };
+  while (i < text.size() && f.error.ok()) {
+    skip_space();
+    if (starts_with("chains")) {  // a directive line: `chains N`
+      if (f.chains != 0) fail(line, col(), "`chains` given twice");
+      i += 6;
+      skip_space();
+      int n = 0;
+      if (f.error.ok() && parse_number(n, "expected the number of chains after `chains`")) {
+        if (n < 1) fail(line, col(), "the number of chains must be at least 1");
+        f.chains = n;
+        skip_space();
+        if (!at_end() && text[i] != '#') fail(line, col(), "`chains N` stands alone on its line");
+      }
+      while (!at_end()) ++i;
+    } else if (!at_end() && text[i] != '#') {  // a rank's row
+      while (!at_end() && f.error.ok()) {
+        const char c = text[i];
+        if (is_space(c) || c == ',') {
+          ++i;
+          continue;
+        }
+        if (c == '#') {
+          while (!at_end()) ++i;
+          break;
+        }
+        if (c == '(') {  // (a;b)OVERLAP_F_B
+          ++i;
+          skip_space();
+          step x, y;
+          char lx = 0, ly = 0;
+          const int cx = col();
+          if (!parse_single(x, lx) || !compute_only(x, cx)) break;
+          skip_space();
+          if (at_end() || text[i] != ';') {
+            fail(line, col(), "expected ';' between the two actions of an overlapped pair");
+            break;
+          }
+          ++i;
+          skip_space();
+          const int cy = col();
+          if (!parse_single(y, ly) || !compute_only(y, cy)) break;
+          skip_space();
+          if (!at_end() && text[i] == ';') {
+            fail(line, col(), two_computes);
+            break;
+          }
+          if (at_end() || text[i] != ')') {
+            fail(line, col(), "expected ')' to close the overlapped pair");
+            break;
+          }
+          ++i;
+          if (starts_with("OVERLAP_F_B")) {
+            i += 11;
+          } else if (!at_end() && text[i] >= 'A' && text[i] <= 'Z') {
+            fail(line, col(), "a compound action is written (a;b)OVERLAP_F_B");
+            break;
+          }
+          x.overlapped = true;
+          keep(x, lx);
+          keep(y, ly);
+        } else if (is_digit(c)) {
+          step s;
+          char l = 0;
+          if (!parse_single(s, l)) break;
+          keep(s, l);
+          // older copies fused two transfers in one cell: 1SEND_F0_2RECV_B0
+          while (f.error.ok() && is_transfer(s.op) && text.size() - i >= 2 && text[i] == '_' && is_digit(text[i + 1])) {
+            ++i;
+            if (!parse_single(s, l)) break;
+            if (!is_transfer(s.op)) fail(line, col(), "only transfers are joined with '_' (1SEND_F0_2RECV_B0)");
+            keep(s, l);
+          }
+        } else {
+          fail(line, col(), "unexpected character; an action looks like 2F0, 3I1, 1SEND_F0 or (0F7;7B3)OVERLAP_F_B");
+          break;
+        }
+        // after a cell: a separator, a comment or the end of the line
+        if (f.error.ok() && !at_end() && !(is_space(text[i]) || text[i] == ',' || text[i] == '#'))
+          fail(line, col(), "expected ',' or a space between actions");
+      }
+      ++f.rows;
+      f.begin.push_back(static_cast<int>(f.steps.size()));
+    } else {
+      while (!at_end()) ++i;  // a comment line
+    }
+    if (i < text.size() && text[i] == '\n') {
+      ++i;
+      ++line;
+      line_start = i;
+    }
+  }
+  if (!f.error.ok()) return f;
+  // the notation: the older one has BW, or B and W without I
+  bool any_b = false, any_i = false, any_w = false;
+  for (char l : raw) any_b |= l == 'B', any_i |= l == 'I', any_w |= l == 'W';
+  const bool legacy =
+      form == notation::legacy || (form == notation::automatic && (bw_line >= 0 || (any_b && any_w && !any_i)));
+  if (!legacy && bw_line >= 0) {
+    fail(bw_line, bw_col, "BW is the older notation's full backward; read the file with the legacy notation");
+    return f;
+  }
+  f.form = legacy ? notation::legacy : notation::current;
+  for (std::size_t k = 0; k < f.steps.size(); ++k) {
+    step& s = f.steps[k];
+    switch (raw[k]) {
+      case 'F':
+        s.what = kind::F;
+        break;
+      case 'I':
+        s.what = kind::I;
+        break;
+      case 'W':
+        s.what = kind::W;
+        break;
+      case 'B':
+        s.what = legacy ? kind::I : kind::B;
+        break;
+      case 'b':
+        s.what = kind::B;
+        break;
+      default:
+        break;
+    }
+    f.transfers += is_transfer(s.op) ? 1 : 0;
+    f.waits += is_send_wait(s.op) ? 1 : 0;
+    f.markers += is_marker(s.op) ? 1 : 0;
+  }
+  return f;
+}
+
+/// How a file becomes a compute program.
+struct read_options {
+  notation form = notation::automatic;
+  int ranks = 0;         // > 0: the program has this many ranks (a further row is out of range)
+  int microbatches = 0;  // > 0: the program has this many microbatches (a larger index is out of range)
+  const char* name = "text";
+};
+
+/// The compute program of a file (its F, B, I, W and pairs); a file with transfers has them
+/// checked when the compute part verifies, the verdict landing in `source_error`.
+constexpr program to_program(const schedule_file& f, const read_options& o = {}) {
+  int max_stage = -1, max_mb = -1;
+  for (const step& s : f.steps)
+    if (s.op == step_kind::compute) {
+      max_stage = s.stage > max_stage ? s.stage : max_stage;
+      max_mb = s.microbatch > max_mb ? s.microbatch : max_mb;
+    }
+  const int ranks = o.ranks > 0 ? o.ranks : f.rows;
+  program_builder b{ranks > 0 ? ranks : 1, max_stage + 1 > 0 ? max_stage + 1 : 1,
+                    o.microbatches > 0 ? o.microbatches : (max_mb + 1 > 0 ? max_mb + 1 : 1)};
+  b.chains(f.chains > 0 ? f.chains : 1);
+  for (int r = 0; r < f.rows; ++r) {
+    b.rank(r);
+    for (int k = f.begin[static_cast<std::size_t>(r)]; k < f.begin[static_cast<std::size_t>(r) + 1]; ++k)
+      if (f.steps[static_cast<std::size_t>(k)].op == step_kind::compute)
+        b.add(f.steps[static_cast<std::size_t>(k)].compute());
+  }
+  program p = std::move(b).build(o.name);
+  p.source_error = f.error;
+  if (p.source_error.ok() && f.steps.empty()) {
+    p.source_error.code = errc::parse_error;
+    p.source_error.line = p.source_error.column = 1;
+    p.source_error.detail = "the schedule has no actions";
+  }
+  if (p.source_error.ok() && f.has_transfers() && verify(p.view()).ok())
+    p.source_error = verify_transfers(p.view(), f.view());
+  return p;
+}
+
+constexpr program parse_schedule(std::string_view text, const read_options& o = {}) {
+  return to_program(read_schedule(text, o.form), o);
+}
+constexpr program parse_schedule(std::string_view text, const char* name) {
+  read_options o;
+  o.name = name;
+  return parse_schedule(text, o);
+}
+
+/// A schedule type from a string literal in the notation, parsed at compile time.
+template <detail::fixed_string Text>
+struct from_text {
+  static constexpr program generate() { return parse_schedule(Text.view()); }
+};
+
+// ---- writing ------------------------------------------------------------------------------
+
+inline std::string to_text(const action& a) {
+  return std::to_string(a.stage) + kind_char(a.what) + std::to_string(a.microbatch);
+}
+
+/// One cell (the first half of a pair prints alone; rows print pairs whole).
+inline std::string to_text(const step& s) {
+  if (s.op == step_kind::compute) return to_text(s.compute());
+  std::string out = std::to_string(s.stage) + step_kind_name(s.op);
+  return s.microbatch >= 0 ? out + std::to_string(s.microbatch) : out;
+}
+
+/// Rows of cells, comma-separated; a pair as (a;b)OVERLAP_F_B.
+inline std::string to_csv(step_view f) {
+  std::string out;
+  for (int r = 0; r < f.ranks; ++r) {
+    const auto row = f.rank_steps(r);
+    for (std::size_t k = 0; k < row.size(); ++k) {
+      if (k) out += ',';
+      if (row[k].overlapped && k + 1 < row.size()) {
+        out += '(' + to_text(row[k]) + ';' + to_text(row[k + 1]) + ")OVERLAP_F_B";
+        ++k;
+      } else {
+        out += to_text(row[k]);
+      }
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+/// The compute program as a file of compute steps.
+inline schedule_file file_of(program_view p) {
+  schedule_file f;
+  f.rows = p.ranks;
+  f.chains = p.chains > 1 ? p.chains : 0;
+  for (int r = 0; r < p.ranks; ++r) {
+    for (const action& a : p.rank_actions(r)) f.steps.push_back(compute_step(a));
+    f.begin.push_back(static_cast<int>(f.steps.size()));
+  }
+  return f;
+}
+
+/// pipetype's lowered program as PyTorch's compute+comms file. PyTorch issues each SEND/RECV as
+/// its own NCCL operation on one process group, so one lock-step tick's transfers (one NCCL group,
+/// or one per peer, on a communicator per edge in pipetype) are written in an order both ends of
+/// every rank pair agree on and that completes one transfer at a time: by rank pair (lower pair
+/// first), within a pair the transfers from the lower rank first, then activations before
+/// gradients, by producing stage and microbatch. (Every transfer of a tick carries data computed
+/// before the tick, so any order both ends share completes; the ticks keep their order.) A
+/// WAIT_SEND_F follows the rank's backward of that stage and microbatch, WAIT_SEND_Bs end the row
+/// (PyTorch's own placement), and REDUCE_GRAD, WAIT_REDUCE_GRAD follow a stage's last weight
+/// gradient, so PyTorch scales and reduces gradients as for its own schedules. Every file this
+/// writes passes verify_transfers (tests/io/notation.test.cpp).
+inline schedule_file file_of(program_view p, lowered_view L) {
+  schedule_file f;
+  f.rows = p.ranks;
+  f.chains = p.chains > 1 ? p.chains : 0;
+  const int M = p.microbatches;
+  std::vector<int> grads_left(static_cast<std::size_t>(p.stages), 0);  // B or W still to come
+  for (const action& a : p.actions)
+    if (a.what == kind::B || a.what == kind::W) ++grads_left[static_cast<std::size_t>(a.stage)];
+  for (int r = 0; r < p.ranks; ++r) {
+    struct pending {  // a transfer of this tick and its place in the order both ends agree on
+      int lo, hi, dir, grad, producer;
+      step s;
+    };
+    std::vector<pending> tick_transfers;
+    std::vector<step> send_b;                                              // WAIT_SEND_B at the end, in send order
+    std::vector<char> waits_f(static_cast<std::size_t>(p.stages * M), 0);  // a SEND_F awaiting its wait
+    auto flush = [&] {
+      std::sort(tick_transfers.begin(), tick_transfers.end(), [](const pending& a, const pending& b) {
+        if (a.lo != b.lo || a.hi != b.hi) return a.lo != b.lo ? a.lo < b.lo : a.hi < b.hi;
+        if (a.dir != b.dir) return a.dir < b.dir;
+        if (a.grad != b.grad) return a.grad < b.grad;
+        return a.producer != b.producer ? a.producer < b.producer : a.s.microbatch < b.s.microbatch;
+      });
+      for (const pending& t : tick_transfers) f.steps.push_back(t.s);
+      tick_transfers.clear();
+    };
+    auto after_compute = [&](const action& a) {  // the steps that follow a compute (after a pair: both halves)
+      if (is_input_backward(a.what) && waits_f[static_cast<std::size_t>(a.stage * M + a.microbatch)]) {
+        waits_f[static_cast<std::size_t>(a.stage * M + a.microbatch)] = 0;
+        f.steps.push_back({step_kind::wait_send_f, kind::F, a.stage, a.microbatch, false});
+      }
+      if ((a.what == kind::B || a.what == kind::W) && --grads_left[static_cast<std::size_t>(a.stage)] == 0) {
+        f.steps.push_back({step_kind::reduce_grad, kind::F, a.stage, -1, false});
+        f.steps.push_back({step_kind::wait_reduce_grad, kind::F, a.stage, -1, false});
+      }
+    };
+    int tick = -1;
+    action first_half{};
+    bool in_pair = false;
+    for (const lowered_op& o : L.rank_ops(r)) {
+      if (o.code == op_code::group) {
+        if (o.tick != tick) flush();
+        tick = o.tick;
+        continue;
+      }
+      if (o.code == op_code::send || o.code == op_code::recv) {
+        const bool send = o.code == op_code::send, act = o.what == kind::F;
+        step s;
+        s.op = act ? (send ? step_kind::send_f : step_kind::recv_f) : (send ? step_kind::send_b : step_kind::recv_b);
+        s.stage = send ? o.stage : act ? o.stage + 1 : o.stage - 1;  // PyTorch names a receive by its consumer
+        s.microbatch = o.microbatch;
+        if (send && act) waits_f[static_cast<std::size_t>(o.stage * M + o.microbatch)] = 1;
+        if (send && !act) send_b.push_back({step_kind::wait_send_b, kind::F, o.stage, o.microbatch, false});
+        const int lo = r < o.peer ? r : o.peer, hi = r < o.peer ? o.peer : r;
+        const bool upward = send ? r < o.peer : o.peer < r;  // travels from the lower rank to the higher
+        tick_transfers.push_back({lo, hi, upward ? 0 : 1, act ? 0 : 1, o.stage, s});
+        continue;
+      }
+      flush();
+      tick = -1;
+      const action a{o.what, o.stage, o.microbatch, o.overlapped};
+      f.steps.push_back(compute_step(a));
+      if (a.overlapped) {
+        first_half = a;
+        in_pair = true;
+        continue;
+      }
+      if (in_pair) after_compute(first_half);
+      in_pair = false;
+      after_compute(a);
+    }
+    flush();
+    f.steps.insert(f.steps.end(), send_b.begin(), send_b.end());
+    f.begin.push_back(static_cast<int>(f.steps.size()));
+  }
+  for (const step& s : f.steps) {
+    f.transfers += is_transfer(s.op) ? 1 : 0;
+    f.waits += is_send_wait(s.op) ? 1 : 0;
+    f.markers += is_marker(s.op) ? 1 : 0;
+  }
+  return f;
+}
+
+namespace detail {
+inline void refuse_chains(program_view p) {
+  if (p.chains > 1)
+    throw std::invalid_argument(
+        "PyTorch's schedule files cannot express this schedule: its stage graph has " + std::to_string(p.chains) +
+        " parallel chains (DualPipe's two directions over two copies of the model), and PyTorch's runtime holds one "
+        "copy of each stage");
+}
+}  // namespace detail
+
+/// pipetype's text form of a program (PyTorch's rows; a `chains N` line first when needed).
+inline std::string to_text(program_view p) {
+  const schedule_file f = file_of(p);
+  return (p.chains > 1 ? "chains " + std::to_string(p.chains) + "\n" : std::string()) + to_csv(f.view());
+}
+
+/// PyTorch's compute-only CSV (`_load_csv(path, format="compute_only")`).
+inline std::string to_csv(program_view p) {
+  detail::refuse_chains(p);
+  return to_csv(file_of(p).view());
+}
+
+/// PyTorch's compute+comms CSV (`_load_csv(path, format="compute_comms")`) of a lowered program.
+inline std::string to_csv(program_view p, lowered_view L) {
+  detail::refuse_chains(p);
+  return to_csv(file_of(p, L).view());
+}
+
+}  // namespace pipetype

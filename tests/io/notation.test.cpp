@@ -1,0 +1,373 @@
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace pt = pipetype;
+
+using hand_1f1b = pt::from_text<R"(
+  # rank 0: warm up with one forward
+  0F0, 0F1, 0B0, 0B1
+  1F0 1B0 1F1 1B1
+)">;
+constexpr auto plan = pt::make_plan<hand_1f1b>();
+static_assert(plan.ranks == 2 && plan.stages == 2 && plan.microbatches == 2);
+static_assert(plan.actions[4] == pt::F(1, 0));
+
+TEST_CASE("text: commas, spaces, idle slots and comments") {
+  const pt::program p = pt::parse_schedule("0F0,,0F1 ,0B0,0B1   # idle slot after 0F0\n1F0 1B0, 1F1 1B1\n");
+  REQUIRE(p.source_error.ok());
+  CHECK(p.ranks == 2);
+  CHECK(p.actions.size() == 8);
+  CHECK(p.actions[1] == pt::F(0, 1));
+  CHECK(pt::verify(p.view()).ok());
+}
+
+TEST_CASE("text: overlapped pairs and I/W actions") {
+  const pt::program p = pt::parse_schedule("0F0,0F1,(0F2 ; 1I0),0W0\n");
+  REQUIRE(p.source_error.ok());
+  REQUIRE(p.actions.size() == 5);
+  CHECK(p.actions[2].overlapped);
+  CHECK(p.actions[3] == pt::I(1, 0));
+  CHECK(p.actions[4] == pt::W(0, 0));
+}
+
+TEST_CASE("to_text: PyTorch's action notation") {
+  CHECK(pt::to_text(pt::F(2, 0)) == "2F0");
+  CHECK(pt::to_text(pt::I(13, 7)) == "13I7");
+  CHECK(pt::to_text(pt::make_one_f_one_b(2, 2).view()) == "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+}
+
+TEST_CASE("to_text: an overlapped pair") {
+  pt::program_builder b{1, 1, 2};
+  b.rank(0).add(pt::F(0, 0)).add_overlapped(pt::F(0, 1), pt::B(0, 0)).add(pt::B(0, 1));
+  CHECK(pt::to_text(std::move(b).build().view()) == "0F0,(0F1;0B0)OVERLAP_F_B,0B1\n");
+}
+
+TEST_CASE("text: round trip through to_text") {
+  for (const pt::program& p : {pt::make_one_f_one_b(3, 5), pt::make_interleaved_1f1b(2, 4, 3), pt::make_zb_v(3, 5),
+                               pt::make_dualpipe_v(2, 4), pt::make_dualpipe(4, 8)}) {
+    CAPTURE(p.name);
+    const pt::program q = pt::parse_schedule(pt::to_text(p.view()));
+    REQUIRE(q.source_error.ok());
+    CHECK(q.actions == p.actions);
+    CHECK(q.begin == p.begin);
+    CHECK(q.stage_rank == p.stage_rank);
+    CHECK(q.chains == p.chains);
+    CHECK(pt::build_plan(q).ok());
+  }
+}
+
+// DualPipe's two directions in text: a `chains 2` line (here PP = 2, m = 4: chain 0 is stages 0-1
+// with microbatches 0-1, chain 1 is stages 2-3 with microbatches 2-3, stage 2 on rank 1)
+using two_way = pt::from_text<R"(
+  chains 2
+  0F0,0F1,3F2,3F3,0B0,0B1,3B2,3B3
+  1F0,1F1,2F2,2F3,1B0,1B1,2B2,2B3
+)">;
+static_assert(pt::make_plan<two_way>().chains == 2);
+
+TEST_CASE("text: chains") {
+  const pt::program p = pt::parse_schedule("chains 2  # two directions\n0F0,1F1\n");
+  REQUIRE(p.source_error.ok());
+  CHECK(p.chains == 2);
+  CHECK(pt::to_text(p.view()).rfind("chains 2\n", 0) == 0);
+  // a microbatch on the other chain's stage is refused by verify
+  CHECK(pt::verify(pt::parse_schedule("chains 2\n0F1,0B1\n1F0,1B0\n").view()).code == pt::errc::index_out_of_range);
+}
+
+TEST_CASE("text: syntax errors name line and column") {
+  struct bad {
+    const char* text;
+    int line, column;
+    const char* why;
+  };
+  const bad cases[] = {
+      {"0F0,0X0", 1, 6, "expected F, B, I or W after the stage (or a PyTorch kind"},
+      {"0F0\n  1F", 2, 5, "expected a microbatch number"},
+      {"0F0,F1", 1, 5, "unexpected character"},
+      {"0F0B0", 1, 4, "expected ',' or a space"},
+      {"(0F0 1B0)", 1, 6, "expected ';'"},
+      {"(0F0;1B0", 1, 9, "expected ')'"},
+      {"0F99999999", 1, 9, "number too large"},
+      {"\n\n# nothing\n", 1, 1, "no actions"},
+      {"chains\n0F0", 1, 7, "expected the number of chains"},
+      {"chains 0\n0F0", 1, 9, "at least 1"},
+      {"chains 2 0F0", 1, 10, "stands alone"},
+      {"chains 2\nchains 2\n0F0", 2, 1, "given twice"},
+  };
+  for (const bad& b : cases) {
+    CAPTURE(b.text);
+    const pt::program p = pt::parse_schedule(b.text);
+    const pt::verdict v = pt::verify(p.view());
+    CHECK(v.code == pt::errc::parse_error);
+    CHECK(v.line == b.line);
+    CHECK(v.column == b.column);
+    CHECK(std::string(v.detail).find(b.why) != std::string::npos);
+  }
+}
+
+// ---- PyTorch's notation: every kind torch 2.15 writes --------------------------------------
+
+namespace {
+std::string read_data(const char* name) {
+  std::FILE* f = std::fopen((std::string(PIPETYPE_TEST_DATA) + "/" + name).c_str(), "rb");
+  REQUIRE(f != nullptr);
+  std::string s;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("notation: transfers, waits and markers are steps in file order") {
+  const pt::schedule_file f = pt::read_schedule(
+      "0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD\n"
+      "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,1RESHARD,1WAIT_SEND_B0\n");
+  REQUIRE(f.error.ok());
+  CHECK(f.rows == 2);
+  CHECK(f.transfers == 4);
+  CHECK(f.waits == 2);
+  CHECK(f.markers == 8);
+  CHECK(f.steps[0] == pt::step{pt::step_kind::unshard, pt::kind::F, 0, -1, false});
+  CHECK(f.steps[2] == pt::step{pt::step_kind::send_f, pt::kind::F, 0, 0, false});
+  CHECK(f.steps[5] == pt::step{pt::step_kind::wait_send_f, pt::kind::F, 0, 0, false});
+  CHECK(f.steps[17] == pt::step{pt::step_kind::wait_send_b, pt::kind::F, 1, 0, false});
+  // the compute program keeps only F/B/I/W, and the transfers as written complete
+  const pt::program p = pt::to_program(f);
+  REQUIRE(p.source_error.ok());
+  CHECK(p.actions == std::vector<pt::action>{pt::F(0, 0), pt::B(0, 0), pt::F(1, 0), pt::B(1, 0)});
+  CHECK(pt::build_plan(p).ok());
+  // and print back as they were read
+  CHECK(pt::read_schedule(pt::to_csv(f.view())).steps == f.steps);
+}
+
+TEST_CASE("notation: compound actions, with and without OVERLAP_F_B") {
+  for (const char* text : {"0F0,0F1,(0F2;1B0)OVERLAP_F_B", "0F0,0F1,( 0F2 ; 1B0 )"}) {
+    CAPTURE(text);
+    const pt::program p = pt::parse_schedule(text);
+    REQUIRE(p.source_error.ok());
+    REQUIRE(p.actions.size() == 4);
+    CHECK(p.actions[2].overlapped);
+    CHECK(p.actions[3] == pt::B(1, 0));
+  }
+  CHECK(pt::to_csv(pt::read_schedule("(0F2;1B0)").view()) == "(0F2;1B0)OVERLAP_F_B\n");
+  struct bad {
+    const char* text;
+    int column;
+    const char* why;
+  };
+  for (const bad& b :
+       {bad{"(0F2;1B0)OVERLAP", 10, "(a;b)OVERLAP_F_B"}, bad{"(0F2;1B0;2B0)OVERLAP_F_B", 9, "two computes"},
+        bad{"(0F2;1SEND_F0)OVERLAP_F_B", 6, "two computes"}}) {
+    CAPTURE(b.text);
+    const pt::schedule_file f = pt::read_schedule(b.text);
+    CHECK(f.error.code == pt::errc::parse_error);
+    CHECK(f.error.column == b.column);
+    CHECK(std::string(f.error.detail).find(b.why) != std::string::npos);
+  }
+}
+
+TEST_CASE("notation: the older notation (B = backward for inputs next to W, BW = full backward)") {
+  // detected: B and W without I
+  pt::schedule_file f = pt::read_schedule("0F0,0F1,0B0,0W0,0B1,0W1\n");
+  REQUIRE(f.error.ok());
+  CHECK(f.form == pt::notation::legacy);
+  CHECK(pt::to_program(f).actions[2] == pt::I(0, 0));
+  // detected: BW
+  f = pt::read_schedule("0F0,0BW0\n");
+  CHECK(f.form == pt::notation::legacy);
+  CHECK(pt::to_program(f).actions[1] == pt::B(0, 0));
+  // current: B, or I with W
+  CHECK(pt::read_schedule("0F0,0B0\n").form == pt::notation::current);
+  CHECK(pt::read_schedule("0F0,0I0,0W0,0F1,0B1\n").form == pt::notation::current);
+  // forced either way
+  CHECK(pt::to_program(pt::read_schedule("0F0,0B0\n", pt::notation::legacy)).actions[1] == pt::I(0, 0));
+  f = pt::read_schedule("0F0,0BW0\n", pt::notation::current);
+  CHECK(f.error.code == pt::errc::parse_error);
+  CHECK(f.error.column == 6);
+  CHECK(std::string(f.error.detail).find("legacy") != std::string::npos);
+  // older copies fused two transfers in one cell
+  f = pt::read_schedule("0F0,0SEND_F0_0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n");
+  REQUIRE(f.error.ok());
+  CHECK(f.transfers == 4);
+  CHECK(f.steps[1].op == pt::step_kind::send_f);
+  CHECK(f.steps[2].op == pt::step_kind::recv_b);
+  CHECK(pt::to_program(f).source_error.ok());
+}
+
+TEST_CASE("notation: empty cells, CRLF, quotes and blank lines") {
+  const pt::program p = pt::parse_schedule("0F0,,0F1,\"0B0\",0B1,\r\n\r\n,1F0,1B0,,1F1,1B1\r\n");
+  REQUIRE(p.source_error.ok());
+  CHECK(p.ranks == 2);
+  CHECK(p.actions.size() == 8);
+  CHECK(pt::build_plan(p).ok());
+  // a row of empty cells is a rank with no actions (PyTorch's csv reader sees one too)
+  CHECK(pt::read_schedule("0F0,0B0\n,,\n").rows == 2);
+}
+
+TEST_CASE("notation: given sizes name an out-of-range index where it is") {
+  // torch 2.15's Schedule1F1B._get_pipeline_order starts the last rank's forwards at microbatch 1
+  const std::string text = read_data("pytorch/1f1b_p2_m4.csv");
+  pt::read_options o;
+  o.microbatches = 4;
+  pt::verdict v = pt::verify(pt::parse_schedule(text, o).view());
+  CHECK(v.code == pt::errc::index_out_of_range);
+  CHECK(pt::describe(v).find("at rank 1, stage 1, microbatch 4, action 1F4") != std::string::npos);
+  // inferred, the same file has five microbatches and misses 1F0 instead
+  v = pt::verify(pt::parse_schedule(text).view());
+  CHECK(v.code == pt::errc::missing_action);
+  // more rows than ranks given
+  o = {};
+  o.ranks = 1;
+  v = pt::verify(pt::parse_schedule("0F0,0B0\n1F0,1B0\n", o).view());
+  CHECK(v.code == pt::errc::rank_out_of_range);
+  CHECK(v.rank == 1);
+}
+
+// ---- a compute+comms file's own transfers under NCCL's rules ---------------------------------
+
+TEST_CASE("transfers: PyTorch's own compute+comms files complete") {
+  for (const char* name : {"pytorch/interleaved_p2_m4_comms.csv", "pytorch/dualpipev_p2_m4_comms.csv"}) {
+    CAPTURE(name);
+    const pt::schedule_file f = pt::read_schedule(read_data(name));
+    REQUIRE(f.error.ok());
+    CHECK(f.has_transfers());
+    const pt::program p = pt::to_program(f);
+    CHECK(pt::describe(p.source_error) == "ok");
+    CHECK(pt::build_plan(p).ok());
+  }
+  for (const char* name : {"pytorch/dualpipev_p2_m4.csv", "pytorch/zbv_p2_m4.csv"}) {
+    CAPTURE(name);
+    CHECK(pt::build_plan(pt::parse_schedule(read_data(name))).ok());
+  }
+}
+
+TEST_CASE("transfers: an order that cannot complete is named where it stops") {
+  struct bad {
+    const char* text;
+    pt::errc code;
+    const char* where;
+  };
+  const bad cases[] = {
+      // rank 0's stream waits in RECV_B0 before it sends 0F0: fine over gloo, a hang on NCCL
+      {"0F0,0F1,0RECV_B0,0SEND_F0,0SEND_F1,0B0,0RECV_B1,0B1\n"
+       "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n",
+       pt::errc::nccl_deadlock, "at rank 0, stage 0, microbatch 0, action 0RECV_B0 (index 2)"},
+      // rank 0 sends 0F1 first, rank 1 receives 1F0 first: NCCL would swap the tensors
+      {"0F0,0F1,0SEND_F1,0SEND_F0,0RECV_B0,0B0,0RECV_B1,0B1\n"
+       "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n",
+       pt::errc::transfer_mismatch, "at rank 1, stage 1, microbatch 0, action 1RECV_F0"},
+      // a receive never issued
+      {"0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1B0,1SEND_B0\n", pt::errc::missing_action,
+       "at rank 1, stage 1, microbatch 0, action 1RECV_F0"},
+      // the forward runs before its input is received
+      {"0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n", pt::errc::action_before_its_input,
+       "at rank 1, stage 1, microbatch 0, action 1F0"},
+      // a send before the compute that produces it
+      {"0SEND_F0,0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", pt::errc::action_before_its_input,
+       "at rank 0, stage 0, microbatch 0, action 0SEND_F0"},
+      // a wait before its send
+      {"0F0,0WAIT_SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", pt::errc::action_before_its_input,
+       "action 0WAIT_SEND_F0"},
+      // a transfer on an edge within one rank
+      {"0F0,1F0,1SEND_F0,1B0,0B0\n", pt::errc::index_out_of_range, "action 1SEND_F0"},
+      // a transfer twice
+      {"0F0,0SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", pt::errc::duplicate_action,
+       "action 0SEND_F0"},
+      // a transfer out of range
+      {"0F0,0SEND_F7,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", pt::errc::index_out_of_range, "action 0SEND_F7"},
+      // rank 0's compute stream waits for 0SEND_F1 before its 2RECV_F0 is issued; rank 1 receives
+      // 1F1 only after sending 1F0 to that 2RECV_F0: a cycle through a WAIT_SEND placed too early
+      {"0F0,0SEND_F0,0F1,0SEND_F1,0WAIT_SEND_F1,2RECV_F0,2F0,2SEND_F0,2RECV_F1,2F1,2SEND_F1,2RECV_B0,2B0,2SEND_B0,"
+       "2RECV_B1,2B1,2SEND_B1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+       "1RECV_F0,1F0,1SEND_F0,1RECV_F1,1F1,1SEND_F1,3RECV_F0,3F0,3B0,3SEND_B0,3RECV_F1,3F1,3B1,3SEND_B1,1RECV_B0,1B0,"
+       "1SEND_B0,1RECV_B1,1B1,1SEND_B1\n",
+       pt::errc::nccl_deadlock, "at rank 0, stage 0, microbatch 1, action 0SEND_F1 (index 3)"},
+  };
+  for (const bad& b : cases) {
+    CAPTURE(b.text);
+    const pt::program p = pt::parse_schedule(b.text);
+    CHECK(p.source_error.code == b.code);
+    CAPTURE(pt::describe(p.source_error));
+    CHECK(pt::describe(p.source_error).find(b.where) != std::string::npos);
+  }
+}
+
+// ---- round trips: every built-in schedule PyTorch can express, both formats -----------------
+
+TEST_CASE("notation: read(write(x)) == x for every built-in schedule, compute-only and compute+comms") {
+  for (const pt::schedule_info& s : pt::schedule_infos) {
+    for (int p : {1, 2, 3, 4}) {
+      for (int m : {4, 8}) {
+        const int v = pt::default_chunks(s);
+        if (pt::schedule_error(s.name, p, m, v)) continue;
+        CAPTURE(s.name);
+        CAPTURE(p);
+        CAPTURE(m);
+        for (pt::group_policy g : {pt::group_policy::per_tick, pt::group_policy::per_peer}) {
+          pt::plan_options o;
+          o.groups = g;
+          const pt::runtime_plan built = pt::build_plan(pt::make_schedule(s.name, p, m, v), o);
+          REQUIRE(built.ok());
+          const pt::program_view c = built.compute.view();
+          if (c.chains > 1) {  // DualPipe: two model copies, which PyTorch cannot hold
+            CHECK_THROWS_WITH_AS(pt::to_csv(c), doctest::Contains("cannot express"), std::invalid_argument);
+            CHECK_THROWS_AS(pt::to_csv(c, built.lowered.view()), std::invalid_argument);
+            continue;
+          }
+          const pt::program q = pt::parse_schedule(pt::to_csv(c));
+          REQUIRE(q.source_error.ok());
+          CHECK(q.actions == built.compute.actions);
+          CHECK(q.begin == built.compute.begin);
+          const pt::schedule_file written = pt::file_of(c, built.lowered.view());
+          CHECK(pt::verify_transfers(c, written.view()).ok());
+          const std::string csv = pt::to_csv(c, built.lowered.view());
+          const pt::schedule_file read = pt::read_schedule(csv);
+          REQUIRE(read.error.ok());
+          CHECK(read.steps == written.steps);
+          CHECK(read.begin == written.begin);
+          const pt::program r = pt::to_program(read);
+          CHECK(pt::describe(r.source_error) == "ok");
+          CHECK(r.actions == built.compute.actions);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("notation: compute+comms files complete one transfer at a time, whatever the order inside a group") {
+  // Inside one NCCL group the order of sends and receives does not matter; PyTorch issues each
+  // transfer alone, so the writer orders them itself. Reversing the groups' transfers on the even
+  // ranks only (rank 0 then receives first, and so does rank 1) must not change that the written
+  // file completes.
+  for (const std::string name : {"1f1b", "interleaved-1f1b", "zb-v", "dualpipe-v"}) {
+    CAPTURE(name);
+    const pt::runtime_plan built = pt::build_plan(pt::make_schedule(name, 4, 8));
+    REQUIRE(built.ok());
+    pt::lowered_program reversed = built.lowered;
+    int reversed_groups = 0;
+    for (std::size_t k = 0; k < reversed.ops.size(); ++k) {
+      const bool even_rank = (std::upper_bound(reversed.begin.begin(), reversed.begin.end(), static_cast<int>(k)) -
+                              reversed.begin.begin() - 1) %
+                                 2 ==
+                             0;
+      if (reversed.ops[k].code != pt::op_code::group || !even_rank) continue;
+      std::size_t e = k + 1;
+      while (e < reversed.ops.size() &&
+             (reversed.ops[e].code == pt::op_code::send || reversed.ops[e].code == pt::op_code::recv))
+        ++e;
+      std::reverse(reversed.ops.begin() + static_cast<long>(k) + 1, reversed.ops.begin() + static_cast<long>(e));
+      reversed_groups += e - k > 2 ? 1 : 0;
+    }
+    CHECK(reversed_groups > 0);
+    CHECK(pt::verify_lowered(reversed.view()).ok());
+    CHECK(pt::describe(pt::verify_transfers(built.compute.view(),
+                                            pt::file_of(built.compute.view(), reversed.view()).view())) == "ok");
+  }
+}
