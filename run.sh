@@ -3,7 +3,8 @@
 #   bash run.sh demo   build and run the main job: train_mlp (an MLP trained across 4 pipeline ranks with
 #                      1F1B on host threads; flags pass through, e.g. --schedule interleaved-1f1b)
 #   bash run.sh test   build everything and run every test (what CI runs)
-# Each installs what it needs from Debian's packages first.
+# Each installs what it needs from Debian's packages first; `test` also makes a virtual
+# environment with torch from PyPI for the tests against PyTorch's runtime (docs/07_pytorch.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,8 +18,13 @@ need_packages() {
   [ -f /usr/lib/cmake/doctest/doctestConfig.cmake ] || [ -f /usr/share/doctest/cmake/doctestConfig.cmake ] ||
     installed doctest-dev || missing+=(doctest-dev)
   installed libbenchmark-dev || missing+=(libbenchmark-dev)
-  # tests only: MPI (optional for pipetype) — the MPI bootstrap's test runs two processes under mpirun
-  if [ "${1:-}" = test ]; then installed libopenmpi-dev || missing+=(libopenmpi-dev); fi
+  # tests only: MPI (optional for pipetype) — the MPI bootstrap's test runs two processes under mpirun;
+  # Python with venv for PyTorch's runtime (tests/pytorch)
+  if [ "${1:-}" = test ]; then
+    installed libopenmpi-dev || missing+=(libopenmpi-dev)
+    command -v python3 >/dev/null || missing+=(python3)
+    python3 -c "import ensurepip, venv" 2>/dev/null || missing+=(python3-venv)
+  fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "run.sh: installing ${missing[*]}" >&2
     local sudo=""
@@ -26,6 +32,19 @@ need_packages() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
+}
+
+# tests only: torch from PyPI (CPU use; the wheel brings its CUDA libraries, ~3 GB) in a virtual
+# environment outside the build tree, made once; CMake finds it there (tests/CMakeLists.txt)
+torch_venv() {
+  local venv="${XDG_CACHE_HOME:-$HOME/.cache}/pipetype/torch-venv"
+  if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+    echo "run.sh: installing torch into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch>=2.15,<2.16" numpy
+  fi
+  export PIPETYPE_REQUIRE_TORCH=1
 }
 
 case "${1:-}" in
@@ -38,6 +57,7 @@ case "${1:-}" in
     ;;
   test)
     need_packages test
+    torch_venv
     exec cmake --workflow --preset dev
     ;;
   *)

@@ -9,17 +9,18 @@
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
 // schedules that need more, and is the limit zb-auto searches within. --groups: one NCCL group
-// per tick (default) or one per peer and tick (group_policy, lowered.hpp). --file reads a schedule
-// in PyTorch's notation instead (io/notation.hpp: compute-only or compute+comms CSV, current or
-// older notation, detected unless --notation says); --ranks and --microbatches then fix the
-// sizes instead of inferring them, so an index out of range is named where it is. A file with
-// its own transfers has their order checked against NCCL's rules. --format csv writes the
-// compute program as PyTorch's compute-only CSV, csv-comms the lowered program as its
+// per tick (default) or one per peer and tick (group_policy, lowered.hpp). --file reads a
+// schedule in PyTorch's notation instead (io/notation.hpp: compute-only or compute+comms CSV,
+// current or older notation, detected unless --notation says); --ranks and --microbatches then
+// fix the sizes instead of inferring them, so an index out of range is named where it is. A
+// file with its own transfers has their order checked against NCCL's rules. --format csv
+// writes the compute program as PyTorch's compute-only CSV, csv-comms the lowered program as its
 // compute+comms CSV (both refuse DualPipe's two directions); --output writes the result to FILE
-// (atomically) instead of standard output. Costs and activations count a rank's whole share of the model (one stage of
-// a one-stage-per-rank split): with v chunks per rank a chunk costs 1/v of them and holds 1/v of an activation, so
-// schedules with different v compare fairly. Cost defaults F=1, B=2, I=W=B/2 (B = I + W when only those are given),
-// comm 0. The run-time path is the same code make_plan runs at compile time (build_plan, simulate).
+// (atomically) instead of standard output. Costs and activations count a rank's whole share of
+// the model (one stage of a one-stage-per-rank split): with v chunks per rank a chunk costs 1/v
+// of them and holds 1/v of an activation, so schedules with different v compare fairly. Cost
+// defaults F=1, B=2, I=W=B/2 (B = I + W when only those are given), comm 0. The run-time path
+// is the same code make_plan runs at compile time (build_plan, simulate).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>

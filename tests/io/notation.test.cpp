@@ -233,7 +233,8 @@ TEST_CASE("notation: given sizes name an out-of-range index where it is") {
 // ---- a compute+comms file's own transfers under NCCL's rules ---------------------------------
 
 TEST_CASE("transfers: PyTorch's own compute+comms files complete") {
-  for (const char* name : {"pytorch/interleaved_p2_m4_comms.csv", "pytorch/dualpipev_p2_m4_comms.csv"}) {
+  for (const char* name : {"pytorch/interleaved_p2_m4_comms.csv", "pytorch/dualpipev_p2_m4_comms.csv",
+                           "pytorch/artifacts/zb1p_2rank_2stagep_comms.csv"}) {
     CAPTURE(name);
     const pt::schedule_file f = pt::read_schedule(read_data(name));
     REQUIRE(f.error.ok());
@@ -242,10 +243,17 @@ TEST_CASE("transfers: PyTorch's own compute+comms files complete") {
     CHECK(pt::describe(p.source_error) == "ok");
     CHECK(pt::build_plan(p).ok());
   }
-  for (const char* name : {"pytorch/dualpipev_p2_m4.csv", "pytorch/zbv_p2_m4.csv"}) {
+  for (const char* name :
+       {"pytorch/dualpipev_p2_m4.csv", "pytorch/zbv_p2_m4.csv", "pytorch/artifacts/dualpipev_4rank_10mb.csv",
+        "pytorch/artifacts/zb1p_2rank_2stagep_compute.csv"}) {
     CAPTURE(name);
     CHECK(pt::build_plan(pt::parse_schedule(read_data(name))).ok());
   }
+  // the zb1p pair is in the older notation (B next to W is the backward for inputs, BW a full one)
+  CHECK(pt::read_schedule(read_data("pytorch/artifacts/zb1p_2rank_2stagep_compute.csv")).form == pt::notation::legacy);
+  const pt::program both = pt::parse_schedule(read_data("pytorch/artifacts/zb1p_2rank_2stagep_comms.csv"));
+  CHECK(both.actions[both.begin[0] + 4] == pt::B(2, 0));  // 2BW0
+  CHECK(both.actions[both.begin[1] + 3] == pt::I(3, 0));  // 3B0
 }
 
 TEST_CASE("transfers: an order that cannot complete is named where it stops") {

@@ -1,0 +1,189 @@
+"""PyTorch writes its own schedules; pipetype reads every file and verifies it or names its defect.
+
+For every schedule class the installed torch exports (found by looking, not listed here), at
+several sizes, PyTorch generates its order (`_schedule_visualizer.get_schedule_ops`) and the file
+is written the way `_dump_csv` writes one (csv.writer over the actions, empty cells for idle):
+compute-only, and for multi-stage classes compute+comms (as lowered by
+`_PipelineScheduleRuntime`, and again with `defer_pp_recv=True`). PyTorch's shipped test
+artifacts (tests/io/data/pytorch/artifacts) are read too. Each file goes through
+`pipetype-explore --file F --ranks P --microbatches M --format json`:
+  verified   exit 0, valid
+  defect     exit 2, one message naming rank, stage, microbatch and action
+and anything else (a parse error, a crash, a message without a place) fails the test. An
+independent count in Python (every (stage, microbatch) has one F and one B or one I and one W,
+indices in range) must agree: a file it finds defective must not verify. Then every compute+comms
+file (and every compute-only file pipetype verifies) runs one step in PyTorch's own runtime over
+gloo, and what happens must be what pipetype said:
+  verified           gradients equal the unpipelined run (exact, or <= 1e-6 when a stage's
+                     backwards leave microbatch order)
+  transfer mismatch  gradients differ: the k-th receive got another datum (FIFO per peer)
+  NCCL deadlock      gradients equal: gloo buffers sends, so only NCCL's blocking rendezvous hangs
+
+  python read_pytorch_files.py --explorer build/dev/examples/pipetype-explore [--artifacts DIR] [--keep DIR]
+"""
+
+import argparse
+import inspect
+import json
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+SIZES = [(2, 4), (4, 8), (4, 12)]
+PLACE = re.compile(r"at rank \d+, stage \d+, microbatch \d+, action \d+[A-Z_]+\d*")
+
+
+def schedule_classes():
+    """Every concrete schedule class the installed torch exports, single- and multi-stage."""
+    from torch.distributed.pipelining import schedules as S
+
+    out = []
+    for name in S.__all__:
+        cls = getattr(S, name, None)
+        if not inspect.isclass(cls) or inspect.isabstract(cls):
+            continue
+        if cls in (S.PipelineScheduleSingle, S.PipelineScheduleMulti):
+            continue
+        if issubclass(cls, S.PipelineScheduleSingle) or issubclass(cls, S.PipelineScheduleMulti):
+            out.append(cls)
+    return out
+
+
+def independent_defect(rows, p, m):
+    """A count-level defect found without pipetype, or None."""
+    if len(rows) != p:
+        return f"{len(rows)} rows for {p} ranks"
+    seen = {}
+    for row in common.computes(rows):
+        for s, k, j in row:
+            if j >= m:
+                return f"microbatch {j} out of range in {s}{k}{j}"
+            seen.setdefault((s, j), []).append(k)
+    stages = 1 + max(s for s, _ in seen) if seen else 0
+    for s in range(stages):
+        for j in range(m):
+            ks = sorted(seen.get((s, j), []))
+            if ks not in (["B", "F"], ["F", "I", "W"]):
+                return f"stage {s} microbatch {j} has {ks}"
+    return None
+
+
+def generate(tmp):
+    """PyTorch's own orders as files: (label, path, p, m)."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti
+
+    files, refused = [], []
+    for cls in schedule_classes():
+        multi = issubclass(cls, PipelineScheduleMulti)
+        for p, m in SIZES:
+            forms = [("compute", False, False)] + ([("comms", True, False), ("comms-deferred", True, True)] if multi else [])
+            for form, comms, defer in forms:
+                label = f"{cls.__name__} p={p} m={m} {form}"
+                path = os.path.join(tmp, f"{cls.__name__}_p{p}_m{m}_{form}.csv")
+                try:
+                    common.dump(cls.__name__, p, m, path, comms, defer)
+                except Exception as e:  # PyTorch itself refuses this size
+                    refused.append((label, f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"))
+                    continue
+                files.append((label, path, p, m))
+    return files, refused
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--explorer", required=True)
+    ap.add_argument("--artifacts", help="PyTorch's shipped artifacts: NAME_<P>rank_..._<M>mb.csv or zb1p_2rank_*")
+    ap.add_argument("--keep", help="also copy the generated files here")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds for each group of PyTorch workers")
+    args = ap.parse_args()
+    common.quiet_torch()
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="pipetype-torch-files-") as tmp:
+        files, refused = generate(tmp)
+        if args.artifacts:
+            sizes = {"dualpipev_4rank_10mb.csv": (4, 10), "zb1p_2rank_2stagep_comms.csv": (2, 8),
+                     "zb1p_2rank_2stagep_compute.csv": (2, 8)}
+            for name in sorted(os.listdir(args.artifacts)):
+                if name in sizes:
+                    files.append((f"artifact {name}", os.path.join(args.artifacts, name), *sizes[name]))
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for _, path, _, _ in files:
+                with open(path) as src, open(os.path.join(args.keep, os.path.basename(path)), "w") as dst:
+                    dst.write(src.read())
+
+        print(f"PyTorch {torch.__version__}: {len(files)} schedule files read by pipetype-explore")
+        failures, verified, defects, verdicts = 0, 0, [], []
+        for label, path, p, m in files:
+            rc, out, err = common.run_explorer(
+                args.explorer, ["--file", path, "--ranks", str(p), "--microbatches", str(m), "--format", "json"]
+            )
+            rows = common.read_rows(path)
+            own = independent_defect(rows, p, m)
+            if rc == 0 and json.loads(out).get("valid") is True:
+                verdict = "verified (" + json.loads(out).get("notation", "?") + " notation)"
+                verified += 1
+                if own:
+                    verdict = f"FAIL: verified, but a plain count finds: {own}"
+                    failures += 1
+            elif rc == 2 and PLACE.search(err) and "parse error" not in err:
+                msg = err.strip().removeprefix("pipetype-explore: ")
+                verdict = "defect: " + msg[msg.index("rejected: ") + 10 :] if "rejected: " in msg else msg
+                defects.append((label, verdict))
+            else:
+                verdict = f"FAIL: exit {rc}: {(err or out).strip()[:300]}"
+                failures += 1
+            print(f"  {label:<48} {verdict}")
+            kind = verdict.split(":")[0].split(" (")[0]
+            if kind == "defect":
+                kind = "transfer mismatch" if "transfer mismatch" in verdict else "NCCL deadlock" if "NCCL deadlock" in verdict else "defect"
+            verdicts.append((kind, verdict))
+        for label, why in refused:
+            print(f"  {label:<48} not generated: PyTorch refuses ({why})")
+        print(f"{verified} verified, {len(defects)} with a named defect, {failures} failures, {len(refused)} sizes PyTorch refuses")
+
+        # what PyTorch's runtime does with each file, against pipetype's verdict
+        # (PyTorch's compute_only loader refuses anything but computes, so a compute-only file with
+        # markers, as its single-stage classes write, is not run)
+        runs, not_run = [], []
+        for (label, path, p, m), v in zip(files, verdicts):
+            comms = "comms" in label
+            if v[0] not in ("verified", "transfer mismatch", "NCCL deadlock") or (not comms and v[0] != "verified"):
+                continue
+            if "legacy notation" in v[1]:
+                not_run.append((label, "older notation, which torch 2.15 reads differently (2BW0 as 2B without a microbatch)"))
+            elif not comms and common.has_markers(common.read_rows(path)):
+                not_run.append((label, "its REDUCE_GRAD markers make PyTorch's compute_only loader refuse it"))
+            else:
+                runs.append((label, path, p, m, v))
+        print(f"running {len(runs)} of them one step in PyTorch's runtime over gloo:")
+        for world in sorted({p for _, _, p, _, _ in runs}):
+            mine = [x for x in runs if x[2] == world]
+            entries = [{"label": label, "path": path, "microbatches": m,
+                        "format": "compute_comms" if "comms" in label else "compute_only"}
+                       for label, path, _, m, _ in mine]
+            try:
+                worst = common.run_files(world, entries, args.timeout)
+            except RuntimeError as e:
+                print(f"  FAIL: {e}")
+                return 1
+            for label, path, _, _, (kind, _) in mine:
+                d = worst.get(label)
+                right = d is not None and common.gradients_match(d, common.read_rows(path))[0]
+                agree = d is not None and (right if kind in ("verified", "NCCL deadlock") else d > 1e-6)
+                failures += 0 if agree else 1
+                what = "no result" if d is None else f"max |grad diff| {d:.3g}"
+                print(f"  {label:<48} pipetype: {kind:<18} PyTorch over gloo: {what:<24} {'agrees' if agree else 'FAIL: disagrees'}")
+        for label, why in not_run:
+            print(f"  {label:<48} not run: {why}")
+        print("every verdict agrees with PyTorch's runtime" if failures == 0 else f"{failures} failures")
+        return 1 if failures or not files else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
