@@ -55,7 +55,7 @@ struct args {
   bool cost_b_given = false;
   std::string file;
   std::string format = "text";  // text, json, csv, csv-comms
-  bool json = false;
+  bool json() const { return format == "json"; }
   std::string output;
   pt::notation form = pt::notation::automatic;
   pt::group_policy groups = pt::group_policy::per_tick;
@@ -125,7 +125,6 @@ args parse(int argc, char** argv) {
       if (v != "text" && v != "json" && v != "csv" && v != "csv-comms")
         usage_error("--format is text, json, csv or csv-comms, got '" + v + "'");
       a.format = v;
-      a.json = v == "json";
     } else if (flag == "--notation") {
       if (v != "auto" && v != "current" && v != "legacy")
         usage_error("--notation is auto, current or legacy, got '" + v + "'");
@@ -233,7 +232,7 @@ int print_all(const args& a) {
     for (int k = 0; k < r.plan.compute.ranks; ++k) m = std::max(m, r.plan.peak_activations(k));
     return m / r.chunks;
   };
-  if (a.json) {
+  if (a.json()) {
     std::string out = "{\"ranks\": " + std::to_string(a.ranks) +
                       ", \"microbatches\": " + std::to_string(a.microbatches) + ", \"schedules\": [";
     for (std::size_t k = 0; k < rows.size(); ++k) {
@@ -271,10 +270,6 @@ int print_all(const args& a) {
   for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
   return 0;
 }
-
-}  // namespace
-
-namespace {
 
 // --output FILE: standard output goes to FILE.tmp, renamed to FILE once everything is written (a
 // reader never sees half a file); removed when the explorer exits with an error.
@@ -369,7 +364,7 @@ int main(int argc, char** argv) {
 
   if (!plan.ok()) {
     const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
-    if (a.json)
+    if (a.json())
       std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
                 << "}\n";
     std::cerr << "pipetype-explore: " << msg << "\n";
@@ -393,7 +388,7 @@ int main(int argc, char** argv) {
     peaks.push_back(plan.peak_activations(k) / chunks);
     busy.push_back(t.busy(k));
   }
-  if (a.json) {
+  if (a.json()) {
     auto res = plan.lowered.resources;
     std::cout << "{\"schedule\": " << json_string(name) << ", \"ranks\": " << P
               << ", \"microbatches\": " << plan.compute.microbatches << ", \"stages\": " << plan.compute.stages

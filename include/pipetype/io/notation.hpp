@@ -73,6 +73,15 @@ struct schedule_file {
   constexpr step_view view() const { return {rows, begin, steps}; }
   /// True when the file lists its own transfers (PyTorch's compute+comms format).
   constexpr bool has_transfers() const noexcept { return transfers + waits > 0; }
+  /// Counts the transfers, waits and markers among the steps.
+  constexpr void count() noexcept {
+    transfers = waits = markers = 0;
+    for (const step& s : steps) {
+      transfers += is_transfer(s.op) ? 1 : 0;
+      waits += is_send_wait(s.op) ? 1 : 0;
+      markers += is_marker(s.op) ? 1 : 0;
+    }
+  }
 };
 
 namespace detail {
@@ -304,10 +313,8 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
       default:
         break;
     }
-    f.transfers += is_transfer(s.op) ? 1 : 0;
-    f.waits += is_send_wait(s.op) ? 1 : 0;
-    f.markers += is_marker(s.op) ? 1 : 0;
   }
+  f.count();
   return f;
 }
 
@@ -495,11 +502,7 @@ inline schedule_file file_of(program_view p, lowered_view L) {
     f.steps.insert(f.steps.end(), send_b.begin(), send_b.end());
     f.begin.push_back(static_cast<int>(f.steps.size()));
   }
-  for (const step& s : f.steps) {
-    f.transfers += is_transfer(s.op) ? 1 : 0;
-    f.waits += is_send_wait(s.op) ? 1 : 0;
-    f.markers += is_marker(s.op) ? 1 : 0;
-  }
+  f.count();
   return f;
 }
 
