@@ -39,6 +39,7 @@
 #pragma once
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -154,20 +155,21 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
   // <stage><kind>[<microbatch>] at i
   auto parse_single = [&](step& s, char& letter) -> bool {
     if (!parse_number(s.stage, "expected a stage number")) return false;
-    const detail::kind_word* w = nullptr;
-    for (const detail::kind_word& k : detail::kind_words)
-      if (text.size() - i >= k.word.size() && text.substr(i, k.word.size()) == k.word) {
-        w = &k;
-        break;
-      }
-    if (!w) {
+    // an index, not a pointer: GCC's UBSan cannot fold a pointer test in constant evaluation
+    int found = -1;
+    for (int k = 0; k < static_cast<int>(std::size(detail::kind_words)) && found < 0; ++k) {
+      const std::string_view word = detail::kind_words[k].word;
+      if (text.size() - i >= word.size() && text.substr(i, word.size()) == word) found = k;
+    }
+    if (found < 0) {
       fail(line, col(), "expected F, B, I or W after the stage (or a PyTorch kind: SEND_F, RECV_B, UNSHARD, ...)");
       return false;
     }
-    if (w->raw == 'b' && bw_line < 0) bw_line = line, bw_col = col();
-    i += w->word.size();
-    s.op = w->op;
-    letter = w->raw;
+    const detail::kind_word& w = detail::kind_words[found];
+    if (w.raw == 'b' && bw_line < 0) bw_line = line, bw_col = col();
+    i += w.word.size();
+    s.op = w.op;
+    letter = w.raw;
     s.overlapped = false;
     if (is_marker(s.op)) {  // no microbatch (PyTorch's parser would take one and ignore it)
       s.microbatch = -1;
