@@ -3,8 +3,8 @@
 //   pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
 //                    [--mem-limit K] [--groups tick|peer] [--file SCHEDULE]
-//                    [--notation auto|current|legacy] [--format text|json|csv|csv-comms]
-//                    [--output FILE]
+//                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
+//                    [--format text|json|csv|csv-comms] [--output FILE]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -13,7 +13,9 @@
 // schedule in PyTorch's notation instead (io/notation.hpp: compute-only or compute+comms CSV,
 // current or older notation, detected unless --notation says); --ranks and --microbatches then
 // fix the sizes instead of inferring them, so an index out of range is named where it is. A
-// file with its own transfers has their order checked against NCCL's rules. --format csv
+// file with its own transfers has their order checked against NCCL's rules, on one NCCL stream
+// per rank (--p2p shared: torch's default "nccl" backend), per peer ("nccl-lazy") or per peer
+// and direction (pipeline_per_edge_p2p). --format csv
 // writes the compute program as PyTorch's compute-only CSV, csv-comms the lowered program as its
 // compute+comms CSV (both refuse DualPipe's two directions); --output writes the result to FILE
 // (atomically) instead of standard output. Costs and activations count a rank's whole share of
@@ -58,6 +60,7 @@ struct args {
   bool json() const { return format == "json"; }
   std::string output;
   pt::notation form = pt::notation::automatic;
+  pt::p2p_streams p2p = pt::p2p_streams::shared;
   pt::group_policy groups = pt::group_policy::per_tick;
 };
 
@@ -65,7 +68,7 @@ constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
     "         [--mem-limit K] [--groups tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
-    "         [--format text|json|csv|csv-comms] [--output FILE]\n"
+    "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -129,6 +132,12 @@ args parse(int argc, char** argv) {
       if (v != "auto" && v != "current" && v != "legacy")
         usage_error("--notation is auto, current or legacy, got '" + v + "'");
       a.form = v == "legacy" ? pt::notation::legacy : v == "current" ? pt::notation::current : pt::notation::automatic;
+    } else if (flag == "--p2p") {
+      if (v != "shared" && v != "per-peer" && v != "per-direction")
+        usage_error("--p2p is shared, per-peer or per-direction, got '" + v + "'");
+      a.p2p = v == "per-peer"        ? pt::p2p_streams::per_peer
+              : v == "per-direction" ? pt::p2p_streams::per_direction
+                                     : pt::p2p_streams::shared;
     } else if (flag == "--output") {
       if (v.empty()) usage_error("--output needs a file name");
       a.output = v;
@@ -337,6 +346,7 @@ int main(int argc, char** argv) {
     o.ranks = a.ranks_given ? a.ranks : 0;
     o.microbatches = a.microbatches_given ? a.microbatches : 0;
     o.name = "file";
+    o.p2p = a.p2p;
     prog = pt::to_program(file, o);
     ff = {true, file.form, file.transfers, file.waits, file.markers};
     if (prog.source_error.ok()) {
@@ -397,7 +407,8 @@ int main(int argc, char** argv) {
       std::cout << ", \"notation\": \"" << pt::notation_name(ff.form)
                 << "\", \"file\": {\"transfers\": " << ff.transfers << ", \"waits\": " << ff.waits
                 << ", \"markers\": " << ff.markers
-                << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << "}";
+                << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
+                << pt::p2p_streams_name(a.p2p) << "\"}";
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
               << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
@@ -422,8 +433,8 @@ int main(int argc, char** argv) {
     if (ff.transfers > 0)
       std::printf(
           "; its %d transfers and %d send waits, as written, complete under NCCL's rules (blocking rendezvous, "
-          "FIFO per peer)",
-          ff.transfers, ff.waits);
+          "FIFO per peer; %s streams)",
+          ff.transfers, ff.waits, pt::p2p_streams_name(a.p2p));
     if (ff.markers > 0) std::printf("; %d markers (UNSHARD, RESHARD, REDUCE_GRAD, ...) kept, not modelled", ff.markers);
     std::printf("\n\n");
   }

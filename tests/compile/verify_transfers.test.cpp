@@ -116,3 +116,34 @@ TEST_CASE("transfers: an order that cannot complete is named where it stops") {
     CHECK(pt::describe(p.source_error).find(b.where) != std::string::npos);
   }
 }
+
+TEST_CASE("verify_transfers: the NCCL streams PyTorch puts transfers on") {
+  // torch 2.15 with defer_pp_recv=True. Interleaved1F1B p=2: both ranks of the pair send first
+  // (2SEND_F1 against 3SEND_B0), a hang on one stream per rank or per peer, fine on one per
+  // direction. LoopedBFS p=4: rank 0's stream to rank 1 waits behind one to rank 3 on a shared
+  // communicator only.
+  struct expect {
+    const char* file;
+    pt::p2p_streams streams;
+    const char* verdict;
+  };
+  const expect cases[] = {
+      {"pytorch/interleaved_p2_m4_comms_deferred.csv", pt::p2p_streams::shared,
+       "NCCL deadlock at rank 0, stage 2, microbatch 1, action 2SEND_F1 (index 11)"},
+      {"pytorch/interleaved_p2_m4_comms_deferred.csv", pt::p2p_streams::per_peer,
+       "NCCL deadlock at rank 0, stage 2, microbatch 1, action 2SEND_F1 (index 11)"},
+      {"pytorch/interleaved_p2_m4_comms_deferred.csv", pt::p2p_streams::per_direction, "ok"},
+      {"pytorch/looped_bfs_p4_m8_comms_deferred.csv", pt::p2p_streams::shared, "NCCL deadlock at rank 0"},
+      {"pytorch/looped_bfs_p4_m8_comms_deferred.csv", pt::p2p_streams::per_peer, "ok"},
+      {"pytorch/looped_bfs_p4_m8_comms_deferred.csv", pt::p2p_streams::per_direction, "ok"},
+  };
+  for (const expect& e : cases) {
+    CAPTURE(e.file);
+    CAPTURE(pt::p2p_streams_name(e.streams));
+    pt::read_options o;
+    o.p2p = e.streams;
+    const std::string got = pt::describe(pt::parse_schedule(read_data(e.file), o).source_error);
+    CAPTURE(got);
+    CHECK(got.rfind(e.verdict, 0) == 0);
+  }
+}

@@ -18,6 +18,8 @@ gloo, and what happens must be what pipetype said:
                      backwards leave microbatch order)
   transfer mismatch  gradients differ: the k-th receive got another datum (FIFO per peer)
   NCCL deadlock      gradients equal: gloo buffers sends, so only NCCL's blocking rendezvous hangs
+(each deadlock is also checked on one NCCL stream per peer and per direction, `--p2p`, and the
+table says where it would complete).
 
   python read_pytorch_files.py --explorer build/dev/examples/pipetype-explore [--artifacts DIR] [--keep DIR]
 """
@@ -134,6 +136,11 @@ def main():
             elif rc == 2 and PLACE.search(err) and "parse error" not in err:
                 msg = err.strip().removeprefix("pipetype-explore: ")
                 verdict = "defect: " + msg[msg.index("rejected: ") + 10 :] if "rejected: " in msg else msg
+                if "NCCL deadlock" in verdict:  # on which NCCL streams would it complete?
+                    sizes = ["--file", path, "--ranks", str(p), "--microbatches", str(m)]
+                    fine = [layout for layout in ("per-peer", "per-direction")
+                            if common.run_explorer(args.explorer, [*sizes, "--p2p", layout])[0] == 0]
+                    verdict += f" [completes with {' and '.join(fine)} streams]" if fine else " [on every stream layout]"
                 defects.append((label, verdict))
             else:
                 verdict = f"FAIL: exit {rc}: {(err or out).strip()[:300]}"

@@ -11,11 +11,13 @@
 //   • computes (and WAIT_SEND_F/B) run in order on the compute stream; a compute waits for the
 //     receive that brings its input (PyTorch waits on it right before the compute), a WAIT_SEND
 //     for its send;
-//   • each SEND/RECV is its own NCCL operation on the rank's communication stream, in file order
-//     (one communicator for the pipeline group: conservative, as per-pair communicators only
-//     remove waits); when issued it waits for everything issued before it on the compute stream
-//     (ProcessGroupNCCL's stream sync), then blocks its stream until its partner is reached:
-//     the k-th send from a to b meets the k-th receive at b from a (FIFO per peer);
+//   • each SEND/RECV is its own NCCL operation, in file order on its communicator's stream: one
+//     stream per rank when the pipeline group shares one communicator (`p2p_streams::shared`,
+//     torch's default eager "nccl" backend), one per peer ("nccl-lazy"), or one per peer and
+//     direction (`pipeline_per_edge_p2p`); when issued it waits for everything issued before it
+//     on the compute stream (ProcessGroupNCCL's stream sync), then blocks its stream until its
+//     partner is reached: the k-th send from a to b meets the k-th receive at b from a (FIFO per
+//     peer, whatever the communicators);
 //   • markers (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD) carry no pipeline data: ignored.
 //
 // Checks, in this order (each a `verdict` naming rank, stage, microbatch and the file's action):
@@ -26,11 +28,14 @@
 //      a wait follows its send;
 //   3. per directed rank pair, the k-th send and the k-th receive carry the same datum
 //      (otherwise NCCL would hand one microbatch's tensor to another: transfer_mismatch);
-//   4. the model above runs to completion (otherwise nccl_deadlock at the first stuck op).
+//   4. the model above runs to completion (otherwise nccl_deadlock at the first stuck op, on the
+//      lowest rank). An order that completes on one stream per rank completes on more streams
+//      too, so `shared` is the strictest of the three.
 // The compute program `p` must have passed `verify` (its stages placed, its actions complete).
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "pipetype/compile/diagnostics.hpp"
@@ -78,7 +83,18 @@ constexpr int transfer_peer(program_view p, const step& s, int rank) {
 
 }  // namespace detail
 
-constexpr verdict verify_transfers(program_view p, step_view f) {
+/// Which NCCL communicators (so, streams) PyTorch's runtime puts the pipeline's transfers on.
+enum class p2p_streams : std::uint8_t {
+  shared,         // one communicator for the pipeline group (backend "nccl", eager: torch's default)
+  per_peer,       // one per rank pair (backend "nccl-lazy"): a stream per peer
+  per_direction,  // one per directed rank pair (torch.distributed.config.pipeline_per_edge_p2p)
+};
+
+constexpr const char* p2p_streams_name(p2p_streams s) noexcept {
+  return s == p2p_streams::per_peer ? "per-peer" : s == p2p_streams::per_direction ? "per-direction" : "shared";
+}
+
+constexpr verdict verify_transfers(program_view p, step_view f, p2p_streams streams = p2p_streams::shared) {
   using detail::at_step;
   const int S = p.stages, M = p.microbatches, R = f.ranks < p.ranks ? f.ranks : p.ranks;
   const int N = static_cast<int>(f.steps.size());
@@ -234,26 +250,48 @@ constexpr verdict verify_transfers(program_view p, step_view f) {
     partner[static_cast<std::size_t>(recvs[k].index)] = sends[k].index;
   }
 
-  // 4. run the model. Per rank: the compute stream's items (computes, send waits) and the
-  // communication stream's ops (transfers), each op remembering how many compute-stream items
-  // were issued before it.
-  std::vector<int> cbegin(static_cast<std::size_t>(R + 1), 0), nbegin(static_cast<std::size_t>(R + 1), 0);
-  std::vector<int> citem, nitem, nafter;  // global step indices; nafter: compute items before the op
+  // 4. run the model. Per rank the compute stream's items (computes, send waits); per NCCL stream
+  // (one per rank, per peer or per peer and direction, as `streams` says) its transfers in file
+  // order, each remembering how many compute-stream items its rank issued before it.
+  std::vector<int> cbegin(static_cast<std::size_t>(R + 1), 0), citem;
+  std::vector<int> nafter(static_cast<std::size_t>(N), 0);  // per transfer step
+  struct lane {                                             // a transfer on its NCCL stream
+    long key;                                               // (rank, stream of the rank) ...
+    int index;                                              // ... then file order
+    constexpr bool operator<(const lane& o) const { return key != o.key ? key < o.key : index < o.index; }
+  };
+  std::vector<lane> lanes;
+  const long P = p.ranks;
   for (int r = 0; r < R; ++r) {
     for (int i = f.begin[static_cast<std::size_t>(r)]; i < f.begin[static_cast<std::size_t>(r) + 1]; ++i) {
       const step_kind k = f.steps[static_cast<std::size_t>(i)].op;
       if (k == step_kind::compute || is_send_wait(k)) {
         citem.push_back(i);
       } else if (is_transfer(k)) {
-        nitem.push_back(i);
-        nafter.push_back(static_cast<int>(citem.size()) - cbegin[static_cast<std::size_t>(r)]);
+        nafter[static_cast<std::size_t>(i)] = static_cast<int>(citem.size()) - cbegin[static_cast<std::size_t>(r)];
+        const long q = peer_of[static_cast<std::size_t>(i)];
+        const bool send = k == step_kind::send_f || k == step_kind::send_b;
+        const long stream = streams == p2p_streams::shared     ? 0
+                            : streams == p2p_streams::per_peer ? q
+                                                               : 2 * q + (send ? 0 : 1);
+        lanes.push_back({r * 2 * P + stream, i});
       }
     }
     cbegin[static_cast<std::size_t>(r) + 1] = static_cast<int>(citem.size());
-    nbegin[static_cast<std::size_t>(r) + 1] = static_cast<int>(nitem.size());
   }
+  std::sort(lanes.begin(), lanes.end());
+  std::vector<int> sbegin, srank, stream_of(static_cast<std::size_t>(N), -1);
+  for (std::size_t k = 0; k < lanes.size(); ++k) {
+    if (k == 0 || lanes[k].key != lanes[k - 1].key) {
+      sbegin.push_back(static_cast<int>(k));
+      srank.push_back(static_cast<int>(lanes[k].key / (2 * P)));
+    }
+    stream_of[static_cast<std::size_t>(lanes[k].index)] = static_cast<int>(sbegin.size()) - 1;
+  }
+  const int S_ = static_cast<int>(sbegin.size());
+  sbegin.push_back(static_cast<int>(lanes.size()));
   std::vector<char> done(static_cast<std::size_t>(N), 0);
-  std::vector<int> cdone(static_cast<std::size_t>(R), 0), ndone(static_cast<std::size_t>(R), 0);
+  std::vector<int> cdone(static_cast<std::size_t>(R), 0), shead(static_cast<std::size_t>(S_), 0);
   // what a compute-stream item waits for (a global step index), or -1
   auto needs = [&](int i) {
     const step& s = f.steps[static_cast<std::size_t>(i)];
@@ -268,10 +306,14 @@ constexpr verdict verify_transfers(program_view p, step_view f) {
         return slot(2, s.stage, s.microbatch);
     }
   };
-  auto ready = [&](int r) {  // the communication stream's head op of rank r may meet its partner
-    const int h = nbegin[static_cast<std::size_t>(r)] + ndone[static_cast<std::size_t>(r)];
-    return h < nbegin[static_cast<std::size_t>(r) + 1] &&
-           cdone[static_cast<std::size_t>(r)] >= nafter[static_cast<std::size_t>(h)];
+  auto head = [&](int t) {  // the transfer at the head of NCCL stream t, or -1 when it is drained
+    const int h = sbegin[static_cast<std::size_t>(t)] + shead[static_cast<std::size_t>(t)];
+    return h < sbegin[static_cast<std::size_t>(t) + 1] ? lanes[static_cast<std::size_t>(h)].index : -1;
+  };
+  auto ready = [&](int t) {  // stream t's head may meet its partner: its rank issued what precedes it
+    const int i = head(t);
+    return i >= 0 &&
+           cdone[static_cast<std::size_t>(srank[static_cast<std::size_t>(t)])] >= nafter[static_cast<std::size_t>(i)];
   };
   for (bool progress = true; progress;) {
     progress = false;
@@ -286,31 +328,28 @@ constexpr verdict verify_transfers(program_view p, step_view f) {
         progress = true;
       }
     }
-    for (int r = 0; r < R; ++r) {
-      while (ready(r)) {
-        const int i =
-            nitem[static_cast<std::size_t>(nbegin[static_cast<std::size_t>(r)] + ndone[static_cast<std::size_t>(r)])];
-        const int j = partner[static_cast<std::size_t>(i)];
-        const int q = rank_of[static_cast<std::size_t>(j)];
-        if (!ready(q) ||
-            nitem[static_cast<std::size_t>(nbegin[static_cast<std::size_t>(q)] + ndone[static_cast<std::size_t>(q)])] !=
-                j)
-          break;
+    for (int t = 0; t < S_; ++t) {
+      while (ready(t)) {
+        const int i = head(t), j = partner[static_cast<std::size_t>(i)];
+        const int u = stream_of[static_cast<std::size_t>(j)];
+        if (!ready(u) || head(u) != j) break;
         done[static_cast<std::size_t>(i)] = done[static_cast<std::size_t>(j)] = 1;
-        ++ndone[static_cast<std::size_t>(r)];
-        ++ndone[static_cast<std::size_t>(q)];
+        ++shead[static_cast<std::size_t>(t)];
+        ++shead[static_cast<std::size_t>(u)];
         progress = true;
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const int h = nbegin[static_cast<std::size_t>(r)] + ndone[static_cast<std::size_t>(r)];
-    if (h < nbegin[static_cast<std::size_t>(r) + 1]) {
-      const int i = nitem[static_cast<std::size_t>(h)];
-      return at_step(errc::nccl_deadlock, r, f.steps[static_cast<std::size_t>(i)], local_of(i),
-                     "each NCCL send or receive blocks its stream until its partner is reached (FIFO per peer), and "
-                     "this one's partner never is");
-    }
+  for (int t = 0; t < S_; ++t) {
+    const int i = head(t);
+    if (i >= 0)
+      return at_step(
+          errc::nccl_deadlock, srank[static_cast<std::size_t>(t)], f.steps[static_cast<std::size_t>(i)], local_of(i),
+          streams == p2p_streams::shared
+              ? "each NCCL send or receive blocks its rank's one communication stream until its partner is "
+                "reached (FIFO per peer), and this one's partner never is"
+              : "each NCCL send or receive blocks its stream to that peer until its partner is reached (FIFO "
+                "per peer), and this one's partner never is");
   }
   for (int r = 0; r < R; ++r) {
     const int h = cbegin[static_cast<std::size_t>(r)] + cdone[static_cast<std::size_t>(r)];

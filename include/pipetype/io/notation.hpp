@@ -326,6 +326,7 @@ struct read_options {
   int ranks = 0;         // > 0: the program has this many ranks (a further row is out of range)
   int microbatches = 0;  // > 0: the program has this many microbatches (a larger index is out of range)
   const char* name = "text";
+  p2p_streams p2p = p2p_streams::shared;  // the NCCL streams a file's own transfers are checked on
 };
 
 /// The compute program of a file (its F, B, I, W and pairs); a file with transfers has them
@@ -355,7 +356,7 @@ constexpr program to_program(const schedule_file& f, const read_options& o = {})
     p.source_error.detail = "the schedule has no actions";
   }
   if (p.source_error.ok() && f.has_transfers() && verify(p.view()).ok())
-    p.source_error = verify_transfers(p.view(), f.view());
+    p.source_error = verify_transfers(p.view(), f.view(), o.p2p);
   return p;
 }
 
