@@ -314,7 +314,16 @@ struct file_facts {
   bool read = false;
   pt::notation form = pt::notation::current;
   int transfers = 0, waits = 0, markers = 0;
+  const char* torch_format = "compute_only";  // as torch would be asked to load it
+  bool torch_loads = false;                   // torch 2.15's loader takes it as pipetype reads it
+  std::string torch_note;                     // why not (io/notation.hpp: torch_load_note)
 };
+
+std::string torch_json(const file_facts& ff) {
+  return ", \"torch\": {\"format\": \"" + std::string(ff.torch_format) +
+         "\", \"loads\": " + (ff.torch_loads ? "true" : "false") +
+         (ff.torch_note.empty() ? std::string() : ", \"note\": " + json_string(ff.torch_note)) + "}";
+}
 
 }  // namespace
 
@@ -348,7 +357,16 @@ int main(int argc, char** argv) {
     o.name = "file";
     o.p2p = a.p2p;
     prog = pt::to_program(file, o);
-    ff = {true, file.form, file.transfers, file.waits, file.markers};
+    ff.read = true;
+    ff.form = file.form;
+    ff.transfers = file.transfers, ff.waits = file.waits, ff.markers = file.markers;
+    // what torch 2.15 would do: its loader's own rules, and a compute program it can validate
+    const pt::csv_format fmt = file.has_transfers() ? pt::csv_format::compute_comms : pt::csv_format::compute_only;
+    ff.torch_format = file.has_transfers() ? "compute_comms" : "compute_only";
+    ff.torch_note = pt::torch_load_note(file, prog.view(), fmt);
+    pt::program compute_only = prog;
+    compute_only.source_error = file.error;  // the transfers' order does not stop torch loading it
+    ff.torch_loads = ff.torch_note.empty() && pt::verify(compute_only.view()).ok();
     if (prog.source_error.ok()) {
       const int model_stages = prog.view().chain_length();  // per chain: DualPipe holds the model twice
       if (prog.ranks > 0 && model_stages % prog.ranks == 0) chunks = model_stages / prog.ranks;
@@ -376,7 +394,7 @@ int main(int argc, char** argv) {
     const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
     if (a.json())
       std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
-                << "}\n";
+                << (ff.read ? torch_json(ff) : std::string()) << "}\n";
     std::cerr << "pipetype-explore: " << msg << "\n";
     return 2;
   }
@@ -408,7 +426,7 @@ int main(int argc, char** argv) {
                 << "\", \"file\": {\"transfers\": " << ff.transfers << ", \"waits\": " << ff.waits
                 << ", \"markers\": " << ff.markers
                 << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
-                << pt::p2p_streams_name(a.p2p) << "\"}";
+                << pt::p2p_streams_name(a.p2p) << "\"}" << torch_json(ff);
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
               << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
@@ -436,6 +454,11 @@ int main(int argc, char** argv) {
           "FIFO per peer; %s streams)",
           ff.transfers, ff.waits, pt::p2p_streams_name(a.p2p));
     if (ff.markers > 0) std::printf("; %d markers (UNSHARD, RESHARD, REDUCE_GRAD, ...) kept, not modelled", ff.markers);
+    if (ff.torch_loads)
+      std::printf("\ntorch 2.15 loads it as written (format=\"%s\")", ff.torch_format);
+    else
+      std::printf("\ntorch 2.15 would not load it as pipetype reads it (format=\"%s\"): %s", ff.torch_format,
+                  ff.torch_note.c_str());
     std::printf("\n\n");
   }
   std::cout << pt::grid(plan.compute.view(), t) << "\n";

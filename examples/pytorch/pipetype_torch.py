@@ -113,18 +113,24 @@ def run_workers(world, directory, deadline_s):
 
 
 def run_files(world, entries, deadline_s):
-    """Runs one step of every schedule file in `entries` ([{label, path, format, microbatches}],
-    labels unique) on `world` gloo workers; returns {label: the largest gradient difference over
-    the ranks}. Raises RuntimeError on a timeout or a failing worker."""
+    """Loads every schedule file in `entries` ([{label, path, format, microbatches}], labels
+    unique) with torch's `_load_csv` and runs one step of each it loads, on `world` gloo workers;
+    returns {label: {"loads": bool, "error": str (when it does not load), "diff": the largest
+    gradient difference over the ranks (when it does)}}. Raises RuntimeError on a timeout or a
+    failing worker."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pipetype-torch-") as tmp:
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(entries, f)
-        worst = {}
+        out = {}
         for r in run_workers(world, tmp, deadline_s):
-            worst[r["label"]] = max(worst.get(r["label"], 0.0), r["diff"])
-        return worst
+            o = out.setdefault(r["label"], {"loads": r["loads"]})
+            if r["loads"]:
+                o["diff"] = max(o.get("diff", 0.0), r["diff"])
+            else:
+                o["loads"], o["error"] = False, r["error"]
+        return out
 
 
 def gradients_match(diff, rows):
@@ -229,9 +235,16 @@ def worker(args):
         num_stages = 1 + max(s for r in held for s in r)
         m = entry["microbatches"]
         mods = {k: make_stage_module(torch, k) for k in held[rank]}
-        stages = [PipelineStage(mods[k], k, num_stages, torch.device("cpu")) for k in held[rank]]
-        schedule = _PipelineScheduleRuntime(stages, m, loss_fn=torch.nn.MSELoss(), scale_grads=True)
-        schedule._load_csv(entry["path"], format=entry["format"])
+        result = {"label": entry["label"], "format": entry["format"], "rank": rank}
+        try:  # torch's loader checks the whole file on every rank alike, before any transfer
+            stages = [PipelineStage(mods[k], k, num_stages, torch.device("cpu")) for k in held[rank]]
+            schedule = _PipelineScheduleRuntime(stages, m, loss_fn=torch.nn.MSELoss(), scale_grads=True)
+            schedule._load_csv(entry["path"], format=entry["format"])
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0]
+            print(json.dumps({**result, "loads": False, "error": f"{type(e).__name__}: {first[:200]}"}), flush=True)
+            dist.barrier()
+            continue
         x, y = batch(torch, m)
         losses = []
         step_args = (x,) if 0 in held[rank] else ()
@@ -242,7 +255,7 @@ def worker(args):
         for k in held[rank]:
             for p, r in zip(mods[k].parameters(), ref[k]):
                 diff = max(diff, (p.grad - r).abs().max().item())
-        print(json.dumps({"label": entry["label"], "format": entry["format"], "rank": rank, "diff": diff}), flush=True)
+        print(json.dumps({**result, "loads": True, "diff": diff}), flush=True)
         dist.barrier()
     dist.destroy_process_group()
 
@@ -284,12 +297,15 @@ def main(argv):
     fmt = args.format or ("compute_comms" if any("SEND_" in c or "RECV_" in c for row in rows for c in row) else "compute_only")
     m = 1 + max(j for row in computes(rows) for _, _, j in row)
     try:
-        worst = run_files(len(rows), [{"label": args.file, "path": os.path.abspath(args.file), "format": fmt,
-                                       "microbatches": m}], args.timeout)
+        got = run_files(len(rows), [{"label": args.file, "path": os.path.abspath(args.file), "format": fmt,
+                                     "microbatches": m}], args.timeout)[args.file]
     except RuntimeError as e:
         print(f"pipetype_torch: {e}")
         return 1
-    diff = worst[args.file]
+    if not got["loads"]:
+        print(f"{args.file} ({fmt}): torch refuses to load it: {got['error']}")
+        return 1
+    diff = got["diff"]
     ok, rule = gradients_match(diff, rows)
     print(f"{args.file} ({fmt}) on {len(rows)} gloo ranks, {m} microbatches: max |grad diff| {diff:.3g} against the "
           f"unpipelined run: {'match' if ok else 'MISMATCH'} ({rule} expected)")

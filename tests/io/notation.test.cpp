@@ -128,10 +128,10 @@ TEST_CASE("notation: transfers, waits and markers are steps in file order") {
   CHECK(f.transfers == 4);
   CHECK(f.waits == 2);
   CHECK(f.markers == 8);
-  CHECK(f.steps[0] == pt::step{pt::step_kind::unshard, pt::kind::F, 0, -1, false});
-  CHECK(f.steps[2] == pt::step{pt::step_kind::send_f, pt::kind::F, 0, 0, false});
-  CHECK(f.steps[5] == pt::step{pt::step_kind::wait_send_f, pt::kind::F, 0, 0, false});
-  CHECK(f.steps[17] == pt::step{pt::step_kind::wait_send_b, pt::kind::F, 1, 0, false});
+  CHECK(f.steps[0] == pt::step{pt::step_kind::unshard, pt::kind::F, 0, -1, false, 0});
+  CHECK(f.steps[2] == pt::step{pt::step_kind::send_f, pt::kind::F, 0, 0, false, 2});
+  CHECK(f.steps[5] == pt::step{pt::step_kind::wait_send_f, pt::kind::F, 0, 0, false, 5});
+  CHECK(f.steps[17] == pt::step{pt::step_kind::wait_send_b, pt::kind::F, 1, 0, false, 8});
   // the compute program keeps only F/B/I/W, and the transfers as written complete
   const pt::program p = pt::to_program(f);
   REQUIRE(p.source_error.ok());
@@ -260,6 +260,9 @@ TEST_CASE("notation: read(write(x)) == x for every built-in schedule, compute-on
           const pt::program r = pt::to_program(read);
           CHECK(pt::describe(r.source_error) == "ok");
           CHECK(r.actions == built.compute.actions);
+          // and torch 2.15's loader takes both files as they are
+          CHECK(pt::torch_load_note(read, r.view(), pt::csv_format::compute_comms) == "");
+          CHECK(pt::torch_load_note(pt::read_schedule(pt::to_csv(c)), q.view(), pt::csv_format::compute_only) == "");
         }
       }
     }
@@ -295,4 +298,61 @@ TEST_CASE("notation: compute+comms files complete one transfer at a time, whatev
     CHECK(pt::describe(pt::verify_transfers(built.compute.view(),
                                             pt::file_of(built.compute.view(), reversed.view()).view())) == "ok");
   }
+}
+
+TEST_CASE("notation: what torch 2.15's loader does with a file") {
+  struct expect {
+    std::string text;
+    const char* note;  // "" when torch loads it as pipetype reads it
+  };
+  const std::string good_comms =
+      "0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0,0REDUCE_GRAD,0WAIT_REDUCE_GRAD\n"
+      "1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,1WAIT_SEND_B0\n";
+  const expect cases[] = {
+      {good_comms, ""},
+      {read_data("pytorch/interleaved_p2_m4_comms.csv"), ""},
+      {read_data("pytorch/dualpipev_p2_m4_comms.csv"), ""},
+      {read_data("pytorch/zbv_p2_m4.csv"), ""},  // idle cells are fine in compute-only files
+      {read_data("pytorch/dualpipev_p2_m4.csv"), ""},
+      {read_data("pytorch/1f1b_p2_m4.csv"), "compute_only loader refuses anything but computes: rank 0's 0REDUCE_GRAD"},
+      {read_data("pytorch/artifacts/zb1p_2rank_2stagep_compute.csv"), "older notation"},
+      {"0F0,(0F1;0B0),0B1\n", "pair without OVERLAP_F_B (line 1, column 5)"},
+      {"0F0 0F1,0B0,0B1\n", "one action per cell and ignores the rest of this one (line 1, column 5)"},
+      {"\"0F0,0F1\",0B0,0B1\n", "one action per cell"},
+      {"0SEND_F0_1RECV_B0\n", "one action per cell"},
+      {"0F0,0B0\n\n1F0,1B0\n", "a blank line is a rank with no actions (line 2, column 1)"},
+      {"# two ranks\n0F0,0B0\n", "no comments (line 1, column 1)"},
+      {"0F0,0SEND_F0,,0RECV_B0,0B0,0WAIT_SEND_F0\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n",
+       "refuses empty (idle) cells (line 1, column 14)"},
+      {"0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n",
+       "exactly one WAIT_SEND_F after each send, and rank 0's 0SEND_F0 has 0"},
+      {"0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0\n0UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n",
+       "rank 1's 0UNSHARD is on another rank than its stage"},
+      {"0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0,0REDUCE_GRAD,0REDUCE_GRAD\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n",
+       "one pending REDUCE_GRAD, and rank 0's 0REDUCE_GRAD is a second"},
+      {"0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0,0REDUCE_GRAD\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n",
+       "a WAIT_REDUCE_GRAD for rank 0's REDUCE_GRAD of stage 0"},
+  };
+  for (const expect& e : cases) {
+    CAPTURE(e.text);
+    const pt::schedule_file f = pt::read_schedule(e.text);
+    REQUIRE(f.error.ok());
+    const pt::csv_format format = f.has_transfers() ? pt::csv_format::compute_comms : pt::csv_format::compute_only;
+    const std::string note = pt::torch_load_note(f, pt::to_program(f).view(), format);
+    CAPTURE(note);
+    if (*e.note == 0)
+      CHECK(note.empty());
+    else
+      CHECK(note.find(e.note) != std::string::npos);
+  }
+}
+
+TEST_CASE("notation: --ranks below the file's rows is out of range even for a row with no compute") {
+  pt::read_options o;
+  o.ranks = 2;
+  const pt::program p =
+      pt::parse_schedule("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n1SEND_B0,7RECV_F9,0SEND_F0\n", o);
+  const pt::verdict v = pt::verify(p.view());
+  CHECK(v.code == pt::errc::rank_out_of_range);
+  CHECK(v.rank == 2);
 }

@@ -11,9 +11,11 @@ artifacts (tests/io/data/pytorch/artifacts) are read too. Each file goes through
   defect     exit 2, one message naming rank, stage, microbatch and action
 and anything else (a parse error, a crash, a message without a place) fails the test. An
 independent count in Python (every (stage, microbatch) has one F and one B or one I and one W,
-indices in range) must agree: a file it finds defective must not verify. Then every compute+comms
-file (and every compute-only file pipetype verifies) runs one step in PyTorch's own runtime over
-gloo, and what happens must be what pipetype said:
+indices in range) must agree: a file it finds defective must not verify. Then torch's own
+`_load_csv` loads every file (compute_comms when it has transfers, compute_only otherwise), which
+must do what pipetype predicted (`"torch": {"loads": ...}` in the explorer's JSON), and every file
+it loads runs one step in PyTorch's runtime over gloo, where what happens must be what pipetype
+said:
   verified           gradients equal the unpipelined run (exact, or <= 1e-6 when a stage's
                      backwards leave microbatch order)
   transfer mismatch  gradients differ: the k-th receive got another datum (FIFO per peer)
@@ -127,6 +129,10 @@ def main():
             )
             rows = common.read_rows(path)
             own = independent_defect(rows, p, m)
+            try:
+                torch_says = json.loads(out)["torch"]  # pipetype's prediction of torch's loader
+            except (ValueError, KeyError):
+                torch_says = None
             if rc == 0 and json.loads(out).get("valid") is True:
                 verdict = "verified (" + json.loads(out).get("notation", "?") + " notation)"
                 verified += 1
@@ -149,45 +155,41 @@ def main():
             kind = verdict.split(":")[0].split(" (")[0]
             if kind == "defect":
                 kind = "transfer mismatch" if "transfer mismatch" in verdict else "NCCL deadlock" if "NCCL deadlock" in verdict else "defect"
-            verdicts.append((kind, verdict))
+            verdicts.append((kind, verdict, torch_says))
         for label, why in refused:
             print(f"  {label:<48} not generated: PyTorch refuses ({why})")
         print(f"{verified} verified, {len(defects)} with a named defect, {failures} failures, {len(refused)} sizes PyTorch refuses")
 
-        # what PyTorch's runtime does with each file, against pipetype's verdict
-        # (PyTorch's compute_only loader refuses anything but computes, so a compute-only file with
-        # markers, as its single-stage classes write, is not run)
-        runs, not_run = [], []
-        for (label, path, p, m), v in zip(files, verdicts):
-            comms = "comms" in label
-            if v[0] not in ("verified", "transfer mismatch", "NCCL deadlock") or (not comms and v[0] != "verified"):
-                continue
-            if "legacy notation" in v[1]:
-                not_run.append((label, "older notation, which torch 2.15 reads differently (2BW0 as 2B without a microbatch)"))
-            elif not comms and common.has_markers(common.read_rows(path)):
-                not_run.append((label, "its REDUCE_GRAD markers make PyTorch's compute_only loader refuse it"))
-            else:
-                runs.append((label, path, p, m, v))
-        print(f"running {len(runs)} of them one step in PyTorch's runtime over gloo:")
-        for world in sorted({p for _, _, p, _, _ in runs}):
-            mine = [x for x in runs if x[2] == world]
-            entries = [{"label": label, "path": path, "microbatches": m,
-                        "format": "compute_comms" if "comms" in label else "compute_only"}
-                       for label, path, _, m, _ in mine]
+        # what PyTorch does with each file, against what pipetype said: torch's loader, then one
+        # step in its runtime over gloo for the files it loads
+        print("each file loaded by torch's _load_csv and, where it loads, run one step over gloo:")
+        for world in sorted({p for _, _, p, _ in files}):
+            mine = [(f, v) for f, v in zip(files, verdicts) if f[2] == world and v[2] is not None]
+            entries = [{"label": label, "path": path, "microbatches": m, "format": v[2]["format"]}
+                       for (label, path, _, m), v in mine]
             try:
-                worst = common.run_files(world, entries, args.timeout)
+                got = common.run_files(world, entries, args.timeout)
             except RuntimeError as e:
                 print(f"  FAIL: {e}")
                 return 1
-            for label, path, _, _, (kind, _) in mine:
-                d = worst.get(label)
-                right = d is not None and common.gradients_match(d, common.read_rows(path))[0]
-                agree = d is not None and (right if kind in ("verified", "NCCL deadlock") else d > 1e-6)
+            for (label, path, _, _), (kind, _, torch_says) in mine:
+                res = got.get(label, {"loads": False, "error": "no result"})
+                said = "loads" if torch_says["loads"] else "refuses"
+                if not res["loads"]:
+                    agree = not torch_says["loads"]
+                    what = "refuses: " + res["error"][:60]
+                else:
+                    d = res["diff"]
+                    right = common.gradients_match(d, common.read_rows(path))[0]
+                    # verified: right gradients; transfer mismatch: wrong ones (another datum
+                    # arrived); NCCL deadlock: gloo buffers sends, so it completes with right ones
+                    # (the hang needs NCCL's blocking rendezvous; gloo cannot show it)
+                    agree = torch_says["loads"] and (right if kind in ("verified", "NCCL deadlock") else
+                                                     kind == "transfer mismatch" and d > 1e-6)
+                    what = f"runs: max |grad diff| {d:.3g}"
                 failures += 0 if agree else 1
-                what = "no result" if d is None else f"max |grad diff| {d:.3g}"
-                print(f"  {label:<48} pipetype: {kind:<18} PyTorch over gloo: {what:<24} {'agrees' if agree else 'FAIL: disagrees'}")
-        for label, why in not_run:
-            print(f"  {label:<48} not run: {why}")
+                print(f"  {label:<48} pipetype: {kind:<18} torch {said:<8} | torch: {what:<40} "
+                      f"{'agrees' if agree else 'FAIL: disagrees'}")
         print("every verdict agrees with PyTorch's runtime" if failures == 0 else f"{failures} failures")
         return 1 if failures or not files else 0
 

@@ -64,8 +64,8 @@ def main():
                 manifest.append({"label": f"{label} {torch_format}", "format": torch_format, "path": path,
                                  "microbatches": m, "rows": common.read_rows(path)})
         try:
-            worst = common.run_files(p, [{k: e[k] for k in ("label", "format", "path", "microbatches")} for e in manifest],
-                                     args.timeout)
+            got = common.run_files(p, [{k: e[k] for k in ("label", "format", "path", "microbatches")} for e in manifest],
+                                   args.timeout)
         except RuntimeError as e:
             print(f"FAIL: {e}")
             return 1
@@ -74,11 +74,12 @@ def main():
     print(f"{'schedule':<20} {'format':<14} {'max |grad diff|':>16}  verdict")
     for entry in manifest:
         name, fmt = entry["label"].rsplit(" ", 1)
-        d = worst.get(entry["label"])
-        if d is None:
-            print(f"{name:<20} {fmt:<14} {'-':>16}  FAIL (no result)")
+        res = got.get(entry["label"], {"loads": False, "error": "no result"})
+        if not res["loads"]:
+            print(f"{name:<20} {fmt:<14} {'-':>16}  FAIL (torch does not load it: {res['error']})")
             failures += 1
             continue
+        d = res["diff"]
         ok, rule = common.gradients_match(d, entry["rows"])
         failures += 0 if ok else 1
         print(f"{name:<20} {fmt:<14} {d:>16.3g}  {'ok' if ok else 'FAIL'} ({rule})")

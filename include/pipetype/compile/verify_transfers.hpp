@@ -111,7 +111,7 @@ constexpr verdict verify_transfers(program_view p, step_view f, p2p_streams stre
   for (int r = 0; r < R; ++r) {
     for (int i = f.begin[static_cast<std::size_t>(r)]; i < f.begin[static_cast<std::size_t>(r) + 1]; ++i) {
       const step& s = f.steps[static_cast<std::size_t>(i)];
-      const int local = i - f.begin[static_cast<std::size_t>(r)];
+      const int local = s.cell >= 0 ? s.cell : i - f.begin[static_cast<std::size_t>(r)];
       rank_of[static_cast<std::size_t>(i)] = r;
       if (is_marker(s.op)) continue;
       if (s.stage < 0 || s.stage >= S || s.microbatch < 0 || s.microbatch >= M)
@@ -160,7 +160,11 @@ constexpr verdict verify_transfers(program_view p, step_view f, p2p_streams stre
   }
 
   // 2. completeness and order on each rank
-  auto local_of = [&](int i) { return i - f.begin[static_cast<std::size_t>(rank_of[static_cast<std::size_t>(i)])]; };
+  // a verdict's index: the step's cell in its row (idle cells counted), or its place among the steps
+  auto local_of = [&](int i) {
+    const int c = f.steps[static_cast<std::size_t>(i)].cell;
+    return c >= 0 ? c : i - f.begin[static_cast<std::size_t>(rank_of[static_cast<std::size_t>(i)])];
+  };
   auto named = [&](errc e, int r, step_kind k, int s, int j, const char* why) {
     step x;
     x.op = k;

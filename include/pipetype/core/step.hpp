@@ -83,13 +83,14 @@ struct step {
   int stage = 0;
   int microbatch = -1;      // -1: none (markers)
   bool overlapped = false;  // compute only: runs together with the next step (an F&B pair)
+  int cell = -1;            // the step's cell in its row, idle cells counted (-1: not from a file)
 
   constexpr action compute() const noexcept { return {what, stage, microbatch, overlapped}; }
   friend constexpr bool operator==(const step&, const step&) = default;
 };
 
-constexpr step compute_step(const action& a) noexcept {
-  return {step_kind::compute, a.what, a.stage, a.microbatch, a.overlapped};
+constexpr step compute_step(const action& a, int cell = -1) noexcept {
+  return {step_kind::compute, a.what, a.stage, a.microbatch, a.overlapped, cell};
 }
 
 struct step_view {

@@ -31,6 +31,10 @@
 //                                       1F0,1B0,1F1,1B1)">;
 //   constexpr auto plan = pipetype::make_plan<mine>();
 //
+// pipetype reads more than torch's loader does (spaces, comments, blank lines, fused and bare
+// cells); `torch_load_note(file, program, format)` says where torch 2.15 would read a file
+// otherwise or refuse it (docs/07_pytorch.md).
+//
 // Writing: `to_text(program)` is pipetype's form (a `chains N` line when there are several chains);
 // `to_csv(program)` PyTorch's compute-only CSV and `to_csv(program, lowered)` its compute+comms
 // CSV — pipetype's own transfers as PyTorch issues them (below). Both refuse a program with
@@ -39,6 +43,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -70,6 +75,13 @@ struct schedule_file {
   notation form = notation::current;  // the notation the file was read in
   verdict error{};                    // a parse error (line, column, reason)
   int transfers = 0, waits = 0, markers = 0;
+  /// Forms pipetype reads but torch's loader reads otherwise (the first of each; line -1: none),
+  /// for torch_load_note: a pair without OVERLAP_F_B, a cell holding two actions (spaces, `_`,
+  /// quotes), an empty cell, a blank line (a rank row to csv.reader), a comment.
+  struct position {
+    int line = -1, column = -1;
+  };
+  position bare_pair, shared_cell, empty_cell, blank_line, comment;
 
   constexpr step_view view() const { return {rows, begin, steps}; }
   /// True when the file lists its own transfers (PyTorch's compute+comms format).
@@ -185,7 +197,16 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
     if (s.op != step_kind::compute) fail(line, at, two_computes);
     return s.op == step_kind::compute;
   };
-  auto keep = [&](const step& s, char letter) {
+  // the row's cells, as csv.reader splits them (commas outside quotes)
+  int cell = 0, cell_line = 1, cell_col = 1, action_col = 1;  // action_col: where the cell's action starts
+  bool cell_used = false, in_quotes = false;
+  auto first = [](schedule_file::position& at, int l, int c) {
+    if (at.line < 0) at = {l, c};
+  };
+  auto keep = [&](step s, char letter, bool same_cell = false) {  // same_cell: a pair's second half
+    if (cell_used && !same_cell) first(f.shared_cell, line, action_col);
+    cell_used = true;
+    s.cell = cell;
     f.steps.push_back(s);
     raw.push_back(letter);
   };
@@ -207,17 +228,31 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
       }
       while (!at_end()) ++i;
     } else if (!at_end() && text[i] != '#') {  // a rank's row
+      cell = 0, cell_used = false, in_quotes = false, cell_line = line, cell_col = col();
       while (!at_end() && f.error.ok()) {
         const char c = text[i];
+        if (c == '"') {
+          in_quotes = !in_quotes;
+          ++i;
+          continue;
+        }
+        if (c == ',' && !in_quotes) {
+          if (!cell_used) first(f.empty_cell, cell_line, cell_col);
+          ++cell, ++i, cell_used = false, cell_line = line, cell_col = col();
+          continue;
+        }
         if (is_space(c) || c == ',') {
           ++i;
           continue;
         }
         if (c == '#') {
+          first(f.comment, line, col());
           while (!at_end()) ++i;
           break;
         }
+        action_col = col();
         if (c == '(') {  // (a;b)OVERLAP_F_B
+          const int open_col = col();
           ++i;
           skip_space();
           step x, y;
@@ -248,10 +283,12 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
           } else if (!at_end() && text[i] >= 'A' && text[i] <= 'Z') {
             fail(line, col(), "a compound action is written (a;b)OVERLAP_F_B");
             break;
+          } else {
+            first(f.bare_pair, line, open_col);
           }
           x.overlapped = true;
           keep(x, lx);
-          keep(y, ly);
+          keep(y, ly, true);
         } else if (is_digit(c)) {
           step s;
           char l = 0;
@@ -259,6 +296,7 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
           keep(s, l);
           // older copies fused two transfers in one cell: 1SEND_F0_2RECV_B0
           while (f.error.ok() && is_transfer(s.op) && text.size() - i >= 2 && text[i] == '_' && is_digit(text[i + 1])) {
+            action_col = col() + 1;
             ++i;
             if (!parse_single(s, l)) break;
             if (!is_transfer(s.op)) fail(line, col(), "only transfers are joined with '_' (1SEND_F0_2RECV_B0)");
@@ -272,9 +310,14 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
         if (f.error.ok() && !at_end() && !(is_space(text[i]) || text[i] == ',' || text[i] == '#'))
           fail(line, col(), "expected ',' or a space between actions");
       }
+      if (!cell_used && (cell > 0 || in_quotes)) first(f.empty_cell, cell_line, cell_col);  // a trailing comma
       ++f.rows;
       f.begin.push_back(static_cast<int>(f.steps.size()));
     } else {
+      if (at_end())
+        first(f.blank_line, line, 1);  // a rank with no actions to csv.reader
+      else
+        first(f.comment, line, col());
       while (!at_end()) ++i;  // a comment line
     }
     if (i < text.size() && text[i] == '\n') {
@@ -349,6 +392,8 @@ constexpr program to_program(const schedule_file& f, const read_options& o = {})
         b.add(f.steps[static_cast<std::size_t>(k)].compute());
   }
   program p = std::move(b).build(o.name);
+  // a row beyond the given ranks is out of range even when it holds no compute
+  if (p.invalid_rank == no_rank && o.ranks > 0 && f.rows > o.ranks) p.invalid_rank = o.ranks;
   p.source_error = f.error;
   if (p.source_error.ok() && f.steps.empty()) {
     p.source_error.code = errc::parse_error;
@@ -413,7 +458,11 @@ inline schedule_file file_of(program_view p) {
   f.rows = p.ranks;
   f.chains = p.chains > 1 ? p.chains : 0;
   for (int r = 0; r < p.ranks; ++r) {
-    for (const action& a : p.rank_actions(r)) f.steps.push_back(compute_step(a));
+    int cell = 0;
+    for (const action& a : p.rank_actions(r)) {
+      f.steps.push_back(compute_step(a, cell));
+      cell += a.overlapped ? 0 : 1;  // a pair is one cell
+    }
     f.begin.push_back(static_cast<int>(f.steps.size()));
   }
   return f;
@@ -503,10 +552,80 @@ inline schedule_file file_of(program_view p, lowered_view L) {
     }
     flush();
     f.steps.insert(f.steps.end(), send_b.begin(), send_b.end());
+    int cell = 0;  // the cells as the row prints (a pair is one)
+    for (std::size_t k = static_cast<std::size_t>(f.begin.back()); k < f.steps.size(); ++k) {
+      f.steps[k].cell = cell;
+      cell += f.steps[k].overlapped ? 0 : 1;
+    }
     f.begin.push_back(static_cast<int>(f.steps.size()));
   }
   f.count();
   return f;
+}
+
+/// What torch 2.15's loader (`_PipelineScheduleRuntime._load_csv`) would do with a file pipetype
+/// reads, loaded in `format`: "" when it loads it as pipetype reads it, otherwise one sentence
+/// naming the place. (The explorer judges a file with transfers as compute_comms, one without as
+/// compute_only.) Torch's rules
+/// (schedules.py: `_Action.from_str`, `_prepare_schedule_with_comms`, `_validate_send_waits`,
+/// `_validate_schedule`): one action per cell (its parser ignores what follows the first); a pair
+/// written (a;b)OVERLAP_F_B; csv rows (a blank line is a rank with no actions; there are no
+/// comments); the current notation; compute_only: computes only; compute_comms: no empty cell,
+/// one WAIT_SEND after each send, each REDUCE_GRAD followed by its WAIT_REDUCE_GRAD before the
+/// next; every action (markers included) on the rank that holds its stage. The compute program's
+/// own defects and the transfers' order are verify's and verify_transfers' business.
+enum class csv_format : std::uint8_t { compute_only, compute_comms };
+
+inline std::string torch_load_note(const schedule_file& f, program_view p, csv_format format) {
+  auto at = [](const char* what, const schedule_file::position& x) {
+    return std::string(what) + " (line " + std::to_string(x.line) + ", column " + std::to_string(x.column) + ")";
+  };
+  auto named = [](int r, const step& s) { return "rank " + std::to_string(r) + "'s " + to_text(s); };
+  if (f.form == notation::legacy)
+    return "torch 2.15 reads the older notation otherwise: B as a full backward, 2BW0 as 2B without a microbatch";
+  if (f.bare_pair.line >= 0) return at("torch 2.15 refuses a pair without OVERLAP_F_B", f.bare_pair);
+  if (f.shared_cell.line >= 0)
+    return at("torch reads one action per cell and ignores the rest of this one", f.shared_cell);
+  if (f.comment.line >= 0) return at("torch's csv reader has no comments", f.comment);
+  if (f.blank_line.line >= 0) return at("to torch's csv reader a blank line is a rank with no actions", f.blank_line);
+  const bool comms = format == csv_format::compute_comms;
+  if (comms && f.empty_cell.line >= 0)
+    return at("torch's compute_comms loader refuses empty (idle) cells", f.empty_cell);
+  for (int r = 0; r < f.rows && r < p.ranks; ++r) {
+    const auto row = f.view().rank_steps(r);
+    int pending_reduce = -1;
+    for (std::size_t k = 0; k < row.size(); ++k) {
+      const step& s = row[k];
+      if (!comms && s.op != step_kind::compute)
+        return "torch's compute_only loader refuses anything but computes: " + named(r, s);
+      if (s.stage >= 0 && s.stage < p.stages && p.stage_rank[static_cast<std::size_t>(s.stage)] != r)
+        return "torch places stage " + std::to_string(s.stage) + " by every action naming it, and " + named(r, s) +
+               " is on another rank than its stage";
+      if (s.op == step_kind::send_f || s.op == step_kind::send_b) {
+        const step_kind wait = s.op == step_kind::send_f ? step_kind::wait_send_f : step_kind::wait_send_b;
+        int waits = 0;
+        for (std::size_t j = k + 1; j < row.size(); ++j)
+          waits += row[j].op == wait && row[j].stage == s.stage && row[j].microbatch == s.microbatch ? 1 : 0;
+        if (waits != 1)
+          return "torch 2.15 wants exactly one " + std::string(step_kind_name(wait)) + " after each send, and " +
+                 named(r, s) + " has " + std::to_string(waits);
+      }
+      if (s.op == step_kind::reduce_grad) {
+        if (pending_reduce >= 0)
+          return "torch 2.15 allows one pending REDUCE_GRAD, and " + named(r, s) + " is a second";
+        pending_reduce = s.stage;
+      } else if (s.op == step_kind::wait_reduce_grad) {
+        if (pending_reduce != s.stage)
+          return "torch 2.15 wants each WAIT_REDUCE_GRAD to follow its stage's REDUCE_GRAD, and " + named(r, s) +
+                 " has none pending";
+        pending_reduce = -1;
+      }
+    }
+    if (comms && pending_reduce >= 0)
+      return "torch 2.15 wants a WAIT_REDUCE_GRAD for rank " + std::to_string(r) + "'s REDUCE_GRAD of stage " +
+             std::to_string(pending_reduce);
+  }
+  return "";
 }
 
 namespace detail {
