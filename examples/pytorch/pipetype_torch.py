@@ -4,13 +4,15 @@
       PyTorch writes its own order for one of its schedule classes (ScheduleZBVZeroBubble,
       ZBVZeroBubble, ...) the way `_dump_csv` writes one: compute-only, or compute+comms as
       `_PipelineScheduleRuntime` lowers it (optionally with defer_pp_recv=True).
-  python pipetype_torch.py run FILE [--format compute_only|compute_comms] [--timeout S]
+  python pipetype_torch.py run FILE [--format compute_only|compute_comms] [--nccl LAYOUT] [--timeout S]
       Runs one training step of FILE in PyTorch's own runtime (`_PipelineScheduleRuntime.
       _load_csv(FILE, format)`) on one gloo process per rank over 127.0.0.1, with float64
       nn.Linear+Tanh stages, and compares every stage's gradients with an unpipelined run of the
       same stages (microbatch by microbatch, accumulated in order, scaled by 1/M as PyTorch's
       scale_grads does). Exit code 0 when they match (exactly, or within 1e-6 when a stage's
-      backwards leave microbatch order), 1 otherwise.
+      backwards leave microbatch order), 1 otherwise. --nccl shared|per-peer|per-direction makes
+      the transfers block as NCCL's do (emulate_nccl), on one stream per rank, per peer or per
+      peer and direction: an order that would hang on NCCL hangs here too, and is reported.
 
 Needs torch (CPU is enough). Every worker runs under one deadline and stops by itself.
 """
@@ -73,16 +75,17 @@ def stages_of(rows):
     return [sorted({s for (s, _, _) in row}) for row in computes(rows)]
 
 
-def run_workers(world, directory, deadline_s):
+def run_workers(world, directory, deadline_s, nccl=None):
     """Starts `world` gloo workers (this file, `worker` RANK) that run every schedule file of
     directory/manifest.json ([{label, path, format, microbatches}]), all under one deadline;
-    returns their result dicts {label, format, rank, diff}. Kills every worker and raises
-    RuntimeError on a timeout or a failing worker."""
+    returns their result dicts {label, format, rank, loads, diff | error | hangs}. With `nccl`
+    (shared, per-peer, per-direction) the workers emulate NCCL's blocking point-to-point
+    (emulate_nccl). Kills every worker and raises RuntimeError on a timeout or a failing worker."""
     port = free_port()
     procs = [
         subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "worker", str(r), "--world", str(world), "--port", str(port),
-             "--dir", directory],
+             "--dir", directory, *(["--nccl", nccl] if nccl else [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -112,21 +115,24 @@ def run_workers(world, directory, deadline_s):
     return results
 
 
-def run_files(world, entries, deadline_s):
+def run_files(world, entries, deadline_s, nccl=None):
     """Loads every schedule file in `entries` ([{label, path, format, microbatches}], labels
     unique) with torch's `_load_csv` and runs one step of each it loads, on `world` gloo workers;
     returns {label: {"loads": bool, "error": str (when it does not load), "diff": the largest
-    gradient difference over the ranks (when it does)}}. Raises RuntimeError on a timeout or a
-    failing worker."""
+    gradient difference over the ranks (when it runs through), "hangs": where (when a rank's
+    wait never ends under `nccl` emulation)}}. Raises RuntimeError on a timeout or a failing
+    worker."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pipetype-torch-") as tmp:
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(entries, f)
         out = {}
-        for r in run_workers(world, tmp, deadline_s):
+        for r in run_workers(world, tmp, deadline_s, nccl):
             o = out.setdefault(r["label"], {"loads": r["loads"]})
-            if r["loads"]:
+            if "hangs" in r:
+                o["hangs"] = o.get("hangs") or r["hangs"]
+            elif r["loads"]:
                 o["diff"] = max(o.get("diff", 0.0), r["diff"])
             else:
                 o["loads"], o["error"] = False, r["error"]
@@ -210,6 +216,102 @@ def dump(cls_name, p, m, path, comms=False, defer_recv=False):
     return cls.__name__
 
 
+class _Hang(Exception):
+    pass
+
+
+def emulate_nccl(dist, rank, streams, wait_s):
+    """Makes torch.distributed's isend/irecv behave as NCCL's point-to-point on gloo: every op
+    runs on a stream (a thread) in issue order — one per rank (`shared`), per peer (`per-peer`) or
+    per peer and direction (`per-direction`) — and blocks that stream until its partner is
+    reached (a request/acknowledge handshake before the data), FIFO per directed pair. A wait on
+    an op that has not completed within `wait_s` seconds raises _Hang: the order would hang."""
+    import queue
+    import threading
+
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    real_isend, real_irecv = c10d.isend, c10d.irecv  # (c10d.send and recv call the patched names)
+    lanes = {}
+
+    def send(tensor, peer, tag):
+        real_isend(tensor, peer, tag=tag).wait()
+
+    def recv(tensor, peer, tag):
+        real_irecv(tensor, peer, tag=tag).wait()
+
+    class Work:
+        def __init__(self, what):
+            self.what, self.done, self.error = what, threading.Event(), None
+
+        def wait(self, timeout=None):
+            if not self.done.wait(wait_s):
+                raise _Hang(f"rank {rank} waits for {self.what}")
+            if self.error:
+                raise self.error
+            return True
+
+        def is_completed(self):
+            return self.done.is_set()
+
+    def run(q):
+        token = torch.zeros(1)
+        while True:
+            op, tensor, peer, work = q.get()
+            try:
+                if op == "send":  # announce, wait until the receiver is there, then the data
+                    send(token, peer, tag=1)
+                    recv(token, peer, tag=2)
+                    send(tensor, peer, tag=3)
+                else:
+                    recv(token, peer, tag=1)
+                    send(token, peer, tag=2)
+                    recv(tensor, peer, tag=3)
+            except Exception as e:  # noqa: BLE001
+                work.error = e
+            work.done.set()
+
+    def issue(op, tensor, peer):
+        key = 0 if streams == "shared" else peer if streams == "per-peer" else (peer, op)
+        if key not in lanes:
+            lanes[key] = queue.Queue()
+            threading.Thread(target=run, args=(lanes[key],), daemon=True).start()
+        work = Work(f"{op} {'to' if op == 'send' else 'from'} rank {peer}")
+        lanes[key].put((op, tensor, peer, work))
+        return work
+
+    active = [False]  # on once the schedule's stages are initialised (their shape exchange is plain)
+
+    def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+        if not active[0]:
+            return real_isend(tensor, dst, group=group, tag=tag, group_dst=group_dst)
+        return issue("send", tensor, dst if dst is not None else group_dst)
+
+    def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+        if not active[0]:
+            return real_irecv(tensor, src, group=group, tag=tag, group_src=group_src)
+        return issue("recv", tensor, src if src is not None else group_src)
+
+    c10d.isend, c10d.irecv = isend, irecv
+    dist.isend, dist.irecv = isend, irecv
+
+    class Emulation:
+        @staticmethod
+        def wrap(schedule):  # the emulation starts after the schedule initialises its stages
+            active[0] = False
+            init = schedule._initialize_stages
+
+            def initialize_then_emulate(*a, **k):
+                out = init(*a, **k)
+                active[0] = True
+                return out
+
+            schedule._initialize_stages = initialize_then_emulate
+
+    return Emulation()
+
+
 def worker(args):
     quiet_torch()
     import datetime
@@ -227,6 +329,7 @@ def worker(args):
         world_size=world,
         timeout=datetime.timedelta(seconds=120),
     )
+    emulation = emulate_nccl(dist, rank, args.nccl, args.hang_s) if args.nccl else None
     with open(os.path.join(args.dir, "manifest.json")) as f:
         manifest = json.load(f)
     for entry in manifest:
@@ -240,6 +343,8 @@ def worker(args):
             stages = [PipelineStage(mods[k], k, num_stages, torch.device("cpu")) for k in held[rank]]
             schedule = _PipelineScheduleRuntime(stages, m, loss_fn=torch.nn.MSELoss(), scale_grads=True)
             schedule._load_csv(entry["path"], format=entry["format"])
+            if emulation:  # the stages' shape exchange before the first step stays plain gloo
+                emulation.wrap(schedule)
         except Exception as e:
             first = (str(e).strip().splitlines() or [""])[0]
             print(json.dumps({**result, "loads": False, "error": f"{type(e).__name__}: {first[:200]}"}), flush=True)
@@ -249,14 +354,26 @@ def worker(args):
         losses = []
         step_args = (x,) if 0 in held[rank] else ()
         target = y if num_stages - 1 in held[rank] else None
-        schedule.step(*step_args, target=target, losses=losses)
+        try:
+            schedule.step(*step_args, target=target, losses=losses)
+        except Exception as e:  # noqa: BLE001
+            if not args.nccl:
+                raise
+            # under emulation the streams are stuck for good (or a stuck peer left): report, leave
+            print(json.dumps({**result, "loads": True, "hangs": str(e).splitlines()[0][:200]}), flush=True)
+            os._exit(0)
         ref = reference_grads(torch, num_stages, m)
         diff = 0.0
         for k in held[rank]:
             for p, r in zip(mods[k].parameters(), ref[k]):
                 diff = max(diff, (p.grad - r).abs().max().item())
         print(json.dumps({**result, "loads": True, "diff": diff}), flush=True)
-        dist.barrier()
+        try:
+            dist.barrier()
+        except Exception:  # noqa: BLE001 — a peer that hung under emulation has left
+            if not args.nccl:
+                raise
+            os._exit(0)
     dist.destroy_process_group()
 
 
@@ -278,11 +395,15 @@ def main(argv):
     r.add_argument("--format", choices=["compute_only", "compute_comms"], default=None,
                    help="default: compute_comms when the file has SEND/RECV cells")
     r.add_argument("--timeout", type=float, default=300)
+    r.add_argument("--nccl", choices=["shared", "per-peer", "per-direction"], default=None,
+                   help="make the transfers block as NCCL's do, on one stream per rank, per peer or per direction")
     w = sub.add_parser("worker")
     w.add_argument("rank", type=int)
     w.add_argument("--world", type=int, required=True)
     w.add_argument("--port", type=int, required=True)
     w.add_argument("--dir", required=True)
+    w.add_argument("--nccl", choices=["shared", "per-peer", "per-direction"], default=None)
+    w.add_argument("--hang-s", type=float, default=5)
     args = ap.parse_args(argv)
     if args.command == "worker":
         args.worker = args.rank
@@ -298,12 +419,16 @@ def main(argv):
     m = 1 + max(j for row in computes(rows) for _, _, j in row)
     try:
         got = run_files(len(rows), [{"label": args.file, "path": os.path.abspath(args.file), "format": fmt,
-                                     "microbatches": m}], args.timeout)[args.file]
+                                     "microbatches": m}], args.timeout, args.nccl)[args.file]
     except RuntimeError as e:
         print(f"pipetype_torch: {e}")
         return 1
     if not got["loads"]:
         print(f"{args.file} ({fmt}): torch refuses to load it: {got['error']}")
+        return 1
+    if "hangs" in got:
+        print(f"{args.file} ({fmt}) on {len(rows)} gloo ranks with NCCL's blocking transfers ({args.nccl} streams): "
+              f"hangs ({got['hangs']})")
         return 1
     diff = got["diff"]
     ok, rule = gradients_match(diff, rows)

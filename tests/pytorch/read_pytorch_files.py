@@ -97,6 +97,57 @@ def generate(tmp):
     return files, refused
 
 
+def emulated_nccl(args, files, verdicts):
+    """PyTorch's runtime under an emulation of NCCL's blocking point-to-point (gloo underneath,
+    pipetype_torch.emulate_nccl): every compute+comms file of p=2 m=4 and p=4 m=8 that pipetype
+    verifies runs on one stream per rank (the strictest layout) and must complete with right
+    gradients; every one it finds an NCCL deadlock in runs on each stream layout and must hang
+    exactly where pipetype says it does (`--p2p`). Returns the number of disagreements."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = [(f, v) for f, v in zip(files, verdicts)
+              if "comms" in f[0] and (f[2], f[3]) in ((2, 4), (4, 8)) and v[0] in ("verified", "NCCL deadlock")]
+    runs = []  # (label, path, p, m, layout, pipetype says it completes)
+    for (label, path, p, m), (kind, _, _) in chosen:
+        for layout in (("shared",) if kind == "verified" else ("shared", "per-peer", "per-direction")):
+            rc, _, _ = common.run_explorer(args.explorer, ["--file", path, "--ranks", str(p), "--microbatches", str(m),
+                                                           "--p2p", layout])
+            runs.append((label, path, p, m, layout, rc == 0))
+    # the runs pipetype says complete go together, one launch per size and layout; each one it says
+    # hangs gets its own launch (a hang ends the launch), three at a time
+    batches = {}
+    for r in runs:
+        key = (r[2], r[4], "together" if r[5] else r[0])
+        batches.setdefault(key, []).append(r)
+
+    def launch(batch):
+        p, layout = batch[0][2], batch[0][4]
+        entries = [{"label": f"{label} [{layout}]", "path": path, "microbatches": m, "format": "compute_comms"}
+                   for label, path, _, m, _, _ in batch]
+        try:
+            return batch, common.run_files(p, entries, args.timeout, nccl=layout)
+        except RuntimeError as e:
+            return batch, {x["label"]: {"loads": False, "error": str(e)[:80]} for x in entries}
+
+    print(f"{len(runs)} of them run in PyTorch's runtime under an emulation of NCCL's blocking point-to-point:")
+    disagree = 0
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for batch, got in pool.map(launch, batches.values()):
+            for label, path, _, _, layout, completes in batch:
+                res = got.get(f"{label} [{layout}]", {"loads": False, "error": "no result (an earlier file hung)"})
+                if "hangs" in res:
+                    what, agree = "hangs: " + res["hangs"], not completes
+                elif res.get("loads"):
+                    right = common.gradients_match(res["diff"], common.read_rows(path))[0]
+                    what, agree = f"completes: max |grad diff| {res['diff']:.3g}", completes and right
+                else:
+                    what, agree = "fails: " + res["error"], False
+                disagree += 0 if agree else 1
+                print(f"  {label:<48} {layout:<14} pipetype: {'completes' if completes else 'hangs':<10} emulated NCCL: "
+                      f"{what:<42} {'agrees' if agree else 'FAIL: disagrees'}")
+    return disagree
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--explorer", required=True)
@@ -190,6 +241,7 @@ def main():
                 failures += 0 if agree else 1
                 print(f"  {label:<48} pipetype: {kind:<18} torch {said:<8} | torch: {what:<40} "
                       f"{'agrees' if agree else 'FAIL: disagrees'}")
+        failures += emulated_nccl(args, files, verdicts)
         print("every verdict agrees with PyTorch's runtime" if failures == 0 else f"{failures} failures")
         return 1 if failures or not files else 0
 
