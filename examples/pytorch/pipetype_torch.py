@@ -65,11 +65,6 @@ def computes(rows):
     return [[(s, rename.get(k, k), j) for s, k, j in row] for row in written]
 
 
-def has_markers(rows):
-    """True when a file holds cells other than compute actions (transfers, waits, markers)."""
-    return any(not compute_actions(cell) for row in rows for cell in row)
-
-
 def stages_of(rows):
     """Which stages each row (rank) computes."""
     return [sorted({s for (s, _, _) in row}) for row in computes(rows)]

@@ -7,11 +7,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
 from pipetype_torch import (  # noqa: E402,F401
-    compute_actions,
     computes,
     dump,
     gradients_match,
-    has_markers,
     quiet_torch,
     read_rows,
     run_files,
