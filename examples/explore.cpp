@@ -316,6 +316,7 @@ struct file_facts {
   int transfers = 0, waits = 0, markers = 0;
   const char* torch_format = "compute_only";  // as torch would be asked to load it
   bool torch_loads = false;                   // torch 2.15's loader takes it as pipetype reads it
+  bool transfer_verdict = false;              // the file's transfers were rejected (its computes verify)
   std::string torch_note;                     // why not (io/notation.hpp: torch_load_note)
 };
 
@@ -364,9 +365,11 @@ int main(int argc, char** argv) {
     const pt::csv_format fmt = file.has_transfers() ? pt::csv_format::compute_comms : pt::csv_format::compute_only;
     ff.torch_format = file.has_transfers() ? "compute_comms" : "compute_only";
     ff.torch_note = pt::torch_load_note(file, prog.view(), fmt);
-    pt::program compute_only = prog;
-    compute_only.source_error = file.error;  // the transfers' order does not stop torch loading it
-    ff.torch_loads = ff.torch_note.empty() && pt::verify(compute_only.view()).ok();
+    // torch also needs a compute program it can validate; the transfers' order does not stop it
+    // loading the file. to_program checked the transfers only once the compute part verified, so a
+    // transfer verdict there means the computes are fine (settled after build_plan below).
+    ff.torch_loads = ff.torch_note.empty() && file.error.ok();
+    ff.transfer_verdict = !prog.source_error.ok();
     if (prog.source_error.ok()) {
       const int model_stages = prog.view().chain_length();  // per chain: DualPipe holds the model twice
       if (prog.ranks > 0 && model_stages % prog.ranks == 0) chunks = model_stages / prog.ranks;
@@ -388,6 +391,7 @@ int main(int argc, char** argv) {
   if (!a.output.empty()) open_output(a.output);
   const std::string name = a.file.empty() ? a.schedule : a.file;
   const result r = evaluate(std::move(prog), a, chunks);
+  ff.torch_loads = ff.torch_loads && (r.plan.ok() || ff.transfer_verdict);
   const pt::runtime_plan& plan = r.plan;
 
   if (!plan.ok()) {

@@ -591,8 +591,34 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
   const bool comms = format == csv_format::compute_comms;
   if (comms && f.empty_cell.line >= 0)
     return at("torch's compute_comms loader refuses empty (idle) cells", f.empty_cell);
+  // waits_after[k]: the row's matching WAIT_SEND cells after send k, counted in one backward pass
+  // per row over a (kind, stage, microbatch) table (a scan per send was quadratic in the row)
+  const long M = p.microbatches > 0 ? p.microbatches : 1;
+  auto key = [&](const step& s) {
+    const bool f_kind = s.op == step_kind::send_f || s.op == step_kind::wait_send_f;
+    return s.stage >= 0 && s.stage < p.stages && s.microbatch >= 0 && s.microbatch < M
+               ? (2 * static_cast<long>(s.stage) + (f_kind ? 0 : 1)) * M + s.microbatch
+               : -1L;
+  };
+  std::vector<int> seen(static_cast<std::size_t>(2 * (p.stages > 0 ? p.stages : 1) * M), 0), waits_after;
   for (int r = 0; r < f.rows && r < p.ranks; ++r) {
     const auto row = f.view().rank_steps(r);
+    waits_after.assign(row.size(), 0);
+    for (std::size_t k = row.size(); k-- > 0;) {
+      const step& s = row[k];
+      const long slot = key(s);
+      if (is_send_wait(s.op) && slot >= 0) ++seen[static_cast<std::size_t>(slot)];
+      if (s.op != step_kind::send_f && s.op != step_kind::send_b) continue;
+      if (slot >= 0) {
+        waits_after[k] = seen[static_cast<std::size_t>(slot)];
+      } else {  // an index outside the schedule: match the cells one by one
+        const step_kind wait = s.op == step_kind::send_f ? step_kind::wait_send_f : step_kind::wait_send_b;
+        for (std::size_t j = k + 1; j < row.size(); ++j)
+          waits_after[k] += row[j].op == wait && row[j].stage == s.stage && row[j].microbatch == s.microbatch ? 1 : 0;
+      }
+    }
+    for (const step& s : row)
+      if (key(s) >= 0) seen[static_cast<std::size_t>(key(s))] = 0;
     int pending_reduce = -1;
     for (std::size_t k = 0; k < row.size(); ++k) {
       const step& s = row[k];
@@ -603,9 +629,7 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
                " is on another rank than its stage";
       if (s.op == step_kind::send_f || s.op == step_kind::send_b) {
         const step_kind wait = s.op == step_kind::send_f ? step_kind::wait_send_f : step_kind::wait_send_b;
-        int waits = 0;
-        for (std::size_t j = k + 1; j < row.size(); ++j)
-          waits += row[j].op == wait && row[j].stage == s.stage && row[j].microbatch == s.microbatch ? 1 : 0;
+        const int waits = waits_after[k];
         if (waits != 1)
           return "torch 2.15 wants exactly one " + std::string(step_kind_name(wait)) + " after each send, and " +
                  named(r, s) + " has " + std::to_string(waits);
