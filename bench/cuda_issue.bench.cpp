@@ -34,9 +34,8 @@ namespace {
 
 void count_ops(benchmark::State& state, int ops) {
   state.counters["ops"] = ops;
-  state.counters["ns_per_op"] =
-      benchmark::Counter(static_cast<double>(ops) * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_op"] = benchmark::Counter(static_cast<double>(ops) * static_cast<double>(state.iterations()),
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_executor_step(benchmark::State& state) {
@@ -128,7 +127,7 @@ void BM_flat_replay(benchmark::State& state) {
   };
   std::vector<flat> calls;
   std::vector<pt::host::bound_op> stage_calls;
-  const int L = plan.compute.view().chain_length();
+  const int L = plan.compute().chain_length();
   for (const auto& c : rec.calls()) {
     flat f{
         c.what,

@@ -64,18 +64,18 @@ inline pt::runtime_plan plan_of(int which) {
 }
 /// One quiet stage per model stage of the plan.
 inline pt::uniform_chain<quiet> model_of(const pt::runtime_plan& plan) {
-  return pt::uniform_chain<quiet>(std::vector<quiet>(static_cast<std::size_t>(plan.compute.view().chain_length())));
+  return pt::uniform_chain<quiet>(std::vector<quiet>(static_cast<std::size_t>(plan.compute().chain_length())));
 }
 /// Every microbatch's input to stage 0.
 inline std::vector<float> batch_of(const pt::runtime_plan& plan) {
-  return std::vector<float>(16 * static_cast<std::size_t>(plan.compute.view().microbatches));
+  return std::vector<float>(16 * static_cast<std::size_t>(plan.compute().microbatches));
 }
 
 /// Binds bench_rank of `plan` over `driver`, every communicator 0.
 template <class D>
 pipetype::cuda::rank_executor<D> executor_of(const pt::runtime_plan& plan, pt::uniform_chain<quiet>& model, D& driver) {
   return {pt::host::views_of(plan), bench_rank, pipetype::cuda::entries_of(model), driver,
-          std::vector<typename D::comm>(plan.lowered.comms.size(), 0)};
+          std::vector<typename D::comm>(plan.lowered().comms.size(), 0)};
 }
 
 // ---- the generated straight-line steps (straight_line.gen.cpp in the build folder) ------------

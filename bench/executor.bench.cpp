@@ -40,19 +40,19 @@ pt::runtime_plan plan_of(int which, int p, int m) {
 constexpr int bench_rank = 1;
 
 void set_counters(benchmark::State& s, const pt::runtime_plan& plan) {
-  const auto actions = static_cast<double>(plan.compute.view().rank_actions(bench_rank).size());
+  const auto actions = static_cast<double>(plan.compute().rank_actions(bench_rank).size());
   s.counters["ns_per_action"] = benchmark::Counter(static_cast<double>(s.iterations()) * actions,
                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  s.counters["ops"] = static_cast<double>(plan.lowered.view().rank_ops(bench_rank).size());
+  s.counters["ops"] = static_cast<double>(plan.lowered().rank_ops(bench_rank).size());
   s.counters["actions"] = actions;
 }
 
 void BM_static_walk(benchmark::State& s) {
   const pt::runtime_plan plan =
       plan_of(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
-  pt::uniform_chain<noop> model(std::vector<noop>(static_cast<std::size_t>(plan.compute.stages)));
+  pt::uniform_chain<noop> model(std::vector<noop>(static_cast<std::size_t>(plan.compute().stages)));
   ph::executor ex{plan, model};
-  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute.microbatches));
+  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute().microbatches));
   for (auto _ : s) ex.walk_rank(bench_rank, batch);
   set_counters(s, plan);
 }
@@ -115,7 +115,7 @@ void BM_runtime_scheduler(benchmark::State& s) {
       plan_of(static_cast<int>(s.range(0)), static_cast<int>(s.range(1)), static_cast<int>(s.range(2)));
   noop stage;
   runtime_state st;
-  st.stages = plan.compute.stages;
+  st.stages = plan.compute().stages;
   for (int i = 0; i < st.stages; ++i)
     st.stage_fn.emplace_back([&stage](int sg, int mb, char k) {
       benchmark::DoNotOptimize(&stage);
@@ -123,7 +123,7 @@ void BM_runtime_scheduler(benchmark::State& s) {
     });
   // the rank's program as a list of action objects (the same ops the lowered program has)
   std::vector<std::unique_ptr<action_node>> actions;
-  for (const pt::lowered_op& op : plan.lowered.view().rank_ops(bench_rank)) {
+  for (const pt::lowered_op& op : plan.lowered().rank_ops(bench_rank)) {
     if (op.code == pt::op_code::compute) {
       auto n = std::make_unique<compute_node>();
       n->a = {op.what, op.stage, op.microbatch, false};

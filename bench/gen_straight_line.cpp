@@ -70,8 +70,8 @@ std::string num(T v) {
 }
 
 // bind_<name>: c[k] = the k-th stage call's bound op, its non-default fields one by one.
-void write_bind(std::ostream& out, const std::string& name, const std::vector<ph::stage_entry>& entries,
-                const made& m, const pc::record_driver& rec) {
+void write_bind(std::ostream& out, const std::string& name, const std::vector<ph::stage_entry>& entries, const made& m,
+                const pc::record_driver& rec) {
   auto entry_of = [&](auto pick, auto value) {  // the entry whose field `pick` holds `value`
     for (std::size_t j = 0; j < entries.size(); ++j)
       if (pick(entries[j]) == value) return std::to_string(j);
@@ -193,7 +193,7 @@ std::string write_case(std::ostream& out, int which) {
       if (e.fn[s]) e.fn[s] = by_slot[s];
   }
   pc::rank_executor ex{pipetype::host::views_of(plan), bench_rank, capturing, rec,
-                       std::vector<int>(plan.lowered.comms.size(), 0)};
+                       std::vector<int>(plan.lowered().comms.size(), 0)};
   made m;
   for (const auto& c : rec.calls())
     if (c.what == ck::allocate) {
@@ -214,8 +214,8 @@ std::string write_case(std::ostream& out, int which) {
   out << "};\n\n";
   write_bind(out, name, entries, m, rec);
   write_step(out, name, rec.calls(), m);
-  return "{" + std::to_string(ex.ops()) + ", pools_" + name + ", " + std::to_string(stage_calls.size()) +
-         ", &bind_" + name + ", &step_" + name + "}";
+  return "{" + std::to_string(ex.ops()) + ", pools_" + name + ", " + std::to_string(stage_calls.size()) + ", &bind_" +
+         name + ", &step_" + name + "}";
 }
 
 }  // namespace

@@ -176,8 +176,8 @@ std::string num(double x) {
   return o.str();
 }
 
-template <class T, class F>
-std::string json_array(const std::vector<T>& v, F f) {
+template <class Range, class F>
+std::string json_array(const Range& v, F f) {
   std::string out = "[";
   for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + f(v[i]);
   return out + "]";
@@ -213,7 +213,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   o.mem_limit_units = static_cast<int>(a.mem_limit * o.memory.unit * chunks);
   o.groups = a.groups;
   r.plan = pt::build_plan(std::move(prog), o);
-  if (r.plan.ok()) r.t = pt::simulate(r.plan.compute.view(), per_stage(a.costs, chunks));
+  if (r.plan.ok()) r.t = pt::simulate(r.plan.compute(), per_stage(a.costs, chunks));
   return r;
 }
 
@@ -238,7 +238,7 @@ int print_all(const args& a) {
   }
   auto peak_max = [](const result& r) {
     double m = 0;
-    for (int k = 0; k < r.plan.compute.ranks; ++k) m = std::max(m, r.plan.peak_activations(k));
+    for (int k = 0; k < r.plan.compute().ranks; ++k) m = std::max(m, r.plan.peak_activations(k));
     return m / r.chunks;
   };
   if (a.json()) {
@@ -247,7 +247,7 @@ int print_all(const args& a) {
     for (std::size_t k = 0; k < rows.size(); ++k) {
       const result& r = rows[k].second;
       out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(rows[k].first) +
-             ", \"chunks\": " + std::to_string(r.chunks) + ", \"stages\": " + std::to_string(r.plan.compute.stages) +
+             ", \"chunks\": " + std::to_string(r.chunks) + ", \"stages\": " + std::to_string(r.plan.compute().stages) +
              ", \"valid\": " + (r.plan.ok() ? "true" : "false");
       if (r.plan.ok())
         out += ", \"makespan\": " + num(r.t.makespan()) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
@@ -273,8 +273,8 @@ int print_all(const args& a) {
       std::printf("%-18s rejected: %s\n", name.c_str(), pt::describe(r.plan.result).c_str());
       continue;
     }
-    std::printf("%-18s %6d %6d %10g %10g %7.1f%% %10g\n", name.c_str(), r.chunks, r.plan.compute.stages, r.t.makespan(),
-                r.t.max_rank_span(), 100 * r.t.bubble_fraction(), peak_max(r));
+    std::printf("%-18s %6d %6d %10g %10g %7.1f%% %10g\n", name.c_str(), r.chunks, r.plan.compute().stages,
+                r.t.makespan(), r.t.max_rank_span(), 100 * r.t.bubble_fraction(), peak_max(r));
   }
   for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
   return 0;
@@ -404,8 +404,7 @@ int main(int argc, char** argv) {
   }
   if (csv) {  // PyTorch's CSV: the compute program, or the lowered program's transfers as PyTorch issues them
     try {
-      std::cout << (a.format == "csv" ? pt::to_csv(plan.compute.view())
-                                      : pt::to_csv(plan.compute.view(), plan.lowered.view()));
+      std::cout << (a.format == "csv" ? pt::to_csv(plan.compute()) : pt::to_csv(plan.compute(), plan.lowered()));
     } catch (const std::invalid_argument& e) {
       std::cerr << "pipetype-explore: --format " << a.format << ": " << e.what() << "\n";
       return 2;
@@ -414,16 +413,16 @@ int main(int argc, char** argv) {
   }
 
   const pt::timeline& t = r.t;
-  const int P = plan.compute.ranks;
+  const int P = plan.compute().ranks;
   std::vector<double> peaks, busy;
   for (int k = 0; k < P; ++k) {
     peaks.push_back(plan.peak_activations(k) / chunks);
     busy.push_back(t.busy(k));
   }
   if (a.json()) {
-    auto res = plan.lowered.resources;
+    auto res = plan.lowered().resources;
     std::cout << "{\"schedule\": " << json_string(name) << ", \"ranks\": " << P
-              << ", \"microbatches\": " << plan.compute.microbatches << ", \"stages\": " << plan.compute.stages
+              << ", \"microbatches\": " << plan.compute().microbatches << ", \"stages\": " << plan.compute().stages
               << ", \"chunks\": " << chunks << ", \"valid\": true";
     if (ff.read)
       std::cout << ", \"notation\": \"" << pt::notation_name(ff.form)
@@ -434,8 +433,8 @@ int main(int argc, char** argv) {
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
               << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
-              << ", \"ticks\": " << plan.facts.ticks << ", \"lowered\": {\"ops\": " << plan.lowered.ops.size()
-              << ", \"communicators\": " << plan.lowered.comms.size() << ", \"activation_slots\": "
+              << ", \"ticks\": " << plan.ticks() << ", \"lowered\": {\"ops\": " << plan.lowered().ops.size()
+              << ", \"communicators\": " << plan.lowered().comms.size() << ", \"activation_slots\": "
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.activation_slots); })
               << ", \"gradient_slots\": "
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.gradient_slots); })
@@ -447,8 +446,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "schedule %s: %d ranks, %d stages, %d microbatches (costs per rank share F=%g B=%g I=%g W=%g comm=%g)\n\n",
-      name.c_str(), P, plan.compute.stages, plan.compute.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
-      a.costs.of(pt::kind::W), a.costs.comm);
+      name.c_str(), P, plan.compute().stages, plan.compute().microbatches, a.costs.f, a.costs.b,
+      a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
   if (ff.read) {
     std::printf("file: %s notation", pt::notation_name(ff.form));
     if (ff.form == pt::notation::legacy) std::printf(" (B = backward for inputs, BW = full backward)");
@@ -465,18 +464,18 @@ int main(int argc, char** argv) {
                   ff.torch_note.c_str());
     std::printf("\n\n");
   }
-  std::cout << pt::grid(plan.compute.view(), t) << "\n";
+  std::cout << pt::grid(plan.compute(), t) << "\n";
   std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n\n", t.makespan(),
-              t.max_rank_span(), 100 * t.bubble_fraction(), plan.facts.ticks);
+              t.max_rank_span(), 100 * t.bubble_fraction(), plan.ticks());
   std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");
   for (int k = 0; k < P; ++k) {
-    const pt::rank_resources& res = plan.lowered.resources[static_cast<std::size_t>(k)];
+    const pt::rank_resources& res = plan.lowered().resources[static_cast<std::size_t>(k)];
     std::printf("%4d %6g %7g %9g %10d %11d %7d %7d\n", k, t.busy(k), t.idle(k), peaks[static_cast<std::size_t>(k)],
                 res.activation_slots, res.gradient_slots, res.events, res.groups);
   }
-  const std::size_t nc = plan.lowered.comms.size();
+  const std::size_t nc = plan.lowered().comms.size();
   std::printf(
       "\nlowered: %zu ops on %zu communicator%s (one per stage edge that crosses ranks); proved deadlock-free\n",
-      plan.lowered.ops.size(), nc, nc == 1 ? "" : "s");
+      plan.lowered().ops.size(), nc, nc == 1 ? "" : "s");
   return finish_output();
 }

@@ -227,7 +227,7 @@ result run_loopback(const options& o, const std::string& name) {
   r.schedule = name;
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, o.ranks, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
-  const pt::program_view pv = plan.compute.view();
+  const pt::program_view pv = plan.compute();
   const int S = pv.chain_length();
   device_batch b(o.microbatches, 0);
   // a model per rank when a model stage runs on two ranks (DualPipe), else one shared
@@ -282,8 +282,8 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   const pt::runtime_plan plan =
       pt::build_plan(pt::make_schedule(name, who.world, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
-  const int S = plan.compute.view().chain_length();
-  const std::vector<ncclComm_t> comms = d.connect(id, who.world, plan.lowered.view());
+  const int S = plan.compute().chain_length();
+  const std::vector<ncclComm_t> comms = d.connect(id, who.world, plan.lowered());
   device_batch b(o.microbatches, 0);
   std::vector<pt::uniform_chain<cuda_mlp::stage>> model;
   model.push_back(cuda_mlp::make_model(o.layers, S));

@@ -8,13 +8,19 @@
 #pragma once
 
 #include "pipetype/core/action.hpp"
+#include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/core/step.hpp"
+#include "pipetype/core/verdict.hpp"
 
 #include "pipetype/graph/chain.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/graph/stage.hpp"
+
+#include "pipetype/analysis/costs.hpp"
+#include "pipetype/analysis/simulate.hpp"
 
 #include "pipetype/schedules/dualpipe.hpp"
 #include "pipetype/schedules/dualpipe_v.hpp"
@@ -23,7 +29,6 @@
 #include "pipetype/schedules/looped_bfs.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/registry.hpp"
-#include "pipetype/schedules/schedule.hpp"
 #include "pipetype/schedules/zb_auto.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 #include "pipetype/schedules/zb_h2.hpp"
@@ -36,9 +41,6 @@
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/compile/verify_lowered.hpp"
 #include "pipetype/compile/verify_transfers.hpp"
-
-#include "pipetype/analysis/costs.hpp"
-#include "pipetype/analysis/simulate.hpp"
 
 #include "pipetype/io/grid.hpp"
 #include "pipetype/io/notation.hpp"

@@ -30,10 +30,10 @@ TEST_CASE("lower: group_policy::per_peer — one group per peer and tick, lowest
                          peer = plan_of(prog, pt::comm_policy::per_edge, pt::group_policy::per_peer);
   REQUIRE(peer.ok());
   int groups_tick = 0, groups_peer = 0;
-  for (const pt::rank_resources& r : tick.lowered.resources) groups_tick += r.groups;
-  for (const pt::rank_resources& r : peer.lowered.resources) groups_peer += r.groups;
+  for (const pt::rank_resources& r : tick.lowered().resources) groups_tick += r.groups;
+  for (const pt::rank_resources& r : peer.lowered().resources) groups_peer += r.groups;
   CHECK(groups_peer > groups_tick);  // DualPipeV's middle ranks talk to both neighbours in one tick
-  const pt::lowered_view L = peer.lowered.view();
+  const pt::lowered_view L = peer.lowered();
   for (int r = 0; r < L.ranks; ++r) {
     int last_tick = -1, last_peer = -1, group_peer = -1;
     for (const pt::lowered_op& o : L.rank_ops(r)) {
@@ -55,7 +55,7 @@ TEST_CASE("lower: group_policy::per_peer — one group per peer and tick, lowest
 TEST_CASE("lower: one transfer each way per crossing edge and microbatch, matched send/recv") {
   const pt::runtime_plan plan = plan_of(pt::make_interleaved_1f1b(2, 4, 2));
   REQUIRE(plan.ok());
-  const pt::lowered_view L = plan.lowered.view();
+  const pt::lowered_view L = plan.lowered();
   std::map<std::tuple<int, int, int>, int> sends, recvs;  // (kind, stage, mb)
   for (int r = 0; r < L.ranks; ++r)
     for (const pt::lowered_op& o : L.rank_ops(r)) {
@@ -67,13 +67,13 @@ TEST_CASE("lower: one transfer each way per crossing edge and microbatch, matche
   CHECK(sends == recvs);
   for (const auto& [k, n] : sends) CHECK(n == 1);
   CHECK(L.comms.size() == 3);  // one per edge
-  CHECK(plan_of(pt::make_interleaved_1f1b(2, 4, 2), pt::comm_policy::per_rank_pair).lowered.comms.size() == 1);
+  CHECK(plan_of(pt::make_interleaved_1f1b(2, 4, 2), pt::comm_policy::per_rank_pair).lowered().comms.size() == 1);
 }
 
 TEST_CASE("lower: groups hold only transfers; every compute op reads the slots its producer wrote") {
   const pt::runtime_plan plan = plan_of(pt::make_one_f_one_b(3, 4));
   REQUIRE(plan.ok());
-  const pt::lowered_view L = plan.lowered.view();
+  const pt::lowered_view L = plan.lowered();
   for (int r = 0; r < L.ranks; ++r) {
     bool in_group = false;
     int computes = 0;
@@ -109,7 +109,7 @@ TEST_CASE("lower: a local hand-off needs no transfer") {
   // two stages on one rank
   const pt::runtime_plan plan = plan_of(pt::parse_schedule("0F0,1F0,1B0,0B0\n"));
   REQUIRE(plan.ok());
-  const pt::lowered_view L = plan.lowered.view();
+  const pt::lowered_view L = plan.lowered();
   CHECK(L.comms.empty());
   CHECK(L.ops.size() == 4);
   for (const pt::lowered_op& o : L.ops) CHECK((o.wait_event == -1 && o.record_event == -1));
@@ -120,7 +120,7 @@ TEST_CASE("lower: a local hand-off needs no transfer") {
 TEST_CASE("lower: slots are reused, so the pool is the peak of live buffers, not one per microbatch") {
   const pt::runtime_plan plan = plan_of(pt::make_one_f_one_b(4, 32));
   REQUIRE(plan.ok());
-  for (const pt::rank_resources& res : plan.lowered.resources) {
+  for (const pt::rank_resources& res : plan.lowered().resources) {
     CHECK(res.activation_slots <= 8);
     CHECK(res.gradient_slots <= 4);
     CHECK(res.events <= 4);

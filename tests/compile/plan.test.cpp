@@ -28,15 +28,15 @@ static_assert(limited.peak_activations(0) == 4);
 TEST_CASE("plan: the compile-time tables equal the run-time plan of the same schedule") {
   const pt::runtime_plan rt = pt::build_plan(pt::make_interleaved_1f1b(3, 6, 2));
   REQUIRE(rt.ok());
-  REQUIRE(rt.lowered.ops.size() == plan.ops().size());
-  for (std::size_t i = 0; i < plan.ops().size(); ++i) CHECK(rt.lowered.ops[i] == plan.ops()[i]);
-  CHECK(rt.compute.actions.size() == plan.actions.size());
-  for (std::size_t i = 0; i < plan.actions.size(); ++i) CHECK(rt.compute.actions[i] == plan.actions[i]);
+  REQUIRE(rt.lowered().ops.size() == plan.ops().size());
+  for (std::size_t i = 0; i < plan.ops().size(); ++i) CHECK(rt.lowered().ops[i] == plan.ops()[i]);
+  CHECK(rt.compute_table.actions.size() == plan.actions.size());
+  for (std::size_t i = 0; i < plan.actions.size(); ++i) CHECK(rt.compute_table.actions[i] == plan.actions[i]);
   for (int r = 0; r < 3; ++r) {
-    CHECK(rt.lowered.resources[static_cast<std::size_t>(r)] == plan.resources[static_cast<std::size_t>(r)]);
+    CHECK(rt.lowered().resources[static_cast<std::size_t>(r)] == plan.resources[static_cast<std::size_t>(r)]);
     CHECK(rt.peak_activations(r) == plan.peak_activations(r));
   }
-  CHECK(rt.facts.ticks == plan.ticks);
+  CHECK(rt.ticks() == plan.ticks());
 }
 
 TEST_CASE("plan: a run-time plan reports the verdict instead of failing to compile") {

@@ -1,5 +1,5 @@
-// expect: _INVALID_OVERLAP_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<0>,
-// pipetype::at_action<'B', 2> A rejected schedule: an overlapped pair of two backwards.
+// expect: _INVALID_OVERLAP_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<0>, pipetype::at_action<'B', 2>
+// A rejected schedule: an overlapped pair of two backwards.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;
 constexpr auto plan = pt::make_plan<pt::from_text<"0F0,0F1,(0B0;0B1)">>();

@@ -1,7 +1,8 @@
 // expect: _NCCL_DEADLOCK_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<0>, pipetype::at_action<'\?', 2>
-// A rejected compute+comms schedule (PyTorch's format): rank 0's stream blocks in 0RECV_B0 (its
-// action 2) before it sends 0F0, which rank 1 needs before it can send that gradient back.
+// A rejected compute+comms schedule (PyTorch's format): rank 0's stream blocks in 0RECV_B0
+// (its action 2) before it sends 0F0, which rank 1 needs before it can send that gradient back.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;
-constexpr auto plan = pt::make_plan<pt::from_text<"0F0,0F1,0RECV_B0,0SEND_F0,0SEND_F1,0B0,0WAIT_SEND_F0,0RECV_B1,0B1,0WAIT_SEND_F1\n"
-                                                  "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1WAIT_SEND_B0,1WAIT_SEND_B1">>();
+constexpr auto plan =
+    pt::make_plan<pt::from_text<"0F0,0F1,0RECV_B0,0SEND_F0,0SEND_F1,0B0,0WAIT_SEND_F0,0RECV_B1,0B1,0WAIT_SEND_F1\n"
+                                "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1WAIT_SEND_B0,1WAIT_SEND_B1">>();

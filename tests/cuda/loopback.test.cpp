@@ -57,7 +57,7 @@ struct drivers {
 std::string pipeline_happens_before(const pt::runtime_plan& plan, const std::vector<pc::record_driver*>& d) {
   using call = pc::record_driver::call;
   using clock = std::map<int, int>;
-  const pt::lowered_view L = plan.lowered.view();
+  const pt::lowered_view L = plan.lowered();
   const int p = L.ranks;
   std::vector<std::pair<int, const call*>> all;
   for (int r = 0; r < p; ++r)
@@ -132,7 +132,7 @@ struct outcome {
 // chains get one model per rank (a model stage runs on two ranks), whose gradients are summed.
 outcome loopback_step(const pt::runtime_plan& plan) {
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
-  const pt::program_view pv = plan.compute.view();
+  const pt::program_view pv = plan.compute();
   const int p = pv.ranks, S = pv.chain_length(), m = pv.microbatches;
   const bool own_models = pv.chains > 1;
   std::vector<pt::uniform_chain<mlp::stage>> models;
@@ -178,7 +178,7 @@ TEST_CASE("cuda loopback: every built-in schedule trains the MLP like the unpipe
     const outcome o = loopback_step(plan);
     CHECK(o.order == "");
     CHECK(o.loss_bitwise);
-    if (plan.compute.chains > 1) {
+    if (plan.compute().chains > 1) {
       CHECK(o.rel_diff < 1e-5);  // two copies' partial sums: equal to rounding
     } else {
       CHECK(o.bitwise);
@@ -258,7 +258,7 @@ TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error namin
   const auto plan = pt::build_plan(pt::make_gpipe(2, 2));
   std::vector<faulty> stages(2);
   pt::uniform_chain<faulty> model(std::move(stages));
-  const pt::lowered_view l = plan.lowered.view();
+  const pt::lowered_view l = plan.lowered();
   pc::record_driver d0;
   pc::loopback_hub<pc::record_driver> hub{l, 100ms};
   pc::loopback_driver<pc::record_driver> link{d0, hub, 0};
@@ -272,7 +272,7 @@ TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error namin
 TEST_CASE("cuda loopback: DualPipe refuses one model shared by every rank") {
   const auto plan = pt::build_plan(pt::make_schedule("dualpipe", 4, 8));
   REQUIRE(plan.ok());
-  auto model = mlp::make_model(8, plan.compute.view().chain_length());
+  auto model = mlp::make_model(8, plan.compute().chain_length());
   drivers d(4);
   CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(pt::host::views_of(plan), pc::entries_of(model), d.ptrs),
                     doctest::Contains("give every rank its own model"));
@@ -331,7 +331,7 @@ TEST_CASE("cuda loopback: the whole pipeline is captured as one graph, forked fr
 TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three streams") {
   const auto plan = pt::build_plan(pt::make_schedule("dualpipe-v", 2, 4));
   REQUIRE(plan.ok());
-  const int S = plan.compute.view().chain_length();
+  const int S = plan.compute().chain_length();
   auto m0 = mlp::make_model(4, S), m1 = mlp::make_model(4, S);
   const mlp::batch b = mlp::make_batch(4, 0);
   std::vector<double> losses;

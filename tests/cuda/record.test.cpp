@@ -44,13 +44,13 @@ struct rank_run {
 };
 
 std::vector<rank_run> record_step(const pt::runtime_plan& plan) {
-  const int L = plan.compute.view().chain_length();
+  const int L = plan.compute().chain_length();
   pt::uniform_chain<quiet> model(std::vector<quiet>(static_cast<std::size_t>(L)));
-  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute.microbatches));
-  std::vector<int> comms(plan.lowered.comms.size());
+  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute().microbatches));
+  std::vector<int> comms(plan.lowered().comms.size());
   for (std::size_t c = 0; c < comms.size(); ++c) comms[c] = static_cast<int>(c);
   std::vector<rank_run> out;
-  for (int r = 0; r < plan.compute.ranks; ++r) {
+  for (int r = 0; r < plan.compute().ranks; ++r) {
     pc::record_driver d;
     // quiet accumulates nothing: schedules that run backwards out of microbatch order are fine
     pc::rank_executor ex{pt::host::views_of(plan), r, pc::entries_of(model), d, comms, {.ordered_gradients = false}};
@@ -198,7 +198,7 @@ std::string happens_before(const pt::lowered_view& L, int r, const std::vector<c
 void check_plan(const pt::runtime_plan& plan) {
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   const std::vector<rank_run> runs = record_step(plan);
-  const pt::lowered_view L = plan.lowered.view();
+  const pt::lowered_view L = plan.lowered();
   std::map<std::tuple<int, int, int>, std::vector<std::size_t>> sends, recvs;  // (comm, from, to) → bytes in order
   for (int r = 0; r < L.ranks; ++r) {
     CAPTURE(r);
@@ -248,8 +248,8 @@ TEST_CASE("cuda record: every built-in schedule issues exactly its lowered progr
   int pair_ranks = 0;  // ranks with overlapped F&B pairs (DualPipe, DualPipeV): the second stream is covered
   for_each_builtin_plan([&](const pt::runtime_plan& plan) {
     check_plan(plan);
-    for (int r = 0; r < plan.lowered.ranks; ++r)
-      for (const pt::lowered_op& o : plan.lowered.view().rank_ops(r))
+    for (int r = 0; r < plan.lowered().ranks; ++r)
+      for (const pt::lowered_op& o : plan.lowered().rank_ops(r))
         if (o.overlapped) {
           ++pair_ranks;
           break;
@@ -411,9 +411,8 @@ TEST_CASE("cuda record: the halves of a (B;F) pair never share a stash slot (the
   const auto plan = pt::build_plan(pt::parse_schedule("0F0,(0B0;0F1),0B1"));
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   pt::uniform_chain<quiet> model(std::vector<quiet>(1));
-  const auto ops = plan.lowered.view().rank_ops(0);
-  const pt::host::detail::rank_layout layout =
-      pt::host::detail::layout_of(plan.compute.view(), ops, pc::entries_of(model));
+  const auto ops = plan.lowered().rank_ops(0);
+  const pt::host::detail::rank_layout layout = pt::host::detail::layout_of(plan.compute(), ops, pc::entries_of(model));
   int b0 = -1, f1 = -1;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].code != pt::op_code::compute) continue;
@@ -427,8 +426,9 @@ TEST_CASE("cuda record: the halves of a (B;F) pair never share a stash slot (the
   // without the pair the slot is reused
   const auto serial = pt::build_plan(pt::parse_schedule("0F0,0B0,0F1,0B1"));
   REQUIRE(serial.ok());
-  CHECK(pt::host::detail::layout_of(serial.compute.view(), serial.lowered.view().rank_ops(0), pc::entries_of(model))
-            .stash_slots == 1);
+  CHECK(
+      pt::host::detail::layout_of(serial.compute(), serial.lowered().rank_ops(0), pc::entries_of(model)).stash_slots ==
+      1);
 }
 
 namespace {

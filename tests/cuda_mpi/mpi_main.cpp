@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     expect(m.local_rank == e.local_rank, "the local rank agrees");
     const ncclUniqueId id = pipetype::cuda::unique_id_mpi();
     std::vector<char> all(sizeof(id.internal) * static_cast<std::size_t>(m.world));
-    MPI_Allgather(id.internal, sizeof(id.internal), MPI_BYTE, all.data(), sizeof(id.internal), MPI_BYTE, MPI_COMM_WORLD);
+    MPI_Allgather(id.internal, sizeof(id.internal), MPI_BYTE, all.data(), sizeof(id.internal), MPI_BYTE,
+                  MPI_COMM_WORLD);
     bool same = true, nonzero = false;
     for (std::size_t i = 0; i < sizeof(id.internal); ++i) nonzero = nonzero || all[i] != 0;
     for (int r = 1; r < m.world; ++r)

@@ -98,7 +98,7 @@ TEST_CASE("gpu: a peer that never comes ends at the deadline in ncclCommAbort an
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
   const auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH_AS(d.connect(id, 2, plan.lowered.view()), doctest::Contains("did not complete within 3000 ms"),
+  CHECK_THROWS_WITH_AS(d.connect(id, 2, plan.lowered()), doctest::Contains("did not complete within 3000 ms"),
                        pc::device_error);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
   CHECK(d.aborted());
@@ -110,7 +110,7 @@ TEST_CASE("gpu: connect on a one-rank world gives a plan without communicators, 
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   const auto plan = pt::build_plan(pt::make_gpipe(1, 4));
-  const std::vector<ncclComm_t> comms = d.connect(id, 1, plan.lowered.view());
+  const std::vector<ncclComm_t> comms = d.connect(id, 1, plan.lowered());
   CHECK(comms.empty());
   CHECK(d.world() != nullptr);
   pt::uniform_chain<plus_one> model(std::vector<plus_one>(1));

@@ -28,7 +28,7 @@ struct run_result {
 // One step of `plan` against the reference, on fresh models of 8 layers.
 run_result one_step(const pt::runtime_plan& plan) {
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
-  const int S = plan.compute.view().chain_length(), m = plan.compute.microbatches;
+  const int S = plan.compute().chain_length(), m = plan.compute().microbatches;
   auto model = mlp::make_model(8, S), ref = mlp::make_model(8, S);
   ph::executor ex{plan, model, {.deadline = 20s}};
   const mlp::batch b = mlp::make_batch(m, 0);
@@ -347,7 +347,7 @@ TEST_CASE("host executor: walking one rank issues each of its compute ops once")
   ph::executor ex{plan, model};
   std::vector<float> batch(4 * 4, 0.0f);
   ex.walk_rank(0, batch);
-  CHECK(calls.load() == static_cast<int>(plan.compute.view().rank_actions(0).size()));
+  CHECK(calls.load() == static_cast<int>(plan.compute().rank_actions(0).size()));
 }
 
 TEST_CASE("host executor: dualpipe refuses a stage that accumulates its own gradients (two ranks would write it)") {

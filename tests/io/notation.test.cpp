@@ -240,26 +240,26 @@ TEST_CASE("notation: read(write(x)) == x for every built-in schedule, compute-on
           o.groups = g;
           const pt::runtime_plan built = pt::build_plan(pt::make_schedule(s.name, p, m, v), o);
           REQUIRE(built.ok());
-          const pt::program_view c = built.compute.view();
+          const pt::program_view c = built.compute();
           if (c.chains > 1) {  // DualPipe: two model copies, which PyTorch cannot hold
             CHECK_THROWS_WITH_AS(pt::to_csv(c), doctest::Contains("cannot express"), std::invalid_argument);
-            CHECK_THROWS_AS(pt::to_csv(c, built.lowered.view()), std::invalid_argument);
+            CHECK_THROWS_AS(pt::to_csv(c, built.lowered()), std::invalid_argument);
             continue;
           }
           const pt::program q = pt::parse_schedule(pt::to_csv(c));
           REQUIRE(q.source_error.ok());
-          CHECK(q.actions == built.compute.actions);
-          CHECK(q.begin == built.compute.begin);
-          const pt::schedule_file written = pt::file_of(c, built.lowered.view());
+          CHECK(q.actions == built.compute_table.actions);
+          CHECK(q.begin == built.compute_table.begin);
+          const pt::schedule_file written = pt::file_of(c, built.lowered());
           CHECK(pt::verify_transfers(c, written.view()).ok());
-          const std::string csv = pt::to_csv(c, built.lowered.view());
+          const std::string csv = pt::to_csv(c, built.lowered());
           const pt::schedule_file read = pt::read_schedule(csv);
           REQUIRE(read.error.ok());
           CHECK(read.steps == written.steps);
           CHECK(read.begin == written.begin);
           const pt::program r = pt::to_program(read);
           CHECK(pt::describe(r.source_error) == "ok");
-          CHECK(r.actions == built.compute.actions);
+          CHECK(r.actions == built.compute_table.actions);
           // and torch 2.15's loader takes both files as they are
           CHECK(pt::torch_load_note(read, r.view(), pt::csv_format::compute_comms) == "");
           CHECK(pt::torch_load_note(pt::read_schedule(pt::to_csv(c)), q.view(), pt::csv_format::compute_only) == "");
@@ -278,7 +278,7 @@ TEST_CASE("notation: compute+comms files complete one transfer at a time, whatev
     CAPTURE(name);
     const pt::runtime_plan built = pt::build_plan(pt::make_schedule(name, 4, 8));
     REQUIRE(built.ok());
-    pt::lowered_program reversed = built.lowered;
+    pt::lowered_program reversed = built.lowered_table;
     int reversed_groups = 0;
     for (std::size_t k = 0; k < reversed.ops.size(); ++k) {
       const bool even_rank = (std::upper_bound(reversed.begin.begin(), reversed.begin.end(), static_cast<int>(k)) -
@@ -295,8 +295,8 @@ TEST_CASE("notation: compute+comms files complete one transfer at a time, whatev
     }
     CHECK(reversed_groups > 0);
     CHECK(pt::verify_lowered(reversed.view()).ok());
-    CHECK(pt::describe(pt::verify_transfers(built.compute.view(),
-                                            pt::file_of(built.compute.view(), reversed.view()).view())) == "ok");
+    CHECK(pt::describe(pt::verify_transfers(built.compute(), pt::file_of(built.compute(), reversed.view()).view())) ==
+          "ok");
   }
 }
 

@@ -9,7 +9,7 @@ namespace pt = pipetype;
 TEST_CASE("listing: the ops of one rank, a group's transfers indented") {
   const pt::runtime_plan plan = pt::build_plan(pt::make_one_f_one_b(2, 1));
   REQUIRE(plan.ok());
-  CHECK(pt::listing(plan.lowered.view(), 1) ==
+  CHECK(pt::listing(plan.lowered(), 1) ==
         "group (tick 1) [record e0 when it ends]\n"
         "  recv act 0F0 <- rank 0 comm 0 slot a0\n"
         "[wait e0] compute 1F0 in=a0 out=-\n"

@@ -38,7 +38,7 @@ TEST_CASE("dualpipe: two chains — each microbatch runs through one direction o
   CHECK(prog.view().chain_tail(3));
   CHECK_FALSE(prog.view().chain_tail(4));
   // the lowering makes no edge between the chains: 3 + 3 crossing edges, one communicator each
-  CHECK(pt::build_plan(prog).lowered.comms.size() == 6);
+  CHECK(pt::build_plan(prog).lowered().comms.size() == 6);
   CHECK(std::string(pt::dualpipe_error(3, 12)).find("even number of ranks") != std::string::npos);
   CHECK(std::string(pt::dualpipe_error(4, 6)).find("at least 2 x ranks") != std::string::npos);
   CHECK_THROWS_AS(pt::make_dualpipe(4, 9), std::invalid_argument);

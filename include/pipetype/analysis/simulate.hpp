@@ -7,7 +7,7 @@
 // executors realise; the rendezvous order of the lowered program is proved separately
 // (verify_lowered.hpp).
 //
-// Figures (DESIGN.md / issue vocabulary):
+// Figures:
 //   makespan          one isolated step: first start to last end
 //   rank span         a rank's last end − first start; `max_rank_span` is the step period when
 //                     consecutive steps overlap (the figure the zero-bubble paper optimises)
@@ -21,8 +21,7 @@
 #include <vector>
 
 #include "pipetype/analysis/costs.hpp"
-#include "pipetype/compile/plan.hpp"
-#include "pipetype/compile/verify.hpp"
+#include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype {
@@ -203,16 +202,6 @@ constexpr timeline simulate(program_view p, const C& c = {}, const memory_model&
   t.ranks.assign(static_cast<std::size_t>(p.ranks), rank_stats{});
   t.complete = detail::simulate_into(p, c, mem, t.start, t.end, t.live_after, t.ranks);
   return t;
-}
-
-/// Simulates a plan's compute program (compile-time or run-time plan).
-template <plan_shape Z, cost_source C = costs>
-constexpr timeline simulate(const static_plan<Z>& plan, const C& c = {}) {
-  return simulate(plan.compute(), c, plan.memory);
-}
-template <cost_source C = costs>
-constexpr timeline simulate(const runtime_plan& plan, const C& c = {}) {
-  return simulate(plan.compute.view(), c, plan.memory);
 }
 
 }  // namespace pipetype

@@ -29,7 +29,7 @@ enum class op_code : std::uint8_t { compute, send, recv, group };
 enum class stream_id : std::uint8_t { compute = 0, comm = 1 };
 inline constexpr int stream_count = 2;
 
-/// How communicators are chosen (DESIGN.md §4.4).
+/// How communicators are chosen (docs/08_architecture.md, "Rules").
 ///   per_edge       one communicator per stage-graph edge s→s+1 that crosses ranks; activations
 ///                  travel along it and gradients against it. NCCL orders p2p per
 ///                  (communicator, peer), so unrelated edges never queue behind each other.

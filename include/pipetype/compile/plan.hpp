@@ -20,11 +20,13 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "pipetype/analysis/simulate.hpp"
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lower.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/compile/verify_lowered.hpp"
-#include "pipetype/schedules/schedule.hpp"
+#include "pipetype/core/schedule.hpp"
+#include "pipetype/core/verdict.hpp"
 
 namespace pipetype {
 
@@ -38,15 +40,23 @@ struct plan_options {
   group_policy groups = group_policy::per_tick;
 };
 
-/// The run-time plan: owning tables and the verdict.
+/// The run-time plan: owning tables and the verdict. Read it through the same accessors as a
+/// `static_plan` (compute(), lowered(), ops(), comms(), rank_ops(r), ticks(),
+/// peak_activations(r)); the owning tables are there for tools that edit a plan.
 struct runtime_plan {
-  program compute;
+  program compute_table;
   program_facts facts;
-  lowered_program lowered;
+  lowered_program lowered_table;
   verdict result;
-
   memory_model memory{};
+
   constexpr bool ok() const noexcept { return result.ok(); }
+  constexpr program_view compute() const { return compute_table.view(); }
+  constexpr lowered_view lowered() const { return lowered_table.view(); }
+  constexpr std::span<const lowered_op> ops() const { return lowered_table.ops; }
+  constexpr std::span<const comm_desc> comms() const { return lowered_table.comms; }
+  constexpr std::span<const lowered_op> rank_ops(int r) const { return lowered().rank_ops(r); }
+  constexpr int ticks() const noexcept { return facts.ticks; }
   constexpr double peak_activations(int r) const {
     return static_cast<double>(facts.peak_units[static_cast<std::size_t>(r)]) / memory.unit;
   }
@@ -55,12 +65,12 @@ struct runtime_plan {
 constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   runtime_plan out;
   out.memory = opt.memory;
-  out.compute = std::move(prog);
-  out.facts = check_program(out.compute.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units});
+  out.compute_table = std::move(prog);
+  out.facts = check_program(out.compute(), {opt.mem_limit, opt.memory, opt.mem_limit_units});
   out.result = out.facts.result;
   if (!out.result.ok()) return out;
-  out.lowered = lower(out.compute.view(), out.facts.tick, opt.comms, opt.groups);
-  out.result = verify_lowered(out.lowered.view());
+  out.lowered_table = lower(out.compute(), out.facts.tick, opt.comms, opt.groups);
+  out.result = verify_lowered(out.lowered());
   return out;
 }
 
@@ -89,7 +99,7 @@ struct static_plan {
 
   plan_shape used = Z;
   const char* name = "";
-  int ticks = 0;
+  int tick_count = 0;
   memory_model memory{};
   comm_policy policy = comm_policy::per_edge;
   int chains = 1;
@@ -117,6 +127,9 @@ struct static_plan {
     return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / memory.unit;
   }
   constexpr std::span<const lowered_op> rank_ops(int r) const { return lowered().rank_ops(r); }
+  constexpr int ticks() const noexcept { return tick_count; }
+  /// Always true: a static plan exists only for an accepted schedule.
+  constexpr bool ok() const noexcept { return true; }
 };
 
 namespace detail {
@@ -213,7 +226,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   z.comms = static_cast<int>(lowered.comms.size());
   s.name = prog.name;
   s.chains = prog.chains;
-  s.ticks = facts.ticks;
+  s.tick_count = facts.ticks;
   s.memory = opt.memory;
   s.policy = opt.comms;
   auto copy = [](const auto& from, auto& to) {
@@ -264,5 +277,15 @@ constexpr auto make_plan() {
 /// The type of a schedule's plan.
 template <schedule Schedule, plan_options Options = plan_options{}>
 using plan_t = std::remove_cvref_t<decltype(plan_v<Schedule, Options>)>;
+
+/// Simulates a plan's compute program (compile-time or run-time plan) in the plan's memory model.
+template <plan_shape Z, cost_source C = costs>
+constexpr timeline simulate(const static_plan<Z>& plan, const C& c = {}) {
+  return simulate(plan.compute(), c, plan.memory);
+}
+template <cost_source C = costs>
+constexpr timeline simulate(const runtime_plan& plan, const C& c = {}) {
+  return simulate(plan.compute(), c, plan.memory);
+}
 
 }  // namespace pipetype

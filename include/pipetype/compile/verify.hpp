@@ -1,6 +1,6 @@
 // pipetype/compile/verify.hpp — checks a compute program and computes its lock-step ticks.
 //
-// Checks, in this order, each reported as a `verdict` naming the place (diagnostics.hpp):
+// Checks, in this order, each reported as a `verdict` naming the place (core/verdict.hpp):
 //   1. sizes positive, chains dividing stages and microbatches; builder ranks and every stage /
 //      microbatch index in range, and each microbatch only on the stages of its chain;
 //   2. each stage on exactly one rank (and on the rank its placement names);
@@ -18,9 +18,8 @@
 // "time step" of a schedule. Dependencies (s−1 and s+1 within s's chain; program.hpp):
 //   F(s,j) ← F(s−1,j)        B/I(s,j) ← F(s,j), B/I(s+1,j)        W(s,j) ← I(s,j)
 //
-// Memory (in `memory_model` units, default two per microbatch activation of one stage, as in
-// the zero-bubble paper's accounting): F adds `f`, B adds `b`, I adds `i`, W adds `w`; the
-// running sum over a rank's list is its activation count, and its maximum the peak.
+// Memory is counted in `memory_model` units (core/memory.hpp): the running sum over a rank's
+// list is its activation count, and its maximum the peak.
 //
 // Everything here is constexpr and allocation-transient: it runs inside make_plan at compile
 // time and in the explorer at run time.
@@ -29,33 +28,12 @@
 #include <cstddef>
 #include <vector>
 
-#include "pipetype/compile/diagnostics.hpp"
+#include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/core/verdict.hpp"
 #include "pipetype/detail/scratch.hpp"
 
 namespace pipetype {
-
-struct memory_model {
-  int f = 2;
-  int b = -2;
-  int i = -1;
-  int w = -1;
-  int unit = 2;  // units per microbatch activation of one stage
-
-  constexpr int delta(kind k) const noexcept {
-    switch (k) {
-      case kind::F:
-        return f;
-      case kind::B:
-        return b;
-      case kind::I:
-        return i;
-      case kind::W:
-        return w;
-    }
-    return 0;
-  }
-};
 
 struct check_options {
   int mem_limit = 0;  // peak activations allowed per rank (microbatch activations); 0 = no limit
@@ -72,8 +50,6 @@ struct program_facts {
 
 namespace detail {
 
-inline constexpr int never = 1 << 30;
-
 constexpr verdict at(errc e, int rank, const action& a, int index, const char* detail = "") {
   verdict v;
   v.code = e;
@@ -84,10 +60,6 @@ constexpr verdict at(errc e, int rank, const action& a, int index, const char* d
   v.index = index;
   v.detail = detail;
   return v;
-}
-
-constexpr std::size_t key(int stage, int mb, int m) {
-  return static_cast<std::size_t>(stage) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
 }
 
 }  // namespace detail

@@ -1,6 +1,6 @@
 // pipetype/compile/verify_lowered.hpp — proves a lowered program completes under NCCL's rules.
 //
-// The model (shared/reference/nccl_cuda.md A.1, DESIGN.md §4.3):
+// The model (NCCL user guide: point-to-point, group calls, streams; docs/08_architecture.md):
 //   • each rank has two in-order streams (compute, comm); ops of one stream run one at a time;
 //   • an op's record_event is recorded when the op completes; an op's wait_event holds the op
 //     back until the op that recorded it — the latest one issued before it on the rank, as CUDA

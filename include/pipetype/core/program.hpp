@@ -1,6 +1,6 @@
 // pipetype/core/program.hpp — a compute program: each rank's ordered list of actions.
 //
-// This is what a schedule generator produces (DESIGN.md §1, "generate"). It says nothing about
+// This is what a schedule generator produces (docs/08_architecture.md, "generate"). It says nothing about
 // transfers, streams or buffers yet; `lower()` adds those. Storage is rank-major CSR:
 // actions of rank r are actions[begin[r] .. begin[r+1]).
 //
@@ -18,8 +18,8 @@
 #include <span>
 #include <vector>
 
-#include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/core/action.hpp"
+#include "pipetype/core/verdict.hpp"
 
 namespace pipetype {
 
@@ -85,24 +85,6 @@ struct program {
     return {name, ranks, stages, microbatches, stage_rank, begin, actions, invalid_rank, source_error, chains};
   }
 };
-
-/// The sizes of a program, known without building it. A schedule type may provide
-/// `static constexpr program_extent extent()`; make_plan then sizes its tables from it instead of
-/// generating the program twice (generation is a noticeable share of the compile time).
-struct program_extent {
-  int ranks = 0;
-  int stages = 0;
-  int microbatches = 0;
-  int actions = 0;         // exactly the number of actions generate() returns
-  int crossing_edges = 0;  // an upper bound on the stage edges s → s+1 whose stages are on two ranks
-  bool split = false;      // exactly: some backward is split into I and W (the stages must offer that)
-};
-
-/// The extent of a schedule on the looped placement (v chunks per rank) with one F and one B per
-/// stage and microbatch.
-constexpr program_extent looped_extent(int p, int m, int v) {
-  return {p, p * v, m, 2 * p * v * m, p > 1 ? p * v - 1 : 0};
-}
 
 /// Builds a program rank by rank. Usable in a constexpr function:
 ///
@@ -254,4 +236,12 @@ class program_builder {
   int cap_ = 0;
 };
 
+namespace detail {
+
+/// The index of (stage, microbatch) in a stage-major table of `m` microbatches per stage.
+constexpr std::size_t key(int stage, int mb, int m) {
+  return static_cast<std::size_t>(stage) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
+}
+
+}  // namespace detail
 }  // namespace pipetype

@@ -7,7 +7,7 @@
 //   const pipetype::cuda::launch_info who = pipetype::cuda::launch_from_mpi();   // rank, world, rank on the node
 //   pipetype::cuda::runtime_driver d{who.rank, who.local_rank};
 //   const ncclUniqueId id = pipetype::cuda::unique_id_mpi();                      // rank 0 makes it, MPI_Bcast
-//   auto comms = d.connect(id, who.world, plan.lowered.view());
+//   auto comms = d.connect(id, who.world, plan.lowered());
 //
 // Every MPI and NCCL return code is checked (device_error names the call and MPI's words).
 #pragma once

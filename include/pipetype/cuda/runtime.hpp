@@ -2,7 +2,7 @@
 // cuda_runtime.h and nccl.h).
 //
 // Link pipetype::cuda (CMake: CUDA::cudart and NCCL). Compiles in a .cpp with the host
-// compiler; keep plan instantiation there too (DESIGN.md §4.2), kernels in .cu files.
+// compiler; keep plan instantiation there too (docs/08_architecture.md, "Rules"), kernels in .cu files.
 //
 //   pipetype::cuda::runtime_driver d{rank, device};   // cudaSetDevice(device) first
 //   pipetype::cuda::rank_executor ex{views_of(plan), rank, entries_of(model), d, comms};
@@ -45,7 +45,7 @@
 namespace pipetype::cuda {
 
 /// Devices visible to this process; 0 when there is no driver or no device (error 35, 100, 34
-/// and friends: shared/reference/nccl_cuda.md A.2), with the sticky error cleared.
+/// and friends in the CUDA runtime API's error list), with the sticky error cleared.
 inline int device_count() noexcept {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

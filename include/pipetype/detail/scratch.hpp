@@ -18,7 +18,8 @@ inline constexpr unset_t unset{};
 template <class T>
 class scratch {
  public:
-  constexpr scratch(int n, unset_t) : size_(n > 0 ? n : 0), data_(new T[static_cast<std::size_t>(size_ > 0 ? size_ : 1)]) {}
+  constexpr scratch(int n, unset_t)
+      : size_(n > 0 ? n : 0), data_(new T[static_cast<std::size_t>(size_ > 0 ? size_ : 1)]) {}
   constexpr scratch(int n, T fill)
       : size_(n > 0 ? n : 0), data_(new T[static_cast<std::size_t>(size_ > 0 ? size_ : 1)]) {
     for (int i = 0; i < size_; ++i) data_[i] = fill;

@@ -470,7 +470,7 @@ constexpr plan_views views_of(const static_plan<Z>& p) {
 }
 inline plan_views views_of(const runtime_plan& p) {
   if (!p.ok()) throw std::invalid_argument("pipetype::host: the plan was rejected: " + describe(p.result));
-  return {p.compute.view(), p.lowered.view()};
+  return {p.compute(), p.lowered()};
 }
 
 struct binding_options {

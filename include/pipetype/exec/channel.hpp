@@ -3,7 +3,7 @@
 // The host executor runs each rank on threads and moves activations and gradients through a
 // `fabric`: the in-process stand-in for NCCL that the lowered program's send/recv/group ops are
 // issued against. It keeps the semantics the verifier proved the program against
-// (shared/reference/nccl_cuda.md A.1), so a program that would hang on NCCL hangs here too —
+// (NCCL user guide, "Point-to-point communication" and "Group calls"), so a program that would hang on NCCL hangs here too —
 // and then ends with an error instead, because every wait has a deadline:
 //   • a send and a recv are a blocking rendezvous: neither completes before the other is posted;
 //   • the k-th send from a to b on a communicator matches the k-th recv at b from a on it

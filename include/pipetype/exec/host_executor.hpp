@@ -169,7 +169,8 @@ class engine {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
         op.fn(op.obj, op, batch_);
-        for (int k = 0; k < op.add_count; ++k) op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
+        for (int k = 0; k < op.add_count; ++k)
+          op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
         s.computing.store(-1, std::memory_order_relaxed);
         break;
       case op_code::group:

@@ -146,8 +146,8 @@ concept has_weight_grad = requires {
 /// A device executor needs it (the gradients live in device memory, where pipetype cannot add
 /// them without a kernel); host executors call it too when it exists.
 template <class S>
-concept adds_weight_grad_on_stream = has_weight_grad<S> && requires(S& s, std::span<const weight_grad_t<S>> g,
-                                                                    void* stream) {
+concept adds_weight_grad_on_stream = has_weight_grad<S> &&
+    requires(S& s, std::span<const weight_grad_t<S>> g, void* stream) {
   s.add_weight_grad(g, stream);
 };
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pipetype/analysis/simulate.hpp"
+#include "pipetype/compile/plan.hpp"
 #include "pipetype/io/text.hpp"
 
 namespace pipetype {
@@ -94,7 +95,7 @@ std::string grid(const static_plan<Z>& plan, const timeline& t, grid_options opt
   return grid(plan.compute(), t, opt);
 }
 inline std::string grid(const runtime_plan& plan, const timeline& t, grid_options opt = {}) {
-  return grid(plan.compute.view(), t, opt);
+  return grid(plan.compute(), t, opt);
 }
 
 }  // namespace pipetype

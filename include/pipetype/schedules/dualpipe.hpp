@@ -29,9 +29,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/schedules/dualpipe_v.hpp"
-#include "pipetype/schedules/schedule.hpp"
 
 namespace pipetype {
 

@@ -30,9 +30,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
-#include "pipetype/schedules/schedule.hpp"
 
 namespace pipetype {
 

@@ -9,9 +9,9 @@
 //   peak activations    m on every rank            (all microbatches live until the drain)
 #pragma once
 
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
-#include "pipetype/schedules/schedule.hpp"
 
 namespace pipetype {
 

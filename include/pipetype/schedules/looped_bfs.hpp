@@ -13,9 +13,9 @@
 //   peak activations    m·v chunk activations on every rank (GPipe-like)
 #pragma once
 
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
-#include "pipetype/schedules/schedule.hpp"
 
 namespace pipetype {
 

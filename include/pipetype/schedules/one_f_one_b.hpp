@@ -10,9 +10,9 @@
 //   peak activations    min(p − r, m) on rank r   — p on rank 0 instead of GPipe's m
 #pragma once
 
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
-#include "pipetype/schedules/schedule.hpp"
 
 namespace pipetype {
 

@@ -1,7 +1,7 @@
 // pipetype/schedules/zb_auto.hpp — an automatic zero-bubble scheduler that runs at compile time.
 //
 // Source: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §3 (automatic scheduling:
-// a heuristic, refined there by an ILP); facts in shared/reference/schedules.md §15. The search
+// a heuristic, refined there by an ILP). The search
 // below is ours.
 //
 // Problem (`zb_problem`): p ranks with one stage each, m microbatches, a cost model (F, I, W per
@@ -52,12 +52,12 @@
 
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
-#include "pipetype/compile/verify.hpp"
+#include "pipetype/core/memory.hpp"
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/detail/scratch.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
-#include "pipetype/schedules/schedule.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 #include "pipetype/schedules/zb_h2.hpp"
 

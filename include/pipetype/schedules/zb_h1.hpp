@@ -18,9 +18,9 @@
 //                          (memory_model units: F holds one activation, I releases half, W the rest)
 #pragma once
 
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
-#include "pipetype/schedules/schedule.hpp"
 
 namespace pipetype {
 

@@ -20,9 +20,9 @@
 // simulator says (zb_auto searches instead).
 #pragma once
 
+#include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
-#include "pipetype/schedules/schedule.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 
 namespace pipetype {

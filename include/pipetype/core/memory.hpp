@@ -1,0 +1,41 @@
+// pipetype/core/memory.hpp — how actions change a rank's live activations.
+//
+// Units: `unit` per microbatch activation of one stage (two by default, as in the zero-bubble
+// paper's accounting, so that I and W can each release half of one). F adds `f`, B adds `b`,
+// I adds `i`, W adds `w`; the running sum over a rank's list is its activation count and its
+// maximum the rank's peak. verify (compile/), simulate (analysis/) and zb_auto (schedules/) all
+// count in this model, so it sits below them.
+#pragma once
+
+#include "pipetype/core/action.hpp"
+
+namespace pipetype {
+
+struct memory_model {
+  int f = 2;
+  int b = -2;
+  int i = -1;
+  int w = -1;
+  int unit = 2;  // units per microbatch activation of one stage
+
+  constexpr int delta(kind k) const noexcept {
+    switch (k) {
+      case kind::F:
+        return f;
+      case kind::B:
+        return b;
+      case kind::I:
+        return i;
+      case kind::W:
+        return w;
+    }
+    return 0;
+  }
+};
+
+namespace detail {
+/// "Not yet" / "never" in tick and unit arithmetic (large, but far from overflow when added to).
+inline constexpr int never = 1 << 30;
+}  // namespace detail
+
+}  // namespace pipetype
