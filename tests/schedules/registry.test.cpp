@@ -2,7 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <set>
 #include <string>
+#include <type_traits>
 
 namespace pt = pipetype;
 
@@ -43,4 +45,39 @@ TEST_CASE("registry: bad requests are named, not built") {
   CHECK_THROWS_AS(pt::make_schedule("interleaved-1f1b", 3, 7, 2), std::invalid_argument);
   CHECK_THROWS_AS(pt::make_schedule("zb-auto", 2, 4, 1, {{}, 0.5}), std::invalid_argument);
   for (const pt::schedule_info& s : pt::schedule_infos) CHECK(pt::find_schedule(s.name) == &s);
+}
+
+// Each compile-time schedule names its family, and the family's run-time generator is the same code.
+static_assert(std::is_same_v<pt::one_f_one_b<pt::ranks<2>, pt::microbatches<4>>::family, pt::one_f_one_b_family>);
+static_assert(std::is_same_v<pt::zb_v<pt::ranks<2>, pt::microbatches<4>>::family, pt::zb_v_family>);
+static_assert(pt::interleaved_1f1b<pt::ranks<2>, pt::microbatches<4>, pt::chunks<3>>::family::name ==
+              "interleaved-1f1b");
+static_assert(pt::schedule_infos.size() == pt::builtin_families::size);
+static_assert(pt::find_schedule("dualpipe")->split && !pt::find_schedule("gpipe")->split);
+// the size tags are concepts (a swapped pair is a compile error: compile_fail/swapped_sizes)
+static_assert(pt::rank_count<pt::ranks<4>> && !pt::rank_count<pt::microbatches<4>> && !pt::rank_count<int>);
+static_assert(pt::microbatch_count<pt::microbatches<8>> && !pt::microbatch_count<pt::ranks<8>>);
+static_assert(pt::chunk_count<pt::chunks<2>> && !pt::chunk_count<pt::stages<2>>);
+
+TEST_CASE("registry: one list; names unique, the unknown-name message lists them all in order") {
+  std::set<std::string_view> names;
+  std::string known;
+  for (const pt::schedule_info& s : pt::schedule_infos) {
+    CHECK(names.insert(s.name).second);
+    CHECK(!s.summary.empty());
+    known += (known.empty() ? "" : ", ") + std::string(s.name);
+  }
+  CHECK(names.size() == 10);
+  CHECK(std::string(pt::schedule_error("zigzag", 2, 2, 1)) == "unknown schedule; known: " + known);
+  CHECK(known.find("gpipe, 1f1b, interleaved-1f1b") == 0);
+  CHECK_THROWS_WITH(pt::make_schedule("zigzag", 2, 2), doctest::Contains("known: gpipe"));
+}
+
+TEST_CASE("registry: a family's make() is its compile-time schedule's generate()") {
+  CHECK(pt::zb_h2_family::make(3, 6, 1, {}).actions ==
+        pt::zb_h2<pt::ranks<3>, pt::microbatches<6>>::generate().actions);
+  CHECK(pt::looped_bfs_family::make(2, 4, 3, {}).actions ==
+        pt::looped_bfs<pt::ranks<2>, pt::microbatches<4>, pt::chunks<3>>::generate().actions);
+  CHECK(pt::dualpipe_family::error(4, 7, 1) != nullptr);
+  CHECK(pt::dualpipe_family::error(4, 8, 1) == nullptr);
 }

@@ -6,7 +6,8 @@
 //   pipetype::stages<8>         pipeline stages in the stage graph, S
 //
 // Each is an empty type carrying `value`, in the spirit of CuTe's Int<4>{}. Schedules take
-// them as template arguments: `pipetype::one_f_one_b<ranks<4>, microbatches<8>>`.
+// them as template arguments: `pipetype::one_f_one_b<ranks<4>, microbatches<8>>`, constrained
+// by the concepts below so that a swapped or foreign argument does not compile.
 #pragma once
 
 namespace pipetype {
@@ -37,5 +38,24 @@ struct stages {
 
 template <class T>
 inline constexpr int value_v = T::value;
+
+namespace detail {
+template <class T, template <int> class Tag>
+inline constexpr bool is_size_tag_v = false;
+template <int N, template <int> class Tag>
+inline constexpr bool is_size_tag_v<Tag<N>, Tag> = true;
+}  // namespace detail
+
+/// The size tags as concepts: the schedules constrain their parameters with them, so
+/// `one_f_one_b<microbatches<8>, ranks<4>>` (swapped) does not compile; the error names the
+/// concept the argument does not satisfy.
+template <class T>
+concept rank_count = detail::is_size_tag_v<T, ranks>;
+template <class T>
+concept microbatch_count = detail::is_size_tag_v<T, microbatches>;
+template <class T>
+concept chunk_count = detail::is_size_tag_v<T, chunks>;
+template <class T>
+concept stage_count = detail::is_size_tag_v<T, stages>;
 
 }  // namespace pipetype

@@ -26,12 +26,15 @@
 //   peak activations                    PP + 1 on every rank        (README)
 #pragma once
 
+#include <string_view>
+
 #include <stdexcept>
 #include <vector>
 
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/schedules/dualpipe_v.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -67,8 +70,20 @@ constexpr program make_dualpipe(int PP, int m) {
   return std::move(b).build("dualpipe");
 }
 
-template <class Ranks, class Microbatches>
+/// dualpipe for tools that pick a schedule by name (registry.hpp).
+struct dualpipe_family {
+  static constexpr std::string_view name = "dualpipe";
+  static constexpr std::string_view summary =
+      "two directions over two parameter copies, overlapped F&B pairs (DeepSeek-V3)";
+  static constexpr int chunks = 1;
+  static constexpr bool split = true;
+  static constexpr const char* error(int p, int m, int) noexcept { return dualpipe_error(p, m); }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_dualpipe(p, m); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches>
 struct dualpipe {
+  using family = dualpipe_family;
   static_assert(dualpipe_error(Ranks::value, Microbatches::value) == nullptr,
                 "dualpipe: needs an even number of ranks and an even number of microbatches, at least 2 x ranks");
   static constexpr program generate() { return make_dualpipe(Ranks::value, Microbatches::value); }

@@ -27,12 +27,15 @@
 //   peak activations                    2R + 1 chunk activations on every rank (README: PP + 1)
 #pragma once
 
+#include <string_view>
+
 #include <stdexcept>
 #include <vector>
 
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -118,8 +121,19 @@ constexpr program make_dualpipe_v(int R, int m) {
   return std::move(b).build("dualpipe-v");
 }
 
-template <class Ranks, class Microbatches>
+/// dualpipe_v for tools that pick a schedule by name (registry.hpp).
+struct dualpipe_v_family {
+  static constexpr std::string_view name = "dualpipe-v";
+  static constexpr std::string_view summary = "DualPipe cut in half: V placement, overlapped F&B pairs (DeepSeek-V3)";
+  static constexpr int chunks = 2;
+  static constexpr bool split = true;
+  static constexpr const char* error(int p, int m, int) noexcept { return dualpipe_v_error(p, m); }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_dualpipe_v(p, m); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches>
 struct dualpipe_v {
+  using family = dualpipe_v_family;
   static_assert(dualpipe_v_error(Ranks::value, Microbatches::value) == nullptr,
                 "dualpipe_v: needs at least 2 x ranks microbatches (the V has 2 x ranks stages)");
   static constexpr program generate() { return make_dualpipe_v(Ranks::value, Microbatches::value); }

@@ -9,9 +9,12 @@
 //   peak activations    m on every rank            (all microbatches live until the drain)
 #pragma once
 
+#include <string_view>
+
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -26,8 +29,19 @@ constexpr program make_gpipe(int p, int m) {
   return std::move(b).build("gpipe");
 }
 
-template <class Ranks, class Microbatches>
+/// gpipe for tools that pick a schedule by name (registry.hpp).
+struct gpipe_family {
+  static constexpr std::string_view name = "gpipe";
+  static constexpr std::string_view summary = "all forwards, then all backwards (Huang et al. 2019)";
+  static constexpr int chunks = 1;
+  static constexpr bool split = false;
+  static constexpr const char* error(int, int, int) noexcept { return nullptr; }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_gpipe(p, m); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches>
 struct gpipe {
+  using family = gpipe_family;
   static constexpr program generate() { return make_gpipe(Ranks::value, Microbatches::value); }
   static constexpr program_extent extent() { return looped_extent(Ranks::value, Microbatches::value, 1); }
 };

@@ -17,11 +17,14 @@
 // Differences: with m = p Megatron runs all forwards first; we keep the general rule (as PyTorch).
 #pragma once
 
+#include <string_view>
+
 #include <stdexcept>
 
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -67,8 +70,19 @@ constexpr program make_interleaved_1f1b(int p, int m, int v) {
   return std::move(b).build("interleaved-1f1b");
 }
 
-template <class Ranks, class Microbatches, class Chunks = chunks<2>>
+/// interleaved_1f1b for tools that pick a schedule by name (registry.hpp).
+struct interleaved_1f1b_family {
+  static constexpr std::string_view name = "interleaved-1f1b";
+  static constexpr std::string_view summary = "1F1B over v looped chunks per rank (Megatron virtual pipeline)";
+  static constexpr int chunks = 0;
+  static constexpr bool split = false;
+  static constexpr const char* error(int p, int m, int v) noexcept { return interleaved_1f1b_error(p, m, v); }
+  static constexpr program make(int p, int m, int v, const schedule_params&) { return make_interleaved_1f1b(p, m, v); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches, chunk_count Chunks = chunks<2>>
 struct interleaved_1f1b {
+  using family = interleaved_1f1b_family;
   static_assert(interleaved_1f1b_error(Ranks::value, Microbatches::value, Chunks::value) == nullptr,
                 "interleaved_1f1b: microbatches must be a multiple of ranks, or of max(1, microbatches / "
                 "ranks) (PyTorch's relaxed rule)");

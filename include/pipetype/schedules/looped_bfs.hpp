@@ -13,9 +13,12 @@
 //   peak activations    m·v chunk activations on every rank (GPipe-like)
 #pragma once
 
+#include <string_view>
+
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -32,8 +35,19 @@ constexpr program make_looped_bfs(int p, int m, int v) {
   return std::move(b).build("looped-bfs");
 }
 
-template <class Ranks, class Microbatches, class Chunks = chunks<2>>
+/// looped_bfs for tools that pick a schedule by name (registry.hpp).
+struct looped_bfs_family {
+  static constexpr std::string_view name = "looped-bfs";
+  static constexpr std::string_view summary = "breadth-first over v looped chunks per rank (Lamy-Poirier 2023)";
+  static constexpr int chunks = 0;
+  static constexpr bool split = false;
+  static constexpr const char* error(int, int, int) noexcept { return nullptr; }
+  static constexpr program make(int p, int m, int v, const schedule_params&) { return make_looped_bfs(p, m, v); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches, chunk_count Chunks = chunks<2>>
 struct looped_bfs {
+  using family = looped_bfs_family;
   static constexpr program generate() { return make_looped_bfs(Ranks::value, Microbatches::value, Chunks::value); }
   static constexpr program_extent extent() { return looped_extent(Ranks::value, Microbatches::value, Chunks::value); }
 };

@@ -10,9 +10,12 @@
 //   peak activations    min(p − r, m) on rank r   — p on rank 0 instead of GPipe's m
 #pragma once
 
+#include <string_view>
+
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -33,8 +36,19 @@ constexpr program make_one_f_one_b(int p, int m) {
   return std::move(b).build("1f1b");
 }
 
-template <class Ranks, class Microbatches>
+/// one_f_one_b for tools that pick a schedule by name (registry.hpp).
+struct one_f_one_b_family {
+  static constexpr std::string_view name = "1f1b";
+  static constexpr std::string_view summary = "one forward, one backward in steady state (PipeDream-Flush)";
+  static constexpr int chunks = 1;
+  static constexpr bool split = false;
+  static constexpr const char* error(int, int, int) noexcept { return nullptr; }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_one_f_one_b(p, m); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches>
 struct one_f_one_b {
+  using family = one_f_one_b_family;
   static constexpr program generate() { return make_one_f_one_b(Ranks::value, Microbatches::value); }
   static constexpr program_extent extent() { return looped_extent(Ranks::value, Microbatches::value, 1); }
 };

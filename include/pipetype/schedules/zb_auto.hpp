@@ -48,6 +48,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "pipetype/analysis/costs.hpp"
@@ -57,6 +58,7 @@
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/detail/scratch.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 #include "pipetype/schedules/zb_h2.hpp"
@@ -401,14 +403,33 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
 /// The best schedule found for the problem (see zb_auto_search).
 constexpr program make_zb_auto(const zb_problem& pr) { return zb_auto_search(pr).schedule; }
 
+/// zb_auto for tools that pick a schedule by name (registry.hpp): uniform costs and the memory
+/// limit come from `schedule_params`.
+struct zb_auto_family {
+  static constexpr std::string_view name = "zb-auto";
+  static constexpr std::string_view summary = "automatic zero-bubble search for the given costs and --mem-limit";
+  static constexpr int chunks = 1;
+  static constexpr bool split = true;
+  static constexpr const char* error(int, int, int) noexcept { return nullptr; }
+  static constexpr program make(int p, int m, int, const schedule_params& params) {
+    zb_problem pr;
+    pr.ranks = p;
+    pr.microbatches = m;
+    pr.costs = cost_model{params.cost};
+    pr.mem_limit = params.mem_limit;
+    return make_zb_auto(pr);
+  }
+};
+
 /// The compile-time form: costs as a type with `static constexpr pipetype::costs value` (uniform)
 /// or `static constexpr pipetype::cost_model model()` (per stage / microbatch), and the memory
 /// limit in whole microbatch activations per rank (0: none; use the run-time form for halves).
 ///
 ///   struct my_costs { static constexpr pipetype::costs value{.f = 1, .b = 2}; };
 ///   using s = pipetype::zb_auto<ranks<4>, microbatches<8>, my_costs, 4>;
-template <class Ranks, class Microbatches, class Costs, int MemLimit = 0>
+template <rank_count Ranks, microbatch_count Microbatches, class Costs, int MemLimit = 0>
 struct zb_auto {
+  using family = zb_auto_family;
   static_assert(MemLimit >= 0, "zb_auto: the memory limit must not be negative (0 means none)");
   static constexpr cost_model model() {
     if constexpr (requires { Costs::model(); })

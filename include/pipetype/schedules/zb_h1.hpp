@@ -18,9 +18,12 @@
 //                          (memory_model units: F holds one activation, I releases half, W the rest)
 #pragma once
 
+#include <string_view>
+
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -45,8 +48,20 @@ constexpr program make_zb_h1(int p, int m) {
 /// The extent of a one-stage-per-rank schedule with split backwards (F, I, W per microbatch).
 constexpr program_extent split_extent(int p, int m) { return {p, p, m, 3 * p * m, p > 1 ? p - 1 : 0, true}; }
 
-template <class Ranks, class Microbatches>
+/// zb_h1 for tools that pick a schedule by name (registry.hpp).
+struct zb_h1_family {
+  static constexpr std::string_view name = "zb-h1";
+  static constexpr std::string_view summary =
+      "zero bubble within 1F1B memory: W's delayed to fill the tail (Qi et al. 2024)";
+  static constexpr int chunks = 1;
+  static constexpr bool split = true;
+  static constexpr const char* error(int, int, int) noexcept { return nullptr; }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_zb_h1(p, m); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches>
 struct zb_h1 {
+  using family = zb_h1_family;
   static constexpr program generate() { return make_zb_h1(Ranks::value, Microbatches::value); }
   static constexpr program_extent extent() { return split_extent(Ranks::value, Microbatches::value); }
 };

@@ -20,9 +20,12 @@
 // simulator says (zb_auto searches instead).
 #pragma once
 
+#include <string_view>
+
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 
 namespace pipetype {
@@ -53,8 +56,20 @@ constexpr program make_zb_h2(int p, int m) {
   return std::move(b).build("zb-h2");
 }
 
-template <class Ranks, class Microbatches>
+/// zb_h2 for tools that pick a schedule by name (registry.hpp).
+struct zb_h2_family {
+  static constexpr std::string_view name = "zb-h2";
+  static constexpr std::string_view summary =
+      "zero bubble with 2p-1 activations: extra warm-up forwards (Qi et al. 2024)";
+  static constexpr int chunks = 1;
+  static constexpr bool split = true;
+  static constexpr const char* error(int, int, int) noexcept { return nullptr; }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_zb_h2(p, m); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches>
 struct zb_h2 {
+  using family = zb_h2_family;
   static constexpr program generate() { return make_zb_h2(Ranks::value, Microbatches::value); }
   static constexpr program_extent extent() { return split_extent(Ranks::value, Microbatches::value); }
 };

@@ -17,9 +17,12 @@
 //                       model share: 1F1B's memory, with twice its point-to-point volume
 #pragma once
 
+#include <string_view>
+
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -55,8 +58,19 @@ constexpr program make_zb_v(int p, int m) {
 /// microbatch; every edge but the turn p − 1 → p crosses ranks.
 constexpr program_extent v_split_extent(int p, int m) { return {p, 2 * p, m, 6 * p * m, 2 * p - 2, true}; }
 
-template <class Ranks, class Microbatches>
+/// zb_v for tools that pick a schedule by name (registry.hpp).
+struct zb_v_family {
+  static constexpr std::string_view name = "zb-v";
+  static constexpr std::string_view summary = "zero bubble on the V placement within 1F1B memory (Qi et al. 2024)";
+  static constexpr int chunks = 2;
+  static constexpr bool split = true;
+  static constexpr const char* error(int, int, int) noexcept { return nullptr; }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_zb_v(p, m); }
+};
+
+template <rank_count Ranks, microbatch_count Microbatches>
 struct zb_v {
+  using family = zb_v_family;
   static constexpr program generate() { return make_zb_v(Ranks::value, Microbatches::value); }
   static constexpr program_extent extent() { return v_split_extent(Ranks::value, Microbatches::value); }
 };

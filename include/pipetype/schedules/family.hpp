@@ -1,0 +1,43 @@
+// pipetype/schedules/family.hpp — a schedule family as tools see it: a name, a sentence, the
+// stages per rank it uses, and its run-time generator.
+//
+// Each built-in family's header defines one descriptor type next to its compile-time schedule
+// template (`one_f_one_b<ranks<4>, microbatches<8>>` names `one_f_one_b_family` as its `family`);
+// registry.hpp holds the one list of them, from which the explorer's `--schedule` names,
+// `--schedule all`, `make_schedule` and the "known: ..." message are all derived. A family of
+// your own is a type meeting `schedule_family`:
+//
+//   struct my_family {
+//     static constexpr std::string_view name = "mine", summary = "what it does, in a line";
+//     static constexpr int chunks = 1;        // stages per rank: 0 = any (--chunks), else exactly this
+//     static constexpr bool split = false;    // splits backwards into I and W
+//     static constexpr const char* error(int p, int m, int v) noexcept;   // nullptr when valid
+//     static constexpr program make(int p, int m, int v, const schedule_params&);
+//   };
+#pragma once
+
+#include <concepts>
+#include <string_view>
+
+#include "pipetype/analysis/costs.hpp"
+#include "pipetype/core/program.hpp"
+
+namespace pipetype {
+
+/// What the parametrised families need (zb-auto: costs and a memory limit).
+struct schedule_params {
+  costs cost{};
+  double mem_limit = 0;  // microbatch activations per rank; 0 = none
+};
+
+template <class F>
+concept schedule_family = requires(int p, int m, int v, const schedule_params& params) {
+  { F::name } -> std::convertible_to<std::string_view>;
+  { F::summary } -> std::convertible_to<std::string_view>;
+  { F::chunks } -> std::convertible_to<int>;
+  { F::split } -> std::convertible_to<bool>;
+  { F::error(p, m, v) } -> std::same_as<const char*>;
+  { F::make(p, m, v, params) } -> std::same_as<program>;
+};
+
+}  // namespace pipetype
