@@ -55,7 +55,7 @@ template <const auto& Plan>
 void run_unrolled(benchmark::State& state, const pt::runtime_plan& plan) {
   auto model = model_of(plan);
   counting_driver d, check;
-  pc::rank_executor<counting_driver> ex{pt::host::views_of(Plan), bench_rank, pc::entries_of(model), d,
+  pc::rank_executor<counting_driver> ex{pt::views_of(Plan), bench_rank, pt::entries_of(model), d,
                                         std::vector<int>(Plan.lowered().comms.size(), 0)};
   const std::vector<float> batch = batch_of(plan);
   {  // the same program as the run-time plan's: as many ops and driver calls
@@ -86,11 +86,11 @@ void BM_straight_line(benchmark::State& state) {
   const straight_line& sl = straight_line_of(which);
   const pt::runtime_plan plan = plan_of(which);
   auto model = model_of(plan);
-  const std::vector<pt::host::stage_entry> entries = pc::entries_of(model);
+  const std::vector<pt::stage_entry> entries = pt::entries_of(model);
   counting_driver d;
   std::vector<std::byte*> pools;
   for (const std::size_t n : sl.pool_bytes) pools.push_back(static_cast<std::byte*>(d.allocate(n)));
-  std::vector<pt::host::bound_op> calls(static_cast<std::size_t>(sl.stage_calls));
+  std::vector<pt::bound_op> calls(static_cast<std::size_t>(sl.stage_calls));
   sl.bind(d, pools.data(), entries.data(), calls.data());
   const std::vector<float> batch = batch_of(plan);
   const auto* b = reinterpret_cast<const std::byte*>(batch.data());
@@ -118,7 +118,7 @@ void BM_flat_replay(benchmark::State& state) {
   rec.clear();
   ex.step(batch.data());
   // compact: one 32-byte record per call; the stage calls' contexts in a side table
-  const auto entries = pc::entries_of(model);
+  const auto entries = pt::entries_of(model);
   struct flat {
     pc::record_driver::call_kind what;
     int a, b, c;  // stream, event or comm, peer / stage-call index
@@ -126,7 +126,7 @@ void BM_flat_replay(benchmark::State& state) {
     const void* p;
   };
   std::vector<flat> calls;
-  std::vector<pt::host::bound_op> stage_calls;
+  std::vector<pt::bound_op> stage_calls;
   const int L = plan.compute().chain_length();
   for (const auto& c : rec.calls()) {
     flat f{
@@ -138,7 +138,7 @@ void BM_flat_replay(benchmark::State& state) {
         c.ptr};
     if (c.what == pc::record_driver::call_kind::compute) {
       const auto& e = entries[static_cast<std::size_t>(c.stage % L)];
-      pt::host::bound_op op;
+      pt::bound_op op;
       op.fn = e.fn[c.kind == 'F' ? 0 : c.kind == 'B' ? 1 : c.kind == 'I' ? 2 : 3];
       op.obj = e.obj;
       op.microbatch = c.microbatch;
@@ -173,7 +173,7 @@ void BM_flat_replay(benchmark::State& state) {
           d.recv(const_cast<void*>(f.p), f.n, f.c, f.b, f.a);
           break;
         case ck::compute: {
-          const pt::host::bound_op& op = stage_calls[static_cast<std::size_t>(f.c)];
+          const pt::bound_op& op = stage_calls[static_cast<std::size_t>(f.c)];
           op.fn(op.obj, op, b);
           break;
         }

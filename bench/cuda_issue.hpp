@@ -74,7 +74,7 @@ inline std::vector<float> batch_of(const pt::runtime_plan& plan) {
 /// Binds bench_rank of `plan` over `driver`, every communicator 0.
 template <class D>
 pipetype::cuda::rank_executor<D> executor_of(const pt::runtime_plan& plan, pt::uniform_chain<quiet>& model, D& driver) {
-  return {pt::host::views_of(plan), bench_rank, pipetype::cuda::entries_of(model), driver,
+  return {pt::views_of(plan), bench_rank, pipetype::entries_of(model), driver,
           std::vector<typename D::comm>(plan.lowered().comms.size(), 0)};
 }
 
@@ -86,9 +86,9 @@ struct straight_line {
   std::span<const std::size_t> pool_bytes;  // allocate these through the driver, in this order
   int stage_calls = 0;                      // the bound ops bind() fills
   /// Fills the stage calls' bound ops (what the executor's binding gives them) from the pools.
-  void (*bind)(counting_driver& d, std::byte* const* pool, const pt::host::stage_entry* e, pt::host::bound_op* c);
+  void (*bind)(counting_driver& d, std::byte* const* pool, const pt::stage_entry* e, pt::bound_op* c);
   /// The step: driver calls with constant arguments, the stage calls through c[k].fn.
-  void (*step)(counting_driver& d, std::byte* const* pool, const pt::host::bound_op* c, const std::byte* batch);
+  void (*step)(counting_driver& d, std::byte* const* pool, const pt::bound_op* c, const std::byte* batch);
 };
 const straight_line& straight_line_of(int which);
 

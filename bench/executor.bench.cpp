@@ -10,6 +10,12 @@
 // action's inputs against a dependency map before it runs, outputs marked ready after, dispatch
 // through virtual calls and std::function. Both report ns per action (compute actions of the
 // rank) in the `ns_per_action` counter; the targets are <= 5 ns and >= 20x.
+//
+// BM_step: a whole step (executor::step) of every rank with the same no-op stages, real
+// transfers through the fabric and every stream on its rank thread; BM_walk_all: the same
+// ranks' programs walked one after the other on the calling thread. `us_per_step` of the first
+// minus `us_walk` (the second's) is the step's fixed cost: starting (or waking) the rank
+// threads, the rendezvous hand-offs between them and the join.
 #include <pipetype/host.hpp>
 
 #include <benchmark/benchmark.h>
@@ -55,6 +61,27 @@ void BM_static_walk(benchmark::State& s) {
   std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute().microbatches));
   for (auto _ : s) ex.walk_rank(bench_rank, batch);
   set_counters(s, plan);
+}
+
+void BM_step(benchmark::State& s) {
+  const pt::runtime_plan plan = plan_of(0, static_cast<int>(s.range(0)), static_cast<int>(s.range(1)));
+  pt::uniform_chain<noop> model(std::vector<noop>(static_cast<std::size_t>(plan.compute().stages)));
+  ph::executor ex{plan, model};
+  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute().microbatches));
+  for (auto _ : s) ex.step(batch);
+  s.counters["us_per_step"] = benchmark::Counter(static_cast<double>(s.iterations()) * 1e-6,
+                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void BM_walk_all(benchmark::State& s) {
+  const pt::runtime_plan plan = plan_of(0, static_cast<int>(s.range(0)), static_cast<int>(s.range(1)));
+  pt::uniform_chain<noop> model(std::vector<noop>(static_cast<std::size_t>(plan.compute().stages)));
+  ph::executor ex{plan, model};
+  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute().microbatches));
+  for (auto _ : s)
+    for (int r = 0; r < plan.compute().ranks; ++r) ex.walk_rank(r, batch);
+  s.counters["us_walk"] = benchmark::Counter(static_cast<double>(s.iterations()) * 1e-6,
+                                             benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 // ---- the baseline: a run-time scheduler -----------------------------------------------------
@@ -154,6 +181,9 @@ void args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_static_walk)->Apply(args);
 BENCHMARK(BM_runtime_scheduler)->Apply(args);
+// (ranks; microbatches), 1F1B
+BENCHMARK(BM_step)->Args({4, 8})->Args({8, 32})->UseRealTime();
+BENCHMARK(BM_walk_all)->Args({4, 8})->Args({8, 32});
 
 }  // namespace
 

@@ -24,18 +24,17 @@ namespace {
 
 using namespace pipetype_bench;
 namespace pc = pipetype::cuda;
-namespace ph = pipetype::host;
 using ck = pc::record_driver::call_kind;
 
 // The executor's stage calls, in order: the bound op each was given and the fn[] slot it came from.
 struct captured {
-  ph::bound_op op;
+  pt::bound_op op;
   int fn_slot = 0;
 };
 std::vector<captured> stage_calls;
 
 template <int K>
-void capture(void*, const ph::bound_op& op, const std::byte*) {
+void capture(void*, const pt::bound_op& op, const std::byte*) {
   stage_calls.push_back({op, K});
 }
 
@@ -70,7 +69,7 @@ std::string num(T v) {
 }
 
 // bind_<name>: c[k] = the k-th stage call's bound op, its non-default fields one by one.
-void write_bind(std::ostream& out, const std::string& name, const std::vector<ph::stage_entry>& entries, const made& m,
+void write_bind(std::ostream& out, const std::string& name, const std::vector<pt::stage_entry>& entries, const made& m,
                 const pc::record_driver& rec) {
   auto entry_of = [&](auto pick, auto value) {  // the entry whose field `pick` holds `value`
     for (std::size_t j = 0; j < entries.size(); ++j)
@@ -79,10 +78,10 @@ void write_bind(std::ostream& out, const std::string& name, const std::vector<ph
   };
   out << "void bind_" << name
       << "([[maybe_unused]] counting_driver& d, [[maybe_unused]] std::byte* const* pool,\n"
-         "    [[maybe_unused]] const ph::stage_entry* e, [[maybe_unused]] ph::bound_op* c) {\n";
-  const ph::bound_op z{};
+         "    [[maybe_unused]] const pt::stage_entry* e, [[maybe_unused]] pt::bound_op* c) {\n";
+  const pt::bound_op z{};
   for (std::size_t k = 0; k < stage_calls.size(); ++k) {
-    const ph::bound_op& o = stage_calls[k].op;
+    const pt::bound_op& o = stage_calls[k].op;
     const std::string c = "  c[" + std::to_string(k) + "].";
     auto field = [&](const char* f, bool differs, const std::string& v) {
       if (differs) out << c << f << " = " << v << ";\n";
@@ -98,7 +97,7 @@ void write_bind(std::ostream& out, const std::string& name, const std::vector<ph
     field("n_in", o.n_in != z.n_in, num(o.n_in));
     field("n_out", o.n_out != z.n_out, num(o.n_out));
     field("add_count", o.add_count != z.add_count, num(o.add_count));
-    const std::string fn_entry = entry_of([](const ph::stage_entry& s) { return s.obj; }, o.obj);
+    const std::string fn_entry = entry_of([](const pt::stage_entry& s) { return s.obj; }, o.obj);
     field("fn", true, "e[" + fn_entry + "].fn[" + num(stage_calls[k].fn_slot) + "]");
     field("obj", true, "e[" + fn_entry + "].obj");
     ptr("in", o.in, z.in);
@@ -110,7 +109,7 @@ void write_bind(std::ostream& out, const std::string& name, const std::vector<ph
     field("n_weight_grad", o.n_weight_grad != z.n_weight_grad, num(o.n_weight_grad));
     ptr("weight_grad", o.weight_grad, z.weight_grad);
     if (o.add != z.add)
-      field("add", true, "e[" + entry_of([](const ph::stage_entry& s) { return s.add; }, o.add) + "].add");
+      field("add", true, "e[" + entry_of([](const pt::stage_entry& s) { return s.add; }, o.add) + "].add");
     field("add_begin", o.add_begin != z.add_begin, num(o.add_begin));
     field("index", o.index != z.index, num(o.index));
     field("plan_stage", o.plan_stage != z.plan_stage, num(o.plan_stage));
@@ -170,7 +169,7 @@ void write_step(std::ostream& out, const std::string& name, const std::vector<pc
     throw std::runtime_error("gen_straight_line: the stage calls and the recorded computes differ");
   out << "void step_" << name
       << "([[maybe_unused]] counting_driver& d, [[maybe_unused]] std::byte* const* pool,\n"
-         "    [[maybe_unused]] const ph::bound_op* c, [[maybe_unused]] const std::byte* batch) {\n";
+         "    [[maybe_unused]] const pt::bound_op* c, [[maybe_unused]] const std::byte* batch) {\n";
   for (std::size_t p = 0; p < used.size(); ++p)
     if (used[p]) out << "  std::byte* const p" << p << " = pool[" << p << "];\n";
   out << body.str() << "}\n\n";
@@ -182,17 +181,17 @@ std::string write_case(std::ostream& out, int which) {
   const pipetype::runtime_plan plan = plan_of(which);
   auto model = model_of(plan);
   pc::record_driver rec;
-  std::vector<ph::stage_entry> entries = pc::entries_of(model);
-  for (const ph::stage_entry& e : entries)
+  std::vector<pt::stage_entry> entries = pt::entries_of(model);
+  for (const pt::stage_entry& e : entries)
     if (e.add != nullptr)  // the executor's adds of held weight gradients are no driver calls
       throw std::runtime_error("gen_straight_line: a stage with a weight_grad, whose adds a straight line would miss");
-  std::vector<ph::stage_entry> capturing = entries;
-  for (ph::stage_entry& e : capturing) {
-    const ph::stage_fn by_slot[] = {&capture<0>, &capture<1>, &capture<2>, &capture<3>};
+  std::vector<pt::stage_entry> capturing = entries;
+  for (pt::stage_entry& e : capturing) {
+    const pt::stage_fn by_slot[] = {&capture<0>, &capture<1>, &capture<2>, &capture<3>};
     for (int s = 0; s < pipetype::kind_count; ++s)
       if (e.fn[s]) e.fn[s] = by_slot[s];
   }
-  pc::rank_executor ex{pipetype::host::views_of(plan), bench_rank, capturing, rec,
+  pc::rank_executor ex{pipetype::views_of(plan), bench_rank, capturing, rec,
                        std::vector<int>(plan.lowered().comms.size(), 0)};
   made m;
   for (const auto& c : rec.calls())
@@ -233,7 +232,7 @@ int main(int argc, char** argv) {
            "#include \"cuda_issue.hpp\"\n\n"
            "namespace pipetype_bench {\n"
            "namespace {\n\n"
-           "namespace ph = pipetype::host;\n\n";
+           "namespace pt = pipetype;\n\n";
     std::string table;
     for (int which = 0; which < case_count; ++which) table += "      " + write_case(out, which) + ",\n";
     out << "}  // namespace\n\n"

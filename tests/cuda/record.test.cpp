@@ -53,7 +53,7 @@ std::vector<rank_run> record_step(const pt::runtime_plan& plan) {
   for (int r = 0; r < plan.compute().ranks; ++r) {
     pc::record_driver d;
     // quiet accumulates nothing: schedules that run backwards out of microbatch order are fine
-    pc::rank_executor ex{pt::host::views_of(plan), r, pc::entries_of(model), d, comms, {.ordered_gradients = false}};
+    pc::rank_executor ex{pt::views_of(plan), r, pt::entries_of(model), d, comms, {.ordered_gradients = false}};
     rank_run run;
     run.bind = d.calls();
     d.clear();
@@ -262,7 +262,7 @@ TEST_CASE("cuda record: a compile-time plan binds too") {
   constexpr auto plan = pt::make_plan<pt::zb_v<pt::ranks<2>, pt::microbatches<4>>>();
   pt::uniform_chain<quiet> model(std::vector<quiet>(4));
   pc::record_driver d;
-  pc::rank_executor ex{pt::host::views_of(plan), 1, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::rank_executor ex{pt::views_of(plan), 1, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
   std::vector<float> batch(16 * 4);
   d.clear();
   ex.step(batch.data());
@@ -275,11 +275,11 @@ TEST_CASE("cuda record: bad bindings are named") {
   const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
   pc::record_driver d;
   pt::uniform_chain<quiet> three(std::vector<quiet>(3)), two(std::vector<quiet>(2));
-  CHECK_THROWS_AS(pc::rank_executor(pt::host::views_of(plan), 0, pc::entries_of(three), d, std::vector<int>{0}),
-                  pt::host::shape_error);
-  CHECK_THROWS_WITH(pc::rank_executor(pt::host::views_of(plan), 2, pc::entries_of(two), d, std::vector<int>{0}),
+  CHECK_THROWS_AS(pc::rank_executor(pt::views_of(plan), 0, pt::entries_of(three), d, std::vector<int>{0}),
+                  pt::shape_error);
+  CHECK_THROWS_WITH(pc::rank_executor(pt::views_of(plan), 2, pt::entries_of(two), d, std::vector<int>{0}),
                     doctest::Contains("rank 2 is not in the plan's 2 ranks"));
-  CHECK_THROWS_WITH(pc::rank_executor(pt::host::views_of(plan), 0, pc::entries_of(two), d, std::vector<int>{}),
+  CHECK_THROWS_WITH(pc::rank_executor(pt::views_of(plan), 0, pt::entries_of(two), d, std::vector<int>{}),
                     doctest::Contains("uses 1 communicators, 0 given"));
 }
 
@@ -287,7 +287,7 @@ TEST_CASE("cuda record: a step captured into a graph forks from the origin strea
   const auto plan = pt::build_plan(pt::make_interleaved_1f1b(2, 4, 2));
   pt::uniform_chain<quiet> model(std::vector<quiet>(4));
   pc::record_driver d;
-  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
   std::vector<float> a(16 * 4), b(16 * 4);
   d.clear();
   ex.step(a.data());
@@ -331,7 +331,7 @@ TEST_CASE("cuda record: a step captured into a graph forks from the origin strea
   CHECK((rp[5].what == ck::record && rp[5].stream == origin));
   CHECK((rp[6].what == ck::wait && rp[6].stream == 0 && rp[6].event == rp[5].event));
   CHECK((rp[7].what == ck::wait && rp[7].stream == 1 && rp[7].event == rp[5].event));
-  pc::rank_executor fresh{pt::host::views_of(plan), 1, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::rank_executor fresh{pt::views_of(plan), 1, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
   CHECK_THROWS_AS(fresh.replay(), std::logic_error);
 }
 
@@ -348,7 +348,7 @@ void check_unrolled(int stages) {
   for (std::size_t c = 0; c < comms.size(); ++c) comms[c] = static_cast<int>(c);
   std::vector<float> batch(16 * 8);
   pc::record_driver d;
-  pc::rank_executor ex{pt::host::views_of(Plan), Rank, pc::entries_of(model), d, comms};
+  pc::rank_executor ex{pt::views_of(Plan), Rank, pt::entries_of(model), d, comms};
   d.clear();
   ex.step(batch.data());
   const std::vector<call> looped = d.calls();
@@ -371,7 +371,7 @@ TEST_CASE("cuda record: the unrolled step of a compile-time plan issues exactly 
   // bound to another rank: refused, not issued
   pt::uniform_chain<quiet> model(std::vector<quiet>(4));
   pc::record_driver d;
-  pc::rank_executor ex{pt::host::views_of(unrolled_1f1b), 2, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::rank_executor ex{pt::views_of(unrolled_1f1b), 2, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
   std::vector<float> batch(16 * 8);
   const auto wrong_rank = [&] { ex.step_unrolled<unrolled_1f1b, 1>(batch.data()); };
   CHECK_THROWS_WITH(wrong_rank(), doctest::Contains("bound to rank 2"));
@@ -393,7 +393,7 @@ TEST_CASE("cuda record: a failing call names the op being issued") {
   pt::uniform_chain<quiet> model(std::vector<quiet>(2));
   failing_driver d;
   d.sends_left = 1;  // rank 0's second send: activation 0F1
-  pc::rank_executor ex{pt::host::views_of(plan), 0, pc::entries_of(model), d, std::vector<int>{0}};
+  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), d, std::vector<int>{0}};
   std::vector<float> batch(16 * 4);
   try {
     ex.step(batch.data());
@@ -404,31 +404,6 @@ TEST_CASE("cuda record: a failing call names the op being issued") {
     CHECK(what.find("[while issuing rank 0, op ") != std::string::npos);
     CHECK(what.find("group: send activation 0F1 to rank 1") != std::string::npos);
   }
-}
-
-TEST_CASE("cuda record: the halves of a (B;F) pair never share a stash slot (they may run at once)") {
-  // the first half frees its stash at its last use; the second half's F must not take it
-  const auto plan = pt::build_plan(pt::parse_schedule("0F0,(0B0;0F1),0B1"));
-  REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
-  pt::uniform_chain<quiet> model(std::vector<quiet>(1));
-  const auto ops = plan.lowered().rank_ops(0);
-  const pt::host::detail::rank_layout layout = pt::host::detail::layout_of(plan.compute(), ops, pc::entries_of(model));
-  int b0 = -1, f1 = -1;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].code != pt::op_code::compute) continue;
-    if (ops[i].what == pt::kind::B && ops[i].microbatch == 0) b0 = layout.op_stash[i];
-    if (ops[i].what == pt::kind::F && ops[i].microbatch == 1) f1 = layout.op_stash[i];
-  }
-  REQUIRE(b0 >= 0);
-  REQUIRE(f1 >= 0);
-  CHECK(b0 != f1);
-  CHECK(layout.stash_slots == 2);
-  // without the pair the slot is reused
-  const auto serial = pt::build_plan(pt::parse_schedule("0F0,0B0,0F1,0B1"));
-  REQUIRE(serial.ok());
-  CHECK(
-      pt::host::detail::layout_of(serial.compute(), serial.lowered().rank_ops(0), pc::entries_of(model)).stash_slots ==
-      1);
 }
 
 namespace {
@@ -458,7 +433,7 @@ TEST_CASE(
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
     pc::record_driver d;
-    pc::rank_executor ex{pt::host::views_of(plan), r, pc::entries_of(model), d, std::vector<int>{0, 1, 2}};
+    pc::rank_executor ex{pt::views_of(plan), r, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
     std::vector<float> batch(16 * 4);
     seen.clear();
     d.clear();

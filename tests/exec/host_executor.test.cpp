@@ -242,12 +242,12 @@ TEST_CASE("host executor: sizes that do not fit are rejected before anything run
   CHECK_THROWS_WITH_AS(ex.step(wrong),
                        "pipetype::host: step() got a batch of 15 elements; the plan has 4 microbatches of 4 "
                        "(stage 0's input), so 16",
-                       ph::shape_error);
+                       pt::shape_error);
   CHECK(calls.load() == 0);
 
   auto three = probes(3, nullptr);
   CHECK_THROWS_WITH_AS(ph::executor(plan, three), "pipetype::host: the plan has 2 stages but the model has 3",
-                       ph::shape_error);
+                       pt::shape_error);
 }
 
 namespace {
@@ -269,7 +269,7 @@ TEST_CASE("host executor: run-time extents are checked link by link at construct
   const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 2));
   pt::uniform_chain<resize> bad(std::vector<resize>{{4, 6}, {5, 1}});
   CHECK_THROWS_WITH_AS(ph::executor(plan, bad),
-                       "pipetype::host: stage 0 gives 6 elements of 4 bytes but stage 1 takes 5 of 4", ph::shape_error);
+                       "pipetype::host: stage 0 gives 6 elements of 4 bytes but stage 1 takes 5 of 4", pt::shape_error);
   pt::uniform_chain<resize> good(std::vector<resize>{{4, 6}, {6, 1}});
   CHECK_NOTHROW(ph::executor(plan, good));
 }

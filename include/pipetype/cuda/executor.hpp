@@ -49,10 +49,12 @@
 #include <utility>
 #include <vector>
 
+#include "pipetype/bind/checks.hpp"
+#include "pipetype/bind/layout.hpp"
+#include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/cuda/driver.hpp"
-#include "pipetype/exec/binding.hpp"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PIPETYPE_INLINE [[gnu::always_inline]] inline
@@ -61,8 +63,6 @@
 #endif
 
 namespace pipetype::cuda {
-
-using host::entries_of;  // the stages of a model, as the executors bind them
 
 /// A captured step's executable graph: the first capture instantiates it; a later one updates it
 /// in place (cudaGraphExecUpdate) when only addresses changed, else instantiates anew.
@@ -175,11 +175,11 @@ struct static_program {
 template <device_driver D>
 class rank_executor {
  public:
-  /// Binds rank `rank` of the plan `v` (host::views_of(plan)) to the model's stages, allocating
+  /// Binds rank `rank` of the plan `v` (views_of(plan)) to the model's stages, allocating
   /// and creating everything through `driver`; `comms[c]` is lowered communicator c (only those
   /// the rank is a member of are used).
-  rank_executor(const host::plan_views& v, int rank, std::vector<host::stage_entry> entries, D& driver,
-                std::vector<typename D::comm> comms, const host::binding_options& opt = {})
+  rank_executor(const plan_views& v, int rank, std::vector<stage_entry> entries, D& driver,
+                std::vector<typename D::comm> comms, const binding_options& opt = {})
       : d_(driver), rank_(rank), entries_(std::move(entries)), comms_(std::move(comms)) {
     const program_view& p = v.compute;
     const lowered_view& l = v.lowered;
@@ -187,8 +187,8 @@ class rank_executor {
       throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank) + " is not in the plan's " +
                                   std::to_string(p.ranks) + " ranks");
     const int L = p.chain_length();
-    host::detail::check_model(p, entries_, "pipetype::cuda");
-    host::detail::check_gradients(p, entries_, opt.ordered_gradients, "pipetype::cuda");
+    pipetype::detail::check_model(p, entries_, "pipetype::cuda");
+    pipetype::detail::check_gradients(p, entries_, opt.ordered_gradients, "pipetype::cuda");
     if constexpr (!host_memory<D>)
       for (std::size_t s = 0; s < entries_.size(); ++s)
         if (entries_[s].add != nullptr && !entries_[s].adds_on_stream)
@@ -209,7 +209,7 @@ class rank_executor {
   void step(const void* batch) {
     // locals, so the compiler need not reload them after every driver call
     D& d = d_;
-    const host::bound_op* const calls = calls_.data();
+    const bound_op* const calls = calls_.data();
     const transfer* const tr = transfers_.data();
     const auto* b = static_cast<const std::byte*>(batch);
     const issue_op* o = ops_.data();
@@ -319,7 +319,7 @@ class rank_executor {
     typename D::comm c{};
   };
   struct later_add {
-    host::add_fn add = nullptr;
+    add_fn add = nullptr;
     void* obj = nullptr;
     const std::byte* grad = nullptr;
     int stage = -1, microbatch = -1;
@@ -335,7 +335,7 @@ class rank_executor {
     typename D::event wait{}, record{};
   };
 
-  PIPETYPE_INLINE void compute(D& d, const host::bound_op& c, typename D::stream s, const std::byte* b) {
+  PIPETYPE_INLINE void compute(D& d, const bound_op& c, typename D::stream s, const std::byte* b) {
     if constexpr (observes_compute<D>) d.on_compute(s, kind_char(c.what), c.plan_stage, c.microbatch);
     c.fn(c.obj, c, b);
     for (int k = 0; k < c.add_count; ++k) c.add(c.obj, adds_[static_cast<std::size_t>(c.add_begin + k)], c.stream);
@@ -389,7 +389,7 @@ class rank_executor {
   // What the unrolled step reads, in locals.
   struct static_args {
     D& d;
-    const host::bound_op* calls;
+    const bound_op* calls;
     const transfer* tr;
     const typename D::event* ev;
     typename D::stream compute, comm, aux;
@@ -434,8 +434,8 @@ class rank_executor {
   void bind(const program_view& p, const lowered_view& l, int L) {
     const rank_resources& res = l.resources[static_cast<std::size_t>(rank_)];
     const std::span<const lowered_op> ops = l.rank_ops(rank_);
-    auto entry = [&](int s) -> const host::stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
-    const host::detail::rank_layout layout = host::detail::layout_of(p, ops, entries_);
+    auto entry = [&](int s) -> const stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
+    const pipetype::detail::rank_layout layout = pipetype::detail::layout_of(p, ops, entries_);
     const std::size_t stride = layout.stride;
     std::byte* acts = alloc(stride * static_cast<std::size_t>(res.activation_slots));
     std::byte* grads = alloc(stride * static_cast<std::size_t>(res.gradient_slots));
@@ -445,12 +445,12 @@ class rank_executor {
     };
     auto act_at = [&](int slot) { return at(acts, slot); };
     auto grad_at = [&](int slot) { return at(grads, slot); };
-    const host::detail::weight_grad_plan wg = host::detail::plan_weight_grads(ops, entries_);
+    const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, entries_);
     std::byte* wgrads = alloc(wg.bytes);
     auto wg_at = [&](int slot) { return wgrads + wg.offset[static_cast<std::size_t>(slot)]; };
-    for (const host::detail::weight_grad_plan::held& h : wg.later)
+    for (const pipetype::detail::weight_grad_plan::held& h : wg.later)
       later_.push_back({entry(h.stage).add, entry(h.stage).obj, wg_at(h.slot), h.stage, h.microbatch});
-    host::detail::sort_later(later_, L);
+    pipetype::detail::sort_later(later_, L);
     // events and streams, once
     for (int e = 0; e < res.events; ++e) events_.push_back(d_.make_event());
     streams_[0] = d_.make_stream();
@@ -477,7 +477,7 @@ class rank_executor {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const lowered_op& o = ops[i];
       if (o.code == op_code::send || o.code == op_code::recv) {
-        const host::stage_entry& e = entry(o.stage);
+        const stage_entry& e = entry(o.stage);
         const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
         transfers_.push_back(
             {o.code == op_code::send, o.peer == c.rank_a ? 0 : 1, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
@@ -486,7 +486,7 @@ class rank_executor {
         std::string& label = labels_.back();  // "group: send activation 1F3 to rank 2; recv …"
         label += label == "group" ? ": " : "; ";
         label += std::string(o.code == op_code::send ? "send " : "recv ") +
-                 (o.what == kind::F ? "activation " : "gradient ") + host::detail::action_name(o) +
+                 (o.what == kind::F ? "activation " : "gradient ") + pipetype::detail::action_name(o) +
                  (o.code == op_code::send ? " to rank " : " from rank ") + std::to_string(o.peer);
         continue;
       }
@@ -501,7 +501,7 @@ class rank_executor {
         x.index = x.last = static_cast<std::uint32_t>(transfers_.size());
         labels_.emplace_back("group");
       } else {
-        labels_.push_back("compute " + host::detail::action_name(o));
+        labels_.push_back("compute " + pipetype::detail::action_name(o));
         if (second_half) {
           x.pair = 2;
           x.s = streams_[2];
@@ -511,12 +511,13 @@ class rank_executor {
           second_half = true;
         }
         x.index = static_cast<std::uint32_t>(calls_.size());
-        host::bound_op& call = calls_.emplace_back();
-        const host::stage_entry& e = entry(o.stage);
-        host::detail::check_split(e, action{o.what, o.stage, o.microbatch, false}, "pipetype::cuda");
+        bound_op& call = calls_.emplace_back();
+        const stage_entry& e = entry(o.stage);
+        pipetype::detail::check_split(e, action{o.what, o.stage, o.microbatch, false}, "pipetype::cuda");
         const int st = layout.op_stash[i];
-        host::detail::bind_compute(call, o, e, L, act_at, grad_at,
-                                   st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr);
+        pipetype::detail::bind_compute(
+            call, o, e, L, act_at, grad_at,
+            st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr);
         call.stream = x.pair == 2 ? aux_native : compute_native_;
         if (wg.slot[i] >= 0) {
           call.weight_grad = wg_at(wg.slot[i]);
@@ -535,11 +536,11 @@ class rank_executor {
 
   D& d_;
   int rank_;
-  std::vector<host::stage_entry> entries_;
+  std::vector<stage_entry> entries_;
   std::vector<typename D::comm> comms_;
   std::vector<issue_op> ops_;
-  std::vector<std::string> labels_;    // per issue op, for errors
-  std::vector<host::bound_op> calls_;  // the compute ops' stage calls
+  std::vector<std::string> labels_;  // per issue op, for errors
+  std::vector<bound_op> calls_;      // the compute ops' stage calls
   std::vector<transfer> transfers_;
   std::vector<std::byte*> adds_;  // held weight gradients, per op's [add_begin, + add_count)
   std::vector<later_add> later_;  // added after the step

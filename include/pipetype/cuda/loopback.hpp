@@ -50,9 +50,11 @@
 #include <utility>
 #include <vector>
 
+#include "pipetype/bind/checks.hpp"
+#include "pipetype/bind/layout.hpp"
+#include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/cuda/executor.hpp"
-#include "pipetype/exec/binding.hpp"
 
 namespace pipetype::cuda {
 
@@ -252,7 +254,7 @@ class loopback_driver {
 
 struct loopback_options {
   std::chrono::milliseconds deadline{60'000};  // a rank waiting longer for a peer throws
-  host::binding_options binding{};             // as for every executor
+  binding_options binding{};                   // as for every executor
 };
 
 /// A whole pipeline in one process: one executor per rank over `Base` drivers (one per rank,
@@ -273,8 +275,8 @@ class loopback_pipeline {
  public:
   using executor = rank_executor<loopback_driver<Base>>;
 
-  loopback_pipeline(const host::plan_views& v, std::vector<std::vector<host::stage_entry>> entries,
-                    std::vector<Base*> drivers, loopback_options opt = {})
+  loopback_pipeline(const plan_views& v, std::vector<std::vector<stage_entry>> entries, std::vector<Base*> drivers,
+                    loopback_options opt = {})
       : ranks_(v.compute.ranks), hub_(v.lowered, opt.deadline) {
     if (static_cast<int>(drivers.size()) != ranks_ || static_cast<int>(entries.size()) != ranks_)
       throw std::invalid_argument("pipetype::cuda loopback: the plan has " + std::to_string(ranks_) + " ranks, " +
@@ -308,11 +310,10 @@ class loopback_pipeline {
     for (int r = 0; r < ranks_; ++r) threads_.emplace_back([this, r] { serve(r); });
   }
   /// Every rank sharing one model's stages (plans where each stage lives on one rank).
-  loopback_pipeline(const host::plan_views& v, const std::vector<host::stage_entry>& shared, std::vector<Base*> drivers,
+  loopback_pipeline(const plan_views& v, const std::vector<stage_entry>& shared, std::vector<Base*> drivers,
                     loopback_options opt = {})
-      : loopback_pipeline(
-            v, std::vector<std::vector<host::stage_entry>>(static_cast<std::size_t>(v.compute.ranks), shared),
-            std::move(drivers), opt) {}
+      : loopback_pipeline(v, std::vector<std::vector<stage_entry>>(static_cast<std::size_t>(v.compute.ranks), shared),
+                          std::move(drivers), opt) {}
 
   loopback_pipeline(const loopback_pipeline&) = delete;
   loopback_pipeline& operator=(const loopback_pipeline&) = delete;

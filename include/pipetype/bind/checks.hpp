@@ -1,0 +1,90 @@
+// pipetype/bind/checks.hpp — a model against a plan, before anything runs.
+//
+// Every executor runs these when it is built, and each failure is an exception naming the
+// place (the `who` prefix says which executor: "pipetype::host", "pipetype::cuda"):
+//   • the plan has as many stages as the model (per chain, when it has several);
+//   • stage s's output has as many bytes, of the same element size, as stage s+1's input;
+//   • a schedule that splits a stage's backward (I/W) meets a stage with backward_input and
+//     backward_weight;
+//   • determinism: a stage that accumulates its own weight gradients runs its B/W in microbatch
+//     order (binding_options::ordered_gradients = false lifts this), and a plan with several
+//     chains (DualPipe) meets stages that hand their weight gradients to pipetype.
+#pragma once
+
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipetype/bind/stage_entry.hpp"
+#include "pipetype/core/program.hpp"
+#include "pipetype/io/text.hpp"
+
+namespace pipetype {
+
+struct binding_options {
+  bool ordered_gradients = true;  // require weight gradients in microbatch order (determinism)
+};
+
+namespace detail {
+
+/// The model fits the plan: one entry per model stage, each stage's output the next one's input.
+/// `who` prefixes the message ("pipetype::host").
+inline void check_model(const program_view& p, const std::vector<stage_entry>& entries, const std::string& who) {
+  const int L = p.chain_length();  // the model's stages (the plan's, unless it has several chains)
+  if (static_cast<int>(entries.size()) != L)
+    throw shape_error(who + ": the plan has " + std::to_string(p.stages) + " stages" +
+                      (p.chains > 1 ? " (" + std::to_string(p.chains) + " chains of " + std::to_string(L) + ")" : "") +
+                      " but the model has " + std::to_string(entries.size()));
+  for (int s = 0; s + 1 < L; ++s) {
+    const stage_entry& a = entries[static_cast<std::size_t>(s)];
+    const stage_entry& b = entries[static_cast<std::size_t>(s) + 1];
+    if (a.out_bytes() != b.in_bytes() || a.out_size != b.in_size)
+      throw shape_error(who + ": stage " + std::to_string(s) + " gives " + std::to_string(a.out_elems) +
+                        " elements of " + std::to_string(a.out_size) + " bytes but stage " + std::to_string(s + 1) +
+                        " takes " + std::to_string(b.in_elems) + " of " + std::to_string(b.in_size));
+  }
+}
+
+/// An I or W action meets a stage that cannot split its backward.
+inline void check_split(const stage_entry& e, const action& a, const std::string& who) {
+  if ((a.what == kind::I || a.what == kind::W) && !e.split)
+    throw std::invalid_argument(who + ": the schedule splits the backward (stage " + std::to_string(a.stage) +
+                                ", microbatch " + std::to_string(a.microbatch) + ", action " + to_text(a) +
+                                ") but the stage has no backward_input/backward_weight");
+}
+
+/// Weight gradients are made in an order every schedule agrees on: a stage that accumulates its
+/// own (no weight_grad) must run its B/W in microbatch order (unless `ordered` is false), and a
+/// plan with several chains runs a model stage on two ranks, so pipetype must do the adding.
+inline void check_gradients(const program_view& p, const std::vector<stage_entry>& entries, bool ordered,
+                            const std::string& who) {
+  const int L = p.chain_length();
+  std::vector<int> last_weight_mb(static_cast<std::size_t>(p.stages), -1);
+  for (const action& a : p.actions) {
+    const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
+    auto where = [&] {  // for a message only
+      return "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " +
+             to_text(a);
+    };
+    check_split(e, a, who);
+    if (p.chains > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
+      throw std::invalid_argument(who + ": " + where() + ": the plan runs the model's stage " +
+                                  std::to_string(a.stage % L) + " in " + std::to_string(p.chains) +
+                                  " chains (DualPipe's two directions) on different ranks at once, and the stage "
+                                  "accumulates its own gradients; declare a weight_grad so pipetype adds them");
+    if (a.what == kind::B || a.what == kind::W) {
+      int& last = last_weight_mb[static_cast<std::size_t>(a.stage)];
+      if (ordered && e.add == nullptr && a.microbatch < last)
+        throw std::invalid_argument(
+            who + ": " + where() + " comes after microbatch " + std::to_string(last) +
+            "'s weight gradient; the stage accumulates its own gradients, which would then differ from other "
+            "schedules' (declare a weight_grad so pipetype adds them in microbatch order, or set "
+            "ordered_gradients = false)");
+      last = a.microbatch > last ? a.microbatch : last;
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace pipetype

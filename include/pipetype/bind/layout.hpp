@@ -1,0 +1,218 @@
+// pipetype/bind/layout.hpp — where a rank's buffers go: slot strides, stash slots, weight-
+// gradient slots and the order their sums are made in.
+//
+//   pools per rank   activations: resources.activation_slots × the largest activation that
+//                    touches the rank; gradients likewise; stashes: peak live (stage,
+//                    microbatch) pairs on the rank (F to its last backward) × the largest stash;
+//                    weight gradients: one slot per B/W held until its sum is made in order
+//   two chains (DualPipe): the plan's stage k·L + i runs the model's stage i on another rank, so
+//   one stage object serves two ranks at once — its forward/backward must write only through
+//   their contexts, and it must hand its weight gradients to pipetype (weight_grad): chain 0's
+//   are added in microbatch order during the step, the later chains' are held and added after
+//   it, in microbatch order, so the sum is the unpipelined one bit for bit.
+//
+// The layout is plain data (offsets, slot numbers per op); an executor maps it onto memory it
+// owns (host: aligned heap blocks; device: the driver's allocations) and binds each op with
+// `bind_compute`.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pipetype/bind/stage_entry.hpp"
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/plan.hpp"
+#include "pipetype/core/program.hpp"
+#include "pipetype/io/text.hpp"
+
+namespace pipetype {
+
+/// The lowered and compute views of a plan (compile-time or run-time).
+struct plan_views {
+  program_view compute;
+  lowered_view lowered;
+};
+template <plan_shape Z>
+constexpr plan_views views_of(const static_plan<Z>& p) {
+  return {p.compute(), p.lowered()};
+}
+inline plan_views views_of(const runtime_plan& p) {
+  if (!p.ok()) throw std::invalid_argument("pipetype: the plan was rejected: " + describe(p.result));
+  return {p.compute(), p.lowered()};
+}
+
+namespace detail {
+
+constexpr std::size_t round_up64(std::size_t n) { return (n + 63) / 64 * 64; }
+
+/// Takes the lowest free slot of `busy` (growing it when none is free); returns its index.
+inline std::size_t take_lowest_free(std::vector<char>& busy) {
+  const auto k = static_cast<std::size_t>(std::find(busy.begin(), busy.end(), 0) - busy.begin());
+  if (k == busy.size()) busy.push_back(0);
+  busy[k] = 1;
+  return k;
+}
+
+inline std::string action_name(const lowered_op& o) { return to_text(action{o.what, o.stage, o.microbatch, false}); }
+
+/// One rank's buffer layout: the stride of its activation and gradient slots (the largest
+/// activation crossing into, out of or within the rank), its stash stride, and per op the stash
+/// slot it uses — live from F(s,j) to the last backward of (s,j) on the rank, lowest free first;
+/// a slot the first half of an overlapped pair frees stays taken through the second half (the
+/// halves may run at once on a device).
+struct rank_layout {
+  std::size_t stride = 0, stash_stride = 0;
+  int stash_slots = 0;
+  std::vector<int> op_stash;  // per lowered op of the rank; -1: none
+};
+
+inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> ops,
+                             const std::vector<stage_entry>& entries) {
+  const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
+  const std::size_t L = entries.size();
+  std::vector<char> here(S, 0);
+  for (const lowered_op& o : ops)
+    if (o.code == op_code::compute) here[static_cast<std::size_t>(o.stage)] = 1;
+  std::size_t act = 0, stash = 0;
+  for (std::size_t s = 0; s < S; ++s) {
+    if (!here[s]) continue;
+    const stage_entry& e = entries[s % L];
+    const int si = static_cast<int>(s);
+    act = std::max({act, !p.chain_head(si) ? e.in_bytes() : 0, !p.chain_tail(si) ? e.out_bytes() : 0});
+    stash = std::max(stash, e.stash_bytes());
+  }
+  rank_layout out;
+  out.stride = round_up64(act);
+  out.stash_stride = round_up64(stash);
+  out.op_stash.assign(ops.size(), -1);
+  if (stash == 0) return out;
+  std::vector<int> last_use(S * m, -1), stash_slot(S * m, -1);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].code == op_code::compute && ops[i].what != kind::F)
+      last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
+          static_cast<int>(i);
+  std::vector<char> busy;
+  int held = -1;  // a slot freed by the first half of an overlapped pair: free only after the second
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const lowered_op& o = ops[i];
+    if (o.code != op_code::compute) continue;
+    const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
+    if (o.what == kind::F) stash_slot[q] = static_cast<int>(take_lowest_free(busy));
+    out.op_stash[i] = stash_slot[q];
+    if (held >= 0) {  // this is the pair's second half: both halves have their slots now
+      busy[static_cast<std::size_t>(held)] = 0;
+      held = -1;
+    }
+    if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0) {
+      if (o.overlapped)  // the halves may run at once: the second must not take this slot
+        held = stash_slot[q];
+      else
+        busy[static_cast<std::size_t>(stash_slot[q])] = 0;
+    }
+  }
+  out.stash_slots = static_cast<int>(busy.size());
+  return out;
+}
+
+/// One rank's weight gradients handed to pipetype (stages with a weight_grad): each B/W writes
+/// into a held slot; after it, the held ones that are next in microbatch order are added, so
+/// out-of-order backwards still add in order. A later chain's (DualPipe's second direction) are
+/// held to the end of the step and added after it.
+struct weight_grad_plan {
+  struct held {
+    int stage = -1, microbatch = -1, slot = -1;
+  };
+  std::vector<int> slot;               // per op: the slot its B/W writes; -1: none
+  std::vector<std::vector<int>> adds;  // per op: the slots added after it, in microbatch order
+  std::vector<std::size_t> offset;     // per slot: its byte offset in the rank's pool
+  std::size_t bytes = 0;               // the pool
+  std::vector<held> later;             // later chains' slots, in op order
+};
+
+inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const std::vector<stage_entry>& entries) {
+  const std::size_t L = entries.size();
+  weight_grad_plan out;
+  out.slot.assign(ops.size(), -1);
+  out.adds.resize(ops.size());
+  int stages = 0, microbatches = 0;
+  for (const lowered_op& o : ops)
+    if (o.code == op_code::compute) {
+      stages = std::max(stages, o.stage + 1);
+      microbatches = std::max(microbatches, o.microbatch + 1);
+    }
+  const auto m = static_cast<std::size_t>(microbatches);
+  for (std::size_t s = 0; s < static_cast<std::size_t>(stages); ++s) {
+    const stage_entry& e = entries[s % L];
+    if (e.add == nullptr) continue;
+    const std::size_t stride = round_up64(e.weight_grad_bytes());
+    const bool later_chain = s >= L;  // held to the end of the step, added after chain 0's
+    std::vector<int> held(m, -1);     // microbatch → local slot
+    std::vector<char> used;
+    const int first = static_cast<int>(out.offset.size());
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const lowered_op& o = ops[i];
+      if (o.code != op_code::compute || static_cast<std::size_t>(o.stage) != s) continue;
+      if (o.what != kind::B && o.what != kind::W) continue;
+      const std::size_t k = take_lowest_free(used);
+      if (k == out.offset.size() - static_cast<std::size_t>(first)) {  // a new slot
+        out.offset.push_back(out.bytes);
+        out.bytes += stride;
+      }
+      held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
+      out.slot[i] = first + static_cast<int>(k);
+      if (later_chain) {  // never freed: added after the step
+        out.later.push_back({static_cast<int>(s), o.microbatch, first + static_cast<int>(k)});
+        continue;
+      }
+      while (next < m && held[next] >= 0) {
+        out.adds[i].push_back(first + held[next]);
+        used[static_cast<std::size_t>(held[next])] = 0;
+        ++next;
+      }
+    }
+  }
+  return out;
+}
+
+/// Later chains' held weight gradients in the order they are added after a step: per model
+/// stage, chain by chain, in microbatch order. `H` has stage and microbatch.
+template <class H>
+void sort_later(std::vector<H>& later, int L) {
+  std::stable_sort(later.begin(), later.end(), [L](const H& x, const H& y) {
+    const int lx = x.stage % L, ly = y.stage % L;
+    return lx != ly ? lx < ly : x.stage != y.stage ? x.stage < y.stage : x.microbatch < y.microbatch;
+  });
+}
+
+/// The stage call of a compute op: what it runs and the buffers it reads and writes, given the
+/// rank's activation and gradient slot addresses and its stash (nullptr: none).
+template <class ActAt, class GradAt>
+void bind_compute(bound_op& b, const lowered_op& o, const stage_entry& e, int L, ActAt act_at, GradAt grad_at,
+                  std::byte* stash) {
+  b.code = o.code;
+  b.what = o.what;
+  b.stage = o.stage % L;  // what the stage sees in its context
+  b.plan_stage = o.stage;
+  b.microbatch = o.microbatch;
+  b.fn = e.fn[static_cast<int>(o.what)];
+  b.obj = e.obj;
+  b.n_in = static_cast<std::uint32_t>(e.in_elems);
+  b.n_out = static_cast<std::uint32_t>(e.out_elems);
+  b.in = act_at(o.slot);
+  if (o.what == kind::F) {
+    b.out = act_at(o.out_slot);
+  } else {
+    b.grad_out = grad_at(o.grad_slot);
+    b.grad_in = grad_at(o.out_slot);
+  }
+  b.stash = stash;
+  b.n_stash = stash ? static_cast<std::uint32_t>(e.stash_elems) : 0;
+}
+
+}  // namespace detail
+}  // namespace pipetype

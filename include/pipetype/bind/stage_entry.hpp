@@ -1,0 +1,196 @@
+// pipetype/bind/stage_entry.hpp — a stage as every executor calls it: erased to function
+// pointers and extents, once, when an executor is built.
+//
+// `entries_of(model)` turns each stage of a chain or uniform_chain into a `stage_entry`: a
+// pointer to the object, one function pointer per kind it offers (F, B and, for stages that
+// split their backward, I and W), its input / output / stash / weight-gradient extents and
+// element sizes, and — for stages that hand their weight gradients to pipetype — the function
+// that adds one into the stage's accumulator. A `bound_op` is one lowered op with its addresses
+// resolved; an executor calls `op.fn(op.obj, op, batch)` and the stage receives the typed
+// context of graph/stage.hpp. Nothing here allocates or knows an executor: the host executor
+// (exec/) and the device executor (cuda/) both bind through it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/core/action.hpp"
+#include "pipetype/graph/chain.hpp"
+#include "pipetype/graph/stage.hpp"
+
+namespace pipetype {
+
+/// A model and a plan (or a batch and a model) that do not fit each other.
+struct shape_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct bound_op;
+using stage_fn = void (*)(void* stage, const bound_op& op, const std::byte* batch);
+using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
+
+/// One lowered op with its addresses resolved. `wait` > 0: before the op, the rank's other
+/// stream must have completed `wait` of its ops; `record`: after the op, publish how many of
+/// this stream's ops have completed (`end`).
+struct bound_op {
+  // first cache line: what every op and a forward read
+  op_code code = op_code::compute;
+  kind what = kind::F;
+  bool record = false;
+  int wait = 0;
+  int end = 0;  // position after this op (a group: after its transfers)
+  int stage = -1;
+  int microbatch = -1;
+  std::uint32_t n_in = 0, n_out = 0;  // elements
+  int add_count = 0;                  // after the op: add this many held weight gradients, in order
+  stage_fn fn = nullptr;
+  void* obj = nullptr;
+  std::byte* in = nullptr;  // nullptr on stage 0: the batch, at microbatch · in_bytes
+  std::byte* out = nullptr;
+  // then: backwards, weight gradients, transfers
+  std::byte* grad_out = nullptr;  // the gradient of this stage's output (from stage + 1)
+  std::byte* grad_in = nullptr;   // the gradient of this stage's input (to stage − 1)
+  std::byte* stash = nullptr;
+  std::uint32_t n_stash = 0, n_weight_grad = 0;
+  std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
+  add_fn add = nullptr;
+  int add_begin = 0;       // bound_rank::adds[add_begin .. + add_count)
+  int index = 0;           // position in the rank's lowered op list
+  int plan_stage = -1;     // the plan's stage (`stage` is the model's: they differ in a later chain)
+  void* stream = nullptr;  // handed to the stage's context (the CUDA executor's compute stream)
+  int peer = -1;
+  int comm = -1;
+  std::byte* buf = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// What binding needs to know about one stage.
+struct stage_entry {
+  void* obj = nullptr;
+  stage_fn fn[kind_count] = {};  // by kind: F, B, I, W (nullptr: not provided)
+  add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
+  bool adds_on_stream = false;   // the stage adds them itself, on a stream (add_weight_grad)
+  std::size_t in_elems = 0, out_elems = 0, stash_elems = 0, weight_grad_elems = 0;
+  std::size_t in_size = 0, out_size = 0, stash_size = 0, weight_grad_size = 0;  // element sizes
+  bool split = false;
+  constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
+  constexpr std::size_t in_bytes() const { return in_elems * in_size; }
+  constexpr std::size_t out_bytes() const { return out_elems * out_size; }
+  constexpr std::size_t stash_bytes() const { return stash_elems * stash_size; }
+};
+
+namespace detail {
+
+// The op's input: its slot, or on stage 0 the microbatch's slice of the batch.
+template <class S>
+const input_t<S>* input_of(const bound_op& op, const std::byte* batch) {
+  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(input_t<S>);
+  return reinterpret_cast<const input_t<S>*>(in);
+}
+
+template <class S>
+forward_ctx<S> make_forward(const bound_op& op, const std::byte* batch) {
+  using O = output_t<S>;
+  return {op.stage,
+          op.microbatch,
+          {input_of<S>(op, batch), op.n_in},
+          {reinterpret_cast<O*>(op.out), op.out ? op.n_out : 0},
+          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
+          op.stream};
+}
+template <class S>
+backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool input_part, bool weight_part) {
+  using I = input_t<S>;
+  using O = output_t<S>;
+  const bool gi = input_part && op.grad_in != nullptr;
+  const bool wg = weight_part && op.weight_grad != nullptr;
+  return {op.stage,
+          op.microbatch,
+          {input_of<S>(op, batch), op.n_in},
+          {reinterpret_cast<const O*>(op.grad_out), op.grad_out ? op.n_out : 0},
+          {reinterpret_cast<I*>(op.grad_in), gi ? op.n_in : 0},
+          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
+          {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? op.n_weight_grad : 0},
+          op.stream};
+}
+
+template <class S>
+void run_forward(void* s, const bound_op& op, const std::byte* batch) {
+  static_cast<S*>(s)->forward(make_forward<S>(op, batch));
+}
+template <class S>
+void run_backward(void* s, const bound_op& op, const std::byte* batch) {
+  S& st = *static_cast<S*>(s);
+  if constexpr (has_full_backward<S>) {
+    st.backward(make_backward<S>(op, batch, true, true));
+  } else {
+    st.backward_input(make_backward<S>(op, batch, true, false));
+    st.backward_weight(make_backward<S>(op, batch, false, true));
+  }
+}
+template <class S>
+void run_backward_input(void* s, const bound_op& op, const std::byte* batch) {
+  static_cast<S*>(s)->backward_input(make_backward<S>(op, batch, true, false));
+}
+template <class S>
+void run_backward_weight(void* s, const bound_op& op, const std::byte* batch) {
+  static_cast<S*>(s)->backward_weight(make_backward<S>(op, batch, false, true));
+}
+template <class S>
+void add_weight_grad(void* s, const std::byte* g, void* stream) {
+  S& st = *static_cast<S*>(s);
+  const std::span<weight_grad_t<S>> acc = st.weight_gradients();
+  const auto* x = reinterpret_cast<const weight_grad_t<S>*>(g);
+  if constexpr (adds_weight_grad_on_stream<S>) {
+    st.add_weight_grad(std::span<const weight_grad_t<S>>(x, acc.size()), stream);
+  } else {
+    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += x[i];
+  }
+}
+
+template <stage S>
+stage_entry entry_of(S& s) {
+  stage_entry e;
+  e.obj = &s;
+  e.fn[static_cast<int>(kind::F)] = &run_forward<S>;
+  e.fn[static_cast<int>(kind::B)] = &run_backward<S>;
+  if constexpr (has_split_backward<S>) {
+    e.split = true;
+    e.fn[static_cast<int>(kind::I)] = &run_backward_input<S>;
+    e.fn[static_cast<int>(kind::W)] = &run_backward_weight<S>;
+  }
+  if constexpr (has_weight_grad<S>) {
+    e.add = &add_weight_grad<S>;
+    e.adds_on_stream = adds_weight_grad_on_stream<S>;
+    e.weight_grad_elems = weight_grad_extent(s);
+    e.weight_grad_size = sizeof(weight_grad_t<S>);
+    if (s.weight_gradients().size() != e.weight_grad_elems)
+      throw shape_error("pipetype: a stage's weight_gradients() has " + std::to_string(s.weight_gradients().size()) +
+                        " elements, its weight_grad " + std::to_string(e.weight_grad_elems));
+  }
+  e.in_elems = input_extent(s);
+  e.out_elems = output_extent(s);
+  e.stash_elems = stash_extent(s);
+  e.in_size = sizeof(input_t<S>);
+  e.out_size = sizeof(output_t<S>);
+  e.stash_size = sizeof(stash_t<S>);
+  return e;
+}
+
+}  // namespace detail
+
+/// The stages of a model (a chain or uniform_chain), as the executors bind them.
+template <class M>
+std::vector<stage_entry> entries_of(M& model) {
+  std::vector<stage_entry> out;
+  out.reserve(static_cast<std::size_t>(model.size()));
+  model.for_each_stage([&](int, auto& s) { out.push_back(detail::entry_of(s)); });
+  return out;
+}
+
+}  // namespace pipetype
