@@ -7,8 +7,8 @@
 // asynchronously; their own cost is the same in every row, so it is left out). The stage calls
 // go through the same function pointers and bound ops in every row. Per case (0: 1F1B p = 4,
 // m = 8; 1: DualPipeV p = 4, m = 8; rank 1 of both):
-//   BM_executor_step   rank_executor::step, the bound issue list walked in lowered order.
-//   BM_executor_unrolled  rank_executor::step_unrolled on the compile-time plan of the same
+//   BM_executor_step   executor::step, the bound issue list walked in lowered order.
+//   BM_executor_unrolled  executor::step_unrolled on the compile-time plan of the same
 //                      schedule: the issue list unrolled by the compiler into straight-line code.
 //   BM_straight_line   the hand-written baseline: a function whose body is the same calls
 //                      written out in order, constants inlined, buffers a pool's base plus a
@@ -55,8 +55,8 @@ template <const auto& Plan>
 void run_unrolled(benchmark::State& state, const pt::runtime_plan& plan) {
   auto model = model_of(plan);
   counting_driver d, check;
-  pc::rank_executor<counting_driver> ex{pt::views_of(Plan), bench_rank, pt::entries_of(model), d,
-                                        std::vector<int>(Plan.lowered().comms.size(), 0)};
+  pc::executor<counting_driver> ex{
+      Plan, model, d, {.rank = bench_rank, .comms = std::vector<int>(Plan.lowered().comms.size(), 0)}};
   const std::vector<float> batch = batch_of(plan);
   {  // the same program as the run-time plan's: as many ops and driver calls
     auto rt = executor_of(plan, model, check);

@@ -73,16 +73,18 @@ inline std::vector<float> batch_of(const pt::runtime_plan& plan) {
 
 /// Binds bench_rank of `plan` over `driver`, every communicator 0.
 template <class D>
-pipetype::cuda::rank_executor<D> executor_of(const pt::runtime_plan& plan, pt::uniform_chain<quiet>& model, D& driver) {
-  return {pt::views_of(plan), bench_rank, pipetype::entries_of(model), driver,
-          std::vector<typename D::comm>(plan.lowered().comms.size(), 0)};
+pipetype::cuda::executor<D> executor_of(const pt::runtime_plan& plan, pt::uniform_chain<quiet>& model, D& driver) {
+  return {plan,
+          model,
+          driver,
+          {.rank = bench_rank, .comms = std::vector<typename D::comm>(plan.lowered().comms.size(), 0)}};
 }
 
 // ---- the generated straight-line steps (straight_line.gen.cpp in the build folder) ------------
 
 /// One case's step written out as the calls the executor makes, in order.
 struct straight_line {
-  int ops = 0;                              // the executor's ops for the rank (rank_executor::ops)
+  int ops = 0;                              // the executor's ops for the rank (executor::ops)
   std::span<const std::size_t> pool_bytes;  // allocate these through the driver, in this order
   int stage_calls = 0;                      // the bound ops bind() fills
   /// Fills the stage calls' bound ops (what the executor's binding gives them) from the pools.

@@ -182,8 +182,8 @@ void args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_static_walk)->Apply(args);
 BENCHMARK(BM_runtime_scheduler)->Apply(args);
 // (ranks; microbatches), 1F1B
-BENCHMARK(BM_step)->Args({4, 8})->Args({8, 32})->UseRealTime();
-BENCHMARK(BM_walk_all)->Args({4, 8})->Args({8, 32});
+BENCHMARK(BM_step)->Args({1, 8})->Args({4, 8})->Args({8, 32})->UseRealTime();
+BENCHMARK(BM_walk_all)->Args({1, 8})->Args({4, 8})->Args({8, 32});
 
 }  // namespace
 

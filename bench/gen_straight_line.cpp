@@ -2,7 +2,7 @@
 //
 //   gen_straight_line <out.cpp>
 //
-// For each case of cuda_issue.hpp it binds a rank_executor over the record driver, records one
+// For each case of cuda_issue.hpp it binds a cuda::executor over the record driver, records one
 // step and writes two functions: step_<case>, whose body is that step's driver calls in order —
 // every stream, event, size, peer and communicator a constant, every buffer a pool's base plus a
 // constant offset, no loop, no dispatch — and bind_<case>, which fills the stage calls' bound
@@ -191,8 +191,10 @@ std::string write_case(std::ostream& out, int which) {
     for (int s = 0; s < pipetype::kind_count; ++s)
       if (e.fn[s]) e.fn[s] = by_slot[s];
   }
-  pc::rank_executor ex{pipetype::views_of(plan), bench_rank, capturing, rec,
-                       std::vector<int>(plan.lowered().comms.size(), 0)};
+  pc::executor ex{pipetype::views_of(plan),
+                  capturing,
+                  rec,
+                  {.rank = bench_rank, .comms = std::vector<int>(plan.lowered().comms.size(), 0)}};
   made m;
   for (const auto& c : rec.calls())
     if (c.what == ck::allocate) {

@@ -238,13 +238,11 @@ result run_loopback(const options& o, const std::string& name) {
   }
   std::vector<std::unique_ptr<pc::runtime_driver>> drivers;
   std::vector<pc::runtime_driver*> ptrs;
-  std::vector<std::vector<pt::stage_entry>> entries;
   for (int k = 0; k < o.ranks; ++k) {
     drivers.push_back(std::make_unique<pc::runtime_driver>(k, 0));
     ptrs.push_back(drivers.back().get());
-    entries.push_back(pt::entries_of(models[pv.chains > 1 ? static_cast<std::size_t>(k) : 0]));
   }
-  pc::loopback_pipeline<pc::runtime_driver> pipe{pt::views_of(plan), std::move(entries), ptrs};
+  pc::loopback_pipeline<pc::runtime_driver> pipe{plan, models, ptrs};  // one model per rank, or one shared
   auto sync = [&] {
     for (auto& d : drivers) d->synchronize();
   };
@@ -288,8 +286,8 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   std::vector<pt::uniform_chain<cuda_mlp::stage>> model;
   model.push_back(cuda_mlp::make_model(o.layers, S));
   attach(model.front(), b);
-  auto ex = std::make_unique<pc::rank_executor<pc::runtime_driver>>(pt::views_of(plan), who.rank,
-                                                                    pt::entries_of(model.front()), d, comms);
+  auto ex = std::make_unique<pc::executor<pc::runtime_driver>>(
+      plan, model.front(), d, pc::executor_options<pc::runtime_driver>{.rank = who.rank, .comms = comms});
   ex->step(b.inputs.data());
   d.synchronize();
   r.loss = b.mean_loss();  // this rank's share: non-zero only where the last stage runs

@@ -143,9 +143,7 @@ outcome loopback_step(const pt::runtime_plan& plan) {
   for (auto& model : models) mlp::attach(model, b, losses, m);
   drivers d(p);
   outcome o;
-  std::vector<std::vector<pt::stage_entry>> entries;
-  for (int r = 0; r < p; ++r) entries.push_back(pt::entries_of(models[own_models ? static_cast<std::size_t>(r) : 0]));
-  pc::loopback_pipeline<pc::record_driver> pipe{pt::views_of(plan), std::move(entries), d.ptrs, {.deadline = 20s}};
+  pc::loopback_pipeline<pc::record_driver> pipe{plan, models, d.ptrs, {.deadline = 20s}};  // one per rank, or shared
   for (auto* x : d.ptrs) x->clear();
   pipe.step(b.inputs.data());
   o.order = pipeline_happens_before(plan, d.ptrs);
@@ -195,7 +193,7 @@ TEST_CASE("cuda loopback: transfers are copies on the receiver's communication s
   std::vector<double> losses;
   mlp::attach(model, b, losses, 4);
   drivers d(2);
-  pc::loopback_pipeline<pc::record_driver> pipe{pt::views_of(plan), pt::entries_of(model), d.ptrs};
+  pc::loopback_pipeline<pc::record_driver> pipe{plan, model, d.ptrs};
   for (auto* x : d.ptrs) x->clear();
   pipe.step(b.inputs.data());
   const int comm_stream = pipe.rank(1).comm_stream();
@@ -244,11 +242,24 @@ TEST_CASE("cuda loopback: a rank that fails stops the others with its error, and
   stages[2].fail_at = 3;
   pt::uniform_chain<faulty> model(std::move(stages));
   drivers d(4);
-  pc::loopback_pipeline<pc::record_driver> pipe{pt::views_of(plan), pt::entries_of(model), d.ptrs, {.deadline = 20s}};
+  pc::loopback_pipeline<pc::record_driver> pipe{plan, model, d.ptrs, {.deadline = 20s}};
   std::vector<float> batch(16 * 8, 1.0f);
   CHECK_THROWS_WITH(pipe.step(batch.data()), doctest::Contains("stage fault at microbatch 3"));
+  // failures(): rank 2's stage threw; every other rank that failed was stopped by it
+  bool rank2 = false;
+  for (const pt::failure& f : pipe.failures()) {
+    if (f.rank == 2) {
+      rank2 = true;
+      CHECK(f.cause == pt::failure_cause::stage_threw);
+      CHECK(f.message.find("stage fault at microbatch 3") != std::string::npos);
+    } else {
+      CHECK(f.cause == pt::failure_cause::aborted);
+    }
+  }
+  CHECK(rank2);
   model.stage(2).fail_at = -1;
   CHECK_NOTHROW(pipe.step(batch.data()));  // the hub forgot the abort and the half-done transfers
+  CHECK(pipe.failures().empty());
 }
 
 TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error naming the channel") {
@@ -260,7 +271,7 @@ TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error namin
   pc::record_driver d0;
   pc::loopback_hub<pc::record_driver> hub{l, 100ms};
   pc::loopback_driver<pc::record_driver> link{d0, hub, 0};
-  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), link, std::vector<int>{0}};
+  pc::executor ex{plan, model, link};
   std::vector<float> batch(32, 1.0f);
   CHECK_THROWS_WITH_AS(ex.step(batch.data()),
                        doctest::Contains("rank 0 waited 100 ms for its send on communicator 0, rank 0 → rank 1"),
@@ -272,10 +283,10 @@ TEST_CASE("cuda loopback: DualPipe refuses one model shared by every rank") {
   REQUIRE(plan.ok());
   auto model = mlp::make_model(8, plan.compute().chain_length());
   drivers d(4);
-  CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(pt::views_of(plan), pt::entries_of(model), d.ptrs),
+  CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(plan, model, d.ptrs),
                     doctest::Contains("give every rank its own model"));
   drivers d3(3);
-  CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(pt::views_of(plan), pt::entries_of(model), d3.ptrs),
+  CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(plan, model, d3.ptrs),
                     doctest::Contains("the plan has 4 ranks, 3 drivers"));
 }
 
@@ -286,7 +297,7 @@ TEST_CASE("cuda loopback: the whole pipeline is captured as one graph, forked fr
   std::vector<double> losses;
   mlp::attach(model, a, losses, 4);
   drivers d(2);
-  pc::loopback_pipeline<pc::record_driver> pipe{pt::views_of(plan), pt::entries_of(model), d.ptrs};
+  pc::loopback_pipeline<pc::record_driver> pipe{plan, model, d.ptrs};
   for (auto* x : d.ptrs) x->clear();
   pipe.capture(a.inputs.data());
   CHECK(pipe.instantiations() == 1);

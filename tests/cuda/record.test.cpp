@@ -53,7 +53,7 @@ std::vector<rank_run> record_step(const pt::runtime_plan& plan) {
   for (int r = 0; r < plan.compute().ranks; ++r) {
     pc::record_driver d;
     // quiet accumulates nothing: schedules that run backwards out of microbatch order are fine
-    pc::rank_executor ex{pt::views_of(plan), r, pt::entries_of(model), d, comms, {.ordered_gradients = false}};
+    pc::executor ex{plan, model, d, {.rank = r, .comms = comms, .ordered_gradients = false}};
     rank_run run;
     run.bind = d.calls();
     d.clear();
@@ -262,7 +262,7 @@ TEST_CASE("cuda record: a compile-time plan binds too") {
   constexpr auto plan = pt::make_plan<pt::zb_v<pt::ranks<2>, pt::microbatches<4>>>();
   pt::uniform_chain<quiet> model(std::vector<quiet>(4));
   pc::record_driver d;
-  pc::rank_executor ex{pt::views_of(plan), 1, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::executor ex{plan, model, d, {.rank = 1}};
   std::vector<float> batch(16 * 4);
   d.clear();
   ex.step(batch.data());
@@ -275,19 +275,21 @@ TEST_CASE("cuda record: bad bindings are named") {
   const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
   pc::record_driver d;
   pt::uniform_chain<quiet> three(std::vector<quiet>(3)), two(std::vector<quiet>(2));
-  CHECK_THROWS_AS(pc::rank_executor(pt::views_of(plan), 0, pt::entries_of(three), d, std::vector<int>{0}),
-                  pt::shape_error);
-  CHECK_THROWS_WITH(pc::rank_executor(pt::views_of(plan), 2, pt::entries_of(two), d, std::vector<int>{0}),
-                    doctest::Contains("rank 2 is not in the plan's 2 ranks"));
-  CHECK_THROWS_WITH(pc::rank_executor(pt::views_of(plan), 0, pt::entries_of(two), d, std::vector<int>{}),
-                    doctest::Contains("uses 1 communicators, 0 given"));
+  CHECK_THROWS_AS(pc::executor(plan, three, d, {.rank = 0}), pt::shape_error);
+  CHECK_THROWS_WITH(pc::executor(plan, two, d, {.rank = 2}), doctest::Contains("rank 2 is not in the plan's 2 ranks"));
+  CHECK_NOTHROW(pc::executor(plan, two, d, {.rank = 0}));  // integer communicators default to 0, 1, ...
+  const auto four_ranks = pt::build_plan(pt::make_one_f_one_b(4, 4));
+  pt::uniform_chain<quiet> four(std::vector<quiet>(4));
+  CHECK_THROWS_WITH(pc::executor(four_ranks, four, d, {.rank = 0, .comms = {0, 1}}),
+                    doctest::Contains("uses 3 communicators, 2 given"));
+  CHECK_THROWS_WITH(pc::executor(plan, two, d), doctest::Contains("executor_options::rank is not set"));
 }
 
 TEST_CASE("cuda record: a step captured into a graph forks from the origin stream, joins back, and updates in place") {
   const auto plan = pt::build_plan(pt::make_interleaved_1f1b(2, 4, 2));
   pt::uniform_chain<quiet> model(std::vector<quiet>(4));
   pc::record_driver d;
-  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::executor ex{plan, model, d, {.rank = 0}};
   std::vector<float> a(16 * 4), b(16 * 4);
   d.clear();
   ex.step(a.data());
@@ -331,7 +333,7 @@ TEST_CASE("cuda record: a step captured into a graph forks from the origin strea
   CHECK((rp[5].what == ck::record && rp[5].stream == origin));
   CHECK((rp[6].what == ck::wait && rp[6].stream == 0 && rp[6].event == rp[5].event));
   CHECK((rp[7].what == ck::wait && rp[7].stream == 1 && rp[7].event == rp[5].event));
-  pc::rank_executor fresh{pt::views_of(plan), 1, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::executor fresh{plan, model, d, {.rank = 1}};
   CHECK_THROWS_AS(fresh.replay(), std::logic_error);
 }
 
@@ -348,7 +350,7 @@ void check_unrolled(int stages) {
   for (std::size_t c = 0; c < comms.size(); ++c) comms[c] = static_cast<int>(c);
   std::vector<float> batch(16 * 8);
   pc::record_driver d;
-  pc::rank_executor ex{pt::views_of(Plan), Rank, pt::entries_of(model), d, comms};
+  pc::executor ex{Plan, model, d, {.rank = Rank, .comms = comms}};
   d.clear();
   ex.step(batch.data());
   const std::vector<call> looped = d.calls();
@@ -371,7 +373,7 @@ TEST_CASE("cuda record: the unrolled step of a compile-time plan issues exactly 
   // bound to another rank: refused, not issued
   pt::uniform_chain<quiet> model(std::vector<quiet>(4));
   pc::record_driver d;
-  pc::rank_executor ex{pt::views_of(unrolled_1f1b), 2, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
+  pc::executor ex{unrolled_1f1b, model, d, {.rank = 2}};
   std::vector<float> batch(16 * 8);
   const auto wrong_rank = [&] { ex.step_unrolled<unrolled_1f1b, 1>(batch.data()); };
   CHECK_THROWS_WITH(wrong_rank(), doctest::Contains("bound to rank 2"));
@@ -393,7 +395,7 @@ TEST_CASE("cuda record: a failing call names the op being issued") {
   pt::uniform_chain<quiet> model(std::vector<quiet>(2));
   failing_driver d;
   d.sends_left = 1;  // rank 0's second send: activation 0F1
-  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), d, std::vector<int>{0}};
+  pc::executor ex{plan, model, d, {.rank = 0}};
   std::vector<float> batch(16 * 4);
   try {
     ex.step(batch.data());
@@ -433,7 +435,7 @@ TEST_CASE(
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
     pc::record_driver d;
-    pc::rank_executor ex{pt::views_of(plan), r, pt::entries_of(model), d, std::vector<int>{0, 1, 2}};
+    pc::executor ex{plan, model, d, {.rank = r}};
     std::vector<float> batch(16 * 4);
     seen.clear();
     d.clear();

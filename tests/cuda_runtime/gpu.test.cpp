@@ -65,7 +65,7 @@ TEST_CASE("gpu: the device executor runs a one-rank plan, stages launching on th
   pc::runtime_driver d{0, 0};
   auto* batch = static_cast<float*>(d.allocate(4 * 256 * sizeof(float)));
   REQUIRE(cudaMemset(batch, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
-  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), d, std::vector<ncclComm_t>{}};
+  pc::executor ex{plan, model, d};
   ex.step(batch);
   d.synchronize();
   CHECK(cudaGetLastError() == cudaSuccess);
@@ -79,7 +79,7 @@ TEST_CASE("gpu: a captured step replays, and a new batch updates the graph in pl
   auto* b = static_cast<float*>(d.allocate(4 * 256 * sizeof(float)));
   REQUIRE(cudaMemset(a, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
   REQUIRE(cudaMemset(b, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
-  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), d, std::vector<ncclComm_t>{}};
+  pc::executor ex{plan, model, d};
   ex.capture(a);
   ex.replay();
   d.synchronize();
@@ -117,7 +117,7 @@ TEST_CASE("gpu: connect on a one-rank world gives a plan without communicators, 
   auto* batch = static_cast<float*>(d.allocate(4 * 256 * sizeof(float)));
   REQUIRE(cudaMemset(batch, 0, 4 * 256 * sizeof(float)) == cudaSuccess);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  pc::rank_executor ex{pt::views_of(plan), 0, pt::entries_of(model), d, comms};
+  pc::executor ex{plan, model, d, {.comms = comms}};
   ex.step(batch);
   d.synchronize();
   CHECK(cudaGetLastError() == cudaSuccess);

@@ -12,11 +12,11 @@
 
 // Not only parsed: nvcc instantiates the executor, the loopback pipeline over the CUDA driver and
 // an unrolled step of a compile-time plan.
-template class pipetype::cuda::rank_executor<pipetype::cuda::runtime_driver>;
+template class pipetype::cuda::executor<pipetype::cuda::runtime_driver>;
 template class pipetype::cuda::loopback_pipeline<pipetype::cuda::runtime_driver>;
 namespace {
 constexpr auto nvcc_plan = pipetype::make_plan<pipetype::one_f_one_b<pipetype::ranks<2>, pipetype::microbatches<4>>>();
-[[maybe_unused]] void nvcc_unrolled(pipetype::cuda::rank_executor<pipetype::cuda::runtime_driver>& ex,
+[[maybe_unused]] void nvcc_unrolled(pipetype::cuda::executor<pipetype::cuda::runtime_driver>& ex,
                                     const void* batch) {
   ex.step_unrolled<nvcc_plan, 0>(batch);
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -202,10 +203,34 @@ TEST_CASE("host executor: a stage that throws ends the step on every rank, namin
       if (f.rank != 1) CHECK(f.cause == ph::failure_cause::aborted);
     }
     CHECK(seen == std::vector<int>{1, 1, 1, 1});
+    CHECK(ex.failures().size() == e.failures().size());  // the executor keeps the last step's
   }
-  // the executor is usable again: the next step runs clean
+  // the executor is usable again (its rank threads and fabric too): the next steps run clean
   model.stage(1).hook = nullptr;
   CHECK_NOTHROW(ex.step(batch));
+  CHECK(ex.failures().empty());
+  CHECK_NOTHROW(ex.step(batch));
+}
+
+TEST_CASE("host executor: capture and replay run the step again on the captured batch") {
+  const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  std::vector<std::string> seen;
+  std::mutex m;
+  auto model = probes(2, [&](char k, int s, int j) {
+    std::lock_guard lock(m);
+    seen.push_back(std::string(1, k) + std::to_string(s) + std::to_string(j));
+  });
+  ph::executor ex{plan, model};
+  std::vector<float> batch(4 * 4, 0.0f);
+  CHECK_THROWS_AS(ex.replay(), std::logic_error);  // nothing captured yet
+  ex.capture(batch);
+  const std::size_t one_step = seen.size();
+  CHECK(one_step == 2 * 2 * 4);  // 2 stages × F and B × 4 microbatches
+  ex.replay();
+  ex.replay();
+  CHECK(seen.size() == 3 * one_step);
+  std::vector<float> short_batch(3);
+  CHECK_THROWS_AS(ex.capture(short_batch), pt::shape_error);
 }
 
 TEST_CASE("host executor: a stage stalled past the deadline ends the step with a timeout naming the stall") {

@@ -14,6 +14,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipetype/bind/stage_entry.hpp"
@@ -84,6 +85,29 @@ inline void check_gradients(const program_view& p, const std::vector<stage_entry
       last = a.microbatch > last ? a.microbatch : last;
     }
   }
+}
+
+/// Instantiated for each stage type when a compile-time plan splits backwards into I and W; a
+/// stage that offers only a full `backward` stops the build here, and the compiler's message
+/// names it: `split_schedule_needs_backward_input_and_backward_weight<your_stage>`.
+template <class Stage>
+struct split_schedule_needs_backward_input_and_backward_weight {
+  static_assert(has_split_backward<Stage>,
+                "pipetype: the plan's schedule splits backwards into I and W, but this stage (named in the "
+                "template argument above) offers only a full backward(); give it backward_input() and "
+                "backward_weight(), or use a schedule that does not split (gpipe, 1f1b, interleaved-1f1b, ...)");
+  static constexpr bool value = true;
+};
+
+template <class Plan, class Model>
+constexpr bool stages_fit_plan() {
+  if constexpr (requires { Plan::shape.split; }) {
+    if constexpr (Plan::shape.split)
+      return []<class... S>(std::tuple<S...>*) {
+        return (split_schedule_needs_backward_input_and_backward_weight<S>::value && ...);
+      }(static_cast<stage_types_t<Model>*>(nullptr));
+  }
+  return true;
 }
 
 }  // namespace detail

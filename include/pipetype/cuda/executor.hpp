@@ -51,6 +51,7 @@
 
 #include "pipetype/bind/checks.hpp"
 #include "pipetype/bind/layout.hpp"
+#include "pipetype/bind/report.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/core/program.hpp"
@@ -119,7 +120,7 @@ void abandon_capture(D& d, typename D::stream origin) noexcept {
 namespace detail {
 struct no_graph {};
 
-// A rank's issue list as compile-time constants (rank_executor::step_unrolled).
+// A rank's issue list as compile-time constants (executor::step_unrolled).
 struct static_issue {
   op_code code = op_code::compute;
   int stream = 0, wait = -1, record = -1;
@@ -172,19 +173,35 @@ struct static_program {
 };
 }  // namespace detail
 
+/// How a device executor is built.
+template <class D>
+struct executor_options {
+  int rank = -1;                          // the plan's rank this executor runs; -1: the driver's rank()
+  std::vector<typename D::comm> comms{};  // per lowered communicator; empty: 0, 1, ... (integer comms)
+  bool ordered_gradients = true;          // see bind/checks.hpp
+};
+
 template <device_driver D>
-class rank_executor {
+class executor {
  public:
-  /// Binds rank `rank` of the plan `v` (views_of(plan)) to the model's stages, allocating
-  /// and creating everything through `driver`; `comms[c]` is lowered communicator c (only those
-  /// the rank is a member of are used).
-  rank_executor(const plan_views& v, int rank, std::vector<stage_entry> entries, D& driver,
-                std::vector<typename D::comm> comms, const binding_options& opt = {})
-      : d_(driver), rank_(rank), entries_(std::move(entries)), comms_(std::move(comms)) {
+  /// Binds one rank of `plan` (a static_plan or an accepted runtime_plan) to the stages of
+  /// `model` (a chain or uniform_chain), allocating and creating everything through `driver`:
+  ///   pipetype::cuda::executor ex{plan, model, driver, {.rank = 1, .comms = comms}};
+  /// `opt.rank` defaults to the driver's rank(); `opt.comms[c]` is lowered communicator c (only
+  /// those the rank is a member of are used; integer communicators default to 0, 1, ...). A
+  /// compile-time plan that splits backwards is checked against the stage types here.
+  template <class Plan, stage_graph Model>
+  executor(const Plan& plan, Model& model, D& driver, executor_options<D> opt = {})
+      : executor(views_of(plan), entries_of(model), driver, std::move(opt)) {
+    static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
+  }
+  /// The same from stages erased already (entries_of, or entries made by hand).
+  executor(const plan_views& v, std::vector<stage_entry> entries, D& driver, executor_options<D> opt = {})
+      : d_(driver), rank_(rank_of(driver, opt.rank)), entries_(std::move(entries)), comms_(std::move(opt.comms)) {
     const program_view& p = v.compute;
     const lowered_view& l = v.lowered;
-    if (rank < 0 || rank >= p.ranks)
-      throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank) + " is not in the plan's " +
+    if (rank_ < 0 || rank_ >= p.ranks)
+      throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank_) + " is not in the plan's " +
                                   std::to_string(p.ranks) + " ranks");
     const int L = p.chain_length();
     pipetype::detail::check_model(p, entries_, "pipetype::cuda");
@@ -197,6 +214,9 @@ class rank_executor {
               " declares a weight_grad but has no add_weight_grad(std::span<const T> g, void* stream): on a device "
               "pipetype cannot add weight gradients itself; give the stage that member (launch the add on "
               "`stream`) or accumulate in the stage and drop weight_grad");
+    if constexpr (std::is_integral_v<typename D::comm>)
+      if (comms_.empty())
+        for (std::size_t c = 0; c < l.comms.size(); ++c) comms_.push_back(static_cast<typename D::comm>(c));
     if (comms_.size() < l.comms.size())
       throw std::invalid_argument("pipetype::cuda: the plan uses " + std::to_string(l.comms.size()) +
                                   " communicators, " + std::to_string(comms_.size()) + " given");
@@ -238,8 +258,11 @@ class rank_executor {
       if (!later_.empty()) add_later();
       fence(d);
     } catch (const device_error& err) {
-      throw device_error(std::string(err.what()) + " [while issuing " + where(o) + "]");
+      const device_error named(std::string(err.what()) + " [while issuing " + where(o) + "]");
+      note_failure(o, named.what());
+      throw named;
     }
+    failures_.clear();
   }
 
   /// The same step for a plan known at compile time (`Plan` a constexpr plan with static storage,
@@ -293,13 +316,15 @@ class rank_executor {
   int instantiations() const noexcept requires captures_graphs<D> { return graph_.instantiations; }
   int updates() const noexcept requires captures_graphs<D> { return graph_.updates; }
 
-  rank_executor(const rank_executor&) = delete;
-  rank_executor& operator=(const rank_executor&) = delete;
-  ~rank_executor() {
+  executor(const executor&) = delete;
+  executor& operator=(const executor&) = delete;
+  ~executor() {
     if constexpr (captures_graphs<D>) graph_.release(d_);
   }
 
   int rank() const noexcept { return rank_; }
+  /// How the last step failed (one entry: this rank's thread), or empty when it succeeded.
+  const std::vector<failure>& failures() const noexcept { return failures_; }
   std::size_t batch_bytes() const noexcept { return batch_bytes_; }  // per microbatch
   int ops() const noexcept { return static_cast<int>(ops_.size()); }
   typename D::stream compute_stream() const noexcept { return streams_[0]; }
@@ -534,12 +559,35 @@ class rank_executor {
 
   std::byte* alloc(std::size_t n) { return n ? static_cast<std::byte*>(d_.allocate(n)) : nullptr; }
 
+  static int rank_of(const D& d, int rank) {
+    if (rank >= 0) return rank;
+    if constexpr (requires { d.rank(); })
+      return d.rank();
+    else
+      throw std::invalid_argument(
+          "pipetype::cuda: executor_options::rank is not set and the driver does not know its rank");
+  }
+  void note_failure(const issue_op* o, const char* what) {
+    failure f;
+    f.rank = rank_;
+    f.cause = failure_cause::device;
+    f.message = what;
+    const auto k = static_cast<std::size_t>(o - ops_.data());
+    if (k < ops_.size()) {
+      f.op = static_cast<int>(k);
+      f.action = labels_[k];
+      f.stream = o->code == op_code::compute ? stream_id::compute : stream_id::comm;
+    }
+    failures_.assign(1, std::move(f));
+  }
+
   D& d_;
   int rank_;
   std::vector<stage_entry> entries_;
   std::vector<typename D::comm> comms_;
   std::vector<issue_op> ops_;
   std::vector<std::string> labels_;  // per issue op, for errors
+  std::vector<failure> failures_;    // the last step's
   std::vector<bound_op> calls_;      // the compute ops' stage calls
   std::vector<transfer> transfers_;
   std::vector<std::byte*> adds_;  // held weight gradients, per op's [add_begin, + add_count)
@@ -556,5 +604,10 @@ class rank_executor {
   typename D::event fork_{}, join_[3]{};
   [[no_unique_address]] std::conditional_t<captures_graphs<D>, step_graph<D>, detail::no_graph> graph_{};
 };
+
+template <class Plan, class Model, class D>
+executor(const Plan&, Model&, D&) -> executor<D>;
+template <class Plan, class Model, class D>
+executor(const Plan&, Model&, D&, executor_options<D>) -> executor<D>;
 
 }  // namespace pipetype::cuda

@@ -45,6 +45,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -55,6 +56,7 @@
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/cuda/executor.hpp"
+#include "pipetype/exec/rank_threads.hpp"
 
 namespace pipetype::cuda {
 
@@ -254,27 +256,45 @@ class loopback_driver {
 
 struct loopback_options {
   std::chrono::milliseconds deadline{60'000};  // a rank waiting longer for a peer throws
-  binding_options binding{};                   // as for every executor
+  bool ordered_gradients = true;               // as for every executor (bind/checks.hpp)
 };
 
 /// A whole pipeline in one process: one executor per rank over `Base` drivers (one per rank,
 /// the caller's; with CUDA, runtime_driver{r, device} for every r on the same device), each rank
 /// stepping on its own persistent host thread. A rank has two streams, three with F&B pairs.
 ///
-///   std::vector<std::unique_ptr<runtime_driver>> d;  // one per rank, same device
-///   loopback_pipeline<runtime_driver> pipe{views_of(plan), models, drivers};
+///   std::vector<runtime_driver*> drivers;   // one per rank, same device
+///   loopback_pipeline pipe{plan, model, drivers};        // or {plan, models, drivers}: one per rank
 ///   pipe.step(batch);                 // eager: every rank's program, rendezvous on the host
 ///   pipe.capture(batch); pipe.replay();
 ///
-/// `entries[r]` are rank r's stages (entries_of(model)); ranks may share one model's entries
-/// when every stage lives on one rank, not under DualPipe (a model stage on two ranks would add
-/// gradients from two streams at once: give each rank its own model then).
+/// One model may serve every rank when each of its stages lives on one rank; under DualPipe a
+/// model stage runs on two ranks at once (it would add gradients from two streams): give each
+/// rank its own model then (a std::vector of models, one per rank).
 template <class Base>
 requires device_driver<Base> && copies<Base>
 class loopback_pipeline {
  public:
-  using executor = rank_executor<loopback_driver<Base>>;
+  using rank_executor = executor<loopback_driver<Base>>;
 
+  /// Every rank with its own model (`models[r]` for rank r), or — one model given — all
+  /// sharing it.
+  template <class Plan, stage_graph Model>
+  loopback_pipeline(const Plan& plan, std::vector<Model>& models, std::vector<Base*> drivers, loopback_options opt = {})
+      : loopback_pipeline(views_of(plan), entries_per_rank(models, views_of(plan).compute.ranks), std::move(drivers),
+                          opt) {
+    static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
+  }
+  /// Every rank sharing one model (plans where each stage lives on one rank).
+  template <class Plan, stage_graph Model>
+  loopback_pipeline(const Plan& plan, Model& shared, std::vector<Base*> drivers, loopback_options opt = {})
+      : loopback_pipeline(views_of(plan),
+                          std::vector<std::vector<stage_entry>>(static_cast<std::size_t>(views_of(plan).compute.ranks),
+                                                                entries_of(shared)),
+                          std::move(drivers), opt) {
+    static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
+  }
+  /// The same from stages erased already: `entries[r]` are rank r's.
   loopback_pipeline(const plan_views& v, std::vector<std::vector<stage_entry>> entries, std::vector<Base*> drivers,
                     loopback_options opt = {})
       : ranks_(v.compute.ranks), hub_(v.lowered, opt.deadline) {
@@ -291,14 +311,13 @@ class loopback_pipeline {
                                         std::to_string(b) +
                                         " share one model, but the plan runs each model stage on two ranks (" +
                                         std::to_string(v.compute.chains) + " chains): give every rank its own model");
-    std::vector<int> comms(v.lowered.comms.size());
-    for (std::size_t c = 0; c < comms.size(); ++c) comms[c] = static_cast<int>(c);
     for (int r = 0; r < ranks_; ++r) {
       Base& d = *drivers.at(static_cast<std::size_t>(r));
       bases_.push_back(&d);
       links_.push_back(std::make_unique<loopback_driver<Base>>(d, hub_, r));
-      execs_.push_back(std::make_unique<executor>(v, r, std::move(entries[static_cast<std::size_t>(r)]), *links_.back(),
-                                                  comms, opt.binding));
+      execs_.push_back(std::make_unique<rank_executor>(
+          v, std::move(entries[static_cast<std::size_t>(r)]), *links_.back(),
+          executor_options<loopback_driver<Base>>{.rank = r, .comms = {}, .ordered_gradients = opt.ordered_gradients}));
     }
     if constexpr (captures_graphs<Base>) {
       Base& d0 = *bases_.front();
@@ -307,23 +326,14 @@ class loopback_pipeline {
       for (int r = 0; r < ranks_; ++r)  // one per stream of the rank (at most three)
         for (int k = 0; k < 3; ++k) join_.push_back(bases_[static_cast<std::size_t>(r)]->make_event());
     }
-    for (int r = 0; r < ranks_; ++r) threads_.emplace_back([this, r] { serve(r); });
+    threads_ = std::make_unique<pipetype::detail::rank_threads>(ranks_, [this](int r) {
+      if constexpr (requires(Base & d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
+    });
   }
-  /// Every rank sharing one model's stages (plans where each stage lives on one rank).
-  loopback_pipeline(const plan_views& v, const std::vector<stage_entry>& shared, std::vector<Base*> drivers,
-                    loopback_options opt = {})
-      : loopback_pipeline(v, std::vector<std::vector<stage_entry>>(static_cast<std::size_t>(v.compute.ranks), shared),
-                          std::move(drivers), opt) {}
-
   loopback_pipeline(const loopback_pipeline&) = delete;
   loopback_pipeline& operator=(const loopback_pipeline&) = delete;
   ~loopback_pipeline() {
-    {
-      const std::lock_guard lk(m_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
+    threads_.reset();
     if constexpr (captures_graphs<Base>) graph_.release(*bases_.front());
   }
 
@@ -358,9 +368,20 @@ class loopback_pipeline {
   typename Base::stream origin_stream() const noexcept requires captures_graphs<Base> { return origin_; }
 
   int ranks() const noexcept { return ranks_; }
-  executor& rank(int r) { return *execs_.at(static_cast<std::size_t>(r)); }
+  rank_executor& rank(int r) { return *execs_.at(static_cast<std::size_t>(r)); }
+  /// How the last step failed, one entry per rank that failed (a rank stopped by another's
+  /// failure is `aborted`), or empty when it succeeded.
+  const std::vector<failure>& failures() const noexcept { return failures_; }
 
  private:
+  template <class Model>
+  static std::vector<std::vector<stage_entry>> entries_per_rank(std::vector<Model>& models, int ranks) {
+    if (models.size() == 1)
+      return std::vector<std::vector<stage_entry>>(static_cast<std::size_t>(ranks), entries_of(models.front()));
+    std::vector<std::vector<stage_entry>> out;
+    for (Model& m : models) out.push_back(entries_of(m));
+    return out;
+  }
   // The origin stream (rank 0's driver) and every rank's streams: the streams wait on the
   // origin's position (fork), or the origin waits on each stream's (join).
   void fork_from_origin() requires captures_graphs<Base> {
@@ -381,14 +402,9 @@ class loopback_pipeline {
   }
 
   void run(const void* batch) {
-    std::unique_lock lk(m_);
-    batch_ = batch;
     errors_.assign(static_cast<std::size_t>(ranks_), nullptr);
-    busy_ = ranks_;
-    ++generation_;
-    cv_.notify_all();
-    done_cv_.wait(lk, [&] { return busy_ == 0; });
-    lk.unlock();
+    auto job = [this, batch](int r) { serve(r, batch); };
+    threads_->run(job);
     const bool failed =
         std::any_of(errors_.begin(), errors_.end(), [](const std::exception_ptr& e) { return e != nullptr; });
     if constexpr (requires(Base & d) { d.synchronize(); })
@@ -398,71 +414,69 @@ class loopback_pipeline {
           } catch (...) {
           }
     hub_.reset();
+    failures_.clear();
     // the first error that is not an echo of another rank's abort
-    std::exception_ptr first;
-    for (const std::exception_ptr& e : errors_) {
+    std::exception_ptr first, cause;
+    for (std::size_t r = 0; r < errors_.size(); ++r) {
+      const std::exception_ptr& e = errors_[r];
       if (!e) continue;
+      failure f;
+      f.rank = static_cast<int>(r);
       try {
         std::rethrow_exception(e);
-      } catch (const loopback_error&) {
+      } catch (const loopback_error& x) {
+        const bool echo = std::string_view(x.what()).find(" stopped: ") != std::string_view::npos;
+        f.cause = echo ? failure_cause::aborted : failure_cause::timeout;
+        f.message = x.what();
         if (!first) first = e;
+      } catch (const device_error& x) {
+        f.cause = failure_cause::device;
+        f.message = x.what();
+        if (!cause) cause = e;
+      } catch (const std::exception& x) {
+        f.cause = failure_cause::stage_threw;
+        f.message = x.what();
+        if (!cause) cause = e;
       } catch (...) {
-        std::rethrow_exception(e);
+        f.cause = failure_cause::stage_threw;
+        f.message = "an exception not derived from std::exception";
+        if (!cause) cause = e;
       }
+      failures_.push_back(std::move(f));
     }
+    if (cause) std::rethrow_exception(cause);
     if (first) std::rethrow_exception(first);
   }
 
-  void serve(int r) {
-    if constexpr (requires(Base & d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
-    std::uint64_t seen = 0;
-    for (;;) {
-      const void* batch = nullptr;
-      {
-        std::unique_lock lk(m_);
-        cv_.wait(lk, [&] { return quit_ || generation_ != seen; });
-        if (quit_) return;
-        seen = generation_;
-        batch = batch_;
-      }
-      std::exception_ptr err;
-      try {
-        links_[static_cast<std::size_t>(r)]->restart();
-        execs_[static_cast<std::size_t>(r)]->step(batch);
-      } catch (const std::exception& e) {
-        err = std::current_exception();
-        hub_.abort("rank " + std::to_string(r) + " failed: " + e.what());
-      } catch (...) {
-        err = std::current_exception();
-        hub_.abort("rank " + std::to_string(r) + " failed");
-      }
-      {
-        const std::lock_guard lk(m_);
-        errors_[static_cast<std::size_t>(r)] = err;
-        if (--busy_ == 0) done_cv_.notify_all();
-      }
+  // Rank r's step, on its thread; a failure aborts the other ranks' rendezvous.
+  void serve(int r, const void* batch) noexcept {
+    std::exception_ptr err;
+    try {
+      links_[static_cast<std::size_t>(r)]->restart();
+      execs_[static_cast<std::size_t>(r)]->step(batch);
+    } catch (const std::exception& e) {
+      err = std::current_exception();
+      hub_.abort("rank " + std::to_string(r) + " failed: " + e.what());
+    } catch (...) {
+      err = std::current_exception();
+      hub_.abort("rank " + std::to_string(r) + " failed");
     }
+    errors_[static_cast<std::size_t>(r)] = err;
   }
 
   int ranks_;
   loopback_hub<Base> hub_;
   std::vector<Base*> bases_;
   std::vector<std::unique_ptr<loopback_driver<Base>>> links_;
-  std::vector<std::unique_ptr<executor>> execs_;
-  // persistent rank threads
-  std::vector<std::thread> threads_;
-  std::mutex m_;
-  std::condition_variable cv_, done_cv_;
-  std::uint64_t generation_ = 0;
-  int busy_ = 0;
-  bool quit_ = false;
-  const void* batch_ = nullptr;
-  std::vector<std::exception_ptr> errors_;
+  std::vector<std::unique_ptr<rank_executor>> execs_;
+  std::vector<std::exception_ptr> errors_;  // per rank, the last step's
+  std::vector<failure> failures_;
   // the whole-pipeline graph
   typename Base::stream origin_{};
   typename Base::event fork_{};
   std::vector<typename Base::event> join_;
   [[no_unique_address]] std::conditional_t<captures_graphs<Base>, step_graph<Base>, detail::no_graph> graph_{};
+  std::unique_ptr<pipetype::detail::rank_threads> threads_;  // one per rank, parked between steps
 };
 
 }  // namespace pipetype::cuda

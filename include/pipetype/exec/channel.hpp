@@ -3,8 +3,8 @@
 // The host executor runs each rank on threads and moves activations and gradients through a
 // `fabric`: the in-process stand-in for NCCL that the lowered program's send/recv/group ops are
 // issued against. It keeps the semantics the verifier proved the program against
-// (NCCL user guide, "Point-to-point communication" and "Group calls"), so a program that would hang on NCCL hangs here too —
-// and then ends with an error instead, because every wait has a deadline:
+// (NCCL user guide, "Point-to-point communication" and "Group calls"), so a program that would hang on NCCL hangs here
+// too — and then ends with an error instead, because every wait has a deadline:
 //   • a send and a recv are a blocking rendezvous: neither completes before the other is posted;
 //   • the k-th send from a to b on a communicator matches the k-th recv at b from a on it
 //     (FIFO per communicator and peer); both must have the same size;
@@ -23,16 +23,19 @@
 //   e.group_end();                             e.group_end();
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace pipetype::host {
@@ -77,6 +80,15 @@ class fabric {
     }
     changed_.notify_all();
   }
+  /// Forgets an abort and every posted transfer (between steps, after a failed one).
+  void reset() {
+    std::lock_guard lock(mutex_);
+    aborted_.clear();
+    for (channel& ch : channels_) {
+      ch.sends.clear();
+      ch.recvs.clear();
+    }
+  }
   bool aborted() const {
     std::lock_guard lock(mutex_);
     return !aborted_.empty();
@@ -88,8 +100,8 @@ class fabric {
     std::byte* recv_to = nullptr;          // recv: destination
     const std::byte* send_from = nullptr;  // send: source
     std::size_t bytes = 0;
-    bool done = false;
-    std::string error;  // set on a size mismatch, for both ends
+    std::atomic<bool> done{false};  // set under the lock; read by its owner without it (spin)
+    std::string error;              // set on a size mismatch, for both ends (before done)
   };
   struct channel {
     std::deque<posted*> sends;  // posted, not yet matched, in issue order
@@ -118,7 +130,8 @@ class fabric {
       } else if (s->bytes > 0) {
         std::memcpy(r->recv_to, s->send_from, s->bytes);
       }
-      s->done = r->done = true;
+      s->done.store(true, std::memory_order_release);
+      r->done.store(true, std::memory_order_release);
       any = true;
     }
     return any;
@@ -178,8 +191,18 @@ class fabric::endpoint {
   };
 
   void complete() {
-    slots_.assign(pending_.size(), posted{});
-    std::vector<posted>& slots = slots_;
+    if (pending_.size() > slot_capacity_) {
+      slot_capacity_ = pending_.size();
+      slots_ = std::make_unique<posted[]>(slot_capacity_);
+    }
+    posted* const slots = slots_.get();
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      slots[i].recv_to = nullptr;
+      slots[i].send_from = nullptr;
+      slots[i].bytes = 0;
+      slots[i].done.store(false, std::memory_order_relaxed);
+      slots[i].error.clear();
+    }
     fabric& f = *f_;
     const auto until = std::chrono::steady_clock::now() + f.deadline_;
     std::unique_lock lock(f.mutex_);
@@ -198,16 +221,21 @@ class fabric::endpoint {
       if (match(c)) f.changed_.notify_all();
     }
     auto all_done = [&] {
-      for (const posted& p : slots)
-        if (!p.done) return false;
+      for (std::size_t i = 0; i < pending_.size(); ++i)
+        if (!slots[i].done.load(std::memory_order_acquire)) return false;
       return true;
     };
+    if (!all_done()) {  // a short yielding spin first: the peer is often about to post
+      lock.unlock();
+      for (int k = 0; k < spin && !all_done(); ++k) std::this_thread::yield();
+      lock.lock();
+    }
     while (!all_done()) {
       if (!f.aborted_.empty() || f.changed_.wait_until(lock, until) == std::cv_status::timeout) {
         if (all_done()) break;
         // withdraw what is still posted, so no peer ever touches these stack slots again
         for (std::size_t i = 0; i < pending_.size(); ++i) {
-          if (slots[i].done) continue;
+          if (slots[i].done.load(std::memory_order_relaxed)) continue;
           const op& o = pending_[i];
           channel& c = o.sending ? f.chan(o.comm, rank_, o.peer) : f.chan(o.comm, o.peer, rank_);
           auto& q = o.sending ? c.sends : c.recvs;
@@ -219,7 +247,7 @@ class fabric::endpoint {
         }
         std::string stuck;
         for (std::size_t i = 0; i < pending_.size(); ++i)
-          if (!slots[i].done) {
+          if (!slots[i].done.load(std::memory_order_relaxed)) {
             const op& o = pending_[i];
             stuck = std::string(o.sending ? "send" : "recv") + (o.what.empty() ? "" : " " + std::string(o.what)) +
                     (o.sending ? " to rank " : " from rank ") + std::to_string(o.peer) + " on communicator " +
@@ -249,7 +277,9 @@ class fabric::endpoint {
   int rank_;
   bool in_group_ = false;
   std::vector<op> pending_;
-  std::vector<posted> slots_;  // one per pending op while a group completes; reused
+  static constexpr int spin = 64;    // yields before sleeping on the fabric's condition variable
+  std::unique_ptr<posted[]> slots_;  // one per pending op while a group completes; reused
+  std::size_t slot_capacity_ = 0;
 };
 
 inline fabric::endpoint fabric::at(int rank) { return fabric::endpoint(*this, rank); }

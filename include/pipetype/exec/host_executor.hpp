@@ -25,7 +25,10 @@
 // and each microbatch's numerics do not depend on the schedule, so every schedule gives bitwise
 // the same gradients as running the microbatches one after the other.
 //
-// A step starts 2·ranks threads and joins them; stages that run for milliseconds dwarf that.
+// The rank threads (one per stream of each rank that has ops on it) start with the executor and
+// live as long as it does, parked between steps (rank_threads.hpp); a step wakes them, and
+// returns when all have finished their lists. The fabric and each thread's endpoint live as
+// long, so a step allocates nothing unless it is traced.
 #pragma once
 
 #include <atomic>
@@ -44,23 +47,17 @@
 #include <type_traits>
 #include <vector>
 
+#include "pipetype/bind/report.hpp"
 #include "pipetype/exec/binding.hpp"
 #include "pipetype/exec/channel.hpp"
+#include "pipetype/exec/rank_threads.hpp"
 #include "pipetype/graph/chain.hpp"
 
 namespace pipetype::host {
 
-enum class failure_cause { stage_threw, timeout, transfer, aborted };
-
-/// How one thread (rank, stream) ended a failed step.
-struct failure {
-  int rank = -1;
-  stream_id stream = stream_id::compute;
-  int op = -1;         // index in the rank's lowered op list (-1: before its first op)
-  std::string action;  // e.g. "2B5", "activation 1F3", "group"
-  failure_cause cause = failure_cause::aborted;
-  std::string message;
-};
+using pipetype::failure;  // the execution vocabulary every executor shares (bind/report.hpp)
+using pipetype::failure_cause;
+using pipetype::op_time;
 
 /// A step that did not complete. what() is the first failure (the cause of the others);
 /// failures() lists how every thread that had not finished ended.
@@ -83,16 +80,6 @@ struct executor_options {
   std::chrono::milliseconds deadline{std::chrono::seconds(30)};  // the longest any wait may block
   bool ordered_gradients = true;                                 // see binding.hpp
   bool trace = false;                                            // record each op's start and end
-};
-
-/// One op's run time in the last traced step (seconds from the step's start).
-struct op_time {
-  int rank = -1;
-  stream_id stream = stream_id::compute;
-  op_code code = op_code::compute;
-  kind what = kind::F;
-  int stage = -1, microbatch = -1;
-  double start = 0, end = 0;
 };
 
 namespace detail {
@@ -119,42 +106,50 @@ class engine {
   engine(bound_program prog, const executor_options& opt)
       : prog_(std::move(prog)),
         opt_(opt),
-        sync_(std::make_unique<rank_sync[]>(static_cast<std::size_t>(prog_.ranks))) {}
+        sync_(std::make_unique<rank_sync[]>(static_cast<std::size_t>(prog_.ranks))),
+        fabric_(prog_.ranks, prog_.comms, opt.deadline) {
+    for (int r = 0; r < prog_.ranks; ++r)
+      for (int st = 0; st < stream_count; ++st)
+        if (!prog_.rank[static_cast<std::size_t>(r)].ops[st].empty()) {
+          workers_.push_back({r, st});
+          endpoints_.push_back(fabric_.at(r));
+        }
+    threads_ = std::make_unique<pipetype::detail::rank_threads>(static_cast<int>(workers_.size()));
+  }
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
 
   const bound_program& program() const noexcept { return prog_; }
   const std::vector<op_time>& trace() const noexcept { return trace_; }
 
-  /// One step: every rank's streams on their own threads. `batch`: microbatches × batch_bytes.
+  /// One step: every rank's streams on their own (parked) threads. `batch`: microbatches ×
+  /// batch_bytes.
   void run(const std::byte* batch) {
-    fabric f{prog_.ranks, prog_.comms, opt_.deadline};
-    fabric_ = &f;
+    if (dirty_) fabric_.reset();  // a failed step may have left an abort and posted transfers
+    dirty_ = false;
     batch_ = batch;
     aborted_.store(false);
     failures_.clear();
     primary_ = -1;
     stage_exc_ = nullptr;
-    for (int r = 0; r < prog_.ranks; ++r)
-      for (int st = 0; st < stream_count; ++st) {
-        sync_[static_cast<std::size_t>(r)].progress[st].store(0);
-        sync_[static_cast<std::size_t>(r)].computing.store(-1);
-      }
+    for (int r = 0; r < prog_.ranks; ++r) {
+      rank_sync& s = sync_[static_cast<std::size_t>(r)];
+      for (int st = 0; st < stream_count; ++st) s.progress[st].store(0, std::memory_order_relaxed);
+      s.computing.store(-1, std::memory_order_relaxed);
+    }
     if (opt_.trace) prepare_trace();
     t0_ = std::chrono::steady_clock::now();
-    {
-      std::vector<std::jthread> threads;
-      threads.reserve(static_cast<std::size_t>(2 * prog_.ranks));
-      for (int r = 0; r < prog_.ranks; ++r)
-        for (int st = 0; st < stream_count; ++st)
-          if (!prog_.rank[static_cast<std::size_t>(r)].ops[st].empty())
-            threads.emplace_back([this, r, st] { thread_main(r, st); });
-    }
-    fabric_ = nullptr;
+    auto job = [this](int k) { thread_main(k); };
+    threads_->run(job);
     if (!failures_.empty()) {
+      dirty_ = true;
       const failure& p = failures_[static_cast<std::size_t>(primary_ >= 0 ? primary_ : 0)];
       throw step_error(p.message, p.cause, failures_, stage_exc_);
     }
     for (const deferred_add& d : prog_.deferred) d.add(d.obj, d.grad, nullptr);  // later chains' gradients, in order
   }
+  /// How every thread that had not finished ended the last step (empty when it succeeded).
+  const std::vector<failure>& failures() const noexcept { return failures_; }
 
   /// Issues op `i` of rank r's stream `st` (a group with its transfers) through `t`; returns
   /// the index of the next op. The one code path of the executor threads and of walk_in_order.
@@ -247,7 +242,8 @@ class engine {
 
   static const char* stream_name(int st) { return st == 0 ? "compute" : "communication"; }
 
-  void thread_main(int r, int st) {
+  void thread_main(int k) {
+    const int r = workers_[static_cast<std::size_t>(k)].rank, st = workers_[static_cast<std::size_t>(k)].stream;
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
     const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
     const auto& list = br.ops[st];
@@ -256,7 +252,7 @@ class engine {
     // on the compute stream, anything but a timeout or an abort came from the stage
     const bool compute_stream = st == 0;
     try {
-      fabric::endpoint ep = fabric_->at(r);
+      fabric::endpoint& ep = endpoints_[static_cast<std::size_t>(k)];
       op_time* trace = opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(2 * r + st)] : nullptr;
       while (i < n) {
         if (aborted_.load(std::memory_order_relaxed)) throw aborted_error("aborted");
@@ -308,6 +304,7 @@ class engine {
         f.message = what + still_running();
         break;
       case failure_cause::transfer:
+      case failure_cause::device:  // (the host executor makes no device calls)
         f.message = what;
         break;
       case failure_cause::aborted:
@@ -338,7 +335,7 @@ class engine {
 
   void abort_all(const std::string& reason) {
     aborted_.store(true);
-    if (fabric_) fabric_->abort(reason);
+    fabric_.abort(reason);
     for (int r = 0; r < prog_.ranks; ++r) {
       rank_sync& s = sync_[static_cast<std::size_t>(r)];
       { std::lock_guard lock(s.m); }
@@ -372,7 +369,13 @@ class engine {
   bound_program prog_;
   executor_options opt_;
   std::unique_ptr<rank_sync[]> sync_;
-  fabric* fabric_ = nullptr;
+  fabric fabric_;
+  struct worker {
+    int rank, stream;
+  };
+  std::vector<worker> workers_;              // per rank thread: the stream it walks
+  std::vector<fabric::endpoint> endpoints_;  // per rank thread, reused every step
+  bool dirty_ = false;                       // the last step failed: reset the fabric first
   const std::byte* batch_ = nullptr;
   std::atomic<bool> aborted_{false};
   std::mutex fail_mutex_;
@@ -382,30 +385,8 @@ class engine {
   std::vector<op_time> trace_;
   std::vector<std::size_t> trace_begin_;
   std::chrono::steady_clock::time_point t0_;
+  std::unique_ptr<pipetype::detail::rank_threads> threads_;  // last: the threads use everything above
 };
-
-/// Instantiated for each stage type when a compile-time plan splits backwards into I and W; a
-/// stage that offers only a full `backward` stops the build here, and the compiler's message
-/// names it: `split_schedule_needs_backward_input_and_backward_weight<your_stage>`.
-template <class Stage>
-struct split_schedule_needs_backward_input_and_backward_weight {
-  static_assert(has_split_backward<Stage>,
-                "pipetype: the plan's schedule splits backwards into I and W, but this stage (named in the "
-                "template argument above) offers only a full backward(); give it backward_input() and "
-                "backward_weight(), or use a schedule that does not split (gpipe, 1f1b, interleaved-1f1b, ...)");
-  static constexpr bool value = true;
-};
-
-template <class Plan, class Model>
-constexpr bool stages_fit_plan() {
-  if constexpr (requires { Plan::shape.split; }) {
-    if constexpr (Plan::shape.split)
-      return []<class... S>(std::tuple<S...>*) {
-        return (split_schedule_needs_backward_input_and_backward_weight<S>::value && ...);
-      }(static_cast<stage_types_t<Model>*>(nullptr));
-  }
-  return true;
-}
 
 }  // namespace detail
 
@@ -423,24 +404,33 @@ class executor {
   template <class Plan>
   executor(const Plan& plan, Model& model, const executor_options& opt = {})
       : engine_(bind(views_of(plan), entries_of(model), {opt.ordered_gradients}), opt) {
-    static_assert(detail::stages_fit_plan<Plan, Model>());
+    static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
 
   /// One training step over all microbatches: `batch` holds microbatches × (stage 0's input
   /// extent) elements, microbatch j at j · extent. Throws shape_error before anything runs if
   /// the size is wrong, step_error if the step failed on some rank.
   void step(std::span<const batch_type> batch) {
-    const bound_program& p = engine_.program();
-    const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
-    if (batch.size() != want)
-      throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) +
-                        " elements; the plan has " + std::to_string(p.microbatches) + " microbatches of " +
-                        std::to_string(p.batch_bytes / sizeof(batch_type)) + " (stage 0's input), so " +
-                        std::to_string(want));
+    check_batch(batch);
     engine_.run(reinterpret_cast<const std::byte*>(batch.data()));
+  }
+  /// Runs one step and keeps `batch` (its address: the caller keeps it alive) for replay(), as
+  /// the device executors capture a step into a graph: generic code drives every executor with
+  /// the same calls. The host executor has no graph; a replay is a step over the same batch.
+  void capture(std::span<const batch_type> batch) {
+    check_batch(batch);
+    captured_ = batch;
+    engine_.run(reinterpret_cast<const std::byte*>(batch.data()));
+  }
+  void replay() {
+    if (captured_.data() == nullptr) throw std::logic_error("pipetype::host: replay() before capture()");
+    engine_.run(reinterpret_cast<const std::byte*>(captured_.data()));
   }
 
   const bound_program& program() const noexcept { return engine_.program(); }
+  /// How every thread that had not finished ended the last step (empty when it succeeded; the
+  /// same list step_error::failures() carries).
+  const std::vector<failure>& failures() const noexcept { return engine_.failures(); }
   /// Per op, its start and end in the last step (executor_options::trace).
   const std::vector<op_time>& trace() const noexcept { return engine_.trace(); }
   /// For benchmarks: walk rank r's program on this thread with a transport that moves nothing.
@@ -450,7 +440,18 @@ class executor {
   }
 
  private:
+  void check_batch(std::span<const batch_type> batch) const {
+    const bound_program& p = engine_.program();
+    const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
+    if (batch.size() != want)
+      throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) +
+                        " elements; the plan has " + std::to_string(p.microbatches) + " microbatches of " +
+                        std::to_string(p.batch_bytes / sizeof(batch_type)) + " (stage 0's input), so " +
+                        std::to_string(want));
+  }
+
   detail::engine engine_;
+  std::span<const batch_type> captured_;
 };
 
 template <class Plan, class Model>
