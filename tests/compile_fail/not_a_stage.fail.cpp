@@ -1,5 +1,6 @@
-// expect: (template constraint failure for .*requires \(\.\.\. && stage<S>\) class pipetype::chain|constraints not satisfied for class template .chain.*does not satisfy .stage.)
-// A "stage" with no backward is not a pipetype::stage, so a chain of it does not compile.
+// expect: pipetype::stage: the stage has no .void backward\(const pipetype::backward_ctx<S>&\).
+// A "stage" with no backward is not a pipetype::stage: a chain of it does not compile, and the
+// error names the member that is missing.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;
 struct a {

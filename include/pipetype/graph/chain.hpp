@@ -45,9 +45,10 @@ constexpr bool chain_links(std::index_sequence<I...>) {
 }
 }  // namespace detail
 
-template <stage... S>
+template <class... S>
 class chain {
   static_assert(sizeof...(S) > 0, "pipetype::chain: a chain needs at least one stage");
+  static_assert((detail::diagnose_stage<S>() && ...), "pipetype::chain: every element must be a pipetype::stage");
   static_assert(detail::chain_links<S...>(std::make_index_sequence<sizeof...(S) - 1>{}));
 
  public:
@@ -77,8 +78,10 @@ class chain {
   std::tuple<S...> stages_;
 };
 
-template <stage S>
+template <class S>
 class uniform_chain {
+  static_assert(detail::diagnose_stage<S>(), "pipetype::uniform_chain: the element must be a pipetype::stage");
+
  public:
   using first_stage = S;
   uniform_chain() = default;

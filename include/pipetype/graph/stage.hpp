@@ -30,6 +30,11 @@
 // Sizes known only at run time: declare `tensor<T, pipetype::dynamic>` and give the stage a
 // member `std::size_t input_extent() const` (output_extent, stash_extent likewise).
 //
+// Optional members are found by name, so pipetype guards the spellings: a stage that uses a
+// stash (or ctx.weight_grad) it does not declare fails to compile with a sentence saying so, and
+// chain / uniform_chain of a type that is not a stage name the member that is missing or half
+// there (backward_input without backward_weight, weight_gradients() without weight_grad, ...).
+//
 // Gradient accumulation. A stage either adds its weight gradients into its own accumulators
 // (then the schedule must run its B/W in microbatch order, which the executor checks), or it
 // declares `using weight_grad = tensor<T, N>` and `std::span<T> weight_gradients()`: backward
@@ -60,13 +65,53 @@ struct tensor {
 
 namespace detail {
 template <class T>
+inline constexpr bool always_false_stage_v = false;
+
+/// The element type of a stash a stage does not declare: any use of one as data is a compile
+/// error that says so (a misspelled `using stash = ...` would otherwise leave an empty span,
+/// and the stage would write past it).
+struct undeclared_stash {
+  template <class T>
+  undeclared_stash& operator=(const T&) {
+    static_assert(always_false_stage_v<T>,
+                  "pipetype: this stage writes its stash but declares none: add `using stash = "
+                  "pipetype::tensor<T, N...>;` (is it misspelled?)");
+    return *this;
+  }
+  template <class T>
+  operator T() const {
+    static_assert(always_false_stage_v<T>,
+                  "pipetype: this stage reads its stash but declares none: add `using stash = "
+                  "pipetype::tensor<T, N...>;` (is it misspelled?)");
+    return T{};
+  }
+};
+/// The same for a weight gradient a stage does not declare.
+struct undeclared_weight_grad {
+  template <class T>
+  undeclared_weight_grad& operator=(const T&) {
+    static_assert(always_false_stage_v<T>,
+                  "pipetype: this stage writes ctx.weight_grad but declares no weight_grad: add `using weight_grad = "
+                  "pipetype::tensor<T, N>;` and `std::span<T> weight_gradients();` (is it misspelled?)");
+    return *this;
+  }
+  template <class T>
+  operator T() const {
+    static_assert(always_false_stage_v<T>,
+                  "pipetype: this stage reads ctx.weight_grad but declares no weight_grad: add `using weight_grad = "
+                  "pipetype::tensor<T, N>;` (is it misspelled?)");
+    return T{};
+  }
+};
+
+template <class T>
 struct is_tensor : std::false_type {};
 template <class T, std::size_t... E>
 struct is_tensor<tensor<T, E...>> : std::true_type {};
 
 template <class S>
 struct stash_of {
-  using type = tensor<std::byte, 0>;
+  using type = tensor<undeclared_stash, 0>;
 };
 template <class S>
 requires requires { typename S::stash; }
@@ -75,7 +120,7 @@ struct stash_of<S> {
 };
 template <class S>
 struct weight_grad_of {
-  using type = tensor<std::byte, 0>;
+  using type = tensor<undeclared_weight_grad, 0>;
 };
 template <class S>
 requires requires { typename S::weight_grad; }
@@ -159,6 +204,75 @@ concept stage = detail::is_tensor<typename S::input>::value && detail::is_tensor
   s.forward(f);
 }
 &&(has_full_backward<S> || has_split_backward<S>);
+
+namespace detail {
+
+/// True for a stage; for anything else a static_assert whose message names the member that is
+/// missing or wrong (chain and uniform_chain call it, so a model of a non-stage says why).
+template <class S>
+constexpr bool diagnose_stage() {
+  constexpr bool has_bi = requires(S & s, const backward_ctx<S>& c) { s.backward_input(c); };
+  constexpr bool has_bw = requires(S & s, const backward_ctx<S>& c) { s.backward_weight(c); };
+  if constexpr (!requires { typename S::input; }) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage has no `using input = pipetype::tensor<T, N...>;` (what it takes per "
+                  "microbatch)");
+    return false;
+  } else if constexpr (!is_tensor<typename S::input>::value) {
+    static_assert(always_false_stage_v<S>, "pipetype::stage: the stage's `input` is not a pipetype::tensor<T, N...>");
+    return false;
+  } else if constexpr (!requires { typename S::output; }) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage has no `using output = pipetype::tensor<T, N...>;` (what it gives per "
+                  "microbatch)");
+    return false;
+  } else if constexpr (!is_tensor<typename S::output>::value) {
+    static_assert(always_false_stage_v<S>, "pipetype::stage: the stage's `output` is not a pipetype::tensor<T, N...>");
+    return false;
+  } else if constexpr (!is_tensor<stash_tensor_t<S>>::value) {
+    static_assert(always_false_stage_v<S>, "pipetype::stage: the stage's `stash` is not a pipetype::tensor<T, N...>");
+    return false;
+  } else if constexpr (!is_tensor<weight_grad_tensor_t<S>>::value) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage's `weight_grad` is not a pipetype::tensor<T, N...>");
+    return false;
+  } else if constexpr (!requires(S & s, const forward_ctx<S>& f) { s.forward(f); }) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage has no `void forward(const pipetype::forward_ctx<S>&)`");
+    return false;
+  } else if constexpr (has_bi && !has_bw) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage has backward_input but no `void backward_weight(const "
+                  "pipetype::backward_ctx<S>&)`: a split backward needs both (is it misspelled?)");
+    return false;
+  } else if constexpr (has_bw && !has_bi) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage has backward_weight but no `void backward_input(const "
+                  "pipetype::backward_ctx<S>&)`: a split backward needs both (is it misspelled?)");
+    return false;
+  } else if constexpr (!has_full_backward<S> && !has_split_backward<S>) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage has no `void backward(const pipetype::backward_ctx<S>&)` (nor "
+                  "backward_input and backward_weight)");
+    return false;
+  } else if constexpr (requires { typename S::weight_grad; } && !has_weight_grad<S>) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage declares `weight_grad` but no `std::span<T> weight_gradients()` (the "
+                  "accumulators pipetype adds each microbatch's weight gradient into)");
+    return false;
+  } else if constexpr (!requires { typename S::weight_grad; } &&
+                       (
+                           requires(S & s) { s.weight_gradients(); } || requires(S & s) { &S::add_weight_grad; })) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage has weight_gradients() or add_weight_grad() but no `using weight_grad = "
+                  "pipetype::tensor<T, N>;`, so pipetype would never hand it a gradient (is it misspelled?)");
+    return false;
+  } else {
+    return true;
+  }
+}
+
+}  // namespace detail
 
 /// Elements per microbatch of a stage's input, output and stash: the tensor's extent, or the
 /// stage's member *_extent() when the tensor is dynamic.
