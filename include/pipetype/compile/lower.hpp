@@ -34,6 +34,18 @@
 //   waited past it. Events come from a per-rank pool; an event is reused once its wait has been
 //   issued (CUDA waits on the record state at the time of the wait call). Every op keeps its tick:
 //   the certificate verify_lowered checks to prove completion in one pass.
+//
+// The passes, in order (each a function of its own below, tested in tests/compile/lower.test.cpp):
+//   lower_communicators  the communicator of every crossing edge (comm_policy)
+//   lower_transfers      every buffer as an interval of positions on one rank, every transfer
+//                        with its tick, ends and buffers
+//   assign_slots         the slot of every buffer (interval colouring) and of every compute op
+//   order_ends           each rank's transfer ends in tick order, split into groups (group_policy)
+//   lower_rank           per rank: groups and computes in tick order, their stream hazards as
+//                        event waits and records from a pool, then the ops themselves
+// Each pass works on flat arrays (struct of arrays in `scratch`): this runs inside make_plan's
+// constant evaluation, where every function call and every std::vector element costs far more
+// than the arithmetic around it, so a pass is one call over whole tables, never one per element.
 #pragma once
 
 #include <cstddef>
@@ -61,96 +73,88 @@ constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
   return order_v;
 }
 
-/// The lowering, writing its ops where `storage(count)` says (a pointer to `count` ops, or
-/// nullptr to give up). Written as flat loops over raw pointers: this runs inside make_plan's
-/// constant evaluation, where every function call and every std::vector element costs far more
-/// than the arithmetic around it.
-template <class Storage>
-constexpr lowered_program lower_with(program_view p, std::span<const int> tick_span, comm_policy policy,
-                                     group_policy groups, Storage&& storage) {
-  const int P = p.ranks, S = p.stages, m = p.microbatches;
-  const int N = p.size();
-  const int n = S * m;
-  lowered_program out;
-  out.ranks = P;
-  out.policy = policy;
-  const action* A = p.actions.data();
-  const int* tick = tick_span.data();
-  const int* beg = p.begin.data();
-  int T = 0;  // ticks
-  for (int k = 0; k < N; ++k) T = tick[k] + 1 > T ? tick[k] + 1 : T;
-  const int limit = 2 * T + 4;  // positions: 2·tick (the tick's group), 2·tick + 1 (its compute)
+/// What every pass reads: the program, its ticks and the positions they give each action
+/// (2·tick for the tick's groups, 2·tick + 1 for its compute).
+struct lowering_input {
+  program_view p;
+  const action* A = nullptr;
+  const int* tick = nullptr;
+  const int* beg = nullptr;
+  int P = 0, S = 0, m = 0, N = 0, n = 0;  // ranks, stages, microbatches, actions, S·m
+  int T = 0;                              // ticks
+  const int* owner = nullptr;             // [S] the rank of each stage
+  const int* posF = nullptr;              // [n] the position of F(s,j), by s·m + j
+  const int* posG = nullptr;              // [n] of its input-gradient action (B or I)
+  const int* last = nullptr;              // [n] of the last use of its input buffers (B, or W)
+  constexpr int limit() const noexcept { return 2 * T + 4; }
+};
 
-  detail::scratch<int> owner_v(S, 0);
-  int* owner = owner_v.data();
-  for (int r = 0; r < P; ++r)
-    for (int k = beg[r]; k < beg[r + 1]; ++k) owner[A[k].stage] = r;
-  // positions by (stage, microbatch): F, the input-gradient action G (B or I), and the last use
-  // of the stage's input buffers (its B, or its W when split)
-  detail::scratch<int> posv(3 * n, -1);
-  int* posF = posv.data();
-  int* posG = posF + n;
-  int* last = posF + 2 * n;
-  for (int k = 0; k < N; ++k) {
-    const int q = A[k].stage * m + A[k].microbatch;
-    const int ps = 2 * tick[k] + 1;
-    if (A[k].what == kind::F) {
-      posF[q] = ps;
-    } else {
-      if (A[k].what != kind::W) posG[q] = ps;
-      if (ps > last[q]) last[q] = ps;
-    }
-  }
-
-  // communicators: edge_comm[s] for the edge s → s+1, -1 when both stages share a rank
-  detail::scratch<int> edge_comm_v(S, -1);
+/// Pass 1: the communicator of each crossing edge s → s+1 (`edge_comm[s]`, -1 when both stages
+/// share a rank), appended to `comms`.
+constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy policy,
+                                           std::vector<comm_desc>& comms) {
+  const int P = in.P, S = in.S;
+  const int* owner = in.owner;
+  scratch<int> edge_comm_v(S, -1);
   int* edge_comm = edge_comm_v.data();
   if (policy == comm_policy::per_edge) {
     for (int s = 0; s + 1 < S; ++s) {
-      if (p.chain_tail(s)) continue;  // no edge between two chains
+      if (in.p.chain_tail(s)) continue;  // no edge between two chains
       const int a = owner[s], b = owner[s + 1];
       if (a == b) continue;
-      edge_comm[s] = static_cast<int>(out.comms.size());
-      out.comms.push_back({a < b ? a : b, a < b ? b : a, s});
+      edge_comm[s] = static_cast<int>(comms.size());
+      comms.push_back({a < b ? a : b, a < b ? b : a, s});
     }
   } else {
-    detail::scratch<int> pair_v(P * P, -1);
+    scratch<int> pair_v(P * P, -1);
     int* pair = pair_v.data();
     for (int s = 0; s + 1 < S; ++s) {
-      if (p.chain_tail(s)) continue;  // no edge between two chains
+      if (in.p.chain_tail(s)) continue;
       const int a = owner[s], b = owner[s + 1];
       if (a != b) pair[(a < b ? a : b) * P + (a < b ? b : a)] = 0;
     }
     for (int a = 0; a < P; ++a)
       for (int b = a + 1; b < P; ++b)
         if (pair[a * P + b] == 0) {
-          pair[a * P + b] = static_cast<int>(out.comms.size());
-          out.comms.push_back({a, b, -1});
+          pair[a * P + b] = static_cast<int>(comms.size());
+          comms.push_back({a, b, -1});
         }
     for (int s = 0; s + 1 < S; ++s) {
-      if (p.chain_tail(s)) continue;  // no edge between two chains
+      if (in.p.chain_tail(s)) continue;
       const int a = owner[s], b = owner[s + 1];
       if (a != b) edge_comm[s] = pair[(a < b ? a : b) * P + (a < b ? b : a)];
     }
   }
+  return edge_comm_v;
+}
 
-  // Buffers. For edge (s, j), s+1 < S, with q = s·m + j: the activation of F(s,j) goes to stage
-  // s+1, the gradient of G(s+1,j) to stage s. Buffer id 2q is the consumer's copy, 2q+1 the
-  // producer's staging copy before a send; pool 0 = activations, 1 = gradients. Each buffer is an
-  // interval [alloc, free] of positions on one rank. Transfers are made in (kind, stage,
-  // microbatch) order and later stably ordered by tick, which gives both ends of every channel the
-  // same order.
-  const int max_iv = 4 * n;
-  detail::scratch<int> iv_v(5 * max_iv, detail::unset);
-  int* iv_rank = iv_v.data();  // struct of arrays: rank, alloc, free, pool, id
+/// Pass 2's result. Buffers: for edge (s, j), s+1 < S, with q = s·m + j, the activation of
+/// F(s,j) goes to stage s+1 and the gradient of G(s+1,j) to stage s; buffer id 2q is the
+/// consumer's copy, 2q+1 the producer's staging copy before a send; pool 0 = activations,
+/// 1 = gradients. Each buffer is an interval [alloc, free] of positions on one rank. Transfers
+/// are listed in (kind, stage, microbatch) order.
+struct transfer_table {
+  scratch<int> iv;  // struct of arrays, max_iv each: rank, alloc, free, pool, id
+  scratch<int> x;   // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id
+  int max_iv = 0, niv = 0, max_x = 0, nx = 0;
+  constexpr const int* iv_field(int f) const { return iv.data() + f * max_iv; }
+  constexpr const int* x_field(int f) const { return x.data() + f * max_x; }
+  enum iv_fields { iv_rank, iv_alloc, iv_free, iv_pool, iv_id };
+  enum x_fields { x_tick, x_pool, x_stage, x_mb, x_src, x_dst, x_sid, x_did };
+};
+
+/// Pass 2: every buffer and every transfer. A tensor produced at tick t crosses at tick t + 1.
+constexpr transfer_table lower_transfers(const lowering_input& in) {
+  const int S = in.S, m = in.m, n = in.n;
+  const int* owner = in.owner;
+  transfer_table tt{scratch<int>(5 * 4 * n, unset), scratch<int>(8 * 2 * n, unset), 4 * n, 0, 2 * n, 0};
+  const int max_iv = tt.max_iv, max_x = tt.max_x;
+  int* iv_rank = tt.iv.data();
   int* iv_alloc = iv_rank + max_iv;
   int* iv_free = iv_rank + 2 * max_iv;
   int* iv_pool = iv_rank + 3 * max_iv;
   int* iv_id = iv_rank + 4 * max_iv;
-  int niv = 0;
-  const int max_x = 2 * n;
-  detail::scratch<int> xv(8 * max_x, detail::unset);
-  int* x_tick = xv.data();  // struct of arrays: tick, pool, stage, mb, src, dst, src id, dst id
+  int* x_tick = tt.x.data();
   int* x_pool = x_tick + max_x;
   int* x_stage = x_tick + 2 * max_x;
   int* x_mb = x_tick + 3 * max_x;
@@ -158,17 +162,17 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   int* x_dst = x_tick + 5 * max_x;
   int* x_sid = x_tick + 6 * max_x;
   int* x_did = x_tick + 7 * max_x;
-  int nx = 0;
+  int niv = 0, nx = 0;
   for (int pool_kind = 0; pool_kind < 2; ++pool_kind)
     for (int s = 0; s + 1 < S; ++s) {
-      if (p.chain_tail(s)) continue;
+      if (in.p.chain_tail(s)) continue;
       const int ra = owner[s], rb = owner[s + 1];
       const int from = pool_kind == 0 ? ra : rb, to = pool_kind == 0 ? rb : ra;
       for (int j = 0; j < m; ++j) {
-        if (!p.runs_through(s, j)) continue;
+        if (!in.p.runs_through(s, j)) continue;
         const int q = s * m + j;
-        const int made = pool_kind == 0 ? posF[q] : posG[q + m];
-        const int use = pool_kind == 0 ? last[q + m] : last[q];
+        const int made = pool_kind == 0 ? in.posF[q] : in.posG[q + m];
+        const int use = pool_kind == 0 ? in.last[q + m] : in.last[q];
         if (from == to) {
           iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = use, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q;
           ++niv;
@@ -185,19 +189,38 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
         ++nx;
       }
     }
+  tt.niv = niv;
+  tt.nx = nx;
+  return tt;
+}
 
-  // Slots: greedy interval colouring per (rank, pool) in allocation order, reusing a slot only
-  // after its last use — optimal for intervals, so a pool's size is its peak of live buffers.
-  out.resources.assign(static_cast<std::size_t>(P), rank_resources{});
-  rank_resources* res = out.resources.data();
-  detail::scratch<int> slot_v(2 * (2 * n + 2), detail::unset);
-  int* slot_of = slot_v.data();  // [pool · (2n + 2) + id]
+/// Pass 3's result: the slot of every buffer, by pool · (2n + 2) + id, and of every compute op.
+struct slot_table {
+  scratch<int> of_buffer;  // [2 · (2n + 2)]
+  scratch<int> compute;    // [3N]: input, incoming gradient, output per action (-1: none)
+  int stride = 0;          // 2n + 2: the gradient pool's offset in of_buffer
+  constexpr int buffer(int pool_kind, int id) const { return of_buffer[pool_kind * stride + id]; }
+};
+
+/// Pass 3: slots. Greedy interval colouring per (rank, pool) in allocation order, reusing a slot
+/// only after its last use — optimal for intervals, so a pool's size is its peak of live buffers
+/// (written to `res[r].activation_slots` / `gradient_slots`). Then each compute op's slots.
+constexpr slot_table assign_slots(const lowering_input& in, const transfer_table& tt, rank_resources* res) {
+  const int P = in.P, n = in.n, N = in.N, m = in.m;
+  slot_table st{scratch<int>(2 * (2 * n + 2), unset), scratch<int>(3 * N, -1), 2 * n + 2};
+  int* slot_of = st.of_buffer.data();
+  const int niv = tt.niv;
+  const int* iv_rank = tt.iv_field(transfer_table::iv_rank);
+  const int* iv_alloc = tt.iv_field(transfer_table::iv_alloc);
+  const int* iv_free = tt.iv_field(transfer_table::iv_free);
+  const int* iv_pool = tt.iv_field(transfer_table::iv_pool);
+  const int* iv_id = tt.iv_field(transfer_table::iv_id);
   {
     // Intervals in allocation order (a counting sort over positions), each coloured within its
     // (rank, pool) group; group g's busy list lives at busy[base[g] ..], as long as its count.
-    const detail::scratch<int> order_v = detail::counting_order(iv_alloc, niv, limit);
+    const scratch<int> order_v = counting_order(iv_alloc, niv, in.limit());
     const int* order = order_v.data();
-    detail::scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), busy_v(niv + 1, detail::unset);
+    scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), busy_v(niv + 1, unset);
     int* base = base_v.data();
     int* nslots = nslots_v.data();
     int* busy = busy_v.data();
@@ -211,7 +234,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
       while (chosen < nslots[g] && b[chosen] >= iv_alloc[i]) ++chosen;
       if (chosen == nslots[g]) ++nslots[g];
       b[chosen] = iv_free[i];
-      slot_of[iv_pool[i] * (2 * n + 2) + iv_id[i]] = chosen;
+      slot_of[iv_pool[i] * st.stride + iv_id[i]] = chosen;
     }
     for (int r = 0; r < P; ++r) {
       res[r].activation_slots = nslots[2 * r];
@@ -219,34 +242,56 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
     }
   }
   const int* act_slot = slot_of;
-  const int* grad_slot = slot_of + (2 * n + 2);
-
-  // slots of every compute op
-  detail::scratch<int> cs_v(3 * N, -1);
-  int* in_slot = cs_v.data();
+  const int* grad_slot = slot_of + st.stride;
+  int* in_slot = st.compute.data();
   int* gin_slot = in_slot + N;
   int* out_slot = in_slot + 2 * N;
+  const action* A = in.A;
   for (int r = 0; r < P; ++r)
-    for (int k = beg[r]; k < beg[r + 1]; ++k) {
+    for (int k = in.beg[r]; k < in.beg[r + 1]; ++k) {
       const action& a = A[k];
       const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
       const int qin = q - m;                     // edge (s−1, j): this stage's input side
-      if (!p.chain_head(a.stage)) in_slot[k] = act_slot[2 * qin];
+      if (!in.p.chain_head(a.stage)) in_slot[k] = act_slot[2 * qin];
       if (a.what == kind::F) {
-        if (!p.chain_tail(a.stage)) out_slot[k] = act_slot[2 * q + (owner[a.stage + 1] == r ? 0 : 1)];
+        if (!in.p.chain_tail(a.stage)) out_slot[k] = act_slot[2 * q + (in.owner[a.stage + 1] == r ? 0 : 1)];
       } else {
-        if (!p.chain_tail(a.stage)) gin_slot[k] = grad_slot[2 * q];
-        if (a.what != kind::W && !p.chain_head(a.stage))
-          out_slot[k] = grad_slot[2 * qin + (owner[a.stage - 1] == r ? 0 : 1)];
+        if (!in.p.chain_tail(a.stage)) gin_slot[k] = grad_slot[2 * q];
+        if (a.what != kind::W && !in.p.chain_head(a.stage))
+          out_slot[k] = grad_slot[2 * qin + (in.owner[a.stage - 1] == r ? 0 : 1)];
       }
     }
+  return st;
+}
 
-  // Transfer ends per rank in tick order: stable sort of the transfers by tick, then of their two
-  // ends by rank. end e = 2·x (the send) or 2·x + 1 (the recv).
-  const detail::scratch<int> by_tick_v = detail::counting_order(x_tick, nx, T + 2);
+/// Pass 4's result: every transfer end, rank by rank and within a rank in issue order.
+struct end_table {
+  scratch<int> rank_begin;  // [P + 1]: rank r's ends are [rank_begin[r], rank_begin[r + 1])
+  scratch<int> x;           // its transfer
+  scratch<int> tick;        // its tick
+  scratch<int> slot;        // its buffer's slot
+  scratch<char> send;       // 1: the send end, 0: the receive
+  scratch<int> peer;        // the rank on the other end (per_peer), or 0 (per_tick: one group a tick)
+};
+
+/// Pass 4: each rank's transfer ends in tick order (a stable sort of the transfers by tick, then
+/// of their two ends by rank, so both ends of a channel see its transfers in one order), then
+/// per group_policy: per_peer orders each (rank, tick) by peer, stably — one group per peer,
+/// lowest peer first, so every rank takes its (tick, rank pair) groups in one global order;
+/// per_tick counts every end as the same "peer", so each tick keeps one group.
+constexpr end_table order_ends(const lowering_input& in, const transfer_table& tt, const slot_table& st,
+                               group_policy groups) {
+  const int P = in.P, nx = tt.nx;
+  const int* x_tick = tt.x_field(transfer_table::x_tick);
+  const int* x_pool = tt.x_field(transfer_table::x_pool);
+  const int* x_src = tt.x_field(transfer_table::x_src);
+  const int* x_dst = tt.x_field(transfer_table::x_dst);
+  const int* x_sid = tt.x_field(transfer_table::x_sid);
+  const int* x_did = tt.x_field(transfer_table::x_did);
+  const scratch<int> by_tick_v = counting_order(x_tick, nx, in.T + 2);
   const int* by_tick = by_tick_v.data();
-  detail::scratch<int> end_rank_v(2 * nx, detail::unset);
-  detail::scratch<int> end_v(2 * nx, detail::unset);
+  scratch<int> end_rank_v(2 * nx, unset);
+  scratch<int> end_v(2 * nx, unset);
   int* end_rank = end_rank_v.data();
   int* end_of = end_v.data();
   for (int o = 0; o < nx; ++o) {
@@ -254,209 +299,307 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
     end_of[2 * o] = 2 * x, end_rank[2 * o] = x_src[x];
     end_of[2 * o + 1] = 2 * x + 1, end_rank[2 * o + 1] = x_dst[x];
   }
-  const detail::scratch<int> by_rank_v = detail::counting_order(end_rank, 2 * nx, P);
+  const scratch<int> by_rank_v = counting_order(end_rank, 2 * nx, P);
   const int* by_rank = by_rank_v.data();
-  detail::scratch<int> rank_end_begin_v(P + 1, 0);
-  int* rank_end_begin = rank_end_begin_v.data();
-  for (int e = 0; e < 2 * nx; ++e) ++rank_end_begin[end_rank[e] + 1];
-  for (int r = 0; r < P; ++r) rank_end_begin[r + 1] += rank_end_begin[r];
-
-  // per end, in rank-then-tick order: its transfer, whether it sends, its tick and its slot
-  detail::scratch<int> ev_v(4 * nx + 4, detail::unset);
-  int* e_x = ev_v.data();
-  int* e_tick = e_x + 2 * nx + 1;
-  detail::scratch<int> es_v(2 * nx + 2, detail::unset);
-  int* e_slot = es_v.data();
-  detail::scratch<char> esend_v(2 * nx + 2, detail::unset);
-  char* e_send = esend_v.data();
+  end_table et{scratch<int>(P + 1, 0),          scratch<int>(2 * nx + 1, unset),  scratch<int>(2 * nx + 1, unset),
+               scratch<int>(2 * nx + 2, unset), scratch<char>(2 * nx + 2, unset), scratch<int>(2 * nx + 2, 0)};
+  int* rank_begin = et.rank_begin.data();
+  for (int e = 0; e < 2 * nx; ++e) ++rank_begin[end_rank[e] + 1];
+  for (int r = 0; r < P; ++r) rank_begin[r + 1] += rank_begin[r];
+  int* e_x = et.x.data();
+  int* e_tick = et.tick.data();
+  int* e_slot = et.slot.data();
+  char* e_send = et.send.data();
+  int* e_peer = et.peer.data();
   for (int e = 0; e < 2 * nx; ++e) {
     const int en = end_of[by_rank[e]];
     const int x = en / 2;
     e_x[e] = x;
     e_send[e] = (en & 1) == 0 ? 1 : 0;
     e_tick[e] = x_tick[x];
-    e_slot[e] = slot_of[x_pool[x] * (2 * n + 2) + ((en & 1) == 0 ? x_sid[x] : x_did[x])];
+    e_slot[e] = st.buffer(x_pool[x], (en & 1) == 0 ? x_sid[x] : x_did[x]);
   }
-  // group_policy::per_peer: within each (rank, tick), by peer, stably — one group per peer, lowest
-  // peer first. Every rank thus takes its (tick, rank pair) groups in one global order, and a
-  // compute waits only for the group that carries its input, not for another peer's. per_tick:
-  // every end counts as the same "peer", so each tick keeps one group.
-  detail::scratch<int> ep_v(2 * nx + 2, 0);
-  int* e_peer = ep_v.data();
   if (groups == group_policy::per_peer)
     for (int e = 0; e < 2 * nx; ++e) e_peer[e] = e_send[e] ? x_dst[e_x[e]] : x_src[e_x[e]];
   for (int r = 0; r < P; ++r)
-    for (int e = rank_end_begin[r] + 1; e < rank_end_begin[r + 1]; ++e)
-      for (int f = e; f > rank_end_begin[r] && e_tick[f] == e_tick[f - 1] && e_peer[f] < e_peer[f - 1]; --f) {
+    for (int e = rank_begin[r] + 1; e < rank_begin[r + 1]; ++e)
+      for (int f = e; f > rank_begin[r] && e_tick[f] == e_tick[f - 1] && e_peer[f] < e_peer[f - 1]; --f) {
         const int tx = e_x[f], ts = e_slot[f], tp = e_peer[f];
         const char tsend = e_send[f];
         e_x[f] = e_x[f - 1], e_slot[f] = e_slot[f - 1], e_send[f] = e_send[f - 1], e_peer[f] = e_peer[f - 1];
         e_x[f - 1] = tx, e_slot[f - 1] = ts, e_send[f - 1] = tsend, e_peer[f - 1] = tp;
       }
-  // the op count: computes, a send and a recv per transfer, and one group op per (rank, tick,
-  // peer) with transfers
-  int nops = N + 2 * nx;
-  for (int r = 0; r < P; ++r)
-    for (int e = rank_end_begin[r]; e < rank_end_begin[r + 1]; ++e)
-      if (e == rank_end_begin[r] || e_tick[e] != e_tick[e - 1] || e_peer[e] != e_peer[e - 1]) ++nops;
-  lowered_op* const ops_out = storage(nops);
-  if (ops_out == nullptr) return out;
-  int nout = 0;
-  out.begin.push_back(0);
-  // per-rank scratch, sized for the largest rank
+  return et;
+}
+
+/// The op count: computes, a send and a recv per transfer, and one group op per (rank, tick,
+/// peer) with transfers.
+constexpr int count_ops(const lowering_input& in, const transfer_table& tt, const end_table& et) {
+  int nops = in.N + 2 * tt.nx;
+  const int* rb = et.rank_begin.data();
+  const int* e_tick = et.tick.data();
+  const int* e_peer = et.peer.data();
+  for (int r = 0; r < in.P; ++r)
+    for (int e = rb[r]; e < rb[r + 1]; ++e)
+      if (e == rb[r] || e_tick[e] != e_tick[e - 1] || e_peer[e] != e_peer[e - 1]) ++nops;
+  return nops;
+}
+
+/// Per-rank work space of pass 5, sized once for the largest rank.
+struct rank_scratch {
+  scratch<int> steps;  // 4 × max_steps: step_ref, step_end, wait_for, event_of
+  scratch<char> record_after;
+  scratch<int> use;  // per slot: [writer on stream 0, writer on 1, reader on 0, reader on 1]
+  scratch<char> in_use;
   int max_steps = 0;
-  for (int r = 0; r < P; ++r) {
-    const int steps = (beg[r + 1] - beg[r]) + (rank_end_begin[r + 1] - rank_end_begin[r]);
+};
+
+constexpr rank_scratch rank_scratch_for(const lowering_input& in, const end_table& et, const rank_resources* res) {
+  int max_steps = 0, max_slots = 0;
+  const int* rb = et.rank_begin.data();
+  for (int r = 0; r < in.P; ++r) {
+    const int steps = (in.beg[r + 1] - in.beg[r]) + (rb[r + 1] - rb[r]);
     max_steps = steps > max_steps ? steps : max_steps;
-  }
-  detail::scratch<int> step_v(4 * max_steps + 4, detail::unset);
-  int* step_ref = step_v.data();         // compute: action index; group: first end (in by_rank order)
-  int* step_end = step_ref + max_steps;  // group: one past its last end; compute: -1
-  int* wait_for = step_ref + 2 * max_steps;
-  int* event_of = step_ref + 3 * max_steps;
-  detail::scratch<char> record_v(max_steps + 1, detail::unset);
-  char* record_after = record_v.data();
-  int max_slots = 0;
-  for (int r = 0; r < P; ++r) {
     const int sl = res[r].activation_slots + res[r].gradient_slots;
     max_slots = sl > max_slots ? sl : max_slots;
   }
-  detail::scratch<int> use_v(4 * max_slots + 4, detail::unset);
-  int* use = use_v.data();  // per slot: [writer on stream 0, writer on 1, reader on 0, reader on 1]
-  detail::scratch<char> in_use_v(max_steps + 1, detail::unset);
-  char* in_use = in_use_v.data();
+  return {scratch<int>(4 * max_steps + 4, unset), scratch<char>(max_steps + 1, unset),
+          scratch<int>(4 * max_slots + 4, unset), scratch<char>(max_steps + 1, unset), max_steps};
+}
 
-  for (int r = 0; r < P; ++r) {
-    rank_resources& rr = res[r];
-    // 1. per tick, its groups (one per peer, if any) then its compute
-    int ns = 0;
-    int e = rank_end_begin[r];
-    const int eend = rank_end_begin[r + 1];
-    int k = beg[r];
-    while (e < eend || k < beg[r + 1]) {
-      const int tx = e < eend ? e_tick[e] : detail::never;
-      const int tc = k < beg[r + 1] ? tick[k] : detail::never;
-      if (tx <= tc) {
-        step_ref[ns] = e;
-        const int peer = e_peer[e];
-        while (e < eend && e_tick[e] == tx && e_peer[e] == peer) ++e;
-        step_end[ns] = e;
-        rr.transfers += e - step_ref[ns];
-        ++rr.groups;
-      } else {
-        step_ref[ns] = k++;
-        step_end[ns] = -1;
-      }
-      ++ns;
-    }
+/// Pass 5, for rank r: (1) per tick, its groups (one per peer, if any) then its compute; (2)
+/// which steps wait for the other stream — hazards on the slots they touch (a group's transfers
+/// complete with the group, so its step index stands for the whole group); (3) the ops, with
+/// events from the rank's pool (free again once its wait is issued), a step's wait and record
+/// riding on its compute or group op. Writes ops_out[nout ..] and returns the new nout.
+constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& tt, const slot_table& st,
+                         const end_table& et, const int* edge_comm, rank_scratch& ws, rank_resources& rr,
+                         lowered_op* ops_out, int nout) {
+  const action* A = in.A;
+  const int* tick = in.tick;
+  const int* x_pool = tt.x_field(transfer_table::x_pool);
+  const int* x_stage = tt.x_field(transfer_table::x_stage);
+  const int* x_mb = tt.x_field(transfer_table::x_mb);
+  const int* x_src = tt.x_field(transfer_table::x_src);
+  const int* x_dst = tt.x_field(transfer_table::x_dst);
+  const int* in_slot = st.compute.data();
+  const int* gin_slot = in_slot + in.N;
+  const int* out_slot = in_slot + 2 * in.N;
+  const int* e_x = et.x.data();
+  const int* e_tick = et.tick.data();
+  const int* e_slot = et.slot.data();
+  const char* e_send = et.send.data();
+  const int* e_peer = et.peer.data();
+  const int max_steps = ws.max_steps;
+  int* step_ref = ws.steps.data();       // compute: action index; group: first end
+  int* step_end = step_ref + max_steps;  // group: one past its last end; compute: -1
+  int* wait_for = step_ref + 2 * max_steps;
+  int* event_of = step_ref + 3 * max_steps;
+  char* record_after = ws.record_after.data();
+  int* use = ws.use.data();
+  char* in_use = ws.in_use.data();
 
-    // 2. which steps wait for the other stream: hazards on the slots they touch. A group's
-    //    transfers complete with the group, so its step index stands for the whole group.
-    const int grad_base = 4 * rr.activation_slots;
-    for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
-    int waited0 = -1, waited1 = -1;
-    for (int i = 0; i < ns; ++i) {
-      wait_for[i] = -1;
-      record_after[i] = 0;
+  // 1. steps
+  int ns = 0;
+  int e = et.rank_begin[r];
+  const int eend = et.rank_begin[r + 1];
+  int k = in.beg[r];
+  while (e < eend || k < in.beg[r + 1]) {
+    const int tx = e < eend ? e_tick[e] : never;
+    const int tc = k < in.beg[r + 1] ? tick[k] : never;
+    if (tx <= tc) {
+      step_ref[ns] = e;
+      const int peer = e_peer[e];
+      while (e < eend && e_tick[e] == tx && e_peer[e] == peer) ++e;
+      step_end[ns] = e;
+      rr.transfers += e - step_ref[ns];
+      ++rr.groups;
+    } else {
+      step_ref[ns] = k++;
+      step_end[ns] = -1;
     }
-    for (int i = 0; i < ns; ++i) {
-      const bool group = step_end[i] >= 0;
-      const int sw = group ? 1 : 0, other = 1 - sw;
-      int req = -1;
-      if (group) {
-        for (int g = step_ref[i]; g < step_end[i]; ++g) {
-          const bool sending = e_send[g] != 0;
-          int* u = use + (x_pool[e_x[g]] == 0 ? 0 : grad_base) + 4 * e_slot[g];
-          if (u[other] > req) req = u[other];
-          if (!sending && u[2 + other] > req) req = u[2 + other];
-          u[(sending ? 2 : 0) + sw] = i;
-        }
-      } else {
-        const int c = step_ref[i];
-        if (in_slot[c] >= 0) {
-          int* u = use + 4 * in_slot[c];
-          if (u[other] > req) req = u[other];
-          u[2] = i;
-        }
-        if (gin_slot[c] >= 0) {
-          int* u = use + grad_base + 4 * gin_slot[c];
-          if (u[other] > req) req = u[other];
-          u[2] = i;
-        }
-        if (out_slot[c] >= 0) {
-          int* u = use + (A[c].what == kind::F ? 0 : grad_base) + 4 * out_slot[c];
-          if (u[other] > req) req = u[other];
-          if (u[2 + other] > req) req = u[2 + other];
-          u[0] = i;
-        }
-      }
-      int& waited = group ? waited1 : waited0;
-      if (req > waited) {
-        waited = req;
-        wait_for[i] = req;
-        record_after[req] = 1;
-      }
-    }
+    ++ns;
+  }
 
-    // 3. emit, with events from the rank's pool (free again once its wait is issued); a step's
-    //    wait and record ride on its compute or group op.
-    int nevents = 0;
-    lowered_op gop, xop, cop;
-    gop.code = op_code::group;
-    gop.stream = xop.stream = stream_id::comm;
-    cop.stream = stream_id::compute;
-    for (int i = 0; i < ns; ++i) {
-      const bool group = step_end[i] >= 0;
-      const int t = group ? e_tick[step_ref[i]] : tick[step_ref[i]];
-      int wait_ev = -1, record_ev = -1;
-      if (wait_for[i] >= 0) {
-        wait_ev = event_of[wait_for[i]];
-        in_use[wait_ev] = 0;
+  // 2. hazards
+  const int grad_base = 4 * rr.activation_slots;
+  for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
+  int waited0 = -1, waited1 = -1;
+  for (int i = 0; i < ns; ++i) {
+    wait_for[i] = -1;
+    record_after[i] = 0;
+  }
+  for (int i = 0; i < ns; ++i) {
+    const bool group = step_end[i] >= 0;
+    const int sw = group ? 1 : 0, other = 1 - sw;
+    int req = -1;
+    if (group) {
+      for (int g = step_ref[i]; g < step_end[i]; ++g) {
+        const bool sending = e_send[g] != 0;
+        int* u = use + (x_pool[e_x[g]] == 0 ? 0 : grad_base) + 4 * e_slot[g];
+        if (u[other] > req) req = u[other];
+        if (!sending && u[2 + other] > req) req = u[2 + other];
+        u[(sending ? 2 : 0) + sw] = i;
       }
-      if (record_after[i]) {
-        record_ev = 0;
-        while (record_ev < nevents && in_use[record_ev]) ++record_ev;
-        if (record_ev == nevents) ++nevents;
-        in_use[record_ev] = 1;
-        event_of[i] = record_ev;
+    } else {
+      const int c = step_ref[i];
+      if (in_slot[c] >= 0) {
+        int* u = use + 4 * in_slot[c];
+        if (u[other] > req) req = u[other];
+        u[2] = i;
       }
-      // (one object per op kind, only the fields that change written: cheapest in constant evaluation)
-      if (group) {
-        gop.wait_event = wait_ev;
-        gop.record_event = record_ev;
-        gop.tick = t;
-        ops_out[nout++] = gop;
-        xop.tick = t;
-        for (int g = step_ref[i]; g < step_end[i]; ++g) {
-          const int x = e_x[g];
-          const bool sending = e_send[g] != 0;
-          xop.code = sending ? op_code::send : op_code::recv;
-          xop.what = x_pool[x] == 0 ? kind::F : kind::B;
-          xop.stage = x_stage[x];
-          xop.microbatch = x_mb[x];
-          xop.peer = sending ? x_dst[x] : x_src[x];
-          xop.comm = edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1];
-          xop.slot = e_slot[g];
-          ops_out[nout++] = xop;
-        }
-      } else {
-        const int c = step_ref[i];
-        const action& a = A[c];
-        cop.what = a.what;
-        cop.overlapped = a.overlapped;
-        cop.stage = a.stage;
-        cop.microbatch = a.microbatch;
-        cop.slot = in_slot[c];
-        cop.grad_slot = gin_slot[c];
-        cop.out_slot = out_slot[c];
-        cop.wait_event = wait_ev;
-        cop.record_event = record_ev;
-        cop.tick = t;
-        ops_out[nout++] = cop;
+      if (gin_slot[c] >= 0) {
+        int* u = use + grad_base + 4 * gin_slot[c];
+        if (u[other] > req) req = u[other];
+        u[2] = i;
+      }
+      if (out_slot[c] >= 0) {
+        int* u = use + (A[c].what == kind::F ? 0 : grad_base) + 4 * out_slot[c];
+        if (u[other] > req) req = u[other];
+        if (u[2 + other] > req) req = u[2 + other];
+        u[0] = i;
       }
     }
-    for (int ev = 0; ev < nevents; ++ev) in_use[ev] = 0;
-    rr.events = nevents;
+    int& waited = group ? waited1 : waited0;
+    if (req > waited) {
+      waited = req;
+      wait_for[i] = req;
+      record_after[req] = 1;
+    }
+  }
+
+  // 3. emit (one object per op kind, only the fields that change written: cheapest in constant
+  //    evaluation)
+  int nevents = 0;
+  lowered_op gop, xop, cop;
+  gop.code = op_code::group;
+  gop.stream = xop.stream = stream_id::comm;
+  cop.stream = stream_id::compute;
+  for (int i = 0; i < ns; ++i) {
+    const bool group = step_end[i] >= 0;
+    const int t = group ? e_tick[step_ref[i]] : tick[step_ref[i]];
+    int wait_ev = -1, record_ev = -1;
+    if (wait_for[i] >= 0) {
+      wait_ev = event_of[wait_for[i]];
+      in_use[wait_ev] = 0;
+    }
+    if (record_after[i]) {
+      record_ev = 0;
+      while (record_ev < nevents && in_use[record_ev]) ++record_ev;
+      if (record_ev == nevents) ++nevents;
+      in_use[record_ev] = 1;
+      event_of[i] = record_ev;
+    }
+    if (group) {
+      gop.wait_event = wait_ev;
+      gop.record_event = record_ev;
+      gop.tick = t;
+      ops_out[nout++] = gop;
+      xop.tick = t;
+      for (int g = step_ref[i]; g < step_end[i]; ++g) {
+        const int x = e_x[g];
+        const bool sending = e_send[g] != 0;
+        xop.code = sending ? op_code::send : op_code::recv;
+        xop.what = x_pool[x] == 0 ? kind::F : kind::B;
+        xop.stage = x_stage[x];
+        xop.microbatch = x_mb[x];
+        xop.peer = sending ? x_dst[x] : x_src[x];
+        xop.comm = edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1];
+        xop.slot = e_slot[g];
+        ops_out[nout++] = xop;
+      }
+    } else {
+      const int c = step_ref[i];
+      const action& a = A[c];
+      cop.what = a.what;
+      cop.overlapped = a.overlapped;
+      cop.stage = a.stage;
+      cop.microbatch = a.microbatch;
+      cop.slot = in_slot[c];
+      cop.grad_slot = gin_slot[c];
+      cop.out_slot = out_slot[c];
+      cop.wait_event = wait_ev;
+      cop.record_event = record_ev;
+      cop.tick = t;
+      ops_out[nout++] = cop;
+    }
+  }
+  for (int ev = 0; ev < nevents; ++ev) in_use[ev] = 0;
+  rr.events = nevents;
+  return nout;
+}
+
+/// The lowering's own inputs: stage owners and action positions (by stage · m + microbatch).
+struct lowering_tables {
+  scratch<int> owner;
+  scratch<int> pos;  // [3n]: posF, posG, last
+};
+constexpr lowering_tables lowering_tables_of(program_view p, const int* tick) {
+  const int S = p.stages, m = p.microbatches, n = S * m;
+  lowering_tables lt{scratch<int>(S, 0), scratch<int>(3 * n, -1)};
+  int* owner = lt.owner.data();
+  const action* A = p.actions.data();
+  for (int r = 0; r < p.ranks; ++r)
+    for (int k = p.begin[static_cast<std::size_t>(r)]; k < p.begin[static_cast<std::size_t>(r) + 1]; ++k)
+      owner[A[k].stage] = r;
+  int* posF = lt.pos.data();
+  int* posG = posF + n;
+  int* last = posF + 2 * n;
+  for (int k = 0; k < p.size(); ++k) {
+    const int q = A[k].stage * m + A[k].microbatch;
+    const int ps = 2 * tick[k] + 1;
+    if (A[k].what == kind::F) {
+      posF[q] = ps;
+    } else {
+      if (A[k].what != kind::W) posG[q] = ps;
+      if (ps > last[q]) last[q] = ps;
+    }
+  }
+  return lt;
+}
+
+constexpr lowering_input lowering_input_of(program_view p, const int* tick, const lowering_tables& lt) {
+  lowering_input in;
+  in.p = p;
+  in.A = p.actions.data();
+  in.tick = tick;
+  in.beg = p.begin.data();
+  in.P = p.ranks;
+  in.S = p.stages;
+  in.m = p.microbatches;
+  in.N = p.size();
+  in.n = in.S * in.m;
+  for (int k = 0; k < in.N; ++k) in.T = tick[k] + 1 > in.T ? tick[k] + 1 : in.T;
+  in.owner = lt.owner.data();
+  in.posF = lt.pos.data();
+  in.posG = in.posF + in.n;
+  in.last = in.posF + 2 * in.n;
+  return in;
+}
+
+/// The lowering: the five passes, writing the ops where `storage(count)` says (a pointer to
+/// `count` ops, or nullptr to give up).
+template <class Storage>
+constexpr lowered_program lower_with(program_view p, std::span<const int> tick_span, comm_policy policy,
+                                     group_policy groups, Storage&& storage) {
+  lowered_program out;
+  out.ranks = p.ranks;
+  out.policy = policy;
+  const lowering_tables lt = lowering_tables_of(p, tick_span.data());
+  const lowering_input in = lowering_input_of(p, tick_span.data(), lt);
+  const scratch<int> edge_comm = lower_communicators(in, policy, out.comms);
+  const transfer_table tt = lower_transfers(in);
+  out.resources.assign(static_cast<std::size_t>(in.P), rank_resources{});
+  rank_resources* res = out.resources.data();
+  const slot_table st = assign_slots(in, tt, res);
+  const end_table et = order_ends(in, tt, st, groups);
+  lowered_op* const ops_out = storage(count_ops(in, tt, et));
+  if (ops_out == nullptr) return out;
+  rank_scratch ws = rank_scratch_for(in, et, res);
+  int nout = 0;
+  out.begin.push_back(0);
+  for (int r = 0; r < in.P; ++r) {
+    nout = lower_rank(in, r, tt, st, et, edge_comm.data(), ws, res[r], ops_out, nout);
     out.begin.push_back(nout);
   }
   return out;
