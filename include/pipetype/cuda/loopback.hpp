@@ -8,12 +8,13 @@
 //   receiver, its group:    wait(comm stream, ready); copy(dst, src); record(done, comm stream)
 //   sender, after that:     wait(comm stream, done)               — the buffer may be reused
 //
-// which is what ncclSend/ncclRecv promise their streams. The two sides meet on the host: at
-// group_end a rank posts its sends and, for each of its recvs in order, takes the oldest posted
-// send of that (communicator, sender → receiver) channel — NCCL's FIFO per (communicator, peer) —
-// then waits until its own sends were taken. A rank blocks only on peers reaching their matching
-// group, so the rendezvous is deadlock-free exactly when the lowered program is (verify_lowered
-// proves it for every plan). Every rank runs on its own host thread (loopback_pipeline).
+// which is what ncclSend/ncclRecv promise their streams. The two sides meet on the host, in the
+// rendezvous the host executor's fabric uses too (exec/rendezvous.hpp): at group_end a rank
+// posts its sends and, for each of its recvs in order, takes the oldest posted send of that
+// (communicator, sender → receiver) channel — NCCL's FIFO per (communicator, peer) — then waits
+// until its own sends were taken. A rank blocks only on peers reaching their matching group, so
+// the rendezvous is deadlock-free exactly when the lowered program is (verify_lowered proves it
+// for every plan). Every rank runs on its own host thread (loopback_pipeline).
 //
 // Events: each rank has one `ready` and one `done` event per transfer of its step
 // (resources.transfers), created once; the k-th transfer a rank issues uses the k-th pair, so a
@@ -37,17 +38,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <exception>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -57,6 +55,7 @@
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/cuda/executor.hpp"
 #include "pipetype/exec/rank_threads.hpp"
+#include "pipetype/exec/rendezvous.hpp"
 
 namespace pipetype::cuda {
 
@@ -69,52 +68,41 @@ struct loopback_error : std::runtime_error {
 template <class Base>
 class loopback_driver;
 
-/// The meeting point of one pipeline's ranks (one per pipeline, shared by its drivers).
+/// The meeting point of one pipeline's ranks (one per pipeline, shared by its drivers): the
+/// NCCL-semantics rendezvous every in-process transport shares (exec/rendezvous.hpp), whose
+/// posted sends carry the sender's ready event and take the receiver's done event back.
 template <class Base>
 class loopback_hub {
  public:
   loopback_hub(const lowered_view& l, std::chrono::milliseconds deadline)
-      : deadline_(deadline), comms_(l.comms.begin(), l.comms.end()) {
+      : comms_(l.comms.begin(), l.comms.end()), core_(l.ranks, static_cast<int>(l.comms.size()), deadline) {
     for (const rank_resources& r : l.resources) transfers_.push_back(r.transfers);
   }
   loopback_hub(const loopback_hub&) = delete;
   loopback_hub& operator=(const loopback_hub&) = delete;
 
   /// Wakes every waiting rank with loopback_error(`why`); later exchanges fail the same way.
-  void abort(const std::string& why) {
-    {
-      const std::lock_guard lk(m_);
-      if (aborted_.empty()) aborted_ = why.empty() ? std::string("aborted") : why;
-    }
-    cv_.notify_all();
-  }
+  void abort(const std::string& why) { core_.abort(why); }
   /// Forgets an abort and every posted transfer (after all ranks stopped).
-  void reset() {
-    const std::lock_guard lk(m_);
-    aborted_.clear();
-    channels_.clear();
-  }
-  std::chrono::milliseconds deadline() const noexcept { return deadline_; }
+  void reset() { core_.reset(); }
+  std::chrono::milliseconds deadline() const noexcept { return core_.deadline(); }
 
  private:
   friend class loopback_driver<Base>;
   using event = typename Base::event;
   using stream = typename Base::stream;
-
-  struct posted {  // one send, from post to the receiver's copy
-    const void* src = nullptr;
-    std::size_t bytes = 0;
-    event ready{}, done{};
-    bool taken = false;
+  struct events {
+    event ready{}, done{};  // the sender's, recorded when the data is there; the receiver's, after its copy
   };
-  struct pending {  // one transfer of an open group
-    bool send = false;
+  using core = pipetype::detail::rendezvous<events>;
+  using posted = typename core::post;
+  struct pending_recv {  // a receive of an open group, besides what the core matches on
     void* buf = nullptr;
-    std::size_t bytes = 0;
-    int peer = -1, comm = -1;  // peer: the global rank
     stream s{};
-    posted* post = nullptr;  // send: its slot
-    event done{};            // recv: the receiver's done event
+    event done{};
+  };
+  struct pending_send {
+    stream s{};
   };
 
   int global_peer(int comm, int local) const {
@@ -127,63 +115,48 @@ class loopback_hub {
     return "communicator " + std::to_string(comm) + ", rank " + std::to_string(from) + " → rank " + std::to_string(to);
   }
 
-  // One group of rank `me`: post its sends, take its recvs in order, wait for its sends to be taken.
-  void exchange(int me, std::vector<pending>& group, Base& d) {
-    std::unique_lock lk(m_);
-    fail_if_aborted(me);
-    for (pending& x : group)
-      if (x.send) channels_[{x.comm, me, x.peer}].push_back(x.post);
-    cv_.notify_all();
-    const auto until = std::chrono::steady_clock::now() + deadline_;
-    for (pending& x : group) {
-      if (x.send) continue;
-      std::deque<posted*>& ch = channels_[{x.comm, x.peer, me}];
-      if (!cv_.wait_until(lk, until, [&] { return !aborted_.empty() || !ch.empty(); }))
-        throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " waited " +
-                             std::to_string(deadline_.count()) + " ms for a send on " +
-                             channel_name(x.comm, x.peer, me) + " (the peer stopped or is stuck)");
-      fail_if_aborted(me);
-      posted* p = ch.front();
-      ch.pop_front();
-      if (p->bytes != x.bytes)
-        throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " receives " +
-                             std::to_string(x.bytes) + " bytes on " + channel_name(x.comm, x.peer, me) +
-                             " but the send has " + std::to_string(p->bytes));
-      // the sender stays in its group until `taken`, so its post is stable: issue unlocked
-      lk.unlock();
-      d.wait(x.s, p->ready);
-      d.copy(x.buf, p->src, x.bytes, x.s);
-      d.record(x.done, x.s);
-      lk.lock();
-      p->done = x.done;
-      p->taken = true;
-      cv_.notify_all();
+  // One group of rank `me`: the core posts its sends, takes its recvs in order (each a wait on
+  // the sender's ready event, a copy and a done record on the receiver's stream), and waits for
+  // its sends to be taken (then the sender's stream waits on the receiver's done event).
+  void exchange(int me, std::vector<typename core::send_op>& sends, std::vector<pending_send>& send_extra,
+                std::vector<typename core::recv_op>& recvs, std::vector<pending_recv>& recv_extra, Base& d) {
+    const typename core::result r = core_.exchange(
+        me, std::span<typename core::send_op>(sends), std::span<typename core::recv_op>(recvs),
+        [&](std::size_t k, posted& p) {
+          const pending_recv& x = recv_extra[k];
+          d.wait(x.s, p.ready);
+          d.copy(x.buf, p.src, p.bytes, x.s);
+          d.record(x.done, x.s);
+          p.done = x.done;
+        },
+        [&](std::size_t k, const posted& p) { d.wait(send_extra[k].s, p.done); });
+    if (r.ok()) return;
+    const auto at = static_cast<std::size_t>(r.index < 0 ? 0 : r.index);
+    const std::string who = "pipetype::cuda loopback: rank " + std::to_string(me);
+    switch (r.what) {
+      case core::outcome::aborted:
+        throw loopback_error(who + " stopped: " + r.reason);
+      case core::outcome::timeout:
+        if (r.send)
+          throw loopback_error(who + " waited " + std::to_string(core_.deadline().count()) + " ms for its send on " +
+                               channel_name(sends[at].comm, me, sends[at].peer) +
+                               " to be received (the peer stopped or is stuck)");
+        throw loopback_error(who + " waited " + std::to_string(core_.deadline().count()) + " ms for a send on " +
+                             channel_name(recvs[at].comm, recvs[at].peer, me) + " (the peer stopped or is stuck)");
+      case core::outcome::mismatch:
+        throw loopback_error(who + (r.send ? " sends " : " receives ") +
+                             std::to_string(r.send ? r.send_bytes : r.recv_bytes) + " bytes on " +
+                             (r.send ? channel_name(sends[at].comm, me, sends[at].peer)
+                                     : channel_name(recvs[at].comm, recvs[at].peer, me)) +
+                             " but the other end has " + std::to_string(r.send ? r.recv_bytes : r.send_bytes));
+      case core::outcome::done:
+        break;
     }
-    for (pending& x : group) {
-      if (!x.send) continue;
-      if (!cv_.wait_until(lk, until, [&] { return !aborted_.empty() || x.post->taken; }))
-        throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " waited " +
-                             std::to_string(deadline_.count()) + " ms for its send on " +
-                             channel_name(x.comm, me, x.peer) + " to be received (the peer stopped or is stuck)");
-      fail_if_aborted(me);
-      const event done = x.post->done;
-      lk.unlock();
-      d.wait(x.s, done);
-      lk.lock();
-    }
-  }
-  void fail_if_aborted(int me) const {
-    if (!aborted_.empty())
-      throw loopback_error("pipetype::cuda loopback: rank " + std::to_string(me) + " stopped: " + aborted_);
   }
 
-  std::chrono::milliseconds deadline_;
   std::vector<comm_desc> comms_;
   std::vector<int> transfers_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::map<std::tuple<int, int, int>, std::deque<posted*>> channels_;  // (comm, from, to) → posted sends
-  std::string aborted_;
+  core core_;
 };
 
 /// One rank's driver over the hub: streams, events, buffers and copies from `Base`; send/recv
@@ -198,13 +171,15 @@ class loopback_driver {
 
   loopback_driver(Base& base, loopback_hub<Base>& hub, int rank) : d_(base), hub_(hub), rank_(rank) {
     const auto n = static_cast<std::size_t>(hub.transfers(rank));
-    posts_.resize(n);
+    posts_ = std::make_unique<posted[]>(n > 0 ? n : 1);
+    npost_ = n;
     done_.reserve(n);
     for (std::size_t k = 0; k < n; ++k) {
       posts_[k].ready = d_.make_event();
       done_.push_back(d_.make_event());
     }
-    group_.reserve(n);
+    sends_.reserve(n);
+    recvs_.reserve(n);
   }
   loopback_driver(const loopback_driver&) = delete;
   loopback_driver& operator=(const loopback_driver&) = delete;
@@ -215,19 +190,25 @@ class loopback_driver {
   void* native(stream s) const { return d_.native(s); }
   void record(event e, stream s) { d_.record(e, s); }
   void wait(stream s, event e) { d_.wait(s, e); }
-  void group_start() { group_.clear(); }
+  void group_start() {
+    sends_.clear();
+    send_extra_.clear();
+    recvs_.clear();
+    recv_extra_.clear();
+  }
   void send(const void* p, std::size_t n, int peer, comm c, stream s) {
-    typename loopback_hub<Base>::posted& post = posts_[next()];
+    posted& post = posts_[next()];
     d_.record(post.ready, s);
     post.src = p;
     post.bytes = n;
-    post.taken = false;
-    group_.push_back({true, nullptr, n, hub_.global_peer(c, peer), c, s, &post, {}});
+    sends_.push_back({c, hub_.global_peer(c, peer), &post});
+    send_extra_.push_back({s});
   }
   void recv(void* p, std::size_t n, int peer, comm c, stream s) {
-    group_.push_back({false, p, n, hub_.global_peer(c, peer), c, s, nullptr, done_[next()]});
+    recvs_.push_back({c, hub_.global_peer(c, peer), n});
+    recv_extra_.push_back({p, s, done_[next()]});
   }
-  void group_end() { hub_.exchange(rank_, group_, d_); }
+  void group_end() { hub_.exchange(rank_, sends_, send_extra_, recvs_, recv_extra_, d_); }
   void on_compute(stream s, char what, int stage, int microbatch) requires observes_compute<Base> {
     d_.on_compute(s, what, stage, microbatch);
   }
@@ -239,18 +220,25 @@ class loopback_driver {
   int rank() const noexcept { return rank_; }
 
  private:
+  using hub_type = loopback_hub<Base>;
+  using posted = typename hub_type::posted;
+
   std::size_t next() {  // the k-th transfer of the step uses the k-th event pair
     const std::size_t k = ordinal_;
-    ordinal_ = posts_.empty() ? 0 : (ordinal_ + 1) % posts_.size();
+    ordinal_ = npost_ == 0 ? 0 : (ordinal_ + 1) % npost_;
     return k;
   }
 
   Base& d_;
-  loopback_hub<Base>& hub_;
+  hub_type& hub_;
   int rank_;
-  std::vector<typename loopback_hub<Base>::posted> posts_;
+  std::unique_ptr<posted[]> posts_;  // stable while a receiver may read them
+  std::size_t npost_ = 0;
   std::vector<event> done_;
-  std::vector<typename loopback_hub<Base>::pending> group_;
+  std::vector<typename hub_type::core::send_op> sends_;
+  std::vector<typename hub_type::pending_send> send_extra_;
+  std::vector<typename hub_type::core::recv_op> recvs_;
+  std::vector<typename hub_type::pending_recv> recv_extra_;
   std::size_t ordinal_ = 0;
 };
 
