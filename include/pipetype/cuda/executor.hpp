@@ -55,6 +55,7 @@
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/cuda/capture.hpp"
 #include "pipetype/cuda/driver.hpp"
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -65,60 +66,7 @@
 
 namespace pipetype::cuda {
 
-/// A captured step's executable graph: the first capture instantiates it; a later one updates it
-/// in place (cudaGraphExecUpdate) when only addresses changed, else instantiates anew.
-template <class D>
-struct step_graph {
-  typename D::graph_exec exec{};
-  bool captured = false;
-  int instantiations = 0, updates = 0;
-
-  void take(D& d, typename D::graph g) {
-    if (captured && d.update(exec, g)) {
-      ++updates;
-    } else {
-      if (captured) {
-        captured = false;
-        d.destroy(exec);
-      }
-      try {
-        exec = d.instantiate(g);
-      } catch (...) {
-        d.destroy(g);
-        throw;
-      }
-      captured = true;
-      ++instantiations;
-    }
-    d.destroy(g);
-  }
-  /// Destroys the executable graph (before the driver goes; errors are swallowed).
-  void release(D& d) noexcept {
-    if (!captured) return;
-    captured = false;
-    try {
-      d.destroy(exec);
-    } catch (...) {
-    }
-  }
-  void launch(D& d, typename D::stream s) {
-    if (!captured) throw std::logic_error("pipetype::cuda: replay() before capture()");
-    d.launch(exec, s);
-  }
-};
-
-/// Ends a capture that failed half-way and drops its graph, so the origin stream is usable again
-/// (the failure itself is what the caller reports).
-template <class D>
-void abandon_capture(D& d, typename D::stream origin) noexcept {
-  try {
-    d.destroy(d.end_capture(origin));
-  } catch (...) {
-  }
-}
-
 namespace detail {
-struct no_graph {};
 
 // A rank's issue list as compile-time constants (executor::step_unrolled).
 struct static_issue {
@@ -292,34 +240,20 @@ class executor {
   /// streams, the step, join back), then instantiates it — or, when a graph was made before and
   /// only buffer addresses changed (a new `batch`), updates it in place. replay() launches it.
   void capture(const void* batch) requires captures_graphs<D> {
-    const typename D::stream origin = origin_;
-    d_.begin_capture(origin);
-    fork_from_origin();
-    try {
-      step(batch);
-    } catch (...) {
-      abandon_capture(d_, origin);
-      throw;
-    }
-    join_into_origin();
-    graph_.take(d_, d_.end_capture(origin));
+    capture_.capture([&] { step(batch); });
   }
   /// Launches the captured step (capture() first), ordered like an eager step: after everything
   /// already on the rank's streams (they join into the origin stream), and before whatever comes
   /// next on them (they wait on the origin after the launch).
-  void replay() requires captures_graphs<D> {
-    join_into_origin();
-    graph_.launch(d_, origin_);
-    fork_from_origin();
-  }
-  typename D::stream origin_stream() const noexcept requires captures_graphs<D> { return origin_; }
-  int instantiations() const noexcept requires captures_graphs<D> { return graph_.instantiations; }
-  int updates() const noexcept requires captures_graphs<D> { return graph_.updates; }
+  void replay() requires captures_graphs<D> { capture_.replay(); }
+  typename D::stream origin_stream() const noexcept requires captures_graphs<D> { return capture_.origin(); }
+  int instantiations() const noexcept requires captures_graphs<D> { return capture_.instantiations(); }
+  int updates() const noexcept requires captures_graphs<D> { return capture_.updates(); }
 
   executor(const executor&) = delete;
   executor& operator=(const executor&) = delete;
   ~executor() {
-    if constexpr (captures_graphs<D>) graph_.release(d_);
+    if constexpr (captures_graphs<D>) capture_.release();
   }
 
   int rank() const noexcept { return rank_; }
@@ -380,18 +314,6 @@ class executor {
       d.wait(streams_[0], pair_join_);
     }
     if (o.has_record) d.record(o.record, o.pair == 2 ? streams_[0] : s);
-  }
-  // The origin stream (captures, replays) and the rank's streams: the streams wait on the origin's
-  // position (fork), or the origin waits on each stream's (join).
-  void fork_from_origin() requires captures_graphs<D> {
-    d_.record(fork_, origin_);
-    for (int s = 0; s < nstreams_; ++s) d_.wait(streams_[s], fork_);
-  }
-  void join_into_origin() requires captures_graphs<D> {
-    for (int s = 0; s < nstreams_; ++s) {
-      d_.record(join_[s], streams_[s]);
-      d_.wait(origin_, join_[s]);
-    }
   }
   // What the op at `o` is, for an error: "rank 1, op 7 of 36: group: send activation 1F3 to rank 2".
   std::string where(const issue_op* o) const {
@@ -492,10 +414,9 @@ class executor {
       pair_join_ = d_.make_event();
     }
     void* const aux_native = pairs ? d_.native(streams_[2]) : nullptr;
-    if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join events
-      origin_ = d_.make_stream();
-      fork_ = d_.make_event();
-      for (int k = 0; k < nstreams_; ++k) join_[k] = d_.make_event();
+    if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join with each stream
+      capture_.open(d_);
+      for (int k = 0; k < nstreams_; ++k) capture_.add(d_, streams_[k]);
     }
     bool second_half = false;  // the next compute op is the second half of a pair
     // the issue list
@@ -599,10 +520,7 @@ class executor {
   typename D::event fence_[2]{};                 // the step's end (fence)
   typename D::event pair_fork_{}, pair_join_{};  // F&B pairs
   std::size_t batch_bytes_ = 0;
-  // whole-step graphs (drivers with captures_graphs)
-  typename D::stream origin_{};
-  typename D::event fork_{}, join_[3]{};
-  [[no_unique_address]] std::conditional_t<captures_graphs<D>, step_graph<D>, detail::no_graph> graph_{};
+  [[no_unique_address]] detail::capture_for<D> capture_{};  // whole-step graphs (captures_graphs drivers)
 };
 
 template <class Plan, class Model, class D>

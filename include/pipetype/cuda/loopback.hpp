@@ -52,6 +52,7 @@
 #include "pipetype/bind/checks.hpp"
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/stage_entry.hpp"
+#include "pipetype/cuda/capture.hpp"
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/cuda/executor.hpp"
 #include "pipetype/exec/rank_threads.hpp"
@@ -307,12 +308,11 @@ class loopback_pipeline {
           v, std::move(entries[static_cast<std::size_t>(r)]), *links_.back(),
           executor_options<loopback_driver<Base>>{.rank = r, .comms = {}, .ordered_gradients = opt.ordered_gradients}));
     }
-    if constexpr (captures_graphs<Base>) {
-      Base& d0 = *bases_.front();
-      origin_ = d0.make_stream();
-      fork_ = d0.make_event();
-      for (int r = 0; r < ranks_; ++r)  // one per stream of the rank (at most three)
-        for (int k = 0; k < 3; ++k) join_.push_back(bases_[static_cast<std::size_t>(r)]->make_event());
+    if constexpr (captures_graphs<Base>) {  // one origin (rank 0's driver), joined with every rank's streams
+      capture_.open(*bases_.front());
+      for (int r = 0; r < ranks_; ++r)
+        for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
+          capture_.add(*bases_[static_cast<std::size_t>(r)], s);
     }
     threads_ = std::make_unique<pipetype::detail::rank_threads>(ranks_, [this](int r) {
       if constexpr (requires(Base & d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
@@ -322,7 +322,7 @@ class loopback_pipeline {
   loopback_pipeline& operator=(const loopback_pipeline&) = delete;
   ~loopback_pipeline() {
     threads_.reset();
-    if constexpr (captures_graphs<Base>) graph_.release(*bases_.front());
+    if constexpr (captures_graphs<Base>) capture_.release();
   }
 
   /// One step of every rank, each on its thread; returns when all have issued theirs (with CUDA
@@ -332,28 +332,14 @@ class loopback_pipeline {
   /// Records one step of the whole pipeline into one graph (or updates the graph made before in
   /// place when only addresses changed); replay() launches it on the origin stream.
   void capture(const void* batch) requires captures_graphs<Base> {
-    Base& d0 = *bases_.front();
-    d0.begin_capture(origin_);
-    fork_from_origin();
-    try {
-      run(batch);
-    } catch (...) {
-      abandon_capture(d0, origin_);
-      throw;
-    }
-    join_into_origin();
-    graph_.take(d0, d0.end_capture(origin_));
+    capture_.capture([&] { run(batch); });
   }
   /// Launches the pipeline's graph, ordered after everything already on the ranks' streams and
   /// before whatever comes next on them, like an eager step.
-  void replay() requires captures_graphs<Base> {
-    join_into_origin();
-    graph_.launch(*bases_.front(), origin_);
-    fork_from_origin();
-  }
-  int instantiations() const noexcept requires captures_graphs<Base> { return graph_.instantiations; }
-  int updates() const noexcept requires captures_graphs<Base> { return graph_.updates; }
-  typename Base::stream origin_stream() const noexcept requires captures_graphs<Base> { return origin_; }
+  void replay() requires captures_graphs<Base> { capture_.replay(); }
+  int instantiations() const noexcept requires captures_graphs<Base> { return capture_.instantiations(); }
+  int updates() const noexcept requires captures_graphs<Base> { return capture_.updates(); }
+  typename Base::stream origin_stream() const noexcept requires captures_graphs<Base> { return capture_.origin(); }
 
   int ranks() const noexcept { return ranks_; }
   rank_executor& rank(int r) { return *execs_.at(static_cast<std::size_t>(r)); }
@@ -370,25 +356,6 @@ class loopback_pipeline {
     for (Model& m : models) out.push_back(entries_of(m));
     return out;
   }
-  // The origin stream (rank 0's driver) and every rank's streams: the streams wait on the
-  // origin's position (fork), or the origin waits on each stream's (join).
-  void fork_from_origin() requires captures_graphs<Base> {
-    bases_.front()->record(fork_, origin_);
-    for (int r = 0; r < ranks_; ++r)
-      for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
-        bases_[static_cast<std::size_t>(r)]->wait(s, fork_);
-  }
-  void join_into_origin() requires captures_graphs<Base> {
-    for (int r = 0; r < ranks_; ++r) {
-      const auto streams = execs_[static_cast<std::size_t>(r)]->streams();
-      for (std::size_t k = 0; k < streams.size(); ++k) {
-        const typename Base::event j = join_[static_cast<std::size_t>(3 * r) + k];
-        bases_[static_cast<std::size_t>(r)]->record(j, streams[k]);
-        bases_.front()->wait(origin_, j);
-      }
-    }
-  }
-
   void run(const void* batch) {
     errors_.assign(static_cast<std::size_t>(ranks_), nullptr);
     auto job = [this, batch](int r) { serve(r, batch); };
@@ -460,10 +427,7 @@ class loopback_pipeline {
   std::vector<std::exception_ptr> errors_;  // per rank, the last step's
   std::vector<failure> failures_;
   // the whole-pipeline graph
-  typename Base::stream origin_{};
-  typename Base::event fork_{};
-  std::vector<typename Base::event> join_;
-  [[no_unique_address]] std::conditional_t<captures_graphs<Base>, step_graph<Base>, detail::no_graph> graph_{};
+  [[no_unique_address]] detail::capture_for<Base> capture_{};
   std::unique_ptr<pipetype::detail::rank_threads> threads_;  // one per rank, parked between steps
 };
 
