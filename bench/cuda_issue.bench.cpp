@@ -127,7 +127,7 @@ void BM_flat_replay(benchmark::State& state) {
   };
   std::vector<flat> calls;
   std::vector<pt::bound_op> stage_calls;
-  const int L = plan.compute().chain_length();
+  const int L = plan.compute().lane_length();
   for (const auto& c : rec.calls()) {
     flat f{
         c.what,

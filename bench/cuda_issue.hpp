@@ -64,7 +64,7 @@ inline pt::runtime_plan plan_of(int which) {
 }
 /// One quiet stage per model stage of the plan.
 inline pt::uniform_chain<quiet> model_of(const pt::runtime_plan& plan) {
-  return pt::uniform_chain<quiet>(std::vector<quiet>(static_cast<std::size_t>(plan.compute().chain_length())));
+  return pt::uniform_chain<quiet>(std::vector<quiet>(static_cast<std::size_t>(plan.compute().lane_length())));
 }
 /// Every microbatch's input to stage 0.
 inline std::vector<float> batch_of(const pt::runtime_plan& plan) {

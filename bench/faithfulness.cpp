@@ -63,7 +63,7 @@ row run(const char* name, int p, int m, int v, int steps, double f_ms, double b_
     std::fprintf(stderr, "%s: %s\n", name, pt::describe(plan.result).c_str());
     std::exit(2);
   }
-  std::vector<sleeper> stages(static_cast<std::size_t>(plan.compute().chain_length()));
+  std::vector<sleeper> stages(static_cast<std::size_t>(plan.compute().lane_length()));
   for (sleeper& s : stages) {
     s.f = std::chrono::microseconds(static_cast<long>(f_ms * 1000));
     s.b = std::chrono::microseconds(static_cast<long>(b_ms * 1000));

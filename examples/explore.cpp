@@ -371,7 +371,7 @@ int main(int argc, char** argv) {
     ff.torch_loads = ff.torch_note.empty() && file.error.ok();
     ff.transfer_verdict = !prog.source_error.ok();
     if (prog.source_error.ok()) {
-      const int model_stages = prog.view().chain_length();  // per chain: DualPipe holds the model twice
+      const int model_stages = prog.view().lane_length();  // per lane: DualPipe holds the model twice
       if (prog.ranks > 0 && model_stages % prog.ranks == 0) chunks = model_stages / prog.ranks;
     }
   } else {

@@ -130,7 +130,7 @@ pt::runtime_plan make(args& a) {
   if (!plan.ok()) fail("the schedule was rejected: " + pt::describe(plan.result));
   a.ranks = plan.compute().ranks;
   a.microbatches = plan.compute().microbatches;
-  a.chunks = plan.compute().chain_length() / std::max(1, plan.compute().ranks);
+  a.chunks = plan.compute().lane_length() / std::max(1, plan.compute().ranks);
   return plan;
 }
 
@@ -144,7 +144,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
   const pt::runtime_plan plan = make(a);
-  const int S = plan.compute().chain_length(), m = a.microbatches;  // the model's stages
+  const int S = plan.compute().lane_length(), m = a.microbatches;  // the model's stages
 
   auto model = mlp::make_model(a.layers, S);
   auto reference = mlp::make_model(a.layers, S);  // the same initial parameters

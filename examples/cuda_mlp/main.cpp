@@ -228,11 +228,11 @@ result run_loopback(const options& o, const std::string& name) {
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, o.ranks, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
   const pt::program_view pv = plan.compute();
-  const int S = pv.chain_length();
+  const int S = pv.lane_length();
   device_batch b(o.microbatches, 0);
   // a model per rank when a model stage runs on two ranks (DualPipe), else one shared
   std::vector<pt::uniform_chain<cuda_mlp::stage>> models;
-  for (int k = 0; k < (pv.chains > 1 ? o.ranks : 1); ++k) {
+  for (int k = 0; k < (pv.lanes > 1 ? o.ranks : 1); ++k) {
     models.push_back(cuda_mlp::make_model(o.layers, S));
     attach(models.back(), b);
   }
@@ -280,7 +280,7 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   const pt::runtime_plan plan =
       pt::build_plan(pt::make_schedule(name, who.world, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
-  const int S = plan.compute().chain_length();
+  const int S = plan.compute().lane_length();
   const std::vector<ncclComm_t> comms = d.connect(id, who.world, plan.lowered());
   device_batch b(o.microbatches, 0);
   std::vector<pt::uniform_chain<cuda_mlp::stage>> model;

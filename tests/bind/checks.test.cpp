@@ -43,7 +43,7 @@ TEST_CASE("checks: check_model names the stage counts that do not fit") {
   CHECK_NOTHROW(pt::detail::check_model(plan.compute(), pt::entries_of(good), "who"));
 }
 
-TEST_CASE("checks: check_gradients wants microbatch order, the split, and handed-over gradients under two chains") {
+TEST_CASE("checks: check_gradients wants microbatch order, the split, and handed-over gradients under two lanes") {
   dense<4, 4> a;
   pt::chain<dense<4, 4>> one{a};
   const auto reversed = pt::build_plan(pt::parse_schedule("0F0,0F1,0B1,0B0"));

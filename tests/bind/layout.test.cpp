@@ -71,7 +71,7 @@ TEST_CASE("layout: out-of-order backwards are held and added in microbatch order
   CHECK(wg.later.empty());
 }
 
-TEST_CASE("layout: a later chain's weight gradients are held to the step's end") {
+TEST_CASE("layout: a later lane's weight gradients are held to the step's end") {
   const auto plan = pt::build_plan(pt::make_dualpipe(2, 4));
   REQUIRE(plan.ok());
   pt::uniform_chain<quiet> model(std::vector<quiet>(2));
@@ -79,5 +79,5 @@ TEST_CASE("layout: a later chain's weight gradients are held to the step's end")
   for (int r = 0; r < 2; ++r)
     later +=
         static_cast<int>(pt::detail::plan_weight_grads(plan.lowered().rank_ops(r), pt::entries_of(model)).later.size());
-  CHECK(later == 2 * 2);  // chain 1: 2 stages × 2 microbatches (half of m runs each direction)
+  CHECK(later == 2 * 2);  // lane 1: 2 stages × 2 microbatches (half of m runs each direction)
 }

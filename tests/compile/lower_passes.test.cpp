@@ -54,7 +54,7 @@ TEST_CASE("lower passes: transfers, one each way per crossing edge and microbatc
     const pd::transfer_table tt = pd::lower_transfers(c.in);
     int crossing = 0;
     for (int s = 0; s + 1 < prog.stages; ++s)
-      if (!prog.view().chain_tail(s) && c.in.owner[s] != c.in.owner[s + 1])
+      if (!prog.view().lane_tail(s) && c.in.owner[s] != c.in.owner[s + 1])
         for (int j = 0; j < prog.microbatches; ++j) crossing += prog.view().runs_through(s, j) ? 1 : 0;
     CHECK(tt.nx == 2 * crossing);
     const int* tick = tt.x_field(pd::transfer_table::x_tick);

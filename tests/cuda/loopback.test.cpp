@@ -129,12 +129,12 @@ struct outcome {
 };
 
 // One step of `plan` over loopback record drivers against mlp::reference_step. Plans with several
-// chains get one model per rank (a model stage runs on two ranks), whose gradients are summed.
+// lanes get one model per rank (a model stage runs on two ranks), whose gradients are summed.
 outcome loopback_step(const pt::runtime_plan& plan) {
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   const pt::program_view pv = plan.compute();
-  const int p = pv.ranks, S = pv.chain_length(), m = pv.microbatches;
-  const bool own_models = pv.chains > 1;
+  const int p = pv.ranks, S = pv.lane_length(), m = pv.microbatches;
+  const bool own_models = pv.lanes > 1;
   std::vector<pt::uniform_chain<mlp::stage>> models;
   for (int r = 0; r < (own_models ? p : 1); ++r) models.push_back(mlp::make_model(8, S));
   auto ref = mlp::make_model(8, S);
@@ -175,7 +175,7 @@ TEST_CASE("cuda loopback: every built-in schedule trains the MLP like the unpipe
     const outcome o = loopback_step(plan);
     CHECK(o.order == "");
     CHECK(o.loss_bitwise);
-    if (plan.compute().chains > 1) {
+    if (plan.compute().lanes > 1) {
       CHECK(o.rel_diff < 1e-5);  // two copies' partial sums: equal to rounding
     } else {
       CHECK(o.bitwise);
@@ -281,7 +281,7 @@ TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error namin
 TEST_CASE("cuda loopback: DualPipe refuses one model shared by every rank") {
   const auto plan = pt::build_plan(pt::make_schedule("dualpipe", 4, 8));
   REQUIRE(plan.ok());
-  auto model = mlp::make_model(8, plan.compute().chain_length());
+  auto model = mlp::make_model(8, plan.compute().lane_length());
   drivers d(4);
   CHECK_THROWS_WITH(pc::loopback_pipeline<pc::record_driver>(plan, model, d.ptrs),
                     doctest::Contains("give every rank its own model"));
@@ -340,7 +340,7 @@ TEST_CASE("cuda loopback: the whole pipeline is captured as one graph, forked fr
 TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three streams") {
   const auto plan = pt::build_plan(pt::make_schedule("dualpipe-v", 2, 4));
   REQUIRE(plan.ok());
-  const int S = plan.compute().chain_length();
+  const int S = plan.compute().lane_length();
   auto m0 = mlp::make_model(4, S), m1 = mlp::make_model(4, S);
   const mlp::batch b = mlp::make_batch(4, 0);
   std::vector<double> losses;

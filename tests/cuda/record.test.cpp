@@ -44,7 +44,7 @@ struct rank_run {
 };
 
 std::vector<rank_run> record_step(const pt::runtime_plan& plan) {
-  const int L = plan.compute().chain_length();
+  const int L = plan.compute().lane_length();
   pt::uniform_chain<quiet> model(std::vector<quiet>(static_cast<std::size_t>(L)));
   std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute().microbatches));
   std::vector<int> comms(plan.lowered().comms.size());

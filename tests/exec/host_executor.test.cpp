@@ -29,7 +29,7 @@ struct run_result {
 // One step of `plan` against the reference, on fresh models of 8 layers.
 run_result one_step(const pt::runtime_plan& plan) {
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
-  const int S = plan.compute().chain_length(), m = plan.compute().microbatches;
+  const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
   auto model = mlp::make_model(8, S), ref = mlp::make_model(8, S);
   ph::executor ex{plan, model, {.deadline = 20s}};
   const mlp::batch b = mlp::make_batch(m, 0);

@@ -59,27 +59,27 @@ TEST_CASE("text: round trip through to_text") {
     CHECK(q.actions == p.actions);
     CHECK(q.begin == p.begin);
     CHECK(q.stage_rank == p.stage_rank);
-    CHECK(q.chains == p.chains);
+    CHECK(q.lanes == p.lanes);
     CHECK(pt::build_plan(q).ok());
   }
 }
 
-// DualPipe's two directions in text: a `chains 2` line (here PP = 2, m = 4: chain 0 is stages 0-1
-// with microbatches 0-1, chain 1 is stages 2-3 with microbatches 2-3, stage 2 on rank 1)
+// DualPipe's two directions in text: a `lanes 2` line (here PP = 2, m = 4: lane 0 is stages 0-1
+// with microbatches 0-1, lane 1 is stages 2-3 with microbatches 2-3, stage 2 on rank 1)
 using two_way = pt::from_text<R"(
-  chains 2
+  lanes 2
   0F0,0F1,3F2,3F3,0B0,0B1,3B2,3B3
   1F0,1F1,2F2,2F3,1B0,1B1,2B2,2B3
 )">;
-static_assert(pt::make_plan<two_way>().chains == 2);
+static_assert(pt::make_plan<two_way>().lanes == 2);
 
-TEST_CASE("text: chains") {
-  const pt::program p = pt::parse_schedule("chains 2  # two directions\n0F0,1F1\n");
+TEST_CASE("text: lanes") {
+  const pt::program p = pt::parse_schedule("lanes 2  # two directions\n0F0,1F1\n");
   REQUIRE(p.source_error.ok());
-  CHECK(p.chains == 2);
-  CHECK(pt::to_text(p.view()).rfind("chains 2\n", 0) == 0);
+  CHECK(p.lanes == 2);
+  CHECK(pt::to_text(p.view()).rfind("lanes 2\n", 0) == 0);
   // a microbatch on the other chain's stage is refused by verify
-  CHECK(pt::verify(pt::parse_schedule("chains 2\n0F1,0B1\n1F0,1B0\n").view()).code == pt::errc::index_out_of_range);
+  CHECK(pt::verify(pt::parse_schedule("lanes 2\n0F1,0B1\n1F0,1B0\n").view()).code == pt::errc::index_out_of_range);
 }
 
 TEST_CASE("text: syntax errors name line and column") {
@@ -97,10 +97,11 @@ TEST_CASE("text: syntax errors name line and column") {
       {"(0F0;1B0", 1, 9, "expected ')'"},
       {"0F99999999", 1, 9, "number too large"},
       {"\n\n# nothing\n", 1, 1, "no actions"},
-      {"chains\n0F0", 1, 7, "expected the number of chains"},
-      {"chains 0\n0F0", 1, 9, "at least 1"},
-      {"chains 2 0F0", 1, 10, "stands alone"},
-      {"chains 2\nchains 2\n0F0", 2, 1, "given twice"},
+      {"lanes\n0F0", 1, 6, "expected the number of lanes"},
+      {"lanes 0\n0F0", 1, 8, "at least 1"},
+      {"lanes 2 0F0", 1, 9, "stands alone"},
+      {"chains 2 0F0", 1, 10, "stands alone"},  // the older spelling reads the same
+      {"lanes 2\nchains 2\n0F0", 2, 1, "given twice"},
   };
   for (const bad& b : cases) {
     CAPTURE(b.text);
@@ -241,7 +242,7 @@ TEST_CASE("notation: read(write(x)) == x for every built-in schedule, compute-on
           const pt::runtime_plan built = pt::build_plan(pt::make_schedule(s.name, p, m, v), o);
           REQUIRE(built.ok());
           const pt::program_view c = built.compute();
-          if (c.chains > 1) {  // DualPipe: two model copies, which PyTorch cannot hold
+          if (c.lanes > 1) {  // DualPipe: two model copies, which PyTorch cannot hold
             CHECK_THROWS_WITH_AS(pt::to_csv(c), doctest::Contains("cannot express"), std::invalid_argument);
             CHECK_THROWS_AS(pt::to_csv(c, built.lowered()), std::invalid_argument);
             continue;

@@ -1,7 +1,7 @@
 // pipetype/analysis/simulate.hpp — event simulation of a compute program under a cost model.
 //
 // Each rank runs its actions in order; an action starts when its rank is free and its inputs
-// exist: F(s,j) after F(s−1,j), B/I(s,j) after F(s,j) and B/I(s+1,j) (s ± 1 within s's chain),
+// exist: F(s,j) after F(s−1,j), B/I(s,j) after F(s,j) and B/I(s+1,j) (s ± 1 within s's lane),
 // W(s,j) after I(s,j), an input from another rank arriving `latency` after its producer ends.
 // An overlapped pair starts when both halves may and takes `pair_time`. This is the dataflow the
 // executors realise; the rendezvous order of the lowered program is proved separately
@@ -67,12 +67,12 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
     };
     switch (a.what) {
       case kind::F:
-        if (!p.chain_head(a.stage)) need(fend[key(a.stage - 1, a.microbatch, m)], a.stage - 1);
+        if (!p.lane_head(a.stage)) need(fend[key(a.stage - 1, a.microbatch, m)], a.stage - 1);
         break;
       case kind::B:
       case kind::I:
         need(fend[q], a.stage);
-        if (!p.chain_tail(a.stage)) need(gend[key(a.stage + 1, a.microbatch, m)], a.stage + 1);
+        if (!p.lane_tail(a.stage)) need(gend[key(a.stage + 1, a.microbatch, m)], a.stage + 1);
         break;
       case kind::W:
         need(iend[q], a.stage);

@@ -2,13 +2,13 @@
 //
 // Every executor runs these when it is built, and each failure is an exception naming the
 // place (the `who` prefix says which executor: "pipetype::host", "pipetype::cuda"):
-//   • the plan has as many stages as the model (per chain, when it has several);
+//   • the plan has as many stages as the model (per lane, when it has several);
 //   • stage s's output has as many bytes, of the same element size, as stage s+1's input;
 //   • a schedule that splits a stage's backward (I/W) meets a stage with backward_input and
 //     backward_weight;
 //   • determinism: a stage that accumulates its own weight gradients runs its B/W in microbatch
 //     order (binding_options::ordered_gradients = false lifts this), and a plan with several
-//     chains (DualPipe) meets stages that hand their weight gradients to pipetype.
+//     lanes (DualPipe) meets stages that hand their weight gradients to pipetype.
 #pragma once
 
 #include <span>
@@ -32,10 +32,10 @@ namespace detail {
 /// The model fits the plan: one entry per model stage, each stage's output the next one's input.
 /// `who` prefixes the message ("pipetype::host").
 inline void check_model(const program_view& p, const std::vector<stage_entry>& entries, const std::string& who) {
-  const int L = p.chain_length();  // the model's stages (the plan's, unless it has several chains)
+  const int L = p.lane_length();  // the model's stages (the plan's, unless it has several lanes)
   if (static_cast<int>(entries.size()) != L)
     throw shape_error(who + ": the plan has " + std::to_string(p.stages) + " stages" +
-                      (p.chains > 1 ? " (" + std::to_string(p.chains) + " chains of " + std::to_string(L) + ")" : "") +
+                      (p.lanes > 1 ? " (" + std::to_string(p.lanes) + " lanes of " + std::to_string(L) + ")" : "") +
                       " but the model has " + std::to_string(entries.size()));
   for (int s = 0; s + 1 < L; ++s) {
     const stage_entry& a = entries[static_cast<std::size_t>(s)];
@@ -57,10 +57,10 @@ inline void check_split(const stage_entry& e, const action& a, const std::string
 
 /// Weight gradients are made in an order every schedule agrees on: a stage that accumulates its
 /// own (no weight_grad) must run its B/W in microbatch order (unless `ordered` is false), and a
-/// plan with several chains runs a model stage on two ranks, so pipetype must do the adding.
+/// plan with several lanes runs a model stage on two ranks, so pipetype must do the adding.
 inline void check_gradients(const program_view& p, const std::vector<stage_entry>& entries, bool ordered,
                             const std::string& who) {
-  const int L = p.chain_length();
+  const int L = p.lane_length();
   std::vector<int> last_weight_mb(static_cast<std::size_t>(p.stages), -1);
   for (const action& a : p.actions) {
     const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
@@ -69,10 +69,10 @@ inline void check_gradients(const program_view& p, const std::vector<stage_entry
              to_text(a);
     };
     check_split(e, a, who);
-    if (p.chains > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
+    if (p.lanes > 1 && e.add == nullptr && (a.what == kind::B || a.what == kind::W))
       throw std::invalid_argument(who + ": " + where() + ": the plan runs the model's stage " +
-                                  std::to_string(a.stage % L) + " in " + std::to_string(p.chains) +
-                                  " chains (DualPipe's two directions) on different ranks at once, and the stage "
+                                  std::to_string(a.stage % L) + " in " + std::to_string(p.lanes) +
+                                  " lanes (DualPipe's two directions) on different ranks at once, and the stage "
                                   "accumulates its own gradients; declare a weight_grad so pipetype adds them");
     if (a.what == kind::B || a.what == kind::W) {
       int& last = last_weight_mb[static_cast<std::size_t>(a.stage)];

@@ -5,10 +5,10 @@
 //                    touches the rank; gradients likewise; stashes: peak live (stage,
 //                    microbatch) pairs on the rank (F to its last backward) × the largest stash;
 //                    weight gradients: one slot per B/W held until its sum is made in order
-//   two chains (DualPipe): the plan's stage k·L + i runs the model's stage i on another rank, so
+//   two lanes (DualPipe): the plan's stage k·L + i runs the model's stage i on another rank, so
 //   one stage object serves two ranks at once — its forward/backward must write only through
-//   their contexts, and it must hand its weight gradients to pipetype (weight_grad): chain 0's
-//   are added in microbatch order during the step, the later chains' are held and added after
+//   their contexts, and it must hand its weight gradients to pipetype (weight_grad): lane 0's
+//   are added in microbatch order during the step, the later lanes' are held and added after
 //   it, in microbatch order, so the sum is the unpipelined one bit for bit.
 //
 // The layout is plain data (offsets, slot numbers per op); an executor maps it onto memory it
@@ -82,7 +82,7 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
     if (!here[s]) continue;
     const stage_entry& e = entries[s % L];
     const int si = static_cast<int>(s);
-    act = std::max({act, !p.chain_head(si) ? e.in_bytes() : 0, !p.chain_tail(si) ? e.out_bytes() : 0});
+    act = std::max({act, !p.lane_head(si) ? e.in_bytes() : 0, !p.lane_tail(si) ? e.out_bytes() : 0});
     stash = std::max(stash, e.stash_bytes());
   }
   rank_layout out;
@@ -120,7 +120,7 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
 
 /// One rank's weight gradients handed to pipetype (stages with a weight_grad): each B/W writes
 /// into a held slot; after it, the held ones that are next in microbatch order are added, so
-/// out-of-order backwards still add in order. A later chain's (DualPipe's second direction) are
+/// out-of-order backwards still add in order. A later lane's (DualPipe's second direction) are
 /// held to the end of the step and added after it.
 struct weight_grad_plan {
   struct held {
@@ -130,7 +130,7 @@ struct weight_grad_plan {
   std::vector<std::vector<int>> adds;  // per op: the slots added after it, in microbatch order
   std::vector<std::size_t> offset;     // per slot: its byte offset in the rank's pool
   std::size_t bytes = 0;               // the pool
-  std::vector<held> later;             // later chains' slots, in op order
+  std::vector<held> later;             // later lanes' slots, in op order
 };
 
 inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const std::vector<stage_entry>& entries) {
@@ -149,7 +149,7 @@ inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const
     const stage_entry& e = entries[s % L];
     if (e.add == nullptr) continue;
     const std::size_t stride = round_up64(e.weight_grad_bytes());
-    const bool later_chain = s >= L;  // held to the end of the step, added after chain 0's
+    const bool later_chain = s >= L;  // held to the end of the step, added after lane 0's
     std::vector<int> held(m, -1);     // microbatch → local slot
     std::vector<char> used;
     const int first = static_cast<int>(out.offset.size());
@@ -179,7 +179,7 @@ inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const
   return out;
 }
 
-/// Later chains' held weight gradients in the order they are added after a step: per model
+/// Later lanes' held weight gradients in the order they are added after a step: per model
 /// stage, chain by chain, in microbatch order. `H` has stage and microbatch.
 template <class H>
 void sort_later(std::vector<H>& later, int L) {

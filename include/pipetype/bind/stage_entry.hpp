@@ -61,7 +61,7 @@ struct bound_op {
   add_fn add = nullptr;
   int add_begin = 0;       // bound_rank::adds[add_begin .. + add_count)
   int index = 0;           // position in the rank's lowered op list
-  int plan_stage = -1;     // the plan's stage (`stage` is the model's: they differ in a later chain)
+  int plan_stage = -1;     // the plan's stage (`stage` is the model's: they differ in a later lane)
   void* stream = nullptr;  // handed to the stage's context (the CUDA executor's compute stream)
   int peer = -1;
   int comm = -1;

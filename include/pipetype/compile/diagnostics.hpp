@@ -27,7 +27,7 @@ struct _ACTION_BEFORE_ITS_INPUT_ {}; struct _INVALID_OVERLAP_ {};
 struct _CROSS_RANK_DEADLOCK_ {};     struct _MEMORY_LIMIT_EXCEEDED_ {};
 struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
 struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
-struct _INVALID_CHAINS_ {};          struct _BAD_EXTENT_ {};
+struct _INVALID_LANES_ {};          struct _BAD_EXTENT_ {};
 // clang-format on
 
 template <class What>
@@ -120,8 +120,8 @@ struct errc_tag<errc::event_misuse> {
   using type = _EVENT_MISUSE_;
 };
 template <>
-struct errc_tag<errc::invalid_chains> {
-  using type = _INVALID_CHAINS_;
+struct errc_tag<errc::invalid_lanes> {
+  using type = _INVALID_LANES_;
 };
 template <>
 struct errc_tag<errc::bad_extent> {

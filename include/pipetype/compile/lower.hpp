@@ -99,7 +99,7 @@ constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy
   int* edge_comm = edge_comm_v.data();
   if (policy == comm_policy::per_edge) {
     for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.chain_tail(s)) continue;  // no edge between two chains
+      if (in.p.lane_tail(s)) continue;  // no edge between two lanes
       const int a = owner[s], b = owner[s + 1];
       if (a == b) continue;
       edge_comm[s] = static_cast<int>(comms.size());
@@ -109,7 +109,7 @@ constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy
     scratch<int> pair_v(P * P, -1);
     int* pair = pair_v.data();
     for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.chain_tail(s)) continue;
+      if (in.p.lane_tail(s)) continue;
       const int a = owner[s], b = owner[s + 1];
       if (a != b) pair[(a < b ? a : b) * P + (a < b ? b : a)] = 0;
     }
@@ -120,7 +120,7 @@ constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy
           comms.push_back({a, b, -1});
         }
     for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.chain_tail(s)) continue;
+      if (in.p.lane_tail(s)) continue;
       const int a = owner[s], b = owner[s + 1];
       if (a != b) edge_comm[s] = pair[(a < b ? a : b) * P + (a < b ? b : a)];
     }
@@ -165,7 +165,7 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
   int niv = 0, nx = 0;
   for (int pool_kind = 0; pool_kind < 2; ++pool_kind)
     for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.chain_tail(s)) continue;
+      if (in.p.lane_tail(s)) continue;
       const int ra = owner[s], rb = owner[s + 1];
       const int from = pool_kind == 0 ? ra : rb, to = pool_kind == 0 ? rb : ra;
       for (int j = 0; j < m; ++j) {
@@ -252,12 +252,12 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
       const action& a = A[k];
       const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
       const int qin = q - m;                     // edge (s−1, j): this stage's input side
-      if (!in.p.chain_head(a.stage)) in_slot[k] = act_slot[2 * qin];
+      if (!in.p.lane_head(a.stage)) in_slot[k] = act_slot[2 * qin];
       if (a.what == kind::F) {
-        if (!in.p.chain_tail(a.stage)) out_slot[k] = act_slot[2 * q + (in.owner[a.stage + 1] == r ? 0 : 1)];
+        if (!in.p.lane_tail(a.stage)) out_slot[k] = act_slot[2 * q + (in.owner[a.stage + 1] == r ? 0 : 1)];
       } else {
-        if (!in.p.chain_tail(a.stage)) gin_slot[k] = grad_slot[2 * q];
-        if (a.what != kind::W && !in.p.chain_head(a.stage))
+        if (!in.p.lane_tail(a.stage)) gin_slot[k] = grad_slot[2 * q];
+        if (a.what != kind::W && !in.p.lane_head(a.stage))
           out_slot[k] = grad_slot[2 * qin + (in.owner[a.stage - 1] == r ? 0 : 1)];
       }
     }

@@ -102,7 +102,7 @@ struct static_plan {
   int tick_count = 0;
   memory_model memory{};
   comm_policy policy = comm_policy::per_edge;
-  int chains = 1;
+  int lanes = 1;
   std::array<int, static_cast<std::size_t>(Z.stages)> stage_rank{};
   std::array<int, static_cast<std::size_t>(Z.ranks) + 1> action_begin{};
   std::array<action, static_cast<std::size_t>(Z.actions)> actions{};
@@ -120,7 +120,7 @@ struct static_plan {
     return std::span<const comm_desc>(comm_table).first(static_cast<std::size_t>(used.comms));
   }
   constexpr program_view compute() const {
-    return {name, used.ranks, used.stages, used.microbatches, stage_rank, action_begin, actions, no_rank, {}, chains};
+    return {name, used.ranks, used.stages, used.microbatches, stage_rank, action_begin, actions, no_rank, {}, lanes};
   }
   constexpr lowered_view lowered() const { return {used.ranks, policy, op_begin, ops(), comms(), resources}; }
   constexpr double peak_activations(int r) const {
@@ -159,7 +159,7 @@ constexpr program_extent extent_of(const program& prog) {
                    0,
                    prog.view().split_backward()};
   for (int s = 0; s + 1 < prog.stages && s + 1 < static_cast<int>(prog.stage_rank.size()); ++s) {
-    if (prog.view().chain_tail(s)) continue;  // no edge between two chains
+    if (prog.view().lane_tail(s)) continue;  // no edge between two lanes
     const int a = prog.stage_rank[static_cast<std::size_t>(s)], b = prog.stage_rank[static_cast<std::size_t>(s + 1)];
     e.crossing_edges += (a != b || a < 0) ? 1 : 0;
   }
@@ -225,7 +225,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   z.actions = static_cast<int>(prog.actions.size());
   z.comms = static_cast<int>(lowered.comms.size());
   s.name = prog.name;
-  s.chains = prog.chains;
+  s.lanes = prog.lanes;
   s.tick_count = facts.ticks;
   s.memory = opt.memory;
   s.policy = opt.comms;

@@ -1,8 +1,8 @@
 // pipetype/compile/verify.hpp — checks a compute program and computes its lock-step ticks.
 //
 // Checks, in this order, each reported as a `verdict` naming the place (core/verdict.hpp):
-//   1. sizes positive, chains dividing stages and microbatches; builder ranks and every stage /
-//      microbatch index in range, and each microbatch only on the stages of its chain;
+//   1. sizes positive, lanes dividing stages and microbatches; builder ranks and every stage /
+//      microbatch index in range, and each microbatch only on the stages of its lane;
 //   2. each stage on exactly one rank (and on the rank its placement names);
 //   3. no duplicate action; every (stage, microbatch) has one F and either one B or one I and
 //      one W (never both forms);
@@ -15,7 +15,7 @@
 // Lock-step run: time advances in ticks; at each tick every rank runs its next action (or its
 // next overlapped pair) if all its inputs were produced at an earlier tick, else idles. The tick
 // of each action orders the transfers of the lowered program (lower.hpp) and is PyTorch's
-// "time step" of a schedule. Dependencies (s−1 and s+1 within s's chain; program.hpp):
+// "time step" of a schedule. Dependencies (s−1 and s+1 within s's lane; program.hpp):
 //   F(s,j) ← F(s−1,j)        B/I(s,j) ← F(s,j), B/I(s+1,j)        W(s,j) ← I(s,j)
 //
 // Memory is counted in `memory_model` units (core/memory.hpp): the running sum over a rank's
@@ -89,10 +89,10 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     v.detail = "ranks, stages and microbatches must be positive";
     return fail(v);
   }
-  if (p.chains < 1 || p.stages % p.chains != 0 || p.microbatches % p.chains != 0) {
+  if (p.lanes < 1 || p.stages % p.lanes != 0 || p.microbatches % p.lanes != 0) {
     verdict v;
-    v.code = errc::invalid_chains;
-    v.detail = "chains must be positive and divide both the stages and the microbatches";
+    v.code = errc::invalid_lanes;
+    v.detail = "lanes must be positive and divide both the stages and the microbatches";
     return fail(v);
   }
   if (p.invalid_rank != no_rank) {
@@ -104,7 +104,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     return fail(v);
   }
   const int S = p.stages, m = p.microbatches, P = p.ranks;
-  const int L = p.chain_length();  // stages per chain
+  const int L = p.lane_length();  // stages per lane
   const int n = S * m;
   const int N = static_cast<int>(p.actions.size());
   const action* A = p.actions.data();
@@ -128,7 +128,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
         return fail(at(errc::stage_on_two_ranks, r, a, k - beg[r], "the placement puts this stage on another rank"));
       if (!p.runs_through(a.stage, a.microbatch))
         return fail(at(errc::index_out_of_range, r, a, k - beg[r],
-                       "the microbatch runs through another chain of the stage graph"));
+                       "the microbatch runs through another lane of the stage graph"));
     }
 
   // 3. duplicates, then completeness; pos[kind·n + q] = index of that action in its rank's list
@@ -178,9 +178,9 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       if (a.what == kind::W && posI[q] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
       // cross-stage inputs produced on this same rank
-      if (a.what == kind::F && !p.chain_head(a.stage) && owner[a.stage - 1] == r && posF[q - m] > idx)
+      if (a.what == kind::F && !p.lane_head(a.stage) && owner[a.stage - 1] == r && posF[q - m] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of the previous stage"));
-      if ((a.what == kind::B || a.what == kind::I) && !p.chain_tail(a.stage) && owner[a.stage + 1] == r) {
+      if ((a.what == kind::B || a.what == kind::I) && !p.lane_tail(a.stage) && owner[a.stage + 1] == r) {
         const int g = posB[q + m] >= 0 ? posB[q + m] : posI[q + m];
         if (g > idx)
           return fail(at(errc::action_before_its_input, r, a, idx, "backward before the backward of the next stage"));

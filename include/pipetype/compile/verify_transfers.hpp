@@ -72,10 +72,10 @@ constexpr int transfer_peer(program_view p, const step& s, int rank) {
   switch (s.op) {
     case step_kind::send_f:
     case step_kind::recv_b:
-      return p.chain_tail(s.stage) ? -1 : other(s.stage + 1);
+      return p.lane_tail(s.stage) ? -1 : other(s.stage + 1);
     case step_kind::recv_f:
     case step_kind::send_b:
-      return p.chain_head(s.stage) ? -1 : other(s.stage - 1);
+      return p.lane_head(s.stage) ? -1 : other(s.stage - 1);
     default:
       return -1;
   }
@@ -176,8 +176,8 @@ constexpr verdict verify_transfers(program_view p, step_view f, p2p_streams stre
     const int rs = p.stage_rank[static_cast<std::size_t>(s)];
     for (int j = 0; j < M; ++j) {
       if (!p.runs_through(s, j)) continue;
-      const bool fwd = !p.chain_tail(s) && p.stage_rank[static_cast<std::size_t>(s + 1)] != rs;
-      const bool bwd = !p.chain_head(s) && p.stage_rank[static_cast<std::size_t>(s - 1)] != rs;
+      const bool fwd = !p.lane_tail(s) && p.stage_rank[static_cast<std::size_t>(s + 1)] != rs;
+      const bool bwd = !p.lane_head(s) && p.stage_rank[static_cast<std::size_t>(s - 1)] != rs;
       if (fwd) {
         const int rn = p.stage_rank[static_cast<std::size_t>(s + 1)];
         const int snd = slot(0, s, j), rcv = slot(1, s + 1, j);

@@ -8,10 +8,12 @@
 // is the non-owning form every algorithm takes, so the same code reads a run-time program and
 // the frozen tables of a compile-time `plan`.
 //
-// Chains. The stage graph is a chain s → s+1 of all S stages, or (`chains` = c > 1) c parallel
-// chains of L = S / c stages: chain k holds stages k·L .. k·L + L − 1, and microbatch j runs
-// through chain j / (m / c) only. DualPipe uses two: both directions of the pipeline, each a
-// copy of the model (stage k·L + i runs the model's stage i).
+// Lanes. The stage graph is a chain s → s+1 of all S stages, or (`lanes` = c > 1) c parallel
+// lanes of L = S / c stages: lane k holds stages k·L .. k·L + L − 1, and microbatch j runs
+// through lane j / (m / c) only. DualPipe uses two: both directions of the pipeline, each a
+// copy of the model (stage k·L + i runs the model's stage i). ("Lane", not "chain": a chain is
+// the stage graph of graph/chain.hpp; a lane is one copy of it that a share of the microbatches
+// runs through.)
 #pragma once
 
 #include <cstddef>
@@ -36,20 +38,20 @@ struct program_view {
   std::span<const action> actions;  // [begin[ranks]]
   int invalid_rank = no_rank;       // a rank outside [0, ranks) that the builder was asked for
   verdict source_error{};           // set when the program came from text that did not parse
-  int chains = 1;                   // parallel chains of the stage graph (see above)
+  int lanes = 1;                    // parallel lanes of the stage graph (see above)
 
-  /// Stages per chain (all of them when `chains` does not divide the stages: verify says so).
-  constexpr int chain_length() const noexcept {
-    return chains > 1 && stages % chains == 0 ? stages / chains : (stages > 0 ? stages : 1);
+  /// Stages per lane (all of them when `lanes` does not divide the stages: verify says so).
+  constexpr int lane_length() const noexcept {
+    return lanes > 1 && stages % lanes == 0 ? stages / lanes : (stages > 0 ? stages : 1);
   }
-  /// True when stage s has no predecessor (the first stage of its chain).
-  constexpr bool chain_head(int s) const noexcept { return s % chain_length() == 0; }
-  /// True when stage s has no successor (the last stage of its chain).
-  constexpr bool chain_tail(int s) const noexcept { return (s + 1) % chain_length() == 0; }
+  /// True when stage s has no predecessor (the first stage of its lane).
+  constexpr bool lane_head(int s) const noexcept { return s % lane_length() == 0; }
+  /// True when stage s has no successor (the last stage of its lane).
+  constexpr bool lane_tail(int s) const noexcept { return (s + 1) % lane_length() == 0; }
   /// True when microbatch j runs through stage s.
   constexpr bool runs_through(int s, int j) const noexcept {
-    if (chains <= 1 || stages % chains != 0 || microbatches % chains != 0 || microbatches < chains) return true;
-    return s / chain_length() == j / (microbatches / chains);
+    if (lanes <= 1 || stages % lanes != 0 || microbatches % lanes != 0 || microbatches < lanes) return true;
+    return s / lane_length() == j / (microbatches / lanes);
   }
 
   constexpr std::span<const action> rank_actions(int r) const {
@@ -79,10 +81,10 @@ struct program {
   int invalid_rank = no_rank;
   /// Set by the text parser when the source did not parse (line, column, reason).
   verdict source_error{};
-  int chains = 1;
+  int lanes = 1;
 
   constexpr program_view view() const {
-    return {name, ranks, stages, microbatches, stage_rank, begin, actions, invalid_rank, source_error, chains};
+    return {name, ranks, stages, microbatches, stage_rank, begin, actions, invalid_rank, source_error, lanes};
   }
 };
 
@@ -111,7 +113,7 @@ class program_builder {
         microbatches_(o.microbatches_),
         current_(o.current_),
         invalid_rank_(o.invalid_rank_),
-        chains_(o.chains_),
+        lanes_(o.lanes_),
         stage_rank_(o.stage_rank_),
         count_(o.count_) {
     reserve(o.size_);
@@ -124,7 +126,7 @@ class program_builder {
         microbatches_(o.microbatches_),
         current_(o.current_),
         invalid_rank_(o.invalid_rank_),
-        chains_(o.chains_),
+        lanes_(o.lanes_),
         stage_rank_(std::move(o.stage_rank_)),
         count_(std::move(o.count_)),
         buf_(o.buf_),
@@ -171,9 +173,9 @@ class program_builder {
   }
   /// Number of actions added to rank r so far.
   constexpr int size(int r) const { return count_[static_cast<std::size_t>(r)]; }
-  /// Splits the stage graph into `c` parallel chains (two for DualPipe's directions).
-  constexpr program_builder& chains(int c) {
-    chains_ = c;
+  /// Splits the stage graph into `c` parallel lanes (two for DualPipe's directions).
+  constexpr program_builder& lanes(int c) {
+    lanes_ = c;
     return *this;
   }
 
@@ -205,7 +207,7 @@ class program_builder {
     }
     p.stage_rank = std::move(stage_rank_);
     p.invalid_rank = invalid_rank_;
-    p.chains = chains_;
+    p.lanes = lanes_;
     return p;
   }
 
@@ -228,7 +230,7 @@ class program_builder {
   int microbatches_;
   int current_ = no_rank;
   int invalid_rank_ = no_rank;
-  int chains_ = 1;
+  int lanes_ = 1;
   std::vector<int> stage_rank_;
   std::vector<int> count_;  // actions per rank
   entry* buf_ = nullptr;    // actions in the order added, with their rank

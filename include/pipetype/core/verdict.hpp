@@ -35,7 +35,7 @@ enum class errc : std::uint8_t {
   nccl_deadlock,            // lowered: rendezvous / group / event order can never complete
   event_misuse,             // lowered: a wait with no earlier record, an event outside the pool, an
                             // event on a transfer, or a buffer the other stream may still use
-  invalid_chains,           // chains not positive, or not dividing the stages and microbatches
+  invalid_lanes,           // lanes not positive, or not dividing the stages and microbatches
   bad_extent,               // a schedule's extent() disagrees with the program it generates
 };
 
@@ -91,8 +91,8 @@ constexpr const char* errc_name(errc e) noexcept {
       return "NCCL deadlock";
     case errc::event_misuse:
       return "event misuse";
-    case errc::invalid_chains:
-      return "invalid chains";
+    case errc::invalid_lanes:
+      return "invalid lanes";
     case errc::bad_extent:
       return "schedule extent mismatch";
   }

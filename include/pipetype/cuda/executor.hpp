@@ -32,7 +32,7 @@
 // Weight gradients: a stage that declares `weight_grad` writes each microbatch's into a slot the
 // executor allocated; after the B/W, the held ones next in microbatch order are added through the
 // stage's `add_weight_grad(span, stream)` on the compute stream (on a device pipetype has no
-// kernel of its own; a driver with `host_memory` lets the plain host loop do it). A later chain's
+// kernel of its own; a driver with `host_memory` lets the plain host loop do it). A later lane's
 // (DualPipe's second direction) are added at the end of the step. So each rank's stage objects
 // hold the same sums, in the same order, under every schedule. Under DualPipe a model stage runs
 // on two ranks: give every rank its own stage objects and sum the two copies' gradients after
@@ -151,7 +151,7 @@ class executor {
     if (rank_ < 0 || rank_ >= p.ranks)
       throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank_) + " is not in the plan's " +
                                   std::to_string(p.ranks) + " ranks");
-    const int L = p.chain_length();
+    const int L = p.lane_length();
     pipetype::detail::check_model(p, entries_, "pipetype::cuda");
     pipetype::detail::check_gradients(p, entries_, opt.ordered_gradients, "pipetype::cuda");
     if constexpr (!host_memory<D>)
@@ -173,7 +173,7 @@ class executor {
   }
 
   /// One step: `batch` is stage 0's input for every microbatch (microbatch j at j × its bytes),
-  /// read only on the rank that holds a chain's first stage (device memory with the CUDA driver).
+  /// read only on the rank that holds a lane's first stage (device memory with the CUDA driver).
   void step(const void* batch) {
     // locals, so the compiler need not reload them after every driver call
     D& d = d_;
@@ -331,7 +331,7 @@ class executor {
     d.wait(streams_[0], fence_[1]);
   }
   void add_later() {
-    for (const later_add& a : later_) a.add(a.obj, a.grad, compute_native_);  // later chains', in order
+    for (const later_add& a : later_) a.add(a.obj, a.grad, compute_native_);  // later lanes', in order
   }
   // What the unrolled step reads, in locals.
   struct static_args {

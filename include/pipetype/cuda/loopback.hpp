@@ -291,7 +291,7 @@ class loopback_pipeline {
       throw std::invalid_argument("pipetype::cuda loopback: the plan has " + std::to_string(ranks_) + " ranks, " +
                                   std::to_string(drivers.size()) + " drivers and " + std::to_string(entries.size()) +
                                   " models given");
-    if (v.compute.chains > 1)
+    if (v.compute.lanes > 1)
       for (int a = 0; a < ranks_; ++a)
         for (int b = a + 1; b < ranks_; ++b)
           if (!entries[static_cast<std::size_t>(a)].empty() && !entries[static_cast<std::size_t>(b)].empty() &&
@@ -299,7 +299,7 @@ class loopback_pipeline {
             throw std::invalid_argument("pipetype::cuda loopback: ranks " + std::to_string(a) + " and " +
                                         std::to_string(b) +
                                         " share one model, but the plan runs each model stage on two ranks (" +
-                                        std::to_string(v.compute.chains) + " chains): give every rank its own model");
+                                        std::to_string(v.compute.lanes) + " lanes): give every rank its own model");
     for (int r = 0; r < ranks_; ++r) {
       Base& d = *drivers.at(static_cast<std::size_t>(r));
       bases_.push_back(&d);

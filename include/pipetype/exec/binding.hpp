@@ -66,7 +66,7 @@ struct bound_rank {
   int stash_slots = 0;
 };
 
-/// A held weight gradient added after the step (a later chain's, in microbatch order).
+/// A held weight gradient added after the step (a later lane's, in microbatch order).
 struct deferred_add {
   add_fn add = nullptr;
   void* obj = nullptr;
@@ -91,7 +91,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   out.stages = p.stages;
   out.microbatches = p.microbatches;
   out.comms = static_cast<int>(l.comms.size());
-  const int L = p.chain_length();  // the model's stages (the plan's, unless it has several chains)
+  const int L = p.lane_length();  // the model's stages (the plan's, unless it has several lanes)
   pipetype::detail::check_model(p, entries, "pipetype::host");
   out.batch_bytes = entries.front().in_bytes();
 
@@ -104,7 +104,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     int stage, microbatch;
     const std::byte* grad = nullptr;
   };
-  std::vector<held_later> later;  // later chains' weight gradients, added after the step
+  std::vector<held_later> later;  // later lanes' weight gradients, added after the step
   for (int r = 0; r < p.ranks; ++r) {
     bound_rank& br = out.rank[static_cast<std::size_t>(r)];
     const rank_resources& res = l.resources[static_cast<std::size_t>(r)];
@@ -201,7 +201,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       if (group_open >= 0 && group_event >= 0) last_record[static_cast<std::size_t>(group_event)].end = end_pos;
     }
   }
-  // later chains' weight gradients: per model stage, chain by chain, in microbatch order
+  // later lanes' weight gradients: per model stage, chain by chain, in microbatch order
   pipetype::detail::sort_later(later, L);
   for (const held_later& h : later) {
     const stage_entry& e = out.entries[static_cast<std::size_t>(h.stage % L)];

@@ -146,7 +146,7 @@ class engine {
       const failure& p = failures_[static_cast<std::size_t>(primary_ >= 0 ? primary_ : 0)];
       throw step_error(p.message, p.cause, failures_, stage_exc_);
     }
-    for (const deferred_add& d : prog_.deferred) d.add(d.obj, d.grad, nullptr);  // later chains' gradients, in order
+    for (const deferred_add& d : prog_.deferred) d.add(d.obj, d.grad, nullptr);  // later lanes' gradients, in order
   }
   /// How every thread that had not finished ended the last step (empty when it succeeded).
   const std::vector<failure>& failures() const noexcept { return failures_; }

@@ -16,7 +16,8 @@
 // form when it has a `BW`, or `B` and `W` but no `I`; `notation::legacy` / `current` force one.
 // A cell may hold two transfers joined by `_` (`1SEND_F0_2RECV_B0`, seen in older copies).
 // Whitespace, quotes, CRLF line ends and `#` comments are skipped; blank lines are not ranks. A
-// line `chains N` (pipetype's, not PyTorch's) splits the stage graph into N parallel chains, as
+// line `lanes N` (pipetype's, not PyTorch's; `chains N`, its older spelling, reads the same) splits
+// the stage graph into N parallel lanes, as
 // DualPipe's two directions (core/program.hpp).
 //
 // Reading: `read_schedule(text)` gives every rank's steps in file order (core/step.hpp) and the
@@ -35,10 +36,10 @@
 // cells); `torch_load_note(file, program, format)` says where torch 2.15 would read a file
 // otherwise or refuse it (docs/07_pytorch.md).
 //
-// Writing: `to_text(program)` is pipetype's form (a `chains N` line when there are several chains);
+// Writing: `to_text(program)` is pipetype's form (a `lanes N` line when there are several lanes);
 // `to_csv(program)` PyTorch's compute-only CSV and `to_csv(program, lowered)` its compute+comms
 // CSV — pipetype's own transfers as PyTorch issues them (below). Both refuse a program with
-// several chains (std::invalid_argument): PyTorch's runtime has one model copy per stage.
+// several lanes (std::invalid_argument): PyTorch's runtime has one model copy per stage.
 // read_schedule(to_csv(...)) gives back the same steps.
 #pragma once
 
@@ -71,7 +72,7 @@ struct schedule_file {
   int rows = 0;                       // rank lines
   std::vector<int> begin{0};          // [rows + 1]
   std::vector<step> steps;            // rank-major
-  int chains = 0;                     // 0: no `chains` line
+  int lanes = 0;                      // 0: no `lanes` line
   notation form = notation::current;  // the notation the file was read in
   verdict error{};                    // a parse error (line, column, reason)
   int transfers = 0, waits = 0, markers = 0;
@@ -215,16 +216,16 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
   };
   while (i < text.size() && f.error.ok()) {
     skip_space();
-    if (starts_with("chains")) {  // a directive line: `chains N`
-      if (f.chains != 0) fail(line, col(), "`chains` given twice");
-      i += 6;
+    if (starts_with("lanes") || starts_with("chains")) {  // a directive line: `lanes N` (`chains N`: older)
+      if (f.lanes != 0) fail(line, col(), "`lanes` given twice");
+      i += starts_with("lanes") ? 5 : 6;
       skip_space();
       int n = 0;
-      if (f.error.ok() && parse_number(n, "expected the number of chains after `chains`")) {
-        if (n < 1) fail(line, col(), "the number of chains must be at least 1");
-        f.chains = n;
+      if (f.error.ok() && parse_number(n, "expected the number of lanes after `lanes`")) {
+        if (n < 1) fail(line, col(), "the number of lanes must be at least 1");
+        f.lanes = n;
         skip_space();
-        if (!at_end() && text[i] != '#') fail(line, col(), "`chains N` stands alone on its line");
+        if (!at_end() && text[i] != '#') fail(line, col(), "`lanes N` stands alone on its line");
       }
       while (!at_end()) ++i;
     } else if (!at_end() && text[i] != '#') {  // a rank's row
@@ -384,7 +385,7 @@ constexpr program to_program(const schedule_file& f, const read_options& o = {})
   const int ranks = o.ranks > 0 ? o.ranks : f.rows;
   program_builder b{ranks > 0 ? ranks : 1, max_stage + 1 > 0 ? max_stage + 1 : 1,
                     o.microbatches > 0 ? o.microbatches : (max_mb + 1 > 0 ? max_mb + 1 : 1)};
-  b.chains(f.chains > 0 ? f.chains : 1);
+  b.lanes(f.lanes > 0 ? f.lanes : 1);
   for (int r = 0; r < f.rows; ++r) {
     b.rank(r);
     for (int k = f.begin[static_cast<std::size_t>(r)]; k < f.begin[static_cast<std::size_t>(r) + 1]; ++k)
@@ -456,7 +457,7 @@ inline std::string to_csv(step_view f) {
 inline schedule_file file_of(program_view p) {
   schedule_file f;
   f.rows = p.ranks;
-  f.chains = p.chains > 1 ? p.chains : 0;
+  f.lanes = p.lanes > 1 ? p.lanes : 0;
   for (int r = 0; r < p.ranks; ++r) {
     int cell = 0;
     for (const action& a : p.rank_actions(r)) {
@@ -482,7 +483,7 @@ inline schedule_file file_of(program_view p) {
 inline schedule_file file_of(program_view p, lowered_view L) {
   schedule_file f;
   f.rows = p.ranks;
-  f.chains = p.chains > 1 ? p.chains : 0;
+  f.lanes = p.lanes > 1 ? p.lanes : 0;
   const int M = p.microbatches;
   std::vector<int> grads_left(static_cast<std::size_t>(p.stages), 0);  // B or W still to come
   for (const action& a : p.actions)
@@ -653,30 +654,30 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
 }
 
 namespace detail {
-inline void refuse_chains(program_view p) {
-  if (p.chains > 1)
+inline void refuse_lanes(program_view p) {
+  if (p.lanes > 1)
     throw std::invalid_argument(
-        "PyTorch's schedule files cannot express this schedule: its stage graph has " + std::to_string(p.chains) +
-        " parallel chains (DualPipe's two directions over two copies of the model), and PyTorch's runtime holds one "
+        "PyTorch's schedule files cannot express this schedule: its stage graph has " + std::to_string(p.lanes) +
+        " parallel lanes (DualPipe's two directions over two copies of the model), and PyTorch's runtime holds one "
         "copy of each stage");
 }
 }  // namespace detail
 
-/// pipetype's text form of a program (PyTorch's rows; a `chains N` line first when needed).
+/// pipetype's text form of a program (PyTorch's rows; a `lanes N` line first when needed).
 inline std::string to_text(program_view p) {
   const schedule_file f = file_of(p);
-  return (p.chains > 1 ? "chains " + std::to_string(p.chains) + "\n" : std::string()) + to_csv(f.view());
+  return (p.lanes > 1 ? "lanes " + std::to_string(p.lanes) + "\n" : std::string()) + to_csv(f.view());
 }
 
 /// PyTorch's compute-only CSV (`_load_csv(path, format="compute_only")`).
 inline std::string to_csv(program_view p) {
-  detail::refuse_chains(p);
+  detail::refuse_lanes(p);
   return to_csv(file_of(p).view());
 }
 
 /// PyTorch's compute+comms CSV (`_load_csv(path, format="compute_comms")`) of a lowered program.
 inline std::string to_csv(program_view p, lowered_view L) {
-  detail::refuse_chains(p);
+  detail::refuse_lanes(p);
   return to_csv(file_of(p, L).view());
 }
 

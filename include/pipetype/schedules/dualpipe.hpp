@@ -4,13 +4,13 @@
 // deepseek-ai/DualPipe's dualpipe.py (steps 1–8 below). Figures: DualPipe README's table.
 // Placement: PP ranks (even) and a model of PP stages, held twice: direction 0 runs the model
 // down the ranks (its stage i on rank i), direction 1 up (its stage i on rank PP − 1 − i). In a
-// program that is two chains of PP stages (program_builder::chains(2)): stage i of chain 0 on
-// rank i, stage PP + i of chain 1 on rank PP − 1 − i. Microbatches 0 .. m/2 − 1 enter at rank 0,
+// program that is two lanes of PP stages (program_builder::lanes(2)): stage i of lane 0 on
+// rank i, stage PP + i of lane 1 on rank PP − 1 − i. Microbatches 0 .. m/2 − 1 enter at rank 0,
 // m/2 .. m − 1 at rank PP − 1. Every rank holds two copies of parameters (2× parameters); the
 // executors run both copies on the same stage object and sum the two directions' weight
 // gradients in microbatch order (docs/05_zero_bubble.md).
 // Rule, rank r with h = min(r, PP − 1 − r), H = PP/2, n = m/2; phase 0 is the direction that
-// enters nearer to r (chain 0 on ranks < H, chain 1 above), phase 1 the other; each phase runs
+// enters nearer to r (lane 0 on ranks < H, lane 1 above), phase 1 the other; each phase runs
 // its microbatches in order, W's in the order their I's ran; (F&B) is an overlapped pair:
 //   1. 2(H − h − 1) × F(0)                 2. (h + 1) × [F(0), F(1)]
 //   3. (H − h − 1) × [I(1), W, F(1)]       4. (n − PP + h + 1) × [(F(0)&B(1)), (F(1)&B(0))]
@@ -45,7 +45,7 @@ constexpr const char* dualpipe_error(int PP, int m) noexcept {
   return nullptr;
 }
 
-/// The placement of DualPipe's 2·PP stage copies: chain 0 down the ranks, chain 1 up.
+/// The placement of DualPipe's 2·PP stage copies: lane 0 down the ranks, lane 1 up.
 constexpr std::vector<int> dualpipe_placement(int PP) {
   std::vector<int> out(static_cast<std::size_t>(2 * PP), 0);
   for (int i = 0; i < PP; ++i) {
@@ -59,9 +59,9 @@ constexpr program make_dualpipe(int PP, int m) {
   if (const char* e = dualpipe_error(PP, m)) throw std::invalid_argument(e);
   const int H = PP / 2, n = m / 2;
   program_builder b{PP, 2 * PP, m};
-  b.chains(2).placement(dualpipe_placement(PP));
+  b.lanes(2).placement(dualpipe_placement(PP));
   for (int r = 0; r < PP; ++r) {
-    const int down = r, up = PP + (PP - 1 - r);  // this rank's stage of chain 0 and of chain 1
+    const int down = r, up = PP + (PP - 1 - r);  // this rank's stage of lane 0 and of lane 1
     const int stage[2] = {r < H ? down : up, r < H ? up : down};
     const int first_mb[2] = {r < H ? 0 : n, r < H ? n : 0};
     b.rank(r);

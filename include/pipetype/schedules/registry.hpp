@@ -7,7 +7,7 @@
 // otherwise). `v` is the number of the model's stages per rank: the looped families take any
 // v ≥ 1, the one-stage families need 1 and the V-shape families 2; 0 asks for the schedule's
 // default (`default_chunks`). DualPipe counts 1: each rank holds one model stage per direction
-// (its program has two chains of p stages). `schedule_params` carries what zb-auto needs.
+// (its program has two lanes of p stages). `schedule_params` carries what zb-auto needs.
 #pragma once
 
 #include <array>
