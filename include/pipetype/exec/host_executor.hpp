@@ -43,8 +43,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <tuple>
-#include <type_traits>
 #include <vector>
 
 #include "pipetype/bind/report.hpp"
