@@ -81,3 +81,23 @@ TEST_CASE("verify: an overlapped F&B pair runs in one tick") {
   REQUIRE(f.result.ok());
   CHECK(f.tick[3] == f.tick[4]);
 }
+
+TEST_CASE("verify: sizes past pipetype::limits are too_large, named, before any table is made") {
+  auto code_of = [](int ranks, int stages, int microbatches) {
+    pt::program_builder b{ranks, stages, microbatches};
+    b.rank(0).add(pt::F(0, 0)).add(pt::B(0, 0));
+    const pt::program p = std::move(b).build();
+    return pt::verify(p.view());
+  };
+  CHECK(code_of(pt::limits::ranks + 1, 1, 1).code == pt::errc::too_large);
+  CHECK(code_of(1, pt::limits::stages + 1, 1).code == pt::errc::too_large);
+  CHECK(code_of(1, 1, pt::limits::microbatches + 1).code == pt::errc::too_large);
+  const pt::verdict cells = code_of(1, 4096, 2048);  // each within its own limit, the product not
+  CHECK(cells.code == pt::errc::too_large);
+  CHECK(pt::describe(cells) == "program too large: stages x microbatches above 4194304 (pipetype::limits::cells)");
+  CHECK(code_of(1, 2048, 2048).code != pt::errc::too_large);  // 4194304 cells: at the limit, checked as usual
+  // the dozen-byte file of a hostile user: refused, not a bad_alloc
+  const pt::program huge = pt::parse_schedule("0F0,1000000F1000000");
+  CHECK(pt::verify(huge.view()).code == pt::errc::too_large);
+  CHECK(!pt::build_plan(huge).ok());
+}

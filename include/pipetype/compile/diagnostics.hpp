@@ -28,6 +28,7 @@ struct _CROSS_RANK_DEADLOCK_ {};     struct _MEMORY_LIMIT_EXCEEDED_ {};
 struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
 struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
 struct _INVALID_LANES_ {};          struct _BAD_EXTENT_ {};
+struct _TOO_LARGE_ {};
 // clang-format on
 
 template <class What>
@@ -126,6 +127,10 @@ struct errc_tag<errc::invalid_lanes> {
 template <>
 struct errc_tag<errc::bad_extent> {
   using type = _BAD_EXTENT_;
+};
+template <>
+struct errc_tag<errc::too_large> {
+  using type = _TOO_LARGE_;
 };
 
 template <errc Code, int Rank, int Stage, int Mb, char Kind, int Index, int Line, int Column>

@@ -30,6 +30,7 @@
 
 #include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/core/sizes.hpp"
 #include "pipetype/core/verdict.hpp"
 #include "pipetype/detail/scratch.hpp"
 
@@ -66,6 +67,18 @@ constexpr verdict at(errc e, int rank, const action& a, int index, const char* d
 
 namespace detail {
 
+/// Why `p` is past pipetype::limits, or nullptr: checked first, in 64 bits, before any table.
+constexpr const char* too_large(program_view p) {
+  if (p.ranks > limits::ranks) return "more than 16384 ranks (pipetype::limits::ranks)";
+  if (p.stages > limits::stages) return "more than 65536 stages (pipetype::limits::stages)";
+  if (p.microbatches > limits::microbatches) return "more than 1048576 microbatches (pipetype::limits::microbatches)";
+  if (static_cast<long long>(p.stages) * p.microbatches > limits::cells)
+    return "stages x microbatches above 4194304 (pipetype::limits::cells)";
+  if (p.actions.size() > static_cast<std::size_t>(limits::actions))
+    return "more than 8388608 actions (pipetype::limits::actions)";
+  return nullptr;
+}
+
 struct check_result {
   verdict result;
   int ticks = 0;
@@ -87,6 +100,12 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     verdict v;
     v.code = errc::empty_program;
     v.detail = "ranks, stages and microbatches must be positive";
+    return fail(v);
+  }
+  if (const char* why = detail::too_large(p)) {
+    verdict v;
+    v.code = errc::too_large;
+    v.detail = why;
     return fail(v);
   }
   if (p.lanes < 1 || p.stages % p.lanes != 0 || p.microbatches % p.lanes != 0) {

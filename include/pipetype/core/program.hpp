@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pipetype/core/action.hpp"
+#include "pipetype/core/sizes.hpp"
 #include "pipetype/core/verdict.hpp"
 
 namespace pipetype {
@@ -105,8 +106,8 @@ class program_builder {
       : ranks_(ranks),
         stages_(stages),
         microbatches_(microbatches),
-        stage_rank_(static_cast<std::size_t>(stages > 0 ? stages : 0), -1),
-        count_(static_cast<std::size_t>(ranks > 0 ? ranks : 0), 0) {}
+        stage_rank_(static_cast<std::size_t>(stages > 0 && sized(ranks, stages) ? stages : 0), -1),
+        count_(static_cast<std::size_t>(ranks > 0 && sized(ranks, stages) ? ranks : 0), 0) {}
   constexpr program_builder(const program_builder& o)
       : ranks_(o.ranks_),
         stages_(o.stages_),
@@ -145,6 +146,7 @@ class program_builder {
     return *this;
   }
   constexpr program_builder& add(action a) {
+    if (!sized(ranks_, stages_)) return *this;  // refused as too_large by verify: keep nothing
     if (current_ >= 0 && current_ < ranks_) {
       if (size_ == cap_) reserve(cap_ < 16 ? 16 : 2 * cap_);
       buf_[size_].a = a;
@@ -163,16 +165,18 @@ class program_builder {
     return add(forward).add(backward);
   }
   constexpr program_builder& place(int stage, int r) {
-    if (stage >= 0 && stage < stages_) stage_rank_[static_cast<std::size_t>(stage)] = r;
+    if (stage >= 0 && stage < static_cast<int>(stage_rank_.size())) stage_rank_[static_cast<std::size_t>(stage)] = r;
     return *this;
   }
   constexpr program_builder& placement(const std::vector<int>& stage_rank) {
-    for (int s = 0; s < stages_ && s < static_cast<int>(stage_rank.size()); ++s)
+    for (int s = 0; s < static_cast<int>(stage_rank_.size()) && s < static_cast<int>(stage_rank.size()); ++s)
       stage_rank_[static_cast<std::size_t>(s)] = stage_rank[static_cast<std::size_t>(s)];
     return *this;
   }
   /// Number of actions added to rank r so far.
-  constexpr int size(int r) const { return count_[static_cast<std::size_t>(r)]; }
+  constexpr int size(int r) const {
+    return r >= 0 && r < static_cast<int>(count_.size()) ? count_[static_cast<std::size_t>(r)] : 0;
+  }
   /// Splits the stage graph into `c` parallel lanes (two for DualPipe's directions).
   constexpr program_builder& lanes(int c) {
     lanes_ = c;
@@ -185,6 +189,12 @@ class program_builder {
     p.ranks = ranks_;
     p.stages = stages_;
     p.microbatches = microbatches_;
+    p.lanes = lanes_;
+    if (!sized(ranks_, stages_)) {  // past pipetype::limits: sizes only, for verify to refuse
+      p.begin.assign(1, 0);
+      p.invalid_rank = invalid_rank_;
+      return p;
+    }
     p.begin.assign(static_cast<std::size_t>(ranks_ > 0 ? ranks_ + 1 : 1), 0);
     int* begin = p.begin.data();
     const int* count = count_.data();
@@ -212,6 +222,10 @@ class program_builder {
   }
 
  private:
+  // Tables are made only for sizes within pipetype::limits (core/sizes.hpp).
+  static constexpr bool sized(int ranks, int stages) noexcept {
+    return ranks <= limits::ranks && stages <= limits::stages;
+  }
   struct entry {
     action a;
     int rank;

@@ -40,7 +40,6 @@ constexpr program_extent looped_extent(int p, int m, int v) {
   return {p, p * v, m, 2 * p * v * m, p > 1 ? p * v - 1 : 0};
 }
 
-
 template <class S>
 concept schedule = requires {
   { S::generate() } -> std::same_as<program>;

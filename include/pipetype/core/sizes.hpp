@@ -39,6 +39,18 @@ struct stages {
 template <class T>
 inline constexpr int value_v = T::value;
 
+/// The largest program pipetype takes: verify, lower and simulate keep tables of stages ×
+/// microbatches entries, so a file of a dozen bytes that names stage 10^6 and microbatch 10^6
+/// would otherwise ask for terabytes. Past a limit, verify answers errc::too_large (a compile
+/// error _TOO_LARGE_ for make_plan) before it allocates anything.
+namespace limits {
+inline constexpr int ranks = 1 << 14;          // 16384
+inline constexpr int stages = 1 << 16;         // 65536
+inline constexpr int microbatches = 1 << 20;   // 1048576
+inline constexpr long long cells = 1LL << 22;  // stages × microbatches: 4194304
+inline constexpr int actions = 1 << 23;        // 8388608
+}  // namespace limits
+
 namespace detail {
 template <class T, template <int> class Tag>
 inline constexpr bool is_size_tag_v = false;

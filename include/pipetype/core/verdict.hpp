@@ -35,8 +35,9 @@ enum class errc : std::uint8_t {
   nccl_deadlock,            // lowered: rendezvous / group / event order can never complete
   event_misuse,             // lowered: a wait with no earlier record, an event outside the pool, an
                             // event on a transfer, or a buffer the other stream may still use
-  invalid_lanes,           // lanes not positive, or not dividing the stages and microbatches
+  invalid_lanes,            // lanes not positive, or not dividing the stages and microbatches
   bad_extent,               // a schedule's extent() disagrees with the program it generates
+  too_large,                // a size past pipetype::limits (core/sizes.hpp), refused before any table is made
 };
 
 struct verdict {
@@ -95,6 +96,8 @@ constexpr const char* errc_name(errc e) noexcept {
       return "invalid lanes";
     case errc::bad_extent:
       return "schedule extent mismatch";
+    case errc::too_large:
+      return "program too large";
   }
   return "unknown";
 }

@@ -582,6 +582,7 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
     return std::string(what) + " (line " + std::to_string(x.line) + ", column " + std::to_string(x.column) + ")";
   };
   auto named = [](int r, const step& s) { return "rank " + std::to_string(r) + "'s " + to_text(s); };
+  if (const char* why = detail::too_large(p)) return std::string("not checked: the program has ") + why;
   if (f.form == notation::legacy)
     return "torch 2.15 reads the older notation otherwise: B as a full backward, 2BW0 as 2B without a microbatch";
   if (f.bare_pair.line >= 0) return at("torch 2.15 refuses a pair without OVERLAP_F_B", f.bare_pair);
