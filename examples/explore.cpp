@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "plain_number.hpp"
+
 namespace pt = pipetype;
 
 namespace {
@@ -79,8 +81,8 @@ constexpr const char* usage =
 double to_number(const std::string& flag, const std::string& v, bool integer) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !(x >= 0) || x > 1e9)
-    usage_error(flag + " needs a non-negative number, got '" + v + "'");
+  if (!examples::plain_number(v, !integer) || end != v.c_str() + v.size() || !(x >= 0) || x > 1e9)
+    usage_error(flag + " needs a non-negative " + (integer ? "whole" : "decimal") + " number, got '" + v + "'");
   if (integer && x != static_cast<double>(static_cast<long>(x)))
     usage_error(flag + " needs a whole number, got '" + v + "'");
   return x;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "mlp.hpp"
+#include "plain_number.hpp"
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
@@ -56,7 +57,7 @@ constexpr const char* usage =
 int to_int(const std::string& flag, const std::string& v, int lo, int hi) {
   char* end = nullptr;
   const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || end != v.c_str() + v.size() || x < lo || x > hi)
+  if (!examples::plain_number(v, false) || end != v.c_str() + v.size() || x < lo || x > hi)
     fail(flag + " needs a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
   return static_cast<int>(x);
 }
@@ -90,7 +91,7 @@ args parse(int argc, char** argv) {
     else if (f == "--mem-limit") {
       char* end = nullptr;
       a.mem_limit = std::strtod(v.c_str(), &end);
-      if (v.empty() || end != v.c_str() + v.size() || !(a.mem_limit >= 1) || a.mem_limit > 1e6 ||
+      if (!examples::plain_number(v, true) || end != v.c_str() + v.size() || !(a.mem_limit >= 1) || a.mem_limit > 1e6 ||
           a.mem_limit * 2 != static_cast<double>(static_cast<long>(a.mem_limit * 2)))
         fail("--mem-limit needs a number of activations in [1, 1000000], in halves (e.g. 4 or 3.5)");
     } else if (f == "--steps")

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "../plain_number.hpp"
 #include "model.hpp"
 
 #ifdef CUDA_MLP_WITH_MPI  // built with MPI: under mpirun, the id travels by MPI_Bcast
@@ -80,7 +81,8 @@ options parse(int argc, char** argv) {
       const std::string v = value();
       char* end = nullptr;
       const long x = std::strtol(v.c_str(), &end, 10);
-      if (*end || x < lo || x > 4096) usage(a + " " + v + ": expected an integer ≥ " + std::to_string(lo));
+      if (!examples::plain_number(v, false) || *end || x < lo || x > 4096)
+        usage(a + " " + v + ": expected an integer ≥ " + std::to_string(lo));
       return static_cast<int>(x);
     };
     if (a == "--transport")

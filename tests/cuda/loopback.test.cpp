@@ -262,6 +262,14 @@ TEST_CASE("cuda loopback: a rank that fails stops the others with its error, and
   CHECK(pipe.failures().empty());
 }
 
+TEST_CASE("cuda loopback: a deadline that is not positive is refused at construction") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
+  pt::uniform_chain<faulty> model(std::vector<faulty>(2));
+  drivers d(2);
+  CHECK_THROWS_WITH_AS((pc::loopback_pipeline<pc::record_driver>{plan, model, d.ptrs, {.deadline = 0ms}}),
+                       doctest::Contains("deadline must be positive, got 0 ms"), std::invalid_argument);
+}
+
 TEST_CASE("cuda loopback: a peer that never comes ends in a deadline error naming the channel") {
   // two ranks, but rank 1's thread is never told to step: drive rank 0's executor by hand
   const auto plan = pt::build_plan(pt::make_gpipe(2, 2));

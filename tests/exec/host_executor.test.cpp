@@ -212,6 +212,15 @@ TEST_CASE("host executor: a stage that throws ends the step on every rank, namin
   CHECK_NOTHROW(ex.step(batch));
 }
 
+TEST_CASE("host executor: a deadline that is not positive is refused at construction") {
+  const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  auto model = probes(2, [](char, int, int) {});
+  CHECK_THROWS_WITH_AS((ph::executor{plan, model, {.deadline = 0ms}}),
+                       "pipetype::host: executor_options::deadline must be positive, got 0 ms", std::invalid_argument);
+  CHECK_THROWS_AS((ph::executor{plan, model, {.deadline = -5ms}}), std::invalid_argument);
+  CHECK_NOTHROW((ph::executor{plan, model, {.deadline = 1ms}}));
+}
+
 TEST_CASE("host executor: capture and replay run the step again on the captured batch") {
   const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
   std::vector<std::string> seen;
