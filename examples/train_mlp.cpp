@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -39,7 +40,7 @@ struct args {
   std::string file;
   int ranks = 4, microbatches = 8, chunks = 0, steps = 20, layers = 8;
   double mem_limit = 0;  // zb-auto's limit, in microbatch activations per rank
-  float lr = 0.5f;
+  float lr = 4.0f;       // on the mean gradient over microbatches (the step divides the summed one by m)
   bool json = false;
 };
 
@@ -101,7 +102,8 @@ args parse(int argc, char** argv) {
     else if (f == "--lr") {
       char* end = nullptr;
       a.lr = std::strtof(v.c_str(), &end);
-      if (v.empty() || end != v.c_str() + v.size() || !(a.lr > 0) || a.lr > 10) fail("--lr needs a number in (0, 10]");
+      if (!examples::plain_number(v, true) || end != v.c_str() + v.size() || !(a.lr > 0) || a.lr > 10)
+        fail("--lr needs a number in (0, 10]");
     } else
       fail("unknown argument '" + f + "'\n" + usage);
   }
@@ -190,7 +192,14 @@ int main(int argc, char** argv) {
     }
     loss_last = loss;
     if (!a.json) std::printf("step %3d  loss %.6f  %7.3f ms\n", step, loss, step_ms.back());
-    for (mlp::stage& s : model.stages()) s.sgd(a.lr);
+    if (!std::isfinite(loss)) {
+      std::fprintf(stderr, "train_mlp: step %d: the loss is not finite (%g); lower --lr (now %g)\n", step, loss,
+                   static_cast<double>(a.lr));
+      return 1;
+    }
+    // the stages hold the gradient summed over the m microbatches: step along its mean, so one
+    // learning rate serves every microbatch count
+    for (mlp::stage& s : model.stages()) s.sgd(a.lr / static_cast<float>(m));
   }
   const double measured = median(step_ms);
 
