@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -38,4 +41,19 @@ TEST_CASE("grid: an overlapped pair prints as one cell") {
   const std::string g = render(pt::parse_schedule("0F0,0F1,(0F2;0B0),0B1,0B2\n"), {.f = 1, .b = 2});
   CHECK(g.find("|(0F2;0B0)") != std::string::npos);
   CHECK(g == golden("overlap.txt"));
+}
+
+TEST_CASE("grid: costs of 10^9 are drawn in a bounded width, the column scaled and named") {
+  const pt::program prog = pt::make_one_f_one_b(4, 8);
+  const pt::timeline t = pt::simulate(prog.view(), pt::costs{.f = 1e9, .b = 2e9});
+  const std::string g = pt::grid(prog.view(), t);
+  CHECK(g.rfind("(one column = 2e+07 time units)\n", 0) == 0);  // makespan 3.3e10 / 2000 columns
+  std::size_t widest = 0, start = 0;
+  for (std::size_t nl = g.find('\n'); nl != std::string::npos; start = nl + 1, nl = g.find('\n', start))
+    widest = std::max(widest, nl - start);
+  CHECK(widest < 2000 * 6);  // columns × (cell + bar), not 3.3e10 of them
+  // a bound of 0 keeps one column per quantum
+  const pt::timeline small = pt::simulate(prog.view(), pt::costs{.f = 1, .b = 2});
+  CHECK(pt::grid(prog.view(), small, {.quantum = 1, .max_columns = 0}) == pt::grid(prog.view(), small));
+  CHECK(pt::grid(prog.view(), small).find("one column") == std::string::npos);
 }

@@ -8,9 +8,13 @@
 //
 // One column is `quantum` time units (default 1); an action spans as many columns as it lasts,
 // starting at the column its start time rounds to. Blank cells are idle time. An overlapped pair
-// prints as `(0F7;7B3)`.
+// prints as `(0F7;7B3)`. The width is bounded: when the step would take more than `max_columns`
+// columns (costs of 10^9, thousands of microbatches), one column becomes the smallest 1, 2 or 5 ×
+// 10^k multiple of the quantum that fits, and the time axis says so; actions shorter than a
+// column then print at their start column, one after the other.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -24,10 +28,27 @@ namespace pipetype {
 
 struct grid_options {
   double quantum = 1;
+  long max_columns = 2000;  // at most this many time columns (0: no bound)
 };
 
+namespace detail {
+/// The smallest 1, 2 or 5 × 10^k that is at least x (x > 0).
+inline double nice_at_least(double x) {
+  double p = std::pow(10.0, std::floor(std::log10(x)));
+  for (;; p *= 10)
+    for (double m : {1.0, 2.0, 5.0})
+      if (m * p >= x) return m * p;
+}
+}  // namespace detail
+
 inline std::string grid(program_view p, const timeline& t, grid_options opt = {}) {
-  const double q = opt.quantum > 0 ? opt.quantum : 1;
+  double q = opt.quantum > 0 ? opt.quantum : 1;
+  if (opt.max_columns > 0 && !t.end.empty()) {  // bound the width: scale the quantum
+    double t0 = t.start.front(), t1 = t.end.front();
+    for (std::size_t k = 0; k < t.end.size(); ++k) t0 = std::min(t0, t.start[k]), t1 = std::max(t1, t.end[k]);
+    if ((t1 - t0) / q > static_cast<double>(opt.max_columns))
+      q *= detail::nice_at_least((t1 - t0) / q / static_cast<double>(opt.max_columns));
+  }
   auto col = [&](double x) { return static_cast<long>(std::llround(x / q)); };
   // labels and width
   std::vector<std::string> label(p.actions.size());
@@ -54,7 +75,15 @@ inline std::string grid(program_view p, const timeline& t, grid_options opt = {}
   }
   const std::string head = "rank " + std::to_string(p.ranks - 1);
   const std::size_t lead = head.size() + 1;
-  std::string out = "time";
+  std::string out = q != (opt.quantum > 0 ? opt.quantum : 1) ? "(one column = " +
+                                                                   [&] {
+                                                                     char buf[32];
+                                                                     std::snprintf(buf, sizeof buf, "%g", q);
+                                                                     return std::string(buf);
+                                                                   }() +
+                                                                   " time units)\n"
+                                                             : std::string();
+  out += "time";
   out.append(lead - 4, ' ');
   for (long c = first; c < last; ++c) {
     std::string n;
