@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "plain_number.hpp"
+#include "read_text.hpp"
 
 namespace pt = pipetype;
 
@@ -344,11 +345,10 @@ int main(int argc, char** argv) {
   int chunks = 1;
   file_facts ff;
   if (!a.file.empty()) {
-    std::ifstream in(a.file, std::ios::binary);
-    if (!in) usage_error("cannot read " + a.file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const pt::schedule_file file = pt::read_schedule(ss.str(), a.form);
+    std::string why;
+    const std::optional<std::string> text = examples::read_text(a.file, why);
+    if (!text) usage_error(why);
+    const pt::schedule_file file = pt::read_schedule(*text, a.form);
     if (static_cast<long>(file.steps.size()) > max_actions) usage_error(a.file + " has over 4 million actions");
     if (file.error.ok() && a.ranks_given && a.ranks > file.rows)
       usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(file.rows) +

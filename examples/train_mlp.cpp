@@ -29,6 +29,7 @@
 
 #include "mlp.hpp"
 #include "plain_number.hpp"
+#include "read_text.hpp"
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
@@ -113,11 +114,10 @@ args parse(int argc, char** argv) {
 pt::runtime_plan make(args& a) {
   pt::program prog;
   if (!a.file.empty()) {
-    std::ifstream in(a.file);
-    if (!in) fail("cannot read " + a.file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prog = pt::parse_schedule(ss.str(), "file");
+    std::string why;
+    const std::optional<std::string> text = examples::read_text(a.file, why);
+    if (!text) fail(why);
+    prog = pt::parse_schedule(*text, "file");
     a.schedule = a.file;
   } else {
     const pt::schedule_info* info = pt::find_schedule(a.schedule);

@@ -44,11 +44,12 @@ inline constexpr int value_v = T::value;
 /// would otherwise ask for terabytes. Past a limit, verify answers errc::too_large (a compile
 /// error _TOO_LARGE_ for make_plan) before it allocates anything.
 namespace limits {
-inline constexpr int ranks = 1 << 14;          // 16384
-inline constexpr int stages = 1 << 16;         // 65536
-inline constexpr int microbatches = 1 << 20;   // 1048576
-inline constexpr long long cells = 1LL << 22;  // stages × microbatches: 4194304
-inline constexpr int actions = 1 << 23;        // 8388608
+inline constexpr int ranks = 1 << 14;                // 16384
+inline constexpr int stages = 1 << 16;               // 65536
+inline constexpr int microbatches = 1 << 20;         // 1048576
+inline constexpr long long cells = 1LL << 22;        // stages × microbatches: 4194304
+inline constexpr int actions = 1 << 23;              // 8388608
+inline constexpr long long file_bytes = 64LL << 20;  // a schedule file the tools read: 64 MiB
 }  // namespace limits
 
 namespace detail {
