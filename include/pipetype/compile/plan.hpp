@@ -140,10 +140,7 @@ namespace detail {
 constexpr plan_shape capacity_of(const program_extent& e) {
   plan_shape z;
   // past pipetype::limits: no tables at all (verify then reports too_large from the program)
-  if (e.ranks > limits::ranks || e.stages > limits::stages || e.microbatches > limits::microbatches ||
-      static_cast<long long>(e.stages) * e.microbatches > limits::cells || e.actions > limits::actions ||
-      e.crossing_edges > limits::stages)
-    return z;
+  if (limits::exceeded(e.ranks, e.stages, e.microbatches, e.actions) || e.crossing_edges > limits::stages) return z;
   z.ranks = e.ranks > 0 ? e.ranks : 0;
   z.stages = e.stages > 0 ? e.stages : 0;
   z.microbatches = e.microbatches > 0 ? e.microbatches : 0;

@@ -69,14 +69,7 @@ namespace detail {
 
 /// Why `p` is past pipetype::limits, or nullptr: checked first, in 64 bits, before any table.
 constexpr const char* too_large(program_view p) {
-  if (p.ranks > limits::ranks) return "more than 16384 ranks (pipetype::limits::ranks)";
-  if (p.stages > limits::stages) return "more than 65536 stages (pipetype::limits::stages)";
-  if (p.microbatches > limits::microbatches) return "more than 1048576 microbatches (pipetype::limits::microbatches)";
-  if (static_cast<long long>(p.stages) * p.microbatches > limits::cells)
-    return "stages x microbatches above 4194304 (pipetype::limits::cells)";
-  if (p.actions.size() > static_cast<std::size_t>(limits::actions))
-    return "more than 8388608 actions (pipetype::limits::actions)";
-  return nullptr;
+  return limits::exceeded(p.ranks, p.stages, p.microbatches, static_cast<long long>(p.actions.size()));
 }
 
 struct check_result {

@@ -224,7 +224,7 @@ class program_builder {
  private:
   // Tables are made only for sizes within pipetype::limits (core/sizes.hpp).
   static constexpr bool sized(int ranks, int stages) noexcept {
-    return ranks <= limits::ranks && stages <= limits::stages;
+    return limits::exceeded(ranks, stages, 1, 0) == nullptr;  // the tables it makes: per rank, per stage
   }
   struct entry {
     action a;

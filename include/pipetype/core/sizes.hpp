@@ -50,6 +50,17 @@ inline constexpr int microbatches = 1 << 20;         // 1048576
 inline constexpr long long cells = 1LL << 22;        // stages × microbatches: 4194304
 inline constexpr int actions = 1 << 23;              // 8388608
 inline constexpr long long file_bytes = 64LL << 20;  // a schedule file the tools read: 64 MiB
+
+/// Which limit ranks p, stages s, microbatches m and actions n pass, or nullptr: the one test the builder, verify and
+/// make_plan's table sizing all make (in 64 bits, before any table exists).
+constexpr const char* exceeded(long long p, long long s, long long m, long long n) {
+  if (p > limits::ranks) return "more than 16384 ranks (pipetype::limits::ranks)";
+  if (s > limits::stages) return "more than 65536 stages (pipetype::limits::stages)";
+  if (m > limits::microbatches) return "more than 1048576 microbatches (pipetype::limits::microbatches)";
+  if (s * m > limits::cells) return "stages x microbatches above 4194304 (pipetype::limits::cells)";
+  if (n > limits::actions) return "more than 8388608 actions (pipetype::limits::actions)";
+  return nullptr;
+}
 }  // namespace limits
 
 namespace detail {

@@ -282,7 +282,9 @@ class loopback_pipeline {
   /// The same from stages erased already: `entries[r]` are rank r's.
   loopback_pipeline(const plan_views& v, std::vector<std::vector<stage_entry>> entries, std::vector<Base*> drivers,
                     loopback_options opt = {})
-      : ranks_(v.compute.ranks), hub_(v.lowered, checked_deadline(opt.deadline)) {
+      : ranks_(v.compute.ranks),
+        hub_(v.lowered,
+             pipetype::detail::positive_deadline(opt.deadline, "pipetype::cuda loopback: loopback_options::deadline")) {
     if (static_cast<int>(drivers.size()) != ranks_ || static_cast<int>(entries.size()) != ranks_)
       throw std::invalid_argument("pipetype::cuda loopback: the plan has " + std::to_string(ranks_) + " ranks, " +
                                   std::to_string(drivers.size()) + " drivers and " + std::to_string(entries.size()) +
@@ -344,12 +346,6 @@ class loopback_pipeline {
   const std::vector<failure>& failures() const noexcept { return failures_; }
 
  private:
-  static std::chrono::milliseconds checked_deadline(std::chrono::milliseconds d) {
-    if (d.count() <= 0)  // every rendezvous would end at once: every step would fail
-      throw std::invalid_argument("pipetype::cuda loopback: loopback_options::deadline must be positive, got " +
-                                  std::to_string(d.count()) + " ms");
-    return d;
-  }
   template <class Model>
   static std::vector<std::vector<stage_entry>> entries_per_rank(std::vector<Model>& models, int ranks) {
     if (models.size() == 1)

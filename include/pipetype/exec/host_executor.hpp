@@ -105,7 +105,8 @@ class engine {
       : prog_(std::move(prog)),
         opt_(opt),
         sync_(std::make_unique<rank_sync[]>(static_cast<std::size_t>(prog_.ranks))),
-        fabric_(prog_.ranks, prog_.comms, checked_deadline(opt.deadline)) {
+        fabric_(prog_.ranks, prog_.comms,
+                pipetype::detail::positive_deadline(opt.deadline, "pipetype::host: executor_options::deadline")) {
     for (int r = 0; r < prog_.ranks; ++r)
       for (int st = 0; st < stream_count; ++st)
         if (!prog_.rank[static_cast<std::size_t>(r)].ops[st].empty()) {
@@ -115,12 +116,6 @@ class engine {
     threads_ = std::make_unique<pipetype::detail::rank_threads>(static_cast<int>(workers_.size()));
   }
   engine(const engine&) = delete;
-  static std::chrono::milliseconds checked_deadline(std::chrono::milliseconds d) {
-    if (d.count() <= 0)  // every wait would end at once: every step would fail
-      throw std::invalid_argument("pipetype::host: executor_options::deadline must be positive, got " +
-                                  std::to_string(d.count()) + " ms");
-    return d;
-  }
   engine& operator=(const engine&) = delete;
 
   const bound_program& program() const noexcept { return prog_; }

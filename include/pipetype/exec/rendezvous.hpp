@@ -35,6 +35,14 @@
 
 namespace pipetype::detail {
 
+/// `d`, or std::invalid_argument naming `option` ("pipetype::host: executor_options::deadline")
+/// when it is not positive: every wait would end at once, so every step would fail.
+inline std::chrono::milliseconds positive_deadline(std::chrono::milliseconds d, const char* option) {
+  if (d.count() <= 0)
+    throw std::invalid_argument(std::string(option) + " must be positive, got " + std::to_string(d.count()) + " ms");
+  return d;
+}
+
 /// `Extra` is what a transport's send leaves for its receiver besides the bytes (the loopback
 /// transport: its ready event; the receiver writes its done event back). `SenderCopies`: a send
 /// that finds its receive posted copies the bytes itself and goes on (host memory: the fabric);
