@@ -257,7 +257,8 @@ int print_all(const args& a) {
                ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) +
                ", \"peak_activations_max\": " + num(peak_max(r));
       else
-        out += ", \"error\": " + json_string(pt::describe(r.plan.result));
+        out += ", \"error\": " + json_string(pt::describe(r.plan.result)) +
+               ", \"fix\": " + json_string(pt::how_to_fix(r.plan.result.code));
       out += "}";
     }
     out += "], \"skipped\": [";
@@ -273,7 +274,7 @@ int print_all(const args& a) {
               "peak act");
   for (const auto& [name, r] : rows) {
     if (!r.plan.ok()) {
-      std::printf("%-18s rejected: %s\n", name.c_str(), pt::describe(r.plan.result).c_str());
+      std::printf("%-18s rejected: %s\n", name.c_str(), pt::explain(r.plan.result).c_str());
       continue;
     }
     std::printf("%-18s %6d %6d %10g %10g %7.1f%% %10g\n", name.c_str(), r.chunks, r.plan.compute().stages,
@@ -400,8 +401,9 @@ int main(int argc, char** argv) {
     const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
     if (a.json())
       std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
+                << ", \"fix\": " << json_string(pt::how_to_fix(plan.result.code))
                 << (ff.read ? torch_json(ff) : std::string()) << "}\n";
-    std::cerr << "pipetype-explore: " << msg << "\n";
+    std::cerr << "pipetype-explore: schedule " << name << " rejected: " << pt::explain(plan.result) << "\n";
     return 2;
   }
   if (csv) {  // PyTorch's CSV: the compute program, or the lowered program's transfers as PyTorch issues them

@@ -130,7 +130,7 @@ pt::runtime_plan make(args& a) {
     }
   }
   pt::runtime_plan plan = pt::build_plan(std::move(prog));
-  if (!plan.ok()) fail("the schedule was rejected: " + pt::describe(plan.result));
+  if (!plan.ok()) fail("the schedule was rejected: " + pt::explain(plan.result));
   a.ranks = plan.compute().ranks;
   a.microbatches = plan.compute().microbatches;
   a.chunks = plan.compute().lane_length() / std::max(1, plan.compute().ranks);

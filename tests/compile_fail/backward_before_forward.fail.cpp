@@ -1,4 +1,6 @@
-// expect: _BACKWARD_BEFORE_FORWARD_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<1>, pipetype::at_action<'B', 1>
+// expect: _BACKWARD_BEFORE_FORWARD_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<1>, pipetype::at_action<'B', 1>, pipetype::
+// expect: "move the backward after the forward of the same stage and microbatch"
+// expect: in_schedule<pipetype::from_text<?
 // A rejected schedule: rank 0 runs the backward of microbatch 1 before its forward.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;

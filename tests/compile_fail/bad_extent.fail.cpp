@@ -1,4 +1,7 @@
-// expect: _BAD_EXTENT_>
+// expect: _BAD_EXTENT_>, pipetype::
+// expect: "the schedule\\?'s extent\(\) is smaller than the program it generates"
+// expect: "make the schedule\\?'s extent\(\) count every rank, stage and action generate\(\) returns, and say if it splits"
+// expect: in_schedule<short_extent<?
 // A schedule type whose extent() says fewer actions than generate() returns: make_plan sized its
 // tables from the extent, so the plan is refused with a category of its own.
 #include <pipetype/pipetype.hpp>

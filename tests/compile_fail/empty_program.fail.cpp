@@ -1,4 +1,7 @@
-// expect: _EMPTY_PROGRAM_>
+// expect: _EMPTY_PROGRAM_>, pipetype::
+// expect: "ranks, stages and microbatches must be positive"
+// expect: "give the program at least one rank, one stage and one microbatch"
+// expect: in_schedule<pipetype::from_function<?
 // A rejected schedule: a program with no ranks.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;

@@ -1,4 +1,7 @@
-// expect: _INDEX_OUT_OF_RANGE_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<2>, pipetype::at_action<'F', 2>
+// expect: _INDEX_OUT_OF_RANGE_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<2>, pipetype::at_action<'F', 2>, pipetype::
+// expect: "microbatch out of range"
+// expect: "name only stages and microbatches below the program\\?'s counts, and each microbatch on its own lane"
+// expect: in_schedule<pipetype::from_function<?
 // A rejected schedule: the builder declares 2 microbatches, rank 0 runs microbatch 2.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;

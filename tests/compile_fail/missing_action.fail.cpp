@@ -1,4 +1,7 @@
-// expect: _MISSING_ACTION_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<1>, pipetype::at_action<'B', -1>
+// expect: _MISSING_ACTION_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<1>, pipetype::at_action<'B'>, pipetype::
+// expect: "no backward"
+// expect: "add the missing action; every stage and microbatch needs one F and either one B or one I and one W"
+// expect: in_schedule<pipetype::from_text<?
 // A rejected schedule: rank 0 never runs the backward of microbatch 1.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;

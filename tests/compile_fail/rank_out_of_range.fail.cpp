@@ -1,4 +1,6 @@
-// expect: _RANK_OUT_OF_RANGE_>, pipetype::at_rank<2>
+// expect: _RANK_OUT_OF_RANGE_>, pipetype::at_rank<2>, pipetype::
+// expect: "an action was added to a rank outside .0, ranks\)"
+// expect: "select a rank with rank\(r\) for 0 <= r < ranks before adding actions"
 // A rejected schedule: a two-rank program with actions added to rank 2.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;

@@ -1,4 +1,8 @@
-// expect: _CROSS_RANK_DEADLOCK_>, pipetype::at_rank<0>, pipetype::at_stage<3>, pipetype::at_microbatch<1>
+// expect: _CROSS_RANK_DEADLOCK_>, pipetype::at_rank<0>, pipetype::at_stage<3>, pipetype::at_microbatch<1>, pipetype::at_action<'F', 1>, pipetype::
+// expect: "ranks wait on each other in a cycle"
+// expect: pipetype::rank_waits<pipetype::at_rank<0>, pipetype::at_action<'F', 1>, pipetype::needs<2, 'F', 1>, pipetype::from_rank<1> ?>, pipetype::rank_waits<pipetype::at_rank<1>, pipetype::at_action<'F', 2>, pipetype::needs<0, 'F', 1>, pipetype::from_rank<0> ?>
+// expect: "reorder one rank of the cycle so that it runs the awaited action before the one it waits at"
+// expect: in_schedule<pipetype::from_text<?
 // A V-shape schedule (rank 0 holds stages 0 and 3, rank 1 stages 1 and 2) whose two edges between
 // the same pair of ranks form a cycle: rank 0 waits for 2F1 (edge 2 -> 3, up the V) before it
 // runs 0F1, which rank 1 needs (edge 0 -> 1, down the V) before it can produce 2F1. Sharing one

@@ -184,8 +184,9 @@ inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const
 template <class H>
 void sort_later(std::vector<H>& later, int L) {
   std::stable_sort(later.begin(), later.end(), [L](const H& x, const H& y) {
-    const int lx = x.stage % L, ly = y.stage % L;
-    return lx != ly ? lx < ly : x.stage != y.stage ? x.stage < y.stage : x.microbatch < y.microbatch;
+    // (plain ints: clang reads `x.stage <` as the start of the concept pipetype::stage's arguments)
+    const int sx = x.stage, sy = y.stage, lx = sx % L, ly = sy % L;
+    return lx != ly ? lx < ly : sx != sy ? sx < sy : x.microbatch < y.microbatch;
   });
 }
 

@@ -10,9 +10,12 @@
 // (The shouting names follow stdexec's diagnostics: they stand out in a wall of template text.)
 #pragma once
 
+#include <cstddef>
 #include <type_traits>
+#include <utility>
 
 #include "pipetype/core/verdict.hpp"
+#include "pipetype/detail/fixed_string.hpp"
 
 namespace pipetype {
 
@@ -39,10 +42,28 @@ template <int S>
 struct at_stage {};
 template <int M>
 struct at_microbatch {};
-template <char Kind, int Index>
+template <char Kind, int... Index>  // the index in the rank's list, where the action is there
 struct at_action {};
+template <int Index>  // a lowered op's index in its rank's list (it is no compute action)
+struct at_op {};
 template <int Line, int Column>
 struct at_line_column {};
+template <detail::fixed_string Reason>
+struct because {};
+template <detail::fixed_string Advice>
+struct to_fix {};
+template <class Schedule>
+struct in_schedule {};
+/// One link of a deadlock's wait-for cycle: the rank, the action it stopped at (kind, index),
+/// the action it needs (stage, kind, microbatch: needs<1, 'B', 0> is 1B0) and who runs that.
+template <int Stage, char Kind, int Microbatch>
+struct needs {};
+template <int R>
+struct from_rank {};
+template <class AtRank, class AtAction, class Needs, class FromRank>
+struct rank_waits {};
+template <class... Links>
+struct wait_for_cycle {};
 
 /// The type a rejected schedule is reported as.
 template <class... Facts>
@@ -133,11 +154,83 @@ struct errc_tag<errc::too_large> {
   using type = _TOO_LARGE_;
 };
 
-template <errc Code, int Rank, int Stage, int Mb, char Kind, int Index, int Line, int Column>
-using error_for_t = std::conditional_t<Code == errc::parse_error,
-                                       error<what<typename errc_tag<Code>::type>, at_line_column<Line, Column>>,
-                                       error<what<typename errc_tag<Code>::type>, at_rank<Rank>, at_stage<Stage>,
-                                             at_microbatch<Mb>, at_action<Kind, Index>>>;
+/// Append Fact to error<...> E when Keep.
+template <class E, bool Keep, class Fact>
+struct add_fact {
+  using type = E;
+};
+template <class... Facts, class Fact>
+struct add_fact<error<Facts...>, true, Fact> {
+  using type = error<Facts..., Fact>;
+};
+template <class E, bool Keep, class Fact>
+using add_fact_t = typename add_fact<E, Keep, Fact>::type;
+
+constexpr std::size_t length(const char* s) {
+  std::size_t n = 0;
+  while (s && s[n]) ++n;
+  return n;
+}
+
+/// A static string known as a pointer (`Holder::text`), as a template argument.
+template <class Holder>
+constexpr auto string_of() {
+  using string = fixed_string<length(Holder::text) + 1>;
+  return string(Holder::text, typename string::from_pointer{});
+}
+
+template <errc E>
+struct advice {
+  static constexpr const char* text = how_to_fix(E);
+};
+
+template <class Planner>
+struct reason {
+  static constexpr const char* text = Planner::value.rejection.detail;
+};
+
+template <class Planner, std::size_t... I>
+constexpr auto cycle_of(std::index_sequence<I...>) {
+  constexpr const verdict& V = Planner::value.rejection;
+  return wait_for_cycle<rank_waits<at_rank<V.cycle[I].rank>, at_action<V.cycle[I].at_kind, V.cycle[I].index>,
+                                   needs<V.cycle[I].needs_stage, V.cycle[I].needs_kind, V.cycle[I].needs_microbatch>,
+                                   from_rank<V.cycle[I].from>>...>{};
+}
+
+/// The error<...> type of the failing verdict of `Planner::value` (a static_plan), schedule S:
+/// the category, then only the places that apply, the reason, a deadlock's cycle, how to fix it
+/// and the schedule. (The plan is passed as a type: clang 14 takes no reference to a subobject
+/// as a template argument.)
+template <class Planner, class S>
+struct error_of {
+  static constexpr verdict V = Planner::value.rejection;
+  using what_t = error<what<typename errc_tag<V.code>::type>>;
+  using placed_t = std::conditional_t < V.code == errc::parse_error,
+        error<what<typename errc_tag<V.code>::type>, at_line_column<V.line, V.column>>,
+        add_fact_t<
+            add_fact_t<add_fact_t<add_fact_t<add_fact_t<what_t, V.rank != -1 || V.code == errc::rank_out_of_range,
+                                                        at_rank<V.rank>>,
+                                             V.stage >= 0, at_stage<V.stage>>,
+                                  V.microbatch >= 0, at_microbatch<V.microbatch>>,
+                       V.kind != '?' && V.index >= 0, at_action<V.kind, V.index>>,
+            V.kind != '?' && V.index<0, at_action<V.kind>>>;
+  using op_t = add_fact_t<placed_t, V.kind == '?' && V.index >= 0 && V.code != errc::parse_error, at_op<V.index>>;
+  static constexpr int links = V.cycle_length < max_cycle ? V.cycle_length : max_cycle;
+  using reasoned_t = add_fact_t<op_t, (V.detail && *V.detail), because<string_of<reason<Planner>>()>>;
+  using cycled_t = add_fact_t<reasoned_t, (links > 0),
+                              decltype(cycle_of<Planner>(std::make_index_sequence<static_cast<std::size_t>(links)>{}))>;
+  using type = add_fact_t<add_fact_t<cycled_t, true, to_fix<string_of<advice<V.code>>()>>, true, in_schedule<S>>;
+};
+
+#if defined(__clang__)
+// clang 14 prints class template arguments' characters as numbers: a call it cannot evaluate
+// makes it print the two sentences as string literals ("in call to 'rejected_because(&"..."[0], ...)'").
+void the_schedule_was_rejected(const char* because, const char* to_fix);
+constexpr bool rejected_because(const char* because, const char* to_fix) {
+  the_schedule_was_rejected(because, to_fix);
+  return false;
+}
+#endif
 
 template <class E>
 inline constexpr bool always_false_v = false;

@@ -25,8 +25,8 @@
 //   Slots. Every buffer lives in a slot of its rank's activation or gradient pool from the op
 //   that writes it to its last reader (F's output until the consumer's B, or W when the
 //   backward is split; a send's staging copy until the send). Slots are assigned greedily in
-//   issue order, reusing a slot only after its last use: optimal for intervals, so the pool size
-//   is the true peak of live buffers.
+//   issue order, taking the lowest slot whose last use has passed: optimal for intervals, so the
+//   pool size is the true peak of live buffers; two heaps per pool make it O(n log n).
 //
 //   Streams and events. Compute runs on stream 0, groups on stream 1. Wherever an op touches a
 //   slot last touched by the other stream (data arriving, data leaving, a slot being reused), the
@@ -71,6 +71,30 @@ constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
   int* order = order_v.data();
   for (int i = 0; i < n; ++i) order[start[keys[i]]++] = i;
   return order_v;
+}
+
+/// A binary min-heap of `size` keys at h[0 ..]: add `key`.
+constexpr void heap_push(long long* h, int& size, long long key) {
+  int i = size++;
+  while (i > 0 && h[(i - 1) / 2] > key) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = key;
+}
+
+/// The same heap: remove and return its least key (size > 0).
+constexpr long long heap_pop(long long* h, int& size) {
+  const long long top = h[0], key = h[--size];
+  int i = 0;
+  for (int c = 1; c < size; c = 2 * i + 1) {
+    if (c + 1 < size && h[c + 1] < h[c]) ++c;
+    if (h[c] >= key) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (size > 0) h[i] = key;
+  return top;
 }
 
 /// What every pass reads: the program, its ticks and the positions they give each action
@@ -217,23 +241,30 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
   const int* iv_id = tt.iv_field(transfer_table::iv_id);
   {
     // Intervals in allocation order (a counting sort over positions), each coloured within its
-    // (rank, pool) group; group g's busy list lives at busy[base[g] ..], as long as its count.
+    // (rank, pool) group g. Group g keeps two binary min-heaps in its region [base[g], base[g+1])
+    // of two arrays: `busy` holds (last use, slot) of its slots in use, `idle` the slots free
+    // again. Positions only grow, so a slot whose last use precedes the current allocation stays
+    // free until it is taken: popping those into `idle` and taking its least keeps the greedy
+    // choice (the lowest free slot) in O(log n) per interval instead of a scan of every slot.
     const scratch<int> order_v = counting_order(iv_alloc, niv, in.limit());
     const int* order = order_v.data();
-    scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), busy_v(niv + 1, unset);
+    scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), nbusy_v(2 * P, 0), nidle_v(2 * P, 0);
+    scratch<long long> busy_v(niv + 1, 0), idle_v(niv + 1, 0);
     int* base = base_v.data();
     int* nslots = nslots_v.data();
-    int* busy = busy_v.data();
+    int* nbusy = nbusy_v.data();
+    int* nidle = nidle_v.data();
+    const long long width = niv + 1;  // busy keys: last use · width + slot
     for (int i = 0; i < niv; ++i) ++base[iv_rank[i] * 2 + iv_pool[i] + 1];
     for (int g = 0; g < 2 * P; ++g) base[g + 1] += base[g];
     for (int o = 0; o < niv; ++o) {
       const int i = order[o];
       const int g = iv_rank[i] * 2 + iv_pool[i];
-      int* b = busy + base[g];
-      int chosen = 0;
-      while (chosen < nslots[g] && b[chosen] >= iv_alloc[i]) ++chosen;
-      if (chosen == nslots[g]) ++nslots[g];
-      b[chosen] = iv_free[i];
+      long long* busy = busy_v.data() + base[g];
+      long long* idle = idle_v.data() + base[g];
+      while (nbusy[g] > 0 && busy[0] / width < iv_alloc[i]) heap_push(idle, nidle[g], heap_pop(busy, nbusy[g]) % width);
+      const int chosen = nidle[g] > 0 ? static_cast<int>(heap_pop(idle, nidle[g])) : nslots[g]++;
+      heap_push(busy, nbusy[g], iv_free[i] * width + chosen);
       slot_of[iv_pool[i] * st.stride + iv_id[i]] = chosen;
     }
     for (int r = 0; r < P; ++r) {

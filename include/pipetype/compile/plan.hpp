@@ -98,6 +98,7 @@ struct static_plan {
   static constexpr int microbatches = Z.microbatches;
 
   plan_shape used = Z;
+  verdict rejection{};  // why the schedule was rejected (ok for a plan that exists)
   const char* name = "";
   int tick_count = 0;
   memory_model memory{};
@@ -212,6 +213,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
     s.used.ops = count;
   }
   plan_shape& z = s.used;
+  s.rejection = v;
   z.code = v.code;
   z.rank = v.rank;
   z.stage = v.stage;
@@ -256,8 +258,13 @@ template <class Schedule, plan_options Options>
 constexpr const auto& checked_plan() {
   using P = planner<Schedule, Options>;
   constexpr plan_shape z = P::value.used;
-  if constexpr (z.code != errc::ok)
-    (void)report<error_for_t<z.code, z.rank, z.stage, z.microbatch, z.kind, z.index, z.line, z.column>>{};
+  if constexpr (z.code != errc::ok) {
+    (void)report<typename error_of<P, Schedule>::type>{};
+#if defined(__clang__)
+    constexpr bool shown = rejected_because(P::value.rejection.detail, how_to_fix(z.code));
+    (void)shown;
+#endif
+  }
   return P::value;
 }
 

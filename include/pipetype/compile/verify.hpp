@@ -9,7 +9,8 @@
 //   4. overlapped pairs are one forward and one backward;
 //   5. on each rank, no action precedes the same-rank action producing its input
 //      (B/I/W before its F is reported as backward-before-forward);
-//   6. the lock-step run (below) finishes: otherwise ranks wait on each other — a deadlock;
+//   6. the lock-step run (below) finishes: otherwise ranks wait on each other — a deadlock,
+//      reported with its wait-for cycle (verdict::cycle);
 //   7. peak activations per rank within the limit, if one is given.
 //
 // Lock-step run: time advances in ticks; at each tick every rank runs its next action (or its
@@ -70,6 +71,37 @@ namespace detail {
 /// Why `p` is past pipetype::limits, or nullptr: checked first, in 64 bits, before any table.
 constexpr const char* too_large(program_view p) {
   return limits::exceeded(p.ranks, p.stages, p.microbatches, static_cast<long long>(p.actions.size()));
+}
+
+/// The cross-rank deadlock of a lock-step run that stopped: every unfinished rank waits on the
+/// input `waits_on[r]` (done-table key, see check_into) at its action `waits_at[r]`. Starting at
+/// the lowest such rank, each link names the rank that runs the awaited action; that rank waits
+/// too (the same-rank order checks ran first), so the links close into a cycle.
+constexpr verdict deadlock(program_view p, const int* owner, const int* ptr, const int* waits_on, const int* waits_at,
+                           const int* posB) {
+  const int P = p.ranks, m = p.microbatches, n = p.stages * m;
+  const int* beg = p.begin.data();
+  const action* A = p.actions.data();
+  int r = 0;
+  while (ptr[r] >= beg[r + 1]) ++r;
+  verdict v =
+      at(errc::cross_rank_deadlock, r, A[waits_at[r]], waits_at[r] - beg[r], "ranks wait on each other in a cycle");
+  scratch<int> seen_v(P, 0);
+  int* seen = seen_v.data();
+  while (!seen[r]) {
+    seen[r] = 1;
+    const int key = waits_on[r], q = key % n;
+    const action& head = A[waits_at[r]];
+    const kind needs = key < n ? kind::F : key < 2 * n ? (posB[q] >= 0 ? kind::B : kind::I) : kind::I;
+    const int from = owner[q / m];
+    if (v.cycle_length < max_cycle)
+      v.cycle[v.cycle_length] = {
+          r,   waits_at[r] - beg[r], kind_char(head.what), head.stage, head.microbatch, kind_char(needs), q / m, q % m,
+          from};
+    ++v.cycle_length;
+    r = from;
+  }
+  return v;
 }
 
 struct check_result {
@@ -199,56 +231,85 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       }
     }
 
-  // 6. lock-step run. done[0·n + q]: tick of F(q); done[1·n + q]: of B/I(q); done[2·n + q]: of I(q)
+  // 6. lock-step run, event-driven: in tick t only the ranks that ran at t − 1, or that wait for
+  // an input produced at t − 1, are looked at, so the run costs O(actions + ticks), not
+  // O(ranks × ticks). done[0·n + q]: tick of F(q); done[1·n + q]: of B/I(q); done[2·n + q]: of
+  // I(q). A rank whose next action lacks an input produced before t either retries at t + 1 (the
+  // input came at t) or waits on that input's list (`wait_head`, linked by `wait_next`) until its
+  // producer runs. Within a tick the order of the ranks does not matter: an action needs inputs
+  // of earlier ticks only.
   for (int k = 0; k < N; ++k) tick[k] = -1;
   detail::scratch<int> done_v(3 * n, detail::never);
-  int* fdone = done_v.data();
-  int* gdone = fdone + n;
-  int* idone = fdone + 2 * n;
-  detail::scratch<int> ptr_v(P, 0);
-  int* ptr = ptr_v.data();
-  for (int r = 0; r < P; ++r) ptr[r] = beg[r];
+  int* done = done_v.data();
+  detail::scratch<int> rank_v(6 * P, -1);  // ptr, cur, next, wait_next, waits_on, waits_at
+  int* ptr = rank_v.data();
+  int* cur = ptr + P;
+  int* next = ptr + 2 * P;
+  int* wait_next = ptr + 3 * P;
+  int* waits_on = ptr + 4 * P;
+  int* waits_at = ptr + 5 * P;
+  detail::scratch<int> wait_head_v(3 * n, -1);
+  int* wait_head = wait_head_v.data();
+  int ncur = 0;
+  for (int r = 0; r < P; ++r) {
+    ptr[r] = beg[r];
+    if (beg[r] < beg[r + 1]) cur[ncur++] = r;
+  }
   int remaining = N;
   for (int t = 0; remaining > 0; ++t) {
-    bool progressed = false;
-    for (int r = 0; r < P; ++r) {
+    if (ncur == 0) return fail(detail::deadlock(p, owner, ptr, waits_on, waits_at, posB));
+    int nnext = 0;
+    for (int c = 0; c < ncur; ++c) {
+      const int r = cur[c];
       const int k = ptr[r];
-      if (k >= beg[r + 1]) continue;
       const int width = A[k].overlapped ? 2 : 1;
-      bool ok = true;
-      for (int d = 0; d < width && ok; ++d) {
+      int missing = -1, missing_at = k;  // the first input not produced before t
+      for (int d = 0; d < width && missing < 0; ++d) {
         const action& a = A[k + d];
         const int q = a.stage * m + a.microbatch;
-        if (a.what == kind::F)
-          ok = (a.stage % L == 0) || fdone[q - m] < t;
-        else if (a.what == kind::W)
-          ok = idone[q] < t;
-        else
-          ok = fdone[q] < t && ((a.stage + 1) % L == 0 || gdone[q + m] < t);
+        if (a.what == kind::F) {
+          if (a.stage % L != 0 && done[q - m] >= t) missing = q - m;
+        } else if (a.what == kind::W) {
+          if (done[2 * n + q] >= t) missing = 2 * n + q;
+        } else if (done[q] >= t) {
+          missing = q;
+        } else if ((a.stage + 1) % L != 0 && done[n + q + m] >= t) {
+          missing = n + q + m;
+        }
+        missing_at = k + d;
       }
-      if (!ok) continue;
+      if (missing >= 0) {
+        if (done[missing] == t) {
+          next[nnext++] = r;
+        } else {
+          waits_on[r] = missing, waits_at[r] = missing_at;
+          wait_next[r] = wait_head[missing];
+          wait_head[missing] = r;
+        }
+        continue;
+      }
       for (int d = 0; d < width; ++d) {
         const action& a = A[k + d];
         const int q = a.stage * m + a.microbatch;
-        if (a.what == kind::F)
-          fdone[q] = t;
-        else if (a.what != kind::W) {
-          gdone[q] = t;
-          if (a.what == kind::I) idone[q] = t;
+        const int made[2] = {a.what == kind::F   ? q
+                             : a.what == kind::W ? -1
+                                                 : n + q,
+                             a.what == kind::I ? 2 * n + q : -1};
+        for (const int key : made) {
+          if (key < 0) continue;
+          done[key] = t;
+          for (int w = wait_head[key]; w != -1; w = wait_next[w]) next[nnext++] = w;
+          wait_head[key] = -1;
         }
         tick[k + d] = t;
       }
       ptr[r] = k + width;
       remaining -= width;
-      progressed = true;
       out.ticks = t + 1;
+      if (ptr[r] < beg[r + 1]) next[nnext++] = r;
     }
-    if (!progressed) {
-      for (int r = 0; r < P; ++r)
-        if (ptr[r] < beg[r + 1])
-          return fail(at(errc::cross_rank_deadlock, r, A[ptr[r]], ptr[r] - beg[r],
-                         "waits for an input that a rank produces only after it"));
-    }
+    int* const spent = cur;
+    cur = next, next = spent, ncur = nnext;
   }
 
   // 7. memory

@@ -11,6 +11,7 @@
 // all return one.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -40,6 +41,20 @@ enum class errc : std::uint8_t {
   too_large,                // a size past pipetype::limits (core/sizes.hpp), refused before any table is made
 };
 
+/// One link of a deadlock's wait-for cycle: `rank` stopped at its action `at_*` (`index` in its
+/// list) waits for the action `needs_*`, which rank `from` runs.
+struct wait_link {
+  int rank = -1, index = -1;
+  char at_kind = '?';
+  int at_stage = -1, at_microbatch = -1;
+  char needs_kind = '?';
+  int needs_stage = -1, needs_microbatch = -1;
+  int from = -1;
+};
+
+/// The links a verdict keeps; a longer cycle keeps its first max_cycle and counts the rest.
+inline constexpr int max_cycle = 8;
+
 struct verdict {
   errc code = errc::ok;
   int rank = -1;
@@ -49,8 +64,10 @@ struct verdict {
   int index = -1;   // position in the rank's action list (or lowered op list); -1 when absent
   int line = -1;    // parse errors: 1-based line and column
   int column = -1;
-  const char* detail = "";  // a short static reason (parse errors, lowered checks)
-  const char* op = "";      // a schedule file's non-compute kind at fault ("RECV_F", ...; core/step.hpp)
+  const char* detail = "";       // a short static reason (parse errors, lowered checks)
+  const char* op = "";           // a schedule file's non-compute kind at fault ("RECV_F", ...; core/step.hpp)
+  wait_link cycle[max_cycle]{};  // cross_rank_deadlock: who waits for whom, from `rank` around the cycle
+  int cycle_length = 0;          // links in the cycle (those past max_cycle are not kept)
 
   constexpr bool ok() const noexcept { return code == errc::ok; }
   constexpr explicit operator bool() const noexcept { return ok(); }
@@ -102,26 +119,144 @@ constexpr const char* errc_name(errc e) noexcept {
   return "unknown";
 }
 
-/// One sentence naming what went wrong and where.
-inline std::string describe(const verdict& v) {
-  std::string s = errc_name(v.code);
-  if (v.ok()) return s;
-  if (v.line >= 0) s += " at line " + std::to_string(v.line) + ", column " + std::to_string(v.column);
-  if (v.rank != -1 || v.code == errc::rank_out_of_range)
-    s += (v.line >= 0 ? ", rank " : " at rank ") + std::to_string(v.rank);
-  if (v.stage >= 0) s += ", stage " + std::to_string(v.stage);
-  if (v.microbatch >= 0) s += ", microbatch " + std::to_string(v.microbatch);
-  if (v.kind != '?' || *v.op) {
-    s += ", action ";
-    if (v.stage >= 0) s += std::to_string(v.stage);
-    if (*v.op)
-      s += v.op;
-    else
-      s += v.kind;
-    if (v.microbatch >= 0) s += std::to_string(v.microbatch);
+/// How to fix a verdict of this category: one sentence (docs/03 keeps the same list).
+constexpr const char* how_to_fix(errc e) noexcept {
+  switch (e) {
+    case errc::ok:
+      return "nothing to fix";
+    case errc::empty_program:
+      return "give the program at least one rank, one stage and one microbatch";
+    case errc::rank_out_of_range:
+      return "select a rank with rank(r) for 0 <= r < ranks before adding actions";
+    case errc::index_out_of_range:
+      return "name only stages and microbatches below the program's counts, and each microbatch on its own lane";
+    case errc::stage_on_two_ranks:
+      return "put every action of a stage on one rank, the rank its placement names";
+    case errc::missing_action:
+      return "add the missing action; every stage and microbatch needs one F and either one B or one I and one W";
+    case errc::duplicate_action:
+      return "remove the second copy of the action";
+    case errc::mixed_backward:
+      return "use either the full backward B or the split pair I and W for a stage and microbatch, not both";
+    case errc::backward_before_forward:
+      return "move the backward after the forward of the same stage and microbatch";
+    case errc::action_before_its_input:
+      return "move the action after the action on its rank that produces its input";
+    case errc::invalid_overlap:
+      return "overlap one F with one B or I, the overlapped action first, its partner right after it";
+    case errc::cross_rank_deadlock:
+      return "reorder one rank of the cycle so that it runs the awaited action before the one it waits at";
+    case errc::memory_limit_exceeded:
+      return "run backwards earlier (fewer forwards in flight), or raise the memory limit";
+    case errc::parse_error:
+      return "write actions as 2F0, 3I1, 1SEND_F0 or (0F7;7B3)OVERLAP_F_B, separated by commas, one rank a line";
+    case errc::transfer_mismatch:
+      return "issue the sends and receives of each channel in the same order at both ends";
+    case errc::nccl_deadlock:
+      return "post both ends of every transfer in matching groups, in the same order on every rank";
+    case errc::event_misuse:
+      return "record each event before it is waited on, and wait before a stream touches a buffer the other used";
+    case errc::invalid_lanes:
+      return "use a lane count of at least 1 that divides both the stages and the microbatches";
+    case errc::bad_extent:
+      return "make the schedule's extent() count every rank, stage and action generate() returns, and say if it splits";
+    case errc::too_large:
+      return "stay within pipetype::limits (docs/03): fewer ranks, stages or microbatches";
   }
-  if (v.index >= 0) s += " (index " + std::to_string(v.index) + ")";
-  if (v.detail && *v.detail) s += std::string(": ") + v.detail;
+  return "";
+}
+
+namespace detail {
+
+/// A bounded constexpr text buffer: the one renderer of verdicts, at run time (describe) and in
+/// the compile-time error (compile/diagnostics.hpp). Text past the capacity is dropped.
+template <int Capacity>
+struct sentence {
+  char text[Capacity + 1]{};
+  int size = 0;
+  constexpr sentence& operator<<(const char* s) {
+    for (; s && *s && size < Capacity; ++s) text[size++] = *s;
+    return *this;
+  }
+  constexpr sentence& operator<<(char c) {
+    if (size < Capacity) text[size++] = c;
+    return *this;
+  }
+  constexpr sentence& operator<<(int v) {
+    char digits[12]{};
+    int k = 0;
+    const bool negative = v < 0;
+    long long u = negative ? -static_cast<long long>(v) : v;
+    do {
+      digits[k++] = static_cast<char>('0' + u % 10);
+      u /= 10;
+    } while (u > 0);
+    if (negative) *this << '-';
+    while (k > 0) *this << digits[--k];
+    return *this;
+  }
+};
+
+/// The wait-for cycle of a deadlock: "rank 0 at 0B0 (index 1) waits for 1B0 from rank 1; ...".
+template <int Capacity>
+constexpr void write_cycle(sentence<Capacity>& out, const verdict& v) {
+  const int kept = v.cycle_length < max_cycle ? v.cycle_length : max_cycle;
+  for (int i = 0; i < kept; ++i) {
+    const wait_link& w = v.cycle[i];
+    out << (i ? "; " : "") << "rank " << w.rank << " at " << w.at_stage << w.at_kind << w.at_microbatch << " (index "
+        << w.index << ") waits for " << w.needs_stage << w.needs_kind << w.needs_microbatch << " from rank " << w.from;
+  }
+  if (v.cycle_length > kept) out << "; and " << (v.cycle_length - kept) << " more";
+}
+
+/// Why: the verdict's static reason, then its wait-for cycle if it has one.
+template <int Capacity>
+constexpr void write_reason(sentence<Capacity>& out, const verdict& v) {
+  if (v.detail) out << v.detail;
+  if (v.cycle_length > 0) {
+    out << (v.detail && *v.detail ? "; " : "") << "wait-for cycle: ";
+    write_cycle(out, v);
+  }
+}
+
+/// What and where, then why.
+template <int Capacity>
+constexpr void write_sentence(sentence<Capacity>& out, const verdict& v) {
+  out << errc_name(v.code);
+  if (v.ok()) return;
+  if (v.line >= 0) out << " at line " << v.line << ", column " << v.column;
+  if (v.rank != -1 || v.code == errc::rank_out_of_range) out << (v.line >= 0 ? ", rank " : " at rank ") << v.rank;
+  if (v.stage >= 0) out << ", stage " << v.stage;
+  if (v.microbatch >= 0) out << ", microbatch " << v.microbatch;
+  if (v.kind != '?' || *v.op) {
+    out << ", action ";
+    if (v.stage >= 0) out << v.stage;
+    if (*v.op)
+      out << v.op;
+    else
+      out << v.kind;
+    if (v.microbatch >= 0) out << v.microbatch;
+  }
+  if (v.index >= 0) out << " (index " << v.index << ")";
+  if ((v.detail && *v.detail) || v.cycle_length > 0) {
+    out << ": ";
+    write_reason(out, v);
+  }
+}
+
+}  // namespace detail
+
+/// One sentence naming what went wrong, where and why (a deadlock: around its wait-for cycle).
+inline std::string describe(const verdict& v) {
+  detail::sentence<2048> out;
+  detail::write_sentence(out, v);
+  return std::string(out.text, static_cast<std::size_t>(out.size));
+}
+
+/// describe(v) and, for a failure, how to fix it: "…. To fix: …." — what the tools print.
+inline std::string explain(const verdict& v) {
+  std::string s = describe(v);
+  if (!v.ok()) s += std::string(". To fix: ") + how_to_fix(v.code) + ".";
   return s;
 }
 
