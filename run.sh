@@ -2,7 +2,9 @@
 # The two commands of a fresh machine (README.md):
 #   bash run.sh demo   build and run the main job: train_mlp (an MLP trained across 4 pipeline ranks with
 #                      1F1B on host threads; flags pass through, e.g. --schedule interleaved-1f1b)
-#   bash run.sh test   build everything and run every test (what CI runs)
+#   bash run.sh test   build everything and run every test (what CI runs): the suite with g++, then
+#                      again with clang++ under ASan + UBSan with the fuzzer (60 s), then the
+#                      executors' tests under ThreadSanitizer
 # Each installs what it needs from Debian's packages first; `test` also makes a virtual
 # environment with torch from PyPI for the tests against PyTorch's runtime (docs/07_pytorch.md).
 set -euo pipefail
@@ -15,6 +17,11 @@ need_packages() {
   command -v cmake >/dev/null || missing+=(cmake)
   command -v ninja >/dev/null || missing+=(ninja-build)
   command -v g++ >/dev/null || missing+=(g++)
+  if [ "${1:-}" = test ]; then  # clang++ with its sanitizer and libFuzzer runtimes (tests/fuzz)
+    command -v clang++ >/dev/null || missing+=(clang)
+    compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null ||
+      missing+=(libclang-rt-dev)
+  fi
   [ -f /usr/lib/cmake/doctest/doctestConfig.cmake ] || [ -f /usr/share/doctest/cmake/doctestConfig.cmake ] ||
     installed doctest-dev || missing+=(doctest-dev)
   installed libbenchmark-dev || missing+=(libbenchmark-dev)
@@ -58,7 +65,9 @@ case "${1:-}" in
   test)
     need_packages test
     torch_venv
-    exec cmake --workflow --preset dev
+    cmake --workflow --preset dev
+    cmake --workflow --preset clang
+    exec cmake --workflow --preset tsan
     ;;
   *)
     echo "usage: bash run.sh demo [train_mlp flags] | bash run.sh test" >&2

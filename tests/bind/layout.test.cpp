@@ -26,7 +26,7 @@ struct quiet {
 
 }  // namespace
 
-TEST_CASE("layout: the halves of a (B;F) pair never share a stash slot (they may run at once)") {
+TEST_CASE("layout: the halves of a B&F pair never share a stash slot (they may run at once)") {
   // the first half frees its stash at its last use; the second half's F must not take it
   const auto plan = pt::build_plan(pt::parse_schedule("0F0,(0B0;0F1),0B1"));
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));

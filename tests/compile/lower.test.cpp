@@ -70,7 +70,7 @@ TEST_CASE("lower: one transfer each way per crossing edge and microbatch, matche
   CHECK(plan_of(pt::make_interleaved_1f1b(2, 4, 2), pt::comm_policy::per_rank_pair).lowered().comms.size() == 1);
 }
 
-TEST_CASE("lower: groups hold only transfers; every compute op reads the slots its producer wrote") {
+TEST_CASE("lower: groups hold only transfers, and every compute op reads the slots its producer wrote") {
   const pt::runtime_plan plan = plan_of(pt::make_one_f_one_b(3, 4));
   REQUIRE(plan.ok());
   const pt::lowered_view L = plan.lowered();

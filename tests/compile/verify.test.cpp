@@ -48,6 +48,7 @@ TEST_CASE("verify: each category names its place") {
   place(check("1F0,0F0,1B0,0B0\n"), pt::errc::action_before_its_input, 0, 1, 0, 'F', 0);
   place(check("0F0,(0F1;0F2),0B0,0B1,0B2\n"), pt::errc::invalid_overlap, 0, 0, 1, 'F', 1);
   place(check("0F0,0I0,(0F1;0W0),0B1\n"), pt::errc::invalid_overlap, 0, 0, 1, 'F', 2);
+  place(check("(0F0;0B0)\n"), pt::errc::invalid_overlap, 0, 0, 0, 'F', 0);  // found by the fuzzer
   place(check("0F0,0B0,(0F1\n"), pt::errc::parse_error, -1, -1, -1, '?', -1);
 }
 
@@ -140,11 +141,17 @@ TEST_CASE("verify: a cycle around ten ranks keeps eight links and counts the res
 }
 
 namespace {
+template <class V>
+auto& at(V& v, int i) {
+  return v[static_cast<std::size_t>(i)];
+}
+
 // The lock-step run as the definition says: every tick, every rank, in turn.
 std::vector<int> reference_ticks(const pt::program& prog) {
   const pt::program_view p = prog.view();
   const int m = p.microbatches, n = p.stages * m;
-  std::vector<int> tick(p.actions.size(), -1), f(n, 1 << 30), g(n, 1 << 30), i(n, 1 << 30);
+  const auto cells = static_cast<std::size_t>(n);
+  std::vector<int> tick(p.actions.size(), -1), f(cells, 1 << 30), g(cells, 1 << 30), i(cells, 1 << 30);
   std::vector<int> ptr(p.begin.begin(), p.begin.end() - 1);
   std::size_t left = p.actions.size();
   for (int t = 0; left > 0; ++t) {
@@ -154,12 +161,12 @@ std::vector<int> reference_ticks(const pt::program& prog) {
       if (k >= p.begin[static_cast<std::size_t>(r) + 1]) continue;
       const pt::action& a = p.actions[static_cast<std::size_t>(k)];
       const int q = a.stage * m + a.microbatch;
-      const bool ready = a.what == pt::kind::F   ? a.stage == 0 || f[q - m] < t
-                         : a.what == pt::kind::W ? i[q] < t
-                                                 : f[q] < t && (a.stage + 1 == p.stages || g[q + m] < t);
+      const bool ready = a.what == pt::kind::F   ? a.stage == 0 || at(f, q - m) < t
+                         : a.what == pt::kind::W ? at(i, q) < t
+                                                 : at(f, q) < t && (a.stage + 1 == p.stages || at(g, q + m) < t);
       if (!ready) continue;
-      (a.what == pt::kind::F ? f : a.what == pt::kind::W ? i : g)[q] = t;
-      if (a.what == pt::kind::I) i[q] = t;
+      at(a.what == pt::kind::F ? f : a.what == pt::kind::W ? i : g, q) = t;
+      if (a.what == pt::kind::I) at(i, q) = t;
       tick[static_cast<std::size_t>(k)] = t;
       ++ptr[static_cast<std::size_t>(r)], --left, moved = true;
     }
@@ -182,23 +189,23 @@ TEST_CASE("verify: the event-driven lock-step run gives the ticks of the definit
     for (int r = 0; r < P; ++r) {
       // forwards in order with a random number in flight, then backwards of the oldest
       // outstanding microbatch (or another, one time in four); I before W
-      std::vector<int> b_left(m, split ? 2 : 1);
+      std::vector<int> b_left(static_cast<std::size_t>(m), split ? 2 : 1);
       std::vector<pt::action> order;
       const int in_flight = 1 + static_cast<int>(next() % static_cast<std::uint32_t>(m));
       int nf = 0, placed = 0;
       while (placed < m * (split ? 3 : 2)) {
         int open = 0, oldest = -1;
         for (int j = 0; j < nf; ++j)
-          if (b_left[j] == (split ? 2 : 1)) ++open, oldest = oldest < 0 ? j : oldest;
+          if (at(b_left, j) == (split ? 2 : 1)) ++open, oldest = oldest < 0 ? j : oldest;
         if (nf < m && (open < in_flight || oldest < 0)) {
           order.push_back(pt::F(r, nf++)), ++placed;
           continue;
         }
         int j = oldest >= 0 ? oldest : 0;
         if (next() % 4 == 0) j = static_cast<int>(next() % static_cast<std::uint32_t>(nf));
-        if (b_left[j] == 0) continue;
-        order.push_back(!split ? pt::B(r, j) : b_left[j] == 2 ? pt::I(r, j) : pt::W(r, j));
-        --b_left[j], ++placed;
+        if (at(b_left, j) == 0) continue;
+        order.push_back(!split ? pt::B(r, j) : at(b_left, j) == 2 ? pt::I(r, j) : pt::W(r, j));
+        --at(b_left, j), ++placed;
       }
       for (const pt::action& a : order) b.rank(r).add(a);
     }

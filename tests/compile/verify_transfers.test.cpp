@@ -64,8 +64,8 @@ TEST_CASE("transfers: PyTorch's own compute+comms files complete") {
   // the zb1p pair is in the older notation (B next to W is the backward for inputs, BW a full one)
   CHECK(pt::read_schedule(read_data("pytorch/artifacts/zb1p_2rank_2stagep_compute.csv")).form == pt::notation::legacy);
   const pt::program both = pt::parse_schedule(read_data("pytorch/artifacts/zb1p_2rank_2stagep_comms.csv"));
-  CHECK(both.actions[both.begin[0] + 4] == pt::B(2, 0));  // 2BW0
-  CHECK(both.actions[both.begin[1] + 3] == pt::I(3, 0));  // 3B0
+  CHECK(both.actions[static_cast<std::size_t>(both.begin[0] + 4)] == pt::B(2, 0));  // 2BW0
+  CHECK(both.actions[static_cast<std::size_t>(both.begin[1] + 3)] == pt::I(3, 0));  // 3B0
 }
 
 TEST_CASE("transfers: an order that cannot complete is named where it stops") {

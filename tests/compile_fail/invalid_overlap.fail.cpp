@@ -1,6 +1,6 @@
 // expect: _INVALID_OVERLAP_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<0>, pipetype::at_action<'B', 2>, pipetype::
 // expect: "an overlapped pair is one F and one B or I"
-// expect: "overlap one F with one B or I, the overlapped action first, its partner right after it"
+// expect: "overlap one F with one B or I of another stage or microbatch, the second right after the first"
 // expect: in_schedule<pipetype::from_text<?
 // A rejected schedule: an overlapped pair of two backwards.
 #include <pipetype/pipetype.hpp>

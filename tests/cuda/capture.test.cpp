@@ -10,7 +10,7 @@
 namespace pc = pipetype::cuda;
 using ck = pc::record_driver::call_kind;
 
-TEST_CASE("step_capture: capture forks every stream from the origin and joins them back; replay launches") {
+TEST_CASE("step_capture: capture forks every stream from the origin and joins them back, and replay launches") {
   pc::record_driver a, b;  // two drivers: one stream each (a loopback pipeline's ranks)
   const auto sa = a.make_stream(), sb = b.make_stream();
   pc::step_capture<pc::record_driver> cap;

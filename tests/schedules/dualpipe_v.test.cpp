@@ -24,7 +24,7 @@ TEST_CASE("dualpipe_v: bubble (R-1)(F&B + B - 3W) and PP+1 chunk activations, F 
     }
 }
 
-TEST_CASE("dualpipe_v: the steady state is overlapped F&B pairs; every W follows its I") {
+TEST_CASE("dualpipe_v: the steady state is overlapped F&B pairs and every W follows its I") {
   const pt::program prog = pt::make_dualpipe_v(4, 10);
   int pairs = 0;
   for (const pt::action& a : prog.actions) pairs += a.overlapped ? 1 : 0;

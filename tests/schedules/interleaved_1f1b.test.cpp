@@ -5,7 +5,7 @@ namespace pt = pipetype;
 constexpr auto plan = pt::make_plan<pt::interleaved_1f1b<pt::ranks<2>, pt::microbatches<4>, pt::chunks<2>>>();
 static_assert(plan.stages == 4 && plan.stage_rank[2] == 0 && plan.stage_rank[3] == 1);
 
-TEST_CASE("interleaved_1f1b: makespan m·v·(F+B) + (p-1)(F+B) when p divides m; peak as Megatron") {
+TEST_CASE("interleaved_1f1b: makespan m·v·(F+B) + (p-1)(F+B) when p divides m, peak as Megatron") {
   for (int p = 1; p <= 8; ++p)
     for (int m = p; m <= 32; m += p)
       for (int v = 1; v <= 4; ++v) {

@@ -5,7 +5,7 @@ namespace pt = pipetype;
 constexpr auto plan = pt::make_plan<pt::looped_bfs<pt::ranks<2>, pt::microbatches<4>, pt::chunks<3>>>();
 static_assert(plan.stages == 6 && plan.peak_activations(0) == 12);
 
-TEST_CASE("looped_bfs: makespan m·v·(F+B) + (p-1)(F+B) for m >= p; peak m·v") {
+TEST_CASE("looped_bfs: makespan m·v·(F+B) + (p-1)(F+B) for m >= p, peak m·v") {
   for (int p = 1; p <= 8; ++p)
     for (int m = 1; m <= 32; ++m)
       for (int v = 1; v <= 4; ++v) {

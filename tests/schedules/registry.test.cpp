@@ -59,7 +59,7 @@ static_assert(pt::rank_count<pt::ranks<4>> && !pt::rank_count<pt::microbatches<4
 static_assert(pt::microbatch_count<pt::microbatches<8>> && !pt::microbatch_count<pt::ranks<8>>);
 static_assert(pt::chunk_count<pt::chunks<2>> && !pt::chunk_count<pt::stages<2>>);
 
-TEST_CASE("registry: one list; names unique, the unknown-name message lists them all in order") {
+TEST_CASE("registry: one list, names unique, the unknown-name message lists them all in order") {
   std::set<std::string_view> names;
   std::string known;
   for (const pt::schedule_info& s : pt::schedule_infos) {

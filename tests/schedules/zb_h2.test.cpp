@@ -6,7 +6,7 @@ constexpr auto plan = pt::make_plan<pt::zb_h2<pt::ranks<4>, pt::microbatches<8>>
 static_assert(plan.peak_activations(0) == 7);  // 2p − 1
 static_assert(pt::simulate(plan, pt::costs{.f = 1, .b = 2}).max_rank_span() == 8 * 3);
 
-TEST_CASE("zb_h2: zero bubble (rank span = m(F+I+W)) for m >= 2p-1 when F = I = W; peak 2p-1") {
+TEST_CASE("zb_h2: zero bubble (rank span = m(F+I+W)) for m >= 2p-1 when F = I = W, peak 2p-1") {
   for (int p = 1; p <= 8; ++p)
     for (int m = 1; m <= 40; ++m) {
       const pt::program prog = pt::make_zb_h2(p, m);
@@ -27,7 +27,7 @@ TEST_CASE("zb_h2: zero bubble (rank span = m(F+I+W)) for m >= 2p-1 when F = I = 
     }
 }
 
-TEST_CASE("zb_h2: warm-up of 2(p-r)-1 forwards; never worse than zb_h1's span") {
+TEST_CASE("zb_h2: warm-up of 2(p-r)-1 forwards, never worse than zb_h1's span") {
   const pt::program prog = pt::make_zb_h2(4, 8);
   for (int r = 0; r < 4; ++r) {
     const auto acts = prog.view().rank_actions(r);

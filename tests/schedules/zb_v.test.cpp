@@ -6,7 +6,7 @@ constexpr auto plan = pt::make_plan<pt::zb_v<pt::ranks<4>, pt::microbatches<8>>>
 static_assert(plan.stages == 8 && plan.stage_rank[0] == 0 && plan.stage_rank[7] == 0 && plan.stage_rank[4] == 3);
 static_assert(plan.peak_activations(0) == 8);  // 2p chunk activations = p of a rank's share
 
-TEST_CASE("zb_v: zero bubble (rank span = 2m(F+I+W) per chunk) for m >= 2p-1 when F = I = W; peak 2p chunks") {
+TEST_CASE("zb_v: zero bubble (rank span = 2m(F+I+W) per chunk) for m >= 2p-1 when F = I = W, peak 2p chunks") {
   for (int p = 1; p <= 8; ++p)
     for (int m = 1; m <= 32; ++m) {
       const pt::program prog = pt::make_zb_v(p, m);
@@ -23,7 +23,7 @@ TEST_CASE("zb_v: zero bubble (rank span = 2m(F+I+W) per chunk) for m >= 2p-1 whe
     }
 }
 
-TEST_CASE("zb_v: the V placement; rank 0 holds the first and the last stage") {
+TEST_CASE("zb_v: the V placement: rank 0 holds the first and the last stage") {
   const pt::program prog = pt::make_zb_v(3, 5);
   CHECK(prog.stage_rank == std::vector<int>{0, 1, 2, 2, 1, 0});
   const auto r0 = prog.view().rank_actions(0);

@@ -6,7 +6,7 @@
 //   2. each stage on exactly one rank (and on the rank its placement names);
 //   3. no duplicate action; every (stage, microbatch) has one F and either one B or one I and
 //      one W (never both forms);
-//   4. overlapped pairs are one forward and one backward;
+//   4. overlapped pairs are one forward and one backward, of different (stage, microbatch);
 //   5. on each rank, no action precedes the same-rank action producing its input
 //      (B/I/W before its F is reported as backward-before-forward);
 //   6. the lock-step run (below) finishes: otherwise ranks wait on each other — a deadlock,
@@ -216,6 +216,9 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
         const bool ok =
             !b.overlapped && ((a.what == kind::F) != (b.what == kind::F)) && a.what != kind::W && b.what != kind::W;
         if (!ok) return fail(at(errc::invalid_overlap, r, a, idx, "an overlapped pair is one F and one B or I"));
+        if (a.stage == b.stage && a.microbatch == b.microbatch)  // the backward would wait for its partner
+          return fail(at(errc::invalid_overlap, r, a, idx,
+                         "an overlapped pair cannot hold the forward and backward of one stage and microbatch"));
       }
       const int q = a.stage * m + a.microbatch;
       if (a.what != kind::F && posF[q] > idx) return fail(at(errc::backward_before_forward, r, a, idx));

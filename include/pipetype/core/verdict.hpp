@@ -143,7 +143,7 @@ constexpr const char* how_to_fix(errc e) noexcept {
     case errc::action_before_its_input:
       return "move the action after the action on its rank that produces its input";
     case errc::invalid_overlap:
-      return "overlap one F with one B or I, the overlapped action first, its partner right after it";
+      return "overlap one F with one B or I of another stage or microbatch, the second right after the first";
     case errc::cross_rank_deadlock:
       return "reorder one rank of the cycle so that it runs the awaited action before the one it waits at";
     case errc::memory_limit_exceeded:

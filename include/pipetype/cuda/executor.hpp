@@ -82,10 +82,10 @@ struct static_transfer {
 template <const auto& Plan, int Rank>
 struct static_program {
   static constexpr lowered_view lowered = Plan.lowered();
-  static constexpr std::size_t count(bool transfers) {
+  static constexpr std::size_t count(bool of_transfers) {
     std::size_t n = 0;
     for (const lowered_op& o : lowered.rank_ops(Rank))
-      n += (o.code == op_code::send || o.code == op_code::recv) == transfers;
+      n += (o.code == op_code::send || o.code == op_code::recv) == of_transfers;
     return n;
   }
   static constexpr auto issues = [] {

@@ -312,9 +312,10 @@ class loopback_pipeline {
         for (const typename Base::stream s : execs_[static_cast<std::size_t>(r)]->streams())
           capture_.add(*bases_[static_cast<std::size_t>(r)], s);
     }
-    threads_ = std::make_unique<pipetype::detail::rank_threads>(ranks_, [this](int r) {
-      if constexpr (requires(Base & d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
-    });
+    threads_ = std::make_unique<pipetype::detail::rank_threads>(
+        ranks_, [&](int r) {  // `&`: without bind_thread nothing is used
+          if constexpr (requires(Base & d) { d.bind_thread(); }) bases_[static_cast<std::size_t>(r)]->bind_thread();
+        });
   }
   loopback_pipeline(const loopback_pipeline&) = delete;
   loopback_pipeline& operator=(const loopback_pipeline&) = delete;

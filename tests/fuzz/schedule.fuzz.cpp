@@ -1,0 +1,101 @@
+// libFuzzer harness over the path every schedule file takes: read → verify → lower → verify the
+// lowered program → simulate → write back (pipetype's text, PyTorch's compute-only and
+// compute+comms CSV) → read again. Built by the `clang` preset (clang++ with ASan and UBSan), so
+// a crash, undefined behaviour or a leak fails it as well as the properties below:
+//   - a rejected file has a sentence, and a deadlock's wait-for cycle is a chain of real links;
+//   - a verified plan simulates to completion, with a finite positive makespan, a bubble in
+//     [0, 1), spanning its actions, and per-rank peaks equal to the verifier's;
+//   - each written form reads back to the same compute program, and the compute+comms form's own
+//     transfers verify (docs/03 and docs/07 say what each form keeps).
+// Inputs past pipetype::limits::file_bytes are skipped, as the tools refuse them before reading.
+//
+//   ./build/clang/tests/fuzz/fuzz_schedule -dict=tests/fuzz/schedule.dict NEW_DIR tests/fuzz/corpus
+#include <pipetype/pipetype.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace pt = pipetype;
+
+namespace {
+
+[[noreturn]] void broken(const char* property, const std::string& detail) {
+  std::fprintf(stderr, "fuzz_schedule: property broken: %s\n  %s\n", property, detail.c_str());
+  std::abort();
+}
+
+void expect(bool ok, const char* property, const pt::runtime_plan& plan) {
+  if (!ok) broken(property, "plan: " + pt::describe(plan.result) + "\n" + pt::to_text(plan.compute()));
+}
+
+bool same_compute(pt::program_view a, pt::program_view b) {
+  if (a.ranks != b.ranks || a.actions.size() != b.actions.size()) return false;
+  for (int r = 0; r < a.ranks; ++r) {
+    const auto x = a.rank_actions(r), y = b.rank_actions(r);
+    if (x.size() != y.size()) return false;
+    for (std::size_t k = 0; k < x.size(); ++k)
+      if (!(x[k] == y[k])) return false;
+  }
+  return true;
+}
+
+void check_rejected(const pt::runtime_plan& plan) {
+  const pt::verdict& v = plan.result;
+  expect(!pt::describe(v).empty() && !pt::explain(v).empty(), "a rejection has a sentence", plan);
+  if (v.code != pt::errc::cross_rank_deadlock) return;
+  expect(v.cycle_length >= 2, "a deadlock has at least two links", plan);
+  const int kept = v.cycle_length < pt::max_cycle ? v.cycle_length : pt::max_cycle;
+  expect(v.cycle[0].rank == v.rank, "the cycle starts at the reported rank", plan);
+  for (int i = 0; i + 1 < kept; ++i)
+    expect(v.cycle[i].from == v.cycle[i + 1].rank && v.cycle[i].from != v.cycle[i].rank,
+           "each link leads to the next, on another rank", plan);
+}
+
+void check_accepted(const pt::runtime_plan& plan) {
+  const pt::program_view p = plan.compute();
+  const pt::timeline t = pt::simulate(plan);
+  expect(t.complete, "a verified plan simulates to completion", plan);
+  const double span = t.makespan();
+  expect(std::isfinite(span) && span > 0, "the makespan is finite and positive", plan);
+  const double bubble = t.bubble_fraction();
+  expect(bubble >= 0 && bubble < 1, "the bubble is in [0, 1)", plan);
+  double first = t.start[0], last = t.end[0];
+  for (std::size_t k = 0; k < p.actions.size(); ++k) {
+    expect(t.start[k] >= 0 && t.end[k] > t.start[k], "every action takes time", plan);
+    first = t.start[k] < first ? t.start[k] : first;
+    last = t.end[k] > last ? t.end[k] : last;
+  }
+  expect(std::abs((last - first) - span) <= 1e-9 * span, "the makespan spans the actions", plan);
+  for (int r = 0; r < p.ranks; ++r)
+    expect(t.peak_activations(r) == plan.peak_activations(r), "simulated and verified peaks agree", plan);
+  for (std::size_t k = 0; k < p.actions.size(); ++k)
+    expect(plan.facts.tick[k] >= 0 && plan.facts.tick[k] < plan.ticks(), "every action has a tick", plan);
+
+  // pipetype's text form reads back to the same program
+  const pt::program text = pt::parse_schedule(pt::to_text(p));
+  expect(text.source_error.ok() && same_compute(p, text.view()), "the text form reads back the same", plan);
+  if (p.lanes > 1) return;  // PyTorch's files cannot hold lanes (to_csv refuses them)
+  const pt::program csv = pt::parse_schedule(pt::to_csv(p));
+  expect(csv.source_error.ok() && same_compute(p, csv.view()), "the compute-only CSV reads back the same", plan);
+  const pt::program comms = pt::parse_schedule(pt::to_csv(p, plan.lowered()));
+  expect(comms.source_error.ok(), "the compute+comms CSV's transfers verify", plan);
+  expect(same_compute(p, comms.view()), "the compute+comms CSV reads back the same compute", plan);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size > static_cast<std::size_t>(pt::limits::file_bytes)) return 0;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const pt::runtime_plan plan = pt::build_plan(pt::parse_schedule(text));
+  if (plan.ok())
+    check_accepted(plan);
+  else
+    check_rejected(plan);
+  return 0;
+}
