@@ -43,11 +43,12 @@ namespace pt = pipetype;
 
 namespace {
 
-// Past this many actions the explorer would take minutes and gigabytes; refuse instead.
-constexpr long max_actions = 4'000'000;
-
-/// Actions of a built-in schedule: one F and one B (or an I and a W) per stage and microbatch.
-long actions_of(int p, int m, int v, bool split) { return (split ? 3L : 2L) * p * m * v; }
+/// Why a built-in schedule of these sizes is past pipetype::limits (one F and one B, or an I
+/// and a W, per stage and microbatch), or nullptr: refused before anything is generated.
+const char* past_limits(int p, int m, int v, bool split) {
+  const long long stages = 1LL * p * v;
+  return pt::limits::exceeded(p, stages, m, (split ? 3 : 2) * stages * m);
+}
 
 struct args {
   std::string schedule = "1f1b";
@@ -154,8 +155,9 @@ args parse(int argc, char** argv) {
   if (!a.cost_b_given && a.costs.i >= 0 && a.costs.w >= 0) a.costs.b = a.costs.i + a.costs.w;
   if (a.ranks < 1) usage_error("--ranks must be at least 1");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
-  if (a.ranks > 4096 || a.microbatches > 65536 || a.chunks > 64)
-    usage_error("--ranks, --microbatches or --chunks too large");
+  if (a.ranks > pt::limits::ranks || a.microbatches > pt::limits::microbatches || a.chunks > 64)
+    usage_error("--ranks is at most " + std::to_string(pt::limits::ranks) + ", --microbatches at most " +
+                std::to_string(pt::limits::microbatches) + " (pipetype::limits) and --chunks at most 64");
   return a;
 }
 
@@ -229,8 +231,8 @@ int print_all(const args& a) {
       skipped.emplace_back(std::string(s.name), e);
       continue;
     }
-    if (actions_of(a.ranks, a.microbatches, v, s.split) > max_actions) {
-      skipped.emplace_back(std::string(s.name), "too large for the explorer (over 4 million actions)");
+    if (const char* why = past_limits(a.ranks, a.microbatches, v, s.split)) {
+      skipped.emplace_back(std::string(s.name), std::string("too large: ") + why);
       continue;
     }
     try {
@@ -350,7 +352,9 @@ int main(int argc, char** argv) {
     const std::optional<std::string> text = examples::read_text(a.file, why);
     if (!text) usage_error(why);
     const pt::schedule_file file = pt::read_schedule(*text, a.form);
-    if (static_cast<long>(file.steps.size()) > max_actions) usage_error(a.file + " has over 4 million actions");
+    if (static_cast<long long>(file.steps.size()) > pt::limits::actions)
+      usage_error(a.file + " has more than " + std::to_string(pt::limits::actions) +
+                  " actions (pipetype::limits::actions)");
     if (file.error.ok() && a.ranks_given && a.ranks > file.rows)
       usage_error("--ranks " + std::to_string(a.ranks) + " but " + a.file + " has " + std::to_string(file.rows) +
                   " rank rows (a rank with no row holds no stage)");
@@ -382,9 +386,8 @@ int main(int argc, char** argv) {
     chunks = s ? pt::default_chunks(*s, a.chunks) : 1;
     if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, chunks))
       usage_error("--schedule " + a.schedule + ": " + e);
-    if (actions_of(a.ranks, a.microbatches, chunks, s->split) > max_actions)
-      usage_error("--schedule " + a.schedule + ": ranks x microbatches x chunks is too large for the explorer (over " +
-                  std::to_string(max_actions) + " actions)");
+    if (const char* why = past_limits(a.ranks, a.microbatches, chunks, s->split))
+      usage_error("--schedule " + a.schedule + ": too large: " + why);
     try {
       prog = make(a.schedule, a, chunks);
     } catch (const std::invalid_argument& e) {

@@ -52,14 +52,17 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
   std::vector<double> free_at(static_cast<std::size_t>(P), 0.0);
   std::vector<int> live(static_cast<std::size_t>(P), 0);
   for (auto& st : stats) st = rank_stats{};
-  // Earliest start allowed by the inputs of `a` on rank r, or unknown.
+  // Earliest start allowed by the inputs of `a` on rank r, or unknown; `missing` gets the key of
+  // the first input not produced yet (kind · n + cell: 0 F, 1 B/I, 2 I).
+  std::size_t missing = 0;
   auto input_time = [&](const action& a, int r) -> double {
     const std::size_t q = key(a.stage, a.microbatch, m);
     double t = 0;
-    auto need = [&](double e, int stage) {
+    auto need = [&](double e, int stage, std::size_t k) {
       if (t == unknown) return;
       if (e == unknown) {
         t = unknown;
+        missing = k;
         return;
       }
       const double arrive = owner[static_cast<std::size_t>(stage)] == r ? e : e + c.latency(stage, a.stage);
@@ -67,67 +70,88 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
     };
     switch (a.what) {
       case kind::F:
-        if (!p.lane_head(a.stage)) need(fend[key(a.stage - 1, a.microbatch, m)], a.stage - 1);
+        if (!p.lane_head(a.stage)) {
+          const std::size_t in = key(a.stage - 1, a.microbatch, m);
+          need(fend[in], a.stage - 1, in);
+        }
         break;
       case kind::B:
       case kind::I:
-        need(fend[q], a.stage);
-        if (!p.lane_tail(a.stage)) need(gend[key(a.stage + 1, a.microbatch, m)], a.stage + 1);
+        need(fend[q], a.stage, q);
+        if (!p.lane_tail(a.stage)) {
+          const std::size_t in = key(a.stage + 1, a.microbatch, m);
+          need(gend[in], a.stage + 1, n + in);
+        }
         break;
       case kind::W:
-        need(iend[q], a.stage);
+        need(iend[q], a.stage, 2 * n + q);
         break;
     }
     return t;
   };
+  // Event-driven: a rank runs as far as its inputs allow, then waits on the list of the input it
+  // lacks (`wait_head`, linked by `wait_next`) until that input's producer wakes it. Start times
+  // depend only on the inputs' end times and the rank's own order, not on which rank goes first,
+  // so this is the dataflow above in O(actions), where sweeping every rank until none moves cost
+  // up to O(ranks²) (a chain's backwards move one rank per sweep).
   std::size_t remaining = p.actions.size();
   std::vector<char> started(static_cast<std::size_t>(P), 0);
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int r = 0; r < P; ++r) {
-      const std::size_t ru = static_cast<std::size_t>(r);
-      while (ptr[ru] < p.begin[ru + 1]) {
-        const std::size_t k = static_cast<std::size_t>(ptr[ru]);
-        const action& a = p.actions[k];
-        const std::size_t width = a.overlapped ? 2 : 1;
-        double t0 = free_at[ru];
-        bool ok = true;
-        for (std::size_t d = 0; d < width && ok; ++d) {
-          const double t = input_time(p.actions[k + d], r);
-          if (t == unknown)
-            ok = false;
-          else if (t > t0)
-            t0 = t;
-        }
-        if (!ok) break;
-        const double dur = width == 2 ? c.pair_time(a, p.actions[k + 1]) : c.time(a);
-        for (std::size_t d = 0; d < width; ++d) {
-          const action& x = p.actions[k + d];
-          start[k + d] = t0;
-          end[k + d] = t0 + dur;
-          const std::size_t q = key(x.stage, x.microbatch, m);
-          if (x.what == kind::F) fend[q] = t0 + dur;
-          if (is_input_backward(x.what)) gend[q] = t0 + dur;
-          if (x.what == kind::I) iend[q] = t0 + dur;
-          live[ru] += mem.delta(x.what);
-          live_after[k + d] = live[ru];
-          if (live[ru] > stats[ru].peak_units) stats[ru].peak_units = live[ru];
-        }
-        if (!started[ru]) {
-          started[ru] = 1;
-          stats[ru].first_start = t0;
-        }
-        stats[ru].last_end = t0 + dur;
-        stats[ru].busy += dur;
-        free_at[ru] = t0 + dur;
-        ptr[ru] += static_cast<int>(width);
-        remaining -= width;
-        progressed = true;
+  std::vector<int> ready;
+  ready.reserve(static_cast<std::size_t>(P));
+  for (int r = P - 1; r >= 0; --r)
+    if (ptr[static_cast<std::size_t>(r)] < p.begin[static_cast<std::size_t>(r) + 1]) ready.push_back(r);
+  std::vector<int> wait_head(3 * n, -1), wait_next(static_cast<std::size_t>(P), -1);
+  auto produced = [&](std::size_t k) {
+    for (int w = wait_head[k]; w != -1; w = wait_next[static_cast<std::size_t>(w)]) ready.push_back(w);
+    wait_head[k] = -1;
+  };
+  while (!ready.empty()) {
+    const int r = ready.back();
+    ready.pop_back();
+    const std::size_t ru = static_cast<std::size_t>(r);
+    while (ptr[ru] < p.begin[ru + 1]) {
+      const std::size_t k = static_cast<std::size_t>(ptr[ru]);
+      const action& a = p.actions[k];
+      const std::size_t width = a.overlapped ? 2 : 1;
+      double t0 = free_at[ru];
+      bool ok = true;
+      for (std::size_t d = 0; d < width && ok; ++d) {
+        const double t = input_time(p.actions[k + d], r);
+        if (t == unknown)
+          ok = false;
+        else if (t > t0)
+          t0 = t;
       }
+      if (!ok) {
+        wait_next[ru] = wait_head[missing];
+        wait_head[missing] = r;
+        break;
+      }
+      const double dur = width == 2 ? c.pair_time(a, p.actions[k + 1]) : c.time(a);
+      for (std::size_t d = 0; d < width; ++d) {
+        const action& x = p.actions[k + d];
+        start[k + d] = t0;
+        end[k + d] = t0 + dur;
+        const std::size_t q = key(x.stage, x.microbatch, m);
+        if (x.what == kind::F) fend[q] = t0 + dur, produced(q);
+        if (is_input_backward(x.what)) gend[q] = t0 + dur, produced(n + q);
+        if (x.what == kind::I) iend[q] = t0 + dur, produced(2 * n + q);
+        live[ru] += mem.delta(x.what);
+        live_after[k + d] = live[ru];
+        if (live[ru] > stats[ru].peak_units) stats[ru].peak_units = live[ru];
+      }
+      if (!started[ru]) {
+        started[ru] = 1;
+        stats[ru].first_start = t0;
+      }
+      stats[ru].last_end = t0 + dur;
+      stats[ru].busy += dur;
+      free_at[ru] = t0 + dur;
+      ptr[ru] += static_cast<int>(width);
+      remaining -= width;
     }
-    if (!progressed) return false;
   }
-  return true;
+  return remaining == 0;
 }
 
 }  // namespace detail

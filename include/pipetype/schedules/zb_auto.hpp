@@ -41,9 +41,11 @@
 // Figures (simulator, uniform costs F = I = W, no latency; checked in tests/schedules):
 //   limit p     rank span m(F + I + W) + (p − 1)(F + I − W), ZB-H1's
 //   limit 2p    rank span m(F + I + W), zero bubble, for m ≥ 2p − 1
-// Cost: 4(p + 2) list-scheduler runs plus p(p + 1) per refinement pass, each O(p·m) with flat
-// tables, and up to 4 simulations. Run time: about a millisecond at p = 8, m = 32. Compile
-// time (g++ 12): p = 4, m = 8 in 1.2 s; p = 8, m = 16 in 5.5 s and needs
+// Cost: 4(p + 2) list-scheduler runs plus p(p + 1) per refinement pass, each O(p·m·log p) with
+// flat tables and a tournament tree over the ranks, and up to 4 simulations — within a budget
+// (`zb_problem::budget`, 2^26 placements): past it the caps tried are -1, 0, 1, 2, 4, ..., p and
+// the refinement stops when the budget is spent, so p = 64, m = 512 takes seconds, not minutes. Run time: about a
+// millisecond at p = 8, m = 32. Compile time (g++ 12): p = 4, m = 8 in 1.2 s; p = 8, m = 16 in 5.5 s and needs
 // -fconstexpr-ops-limit (docs/03_diagnostics.md); p·m up to about 72 fits the default limit.
 #pragma once
 
@@ -78,6 +80,10 @@ struct zb_problem {
   /// Passes of the per-rank refinement (0: the uniform grid only; each pass tries every rank's
   /// warm-up cap in turn and keeps what shortens the span).
   int refine = 1;
+  /// Work the search may spend, in list-scheduler placements (one run places 3·p·m actions).
+  /// Small problems never reach it; a large one tries warm-up caps -1, 0, 1, 2, 4, ... instead
+  /// of every cap, and refines ranks until the budget is spent (at least one run per knob pair).
+  long long budget = 1LL << 26;
 
   constexpr const memory_model& memory_of(int s) const {
     return static_cast<std::size_t>(s) < stage_memory.size() ? stage_memory[static_cast<std::size_t>(s)] : memory;
@@ -205,15 +211,29 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs) {
   int* live = nf + 3 * P;
   int* ckind = nf + 4 * P;  // 0 I, 1 F, 2 W
   int* dirty = nf + 5 * P;
-  for (int r = 0; r < P; ++r) dirty[r] = 1;
   const bool ff = knobs.forward_first, gaps = knobs.fill_only_gaps;
   zb_run out;
   out.placed.resize(static_cast<std::size_t>(3 * P * m));
   action* placed_out = out.placed.data();
+  // The rank to place next: the earliest candidate start, then the kind (I, F, W), then the
+  // lowest rank. A tournament tree over the ranks keeps that choice at its root; a placement
+  // changes at most three ranks' candidates (its own and its two neighbours'), so each step costs
+  // O(log p) instead of a scan of every rank.
+  int leaves = 1;
+  while (leaves < P) leaves *= 2;
+  scratch<int> tree_v(2 * leaves, -1);
+  int* tree = tree_v.data();
+  auto wins = [&](int a, int b) {  // a is placed before b
+    if (b < 0 || cand[b] == unknown) return a >= 0 && cand[a] != unknown;
+    if (a < 0 || cand[a] == unknown) return false;
+    return cand[a] != cand[b] ? cand[a] < cand[b] : ckind[a] != ckind[b] ? ckind[a] < ckind[b] : a < b;
+  };
+  int ndirty = P;
+  for (int r = 0; r < P; ++r) dirty[r] = r;  // the ranks whose candidate must be recomputed
   for (int placed = 0, total = 3 * P * m; placed < total; ++placed) {
-    int best = -1;
-    for (int r = 0; r < P; ++r) {
-      if (dirty[r]) {  // the rank's next choice: the earliest start; ties I, F (or F, I); W fills
+    for (int d = 0; d < ndirty; ++d) {
+      const int r = dirty[d];
+      {  // the rank's next choice: the earliest start; ties I, F (or F, I); W fills
         const double t = free_at[r];
         double s_i = unknown, s_f = unknown;
         if (ni[r] < nf[r]) {
@@ -244,12 +264,16 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs) {
           k = 2, s = t;
         cand[r] = s;
         ckind[r] = k;
-        dirty[r] = 0;
       }
-      if (cand[r] == unknown) continue;
-      if (best < 0 || cand[r] < cand[best] || (cand[r] == cand[best] && ckind[r] < ckind[best])) best = r;
+      int node = leaves + r;
+      tree[node] = r;
+      for (node /= 2; node >= 1; node /= 2) {
+        const int a = tree[2 * node], b = tree[2 * node + 1];
+        tree[node] = wins(b, a) ? b : a;
+      }
     }
-    if (best < 0) return out;  // nothing can start: the limit is too tight
+    const int best = tree[1];
+    if (best < 0 || cand[best] == unknown) return out;  // nothing can start: the limit is too tight
     const int r = best;
     const double start = cand[r];
     double end = start;
@@ -273,9 +297,10 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs) {
     }
     if (first[r] == unknown) first[r] = start;
     free_at[r] = end;
-    dirty[r] = 1;                     // its own state changed,
-    if (r > 0) dirty[r - 1] = 1;      // an I of the rank above may now be ready,
-    if (r + 1 < P) dirty[r + 1] = 1;  // and an F of the rank below
+    ndirty = 0;
+    dirty[ndirty++] = r;                     // its own state changed,
+    if (r > 0) dirty[ndirty++] = r - 1;      // an I of the rank above may now be ready,
+    if (r + 1 < P) dirty[ndirty++] = r + 1;  // and an F of the rank below
   }
   double lo = 0, hi = 0;
   for (int q = 0; q < P; ++q) {
@@ -358,18 +383,33 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
   };
   const detail::zb_tables tables = detail::zb_tables_of(pr);
   const bool flags[2] = {false, true};
-  for (int k = -1; k <= P; ++k)
+  // the budget: each run costs 3·p·m placements; the grid may spend half of it
+  const long long run_cost = 3LL * P * m;
+  long long left = pr.budget;
+  std::vector<int> caps, sparse{-1};  // every warm-up cap, and -1, 0, 1, 2, 4, ..., P
+  for (int k = -1; k <= P; ++k) caps.push_back(k);
+  for (int k = 0; k < P; k = k == 0 ? 1 : 2 * k) sparse.push_back(k);
+  sparse.push_back(P);
+  const std::vector<int>& grid = 4 * static_cast<long long>(caps.size()) * run_cost <= pr.budget / 2 ? caps : sparse;
+  for (const int k : grid) {
+    if (k != grid.front() && left < 4 * run_cost) break;
     for (bool gaps : flags)
       for (bool ff : flags) consider_run(detail::zb_list_schedule(tables, {k, gaps, ff}), {k, gaps, ff});
+    left -= 4 * run_cost;
+  }
   // refinement: per-rank warm-up caps, one rank at a time, from the best uniform setting
   if (have && pr.refine > 0) {
     zb_knobs kn = best.knobs;
     kn.rank_extra.assign(static_cast<std::size_t>(P), kn.warmup_extra);
-    for (int pass = 0; pass < pr.refine; ++pass) {
+    for (int pass = 0; pass < pr.refine && left >= run_cost; ++pass) {
       bool improved = false;
-      for (int r = 0; r < P; ++r)
-        for (int k = -1; k <= P; ++k) {
+      const std::vector<int>& tries =
+          static_cast<long long>(P) * static_cast<long long>(caps.size()) * run_cost <= left ? caps : sparse;
+      for (int r = 0; r < P && left >= run_cost; ++r)
+        for (const int k : tries) {
           if (k == kn.rank_extra[static_cast<std::size_t>(r)]) continue;
+          if (left < run_cost) break;
+          left -= run_cost;
           zb_knobs t = kn;
           t.rank_extra[static_cast<std::size_t>(r)] = k;
           if (consider_run(detail::zb_list_schedule(tables, t), t)) kn = t, improved = true;
