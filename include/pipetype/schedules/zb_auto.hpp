@@ -216,12 +216,13 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs) {
   out.placed.resize(static_cast<std::size_t>(3 * P * m));
   action* placed_out = out.placed.data();
   // The rank to place next: the earliest candidate start, then the kind (I, F, W), then the
-  // lowest rank. A tournament tree over the ranks keeps that choice at its root; a placement
-  // changes at most three ranks' candidates (its own and its two neighbours'), so each step costs
-  // O(log p) instead of a scan of every rank.
-  int leaves = 1;
-  while (leaves < P) leaves *= 2;
-  scratch<int> tree_v(2 * leaves, -1);
+  // lowest rank. Past 32 ranks a tournament tree over the ranks keeps that choice at its root: a
+  // placement changes at most three ranks' candidates (its own and its two neighbours'), so a
+  // step costs O(log p) instead of a scan of every rank. Up to 32 the scan stays: in the constant
+  // evaluator it is cheaper than the tree's bookkeeping (zb_auto<> compiles at these sizes).
+  int leaves = P > 32 ? 1 : 0;
+  while (leaves > 0 && leaves < P) leaves *= 2;
+  scratch<int> tree_v(2 * leaves + 1, -1);
   int* tree = tree_v.data();
   auto wins = [&](int a, int b) {  // a is placed before b
     if (b < 0 || cand[b] == unknown) return a >= 0 && cand[a] != unknown;
@@ -265,6 +266,7 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs) {
         cand[r] = s;
         ckind[r] = k;
       }
+      if (leaves == 0) continue;
       int node = leaves + r;
       tree[node] = r;
       for (node /= 2; node >= 1; node /= 2) {
@@ -272,7 +274,12 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs) {
         tree[node] = wins(b, a) ? b : a;
       }
     }
-    const int best = tree[1];
+    int best = leaves > 0 ? tree[1] : -1;
+    if (leaves == 0)
+      for (int r = 0; r < P; ++r)
+        if (cand[r] != unknown &&
+            (best < 0 || cand[r] < cand[best] || (cand[r] == cand[best] && ckind[r] < ckind[best])))
+          best = r;
     if (best < 0 || cand[best] == unknown) return out;  // nothing can start: the limit is too tight
     const int r = best;
     const double start = cand[r];
