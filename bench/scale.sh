@@ -9,6 +9,7 @@
 # limits::cells (stages x microbatches = 4194304) is the largest program a file may describe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+[ -x /usr/bin/time ] || { echo "bench/scale.sh needs GNU time (apt-get install time)" >&2; exit 1; }
 cmake --preset release >/dev/null && cmake --build --preset release --target pipetype-explore >/dev/null || exit 1
 explore=./build/release/examples/pipetype-explore
 tmp=$(mktemp -d)

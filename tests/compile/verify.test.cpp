@@ -109,15 +109,15 @@ TEST_CASE("verify: sizes past pipetype::limits are too_large, named, before any 
   CHECK(!pt::build_plan(huge).ok());
 }
 
-TEST_CASE("verify: a deadlock names its wait-for cycle, from the lowest waiting rank") {
-  // rank 0 waits for rank 1, which waits on rank 2 in a cycle
+TEST_CASE("verify: a deadlock names its wait-for cycle, placed at the cycle's lowest rank") {
+  // rank 0 waits for rank 1, which waits on rank 2 in a cycle: rank 0 only waits into it
   const pt::verdict v = check("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n2F0,2F1,2B0,2B1\n");
-  place(v, pt::errc::cross_rank_deadlock, 0, 0, 0, 'B', 2);
-  REQUIRE(v.cycle_length == 3);
-  CHECK(pt::describe(v).ends_with(
-      "wait-for cycle: rank 0 at 0B0 (index 2) waits for 1B0 from rank 1; rank 1 at 1B0 (index 1) waits for 2B0 from "
-      "rank 2; rank 2 at 2F1 (index 1) waits for 1F1 from rank 1"));
-  const pt::wait_link& w = v.cycle[2];
+  place(v, pt::errc::cross_rank_deadlock, 1, 1, 0, 'B', 1);
+  REQUIRE(v.cycle_length == 2);
+  CHECK(
+      pt::describe(v).ends_with("wait-for cycle: rank 1 at 1B0 (index 1) waits for 2B0 from rank 2; rank 2 at 2F1 "
+                                "(index 1) waits for 1F1 from rank 1"));
+  const pt::wait_link& w = v.cycle[1];
   CHECK(w.rank == 2);
   CHECK(w.index == 1);
   CHECK(w.at_kind == 'F');
@@ -125,6 +125,14 @@ TEST_CASE("verify: a deadlock names its wait-for cycle, from the lowest waiting 
   CHECK(w.needs_kind == 'F');
   CHECK(w.needs_microbatch == 1);
   CHECK(w.from == 1);
+}
+
+TEST_CASE("verify: a size past the limits is answered before anything is allocated") {
+  const pt::program huge = pt::program_builder{1 << 30, 2, 2}.build();  // 2^30 ranks: tables of GBs
+  const pt::program_facts f = pt::check_program(huge.view());
+  CHECK(f.result.code == pt::errc::too_large);
+  CHECK(f.tick.empty());
+  CHECK(f.peak_units.empty());
 }
 
 TEST_CASE("verify: a cycle around ten ranks keeps eight links and counts the rest") {

@@ -227,6 +227,7 @@ struct error_of {
 // makes it print the two sentences as string literals ("in call to 'rejected_because(&"..."[0], ...)'").
 void the_schedule_was_rejected(const char* because, const char* to_fix);
 constexpr bool rejected_because(const char* because, const char* to_fix) {
+  if (because == nullptr) return false;  // (a path that is a constant expression, as C++ asks)
   the_schedule_was_rejected(because, to_fix);
   return false;
 }

@@ -141,14 +141,18 @@ namespace detail {
 constexpr plan_shape capacity_of(const program_extent& e) {
   plan_shape z;
   // past pipetype::limits: no tables at all (verify then reports too_large from the program)
-  if (limits::exceeded(e.ranks, e.stages, e.microbatches, e.actions) || e.crossing_edges > limits::stages) return z;
+  if (limits::exceeded(e.ranks, e.stages, e.microbatches, e.actions)) return z;
   z.ranks = e.ranks > 0 ? e.ranks : 0;
   z.stages = e.stages > 0 ? e.stages : 0;
   z.microbatches = e.microbatches > 0 ? e.microbatches : 0;
   z.actions = e.actions;
-  const int transfers = 2 * e.crossing_edges * z.microbatches;
+  // a program has at most stages − 1 crossing edges, whatever an extent() says: this bounds the
+  // tables (2 · edges · microbatches ≤ 2 · limits::cells transfers) and keeps them in int
+  const int edges = e.crossing_edges < z.stages - 1 ? (e.crossing_edges > 0 ? e.crossing_edges : 0)
+                                                    : (z.stages > 1 ? z.stages - 1 : 0);
+  const int transfers = 2 * edges * z.microbatches;
   z.ops = z.actions + 2 * transfers + 2 * transfers;
-  z.comms = e.crossing_edges;
+  z.comms = edges;
   z.split = e.split;
   return z;
 }

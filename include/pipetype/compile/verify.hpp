@@ -74,22 +74,28 @@ constexpr const char* too_large(program_view p) {
 }
 
 /// The cross-rank deadlock of a lock-step run that stopped: every unfinished rank waits on the
-/// input `waits_on[r]` (done-table key, see check_into) at its action `waits_at[r]`. Starting at
-/// the lowest such rank, each link names the rank that runs the awaited action; that rank waits
-/// too (the same-rank order checks ran first), so the links close into a cycle.
+/// input `waits_on[r]` (done-table key, see check_into) at its action `waits_at[r]`, which the
+/// rank owning that action's stage runs; that rank waits too (the same-rank order checks ran
+/// first), so following "waits for" from any stuck rank ends in a cycle. The verdict is placed at
+/// the cycle's lowest rank and lists the cycle from there (a rank that only waits into the cycle
+/// is not on it).
 constexpr verdict deadlock(program_view p, const int* owner, const int* ptr, const int* waits_on, const int* waits_at,
                            const int* posB) {
   const int P = p.ranks, m = p.microbatches, n = p.stages * m;
   const int* beg = p.begin.data();
   const action* A = p.actions.data();
+  auto next_of = [&](int r) { return owner[(waits_on[r] % n) / m]; };
   int r = 0;
   while (ptr[r] >= beg[r + 1]) ++r;
-  verdict v =
-      at(errc::cross_rank_deadlock, r, A[waits_at[r]], waits_at[r] - beg[r], "ranks wait on each other in a cycle");
   scratch<int> seen_v(P, 0);
   int* seen = seen_v.data();
-  while (!seen[r]) {
-    seen[r] = 1;
+  for (; !seen[r]; r = next_of(r)) seen[r] = 1;  // r is now on the cycle
+  int low = r;
+  for (int x = next_of(r); x != r; x = next_of(x)) low = x < low ? x : low;
+  verdict v = at(errc::cross_rank_deadlock, low, A[waits_at[low]], waits_at[low] - beg[low],
+                 "ranks wait on each other in a cycle");
+  r = low;
+  do {
     const int key = waits_on[r], q = key % n;
     const action& head = A[waits_at[r]];
     const kind needs = key < n ? kind::F : key < 2 * n ? (posB[q] >= 0 ? kind::B : kind::I) : kind::I;
@@ -100,7 +106,7 @@ constexpr verdict deadlock(program_view p, const int* owner, const int* ptr, con
           from};
     ++v.cycle_length;
     r = from;
-  }
+  } while (r != low);
   return v;
 }
 
@@ -339,6 +345,10 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
 
 constexpr program_facts check_program(program_view p, const check_options& opt = {}) {
   program_facts out;
+  if (detail::too_large(p)) {  // answered before any table is made (the builder keeps the sizes it was given)
+    out.result = detail::check_into(p, opt, nullptr, nullptr).result;
+    return out;
+  }
   out.tick.assign(p.actions.size(), -1);
   out.peak_units.assign(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), 0);
   const detail::check_result r = detail::check_into(p, opt, out.tick.data(), out.peak_units.data());

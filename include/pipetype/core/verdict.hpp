@@ -168,8 +168,8 @@ constexpr const char* how_to_fix(errc e) noexcept {
 
 namespace detail {
 
-/// A bounded constexpr text buffer: the one renderer of verdicts, at run time (describe) and in
-/// the compile-time error (compile/diagnostics.hpp). Text past the capacity is dropped.
+/// A bounded constexpr text buffer, the renderer of describe(); text past the capacity is
+/// dropped. (The compile-time error carries the same parts as facts: compile/diagnostics.hpp.)
 template <int Capacity>
 struct sentence {
   char text[Capacity + 1]{};

@@ -41,8 +41,9 @@
 // Figures (simulator, uniform costs F = I = W, no latency; checked in tests/schedules):
 //   limit p     rank span m(F + I + W) + (p − 1)(F + I − W), ZB-H1's
 //   limit 2p    rank span m(F + I + W), zero bubble, for m ≥ 2p − 1
-// Cost: 4(p + 2) list-scheduler runs plus p(p + 1) per refinement pass, each O(p·m·log p) with
-// flat tables and a tournament tree over the ranks, and up to 4 simulations — within a budget
+// Cost: 4(p + 2) list-scheduler runs plus p(p + 1) per refinement pass, each O(p·m) steps with
+// flat tables (a step scans the ranks up to 32 of them, past that a tournament tree: O(log p)),
+// and up to 4 simulations — within a budget
 // (`zb_problem::budget`, 2^26 placements): past it the caps tried are -1, 0, 1, 2, 4, ..., p and
 // the refinement stops when the budget is spent, so p = 64, m = 512 takes seconds, not minutes. Run time: about a
 // millisecond at p = 8, m = 32. Compile time (g++ 12): p = 4, m = 8 in 1.2 s; p = 8, m = 16 in 5.5 s and needs
