@@ -205,16 +205,18 @@ template <class Planner, class S>
 struct error_of {
   static constexpr verdict V = Planner::value.rejection;
   using what_t = error<what<typename errc_tag<V.code>::type>>;
-  using placed_t = std::conditional_t < V.code == errc::parse_error,
-        error<what<typename errc_tag<V.code>::type>, at_line_column<V.line, V.column>>,
-        add_fact_t<
-            add_fact_t<add_fact_t<add_fact_t<add_fact_t<what_t, V.rank != -1 || V.code == errc::rank_out_of_range,
-                                                        at_rank<V.rank>>,
-                                             V.stage >= 0, at_stage<V.stage>>,
-                                  V.microbatch >= 0, at_microbatch<V.microbatch>>,
-                       V.kind != '?' && V.index >= 0, at_action<V.kind, V.index>>,
-            V.kind != '?' && V.index<0, at_action<V.kind>>>;
-  using op_t = add_fact_t<placed_t, V.kind == '?' && V.index >= 0 && V.code != errc::parse_error, at_op<V.index>>;
+  // each place only where it applies: a flag per fact, then the facts appended in order
+  static constexpr bool parse = V.code == errc::parse_error;
+  static constexpr bool has_rank = V.rank != -1 || V.code == errc::rank_out_of_range;
+  static constexpr bool has_stage = V.stage >= 0, has_microbatch = V.microbatch >= 0;
+  static constexpr bool has_action = V.kind != '?', has_index = V.index >= 0;
+  using ranked_t = add_fact_t<what_t, has_rank, at_rank<V.rank>>;
+  using staged_t =
+      add_fact_t<add_fact_t<ranked_t, has_stage, at_stage<V.stage>>, has_microbatch, at_microbatch<V.microbatch>>;
+  using acted_t = add_fact_t<add_fact_t<staged_t, has_action && has_index, at_action<V.kind, V.index>>,
+                             has_action && !has_index, at_action<V.kind>>;
+  using placed_t = std::conditional_t<parse, add_fact_t<what_t, true, at_line_column<V.line, V.column>>, acted_t>;
+  using op_t = add_fact_t<placed_t, !has_action && has_index && !parse, at_op<V.index>>;
   static constexpr int links = V.cycle_length < max_cycle ? V.cycle_length : max_cycle;
   using reasoned_t = add_fact_t<op_t, (V.detail && *V.detail), because<string_of<reason<Planner>>()>>;
   using cycled_t = add_fact_t<reasoned_t, (links > 0),
