@@ -31,6 +31,7 @@ need_packages() {
     installed libopenmpi-dev || missing+=(libopenmpi-dev)
     command -v python3 >/dev/null || missing+=(python3)
     python3 -c "import ensurepip, venv" 2>/dev/null || missing+=(python3-venv)
+    command -v rsvg-convert >/dev/null || missing+=(librsvg2-bin)  # draws the SVGs (tests/pictures)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "run.sh: installing ${missing[*]}" >&2

@@ -4,7 +4,7 @@
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
 //                    [--mem-limit K] [--groups tick|peer] [--file SCHEDULE]
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
-//                    [--format text|json|csv|csv-comms] [--output FILE]
+//                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -18,7 +18,10 @@
 // and direction (pipeline_per_edge_p2p). --format csv
 // writes the compute program as PyTorch's compute-only CSV, csv-comms the lowered program as its
 // compute+comms CSV (both refuse DualPipe's two directions); --output writes the result to FILE
-// (atomically) instead of standard output. Costs and activations count a rank's whole share of
+// (atomically) instead of standard output. --svg FILE draws the simulated step as an SVG timeline
+// (io/svg.hpp; with `--schedule all`, one panel per schedule on one time scale; transfers drawn as
+// arrows up to 256 of them) and --trace FILE writes it as a Chrome trace (io/chrome_trace.hpp,
+// for Perfetto; one time unit is drawn as 1 ms), both atomically. Costs and activations count a rank's whole share of
 // the model (one stage of a one-stage-per-rank split): with v chunks per rank a chunk costs 1/v
 // of them and holds 1/v of an activation, so schedules with different v compare fairly. Cost
 // defaults F=1, B=2, I=W=B/2 (B = I + W when only those are given), comm 0. The run-time path
@@ -27,6 +30,7 @@
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -38,6 +42,7 @@
 
 #include "plain_number.hpp"
 #include "read_text.hpp"
+#include "write_file.hpp"
 
 namespace pt = pipetype;
 
@@ -63,6 +68,7 @@ struct args {
   std::string format = "text";  // text, json, csv, csv-comms
   bool json() const { return format == "json"; }
   std::string output;
+  std::string svg, trace;  // --svg, --trace files
   pt::notation form = pt::notation::automatic;
   pt::p2p_streams p2p = pt::p2p_streams::shared;
   pt::group_policy groups = pt::group_policy::per_tick;
@@ -73,7 +79,13 @@ constexpr const char* usage =
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
     "         [--mem-limit K] [--groups tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
+    "         [--svg FILE] [--trace FILE]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
+
+[[noreturn]] void die(const std::string& msg) {
+  std::cerr << "pipetype-explore: " << msg << "\n";
+  std::exit(2);
+}
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "pipetype-explore: " << msg << "\n" << usage;
@@ -145,6 +157,9 @@ args parse(int argc, char** argv) {
     } else if (flag == "--output") {
       if (v.empty()) usage_error("--output needs a file name");
       a.output = v;
+    } else if (flag == "--svg" || flag == "--trace") {
+      if (v.empty()) usage_error(flag + " needs a file name");
+      (flag == "--svg" ? a.svg : a.trace) = v;
     } else
       usage_error("unknown flag " + flag);
   }
@@ -222,6 +237,39 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   return r;
 }
 
+/// The simulated step of `r` as drawable events (activations per rank share, as the report).
+pt::step_trace trace_of(const result& r, const args& a) {
+  pt::trace_options o;
+  o.latency = a.costs.comm;
+  o.activation_scale = 1.0 / r.chunks;
+  return pt::trace_of(r.plan.compute(), r.t, o);
+}
+
+std::string titled(const std::string& name, int chunks) {
+  return chunks > 1 ? name + " (v=" + std::to_string(chunks) + ")" : name;
+}
+
+/// --svg and --trace: every panel (name, simulated step) into the files asked for.
+void write_pictures(const args& a, const std::vector<std::pair<std::string, pt::step_trace>>& steps) {
+  std::string why;
+  if (!a.svg.empty()) {
+    std::vector<pt::svg_panel> panels;
+    std::size_t transfers = 0;
+    for (const auto& [name, t] : steps) {
+      panels.push_back({&t, name});
+      transfers += t.transfers.size();
+    }
+    pt::svg_options o;
+    o.transfers = transfers <= 256;
+    if (!examples::write_file(a.svg, pt::svg(panels, o), why)) die(why);
+  }
+  if (!a.trace.empty()) {
+    std::vector<pt::trace_part> parts;
+    for (const auto& [name, t] : steps) parts.push_back({&t, name, 1000});
+    if (!examples::write_file(a.trace, pt::chrome_trace(parts), why)) die(why);
+  }
+}
+
 int print_all(const args& a) {
   std::vector<std::pair<std::string, result>> rows;
   std::vector<std::pair<std::string, std::string>> skipped;
@@ -240,6 +288,12 @@ int print_all(const args& a) {
     } catch (const std::invalid_argument& e) {
       skipped.emplace_back(std::string(s.name), e.what());
     }
+  }
+  if (!a.svg.empty() || !a.trace.empty()) {
+    std::vector<std::pair<std::string, pt::step_trace>> steps;
+    for (const auto& [name, r] : rows)
+      if (r.plan.ok()) steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
+    write_pictures(a, steps);
   }
   auto peak_max = [](const result& r) {
     double m = 0;
@@ -409,6 +463,7 @@ int main(int argc, char** argv) {
     std::cerr << "pipetype-explore: schedule " << name << " rejected: " << pt::explain(plan.result) << "\n";
     return 2;
   }
+  if (!a.svg.empty() || !a.trace.empty()) write_pictures(a, {{titled(name, chunks), trace_of(r, a)}});
   if (csv) {  // PyTorch's CSV: the compute program, or the lowered program's transfers as PyTorch issues them
     try {
       std::cout << (a.format == "csv" ? pt::to_csv(plan.compute()) : pt::to_csv(plan.compute(), plan.lowered()));
@@ -440,7 +495,10 @@ int main(int argc, char** argv) {
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
               << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
-              << ", \"ticks\": " << plan.ticks() << ", \"lowered\": {\"ops\": " << plan.lowered().ops.size()
+              << ", \"ticks\": " << plan.ticks() << ", \"actions\": " << plan.compute().actions.size()
+              << ", \"lowered\": {\"ops\": " << plan.lowered().ops.size() << ", \"sends\": "
+              << std::count_if(plan.lowered().ops.begin(), plan.lowered().ops.end(),
+                               [](const pt::lowered_op& o) { return o.code == pt::op_code::send; })
               << ", \"communicators\": " << plan.lowered().comms.size() << ", \"activation_slots\": "
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.activation_slots); })
               << ", \"gradient_slots\": "

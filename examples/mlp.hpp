@@ -152,6 +152,9 @@ class stage {
     }
   }
 
+  /// Forgets the accumulated gradients (a step that should not train, e.g. a measuring one).
+  void zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
   void sgd(float lr) {
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       layer& ly = layers_[l];

@@ -1,14 +1,23 @@
 // train_mlp — the main job: a small MLP trained across pipeline ranks on host threads.
 //
 //   train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]
-//             [--mem-limit K] [--steps N] [--layers L] [--lr X] [--json]
+//             [--mem-limit K] [--steps N] [--layers L] [--lr X] [--calibrate]
+//             [--svg FILE] [--trace FILE] [--json]
 //
 // The model (examples/mlp.hpp) has L dense layers (default 8) split over the plan's stages
 // (ranks × chunks; 2 per rank for the V-shape schedules), trained by SGD on synthetic data (a fresh batch per step from
 // a fixed teacher). It prints the schedule's grid, the loss of every step, the measured step time next to the simulated
-// makespan (the simulation's costs are the mean forward and backward times measured in the first step), and checks the
+// makespan (the simulation's costs are those measured in the last step), and checks the
 // first step's gradients against an unpipelined run of the same model: they must be bitwise equal. --json prints one
-// object instead.
+// object instead. The simulation's costs come from the last step's trace (pipetype::measure_costs: per stage and
+// kind the median time, and the transfer latency).
+//
+// --svg FILE draws the last step as measured (the host executor's trace) above its simulation under the costs
+// measured in that step, on one time scale (io/svg.hpp); --trace FILE writes both as one Chrome trace for Perfetto
+// (io/chrome_trace.hpp): processes "measured rank r" and "simulated rank r". Both are written atomically.
+// --calibrate (zb-auto only): before training, runs 5 steps that do not train on the plan zb-auto builds for the
+// default costs, measures their costs, rebuilds zb-auto for the measured ones and trains on that plan; it prints the
+// step time and the simulated figures of both plans.
 //
 // Exit codes: 0 trained and matched the reference, 1 the gradients differ, 2 bad arguments or
 // a rejected schedule.
@@ -30,6 +39,7 @@
 #include "mlp.hpp"
 #include "plain_number.hpp"
 #include "read_text.hpp"
+#include "write_file.hpp"
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
@@ -43,13 +53,18 @@ struct args {
   double mem_limit = 0;  // zb-auto's limit, in microbatch activations per rank
   float lr = 4.0f;       // on the mean gradient over microbatches (the step divides the summed one by m)
   bool json = false;
+  bool calibrate = false;
+  std::string svg, trace;
 };
 
 constexpr const char* usage =
     "usage: train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]\n"
-    "                 [--mem-limit K] [--steps N] [--layers L] [--lr X] [--json]\n"
+    "                 [--mem-limit K] [--steps N] [--layers L] [--lr X] [--calibrate]\n"
+    "                 [--svg FILE] [--trace FILE] [--json]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto\n"
-    "--mem-limit: zb-auto's memory limit in activations per rank, halves allowed (default: none)\n";
+    "--mem-limit: zb-auto's memory limit in activations per rank, halves allowed (default: none)\n"
+    "--calibrate: zb-auto rebuilt from the costs measured on this machine before training\n"
+    "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace\n";
 
 [[noreturn]] void fail(const std::string& msg) {
   std::cerr << "train_mlp: " << msg << "\n";
@@ -72,8 +87,8 @@ args parse(int argc, char** argv) {
       std::cout << usage;
       std::exit(0);
     }
-    if (f == "--json") {
-      a.json = true;
+    if (f == "--json" || f == "--calibrate") {
+      (f == "--json" ? a.json : a.calibrate) = true;
       continue;
     }
     if (i + 1 >= argc)
@@ -105,13 +120,19 @@ args parse(int argc, char** argv) {
       a.lr = std::strtof(v.c_str(), &end);
       if (!examples::plain_number(v, true) || end != v.c_str() + v.size() || !(a.lr > 0) || a.lr > 10)
         fail("--lr needs a number in (0, 10]");
+    } else if (f == "--svg" || f == "--trace") {
+      if (v.empty()) fail(f + " needs a file name");
+      (f == "--svg" ? a.svg : a.trace) = v;
     } else
       fail("unknown argument '" + f + "'\n" + usage);
   }
+  if (a.calibrate && a.schedule != "zb-auto")
+    fail("--calibrate rebuilds zb-auto from measured costs; --schedule " + (a.file.empty() ? a.schedule : a.file) +
+         " does not depend on costs");
   return a;
 }
 
-pt::runtime_plan make(args& a) {
+pt::runtime_plan make(args& a, const pt::costs& c = {}) {
   pt::program prog;
   if (!a.file.empty()) {
     std::string why;
@@ -124,7 +145,7 @@ pt::runtime_plan make(args& a) {
     if (info) a.chunks = pt::default_chunks(*info, a.chunks);
     if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, a.chunks)) fail(e);
     try {
-      prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks, {.mem_limit = a.mem_limit});
+      prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks, {c, a.mem_limit});
     } catch (const std::invalid_argument& e) {
       fail(e.what());
     }
@@ -142,15 +163,73 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+double since_ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// The simulated step of `plan` under `c` as drawable events.
+pt::step_trace simulated(const pt::runtime_plan& plan, const pt::cost_model& c) {
+  pt::trace_options o;
+  o.unit = "ms";
+  o.latency = c.base().comm;
+  return pt::trace_of(plan.compute(), pt::simulate(plan.compute(), c), o);
+}
+
+/// --calibrate: `calib` steps that do not train on `plan`; their median time and the costs of the last.
+struct calibration {
+  double step_ms = 0;
+  pt::cost_model costs;
+};
+
+calibration measure(const pt::runtime_plan& plan, pt::uniform_chain<mlp::stage>& model, int m, int steps) {
+  ph::executor ex{plan, model, {.deadline = std::chrono::seconds(60), .trace = true}};
+  std::vector<double> losses, ms;
+  for (int k = 0; k < steps; ++k) {
+    const mlp::batch b = mlp::make_batch(m, 1000003 + static_cast<std::uint64_t>(k));
+    mlp::attach(model, b, losses, m);
+    const auto t0 = std::chrono::steady_clock::now();
+    ex.step(b.inputs);
+    ms.push_back(since_ms(t0));
+    for (mlp::stage& s : model.stages()) s.zero_grads();
+  }
+  return {median(ms), pt::measure_costs(pt::trace_of(ex.trace()))};
+}
+
+std::string costs_text(const pt::costs& c) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "F=%.4f B=%.4f I=%.4f W=%.4f comm=%.4f ms", c.f, c.b, c.of(pt::kind::I),
+                c.of(pt::kind::W), c.comm);
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
-  const pt::runtime_plan plan = make(a);
+  pt::runtime_plan plan = make(a);
   const int S = plan.compute().lane_length(), m = a.microbatches;  // the model's stages
 
   auto model = mlp::make_model(a.layers, S);
   auto reference = mlp::make_model(a.layers, S);  // the same initial parameters
+
+  // --calibrate: zb-auto for the default costs, measured here, then rebuilt for the measured costs
+  struct {
+    double step_ms_before = 0, simulated_before = 0, simulated_after = 0;
+    bool kept = false;
+    pt::costs costs{};
+  } cal;
+  if (a.calibrate) {
+    const calibration c = measure(plan, model, m, 5);
+    cal.step_ms_before = c.step_ms;
+    cal.costs = c.costs.base();
+    cal.simulated_before = pt::simulate(plan.compute(), c.costs).makespan();
+    // zb-auto searches under the measured per-kind costs; keep its plan only if it simulates
+    // shorter under everything measured (per-stage costs included), which its search does not see
+    pt::runtime_plan tuned = make(a, cal.costs);
+    cal.simulated_after = pt::simulate(tuned.compute(), c.costs).makespan();
+    cal.kept = cal.simulated_after < cal.simulated_before;
+    if (cal.kept) plan = std::move(tuned);
+  }
   ph::executor ex{plan, model, {.deadline = std::chrono::seconds(60), .trace = true}};
 
   if (!a.json) {
@@ -160,35 +239,20 @@ int main(int argc, char** argv) {
   }
 
   std::vector<double> losses, ref_losses, step_ms;
-  double loss_first = 0, loss_last = 0, max_diff = 0, sim_ms = 0;
+  double loss_first = 0, loss_last = 0, max_diff = 0;
   bool match = false;
   for (int step = 0; step < a.steps; ++step) {
     const mlp::batch b = mlp::make_batch(m, static_cast<std::uint64_t>(step));
     mlp::attach(model, b, losses, m);
     const auto t0 = std::chrono::steady_clock::now();
     ex.step(b.inputs);
-    step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    step_ms.push_back(since_ms(t0));
     const double loss = mlp::mean_loss(losses);
     if (step == 0) {
       loss_first = loss;
       mlp::reference_step(reference, b, ref_losses, m);
       max_diff = mlp::max_grad_diff(model, reference, &match);
       match = match && mlp::mean_loss(ref_losses) == loss;
-      // the simulation's costs: the mean F and B (I, W) times measured in this step
-      double sum[pt::kind_count] = {}, n[pt::kind_count] = {};
-      for (const ph::op_time& t : ex.trace())
-        if (t.code == pt::op_code::compute) {
-          sum[static_cast<int>(t.what)] += t.end - t.start;
-          n[static_cast<int>(t.what)] += 1;
-        }
-      auto mean_ms = [&](pt::kind k, double fallback) {
-        const int i = static_cast<int>(k);
-        return n[i] > 0 ? 1e3 * sum[i] / n[i] : fallback;
-      };
-      const double f = mean_ms(pt::kind::F, 0), bw = mean_ms(pt::kind::B, 0);
-      sim_ms =
-          pt::simulate(plan, pt::costs{.f = f, .b = bw, .i = mean_ms(pt::kind::I, -1), .w = mean_ms(pt::kind::W, -1)})
-              .makespan();
     }
     loss_last = loss;
     if (!a.json) std::printf("step %3d  loss %.6f  %7.3f ms\n", step, loss, step_ms.back());
@@ -202,19 +266,65 @@ int main(int argc, char** argv) {
     for (mlp::stage& s : model.stages()) s.sgd(a.lr / static_cast<float>(m));
   }
   const double measured = median(step_ms);
+  // the simulation's costs: per stage and kind the median time measured in the last step
+  const pt::step_trace real = pt::trace_of(ex.trace());
+  const pt::cost_model measured_costs = pt::measure_costs(real);
+  const pt::step_trace sim = simulated(plan, measured_costs);
+  const double sim_ms = sim.makespan();
+
+  // --svg / --trace: the last step as measured, above its simulation under that step's costs
+  if (!a.svg.empty() || !a.trace.empty()) {
+    const std::string last = "step " + std::to_string(a.steps - 1);
+    pt::svg_options o;
+    o.transfers = real.transfers.size() <= 256;
+    o.title = a.schedule;
+    std::string why;
+    if (!a.svg.empty() && !examples::write_file(a.svg,
+                                                pt::svg({{&real, "measured " + last + " (host executor)"},
+                                                         {&sim, "simulated with the costs measured in " + last}},
+                                                        o),
+                                                why))
+      fail(why);
+    if (!a.trace.empty() &&
+        !examples::write_file(a.trace, pt::chrome_trace({{&real, "measured", 1000}, {&sim, "simulated", 1000}}), why))
+      fail(why);
+  }
 
   if (a.json) {
     std::printf(
         "{\"schedule\": \"%s\", \"ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"steps\": %d, "
         "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
-        "\"step_ms_median\": %.6f, \"simulated_makespan_ms\": %.6f}\n",
+        "\"step_ms_median\": %.6f, \"simulated_makespan_ms\": %.6f",
         a.schedule.c_str(), a.ranks, m, a.chunks, a.steps, loss_first, loss_last, match ? "true" : "false", max_diff,
         measured, sim_ms);
+    const pt::lowered_view low = plan.lowered();
+    const auto count = [&](pt::op_code c) {
+      return std::count_if(low.ops.begin(), low.ops.end(), [c](const pt::lowered_op& o) { return o.code == c; });
+    };
+    std::printf(", \"lowered\": {\"computes\": %td, \"sends\": %td, \"groups\": %td}", count(pt::op_code::compute),
+                count(pt::op_code::send), count(pt::op_code::group));
+    if (a.calibrate)
+      std::printf(
+          ", \"calibration\": {\"costs_ms\": {\"f\": %.6f, \"b\": %.6f, \"i\": %.6f, \"w\": %.6f, \"comm\": %.6f}, "
+          "\"step_ms_before\": %.6f, \"step_ms_after\": %.6f, \"simulated_ms_before\": %.6f, "
+          "\"simulated_ms_after\": %.6f, \"kept_calibrated\": %s}",
+          cal.costs.f, cal.costs.b, cal.costs.of(pt::kind::I), cal.costs.of(pt::kind::W), cal.costs.comm,
+          cal.step_ms_before, measured, cal.simulated_before, cal.simulated_after, cal.kept ? "true" : "false");
+    std::printf("}\n");
   } else {
     std::printf("\nloss %.6f -> %.6f\n", loss_first, loss_last);
     std::printf("step time %.3f ms (median), simulated makespan %.3f ms (ratio %.2f; %d rank threads on %u cores)\n",
                 measured, sim_ms, sim_ms > 0 ? measured / sim_ms : 0.0, 2 * a.ranks,
                 std::thread::hardware_concurrency());
+    if (a.calibrate)
+      std::printf(
+          "calibration: measured costs %s\n"
+          "  zb-auto for the default costs:  step %.3f ms, simulated %.3f ms\n"
+          "  zb-auto for the measured costs: simulated %.3f ms (%+.1f%%): %s\n"
+          "  trained on it: step %.3f ms (median)\n",
+          costs_text(cal.costs).c_str(), cal.step_ms_before, cal.simulated_before, cal.simulated_after,
+          cal.simulated_before > 0 ? 100 * (cal.simulated_after / cal.simulated_before - 1) : 0.0,
+          cal.kept ? "kept" : "not shorter, the first plan kept", measured);
     std::printf("first step's gradients vs the unpipelined reference: %s (max |diff| %g)\n",
                 match ? "bitwise equal" : "DIFFERENT", max_diff);
   }

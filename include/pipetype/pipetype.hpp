@@ -42,6 +42,9 @@
 #include "pipetype/compile/verify_lowered.hpp"
 #include "pipetype/compile/verify_transfers.hpp"
 
+#include "pipetype/io/chrome_trace.hpp"
 #include "pipetype/io/grid.hpp"
 #include "pipetype/io/notation.hpp"
+#include "pipetype/io/step_trace.hpp"
+#include "pipetype/io/svg.hpp"
 #include "pipetype/io/text.hpp"

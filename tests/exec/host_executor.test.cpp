@@ -423,3 +423,45 @@ TEST_CASE("host executor: under dualpipe a stage's context names its model stage
   ex.step(batch);
   CHECK(wrong.load() == 0);
 }
+
+TEST_CASE("host executor: a traced step becomes a step_trace: a span per compute, one per group, a transfer per send") {
+  for (const char* name : {"1f1b", "zb-h1", "interleaved-1f1b", "dualpipe-v"}) {
+    CAPTURE(name);
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, 4, 8));
+    REQUIRE(plan.ok());
+    const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
+    auto model = mlp::make_model(8, S);
+    ph::executor ex{plan, model, {.deadline = 20s, .trace = true}};
+    const mlp::batch b = mlp::make_batch(m, 0);
+    std::vector<double> losses;
+    mlp::attach(model, b, losses, m);
+    ex.step(b.inputs);
+    const pt::step_trace t = pt::trace_of(ex.trace());
+    long computes = 0, sends = 0, groups = 0;
+    for (const pt::lowered_op& o : plan.lowered().ops) {
+      computes += o.code == pt::op_code::compute;
+      sends += o.code == pt::op_code::send;
+      groups += o.code == pt::op_code::group;
+    }
+    CHECK(t.measured);
+    CHECK(t.ranks == 4);
+    CHECK(static_cast<long>(t.computes.size()) == computes);
+    CHECK(static_cast<long>(t.comms.size()) == groups);
+    CHECK(static_cast<long>(t.transfers.size()) == sends);
+    for (const pt::traced_transfer& x : t.transfers) {
+      CAPTURE(x.label());
+      CHECK(x.via_comm);
+      CHECK(t.comms[static_cast<std::size_t>(x.from_span)].rank == x.from);
+      CHECK(t.comms[static_cast<std::size_t>(x.to_span)].rank == x.to);
+      CHECK(x.arrived >= x.sent);
+    }
+    // a rank's computes run one after the other, and its peak is the plan's
+    for (std::size_t k = 1; k < t.computes.size(); ++k)
+      if (t.computes[k].rank == t.computes[k - 1].rank) CHECK(t.computes[k].start >= t.computes[k - 1].end);
+    for (int r = 0; r < 4; ++r) CHECK(t.peak_activations(r) == doctest::Approx(plan.peak_activations(r)));
+    const pt::cost_model c = pt::measure_costs(t);
+    CHECK(c.base().f > 0);
+    CHECK(c.base().comm >= 0);
+    CHECK(pt::simulate(plan.compute(), c).complete);
+  }
+}

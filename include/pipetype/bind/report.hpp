@@ -2,7 +2,7 @@
 //
 // `failure` is one thread's end of a failed step (the host executor has a thread per stream of a
 // rank, the device executors one per rank); `failures()` on every executor lists them for the
-// last step. `op_time` is one op's measured start and end (host executor with
+// last step. `op_time` (compile/lowered.hpp) is one op's measured start and end (host executor with
 // executor_options::trace).
 #pragma once
 
@@ -25,16 +25,6 @@ struct failure {
   std::string action;  // e.g. "2B5", "activation 1F3", "group"
   failure_cause cause = failure_cause::aborted;
   std::string message;
-};
-
-/// One op's run time in the last traced step (seconds from the step's start).
-struct op_time {
-  int rank = -1;
-  stream_id stream = stream_id::compute;
-  op_code code = op_code::compute;
-  kind what = kind::F;
-  int stage = -1, microbatch = -1;
-  double start = 0, end = 0;
 };
 
 }  // namespace pipetype

@@ -115,4 +115,17 @@ struct lowered_program {
   constexpr lowered_view view() const { return {ranks, policy, begin, ops, comms, resources}; }
 };
 
+/// One op's measured run time in the last traced step, in seconds from the step's start (what the
+/// host executor's trace() lists, per rank and stream in the lowered order; io/step_trace.hpp
+/// turns it into a drawable step). A group's transfers keep start = end = -1: the group carries
+/// the time.
+struct op_time {
+  int rank = -1;
+  stream_id stream = stream_id::compute;
+  op_code code = op_code::compute;
+  kind what = kind::F;
+  int stage = -1, microbatch = -1;
+  double start = 0, end = 0;
+};
+
 }  // namespace pipetype

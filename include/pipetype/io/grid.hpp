@@ -22,6 +22,7 @@
 
 #include "pipetype/analysis/simulate.hpp"
 #include "pipetype/compile/plan.hpp"
+#include "pipetype/detail/format.hpp"
 #include "pipetype/io/text.hpp"
 
 namespace pipetype {
@@ -30,16 +31,6 @@ struct grid_options {
   double quantum = 1;
   long max_columns = 2000;  // at most this many time columns (0: no bound)
 };
-
-namespace detail {
-/// The smallest 1, 2 or 5 × 10^k that is at least x (x > 0).
-inline double nice_at_least(double x) {
-  double p = std::pow(10.0, std::floor(std::log10(x)));
-  for (;; p *= 10)
-    for (double m : {1.0, 2.0, 5.0})
-      if (m * p >= x) return m * p;
-}
-}  // namespace detail
 
 inline std::string grid(program_view p, const timeline& t, grid_options opt = {}) {
   double q = opt.quantum > 0 ? opt.quantum : 1;

@@ -1,0 +1,71 @@
+// pipetype/detail/format.hpp — small text helpers the drawers share (io/grid, io/svg,
+// io/chrome_trace): a round axis step, numbers without trailing zeros, XML and JSON escaping.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace pipetype::detail {
+
+/// The smallest 1, 2 or 5 × 10^k that is at least x (x > 0).
+inline double nice_at_least(double x) {
+  double p = std::pow(10.0, std::floor(std::log10(x)));
+  for (;; p *= 10)
+    for (double m : {1.0, 2.0, 5.0})
+      if (m * p >= x) return m * p;
+}
+
+/// x with at most `digits` decimals and no trailing zeros ("2", "0.25", "-1.5").
+inline std::string decimal(double x, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  std::string s = buf;
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s == "-0" ? "0" : s;
+}
+
+/// Text for an XML attribute or element.
+inline std::string xml_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  return out;
+}
+
+/// A JSON string literal, quotes included.
+inline std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += buf;
+    } else
+      out += c;
+  }
+  return out + '"';
+}
+
+}  // namespace pipetype::detail
