@@ -2,14 +2,15 @@
 //
 //   pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
-//                    [--mem-limit K] [--groups tick|peer] [--file SCHEDULE]
+//                    [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE]
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
 // schedules that need more, and is the limit zb-auto searches within. --groups: one NCCL group
-// per tick (default) or one per peer and tick (group_policy, lowered.hpp). --file reads a
+// per tick, one per peer and tick, or (auto, the default) per peer for schedules with overlapped
+// F&B pairs and per tick otherwise (group_policy, lowered.hpp). --file reads a
 // schedule in PyTorch's notation instead (io/notation.hpp: compute-only or compute+comms CSV,
 // current or older notation, detected unless --notation says); --ranks and --microbatches then
 // fix the sizes instead of inferring them, so an index out of range is named where it is. A
@@ -71,13 +72,13 @@ struct args {
   std::string svg, trace;  // --svg, --trace files
   pt::notation form = pt::notation::automatic;
   pt::p2p_streams p2p = pt::p2p_streams::shared;
-  pt::group_policy groups = pt::group_policy::per_tick;
+  pt::group_policy groups = pt::group_policy::automatic;
 };
 
 constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
-    "         [--mem-limit K] [--groups tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
+    "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
@@ -138,8 +139,10 @@ args parse(int argc, char** argv) {
     else if (flag == "--file")
       a.file = v;
     else if (flag == "--groups") {
-      if (v != "tick" && v != "peer") usage_error("--groups is tick or peer, got '" + v + "'");
-      a.groups = v == "peer" ? pt::group_policy::per_peer : pt::group_policy::per_tick;
+      if (v != "auto" && v != "tick" && v != "peer") usage_error("--groups is auto, tick or peer, got '" + v + "'");
+      a.groups = v == "peer"   ? pt::group_policy::per_peer
+                 : v == "tick" ? pt::group_policy::per_tick
+                               : pt::group_policy::automatic;
     } else if (flag == "--format") {
       if (v != "text" && v != "json" && v != "csv" && v != "csv-comms")
         usage_error("--format is text, json, csv or csv-comms, got '" + v + "'");

@@ -3,7 +3,8 @@
 //
 //   cuda_mlp                                   every schedule, 4 ranks on GPU 0 (loopback)
 //   cuda_mlp --schedule zb-h1 --ranks 2 --graph
-//   cuda_mlp --groups peer                     one NCCL group per peer and tick (docs/05 §5.7)
+//   cuda_mlp --groups peer                     one NCCL group per peer and tick (docs/05 §5.7; default
+//                                              auto: per peer for DualPipe(V), per tick otherwise)
 //   torchrun-style:  RANK=r WORLD_SIZE=N LOCAL_RANK=r NCCL_COMM_ID=127.0.0.1:29500 cuda_mlp --transport nccl
 //   mpirun -np N cuda_mlp --transport nccl                 (built with MPI: the id goes by MPI_Bcast)
 //   mpirun -np N cuda_mlp --transport nccl --id-file /tmp/pipetype.id   (without MPI: through a file)
@@ -51,7 +52,7 @@ struct options {
   std::string transport = "loopback", schedule = "all", id_file;
   int ranks = 4, microbatches = 8, layers = 8, steps = 3;
   bool graph = false;
-  pt::group_policy groups = pt::group_policy::per_tick;
+  pt::group_policy groups = pt::group_policy::automatic;
 };
 
 struct result {
@@ -64,7 +65,7 @@ struct result {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "cuda_mlp: %s\nusage: cuda_mlp [--transport loopback|nccl] [--schedule NAME|all] [--ranks P] "
-               "[--microbatches M] [--layers L] [--steps N] [--graph] [--groups tick|peer] [--id-file PATH]\n",
+               "[--microbatches M] [--layers L] [--steps N] [--graph] [--groups auto|tick|peer] [--id-file PATH]\n",
                why.c_str());
   std::exit(2);
 }
@@ -101,8 +102,10 @@ options parse(int argc, char** argv) {
       o.graph = true;
     else if (a == "--groups") {
       const std::string g = value();
-      if (g != "tick" && g != "peer") usage("--groups is tick or peer");
-      o.groups = g == "peer" ? pt::group_policy::per_peer : pt::group_policy::per_tick;
+      if (g != "auto" && g != "tick" && g != "peer") usage("--groups is auto, tick or peer");
+      o.groups = g == "peer"   ? pt::group_policy::per_peer
+                 : g == "tick" ? pt::group_policy::per_tick
+                               : pt::group_policy::automatic;
     } else if (a == "--id-file")
       o.id_file = value();
     else

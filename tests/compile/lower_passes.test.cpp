@@ -107,7 +107,8 @@ TEST_CASE("lower passes: slots, each pool as large as its peak of live buffers")
   });
 }
 
-TEST_CASE("lower passes: transfer ends in tick order, both ends of a channel alike, per_peer by peer") {
+TEST_CASE(
+    "lower passes: transfer ends in tick order, both ends of a channel alike, per_peer by peer in the tick's order") {
   for (const auto groups : {pt::group_policy::per_tick, pt::group_policy::per_peer}) {
     const lowering_case c(pt::make_dualpipe_v(4, 8));
     const pd::transfer_table tt = pd::lower_transfers(c.in);
@@ -123,7 +124,24 @@ TEST_CASE("lower passes: transfer ends in tick order, both ends of a channel ali
         CHECK((et.send[e] ? src[x] : dst[x]) == r);
         if (e > et.rank_begin[r]) {
           CHECK(et.tick[e] >= et.tick[e - 1]);
-          if (groups == pt::group_policy::per_peer && et.tick[e] == et.tick[e - 1]) CHECK(et.peer[e] >= et.peer[e - 1]);
+          if (groups == pt::group_policy::per_peer && et.tick[e] == et.tick[e - 1]) {
+            // one direction per tick: highest peer first where the transfers read in their own tick
+            // mostly come from above (or, none being read at once, most transfers go down)
+            int lean = 0, vote = 0;
+            for (int y = 0; y < tt.nx; ++y) {
+              if (tt.x_field(pd::transfer_table::x_tick)[y] != et.tick[e]) continue;
+              const int down = src[y] > dst[y] ? 1 : -1, s = tt.x_field(pd::transfer_table::x_stage)[y],
+                        j = tt.x_field(pd::transfer_table::x_mb)[y];
+              lean += down;
+              const int use = tt.x_field(pd::transfer_table::x_pool)[y] == 0 ? c.in.posF[(s + 1) * c.in.m + j]
+                                                                             : c.in.posG[(s - 1) * c.in.m + j];
+              if ((use - 1) / 2 == et.tick[e]) vote += down;
+            }
+            if ((vote != 0 ? vote : lean) > 0)
+              CHECK(et.peer[e] <= et.peer[e - 1]);
+            else
+              CHECK(et.peer[e] >= et.peer[e - 1]);
+          }
         }
         const int pl = tt.x_field(pd::transfer_table::x_pool)[x];
         (et.send[e] ? sent : received)[{src[x], dst[x], pl}].push_back(x);

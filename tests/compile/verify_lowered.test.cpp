@@ -155,3 +155,54 @@ TEST_CASE("verify_lowered: certified or simulated, every lowered schedule of the
       CHECK(pt::verify_lowered(L.view()).ok());
     }
 }
+
+namespace {
+/// Three ranks, one tick, one group per peer: rank r's groups in `order[r]`, each a send to (or
+/// a recv from) that peer. Pairs use communicators 0 = {0,1}, 1 = {1,2}, 2 = {0,2}.
+struct end_spec {
+  int peer;
+  bool send;
+};
+pt::lowered_program three_ranks(const std::vector<std::vector<end_spec>>& order) {
+  pt::lowered_program L;
+  L.ranks = 3;
+  L.policy = pt::comm_policy::per_rank_pair;
+  L.comms = {{0, 1, -1}, {1, 2, -1}, {0, 2, -1}};
+  L.resources.assign(3, pt::rank_resources{});
+  L.begin = {0};
+  auto comm_of = [](int a, int b) { return a + b == 1 ? 0 : a + b == 3 ? 1 : 2; };
+  for (int r = 0; r < 3; ++r) {
+    for (const end_spec& e : order[static_cast<std::size_t>(r)]) {
+      pt::lowered_op g;
+      g.code = pt::op_code::group;
+      g.stream = pt::stream_id::comm;
+      g.tick = 0;
+      L.ops.push_back(g);
+      pt::lowered_op o = g;
+      o.code = e.send ? pt::op_code::send : pt::op_code::recv;
+      o.peer = e.peer;
+      o.comm = comm_of(r, e.peer);
+      o.stage = e.send ? r : e.peer;  // the sender's "stage": one tensor per ordered pair
+      o.microbatch = 0;
+      L.ops.push_back(o);
+    }
+    L.begin.push_back(static_cast<int>(L.ops.size()));
+  }
+  return L;
+}
+}  // namespace
+
+TEST_CASE("verify_lowered: groups per peer certify only when every rank takes the tick's peers in one direction") {
+  // a ring, each rank sending before it receives: rank 1 takes its peers in decreasing order,
+  // ranks 0 and 2 in increasing order; every send waits for a recv posted after a blocked send.
+  // The direction is not the tick's one, so no certificate: the simulation finds the deadlock.
+  CHECK(pt::verify_lowered(
+            three_ranks({{{1, true}, {2, false}}, {{2, true}, {0, false}}, {{0, true}, {1, false}}}).view())
+            .code == pt::errc::nccl_deadlock);
+  // a chain's backward: every rank takes its peers highest first (receive from above, then pass
+  // below), one direction for the tick: certified, and it completes
+  CHECK(pt::verify_lowered(three_ranks({{{1, false}}, {{2, false}, {0, true}}, {{1, true}}}).view()).ok());
+  // the same chain lowest first on rank 1 only is still one direction (rank 1 is the only rank
+  // with two groups) and completes too
+  CHECK(pt::verify_lowered(three_ranks({{{1, false}}, {{0, true}, {2, false}}, {{1, true}}}).view()).ok());
+}

@@ -15,16 +15,23 @@
 //   of the same tick, a rank reaches its tick-t group after finishing ticks < t, whose groups
 //   completed by induction: the program cannot deadlock under NCCL's blocking rendezvous, FIFO
 //   per (communicator, peer) and grouped progress. verify_lowered re-proves this on the ops.
-//   group_policy::per_peer splits a tick's group into one per peer, lowest peer first: every rank
-//   then meets its (tick, rank pair) groups in the same lexicographic order, and the same
-//   induction runs over (tick, pair); a compute waits only for the group that carries its input.
+//   group_policy::per_peer splits a tick's group into one per peer, lowest peer first (highest
+//   first in a tick whose transfers mostly go to lower ranks, such as a chain's gradients: the
+//   group with a rank's input then comes before the one that passes its output on): every rank
+//   then meets its (tick, rank pair) groups in one order, the lexicographic one or its reverse
+//   per tick, and the same induction runs over (tick, pair); a compute waits only for the group
+//   that carries its input. group_policy::automatic (the default) is per_peer for programs with
+//   overlapped F&B pairs and per_tick otherwise (resolve()).
 //
 //   Communicators. comm_policy::per_edge (default): one per crossing edge; per_rank_pair: one per
 //   pair of ranks that talk. Both orders are consistent by the rule above.
 //
 //   Slots. Every buffer lives in a slot of its rank's activation or gradient pool from the op
 //   that writes it to its last reader (F's output until the consumer's B, or W when the
-//   backward is split; a send's staging copy until the send). Slots are assigned greedily in
+//   backward is split; a send's staging copy through its tick's compute, so that compute never
+//   overwrites a slot its tick's group is still sending from and waits for the whole group,
+//   often for another peer: on host threads that cost interleaved 1F1B 2 % of its step, and
+//   avoiding it costs at most a slot or two per rank). Slots are assigned greedily in
 //   issue order, taking the lowest slot whose last use has passed: optimal for intervals, so the
 //   pool size is the true peak of live buffers; two heaps per pool make it O(n log n).
 //
@@ -202,8 +209,9 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
           ++niv;
           continue;
         }
-        const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's
-        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t, iv_pool[niv] = pool_kind,
+        const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's; the
+                                           // staging copy lives through tick t's compute (2t + 1)
+        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t + 1, iv_pool[niv] = pool_kind,
         iv_id[niv] = 2 * q + 1;
         ++niv;
         iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q;
@@ -308,8 +316,9 @@ struct end_table {
 /// Pass 4: each rank's transfer ends in tick order (a stable sort of the transfers by tick, then
 /// of their two ends by rank, so both ends of a channel see its transfers in one order), then
 /// per group_policy: per_peer orders each (rank, tick) by peer, stably — one group per peer,
-/// lowest peer first, so every rank takes its (tick, rank pair) groups in one global order;
-/// per_tick counts every end as the same "peer", so each tick keeps one group.
+/// lowest peer first, or highest first in a tick whose transfers mostly go to lower ranks; every
+/// rank uses the tick's one direction, so all take their (tick, rank pair) groups in one global
+/// order; per_tick counts every end as the same "peer", so each tick keeps one group.
 constexpr end_table order_ends(const lowering_input& in, const transfer_table& tt, const slot_table& st,
                                group_policy groups) {
   const int P = in.P, nx = tt.nx;
@@ -350,15 +359,39 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
     e_tick[e] = x_tick[x];
     e_slot[e] = st.buffer(x_pool[x], (en & 1) == 0 ? x_sid[x] : x_did[x]);
   }
-  if (groups == group_policy::per_peer)
-    for (int e = 0; e < 2 * nx; ++e) e_peer[e] = e_send[e] ? x_dst[e_x[e]] : x_src[e_x[e]];
+  scratch<int> key_v(2 * nx + 2, 0);
+  int* key = key_v.data();
+  if (groups == group_policy::per_peer) {
+    // per tick, a vote on its peer order: each transfer that a compute of the same tick reads
+    // wants its sender's group first (a sender above the receiver: highest peer first); where no
+    // such transfer votes, the direction most transfers take (mostly down: highest first)
+    scratch<int> vote_v(2 * (in.T + 3), 0);
+    int* vote = vote_v.data();
+    int* lean = vote + in.T + 3;
+    const int* x_stage = tt.x_field(transfer_table::x_stage);
+    const int* x_mb = tt.x_field(transfer_table::x_mb);
+    for (int x = 0; x < nx; ++x) {
+      const int down = x_src[x] > x_dst[x] ? 1 : -1;
+      lean[x_tick[x]] += down;
+      const int s = x_stage[x], j = x_mb[x];
+      const int use = x_pool[x] == 0 ? in.posF[(s + 1) * in.m + j] : in.posG[(s - 1) * in.m + j];
+      if ((use - 1) / 2 == x_tick[x]) vote[x_tick[x]] += down;
+    }
+    for (int t = 0; t < in.T + 3; ++t)
+      if (vote[t] == 0) vote[t] = lean[t];
+    for (int e = 0; e < 2 * nx; ++e) {
+      e_peer[e] = e_send[e] ? x_dst[e_x[e]] : x_src[e_x[e]];
+      key[e] = vote[e_tick[e]] > 0 ? -e_peer[e] : e_peer[e];
+    }
+  }
   for (int r = 0; r < P; ++r)
     for (int e = rank_begin[r] + 1; e < rank_begin[r + 1]; ++e)
-      for (int f = e; f > rank_begin[r] && e_tick[f] == e_tick[f - 1] && e_peer[f] < e_peer[f - 1]; --f) {
-        const int tx = e_x[f], ts = e_slot[f], tp = e_peer[f];
+      for (int f = e; f > rank_begin[r] && e_tick[f] == e_tick[f - 1] && key[f] < key[f - 1]; --f) {
+        const int tx = e_x[f], ts = e_slot[f], tp = e_peer[f], tk = key[f];
         const char tsend = e_send[f];
         e_x[f] = e_x[f - 1], e_slot[f] = e_slot[f - 1], e_send[f] = e_send[f - 1], e_peer[f] = e_peer[f - 1];
-        e_x[f - 1] = tx, e_slot[f - 1] = ts, e_send[f - 1] = tsend, e_peer[f - 1] = tp;
+        key[f] = key[f - 1];
+        e_x[f - 1] = tx, e_slot[f - 1] = ts, e_send[f - 1] = tsend, e_peer[f - 1] = tp, key[f - 1] = tk;
       }
   return et;
 }
@@ -608,6 +641,19 @@ constexpr lowering_input lowering_input_of(program_view p, const int* tick, cons
   return in;
 }
 
+}  // namespace detail
+
+/// The grouping `groups` stands for on `p`: automatic is per_peer when `p` overlaps F&B pairs,
+/// per_tick otherwise (lowered.hpp).
+constexpr group_policy resolve(group_policy groups, program_view p) {
+  if (groups != group_policy::automatic) return groups;
+  for (const action& a : p.actions)
+    if (a.overlapped) return group_policy::per_peer;
+  return group_policy::per_tick;
+}
+
+namespace detail {
+
 /// The lowering: the five passes, writing the ops where `storage(count)` says (a pointer to
 /// `count` ops, or nullptr to give up).
 template <class Storage>
@@ -623,7 +669,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   out.resources.assign(static_cast<std::size_t>(in.P), rank_resources{});
   rank_resources* res = out.resources.data();
   const slot_table st = assign_slots(in, tt, res);
-  const end_table et = order_ends(in, tt, st, groups);
+  const end_table et = order_ends(in, tt, st, resolve(groups, p));
   lowered_op* const ops_out = storage(count_ops(in, tt, et));
   if (ops_out == nullptr) return out;
   rank_scratch ws = rank_scratch_for(in, et, res);
@@ -640,7 +686,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
 
 /// Lowers a verified program. `tick` is check_program's lock-step tick per action.
 constexpr lowered_program lower(program_view p, std::span<const int> tick, comm_policy policy = comm_policy::per_edge,
-                                group_policy groups = group_policy::per_tick) {
+                                group_policy groups = group_policy::automatic) {
   lowered_program out;
   lowered_program l = detail::lower_with(p, tick, policy, groups, [&](int count) {
     out.ops.resize(static_cast<std::size_t>(count));

@@ -38,14 +38,20 @@ inline constexpr int stream_count = 2;
 enum class comm_policy : std::uint8_t { per_edge, per_rank_pair };
 
 /// How a rank's transfers of one lock-step tick are grouped.
-///   per_tick  (default) one NCCL group with all of them: transfers to different peers progress
-///             together, and a compute that reads one of them waits for the whole group.
-///   per_peer  one group per peer, lowest peer first (every rank meets its (tick, rank pair)
-///             groups in one global order, so it stays deadlock-free): a compute waits only for
-///             the group with its input, but groups to different peers run one after the other
-///             on the communication stream. On host threads this takes DualPipeV from 1.14× to
-///             1.03× of the simulated step (bench/README.md); on GPUs measure both.
-enum class group_policy : std::uint8_t { per_tick, per_peer };
+///   per_tick   one NCCL group with all of them: transfers to different peers progress
+///              together, and a compute that reads one of them waits for the whole group.
+///   per_peer   one group per peer, in one peer order per tick for every rank (lowest first, or
+///              highest first where the tick's transfers that are read at once come from above),
+///              so it stays deadlock-free: a compute waits only for the group with its input, but
+///              groups to different peers run one after the other on the communication stream.
+///   automatic  (default) per_peer for a program with overlapped F&B pairs (DualPipe,
+///              DualPipeV), per_tick otherwise. A pair reads an activation and a gradient in one
+///              tick; one group per tick would also make it wait for that tick's transfers with
+///              its other neighbour. On host threads this takes DualPipeV from 1.12× to 1.01× of
+///              the simulated step, while the chains stay within 1.02× either way
+///              (bench/README.md); on GPUs, where per-tick groups let both neighbours' transfers
+///              run at once, measure both.
+enum class group_policy : std::uint8_t { per_tick, per_peer, automatic };
 
 /// Which buffer pool a slot index refers to.
 enum class pool : std::uint8_t { activation, gradient };

@@ -37,7 +37,7 @@ struct plan_options {
   /// The limit in memory_model units, for fractions of an activation (with the default model,
   /// 7 means 3.5 activations: I and W each release half of one); wins over mem_limit when > 0.
   int mem_limit_units = 0;
-  group_policy groups = group_policy::per_tick;
+  group_policy groups = group_policy::automatic;  // lowered.hpp
 };
 
 /// The run-time plan: owning tables and the verdict. Read it through the same accessors as a

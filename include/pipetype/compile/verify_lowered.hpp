@@ -75,6 +75,10 @@ constexpr verdict verify_lowered(lowered_view L) {
   int* last_record = last_record_v.data();
   detail::scratch<int> use_v(8 * slots + 8, -1);
   bool certified = true;  // see step 5
+  int max_tick = 0;       // groups per peer: each tick's peer order, +1 increasing, -1 decreasing
+  for (int i = 0; i < N; ++i) max_tick = ops[i].tick >= max_tick ? ops[i].tick + 1 : max_tick;
+  detail::scratch<signed char> direction_v(max_tick + 1, 0);
+  signed char* direction = direction_v.data();
   // transfers in issue order with their channel: 2c carries rank_a → rank_b, 2c+1 back
   const int channels = 2 * C;
   detail::scratch<int> tv(2 * N + 2, detail::unset);
@@ -100,18 +104,27 @@ constexpr verdict verify_lowered(lowered_view L) {
       rank_of[i] = r;
       // the tick certificate (step 5): phases 2·tick (groups, transfers) and 2·tick + 1 (computes)
       // never decrease along the rank, and a rank has one group per tick or, per tick, one group
-      // per peer in increasing peer order (group_policy::per_peer)
+      // per peer in increasing or decreasing peer order, the same for every rank in that tick
+      // (group_policy::per_peer)
       const int phase = o.code == op_code::compute ? 2 * o.tick + 1 : 2 * o.tick;
       if (phase < prev_phase) certified = false;
       prev_phase = phase;
-      if (o.code == op_code::group) {  // one group per tick, or one per peer in increasing peer order
+      if (o.code == op_code::group) {  // one group per tick, or one per peer in the tick's peer order
         int peer = i + 1 < beg[r + 1] && (ops[i + 1].code == op_code::send || ops[i + 1].code == op_code::recv)
                        ? ops[i + 1].peer
                        : -1;
         for (int j = i + 1; j < beg[r + 1] && (ops[j].code == op_code::send || ops[j].code == op_code::recv); ++j)
           if (ops[j].peer != peer) peer = -1;
-        if (o.tick == last_group_tick && (peer < 0 || last_group_peer < 0 || peer <= last_group_peer))
-          certified = false;
+        if (o.tick == last_group_tick) {  // groups per peer: the tick's one direction on every rank
+          if (peer < 0 || last_group_peer < 0 || peer == last_group_peer || o.tick < 0 || o.tick >= max_tick)
+            certified = false;
+          else {
+            signed char& d = direction[o.tick];
+            const signed char now = peer > last_group_peer ? 1 : -1;
+            if (d == 0) d = now;
+            if (d != now) certified = false;
+          }
+        }
         last_group_tick = o.tick;
         last_group_peer = peer;
       }
@@ -246,11 +259,13 @@ constexpr verdict verify_lowered(lowered_view L) {
   // 5. progress. The fast proof: the ops carry a tick certificate (the lowering's lock-step ticks)
   //    and the checks above found it consistent — along each rank phases 2·tick (a group and its
   //    transfers) then 2·tick + 1 (computes) never decrease, a rank has one group per tick (or one
-  //    per peer, in increasing peer order), both ends of every transfer have the same tick, and
+  //    per peer, in increasing or decreasing peer order, one direction per tick on every rank),
+  //    both ends of every transfer have the same tick, and
   //    every wait refers to an op of an earlier phase. Then, by induction over phases, every group
   //    of tick t is reached once phases below 2t are done (its lane predecessor and wait source
   //    are earlier), so all groups of tick t (partners included) complete — with groups per peer,
-  //    by induction over (tick, rank pair) in lexicographic order, which every rank follows — then
+  //    by induction over (tick, rank pair) in lexicographic order or, in a tick whose direction is
+  //    decreasing, its reverse, which every rank follows — then
   //    the computes of tick t: the program completes. Any program without a valid certificate
   //    (hand-made ones) gets the simulation below.
   if (certified) return {};

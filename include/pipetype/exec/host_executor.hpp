@@ -153,12 +153,13 @@ class engine {
   /// Issues op `i` of rank r's stream `st` (a group with its transfers) through `t`; returns
   /// the index of the next op. The one code path of the executor threads and of walk_in_order.
   template <class Transport>
-  int issue(int r, int st, int i, Transport& t) {
+  int issue(int r, int st, int i, Transport& t, std::chrono::steady_clock::time_point* started = nullptr) {
     const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
     const bound_op* list = br.ops[st].data();
     const bound_op& op = list[i];
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
     if (op.wait > 0 && s.progress[1 - st].load(std::memory_order_acquire) < op.wait) wait_for(r, 1 - st, op.wait, op);
+    if (started) *started = std::chrono::steady_clock::now();  // a traced op starts once its wait is over
     switch (op.code) {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
@@ -255,8 +256,8 @@ class engine {
       op_time* trace = opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(2 * r + st)] : nullptr;
       while (i < n) {
         if (aborted_.load(std::memory_order_relaxed)) throw aborted_error("aborted");
-        const auto start = trace ? std::chrono::steady_clock::now() : t0_;
-        const int next = issue(r, st, i, ep);
+        auto start = t0_;
+        const int next = issue(r, st, i, ep, trace ? &start : nullptr);
         if (trace) {
           op_time& t = trace[i];
           t.start = seconds(start);
