@@ -30,6 +30,9 @@ struct mlp_workload {
     mlp::attach(model, data, losses, microbatches);  // the last stage's targets and losses
     return data.inputs;
   }
+  void after_step(model_type& model) {  // the gradients summed over the step, cleared
+    for (mlp::stage& s : model.stages()) s.zero_grads();
+  }
 };
 
 }  // namespace

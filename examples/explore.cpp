@@ -243,9 +243,8 @@ result evaluate(pt::program prog, const args& a, int chunks) {
 /// The simulated step of `r` as drawable events (activations per rank share, as the report).
 pt::step_trace trace_of(const result& r, const args& a) {
   pt::trace_options o;
-  o.latency = a.costs.comm;
   o.activation_scale = 1.0 / r.chunks;
-  return pt::trace_of(r.plan.compute(), r.t, o);
+  return pt::trace_of(r.plan.compute(), r.t, per_stage(a.costs, r.chunks), o);
 }
 
 std::string titled(const std::string& name, int chunks) {

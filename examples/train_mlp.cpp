@@ -126,9 +126,9 @@ args parse(int argc, char** argv) {
     } else
       fail("unknown argument '" + f + "'\n" + usage);
   }
-  if (a.calibrate && a.schedule != "zb-auto")
-    fail("--calibrate rebuilds zb-auto from measured costs; --schedule " + (a.file.empty() ? a.schedule : a.file) +
-         " does not depend on costs");
+  if (a.calibrate && (a.schedule != "zb-auto" || !a.file.empty()))
+    fail("--calibrate rebuilds zb-auto from measured costs; " +
+         (a.file.empty() ? "--schedule " + a.schedule : "--file " + a.file) + " does not depend on costs");
   return a;
 }
 
@@ -171,8 +171,7 @@ double since_ms(std::chrono::steady_clock::time_point t0) {
 pt::step_trace simulated(const pt::runtime_plan& plan, const pt::cost_model& c) {
   pt::trace_options o;
   o.unit = "ms";
-  o.latency = c.base().comm;
-  return pt::trace_of(plan.compute(), pt::simulate(plan.compute(), c), o);
+  return pt::trace_of(plan.compute(), pt::simulate(plan.compute(), c), c, o);
 }
 
 /// --calibrate: `calib` steps that do not train on `plan`; their median time and the costs of the last.
@@ -192,7 +191,9 @@ calibration measure(const pt::runtime_plan& plan, pt::uniform_chain<mlp::stage>&
     ms.push_back(since_ms(t0));
     for (mlp::stage& s : model.stages()) s.zero_grads();
   }
-  return {median(ms), pt::measure_costs(pt::trace_of(ex.trace()))};
+  pt::trace_options o;
+  o.ranks = plan.compute().ranks;
+  return {median(ms), pt::measure_costs(pt::trace_of(ex.trace(), o))};
 }
 
 std::string costs_text(const pt::costs& c) {
@@ -267,7 +268,9 @@ int main(int argc, char** argv) {
   }
   const double measured = median(step_ms);
   // the simulation's costs: per stage and kind the median time measured in the last step
-  const pt::step_trace real = pt::trace_of(ex.trace());
+  pt::trace_options measured_options;
+  measured_options.ranks = plan.compute().ranks;
+  const pt::step_trace real = pt::trace_of(ex.trace(), measured_options);
   const pt::cost_model measured_costs = pt::measure_costs(real);
   const pt::step_trace sim = simulated(plan, measured_costs);
   const double sim_ms = sim.makespan();
@@ -276,7 +279,7 @@ int main(int argc, char** argv) {
   if (!a.svg.empty() || !a.trace.empty()) {
     const std::string last = "step " + std::to_string(a.steps - 1);
     pt::svg_options o;
-    o.transfers = real.transfers.size() <= 256;
+    o.transfers = real.transfers.size() + sim.transfers.size() <= 256;
     o.title = a.schedule;
     std::string why;
     if (!a.svg.empty() && !examples::write_file(a.svg,
@@ -292,11 +295,11 @@ int main(int argc, char** argv) {
 
   if (a.json) {
     std::printf(
-        "{\"schedule\": \"%s\", \"ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"steps\": %d, "
+        "{\"schedule\": %s, \"ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"steps\": %d, "
         "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
         "\"step_ms_median\": %.6f, \"simulated_makespan_ms\": %.6f",
-        a.schedule.c_str(), a.ranks, m, a.chunks, a.steps, loss_first, loss_last, match ? "true" : "false", max_diff,
-        measured, sim_ms);
+        pt::detail::json_quote(a.schedule).c_str(), a.ranks, m, a.chunks, a.steps, loss_first, loss_last,
+        match ? "true" : "false", max_diff, measured, sim_ms);
     const pt::lowered_view low = plan.lowered();
     const auto count = [&](pt::op_code c) {
       return std::count_if(low.ops.begin(), low.ops.end(), [c](const pt::lowered_op& o) { return o.code == c; });

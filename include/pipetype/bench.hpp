@@ -31,13 +31,16 @@
 //
 // `schedules` empty means every built-in schedule; zb-auto searches for the default costs (F = 1,
 // B = 2) within the limit. `batch` is called once per benchmark, after make_model, so it may
-// attach targets to the model; the span must stay valid while the benchmark runs.
+// attach targets to the model; the span must stay valid while the benchmark runs. A workload may
+// also have `void after_step(model_type&)`, called after each timed step: stages accumulate
+// their weight gradients over steps, so clear them there if that matters to your stages.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -68,6 +71,12 @@ concept workload = requires(W& w, typename W::model_type& m) {
 };
 
 namespace detail {
+
+/// The workload's `after_step(model)` when it has one (e.g. to clear accumulated gradients).
+template <class W, class M>
+void after_step(W& w, M& model) {
+  if constexpr (requires { w.after_step(model); }) w.after_step(model);
+}
 
 /// The step's plan, or the reason there is none.
 inline runtime_plan plan_for(const std::string& name, const size& z, std::string& why) {
@@ -106,13 +115,18 @@ void run_one(benchmark::State& state, const std::string& name, const size& z, co
       host::executor ex{plan, model, {.deadline = o.deadline}};
       for (int k = 0; k < o.warmup; ++k) ex.step(batch);
       const auto t0 = std::chrono::steady_clock::now();
-      for (auto _ : state) ex.step(batch);
+      for (auto _ : state) {
+        ex.step(batch);
+        after_step(w, model);
+      }
       const std::chrono::duration<double, std::milli> spent = std::chrono::steady_clock::now() - t0;
       step_ms = state.iterations() > 0 ? spent.count() / static_cast<double>(state.iterations()) : 0;
     }
     host::executor traced{plan, model, {.deadline = o.deadline, .trace = true}};
     traced.step(batch);
-    const step_trace measured = trace_of(traced.trace());
+    trace_options to;
+    to.ranks = plan.compute().ranks;
+    const step_trace measured = trace_of(traced.trace(), to);
     const cost_model c = measure_costs(measured);
     const timeline t = simulate(plan.compute(), c);
     const int v = std::max(1, plan.compute().lane_length() / std::max(1, plan.compute().ranks));

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <utility>
+#include <vector>
 
 namespace pt = pipetype;
 
@@ -196,13 +198,45 @@ TEST_CASE("verify_lowered: groups per peer certify only when every rank takes th
   // a ring, each rank sending before it receives: rank 1 takes its peers in decreasing order,
   // ranks 0 and 2 in increasing order; every send waits for a recv posted after a blocked send.
   // The direction is not the tick's one, so no certificate: the simulation finds the deadlock.
+  bool certified = true;
   CHECK(pt::verify_lowered(
-            three_ranks({{{1, true}, {2, false}}, {{2, true}, {0, false}}, {{0, true}, {1, false}}}).view())
+            three_ranks({{{1, true}, {2, false}}, {{2, true}, {0, false}}, {{0, true}, {1, false}}}).view(), &certified)
             .code == pt::errc::nccl_deadlock);
+  CHECK_FALSE(certified);
   // a chain's backward: every rank takes its peers highest first (receive from above, then pass
   // below), one direction for the tick: certified, and it completes
-  CHECK(pt::verify_lowered(three_ranks({{{1, false}}, {{2, false}, {0, true}}, {{1, true}}}).view()).ok());
+  CHECK(pt::verify_lowered(three_ranks({{{1, false}}, {{2, false}, {0, true}}, {{1, true}}}).view(), &certified).ok());
+  CHECK(certified);
   // the same chain lowest first on rank 1 only is still one direction (rank 1 is the only rank
-  // with two groups) and completes too
-  CHECK(pt::verify_lowered(three_ranks({{{1, false}}, {{0, true}, {2, false}}, {{1, true}}}).view()).ok());
+  // with two groups): certified too
+  CHECK(pt::verify_lowered(three_ranks({{{1, false}}, {{0, true}, {2, false}}, {{1, true}}}).view(), &certified).ok());
+  CHECK(certified);
+}
+
+TEST_CASE("verify_lowered: every built-in schedule's lowering takes the fast proof, under every group policy") {
+  // make_plan runs verify_lowered in constant evaluation: the simulation there would cost far
+  // more compile time, so the lowering's own output must always carry a valid certificate
+  for (const pt::schedule_info& s : pt::schedule_infos)
+    for (const pt::group_policy g :
+         {pt::group_policy::per_tick, pt::group_policy::per_peer, pt::group_policy::automatic})
+      for (const auto& [p, m] : {std::pair{4, 8}, std::pair{3, 6}}) {
+        if (pt::schedule_error(s.name, p, m, 0)) continue;
+        CAPTURE(s.name);
+        CAPTURE(static_cast<int>(g));
+        const pt::program prog = pt::make_schedule(s.name, p, m);
+        const pt::program_facts f = pt::check_program(prog.view());
+        const pt::lowered_program L = pt::lower(prog.view(), f.tick, pt::comm_policy::per_edge, g);
+        bool certified = false;
+        CHECK(pt::verify_lowered(L.view(), &certified).ok());
+        CHECK(certified);
+      }
+}
+
+TEST_CASE("verify_lowered: a tick far out of range voids the certificate instead of sizing a table by it") {
+  pt::lowered_program L = lowered_1f1b(2, 2);
+  L.ops[find(L, 0, pt::op_code::compute)].tick = 1 << 30;
+  bool certified = true;
+  const pt::verdict v = pt::verify_lowered(L.view(), &certified);
+  CHECK_FALSE(certified);
+  CHECK(v.ok());  // the simulation still proves it: ticks are only the certificate's data
 }

@@ -57,3 +57,20 @@ TEST_CASE("grid: costs of 10^9 are drawn in a bounded width, the column scaled a
   CHECK(pt::grid(prog.view(), small, {.quantum = 1, .max_columns = 0}) == pt::grid(prog.view(), small));
   CHECK(pt::grid(prog.view(), small).find("one column") == std::string::npos);
 }
+
+TEST_CASE("grid: fractional costs get a finer column, so equal actions draw equally wide") {
+  const std::string g = render(pt::make_one_f_one_b(2, 3), {.f = 1.5, .b = 2.5});
+  CHECK(g.rfind("(one column = 0.5 time units)\n", 0) == 0);
+  // every forward spans 3 columns, every backward 5, whatever its start
+  auto width = [&](const std::string& label) {
+    const std::size_t at = g.find("|" + label);
+    REQUIRE(at != std::string::npos);
+    return g.find_first_not_of(' ', at + 1 + label.size()) - at;  // to the next '|'
+  };
+  CHECK(width("0F0") == width("0F1"));
+  CHECK(width("0F1") == width("1F2"));
+  CHECK(width("0B0") == width("1B2"));
+  CHECK(width("0B0") > width("0F0"));
+  // integral costs keep one unit per column and no note
+  CHECK(render(pt::make_one_f_one_b(2, 3), {.f = 1, .b = 2}).rfind("time", 0) == 0);
+}

@@ -173,3 +173,52 @@ TEST_CASE("step_trace: measure_costs of a simulated step gives back its cost mod
     if (!pairs) CHECK(pt::simulate(p.view(), back).makespan() == doctest::Approx(tl.makespan()));
   }
 }
+
+namespace {
+/// Costs whose latency depends on the edge: 0.5 out of stage 0, 0.25 elsewhere.
+struct edge_costs {
+  pt::costs base{.f = 1, .b = 2};
+  double time(const pt::action& a) const { return base.time(a); }
+  double pair_time(const pt::action& x, const pt::action& y) const { return base.pair_time(x, y); }
+  double latency(int from, int) const { return from == 0 ? 0.5 : 0.25; }
+};
+}  // namespace
+
+TEST_CASE("step_trace: a cost source's per-edge latencies, an incomplete timeline, empty and unknown ranks") {
+  const pt::program p = pt::make_one_f_one_b(3, 2);
+  const edge_costs c;
+  const pt::step_trace t = pt::trace_of(p.view(), pt::simulate(p.view(), c), c);
+  REQUIRE(t.transfers.size() == 8);
+  for (const pt::traced_transfer& x : t.transfers) {
+    CAPTURE(x.label());
+    CHECK(x.arrived - x.sent == (x.stage == 0 ? 0.5 : 0.25));
+  }
+  // a timeline that did not complete draws nothing
+  pt::timeline stuck = pt::simulate(p.view());
+  stuck.complete = false;
+  const pt::step_trace none = pt::trace_of(p.view(), stuck);
+  CHECK(none.ranks == 3);
+  CHECK(none.computes.empty());
+  CHECK(none.transfers.empty());
+  // measured: the plan's rank count keeps a trailing idle rank; an op of no rank is skipped
+  std::vector<pt::op_time> ops = {op(0, pt::stream_id::compute, pt::op_code::compute, pt::kind::F, 0, 0, 0, 0.001),
+                                  op(-1, pt::stream_id::compute, pt::op_code::compute, pt::kind::F, 0, 1, 0, 0.001)};
+  pt::trace_options o;
+  o.ranks = 3;
+  const pt::step_trace m = pt::trace_of(ops, o);
+  CHECK(m.ranks == 3);
+  CHECK(m.computes.size() == 1);
+  CHECK(pt::trace_of(ops).ranks == 1);
+  CHECK(m.bubble_fraction() == doctest::Approx(2.0 / 3.0));  // two ranks idle all along
+}
+
+TEST_CASE("step_trace: measure_costs takes the median, the mean of the middle two for an even count") {
+  std::vector<pt::op_time> ops;
+  double at = 0;
+  for (double d : {1.0, 3.0, 2.0, 10.0}) {  // four forwards of stage 0: median (2 + 3) / 2
+    ops.push_back(op(0, pt::stream_id::compute, pt::op_code::compute, pt::kind::F, 0, static_cast<int>(ops.size()), at,
+                     at + d / 1000));
+    at += d / 1000;
+  }
+  CHECK(pt::measure_costs(pt::trace_of(ops)).time(pt::F(0, 0)) == doctest::Approx(2.5));
+}

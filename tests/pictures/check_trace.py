@@ -8,7 +8,8 @@ and for train_mlp's --trace (a measured step and its simulation), checks that
   - complete events ("X") on one thread are in time order and do not overlap;
   - every process is named, every thread that has events is named;
   - every flow id has one start ("s") and one end ("f", bp "e"), each inside a complete event
-    of its own thread;
+    of its own thread: the producing action and the consuming one (a simulated step), or the
+    two NCCL groups (a measured one);
   - the counts match the plan the tool reports in --format json / --json: one compute event per
     action (a pair of F&B counts two), one flow per send, and for a measured step one compute
     event per compute op and one communication event per group.
@@ -18,6 +19,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import sys
 
 from common import problem, problems, run, valid_schedules
@@ -79,8 +81,20 @@ def check_file(path, where):
             elif b["ts"] < a["ts"] + a["dur"] - 1e-3:
                 problem(where, f"thread {thread}: {a['name']} and {b['name']} overlap")
 
-    def inside(e):
-        return any(x["ts"] <= e["ts"] <= x["ts"] + x["dur"] for x in slices[(e["pid"], e["tid"])])
+    def enclosing(e):
+        """The complete event of e's thread whose span holds e's timestamp, or None."""
+        return next((x for x in slices[(e["pid"], e["tid"])] if x["ts"] <= e["ts"] <= x["ts"] + x["dur"]), None)
+
+    def wanted(flow_name, phase):
+        """The actions the span at a flow's end may hold: its producer (s) or its consumer (f)."""
+        m = re.fullmatch(r"(activation|gradient) (\d+)([FB])(\d+)", flow_name)
+        if not m:
+            return None
+        stage, mb = int(m.group(2)), m.group(4)
+        if m.group(1) == "activation":
+            return {f"{stage if phase == 's' else stage + 1}F{mb}"}
+        at = stage if phase == "s" else stage - 1
+        return {f"{at}B{mb}", f"{at}I{mb}"}
 
     for fid, ends in flows.items():
         phases = sorted(e["ph"] for e in ends)
@@ -90,8 +104,17 @@ def check_file(path, where):
         for e in ends:
             if e["ph"] == "f" and e["bp"] != "e":
                 problem(where, f"flow {fid} ends with bp {e['bp']!r}")
-            if not inside(e):
+            span = enclosing(e)
+            if span is None:
                 problem(where, f"flow {fid} ({e['name']}): its {e['ph']} at {e['ts']} is in no event of its thread")
+            elif e["tid"] == 1:
+                if span["name"] != "group":
+                    problem(where, f"flow {fid} ({e['name']}): its {e['ph']} is in {span['name']}, not a group")
+            else:
+                want = wanted(e["name"], e["ph"])
+                held = set(re.findall(r"\d+[FBIW]\d+", span["name"]))
+                if want is None or not (want & held):
+                    problem(where, f"flow {fid} ({e['name']}): its {e['ph']} is in {span['name']}, not {want}")
     return events
 
 

@@ -15,9 +15,10 @@
 //   of the same tick, a rank reaches its tick-t group after finishing ticks < t, whose groups
 //   completed by induction: the program cannot deadlock under NCCL's blocking rendezvous, FIFO
 //   per (communicator, peer) and grouped progress. verify_lowered re-proves this on the ops.
-//   group_policy::per_peer splits a tick's group into one per peer, lowest peer first (highest
-//   first in a tick whose transfers mostly go to lower ranks, such as a chain's gradients: the
-//   group with a rank's input then comes before the one that passes its output on): every rank
+//   group_policy::per_peer splits a tick's group into one per peer, lowest peer first, or highest
+//   first in a tick whose transfers read by the same tick's computes mostly come from above (a
+//   chain's gradients; with none read at once, where most transfers go down): the group with a
+//   rank's input then comes before the one that passes its output on. Every rank
 //   then meets its (tick, rank pair) groups in one order, the lexicographic one or its reverse
 //   per tick, and the same induction runs over (tick, pair); a compute waits only for the group
 //   that carries its input. group_policy::automatic (the default) is per_peer for programs with
@@ -316,9 +317,9 @@ struct end_table {
 /// Pass 4: each rank's transfer ends in tick order (a stable sort of the transfers by tick, then
 /// of their two ends by rank, so both ends of a channel see its transfers in one order), then
 /// per group_policy: per_peer orders each (rank, tick) by peer, stably — one group per peer,
-/// lowest peer first, or highest first in a tick whose transfers mostly go to lower ranks; every
-/// rank uses the tick's one direction, so all take their (tick, rank pair) groups in one global
-/// order; per_tick counts every end as the same "peer", so each tick keeps one group.
+/// lowest peer first, or highest first where the tick's vote says so (below); every rank uses
+/// the tick's one direction, so all take their (tick, rank pair) groups in one global order;
+/// per_tick counts every end as the same "peer", so each tick keeps one group.
 constexpr end_table order_ends(const lowering_input& in, const transfer_table& tt, const slot_table& st,
                                group_policy groups) {
   const int P = in.P, nx = tt.nx;

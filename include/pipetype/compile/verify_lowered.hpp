@@ -44,7 +44,9 @@ constexpr verdict at_op(errc e, int rank, const lowered_op& o, int index, const 
 
 }  // namespace detail
 
-constexpr verdict verify_lowered(lowered_view L) {
+/// `by_certificate`, when given, says whether completion was proved by the tick certificate (the
+/// fast proof every lowering's output takes) rather than by the simulation.
+constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr) {
   // Flat loops over raw pointers: this runs inside make_plan's constant evaluation.
   using detail::at_op;
   const int P = L.ranks;
@@ -75,8 +77,16 @@ constexpr verdict verify_lowered(lowered_view L) {
   int* last_record = last_record_v.data();
   detail::scratch<int> use_v(8 * slots + 8, -1);
   bool certified = true;  // see step 5
-  int max_tick = 0;       // groups per peer: each tick's peer order, +1 increasing, -1 decreasing
-  for (int i = 0; i < N; ++i) max_tick = ops[i].tick >= max_tick ? ops[i].tick + 1 : max_tick;
+  // groups per peer: each tick's peer order, +1 increasing, -1 decreasing. Ticks are certificate
+  // data only: one outside [0, N) (no lowering makes one; there are fewer ticks than ops) voids
+  // the certificate, so the table stays within N
+  int max_tick = 0;
+  for (int i = 0; i < N; ++i) {
+    if (ops[i].tick < 0 || ops[i].tick >= N)
+      certified = false;
+    else if (ops[i].tick >= max_tick)
+      max_tick = ops[i].tick + 1;
+  }
   detail::scratch<signed char> direction_v(max_tick + 1, 0);
   signed char* direction = direction_v.data();
   // transfers in issue order with their channel: 2c carries rank_a → rank_b, 2c+1 back
@@ -97,7 +107,8 @@ constexpr verdict verify_lowered(lowered_view L) {
     for (int u = 0; u < 8 * slots; ++u) use[u] = -1;
     const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
     int known[stream_count] = {-1, -1};
-    int prev_phase = -2147483647 - 1, last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
+    long long prev_phase = -1;
+    int last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
       const int local = i - beg[r];
@@ -106,7 +117,7 @@ constexpr verdict verify_lowered(lowered_view L) {
       // never decrease along the rank, and a rank has one group per tick or, per tick, one group
       // per peer in increasing or decreasing peer order, the same for every rank in that tick
       // (group_policy::per_peer)
-      const int phase = o.code == op_code::compute ? 2 * o.tick + 1 : 2 * o.tick;
+      const long long phase = 2LL * o.tick + (o.code == op_code::compute ? 1 : 0);
       if (phase < prev_phase) certified = false;
       prev_phase = phase;
       if (o.code == op_code::group) {  // one group per tick, or one per peer in the tick's peer order
@@ -165,7 +176,7 @@ constexpr verdict verify_lowered(lowered_view L) {
         if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
         waits_on[i] = rec;
         // the certificate: a wait refers to an op of an earlier phase
-        if ((ops[rec].code == op_code::compute ? 2 * ops[rec].tick + 1 : 2 * ops[rec].tick) >= phase) certified = false;
+        if (2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase) certified = false;
         const int covered = ops[rec].code == op_code::group ? group_end_of[rec] : rec;  // a group records when it ends
         if (static_cast<int>(ops[rec].stream) != s && covered > known[s]) known[s] = covered;
       }
@@ -268,6 +279,7 @@ constexpr verdict verify_lowered(lowered_view L) {
   //    decreasing, its reverse, which every rank follows — then
   //    the computes of tick t: the program completes. Any program without a valid certificate
   //    (hand-made ones) gets the simulation below.
+  if (by_certificate) *by_certificate = certified;
   if (certified) return {};
   //    The simulation: run every (rank, stream) lane as far as it can until all finish or none moves.
   //    A group completes once every partner's group has been reached (grouped ops progress

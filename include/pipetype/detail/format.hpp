@@ -9,17 +9,21 @@
 
 namespace pipetype::detail {
 
-/// The smallest 1, 2 or 5 × 10^k that is at least x (x > 0).
+/// The smallest 1, 2 or 5 × 10^k that is at least x (x > 0; 1 for anything else).
 inline double nice_at_least(double x) {
+  if (!(x > 0) || !std::isfinite(x)) return 1;
   double p = std::pow(10.0, std::floor(std::log10(x)));
+  if (!(p > 0)) return 1;
   for (;; p *= 10)
     for (double m : {1.0, 2.0, 5.0})
       if (m * p >= x) return m * p;
 }
 
-/// x with at most `digits` decimals and no trailing zeros ("2", "0.25", "-1.5").
+/// x with at most `digits` decimals and no trailing zeros ("2", "0.25", "-1.5"); "0" for a
+/// value that is not finite (JSON and SVG have no NaN).
 inline std::string decimal(double x, int digits = 3) {
-  char buf[64];
+  if (!std::isfinite(x)) return "0";
+  char buf[400];  // 309 digits of the largest double, a point and the decimals
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);
   std::string s = buf;
   if (s.find('.') != std::string::npos) {

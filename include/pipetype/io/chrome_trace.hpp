@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <initializer_list>
 #include <span>
@@ -51,7 +52,11 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
     if (!p.trace) continue;
     const step_trace& tr = *p.trace;
     const double k = p.us_per_unit;
-    auto ts = [&](double t) { return decimal(t * k, 3); };
+    // timestamps in whole ns; a duration is the difference of its rounded ends, so spans that
+    // touch stay touching after rounding
+    auto ns = [&](double t) { return std::round(t * k * 1000) / 1000; };
+    auto ts = [&](double t) { return decimal(ns(t), 3); };
+    auto dur = [&](double a, double b) { return decimal(ns(b) - ns(a), 3); };
     auto where = [&](int rank, int tid) {
       return "\"pid\": " + std::to_string(pid_base + rank) + ", \"tid\": " + std::to_string(tid);
     };
@@ -73,12 +78,12 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
       args += ", \"activations\": " + decimal(c.activations, 3);
       event("{\"name\": " + detail::json_quote(c.label()) + ", \"cat\": \"" +
             (c.paired ? std::string("F&B") : std::string(1, kind_char(c.first.what))) +
-            "\", \"ph\": \"X\", \"ts\": " + ts(c.start) + ", \"dur\": " + ts(c.end - c.start) + ", " +
+            "\", \"ph\": \"X\", \"ts\": " + ts(c.start) + ", \"dur\": " + dur(c.start, c.end) + ", " +
             where(c.rank, 0) + ", \"args\": {" + args + "}}");
     }
     for (const traced_comm& c : tr.comms)
       event("{\"name\": \"group\", \"cat\": \"comm\", \"ph\": \"X\", \"ts\": " + ts(c.start) +
-            ", \"dur\": " + ts(c.end - c.start) + ", " + where(c.rank, 1) +
+            ", \"dur\": " + dur(c.start, c.end) + ", " + where(c.rank, 1) +
             ", \"args\": {\"transfers\": " + std::to_string(c.transfers) + "}}");
     // a flow's ends sit just inside their spans (1/1000 of the span from its edge)
     auto span_of = [&](bool comm, int i, double& a, double& b) {

@@ -6,8 +6,10 @@
 //   rank 0 |0F0 |0F1 |    |0B0      |    |0B1      |
 //   rank 1 |    |1F0 |1B0      |1F1 |1B1      |
 //
-// One column is `quantum` time units (default 1); an action spans as many columns as it lasts,
-// starting at the column its start time rounds to. Blank cells are idle time. An overlapped pair
+// One column is `quantum` time units: by default the largest of 1, 0.5, 0.25, 0.2, 0.1, ... that
+// every start and end is a multiple of, so fractional costs (F = 1.5) draw every action at its
+// true width; an action spans as many columns as it lasts, starting at the column its start time
+// rounds to. Blank cells are idle time. An overlapped pair
 // prints as `(0F7;7B3)`. The width is bounded: when the step would take more than `max_columns`
 // columns (costs of 10^9, thousands of microbatches), one column becomes the smallest 1, 2 or 5 ×
 // 10^k multiple of the quantum that fits, and the time axis says so; actions shorter than a
@@ -28,12 +30,28 @@
 namespace pipetype {
 
 struct grid_options {
-  double quantum = 1;
+  double quantum = 0;       // time units per column; 0: the largest of 1, 0.5, 0.25, 0.2, 0.1, ...
+                            // that every start and end is a multiple of (1 when none is)
   long max_columns = 2000;  // at most this many time columns (0: no bound)
 };
 
+namespace detail {
+/// The automatic quantum: the largest 1, 0.5, 0.25, 0.2, 0.1, ... 0.01 dividing every time.
+inline double grid_quantum(const timeline& t) {
+  for (double q : {1.0, 0.5, 0.25, 0.2, 0.1, 0.05, 0.025, 0.02, 0.01}) {
+    auto fits = [q](double x) { return std::fabs(x / q - std::round(x / q)) < 1e-6; };
+    bool all = true;
+    for (std::size_t k = 0; k < t.start.size() && all; ++k) all = fits(t.start[k]) && fits(t.end[k]);
+    if (all) return q;
+  }
+  return 1;
+}
+}  // namespace detail
+
 inline std::string grid(program_view p, const timeline& t, grid_options opt = {}) {
-  double q = opt.quantum > 0 ? opt.quantum : 1;
+  const double asked = opt.quantum > 0 ? opt.quantum : 1;  // a column other than this is named
+  if (opt.quantum <= 0) opt.quantum = detail::grid_quantum(t);
+  double q = opt.quantum;
   if (opt.max_columns > 0 && !t.end.empty()) {  // bound the width: scale the quantum
     double t0 = t.start.front(), t1 = t.end.front();
     for (std::size_t k = 0; k < t.end.size(); ++k) t0 = std::min(t0, t.start[k]), t1 = std::max(t1, t.end[k]);
@@ -66,14 +84,14 @@ inline std::string grid(program_view p, const timeline& t, grid_options opt = {}
   }
   const std::string head = "rank " + std::to_string(p.ranks - 1);
   const std::size_t lead = head.size() + 1;
-  std::string out = q != (opt.quantum > 0 ? opt.quantum : 1) ? "(one column = " +
-                                                                   [&] {
-                                                                     char buf[32];
-                                                                     std::snprintf(buf, sizeof buf, "%g", q);
-                                                                     return std::string(buf);
-                                                                   }() +
-                                                                   " time units)\n"
-                                                             : std::string();
+  std::string out = q != asked ? "(one column = " +
+                                     [&] {
+                                       char buf[32];
+                                       std::snprintf(buf, sizeof buf, "%g", q);
+                                       return std::string(buf);
+                                     }() +
+                                     " time units)\n"
+                               : std::string();
   out += "time";
   out.append(lead - 4, ' ');
   for (long c = first; c < last; ++c) {

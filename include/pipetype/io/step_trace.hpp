@@ -140,6 +140,8 @@ struct trace_options {
   double latency = 0;           // simulated: a transfer arrives this long after its producer ends
   double activation_scale = 1;  // activations are multiplied by this (1 / v: a rank's share of the model)
   memory_model memory{};        // measured: how each kind changes the live activations
+  int ranks = 0;                // measured: the plan's ranks (0: the highest rank in the trace + 1;
+                                // give it, so ranks with nothing to do still get their row)
 };
 
 namespace detail {
@@ -154,11 +156,18 @@ inline void by_time(std::vector<traced_transfer>& v) {
 }
 }  // namespace detail
 
-/// A simulated step: `t` from simulate(p, c); pass c's transfer latency in `o.latency`.
-inline step_trace trace_of(program_view p, const timeline& t, const trace_options& o = {}) {
+namespace detail {
+struct constant_latency {
+  double value;
+  constexpr double latency(int, int) const noexcept { return value; }
+};
+
+template <class Latency>
+step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const trace_options& o) {
   step_trace out;
   out.ranks = p.ranks;
   out.unit = o.unit;
+  if (!t.complete || t.start.size() != p.actions.size()) return out;  // nothing ran as drawn
   const int S = p.stages, m = p.microbatches;
   const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(m);
   std::vector<int> owner(static_cast<std::size_t>(S), -1);
@@ -194,7 +203,7 @@ inline step_trace trace_of(program_view p, const timeline& t, const trace_option
       const int from = owner[static_cast<std::size_t>(stage)];
       if (from == to) return;
       const double sent = t.end[static_cast<std::size_t>(producer)];
-      out.transfers.push_back({what, stage, a.microbatch, from, to, sent, sent + o.latency, false,
+      out.transfers.push_back({what, stage, a.microbatch, from, to, sent, sent + lat.latency(stage, a.stage), false,
                                span_of[static_cast<std::size_t>(producer)], span_of[k]});
     };
     if (a.what == kind::F && !p.lane_head(a.stage))
@@ -202,8 +211,21 @@ inline step_trace trace_of(program_view p, const timeline& t, const trace_option
     if (is_input_backward(a.what) && !p.lane_tail(a.stage))
       cross(bwd[detail::key(a.stage + 1, a.microbatch, m)], kind::B, a.stage + 1);
   }
-  detail::by_time(out.transfers);
+  by_time(out.transfers);
   return out;
+}
+}  // namespace detail
+
+/// A simulated step: `t` from simulate(p, c), drawn with c's transfer latencies. A timeline that
+/// did not complete (the program cannot finish) gives no spans.
+template <cost_source C>
+step_trace trace_of(program_view p, const timeline& t, const C& c, const trace_options& o = {}) {
+  return detail::trace_of(p, t, c, o);
+}
+
+/// The same with one latency for every transfer, `o.latency` (what `costs` and `cost_model` have).
+inline step_trace trace_of(program_view p, const timeline& t, const trace_options& o = {}) {
+  return detail::trace_of(p, t, detail::constant_latency{o.latency}, o);
 }
 
 /// A measured step: the host executor's trace() (seconds), in milliseconds.
@@ -220,7 +242,9 @@ inline step_trace trace_of(std::span<const op_time> measured, const trace_option
   std::vector<end_point> ends;
   std::vector<int> live;
   int group = -1;
+  out.ranks = std::max(o.ranks, 0);
   for (const op_time& e : measured) {
+    if (e.rank < 0) continue;  // not an op of any rank
     out.ranks = std::max(out.ranks, e.rank + 1);
     if (static_cast<int>(live.size()) < out.ranks) live.resize(static_cast<std::size_t>(out.ranks), 0);
     switch (e.code) {
@@ -265,10 +289,12 @@ inline step_trace trace_of(std::span<const op_time> measured, const trace_option
 }
 
 namespace detail {
+/// The median (of an even count, the mean of the middle two); 0 when empty.
 inline double median_of(std::vector<double>& v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 }  // namespace detail
 
@@ -279,8 +305,11 @@ inline double median_of(std::vector<double>& v) {
 /// ended), the median of the consumer's start − the producer's end. The simulator, the explorer and zb_auto then work
 /// from the step's own numbers (docs/04_host_execution.md).
 inline cost_model measure_costs(const step_trace& t) {
-  int stages = 0;
-  for (const traced_compute& c : t.computes) stages = std::max(stages, c.first.stage + 1);
+  int stages = 0, m = 0;
+  for (const traced_compute& c : t.computes) {
+    stages = std::max({stages, c.first.stage + 1, c.paired ? c.second.stage + 1 : 0});
+    m = std::max({m, c.first.microbatch + 1, c.paired ? c.second.microbatch + 1 : 0});
+  }
   std::vector<std::vector<double>> per(static_cast<std::size_t>(stages * kind_count));
   std::vector<double> all[kind_count];
   for (const traced_compute& c : t.computes) {
@@ -298,8 +327,6 @@ inline cost_model measure_costs(const step_trace& t) {
   if (split) base.i = i, base.w = w;
   // the latency: for each transfer whose consumer waited for it (its rank was free before the
   // producer ended), the consumer's start − the producer's end; the median of those
-  int m = 0;
-  for (const traced_compute& c : t.computes) m = std::max(m, c.first.microbatch + 1);
   std::vector<int> fwd(static_cast<std::size_t>(stages) * static_cast<std::size_t>(m), -1), bwd = fwd;
   std::vector<double> prev_end(t.computes.size(), -1);
   for (std::size_t k = 0; k < t.computes.size(); ++k) {
@@ -315,7 +342,8 @@ inline cost_model measure_costs(const step_trace& t) {
   std::vector<double> lat;
   for (const traced_transfer& x : t.transfers) {
     const int to_stage = x.what == kind::F ? x.stage + 1 : x.stage - 1;
-    if (to_stage < 0 || to_stage >= stages || x.microbatch < 0 || x.microbatch >= m) continue;
+    if (x.stage < 0 || x.stage >= stages || to_stage < 0 || to_stage >= stages || x.microbatch < 0 || x.microbatch >= m)
+      continue;
     const std::vector<int>& table = x.what == kind::F ? fwd : bwd;
     const int from = table[detail::key(x.stage, x.microbatch, m)], to = table[detail::key(to_stage, x.microbatch, m)];
     if (from < 0 || to < 0) continue;
