@@ -4,7 +4,9 @@
 // a crash, undefined behaviour or a leak fails it as well as the properties below:
 //   - a rejected file has a sentence, and a deadlock's wait-for cycle is a chain of real links;
 //   - a verified plan simulates to completion, with a finite positive makespan, a bubble in
-//     [0, 1), spanning its actions, and per-rank peaks equal to the verifier's;
+//     [0, 1), spanning its actions, and per-rank peaks equal to the verifier's; its lowering is
+//     proved by the tick certificate; drawn as an SVG and a Chrome trace, it has a box and an
+//     event per span and an arrow and a flow per transfer;
 //   - each written form reads back to the same compute program, and the compute+comms form's own
 //     transfers verify (docs/03 and docs/07 say what each form keeps) — except a program with an
 //     empty rank before a busy one, which no written form keeps for pipetype's reader (below).
@@ -79,6 +81,36 @@ void check_accepted(const pt::runtime_plan& plan) {
     expect(t.peak_activations(r) == plan.peak_activations(r), "simulated and verified peaks agree", plan);
   for (std::size_t k = 0; k < p.actions.size(); ++k)
     expect(plan.facts.tick[k] >= 0 && plan.facts.tick[k] < plan.ticks(), "every action has a tick", plan);
+  bool by_certificate = false;
+  expect(pt::verify_lowered(plan.lowered(), &by_certificate).ok() && by_certificate,
+         "the lowering carries a valid tick certificate", plan);
+
+  // drawn: the SVG and the Chrome trace hold one box / one event per span and one arrow / flow
+  // per transfer, and the trace's figures are the simulator's
+  const pt::step_trace tr = pt::trace_of(p, t);
+  std::size_t pairs = 0;
+  for (const pt::action& a : p.actions) pairs += a.overlapped ? 1 : 0;
+  expect(tr.computes.size() == p.actions.size() - pairs, "a span per action, a pair as one", plan);
+  expect(std::abs(tr.makespan() - span) <= 1e-9 * span, "the drawn makespan is the simulated one", plan);
+  auto count = [](const std::string& s, std::string_view what) {
+    std::size_t n = 0;
+    for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  pt::svg_options so;
+  so.transfers = true;
+  const std::string svg = pt::svg(tr, so);
+  expect(svg.size() > 6 && svg.compare(svg.size() - 7, 7, "</svg>\n") == 0, "the SVG is closed", plan);
+  expect(count(svg, "class=\"span\"") == tr.computes.size(), "a box per span", plan);
+  expect(count(svg, "class=\"transfer\" marker-end") == tr.transfers.size() + 1,
+         "an arrow per transfer (and the legend's)", plan);
+  std::size_t sends = 0;
+  for (const pt::lowered_op& o : plan.lowered().ops) sends += o.code == pt::op_code::send ? 1 : 0;
+  expect(tr.transfers.size() == sends, "a transfer per lowered send", plan);
+  const std::string json = pt::chrome_trace(tr);
+  expect(count(json, "\"ph\": \"X\"") == tr.computes.size(), "an event per span", plan);
+  expect(count(json, "\"ph\": \"s\"") == tr.transfers.size() && count(json, "\"ph\": \"f\"") == tr.transfers.size(),
+         "a flow per transfer", plan);
 
   // A rank with no actions is written as a blank line (a rank to torch's csv reader), which
   // pipetype's reader skips (docs/07): trailing ones come back with read_options::ranks, one
