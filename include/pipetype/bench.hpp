@@ -58,7 +58,7 @@ struct size {
 };
 
 struct kit_options {
-  std::vector<std::string> schedules;  // empty: every built-in schedule
+  std::vector<std::string> schedules{};  // empty: every built-in schedule
   std::vector<size> sizes = {{4, 8}};
   int warmup = 1;  // untimed steps before the timed ones
   std::chrono::milliseconds deadline{std::chrono::seconds(60)};

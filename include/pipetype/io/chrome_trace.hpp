@@ -34,7 +34,7 @@ namespace pipetype {
 
 struct trace_part {
   const step_trace* trace = nullptr;
-  std::string name;           // process names start with it ("measured", "simulated"); may be empty
+  std::string name{};         // process names start with it ("measured", "simulated"); may be empty
   double us_per_unit = 1000;  // µs per unit of the trace's times
 };
 

@@ -136,7 +136,7 @@ struct step_trace {
 };
 
 struct trace_options {
-  std::string unit;             // simulated: the unit of the costs ("" for cost units, "ms", "us")
+  std::string unit{};           // simulated: the unit of the costs ("" for cost units, "ms", "us")
   double latency = 0;           // simulated: a transfer arrives this long after its producer ends
   double activation_scale = 1;  // activations are multiplied by this (1 / v: a rank's share of the model)
   memory_model memory{};        // measured: how each kind changes the live activations

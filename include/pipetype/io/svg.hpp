@@ -38,12 +38,12 @@ struct svg_options {
   double row_height = 22;  // px of a rank's row of spans
   bool memory = true;      // the activation curve under each row
   bool transfers = false;  // arrows for transfers
-  std::string title;       // the first words of every panel's title (a schedule's name)
+  std::string title{};     // the first words of every panel's title (a schedule's name)
 };
 
 struct svg_panel {
   const step_trace* trace = nullptr;
-  std::string title;  // after svg_options::title
+  std::string title{};  // after svg_options::title
 };
 
 /// The colour of a span: by kind (F, B, I, W), red for an overlapped pair whatever its kinds.
