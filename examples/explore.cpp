@@ -215,6 +215,7 @@ pt::program make(std::string_view name, const args& a, int v) {
 struct result {
   pt::runtime_plan plan;
   pt::timeline t;
+  pt::makespan_bound bound;  // analysis/bounds.hpp
   int chunks = 1;
 };
 
@@ -236,7 +237,10 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   o.mem_limit_units = static_cast<int>(a.mem_limit * o.memory.unit * chunks);
   o.groups = a.groups;
   r.plan = pt::build_plan(std::move(prog), o);
-  if (r.plan.ok()) r.t = pt::simulate(r.plan.compute(), per_stage(a.costs, chunks));
+  if (r.plan.ok()) {
+    r.t = pt::simulate(r.plan.compute(), per_stage(a.costs, chunks));
+    r.bound = pt::makespan_lower_bound(r.plan.compute(), per_stage(a.costs, chunks));
+  }
   return r;
 }
 
@@ -311,7 +315,8 @@ int print_all(const args& a) {
              ", \"chunks\": " + std::to_string(r.chunks) + ", \"stages\": " + std::to_string(r.plan.compute().stages) +
              ", \"valid\": " + (r.plan.ok() ? "true" : "false");
       if (r.plan.ok())
-        out += ", \"makespan\": " + num(r.t.makespan()) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
+        out += ", \"makespan\": " + num(r.t.makespan()) + ", \"lower_bound\": " + num(r.bound.value()) +
+               ", \"gap\": " + num(r.bound.gap(r.t.makespan())) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
                ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) +
                ", \"peak_activations_max\": " + num(peak_max(r));
       else
@@ -328,15 +333,16 @@ int print_all(const args& a) {
   }
   std::printf("ranks %d, microbatches %d, costs (per rank share) F=%g B=%g I=%g W=%g comm=%g\n", a.ranks,
               a.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
-  std::printf("%-18s %6s %6s %10s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "rank span", "bubble",
-              "peak act");
+  std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "gap", "rank span",
+              "bubble", "peak act");
   for (const auto& [name, r] : rows) {
     if (!r.plan.ok()) {
       std::printf("%-18s rejected: %s\n", name.c_str(), pt::explain(r.plan.result).c_str());
       continue;
     }
-    std::printf("%-18s %6d %6d %10g %10g %7.1f%% %10g\n", name.c_str(), r.chunks, r.plan.compute().stages,
-                r.t.makespan(), r.t.max_rank_span(), 100 * r.t.bubble_fraction(), peak_max(r));
+    std::printf("%-18s %6d %6d %10g %7.1f%% %10g %7.1f%% %10g\n", name.c_str(), r.chunks, r.plan.compute().stages,
+                r.t.makespan(), 100 * r.bound.gap(r.t.makespan()), r.t.max_rank_span(), 100 * r.t.bubble_fraction(),
+                peak_max(r));
   }
   for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
   return 0;
@@ -494,7 +500,8 @@ int main(int argc, char** argv) {
                 << ", \"markers\": " << ff.markers
                 << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
                 << pt::p2p_streams_name(a.p2p) << "\"}" << torch_json(ff);
-    std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"max_rank_span\": " << num(t.max_rank_span())
+    std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"lower_bound\": " << num(r.bound.value())
+              << ", \"gap\": " << num(r.bound.gap(t.makespan())) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
               << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
               << ", \"ticks\": " << plan.ticks() << ", \"actions\": " << plan.compute().actions.size()
@@ -532,8 +539,10 @@ int main(int argc, char** argv) {
     std::printf("\n\n");
   }
   std::cout << pt::grid(plan.compute(), t) << "\n";
-  std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n\n", t.makespan(),
-              t.max_rank_span(), 100 * t.bubble_fraction(), plan.ticks());
+  std::printf("makespan %g   max rank span %g   bubble %.1f%%   lock-step ticks %d\n", t.makespan(), t.max_rank_span(),
+              100 * t.bubble_fraction(), plan.ticks());
+  std::printf("lower bound %g (busiest rank %g, critical path %g): gap %.1f%%\n\n", r.bound.value(),
+              r.bound.busiest_rank, r.bound.critical_path, 100 * r.bound.gap(t.makespan()));
   std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");
   for (int k = 0; k < P; ++k) {
     const pt::rank_resources& res = plan.lowered().resources[static_cast<std::size_t>(k)];

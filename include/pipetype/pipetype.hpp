@@ -19,6 +19,7 @@
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/graph/stage.hpp"
 
+#include "pipetype/analysis/bounds.hpp"
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
 
