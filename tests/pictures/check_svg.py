@@ -23,7 +23,7 @@ import zlib
 
 NS = "{http://www.w3.org/2000/svg}"
 F, B, IDLE = (0x4E, 0x79, 0xA7), (0x59, 0xA1, 0x4F), (0xE6, 0xE6, 0xE6)
-from common import problem, problems, run, valid_schedules
+from common import finish, problem, problems, run, valid_schedules
 
 
 def read_png(path):
@@ -173,11 +173,7 @@ def main():
         boxes += check_boxes(*drawn, "train_mlp")
         if len(panels(drawn[0])) != 2:
             problem("train_mlp", f"{len(panels(drawn[0]))} panels, expected measured and simulated")
-    if problems:
-        print("\n".join(problems))
-        return 1
-    print(f"{len(names) + 3} SVGs parsed and drawn; {boxes} boxes in their colours; 1f1b p=2 m=2 where worked out by hand")
-    return 0
+    return finish(f"{len(names) + 3} SVGs parsed and drawn; {boxes} boxes in their colours; 1f1b p=2 m=2 where worked out by hand")
 
 
 if __name__ == "__main__":

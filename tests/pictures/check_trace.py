@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-from common import problem, problems, run, valid_schedules
+from common import finish, problem, problems, run, valid_schedules
 
 
 NEEDS = {
@@ -174,11 +174,7 @@ def main():
     expect("train_mlp measured", "transfers", measured["flows"], low["sends"])
     expect("train_mlp simulated", "compute events", simulated["computes"], low["computes"])
     expect("train_mlp simulated", "transfers", simulated["flows"], low["sends"])
-    if problems:
-        print("\n".join(problems))
-        return 1
-    print(f"{len(names)} explorer traces and train_mlp's measured + simulated trace: well formed, counts match")
-    return 0
+    return finish(f"{len(names)} explorer traces and train_mlp's measured + simulated trace: well formed, counts match")
 
 
 if __name__ == "__main__":

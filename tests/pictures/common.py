@@ -8,6 +8,15 @@ def problem(where, what):
     problems.append(f"{where}: {what}")
 
 
+def finish(summary):
+    """Exit status 1 with every problem listed, or 0 with the summary."""
+    if problems:
+        print("\n".join(problems))
+        return 1
+    print(summary)
+    return 0
+
+
 def run(cmd):
     """The command's standard output; exits with its output when it fails."""
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
