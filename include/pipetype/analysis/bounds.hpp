@@ -35,9 +35,7 @@ constexpr makespan_bound makespan_lower_bound(program_view p, const C& c = {}) {
   makespan_bound out;
   const int S = p.stages, m = p.microbatches, P = p.ranks;
   if (S <= 0 || m <= 0 || P <= 0) return out;
-  std::vector<int> owner(static_cast<std::size_t>(S), -1);
-  for (int r = 0; r < P; ++r)
-    for (const action& a : p.rank_actions(r)) owner[static_cast<std::size_t>(a.stage)] = r;
+  const std::vector<int> owner = detail::stage_owners(p);
   const int L = p.lane_length();
   auto hop = [&](int from, int to) {  // the latency of a hand-off from stage `from` to `to`
     const int a = owner[static_cast<std::size_t>(from)], b = owner[static_cast<std::size_t>(to)];

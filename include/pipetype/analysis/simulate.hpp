@@ -45,9 +45,7 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
   const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(m);
   constexpr double unknown = -1;
   std::vector<double> fend(n, unknown), gend(n, unknown), iend(n, unknown);
-  std::vector<int> owner(static_cast<std::size_t>(S), -1);
-  for (int r = 0; r < P; ++r)
-    for (const action& a : p.rank_actions(r)) owner[static_cast<std::size_t>(a.stage)] = r;
+  const std::vector<int> owner = detail::stage_owners(p);
   std::vector<int> ptr(p.begin.begin(), p.begin.end() - 1);
   std::vector<double> free_at(static_cast<std::size_t>(P), 0.0);
   std::vector<int> live(static_cast<std::size_t>(P), 0);

@@ -259,5 +259,13 @@ constexpr std::size_t key(int stage, int mb, int m) {
   return static_cast<std::size_t>(stage) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
 }
 
+/// Per stage, the rank whose actions run it (-1: no action names it).
+constexpr std::vector<int> stage_owners(program_view p) {
+  std::vector<int> owner(static_cast<std::size_t>(p.stages > 0 ? p.stages : 0), -1);
+  for (int r = 0; r < p.ranks; ++r)
+    for (const action& a : p.rank_actions(r)) owner[static_cast<std::size_t>(a.stage)] = r;
+  return owner;
+}
+
 }  // namespace detail
 }  // namespace pipetype

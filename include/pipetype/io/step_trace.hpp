@@ -154,9 +154,7 @@ inline void by_time(std::vector<traced_transfer>& v) {
     return x.stage != y.stage ? x.stage < y.stage : x.microbatch < y.microbatch;
   });
 }
-}  // namespace detail
 
-namespace detail {
 struct constant_latency {
   double value;
   constexpr double latency(int, int) const noexcept { return value; }
@@ -170,7 +168,7 @@ step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const
   if (!t.complete || t.start.size() != p.actions.size()) return out;  // nothing ran as drawn
   const int S = p.stages, m = p.microbatches;
   const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(m);
-  std::vector<int> owner(static_cast<std::size_t>(S), -1);
+  const std::vector<int> owner = detail::stage_owners(p);
   std::vector<int> span_of(p.actions.size(), -1);  // action → its compute span
   std::vector<int> fwd(n, -1), bwd(n, -1);         // (stage, mb) → action index of F, of B/I
   for (int r = 0; r < p.ranks; ++r) {
@@ -178,7 +176,6 @@ step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const
     const auto e = static_cast<std::size_t>(p.begin[static_cast<std::size_t>(r) + 1]);
     for (std::size_t k = b; k < e; ++k) {
       const action& a = p.actions[k];
-      owner[static_cast<std::size_t>(a.stage)] = r;
       const std::size_t q = detail::key(a.stage, a.microbatch, m);
       if (a.what == kind::F) fwd[q] = static_cast<int>(k);
       if (is_input_backward(a.what)) bwd[q] = static_cast<int>(k);
