@@ -1,11 +1,13 @@
-// zb_compare — zb-auto against the hand-written schedules, on the simulator.
+// zb_compare — zb-auto against the hand-written schedules and the zero-bubble authors' heuristic,
+// on the simulator.
 //
 // For a grid of (p, m, costs, memory limit) it prints the best hand-written one-stage-per-rank
-// schedule that fits the limit (1F1B, GPipe, ZB-H1, ZB-H2), zb-auto's rank span and which of
-// its candidates won, the span of a three-knob search like the reference heuristic's (the list
-// scheduler with only its memory-bound warm-up: W filling × tie order), and the lower bound
-// (the busiest rank's work). Spans are a rank's last end − first start, the step period when
-// steps overlap (zero-bubble paper §4). Run: bash bench/zb_compare.sh
+// schedule that fits the limit (1F1B, GPipe, ZB-H1, ZB-H2), the authors' heuristic (zb_greedy,
+// its eight settings), zb-auto without and with its local search (and which candidate won), and
+// zb-auto's lower bound with the gap to it. A second table takes tiny problems (p = 4, m = 4 and
+// 6) to their optimum (zb_exact) and says how far zb-auto is from it. Spans are a rank's last
+// end − first start, the step period when steps overlap (zero-bubble paper §4).
+// Run: bash bench/zb_compare.sh
 #include <pipetype/pipetype.hpp>
 
 #include <algorithm>
@@ -35,16 +37,6 @@ pt::cost_model model_of(const cost_case& c, int p, int m) {
   return cm;
 }
 
-double work_bound(const pt::program& prog, const pt::cost_model& c) {
-  double best = 0;
-  for (int r = 0; r < prog.ranks; ++r) {
-    double w = 0;
-    for (const pt::action& a : prog.view().rank_actions(r)) w += c.time(a);
-    best = std::max(best, w);
-  }
-  return best;
-}
-
 }  // namespace
 
 int main() {
@@ -53,13 +45,27 @@ int main() {
       {"I>W", pt::costs{.f = 1, .b = 2, .i = 1.5, .w = 0.5}, false, false},
       {"W>I", pt::costs{.f = 1, .b = 2, .i = 0.75, .w = 1.25}, false, false},
       {"comm", pt::costs{.f = 1, .b = 2, .i = 1, .w = 1, .comm = 0.25}, false, false},
+      {"mixed", pt::costs{.f = 1, .b = 1.9, .i = 1.1, .w = 0.8, .comm = 0.1}, false, false},
+      {"mixed+", pt::costs{.f = 1, .b = 2.2, .i = 1.3, .w = 0.9, .comm = 0.5}, false, false},
       {"head x2", pt::costs{.f = 1, .b = 2, .i = 1, .w = 1}, false, true},
       {"uneven mb", pt::costs{.f = 1, .b = 2, .i = 1, .w = 1}, true, false},
   };
-  std::printf("%-10s %3s %3s %6s | %-12s %9s | %9s %-16s | %9s | %9s %7s\n", "costs", "p", "m", "limit", "best hand",
-              "span", "zb-auto", "(winner)", "3-knob", "bound", "gap");
-  int wins = 0, ties = 0, rows = 0, beats_knob3 = 0;
-  double gap_sum = 0, best_gain = 0;
+  std::printf("%-9s %2s %3s %5s | %-7s %8s | %8s | %8s | %8s %-22s | %8s %6s\n", "costs", "p", "m", "limit", "hand",
+              "span", "greedy", "no local", "zb-auto", "(winner)", "bound", "gap");
+  struct tally {
+    int shorter = 0, equal = 0, longer = 0;
+    double most = 0;  // the largest gain
+    void add(double ours, double theirs) {
+      if (ours < theirs - 1e-9)
+        ++shorter, most = std::max(most, 1 - ours / theirs);
+      else if (ours > theirs + 1e-9)
+        ++longer;
+      else
+        ++equal;
+    }
+  } vs_hand, vs_greedy, vs_plain;
+  int rows = 0, at_bound = 0;
+  double gap_sum = 0, gap_max = 0;
   for (const cost_case& cc : cases)
     for (int p : {4, 8})
       for (int m : {p, 2 * p, 4 * p})
@@ -80,30 +86,77 @@ int main() {
           pr.costs = c;
           pr.mem_limit = limit;
           const pt::zb_result r = pt::zb_auto_search(pr);
-          double knob3 = 1e300;
-          for (bool gaps : {false, true})
-            for (bool ff : {false, true}) {
-              const pt::detail::zb_run run = pt::detail::zb_list_schedule(pr, {-1, gaps, ff});
-              if (run.ok) knob3 = std::min(knob3, run.rank_span);
-            }
-          const double bound = work_bound(r.schedule, c);
+          const pt::detail::zb_tables tables = pt::detail::zb_tables_of(pr);
+          double greedy = 1e300;  // the authors' heuristic: its eight flag settings
+          for (bool before : {false, true})
+            for (bool prio : {false, true})
+              for (bool fill : {false, true})
+                if (const auto run = pt::detail::zb_greedy_schedule(tables, {before, prio, fill}); run.ok)
+                  greedy = std::min(greedy, run.rank_span);
+          pt::zb_problem plain = pr;  // zb-auto without the local search
+          plain.local = 0;
+          const double no_local = pt::zb_auto_search(plain).rank_span;
           std::string winner = r.source;
           if (winner == "list")
             winner += " k=" + std::to_string(r.knobs.warmup_extra) + (r.knobs.fill_only_gaps ? " gaps" : "") +
                       (r.knobs.forward_first ? " F1st" : "") + (r.knobs.rank_extra.empty() ? "" : " +ref");
-          std::printf("%-10s %3d %3d %6g | %-12s %9.3f | %9.3f %-16s | %9.3f | %9.3f %6.1f%%\n", cc.name, p, m, limit,
-                      hand.c_str(), hand_span, r.rank_span, ("(" + winner + ")").c_str(), knob3, bound,
-                      100 * (r.rank_span / bound - 1));
+          if (r.local_moves > 0) winner += " +" + std::to_string(r.local_moves) + " mv";
+          std::printf("%-9s %2d %3d %5g | %-7s %8.3f | %8.3f | %8.3f | %8.3f %-22s | %8.3f %5.1f%%\n", cc.name, p, m,
+                      limit, hand.c_str(), hand_span, greedy, no_local, r.rank_span, ("(" + winner + ")").c_str(),
+                      r.bound.value(), 100 * r.gap());
           ++rows;
-          gap_sum += r.rank_span / bound - 1;
-          if (knob3 > r.rank_span + 1e-9) ++beats_knob3;
-          best_gain = std::max(best_gain, 1 - r.rank_span / hand_span);
-          if (r.rank_span < hand_span - 1e-9) ++wins;
-          if (r.rank_span <= hand_span + 1e-9 && r.rank_span >= hand_span - 1e-9) ++ties;
+          gap_sum += r.gap();
+          gap_max = std::max(gap_max, r.gap());
+          if (r.gap() <= 1e-12) ++at_bound;
+          vs_hand.add(r.rank_span, hand_span);
+          vs_greedy.add(r.rank_span, greedy);
+          vs_plain.add(r.rank_span, no_local);
         }
-  std::printf(
-      "\n%d cases: zb-auto shorter than the best hand-written schedule in %d (by up to %.1f%%), equal in %d, "
-      "longer in %d; shorter than the three-knob search in %d; mean gap to the work bound %.2f%%\n",
-      rows, wins, 100 * best_gain, ties, rows - wins - ties, beats_knob3, 100 * gap_sum / rows);
+  std::printf("\n%d cases. zb-auto against\n", rows);
+  std::printf("  the best hand-written schedule: shorter in %d (by up to %.1f%%), equal in %d, longer in %d\n",
+              vs_hand.shorter, 100 * vs_hand.most, vs_hand.equal, vs_hand.longer);
+  std::printf("  the authors' heuristic:         shorter in %d (by up to %.1f%%), equal in %d, longer in %d\n",
+              vs_greedy.shorter, 100 * vs_greedy.most, vs_greedy.equal, vs_greedy.longer);
+  std::printf("  itself without local search:    shorter in %d (by up to %.1f%%), equal in %d, longer in %d\n",
+              vs_plain.shorter, 100 * vs_plain.most, vs_plain.equal, vs_plain.longer);
+  std::printf("  the lower bound:                reached in %d, mean gap %.2f%%, largest %.2f%%\n", at_bound,
+              100 * gap_sum / rows, 100 * gap_max);
+
+  // Tiny problems: the optimum of the model (zb_exact's branch and bound, 20 M nodes at most)
+  std::printf("\nThe optimum for p = 4 (zb_exact; 'proven' when the search finished)\n");
+  std::printf("%-9s %2s %3s %5s | %8s | %8s | %8s %-7s | %8s | %9s\n", "costs", "p", "m", "limit", "greedy", "zb-auto",
+              "optimum", "", "bound", "from opt");
+  int proven = 0, tiny = 0, auto_optimal = 0;
+  double worst = 0;
+  for (const cost_case& cc : cases)
+    for (int m : {4, 6})
+      for (double limit : {4.0, 6.0, 8.0}) {
+        const int p = 4;
+        pt::zb_problem pr;
+        pr.ranks = p;
+        pr.microbatches = m;
+        pr.costs = model_of(cc, p, m);
+        pr.mem_limit = limit;
+        const pt::zb_result r = pt::zb_auto_search(pr);
+        const pt::zb_exact_result e = pt::zb_exact(pr, 20'000'000);
+        const pt::detail::zb_tables tables = pt::detail::zb_tables_of(pr);
+        double greedy = 1e300;
+        for (bool before : {false, true})
+          for (bool prio : {false, true})
+            for (bool fill : {false, true})
+              if (const auto run = pt::detail::zb_greedy_schedule(tables, {before, prio, fill}); run.ok)
+                greedy = std::min(greedy, run.rank_span);
+        ++tiny;
+        if (e.optimal) {
+          ++proven;
+          if (r.rank_span <= e.rank_span + 1e-9) ++auto_optimal;
+          worst = std::max(worst, r.rank_span / e.rank_span - 1);
+        }
+        std::printf("%-9s %2d %3d %5g | %8.3f | %8.3f | %8.3f %-7s | %8.3f | %8.1f%%\n", cc.name, p, m, limit, greedy,
+                    r.rank_span, e.rank_span, e.optimal ? "proven" : "best", r.bound.value(),
+                    100 * (r.rank_span / e.rank_span - 1));
+      }
+  std::printf("\n%d tiny cases: the optimum proven in %d; zb-auto optimal in %d of those (at most %.1f%% above)\n",
+              tiny, proven, auto_optimal, 100 * worst);
   return 0;
 }

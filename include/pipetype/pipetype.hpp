@@ -31,6 +31,7 @@
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/registry.hpp"
 #include "pipetype/schedules/zb_auto.hpp"
+#include "pipetype/schedules/zb_exact.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 #include "pipetype/schedules/zb_h2.hpp"
 #include "pipetype/schedules/zb_v.hpp"

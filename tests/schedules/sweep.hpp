@@ -13,6 +13,16 @@ namespace sweep {
 
 namespace pt = pipetype;
 
+/// A zb_auto problem: p ranks, m microbatches, a memory limit in activations (0: none).
+inline pt::zb_problem zb_problem_of(int p, int m, double limit, pt::cost_model c) {
+  pt::zb_problem pr;
+  pr.ranks = p;
+  pr.microbatches = m;
+  pr.costs = std::move(c);
+  pr.mem_limit = limit;
+  return pr;
+}
+
 /// The checks of PyTorch's TestSchedulePlan._validate_pipeline_order, on lock-step ticks:
 /// a microbatch starts with F on stage 0; F at s is followed by F at s+1 (or B at S-1 after
 /// F at S-1); B at s by B at s-1; nothing after B at stage 0; indices in range; a microbatch

@@ -21,12 +21,7 @@ struct uneven_costs {
 };
 
 pt::zb_problem problem(int p, int m, double limit, pt::cost_model c = pt::cost_model{pt::costs{.f = 1, .b = 2}}) {
-  pt::zb_problem pr;
-  pr.ranks = p;
-  pr.microbatches = m;
-  pr.costs = std::move(c);
-  pr.mem_limit = limit;
-  return pr;
+  return sweep::zb_problem_of(p, m, limit, std::move(c));
 }
 
 }  // namespace
@@ -39,6 +34,11 @@ static_assert(pt::simulate(plan_zero, equal_costs::value).max_rank_span() == 8 *
 static_assert(plan_h1.peak_activations(0) <= 4 && plan_zero.peak_activations(0) <= 8);
 constexpr auto plan_uneven = pt::make_plan<pt::zb_auto<pt::ranks<4>, pt::microbatches<8>, uneven_costs, 6>>();
 static_assert(plan_uneven.shape.split && plan_uneven.peak_activations(0) <= 6);
+// the local search runs in the compiler too when asked for (a fifth argument: its passes)
+using uneven_local = pt::zb_auto<pt::ranks<4>, pt::microbatches<8>, uneven_costs, 6, 2>;
+using uneven_plain = pt::zb_auto<pt::ranks<4>, pt::microbatches<8>, uneven_costs, 6>;
+static_assert(pt::zb_auto_search(uneven_local::problem()).rank_span <=
+              pt::zb_auto_search(uneven_plain::problem()).rank_span);
 
 TEST_CASE("zb_auto: equal costs - ZB-H1's span at limit p, zero bubble at limit 2p (m >= 2p-1)") {
   for (int p = 1; p <= 6; ++p)
@@ -49,6 +49,9 @@ TEST_CASE("zb_auto: equal costs - ZB-H1's span at limit p, zero bubble at limit 
       CHECK(at_p.rank_span == 3.0 * m + (p - 1));
       const pt::zb_result at_2p = pt::zb_auto_search(problem(p, m, 2 * p));
       if (m >= 2 * p - 1) CHECK(at_2p.rank_span == 3.0 * m);
+      if (m >= 2 * p - 1) CHECK(at_2p.gap() == 0);  // the bound proves zero bubble optimal
+      CHECK(at_p.bound.value() <= at_p.rank_span);
+      CHECK(at_p.gap() >= 0);
       for (const pt::zb_result* r : {&at_p, &at_2p}) {
         const pt::timeline t = pt::simulate(r->schedule.view(), pt::costs{.f = 1, .b = 2});
         CHECK(t.max_rank_span() == r->rank_span);  // the reported figure is the simulator's
