@@ -168,11 +168,6 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
   return out;
 }
 
-/// One run for a problem (builds the tables; the search builds them once).
-constexpr zb_run zb_list_schedule(const zb_problem& pr, const zb_knobs& knobs) {
-  return zb_list_schedule(zb_tables_of(pr), knobs, 0);
-}
-
 }  // namespace detail
 
 }  // namespace pipetype
