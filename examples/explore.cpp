@@ -2,6 +2,7 @@
 //
 //   pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
+//                    [--rank-speed S,S,...] [--microbatch-scale X,X,...]
 //                    [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE]
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
@@ -25,7 +26,10 @@
 // for Perfetto; one time unit is drawn as 1 ms), both atomically. Costs and activations count a rank's whole share of
 // the model (one stage of a one-stage-per-rank split): with v chunks per rank a chunk costs 1/v
 // of them and holds 1/v of an activation, so schedules with different v compare fairly. Cost
-// defaults F=1, B=2, I=W=B/2 (B = I + W when only those are given), comm 0. The run-time path
+// defaults F=1, B=2, I=W=B/2 (B = I + W when only those are given), comm 0. --rank-speed gives
+// each rank's relative speed (1 nominal, 0.5 takes twice as long: a slower device) and
+// --microbatch-scale each microbatch's length relative to the others (variable sequence lengths);
+// every schedule is simulated under them and zb-auto searches with them. The run-time path
 // is the same code make_plan runs at compile time (build_plan, simulate).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
@@ -63,6 +67,7 @@ struct args {
   int chunks = 0;  // 0: 2 for chunked schedules, 1 otherwise
   bool ranks_given = false, microbatches_given = false;
   pt::costs costs{};
+  std::vector<double> rank_speed, microbatch_scale;  // --rank-speed, --microbatch-scale
   double mem_limit = 0;
   bool cost_b_given = false;
   std::string file;
@@ -78,6 +83,7 @@ struct args {
 constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
+    "         [--rank-speed S,S,...] [--microbatch-scale X,X,...]\n"
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE]\n"
@@ -101,6 +107,20 @@ double to_number(const std::string& flag, const std::string& v, bool integer) {
   if (integer && x != static_cast<double>(static_cast<long>(x)))
     usage_error(flag + " needs a whole number, got '" + v + "'");
   return x;
+}
+
+/// A comma-separated list of positive decimals (--rank-speed 1,1,0.5,1).
+std::vector<double> to_numbers(const std::string& flag, const std::string& v) {
+  std::vector<double> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t comma = v.find(',', at);
+    const double x = to_number(flag, v.substr(at, comma == std::string::npos ? std::string::npos : comma - at), false);
+    if (!(x > 0)) usage_error(flag + " needs positive numbers separated by commas, got '" + v + "'");
+    out.push_back(x);
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
 }
 
 args parse(int argc, char** argv) {
@@ -134,6 +154,10 @@ args parse(int argc, char** argv) {
       a.costs.w = to_number(flag, v, false);
     } else if (flag == "--cost-comm")
       a.costs.comm = to_number(flag, v, false);
+    else if (flag == "--rank-speed")
+      a.rank_speed = to_numbers(flag, v);
+    else if (flag == "--microbatch-scale")
+      a.microbatch_scale = to_numbers(flag, v);
     else if (flag == "--mem-limit")
       a.mem_limit = to_number(flag, v, false);
     else if (flag == "--file")
@@ -176,6 +200,12 @@ args parse(int argc, char** argv) {
   if (a.ranks > pt::limits::ranks || a.microbatches > pt::limits::microbatches || a.chunks > 64)
     usage_error("--ranks is at most " + std::to_string(pt::limits::ranks) + ", --microbatches at most " +
                 std::to_string(pt::limits::microbatches) + " (pipetype::limits) and --chunks at most 64");
+  if (!a.rank_speed.empty() && a.file.empty() && static_cast<int>(a.rank_speed.size()) != a.ranks)
+    usage_error("--rank-speed needs one speed per rank: " + std::to_string(a.ranks) + ", got " +
+                std::to_string(a.rank_speed.size()));
+  if (!a.microbatch_scale.empty() && a.file.empty() && static_cast<int>(a.microbatch_scale.size()) != a.microbatches)
+    usage_error("--microbatch-scale needs one scale per microbatch: " + std::to_string(a.microbatches) + ", got " +
+                std::to_string(a.microbatch_scale.size()));
   return a;
 }
 
@@ -209,7 +239,7 @@ std::string json_array(const Range& v, F f) {
 /// A built-in schedule for the arguments (zb-auto searches with the given costs and limit);
 /// throws std::invalid_argument when there is none.
 pt::program make(std::string_view name, const args& a, int v) {
-  return pt::make_schedule(name, a.ranks, a.microbatches, v, {a.costs, a.mem_limit});
+  return pt::make_schedule(name, a.ranks, a.microbatches, v, {a.costs, a.mem_limit, a.rank_speed, a.microbatch_scale});
 }
 
 struct result {
@@ -220,13 +250,22 @@ struct result {
 };
 
 /// The costs of one stage when a rank's share of the model is cut into v chunks: the given
-/// costs are those of a whole share, so schedules with different v compare fairly.
-pt::costs per_stage(pt::costs c, int v) {
+/// costs are those of a whole share, so schedules with different v compare fairly; each stage
+/// then runs at its rank's speed and each microbatch at its scale (--rank-speed,
+/// --microbatch-scale).
+pt::cost_model per_stage(const args& a, pt::program_view p, int v) {
+  pt::costs c = a.costs;
   auto scale = [v](double& x) {
     if (x >= 0) x /= v;
   };
   scale(c.f), scale(c.b), scale(c.i), scale(c.w), scale(c.fb);
-  return c;
+  if (!a.rank_speed.empty() && static_cast<int>(a.rank_speed.size()) != p.ranks)
+    die("--rank-speed gives " + std::to_string(a.rank_speed.size()) + " speeds for " + std::to_string(p.ranks) +
+        " ranks");
+  if (!a.microbatch_scale.empty() && static_cast<int>(a.microbatch_scale.size()) != p.microbatches)
+    die("--microbatch-scale gives " + std::to_string(a.microbatch_scale.size()) + " scales for " +
+        std::to_string(p.microbatches) + " microbatches");
+  return pt::scaled_costs(c, {p.stage_rank.begin(), p.stage_rank.end()}, a.rank_speed, a.microbatch_scale);
 }
 
 result evaluate(pt::program prog, const args& a, int chunks) {
@@ -238,8 +277,9 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   o.groups = a.groups;
   r.plan = pt::build_plan(std::move(prog), o);
   if (r.plan.ok()) {
-    r.t = pt::simulate(r.plan.compute(), per_stage(a.costs, chunks));
-    r.bound = pt::makespan_lower_bound(r.plan.compute(), per_stage(a.costs, chunks));
+    const pt::cost_model c = per_stage(a, r.plan.compute(), chunks);
+    r.t = pt::simulate(r.plan.compute(), c);
+    r.bound = pt::makespan_lower_bound(r.plan.compute(), c);
   }
   return r;
 }
@@ -248,7 +288,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
 pt::step_trace trace_of(const result& r, const args& a) {
   pt::trace_options o;
   o.activation_scale = 1.0 / r.chunks;
-  return pt::trace_of(r.plan.compute(), r.t, per_stage(a.costs, r.chunks), o);
+  return pt::trace_of(r.plan.compute(), r.t, per_stage(a, r.plan.compute(), r.chunks), o);
 }
 
 std::string titled(const std::string& name, int chunks) {
@@ -333,6 +373,13 @@ int print_all(const args& a) {
   }
   std::printf("ranks %d, microbatches %d, costs (per rank share) F=%g B=%g I=%g W=%g comm=%g\n", a.ranks,
               a.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
+  for (const auto& [what, xs] :
+       {std::pair{"rank speeds", &a.rank_speed}, std::pair{"microbatch scales", &a.microbatch_scale}}) {
+    if (xs->empty()) continue;
+    std::printf("%s", what);
+    for (std::size_t k = 0; k < xs->size(); ++k) std::printf("%s%g", k ? "," : " ", (*xs)[k]);
+    std::printf("\n");
+  }
   std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "gap", "rank span",
               "bubble", "peak act");
   for (const auto& [name, r] : rows) {

@@ -25,3 +25,26 @@ TEST_CASE("cost_model: the last matching rule wins, microbatch scales multiply")
   CHECK(m.latency(0, 1) == 0.25);
   CHECK(m.base().b == 2);
 }
+
+TEST_CASE("cost_model: a stage scale multiplies every kind on that stage, with the microbatch scales") {
+  pt::cost_model m{pt::costs{.f = 1, .b = 2, .i = 1.5, .w = 0.5}};
+  m.stage_scale(2, 2.0).microbatch(1, 0.5).stage(2, pt::kind::W, 1);
+  CHECK(m.time(pt::F(2, 0)) == 2);
+  CHECK(m.time(pt::I(2, 0)) == 3);
+  CHECK(m.time(pt::W(2, 0)) == 2);    // the override, then the scale
+  CHECK(m.time(pt::I(2, 1)) == 1.5);  // 1.5 · 2 · 0.5
+  CHECK(m.time(pt::I(1, 0)) == 1.5);  // other stages keep their time
+  CHECK(m.time(pt::B(1, 1)) == 1);
+}
+
+TEST_CASE("scaled_costs: stages at their rank's speed, microbatches at their scale") {
+  const std::vector<int> stage_rank{0, 1, 1, 0};  // a V: stages 1 and 2 on rank 1
+  const pt::cost_model c = pt::scaled_costs(pt::costs{.f = 1, .b = 2}, stage_rank, {1, 0.5}, {1, 3});
+  CHECK(c.time(pt::F(0, 0)) == 1);
+  CHECK(c.time(pt::F(1, 0)) == 2);  // rank 1 at half speed
+  CHECK(c.time(pt::B(2, 0)) == 4);
+  CHECK(c.time(pt::F(3, 1)) == 3);  // microbatch 1 three times as long
+  CHECK(c.time(pt::B(2, 1)) == 12);
+  const pt::cost_model same = pt::scaled_costs(pt::costs{.f = 1, .b = 2}, stage_rank, {}, {});
+  CHECK(same.time(pt::B(2, 1)) == 2);
+}

@@ -128,3 +128,15 @@ TEST_CASE("zb_auto: unschedulable problems are named") {
   CHECK(pt::build_plan(tight.schedule, {.mem_limit = 1}).ok());
   CHECK(tight.candidates > 0);
 }
+
+TEST_CASE("zb_auto: by name with rank speeds and microbatch scales, it searches under them") {
+  const pt::costs base{.f = 1, .b = 2, .comm = 0.1};
+  const std::vector<double> speeds{1, 1, 0.7, 1}, scales{0.4, 0.4, 3, 0.4, 0.4, 2.5, 0.4, 0.5};
+  const pt::cost_model real = pt::scaled_costs(base, pt::looped_placement(4, 1), speeds, scales);
+  const pt::program aware = pt::make_schedule("zb-auto", 4, 8, 0, {base, 6, speeds, scales});
+  const pt::program blind = pt::make_schedule("zb-auto", 4, 8, 0, {base, 6});
+  const double aware_span = pt::simulate(aware.view(), real).max_rank_span();
+  CHECK(aware_span == doctest::Approx(pt::zb_auto_search(sweep::zb_problem_of(4, 8, 6, real)).rank_span));
+  CHECK(aware_span < pt::simulate(blind.view(), real).max_rank_span());
+  CHECK(pt::build_plan(aware, {.mem_limit = 6}).ok());
+}

@@ -6,11 +6,13 @@
 //
 // `cost_model` adds overrides on top of a `costs`: per stage and kind (unbalanced stages, a heavy
 // loss head), per microbatch (variable sequence lengths make microbatches unequal, as WLB-LLM
-// reports), or per single action. The last matching override wins; microbatch scales multiply.
+// reports), per stage as a scale (a slower device), or per single action. The last matching
+// override wins; scales multiply.
 //
 // Both are usable in constant expressions; `costs` can also be a constexpr variable.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "pipetype/core/action.hpp"
@@ -60,6 +62,12 @@ class cost_model {
     rules_.push_back({-1, mb, kind::F, scale, true});
     return *this;
   }
+  /// Multiplies the time of every action on stage `s` by `scale` (a rank on a slower device:
+  /// scale each of its stages by 1 / its relative speed).
+  constexpr cost_model& stage_scale(int s, double scale) {
+    rules_.push_back({s, -1, kind::F, scale, true});
+    return *this;
+  }
   /// Time of one action.
   constexpr cost_model& exact(const action& a, double t) {
     rules_.push_back({a.stage, a.microbatch, a.what, t, false});
@@ -70,7 +78,8 @@ class cost_model {
     double t = base_.of(a.what), scale = 1;
     for (const rule& r : rules_) {
       if (r.scale) {
-        if (r.microbatch == a.microbatch) scale *= r.value;
+        if ((r.stage == -1 || r.stage == a.stage) && (r.microbatch == -1 || r.microbatch == a.microbatch))
+          scale *= r.value;
         continue;
       }
       if (r.what == a.what && (r.stage == -1 || r.stage == a.stage) &&
@@ -96,6 +105,22 @@ class cost_model {
   costs base_{};
   std::vector<rule> rules_;
 };
+
+/// `base` on uneven hardware and data: every stage s scaled by 1 / rank_speed[stage_rank[s]] (a
+/// rank's relative speed, 1 nominal; empty: all 1) and every microbatch j by microbatch_scale[j]
+/// (its length relative to the others; empty: all 1). Speeds and scales must be positive.
+constexpr cost_model scaled_costs(costs base, const std::vector<int>& stage_rank, const std::vector<double>& rank_speed,
+                                  const std::vector<double>& microbatch_scale) {
+  cost_model c{base};
+  if (!rank_speed.empty())
+    for (std::size_t s = 0; s < stage_rank.size(); ++s) {
+      const auto r = static_cast<std::size_t>(stage_rank[s]);
+      if (r < rank_speed.size() && rank_speed[r] != 1) c.stage_scale(static_cast<int>(s), 1 / rank_speed[r]);
+    }
+  for (std::size_t j = 0; j < microbatch_scale.size(); ++j)
+    if (microbatch_scale[j] != 1) c.microbatch(static_cast<int>(j), microbatch_scale[j]);
+  return c;
+}
 
 template <class C>
 concept cost_source = requires(const C& c, const action& a) {

@@ -18,6 +18,7 @@
 
 #include <concepts>
 #include <string_view>
+#include <vector>
 
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/core/program.hpp"
@@ -28,6 +29,10 @@ namespace pipetype {
 struct schedule_params {
   costs cost{};
   double mem_limit = 0;  // microbatch activations per rank; 0 = none
+  /// Each rank's relative speed (1 nominal, 0.5 takes twice as long; empty: all 1) and each
+  /// microbatch's length relative to the others (empty: all 1): see `scaled_costs`.
+  std::vector<double> rank_speed{};
+  std::vector<double> microbatch_scale{};
 };
 
 template <class F>

@@ -195,8 +195,8 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
 /// The best schedule found for the problem (see zb_auto_search).
 constexpr program make_zb_auto(const zb_problem& pr) { return zb_auto_search(pr).schedule; }
 
-/// zb_auto for tools that pick a schedule by name (registry.hpp): uniform costs and the memory
-/// limit come from `schedule_params`.
+/// zb_auto for tools that pick a schedule by name (registry.hpp): the costs (with rank speeds
+/// and microbatch scales) and the memory limit come from `schedule_params`.
 struct zb_auto_family {
   static constexpr std::string_view name = "zb-auto";
   static constexpr std::string_view summary = "automatic zero-bubble search for the given costs and --mem-limit";
@@ -207,7 +207,7 @@ struct zb_auto_family {
     zb_problem pr;
     pr.ranks = p;
     pr.microbatches = m;
-    pr.costs = cost_model{params.cost};
+    pr.costs = scaled_costs(params.cost, looped_placement(p, 1), params.rank_speed, params.microbatch_scale);
     pr.mem_limit = params.mem_limit;
     return make_zb_auto(pr);
   }
