@@ -2,7 +2,7 @@
 //
 //   pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]
 //                    [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]
-//                    [--rank-speed S,S,...] [--microbatch-scale X,X,...]
+//                    [--rank-speed S,S,...] [--microbatch-scale X,X,...] [--placement one|v|auto]
 //                    [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE]
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
@@ -29,7 +29,9 @@
 // defaults F=1, B=2, I=W=B/2 (B = I + W when only those are given), comm 0. --rank-speed gives
 // each rank's relative speed (1 nominal, 0.5 takes twice as long: a slower device) and
 // --microbatch-scale each microbatch's length relative to the others (variable sequence lengths);
-// every schedule is simulated under them and zb-auto searches with them. The run-time path
+// every schedule is simulated under them and zb-auto searches with them. --placement says where
+// zb-auto places stages: one per rank (the default), two per rank in a V as ZB-V does, or auto,
+// both searched and the shorter rank span kept. The run-time path
 // is the same code make_plan runs at compile time (build_plan, simulate).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
@@ -67,7 +69,8 @@ struct args {
   int chunks = 0;  // 0: 2 for chunked schedules, 1 otherwise
   bool ranks_given = false, microbatches_given = false;
   pt::costs costs{};
-  std::vector<double> rank_speed, microbatch_scale;  // --rank-speed, --microbatch-scale
+  std::vector<double> rank_speed, microbatch_scale;                     // --rank-speed, --microbatch-scale
+  pt::search_placement placement = pt::search_placement::one_per_rank;  // --placement (zb-auto)
   double mem_limit = 0;
   bool cost_b_given = false;
   std::string file;
@@ -83,7 +86,7 @@ struct args {
 constexpr const char* usage =
     "usage: pipetype-explore --schedule NAME --ranks P --microbatches M [--chunks V]\n"
     "         [--cost-f T] [--cost-b T] [--cost-i T] [--cost-w T] [--cost-comm T]\n"
-    "         [--rank-speed S,S,...] [--microbatch-scale X,X,...]\n"
+    "         [--rank-speed S,S,...] [--microbatch-scale X,X,...] [--placement one|v|auto]\n"
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE]\n"
@@ -158,7 +161,12 @@ args parse(int argc, char** argv) {
       a.rank_speed = to_numbers(flag, v);
     else if (flag == "--microbatch-scale")
       a.microbatch_scale = to_numbers(flag, v);
-    else if (flag == "--mem-limit")
+    else if (flag == "--placement") {
+      if (v != "one" && v != "v" && v != "auto") usage_error("--placement is one, v or auto, got '" + v + "'");
+      a.placement = v == "v"      ? pt::search_placement::v
+                    : v == "auto" ? pt::search_placement::automatic
+                                  : pt::search_placement::one_per_rank;
+    } else if (flag == "--mem-limit")
       a.mem_limit = to_number(flag, v, false);
     else if (flag == "--file")
       a.file = v;
@@ -239,7 +247,15 @@ std::string json_array(const Range& v, F f) {
 /// A built-in schedule for the arguments (zb-auto searches with the given costs and limit);
 /// throws std::invalid_argument when there is none.
 pt::program make(std::string_view name, const args& a, int v) {
-  return pt::make_schedule(name, a.ranks, a.microbatches, v, {a.costs, a.mem_limit, a.rank_speed, a.microbatch_scale});
+  return pt::make_schedule(name, a.ranks, a.microbatches, v,
+                           {a.costs, a.mem_limit, a.rank_speed, a.microbatch_scale, a.placement});
+}
+
+/// Stages per rank of a model share (DualPipe holds the model twice, one lane each); `fallback`
+/// when the lanes do not divide evenly.
+int chunks_of(const pt::program& prog, int fallback) {
+  const int model_stages = prog.view().lane_length();
+  return prog.ranks > 0 && model_stages % prog.ranks == 0 ? model_stages / prog.ranks : fallback;
 }
 
 struct result {
@@ -330,7 +346,9 @@ int print_all(const args& a) {
       continue;
     }
     try {
-      rows.emplace_back(std::string(s.name), evaluate(make(s.name, a, v), a, v));
+      pt::program prog = make(s.name, a, v);
+      const int chunks = chunks_of(prog, v);  // zb-auto may answer with a V
+      rows.emplace_back(std::string(s.name), evaluate(std::move(prog), a, chunks));
     } catch (const std::invalid_argument& e) {
       skipped.emplace_back(std::string(s.name), e.what());
     }
@@ -487,8 +505,7 @@ int main(int argc, char** argv) {
     ff.torch_loads = ff.torch_note.empty() && file.error.ok();
     ff.transfer_verdict = !prog.source_error.ok();
     if (prog.source_error.ok()) {
-      const int model_stages = prog.view().lane_length();  // per lane: DualPipe holds the model twice
-      if (prog.ranks > 0 && model_stages % prog.ranks == 0) chunks = model_stages / prog.ranks;
+      chunks = chunks_of(prog, chunks);
     }
   } else {
     const pt::schedule_info* s = pt::find_schedule(a.schedule);
@@ -499,6 +516,7 @@ int main(int argc, char** argv) {
       usage_error("--schedule " + a.schedule + ": too large: " + why);
     try {
       prog = make(a.schedule, a, chunks);
+      chunks = chunks_of(prog, chunks);  // zb-auto may answer with a V
     } catch (const std::invalid_argument& e) {
       usage_error("--schedule " + a.schedule + ": " + e.what());
     }

@@ -25,6 +25,10 @@
 
 namespace pipetype {
 
+/// Where zb-auto places stages: one per rank, two per rank in a V (as ZB-V), or both tried and
+/// the shorter rank span kept.
+enum class search_placement { one_per_rank, v, automatic };
+
 /// What the parametrised families need (zb-auto: costs and a memory limit).
 struct schedule_params {
   costs cost{};
@@ -33,6 +37,7 @@ struct schedule_params {
   /// microbatch's length relative to the others (empty: all 1): see `scaled_costs`.
   std::vector<double> rank_speed{};
   std::vector<double> microbatch_scale{};
+  search_placement placement = search_placement::one_per_rank;
 };
 
 template <class F>

@@ -41,6 +41,7 @@
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/schedules/family.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
+#include "pipetype/schedules/zb_auto_v.hpp"
 #include "pipetype/schedules/zb_greedy.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 #include "pipetype/schedules/zb_h2.hpp"
@@ -49,22 +50,6 @@
 #include "pipetype/schedules/zb_model.hpp"
 
 namespace pipetype {
-
-struct zb_result {
-  program schedule;
-  double rank_span = 0;
-  double makespan = 0;
-  /// Which candidate won: "greedy" (with `flags`), "list" (with `knobs`) or the name of a
-  /// hand-written schedule; `local_moves` says how many moves the local search kept on top.
-  const char* source = "";
-  zb_knobs knobs{};
-  zb_greedy_flags flags{};
-  int local_moves = 0;
-  int candidates = 0;  // how many were scored
-  /// No schedule of the model has a shorter rank span; gap() = rank_span / bound − 1.
-  zb_bound bound{};
-  constexpr double gap() const noexcept { return bound.gap(rank_span); }
-};
 
 namespace detail {
 
@@ -102,6 +87,7 @@ constexpr program zb_gpipe_split(int p, int m) {
 /// that cannot be scheduled (zb_problem_error).
 constexpr zb_result zb_auto_search(const zb_problem& pr) {
   if (const char* e = zb_problem_error(pr)) throw std::invalid_argument(e);
+  if (pr.placement == search_placement::v) return zb_auto_v_search(pr);
   const int P = pr.ranks, m = pr.microbatches;
   const detail::zb_tables tables = detail::zb_tables_of(pr);
   zb_result best;
@@ -195,8 +181,9 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
 /// The best schedule found for the problem (see zb_auto_search).
 constexpr program make_zb_auto(const zb_problem& pr) { return zb_auto_search(pr).schedule; }
 
-/// zb_auto for tools that pick a schedule by name (registry.hpp): the costs (with rank speeds
-/// and microbatch scales) and the memory limit come from `schedule_params`.
+/// zb_auto for tools that pick a schedule by name (registry.hpp): the costs of a rank's share
+/// (with rank speeds and microbatch scales), the memory limit and the placement (one stage per
+/// rank, a V of two, or the better of both) come from `schedule_params`.
 struct zb_auto_family {
   static constexpr std::string_view name = "zb-auto";
   static constexpr std::string_view summary = "automatic zero-bubble search for the given costs and --mem-limit";
@@ -204,12 +191,23 @@ struct zb_auto_family {
   static constexpr bool split = true;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
   static constexpr program make(int p, int m, int, const schedule_params& params) {
-    zb_problem pr;
-    pr.ranks = p;
-    pr.microbatches = m;
-    pr.costs = scaled_costs(params.cost, looped_placement(p, 1), params.rank_speed, params.microbatch_scale);
-    pr.mem_limit = params.mem_limit;
-    return make_zb_auto(pr);
+    auto search = [&](search_placement where) {
+      zb_problem pr;
+      pr.ranks = p;
+      pr.microbatches = m;
+      pr.placement = where;
+      pr.mem_limit = params.mem_limit;
+      costs c = params.cost;  // a rank's share; on the V each of its two stages holds half of it
+      if (where == search_placement::v)
+        for (double* x : {&c.f, &c.b, &c.i, &c.w, &c.fb})
+          if (*x >= 0) *x /= 2;
+      pr.costs = scaled_costs(c, where == search_placement::v ? v_shape_placement(p) : looped_placement(p, 1),
+                              params.rank_speed, params.microbatch_scale);
+      return zb_auto_search(pr);
+    };
+    if (params.placement != search_placement::automatic) return search(params.placement).schedule;
+    zb_result one = search(search_placement::one_per_rank), v = search(search_placement::v);
+    return v.rank_span < one.rank_span ? std::move(v.schedule) : std::move(one.schedule);
   }
 };
 

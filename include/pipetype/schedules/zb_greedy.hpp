@@ -34,12 +34,6 @@
 
 namespace pipetype {
 
-struct zb_greedy_flags {
-  bool bubble_before_first_i = false;
-  bool prioritize_i = false;
-  bool greedy_fill = true;
-};
-
 namespace detail {
 
 constexpr zb_run zb_greedy_schedule(const zb_tables& z, const zb_greedy_flags& fl) {

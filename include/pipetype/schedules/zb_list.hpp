@@ -22,14 +22,6 @@
 
 namespace pipetype {
 
-/// The list scheduler's knobs (see the header comment).
-struct zb_knobs {
-  int warmup_extra = -1;  // k: at most (p − r) + k forwards before the first I; < 0: memory only
-  bool fill_only_gaps = false;
-  bool forward_first = false;
-  std::vector<int> rank_extra{};  // per rank, overrides warmup_extra (the refinement's result)
-};
-
 namespace detail {
 
 /// One run: the actions in the order it placed them and the figures of the timeline it built,

@@ -32,6 +32,7 @@
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/detail/scratch.hpp"
 #include "pipetype/graph/placement.hpp"
+#include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
 
@@ -50,6 +51,9 @@ struct zb_problem {
   int refine = 1;
   /// Passes of the local search over the best candidate's orders (0: none; see zb_local.hpp).
   int local = 2;
+  /// One stage per rank, or two in a V (zb_auto_v.hpp: `costs` then has 2p stages).
+  /// `automatic` is for the registry's zb-auto, which builds both problems from a rank's share.
+  search_placement placement = search_placement::one_per_rank;
   /// Work the search may spend, in list-scheduler placements (one run places 3·p·m actions).
   /// Small problems never reach it; a large one tries warm-up caps -1, 0, 1, 2, 4, ... instead
   /// of every cap, and refines ranks until the budget is spent (at least one run per knob pair).
@@ -64,7 +68,10 @@ struct zb_problem {
 constexpr const char* zb_problem_error(const zb_problem& pr) {
   if (pr.ranks < 1 || pr.microbatches < 1) return "zb_auto: ranks and microbatches must be positive";
   if (pr.mem_limit < 0) return "zb_auto: the memory limit must not be negative";
-  for (int s = 0; s < pr.ranks; ++s) {
+  if (pr.placement == search_placement::automatic)
+    return "zb_auto: a problem has one placement (one_per_rank or v); the registry's zb-auto tries both";
+  const int stages = pr.placement == search_placement::v ? 2 * pr.ranks : pr.ranks;
+  for (int s = 0; s < stages; ++s) {
     const memory_model& mm = pr.memory_of(s);
     if (mm.f <= 0 || mm.unit <= 0 || mm.i > 0 || mm.w > 0 || mm.f + mm.i + mm.w != 0)
       return "zb_auto: a stage's memory model must have F hold a positive amount that I and W release";
@@ -308,5 +315,38 @@ constexpr zb_bound zb_span_bound(const detail::zb_tables& z) {
 
 /// The bound for a problem.
 constexpr zb_bound zb_span_bound(const zb_problem& pr) { return zb_span_bound(detail::zb_tables_of(pr)); }
+
+/// The list scheduler's knobs (zb_list.hpp).
+struct zb_knobs {
+  int warmup_extra = -1;  // k: at most (p − r) + k forwards before the first I; < 0: memory only
+  bool fill_only_gaps = false;
+  bool forward_first = false;
+  std::vector<int> rank_extra{};  // per rank, overrides warmup_extra (the refinement's result)
+};
+
+/// The authors' heuristic's three flags (zb_greedy.hpp).
+struct zb_greedy_flags {
+  bool bubble_before_first_i = false;
+  bool prioritize_i = false;
+  bool greedy_fill = true;
+};
+
+/// What zb_auto_search returns.
+struct zb_result {
+  program schedule;
+  double rank_span = 0;
+  double makespan = 0;
+  /// Which candidate won: "greedy" (with `flags`), "list" (with `knobs`), "v-list" (the V
+  /// search) or the name of a hand-written schedule; `local_moves` says how many moves the
+  /// local search kept on top.
+  const char* source = "";
+  zb_knobs knobs{};
+  zb_greedy_flags flags{};
+  int local_moves = 0;
+  int candidates = 0;  // how many were scored
+  /// No schedule of the model has a shorter rank span; gap() = rank_span / bound − 1.
+  zb_bound bound{};
+  constexpr double gap() const noexcept { return bound.gap(rank_span); }
+};
 
 }  // namespace pipetype
