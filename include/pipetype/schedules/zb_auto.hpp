@@ -11,7 +11,8 @@
 //      in place, GPipe with split backwards — so it is never worse than the best of those either;
 //   3. the list scheduler (zb_list.hpp) over its knobs: every warm-up cap k = -1 .. p, W filling
 //      × tie order; then a refinement from the best of those, each rank's warm-up cap in turn,
-//      kept when it shortens the span (`zb_problem::refine` passes, default 1);
+//      kept when it shortens the span (`zb_problem::refine` passes, default 1). A cap a rank
+//      cannot reach (memory stops it first) is the memory-only run again, so it is skipped;
 //   4. a local search from the best so far (zb_local.hpp, `zb_problem::local` passes, default 2):
 //      moving W's and F's a place or two in their rank's order.
 // Runs that cannot beat the best so far are cut short, and the search stops as soon as a
@@ -133,9 +134,22 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
   for (int k = 0; k < P; k = k == 0 ? 1 : 2 * k) sparse.push_back(k);
   sparse.push_back(P);
   const std::vector<int>& grid = 4 * static_cast<long long>(caps.size()) * run_cost <= pr.budget / 2 ? caps : sparse;
+  // A cap rank r never reaches is no cap: before its first I a rank holds one activation per F,
+  // so memory alone stops it at limit / F forwards (and m is all there are). Such a run equals
+  // the memory-only one, so it is not run again.
+  auto effective = [&](int r, int k) {
+    const int by_memory = tables.limit(r) / tables.units(r, 0);
+    return k < 0 || (P - r) + k >= (by_memory < m ? by_memory : m) ? -1 : k;
+  };
+  auto no_cap_anywhere = [&](int k) {
+    for (int r = 0; r < P; ++r)
+      if (effective(r, k) >= 0) return false;
+    return true;
+  };
   bool list_won = false;
   for (const int k : grid) {
     if (optimal() || (k != grid.front() && left < 4 * run_cost)) break;
+    if (k >= 0 && no_cap_anywhere(k)) continue;
     for (const bool gaps : {false, true})
       for (const bool ff : {false, true})
         if (consider(detail::zb_list_schedule(tables, {k, gaps, ff}, cutoff()), "list"))
@@ -151,15 +165,19 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
       bool improved = false;
       const std::vector<int>& tries =
           static_cast<long long>(P) * static_cast<long long>(caps.size()) * run_cost <= left ? caps : sparse;
-      for (int r = 0; r < P && left >= run_cost && !optimal(); ++r)
+      for (int r = 0; r < P && left >= run_cost && !optimal(); ++r) {
+        bool uncapped_tried = effective(r, kn.rank_extra[static_cast<std::size_t>(r)]) < 0;
         for (const int k : tries) {
-          if (k == kn.rank_extra[static_cast<std::size_t>(r)]) continue;
+          const int e = effective(r, k);
+          if (e == effective(r, kn.rank_extra[static_cast<std::size_t>(r)]) || (e < 0 && uncapped_tried)) continue;
+          uncapped_tried = uncapped_tried || e < 0;
           if (left < run_cost) break;
           left -= run_cost;
           zb_knobs t = kn;
           t.rank_extra[static_cast<std::size_t>(r)] = k;
           if (consider(detail::zb_list_schedule(tables, t, cutoff()), "list")) kn = t, best.knobs = t, improved = true;
         }
+      }
       if (!improved) break;
     }
   }
