@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Compile cost of plans instantiated at compile time (issue acceptance: a TU with verified plans
-# for interleaved p=8 m=64 v=2 and 1F1B p=16 m=128, compiled with g++; and zb_auto's search for
-# p=8 m=16 at 1F1B's memory).
+# for interleaved p=8 m=64 v=2 and 1F1B p=16 m=128, compiled with g++; and zb_auto's plan for
+# p=8 m=16 at 1F1B's memory, within 3 s and 512 MB with g++: zb_auto_p8_m16, which includes the
+# two headers it needs; _all includes pipetype.hpp, _refine adds a refinement pass). `empty` is
+# pipetype.hpp alone.
 #
 #   bash bench/compile_cost.sh            # g++ (and clang++ if present), one run each, a table
 #
@@ -23,8 +25,16 @@ CPP
 tu small 'constexpr auto p = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>(); static_assert(p.ops().size() > 0);'
 tu interleaved_p8_m64_v2 'constexpr const auto& p = pt::plan_v<pt::interleaved_1f1b<pt::ranks<8>, pt::microbatches<64>, pt::chunks<2>>>; static_assert(p.ops().size() > 0);'
 tu one_f_one_b_p16_m128 'constexpr const auto& p = pt::plan_v<pt::one_f_one_b<pt::ranks<16>, pt::microbatches<128>>>; static_assert(p.ops().size() > 0);'
-tu zb_auto_p8_m16 'struct c { static constexpr pt::costs value{.f = 1, .b = 2}; };
-constexpr auto p = pt::make_plan<pt::zb_auto<pt::ranks<8>, pt::microbatches<16>, c, 8>>(); static_assert(p.ops().size() > 0);'
+zb_body() {  # zb_auto's plan at p = 8, m = 16, 1F1B's memory, with the given effort (zb_effort)
+  echo "struct c { static constexpr pt::costs value{.f = 1, .b = 2}; };
+constexpr auto p = pt::make_plan<pt::zb_auto<pt::ranks<8>, pt::microbatches<16>, c, 8${1:-}>>(); static_assert(p.ops().size() > 0);"
+}
+tu zb_auto_p8_m16_all "$(zb_body)"
+tu zb_auto_p8_m16_refine "$(zb_body ', pt::zb_effort{.refine = 1}')"
+# the headers it needs rather than all of pipetype.hpp (whose parsing alone is about 2 s)
+tu zb_auto_p8_m16 "$(zb_body)"
+sed -i 's|#include <pipetype/pipetype.hpp>|#include <pipetype/compile/plan.hpp>\n#include <pipetype/schedules/zb_auto.hpp>|' "$tmp/zb_auto_p8_m16.cpp"
+tu empty ''
 tu acceptance_both 'constexpr const auto& a = pt::plan_v<pt::interleaved_1f1b<pt::ranks<8>, pt::microbatches<64>, pt::chunks<2>>>;
 constexpr const auto& b = pt::plan_v<pt::one_f_one_b<pt::ranks<16>, pt::microbatches<128>>>;
 static_assert(a.ops().size() > 0 && b.ops().size() > 0);'
@@ -39,7 +49,8 @@ for cxx in g++ clang++; do
     g++) large="-fconstexpr-ops-limit=4294967296 -fconstexpr-loop-limit=16777216" ;;
     clang++) large="-fconstexpr-steps=2000000000" ;;
   esac
-  for name in small interleaved_p8_m64_v2 one_f_one_b_p16_m128 acceptance_both acceptance_both_copies zb_auto_p8_m16; do
+  for name in empty small interleaved_p8_m64_v2 one_f_one_b_p16_m128 acceptance_both acceptance_both_copies \
+    zb_auto_p8_m16 zb_auto_p8_m16_all zb_auto_p8_m16_refine; do
     for flags in default large; do
       extra=""
       [ $flags = large ] && extra=$large

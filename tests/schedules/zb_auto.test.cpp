@@ -34,13 +34,13 @@ static_assert(pt::simulate(plan_zero, equal_costs::value).max_rank_span() == 8 *
 static_assert(plan_h1.peak_activations(0) <= 4 && plan_zero.peak_activations(0) <= 8);
 constexpr auto plan_uneven = pt::make_plan<pt::zb_auto<pt::ranks<4>, pt::microbatches<8>, uneven_costs, 6>>();
 static_assert(plan_uneven.shape.split && plan_uneven.peak_activations(0) <= 6);
-// the local search runs in the compiler too when asked for (a fifth argument: its passes); small
+// the local search runs in the compiler too when asked for (the fifth argument, zb_effort); small
 // sizes, within clang's default step limit, and costs whose answer is above the bound so that the
 // local search does run
 struct i_heavy {
   static constexpr pt::costs value{.f = 1, .b = 2, .i = 1.5, .w = 0.5, .comm = 0.25};
 };
-using local_on = pt::zb_auto<pt::ranks<3>, pt::microbatches<4>, i_heavy, 3, 1>;
+using local_on = pt::zb_auto<pt::ranks<3>, pt::microbatches<4>, i_heavy, 3, pt::zb_effort{.local = 1}>;
 constexpr bool local_search_in_the_compiler() {
   pt::zb_problem pr = local_on::problem();
   const pt::zb_result with = pt::zb_auto_search(pr);
@@ -48,6 +48,11 @@ constexpr bool local_search_in_the_compiler() {
   return with.gap() > 0 && with.rank_span <= pt::zb_auto_search(pr).rank_span;
 }
 static_assert(local_search_in_the_compiler());
+// by default the compiler runs neither the refinement nor the local search (zb_effort{})
+static_assert(pt::zb_auto<pt::ranks<3>, pt::microbatches<4>, i_heavy, 3>::problem().refine == 0 &&
+              pt::zb_auto<pt::ranks<3>, pt::microbatches<4>, i_heavy, 3>::problem().local == 0);
+static_assert(
+    pt::zb_auto<pt::ranks<3>, pt::microbatches<4>, i_heavy, 3, pt::zb_effort{.refine = 1}>::problem().refine == 1);
 
 TEST_CASE("zb_auto: equal costs - ZB-H1's span at limit p, zero bubble at limit 2p (m >= 2p-1)") {
   for (int p = 1; p <= 6; ++p)

@@ -82,6 +82,10 @@ TEST_CASE("zb_greedy: the same spans as the authors' scheduler on 126 cases, and
     const pt::zb_problem pr = problem_of(c);
     CHECK(greedy_best(pr) == doctest::Approx(c.span));
     CHECK(pt::zb_auto_search(pr).rank_span <= c.span + 1e-9);
+    pt::zb_problem least = pr;  // what zb_auto<> runs in the compiler by default (zb_effort{})
+    least.refine = 0;
+    least.local = 0;
+    CHECK(pt::zb_auto_search(least).rank_span <= c.span + 1e-9);
   }
 }
 
@@ -111,4 +115,44 @@ TEST_CASE("zb_greedy: each run is a valid program within the limit, with the sim
           CHECK(t.makespan() == doctest::Approx(r.makespan));
         }
       }
+}
+
+TEST_CASE("zb_greedy: flags none of a run's decisions depended on give the same run") {
+  int shared = 0;
+  for (int p = 2; p <= 6; ++p)
+    for (const int m : {p, 2 * p + 1, 4 * p})
+      for (const double limit : {0.0, static_cast<double>(p), 1.5 * p}) {
+        const pt::zb_problem pr = sweep::zb_problem_of(
+            p, m, limit, pt::cost_model{pt::costs{.f = 1, .b = 2.2, .i = 1.3, .w = 0.9, .comm = 0.5}});
+        const pt::detail::zb_tables z = pt::detail::zb_tables_of(pr);
+        for (int bits = 0; bits < 8; ++bits) {
+          const pt::zb_greedy_flags fl{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0};
+          REQUIRE(pt::detail::zb_greedy_bits(fl) == bits);
+          int depends = -1;
+          const pt::detail::zb_run r = pt::detail::zb_greedy_schedule(z, fl, 0, &depends);
+          REQUIRE(depends >= 0);
+          for (int other = 0; other < 8; ++other) {
+            if (other == bits || ((other ^ bits) & depends) != 0) continue;
+            CAPTURE(p);
+            CAPTURE(m);
+            CAPTURE(limit);
+            CAPTURE(bits);
+            CAPTURE(other);
+            ++shared;
+            const pt::detail::zb_run o =
+                pt::detail::zb_greedy_schedule(z, {(other & 1) != 0, (other & 2) != 0, (other & 4) != 0});
+            REQUIRE(o.ok == r.ok);
+            CHECK(o.rank_span == r.rank_span);
+            CHECK(o.makespan == r.makespan);
+            bool same = o.size() == r.size();
+            for (int q = 0; q < r.size() && same && r.ok; ++q) same = o.placed[q] == r.placed[q];
+            CHECK(same);
+          }
+          if (!r.ok) continue;
+          // a cutoff below its span stops the run; one at its span does not
+          CHECK_FALSE(pt::detail::zb_greedy_schedule(z, fl, r.rank_span * 0.9).ok);
+          CHECK(pt::detail::zb_greedy_schedule(z, fl, r.rank_span).ok);
+        }
+      }
+  CHECK(shared > 50);  // some settings do share their runs
 }

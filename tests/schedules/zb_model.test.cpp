@@ -88,3 +88,28 @@ TEST_CASE("zb_model: the span bound, by hand and below every schedule of the mod
       CHECK(pt::zb_auto_search(pr).rank_span >= bound - 1e-9);
     }
 }
+
+TEST_CASE("zb_model: the hand-written candidates' orders and warm-ups are their programs'") {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 3 * p; ++m) {
+      const pt::detail::zb_tables z = pt::detail::zb_tables_of(sweep::zb_problem_of(p, m, 0, pt::cost_model{}));
+      for (const pt::detail::zb_hand h : pt::detail::zb_hands) {
+        CAPTURE(p);
+        CAPTURE(m);
+        CAPTURE(pt::detail::zb_hand_name(h));
+        const pt::program prog = h == pt::detail::zb_hand::zb_h1               ? pt::make_zb_h1(p, m)
+                                 : h == pt::detail::zb_hand::zb_h2             ? pt::make_zb_h2(p, m)
+                                 : h == pt::detail::zb_hand::one_f_one_b_split ? pt::detail::zb_one_f_one_b_split(p, m)
+                                                                               : pt::detail::zb_gpipe_split(p, m);
+        CHECK(pt::detail::zb_hand_orders(h, z).code == pt::detail::zb_orders_of(z, prog.actions).code);
+        for (int r = 0; r < p; ++r) {
+          int forwards = 0;  // before the rank's first I
+          for (const pt::action& a : prog.view().rank_actions(r)) {
+            if (a.what != pt::kind::F) break;
+            ++forwards;
+          }
+          CHECK(pt::detail::zb_hand_warmup(h, p, m, r) == forwards);
+        }
+      }
+    }
+}

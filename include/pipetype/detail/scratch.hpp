@@ -29,6 +29,16 @@ class scratch {
     o.data_ = nullptr;
     o.size_ = 0;
   }
+  constexpr scratch& operator=(scratch&& o) noexcept {
+    if (this != &o) {
+      delete[] data_;
+      size_ = o.size_;
+      data_ = o.data_;
+      o.data_ = nullptr;
+      o.size_ = 0;
+    }
+    return *this;
+  }
   scratch(const scratch&) = delete;
   scratch& operator=(const scratch&) = delete;
 

@@ -8,26 +8,33 @@
 //   1. the zero-bubble authors' heuristic under its eight flag settings (zb_greedy.hpp), so the
 //      result is never worse than that scheduler;
 //   2. the hand-written schedules that fit the limit: ZB-H1, ZB-H2, 1F1B with each backward split
-//      in place, GPipe with split backwards — so it is never worse than the best of those either;
+//      in place, GPipe with split backwards — so it is never worse than the best of those either
+//      (one whose warm-up alone exceeds the limit is not built);
 //   3. the list scheduler (zb_list.hpp) over its knobs: every warm-up cap k = -1 .. p, W filling
 //      × tie order; then a refinement from the best of those, each rank's warm-up cap in turn,
-//      kept when it shortens the span (`zb_problem::refine` passes, default 1). A cap a rank
-//      cannot reach (memory stops it first) is the memory-only run again, so it is skipped;
+//      kept when it shortens the span (`zb_problem::refine` passes, default 1);
 //   4. a local search from the best so far (zb_local.hpp, `zb_problem::local` passes, default 2):
 //      moving W's and F's a place or two in their rank's order.
 // Runs that cannot beat the best so far are cut short, and the search stops as soon as a
 // candidate reaches the lower bound (`zb_span_bound`): that candidate is optimal on the model.
+// Runs it can tell are repeats are not made: a heuristic setting whose flags differ from a run's
+// only in ones none of that run's decisions depended on, and a list run that zb_list_memo
+// matches (warm-up caps that never bound, a W filling or tie order no choice depended on). They
+// are the same runs step for step, so the answer does not change; at p = 8, m = 16 and 1F1B's
+// memory, 1 of the 8 heuristic settings and 13 of the grid's 40 list runs are made.
 // The result carries the bound (`zb_result::bound`, `gap()`); schedules/zb_exact.hpp gives the
 // true optimum for tiny problems, and bench/zb_compare.sh prints all of it.
 // Figures (simulator, uniform costs F = I = W, no latency; checked in tests/schedules):
 //   limit p     rank span m(F + I + W) + (p − 1)(F + I − W), ZB-H1's
 //   limit 2p    rank span m(F + I + W), zero bubble, for m ≥ 2p − 1
-// Cost: 8 heuristic runs, 4(p + 2) list-scheduler runs plus p(p + 1) per refinement pass, and
-// about 8·p·m evaluations per local pass, each O(p·m) steps with flat tables — within a budget
-// (`zb_problem::budget`, 2^26 placements): past it the caps tried are -1, 0, 1, 2, 4, ..., p, and
-// the refinement and the local search stop when it is spent, so p = 64, m = 512 takes seconds,
-// not minutes. Compile time (g++ 12): bench/compile_cost.sh measures zb_auto<8, 16>; past about
-// p·m = 72 it needs -fconstexpr-ops-limit (docs/03_diagnostics.md).
+// Cost: at most 8 heuristic runs, 4(p + 2) list-scheduler runs plus p(p + 1) per refinement
+// pass, and about 8·p·m evaluations per local pass, each O(p·m) steps with flat tables — within
+// a budget (`zb_problem::budget`, 2^26 placements, which runs not made do not spend): past it the
+// caps tried are -1, 0, 1, 2, 4, ..., p, and the refinement and the local search stop when it is
+// spent, so p = 64, m = 512 takes seconds, not minutes. Compile time (g++ 12, zb_auto<> with its
+// default zb_effort: no refinement, no local search): bench/compile_cost.sh measures
+// zb_auto<8, 16>, about 2 s and 190 MB; p = 8, m = 48 and p = 16, m = 16 still fit g++'s default
+// constexpr limits, p = 16, m = 32 needs -fconstexpr-ops-limit (docs/03_diagnostics.md).
 #pragma once
 
 #include <stdexcept>
@@ -56,7 +63,7 @@ namespace detail {
 
 /// 1F1B with each backward split in place (I then W): the baseline every split schedule beats.
 constexpr program zb_one_f_one_b_split(int p, int m) {
-  program base = make_one_f_one_b(p, m);
+  const program base = make_one_f_one_b(p, m);
   program_builder b{p, p, m};
   b.placement(base.stage_rank);
   for (int r = 0; r < p; ++r) {
@@ -80,6 +87,41 @@ constexpr program zb_gpipe_split(int p, int m) {
     for (int j = 0; j < m; ++j) b.add(I(r, j)).add(W(r, j));
   }
   return std::move(b).build("gpipe-split");
+}
+
+/// The hand-written candidates, in the order zb_auto scores them.
+enum class zb_hand { zb_h1, zb_h2, one_f_one_b_split, gpipe_split };
+inline constexpr zb_hand zb_hands[] = {zb_hand::zb_h1, zb_hand::zb_h2, zb_hand::one_f_one_b_split,
+                                       zb_hand::gpipe_split};
+
+constexpr const char* zb_hand_name(zb_hand h) {
+  return h == zb_hand::zb_h1               ? "zb-h1"
+         : h == zb_hand::zb_h2             ? "zb-h2"
+         : h == zb_hand::one_f_one_b_split ? "1f1b-split"
+                                           : "gpipe-split";
+}
+
+/// The F's rank r of candidate h runs before its first I, all held at once (the rules in
+/// zb_h1.hpp, zb_h2.hpp and one_f_one_b.hpp; GPipe runs them all): a candidate whose warm-up
+/// exceeds the limit cannot fit, so zb_auto does not build it.
+constexpr int zb_hand_warmup(zb_hand h, int p, int m, int r) {
+  const int w = h == zb_hand::gpipe_split ? m : h == zb_hand::zb_h2 ? 2 * (p - r) - 1 : p - r;
+  return w < m ? w : m;
+}
+
+/// The candidate's orders (a B of 1F1B is its I then its W; GPipe's are written directly).
+constexpr zb_orders zb_hand_orders(zb_hand h, const zb_tables& z) {
+  const int P = z.P, m = z.m;
+  if (h == zb_hand::zb_h1) return zb_orders_of(z, make_zb_h1(P, m).actions);
+  if (h == zb_hand::zb_h2) return zb_orders_of(z, make_zb_h2(P, m).actions);
+  if (h == zb_hand::one_f_one_b_split) return zb_orders_of(z, make_one_f_one_b(P, m).actions);
+  zb_orders o{P, m, std::vector<int>(static_cast<std::size_t>(3 * P * m), 0)};
+  int* code = o.code.data();
+  for (int r = 0, q = 0; r < P; ++r) {
+    for (int j = 0; j < m; ++j) code[q++] = j;
+    for (int j = 0; j < m; ++j) code[q++] = m + j, code[q++] = 2 * m + j;
+  }
+  return o;
 }
 
 }  // namespace detail
@@ -111,21 +153,29 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
   };
   auto optimal = [&] { return have && best.rank_span <= floor; };
   auto cutoff = [&] { return have ? best.rank_span : 0.0; };
-  // 1. the authors' heuristic
+  // 1. the authors' heuristic; a setting that differs from one already run only in flags none of
+  // that run's decisions depended on is the same run, and is skipped
+  int ran[8] = {}, depended[8] = {}, runs = 0;
   for (const bool before : {false, true})
     for (const bool prio : {false, true})
-      for (const bool greedy : {true, false})
-        if (const zb_greedy_flags fl{before, prio, greedy}; consider(detail::zb_greedy_schedule(tables, fl), "greedy"))
-          best.flags = fl;
-  // 2. the hand-written schedules, scored on the same model
-  auto hand = [&](const program& prog, const char* source) {
-    if (optimal()) return;
-    consider(detail::zb_evaluate(tables, detail::zb_orders_of(tables, prog.actions), cutoff()), source);
-  };
-  hand(make_zb_h1(P, m), "zb-h1");
-  hand(make_zb_h2(P, m), "zb-h2");
-  hand(detail::zb_one_f_one_b_split(P, m), "1f1b-split");
-  hand(detail::zb_gpipe_split(P, m), "gpipe-split");
+      for (const bool greedy : {true, false}) {
+        const zb_greedy_flags fl{before, prio, greedy};
+        const int bits = detail::zb_greedy_bits(fl);
+        bool same = false;
+        for (int e = 0; e < runs && !same; ++e) same = ((bits ^ ran[e]) & depended[e]) == 0;
+        if (same) continue;
+        ran[runs] = bits;
+        if (consider(detail::zb_greedy_schedule(tables, fl, cutoff(), &depended[runs++]), "greedy")) best.flags = fl;
+      }
+  // 2. the hand-written schedules, scored on the same model (one whose warm-up cannot fit is skipped)
+  for (const detail::zb_hand h : detail::zb_hands) {
+    if (optimal()) break;
+    bool fits = true;
+    for (int r = 0; r < P && fits; ++r)
+      fits = detail::zb_hand_warmup(h, P, m, r) * tables.units(r, 0) <= tables.limit(r);
+    if (fits)
+      consider(detail::zb_evaluate(tables, detail::zb_hand_orders(h, tables), cutoff()), detail::zb_hand_name(h));
+  }
   // 3. the list scheduler; the budget: each run costs 3·p·m placements, the grid may spend half
   const long long run_cost = 3LL * P * m;
   long long left = pr.budget;
@@ -134,27 +184,19 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
   for (int k = 0; k < P; k = k == 0 ? 1 : 2 * k) sparse.push_back(k);
   sparse.push_back(P);
   const std::vector<int>& grid = 4 * static_cast<long long>(caps.size()) * run_cost <= pr.budget / 2 ? caps : sparse;
-  // A cap rank r never reaches is no cap: before its first I a rank holds one activation per F,
-  // so memory alone stops it at limit / F forwards (and m is all there are). Such a run equals
-  // the memory-only one, so it is not run again.
-  auto effective = [&](int r, int k) {
-    const int by_memory = tables.limit(r) / tables.units(r, 0);
-    return k < 0 || (P - r) + k >= (by_memory < m ? by_memory : m) ? -1 : k;
-  };
-  auto no_cap_anywhere = [&](int k) {
-    for (int r = 0; r < P; ++r)
-      if (effective(r, k) >= 0) return false;
-    return true;
-  };
+  // A run that is the same as one already made (zb_list_memo: caps that never bind) is skipped
+  // and costs nothing.
+  detail::zb_list_memo memo(tables);
+  bool skipped = false;
   bool list_won = false;
   for (const int k : grid) {
     if (optimal() || (k != grid.front() && left < 4 * run_cost)) break;
-    if (k >= 0 && no_cap_anywhere(k)) continue;
     for (const bool gaps : {false, true})
-      for (const bool ff : {false, true})
-        if (consider(detail::zb_list_schedule(tables, {k, gaps, ff}, cutoff()), "list"))
-          best.knobs = {k, gaps, ff}, list_won = true;
-    left -= 4 * run_cost;
+      for (const bool ff : {false, true}) {
+        const zb_knobs kn{k, gaps, ff};
+        if (consider(memo.run(tables, kn, cutoff(), skipped), "list")) best.knobs = kn, list_won = true;
+        if (!skipped) left -= run_cost;
+      }
   }
   // the refinement: per-rank warm-up caps, one rank at a time, from the best uniform setting (or
   // the memory-bound warm-up when no list run won)
@@ -165,19 +207,14 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
       bool improved = false;
       const std::vector<int>& tries =
           static_cast<long long>(P) * static_cast<long long>(caps.size()) * run_cost <= left ? caps : sparse;
-      for (int r = 0; r < P && left >= run_cost && !optimal(); ++r) {
-        bool uncapped_tried = effective(r, kn.rank_extra[static_cast<std::size_t>(r)]) < 0;
+      for (int r = 0; r < P && left >= run_cost && !optimal(); ++r)
         for (const int k : tries) {
-          const int e = effective(r, k);
-          if (e == effective(r, kn.rank_extra[static_cast<std::size_t>(r)]) || (e < 0 && uncapped_tried)) continue;
-          uncapped_tried = uncapped_tried || e < 0;
           if (left < run_cost) break;
-          left -= run_cost;
           zb_knobs t = kn;
           t.rank_extra[static_cast<std::size_t>(r)] = k;
-          if (consider(detail::zb_list_schedule(tables, t, cutoff()), "list")) kn = t, best.knobs = t, improved = true;
+          if (consider(memo.run(tables, t, cutoff(), skipped), "list")) kn = t, best.knobs = t, improved = true;
+          if (!skipped) left -= run_cost;
         }
-      }
       if (!improved) break;
     }
   }
@@ -229,20 +266,32 @@ struct zb_auto_family {
   }
 };
 
+/// How much of the search zb_auto<> runs inside the compiler, past the heuristic, the
+/// hand-written schedules and the list grid: passes of the per-rank refinement and of the local
+/// search (zb_problem::refine, zb_problem::local). Both are off by default there: at p = 8,
+/// m = 16 the refinement doubles the compile time and two local passes multiply it by about six
+/// (bench/compile_cost.sh), for a few per cent in a few cases (docs/05_zero_bubble.md §5.4). The
+/// run-time search and `--schedule zb-auto` run one refinement pass and two local passes.
+struct zb_effort {
+  int refine = 0;
+  int local = 0;
+};
+
 /// The compile-time form: costs as a type with `static constexpr pipetype::costs value` (uniform)
-/// or `static constexpr pipetype::cost_model model()` (per stage / microbatch), and the memory
-/// limit in whole microbatch activations per rank (0: none; use the run-time form for halves).
-/// `LocalPasses` turns on the local search (zb_local.hpp), off by default here because inside
-/// the compiler it costs more than the rest of the search (p = 8, m = 16: 31 s instead of 11 s
-/// with g++ 12); the run-time form and `--schedule zb-auto` run two passes.
+/// or `static constexpr pipetype::cost_model model()` (per stage / microbatch), the memory limit
+/// in whole microbatch activations per rank (0: none; use the run-time form for halves), and the
+/// effort (zb_effort).
 ///
 ///   struct my_costs { static constexpr pipetype::costs value{.f = 1, .b = 2}; };
 ///   using s = pipetype::zb_auto<ranks<4>, microbatches<8>, my_costs, 4>;
-template <rank_count Ranks, microbatch_count Microbatches, class Costs, int MemLimit = 0, int LocalPasses = 0>
+///   using t = pipetype::zb_auto<ranks<4>, microbatches<8>, my_costs, 4, zb_effort{.refine = 1, .local = 2}>;
+template <rank_count Ranks, microbatch_count Microbatches, class Costs, int MemLimit = 0,
+          zb_effort Effort = zb_effort{}>
 struct zb_auto {
   using family = zb_auto_family;
   static_assert(MemLimit >= 0, "zb_auto: the memory limit must not be negative (0 means none)");
-  static_assert(LocalPasses >= 0, "zb_auto: the number of local-search passes must not be negative");
+  static_assert(Effort.refine >= 0 && Effort.local >= 0,
+                "zb_auto: the effort's refinement and local-search passes must not be negative");
   static constexpr cost_model model() {
     if constexpr (requires { Costs::model(); })
       return Costs::model();
@@ -255,7 +304,8 @@ struct zb_auto {
     pr.microbatches = Microbatches::value;
     pr.costs = model();
     pr.mem_limit = MemLimit;
-    pr.local = LocalPasses;
+    pr.refine = Effort.refine;
+    pr.local = Effort.local;
     return pr;
   }
   static_assert(zb_problem_error(problem()) == nullptr,

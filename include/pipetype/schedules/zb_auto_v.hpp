@@ -43,12 +43,6 @@ struct zb_v_knobs {
 
 namespace detail {
 
-/// Units a rank may hold on the V (2 · limit chunk activations; a large number when unlimited).
-constexpr int zb_v_limit_units(const zb_problem& pr, int r) {
-  if (pr.mem_limit <= 0) return never;
-  return static_cast<int>(2 * pr.mem_limit * pr.memory_of(r).unit + 1e-9);
-}
-
 /// One run of the V list scheduler; an empty program (no actions) when the limit let no action
 /// start.
 constexpr program zb_v_list_schedule(const zb_problem& pr, const zb_v_knobs& kn) {
@@ -84,7 +78,7 @@ constexpr program zb_v_list_schedule(const zb_problem& pr, const zb_v_knobs& kn)
       const int cap = kn.warmup_extra < 0 ? never : (P - r) + kn.warmup_extra;
       for (const int s : {r, S - 1 - r}) {
         // F
-        if (const int j = nf[u(s)]; j < m && live[u(r)] + pr.memory_of(s).f <= zb_v_limit_units(pr, r) &&
+        if (const int j = nf[u(s)]; j < m && live[u(r)] + pr.memory_of(s).f <= zb_limit_units(pr, r) &&
                                     (backwards[u(r)] > 0 || forwards[u(r)] < cap)) {
           double ready = 0;
           bool ok = true;
@@ -139,18 +133,6 @@ constexpr program zb_v_list_schedule(const zb_problem& pr, const zb_v_knobs& kn)
   return std::move(b).build("zb-auto");
 }
 
-/// True when every rank's running memory on the V stays within the limit.
-constexpr bool zb_v_fits(program_view p, const zb_problem& pr) {
-  for (int r = 0; r < p.ranks; ++r) {
-    int live = 0;
-    for (const action& a : p.rank_actions(r)) {
-      live += pr.memory_of(a.stage).delta(a.what);
-      if (live > zb_v_limit_units(pr, r)) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace detail
 
 /// The V search's answer (zb_result's fields; `bound` is the busiest rank's work).
@@ -160,7 +142,7 @@ constexpr zb_result zb_auto_v_search(const zb_problem& pr) {
   zb_result best;
   bool have = false;
   auto consider = [&](program prog, const char* source) {
-    if (prog.actions.empty() || !detail::zb_v_fits(prog.view(), pr)) return;
+    if (prog.actions.empty() || !detail::zb_fits(prog.view(), pr)) return;
     ++best.candidates;
     const timeline t = simulate(prog.view(), pr.costs, pr.memory);
     if (!t.complete) return;

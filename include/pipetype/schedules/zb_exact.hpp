@@ -192,7 +192,7 @@ class zb_exact_search {
     live_[ru] += z_.units(r, k);
     if (k == 0) fend_[at(r, j)] = start + d;
     if (k == 1) iend_[at(r, j)] = start + d;
-    placed_.push_back(k == 0 ? F(r, j) : k == 1 ? I(r, j) : W(r, j));
+    placed_.push_back(zb_code(r, k, j, m_));
   }
 
   void unplace(int r, int k) {
@@ -218,7 +218,9 @@ class zb_exact_search {
       }
       if (span < best_span_) {
         best_span_ = span;
-        best_.placed = placed_;
+        best_.m = m_;
+        best_.placed = scratch<int>(static_cast<int>(placed_.size()), unset);
+        for (std::size_t q = 0; q < placed_.size(); ++q) best_.placed[static_cast<int>(q)] = placed_[q];
         best_.rank_span = span;
         best_.makespan = hi - first_[0];
         best_.ok = true;
@@ -280,7 +282,7 @@ class zb_exact_search {
   std::vector<double> fend_, iend_, free_, rest_, first_, saved_;
   mutable std::vector<double> fe_;  // earliest_i_end's forward chain
   std::vector<int> nf_, ni_, nw_, live_;
-  std::vector<action> placed_;
+  std::vector<int> placed_;  // zb_codes
   bool ordered_ = true;
   static constexpr long long memo_limit = 4'000'000;  // states remembered for the dominance test
   long long stored_ = 0;
@@ -312,7 +314,16 @@ inline zb_exact_result zb_exact(const zb_problem& pr, long long node_budget = 20
   const zb_result heuristic = zb_auto_search(pr);
   detail::zb_run incumbent;
   incumbent.ok = true;
-  incumbent.placed = heuristic.schedule.actions;
+  incumbent.m = pr.microbatches;
+  incumbent.placed = detail::scratch<int>(static_cast<int>(heuristic.schedule.actions.size()), detail::unset);
+  for (std::size_t q = 0; q < heuristic.schedule.actions.size(); ++q) {
+    const action& a = heuristic.schedule.actions[q];
+    incumbent.placed[static_cast<int>(q)] = detail::zb_code(a.stage,
+                                                            a.what == kind::F   ? 0
+                                                            : a.what == kind::I ? 1
+                                                                                : 2,
+                                                            a.microbatch, pr.microbatches);
+  }
   incumbent.rank_span = heuristic.rank_span;
   incumbent.makespan = heuristic.makespan;
   if (heuristic.gap() <= 1e-12) {  // zb_auto already reached the bound

@@ -36,9 +36,23 @@ namespace pipetype {
 
 namespace detail {
 
-constexpr zb_run zb_greedy_schedule(const zb_tables& z, const zb_greedy_flags& fl) {
+/// The flags as bits: 1 bubble_before_first_i, 2 prioritize_i, 4 greedy_fill.
+constexpr int zb_greedy_bits(const zb_greedy_flags& fl) {
+  return (fl.bubble_before_first_i ? 1 : 0) | (fl.prioritize_i ? 2 : 0) | (fl.greedy_fill ? 4 : 0);
+}
+
+/// One run of the heuristic under `fl`, cut short (not ok) once a rank's span must exceed
+/// `cutoff` > 0. With `matters` it also says, as zb_greedy_bits, which flags any of its decisions
+/// depended on: under flags that differ only in the others the run is the same, step for step.
+constexpr zb_run zb_greedy_schedule(const zb_tables& z, const zb_greedy_flags& fl, double cutoff = 0,
+                                    int* matters = nullptr) {
   const int P = z.P, m = z.m;
   constexpr double unknown = -1;
+  // raw pointers into the tables: inside the compiler each accessor call costs more than the step
+  const double* T = z.t.data();  // F, I, W time of (r, j): T[(kind · P + r) · m + j]
+  const double *TF = T, *TI = T + P * m, *TW = T + 2 * P * m;
+  const double* LAT = z.lat.data();
+  const int* MEM = z.mem.data();
   zb_run out;
   zb_clock clock(P, m);
   double *fend = clock.fend, *iend = clock.iend, *free_at = clock.free_at, *first = clock.first;
@@ -48,20 +62,30 @@ constexpr zb_run zb_greedy_schedule(const zb_tables& z, const zb_greedy_flags& f
   int* ni = nf + P;
   int* nw = nf + 2 * P;
   int* live = nf + 3 * P;
-  int* want = nf + 4 * P;  // F's to place this round
+  int* want = nf + 4 * P;          // F's to place this round
+  scratch<double> rest(P, unset);  // work still to do on the rank
+  for (int r = 0; r < P; ++r) rest[r] = z.work[static_cast<std::size_t>(r)];
   double worst_bubble = 0;
-  out.placed.reserve(static_cast<std::size_t>(3 * P * m));
-  // Places the rank's next action of kind k (0 F, 1 I, 2 W); false if its input is not placed.
+  const double cut = zb_cut_at(cutoff);
+  int dummy = 0;
+  int& depends = matters ? *matters : dummy;
+  depends = 0;
+  out.m = m;
+  out.placed = scratch<int>(3 * P * m, unset);
+  int* placed_out = out.placed.data();
+  int placed = 0;
+  // Places the rank's next action of kind k (0 F, 1 I, 2 W); false if its input is not placed, or
+  // if the rank's span must now exceed `cutoff`.
   auto put = [&](int r, int k) {
     const int j = k == 0 ? nf[r] : k == 1 ? ni[r] : nw[r];
     double ready = 0;
     if (k == 0 && r > 0) {
       if (fend[(r - 1) * m + j] == unknown) return false;
-      ready = fend[(r - 1) * m + j] + z.lat_f(r);
+      ready = fend[(r - 1) * m + j] + LAT[2 * r];
     } else if (k == 1) {
       if (fend[r * m + j] == unknown || (r + 1 < P && iend[(r + 1) * m + j] == unknown)) return false;
       ready = fend[r * m + j];
-      if (r + 1 < P && iend[(r + 1) * m + j] + z.lat_i(r) > ready) ready = iend[(r + 1) * m + j] + z.lat_i(r);
+      if (r + 1 < P && iend[(r + 1) * m + j] + LAT[2 * r + 1] > ready) ready = iend[(r + 1) * m + j] + LAT[2 * r + 1];
     }
     const double start = ready > free_at[r] ? ready : free_at[r];
     if (nf[r] > 0) {
@@ -69,25 +93,29 @@ constexpr zb_run zb_greedy_schedule(const zb_tables& z, const zb_greedy_flags& f
       worst_bubble = bubble[r] > worst_bubble ? bubble[r] : worst_bubble;
     }
     if (first[r] == unknown) first[r] = start;
-    free_at[r] = start + z.time(k, r, j);
-    live[r] += z.units(r, k);
-    if (k == 0) fend[r * m + j] = free_at[r], ++nf[r], out.placed.push_back(F(r, j));
-    if (k == 1) iend[r * m + j] = free_at[r], ++ni[r], out.placed.push_back(I(r, j));
-    if (k == 2) ++nw[r], out.placed.push_back(W(r, j));
-    return true;
+    free_at[r] = start + T[(k * P + r) * m + j];
+    rest[r] -= free_at[r] - start;
+    live[r] += MEM[4 * r + k];
+    if (k == 0) fend[r * m + j] = free_at[r], ++nf[r], placed_out[placed++] = zb_code(r, 0, j, m);
+    if (k == 1) iend[r * m + j] = free_at[r], ++ni[r], placed_out[placed++] = zb_code(r, 1, j, m);
+    if (k == 2) ++nw[r], placed_out[placed++] = zb_code(r, 2, j, m);
+    return free_at[r] + rest[r] - first[r] <= cut;
   };
   // Before the rank's next action of kind k, whose input arrives at `arrives` (< 0: no input):
   // W's for memory, W's that fit before the input, one W into a shorter gap. False: no W frees
-  // the memory.
+  // the memory, or the run is cut.
   auto fill = [&](int r, int k, double arrives) {
-    while (live[r] + z.units(r, k) > z.limit(r)) {
-      if (nw[r] >= ni[r]) return false;
-      put(r, 2);
+    while (live[r] + MEM[4 * r + k] > MEM[4 * r + 3]) {
+      if (nw[r] >= ni[r] || !put(r, 2)) return false;
     }
     if (arrives < 0) return true;
-    while (nw[r] < ni[r] && free_at[r] + z.time(2, r, nw[r]) <= arrives) put(r, 2);
-    if (nw[r] < ni[r] && free_at[r] < arrives && (fl.greedy_fill || arrives - free_at[r] > worst_bubble - bubble[r]))
-      put(r, 2);
+    while (nw[r] < ni[r] && free_at[r] + TW[r * m + nw[r]] <= arrives)
+      if (!put(r, 2)) return false;
+    if (nw[r] < ni[r] && free_at[r] < arrives) {
+      const bool wide = arrives - free_at[r] > worst_bubble - bubble[r];
+      if (!wide) depends |= 4;
+      if ((fl.greedy_fill || wide) && !put(r, 2)) return false;
+    }
     return true;
   };
   // the warm-up
@@ -97,19 +125,21 @@ constexpr zb_run zb_greedy_schedule(const zb_tables& z, const zb_greedy_flags& f
   for (int r = P - 1; r >= 0; --r) {
     want[r] = 0;
     if (r == P - 1) {
-      arrival = fend[r * m] + z.time(1, r, 0);
+      arrival = fend[r * m] + TI[r * m];
       continue;
     }
     int mem = live[r];
     double t = free_at[r];
-    const double due = arrival + z.lat_i(r);
-    for (int j = nf[r]; j < m && mem + z.units(r, 0) <= z.limit(r); ++j) {
-      if (fl.bubble_before_first_i ? t + z.time(0, r, j) > due : t >= due) break;
-      mem += z.units(r, 0);
-      t += z.time(0, r, j);
+    const double due = arrival + LAT[2 * r + 1];
+    for (int j = nf[r]; j < m && mem + MEM[4 * r] <= MEM[4 * r + 3]; ++j) {
+      const bool delays = t + TF[r * m + j] > due, late = t >= due;
+      if (delays != late) depends |= 1;
+      if (fl.bubble_before_first_i ? delays : late) break;
+      mem += MEM[4 * r];
+      t += TF[r * m + j];
       ++want[r];
     }
-    arrival = (t > due ? t : due) + z.time(1, r, 0);
+    arrival = (t > due ? t : due) + TI[r * m];
   }
   for (int r = 1; r < P; ++r)  // each rank fewer than the one above (when it has F's left)
     while ((want[r] > 0 && want[r] >= want[r - 1] && nf[r] + want[r] < m) || want[r] > want[r - 1]) --want[r];
@@ -122,35 +152,38 @@ constexpr zb_run zb_greedy_schedule(const zb_tables& z, const zb_greedy_flags& f
   for (int i = 1; i < m; ++i) {
     for (int r = 0; r < P; ++r) {
       want[r] = nf[r] < m ? 1 : 0;
-      if (!want[r] || !fl.prioritize_i || r + 1 == P || nf[r] < nf[r + 1] + 2) continue;
-      const double next = free_at[r + 1] + z.time(0, r + 1, nf[r + 1]) + z.time(1, r + 1, ni[r + 1]) + z.lat_i(r);
-      if (free_at[r] >= next) {
-        want[r] = 0;
-        continue;
+      if (!want[r] || (!fl.prioritize_i && !matters) || r + 1 == P || nf[r] < nf[r + 1] + 2) continue;
+      // would prioritize_i hold this F back?
+      const double next = free_at[r + 1] + TF[(r + 1) * m + nf[r + 1]] + TI[(r + 1) * m + ni[r + 1]] + LAT[2 * r + 1];
+      bool hold = free_at[r] >= next;
+      if (!hold) {
+        double w_time = 0;  // the W's memory would force before this F
+        for (int mem = live[r] + MEM[4 * r], q = nw[r]; mem > MEM[4 * r + 3] && q < ni[r]; ++q)
+          w_time += TW[r * m + q], mem += MEM[4 * r + 2];
+        hold = free_at[r] + TF[r * m + nf[r]] + w_time > next && next - free_at[r] <= worst_bubble - bubble[r];
       }
-      double w_time = 0;  // the W's memory would force before this F
-      for (int mem = live[r] + z.units(r, 0), q = nw[r]; mem > z.limit(r) && q < ni[r]; ++q)
-        w_time += z.time(2, r, q), mem += z.units(r, 2);
-      if (free_at[r] + z.time(0, r, nf[r]) + w_time <= next) continue;
-      if (next - free_at[r] <= worst_bubble - bubble[r]) want[r] = 0;
+      if (hold) depends |= 2;
+      if (hold && fl.prioritize_i) want[r] = 0;
     }
     for (int r = P - 2; r >= 0; --r) want[r] = want[r] < want[r + 1] ? want[r] : want[r + 1];
     for (int r = 0; r < P; ++r) {
       if (!want[r]) continue;
       if (r > 0 && fend[(r - 1) * m + nf[r]] == unknown) return out;
-      if (!fill(r, 0, r > 0 ? fend[(r - 1) * m + nf[r]] + z.lat_f(r) : -1) || !put(r, 0)) return out;
+      if (!fill(r, 0, r > 0 ? fend[(r - 1) * m + nf[r]] + LAT[2 * r] : -1) || !put(r, 0)) return out;
     }
     for (int r = P - 1; r >= 0; --r) {
       if (r + 1 < P && iend[(r + 1) * m + i] == unknown) return out;
-      if (!fill(r, 1, r + 1 < P ? iend[(r + 1) * m + i] + z.lat_i(r) : -1)) return out;
+      if (!fill(r, 1, r + 1 < P ? iend[(r + 1) * m + i] + LAT[2 * r + 1] : -1)) return out;
       if (r == 0 && nf[0] == m)
-        while (nw[0] < ni[0]) put(0, 2);
+        while (nw[0] < ni[0])
+          if (!put(0, 2)) return out;
       if (!put(r, 1)) return out;
     }
   }
   // the tail
   for (int r = 0; r < P; ++r)
-    while (nw[r] < m) put(r, 2);
+    while (nw[r] < m)
+      if (!put(r, 2)) return out;
   zb_figures(out, P, first, free_at);
   out.ok = true;
   return out;

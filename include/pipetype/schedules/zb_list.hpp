@@ -24,10 +24,22 @@ namespace pipetype {
 
 namespace detail {
 
+/// What a run's knobs decided, for zb_list_memo: per rank the F's it ran before its first I (-1:
+/// the run stopped first), and whether the other W filling or the other tie order would have
+/// changed any choice it computed.
+struct zb_list_trace {
+  int* warmup = nullptr;  // [P]
+  bool gaps_matter = false;
+  bool ties_matter = false;
+};
+
 /// One run: the actions in the order it placed them and the figures of the timeline it built,
 /// which is exactly the one the simulator gives that program (every action starts as soon as its
 /// rank and inputs allow).
-constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, double cutoff = 0) {
+constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, double cutoff = 0,
+                                  zb_list_trace* trace = nullptr) {
+  int* warmup = trace ? trace->warmup : nullptr;
+  const double cut = zb_cut_at(cutoff);
   const int P = z.P, m = z.m;
   const auto Pu = static_cast<std::size_t>(P);
   constexpr double unknown = -1;
@@ -38,10 +50,8 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
   const int* MEM = z.mem.data();
   const int* EXTRA = knobs.rank_extra.size() == Pu ? knobs.rank_extra.data() : nullptr;
   scratch<double> dv(6 * P * 1 + 2 * P * m, unknown);
-  scratch<double> rest(P, 0.0);  // work still to do on each rank
-  for (int r = 0; r < P; ++r)
-    for (int k = 0; k < 3; ++k)
-      for (int j = 0; j < m; ++j) rest[r] += z.time(k, r, j);
+  scratch<double> rest(P, unset);  // work still to do on each rank
+  for (int r = 0; r < P; ++r) rest[r] = z.work[static_cast<std::size_t>(r)];
   double* fend = dv.data();  // [P · m] end of F(r, j), of I(r, j)
   double* gend = fend + P * m;
   double* free_at = gend + P * m;  // [P] each
@@ -57,8 +67,9 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
   int* dirty = nf + 5 * P;
   const bool ff = knobs.forward_first, gaps = knobs.fill_only_gaps;
   zb_run out;
-  out.placed.resize(static_cast<std::size_t>(3 * P * m));
-  action* placed_out = out.placed.data();
+  out.m = m;
+  out.placed = scratch<int>(3 * P * m, unset);
+  int* placed_out = out.placed.data();
   // The rank to place next: the earliest candidate start, then the kind (I, F, W), then the
   // lowest rank. Past 32 ranks a tournament tree over the ranks keeps that choice at its root: a
   // placement changes at most three ranks' candidates (its own and its two neighbours'), so a
@@ -73,6 +84,8 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
     if (a < 0 || cand[a] == unknown) return false;
     return cand[a] != cand[b] ? cand[a] < cand[b] : ckind[a] != ckind[b] ? ckind[a] < ckind[b] : a < b;
   };
+  if (warmup)
+    for (int r = 0; r < P; ++r) warmup[r] = -1;
   int ndirty = P;
   for (int r = 0; r < P; ++r) dirty[r] = r;  // the ranks whose candidate must be recomputed
   for (int placed = 0, total = 3 * P * m; placed < total; ++placed) {
@@ -105,8 +118,14 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
         if (s1 != unknown) k = ff ? 1 : 0, s = s1;
         if (s2 != unknown && (s == unknown || s2 < s)) k = ff ? 0 : 1, s = s2;
         // a W when the rank would idle; with fill_only_gaps only if it ends before the next input
-        if (nw[r] < ni[r] && (s == unknown || t < s) && (!gaps || s == unknown || t + TW[r * m + nw[r]] <= s))
+        const bool idle = nw[r] < ni[r] && (s == unknown || t < s);
+        const bool fits = s == unknown || t + TW[r * m + nw[r]] <= s;
+        if (trace && idle && !fits) trace->gaps_matter = true;
+        if (idle && (!gaps || fits)) {
           k = 2, s = t;
+        } else if (trace && s1 != unknown && s1 == s2) {
+          trace->ties_matter = true;
+        }
         cand[r] = s;
         ckind[r] = k;
       }
@@ -119,11 +138,14 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
       }
     }
     int best = leaves > 0 ? tree[1] : -1;
-    if (leaves == 0)
-      for (int r = 0; r < P; ++r)
-        if (cand[r] != unknown &&
-            (best < 0 || cand[r] < cand[best] || (cand[r] == cand[best] && ckind[r] < ckind[best])))
-          best = r;
+    if (leaves == 0) {
+      double bc = unknown;
+      int bk = 3;
+      for (int q = 0; q < P; ++q) {
+        const double c = cand[q];
+        if (c != unknown && (bc == unknown || c < bc || (c == bc && ckind[q] < bk))) best = q, bc = c, bk = ckind[q];
+      }
+    }
     if (best < 0 || cand[best] == unknown) return out;  // nothing can start: the limit is too tight
     const int r = best;
     const double start = cand[r];
@@ -133,32 +155,103 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
       live[r] += MEM[4 * r];
       end += TF[r * m + j];
       fend[r * m + j] = end;
-      placed_out[placed] = F(r, j);
+      placed_out[placed] = zb_code(r, 0, j, m);
     } else if (ckind[r] == 0) {
+      if (warmup && ni[r] == 0) warmup[r] = nf[r];
       const int j = ni[r]++;
       live[r] += MEM[4 * r + 1];
       end += TI[r * m + j];
       gend[r * m + j] = end;
-      placed_out[placed] = I(r, j);
+      placed_out[placed] = zb_code(r, 1, j, m);
     } else {
       const int j = nw[r]++;
       live[r] += MEM[4 * r + 2];
       end += TW[r * m + j];
-      placed_out[placed] = W(r, j);
+      placed_out[placed] = zb_code(r, 2, j, m);
     }
     if (first[r] == unknown) first[r] = start;
     free_at[r] = end;
     rest[r] -= end - start;
-    if (cutoff > 0 && end + rest[r] - first[r] > cutoff) return out;  // cannot beat the best so far
+    if (end + rest[r] - first[r] > cut) return out;  // cannot beat the best so far
     ndirty = 0;
-    dirty[ndirty++] = r;                     // its own state changed,
-    if (r > 0) dirty[ndirty++] = r - 1;      // an I of the rank above may now be ready,
-    if (r + 1 < P) dirty[ndirty++] = r + 1;  // and an F of the rank below
+    dirty[ndirty++] = r;  // its own state changed; a rank's choice reads only its neighbours' next inputs:
+    if (ckind[r] == 0 && r > 0 && ni[r - 1] == ni[r] - 1) dirty[ndirty++] = r - 1;      // the I it waits for,
+    if (ckind[r] == 1 && r + 1 < P && nf[r + 1] == nf[r] - 1) dirty[ndirty++] = r + 1;  // the F it waits for
   }
   zb_figures(out, P, first, free_at);
   out.ok = true;
   return out;
 }
+
+/// The list runs a search has made, to skip one it already knows. A run is a function of its
+/// knobs only through the choices it computes, so another run whose knobs give every one of those
+/// choices the same answer is the same run, step for step: it cannot beat it (and if that run was
+/// cut short, neither can it). Two such cases are recorded:
+///   - a warm-up cap only matters until the rank's first I: if rank r ran w F's before it, every
+///     cap above w gives it the same choices (and memory or m cap a rank anyway);
+///   - the other W filling, or the other tie order, when no choice of the run depended on it.
+class zb_list_memo {
+ public:
+  constexpr explicit zb_list_memo(const zb_tables& z) : P_(z.P), reach_(static_cast<std::size_t>(z.P), 0) {
+    for (int r = 0; r < P_; ++r) {  // memory alone stops rank r's warm-up at limit / F forwards
+      const int by_memory = z.limit(r) / z.units(r, 0);
+      reach_[static_cast<std::size_t>(r)] = by_memory < z.m ? by_memory : z.m;
+    }
+  }
+
+  /// Runs the list scheduler unless a recorded run is the same one; a skipped run comes back not
+  /// ok, as a cut one does.
+  constexpr zb_run run(const zb_tables& z, const zb_knobs& knobs, double cutoff, bool& skipped) {
+    const std::size_t at = caps_.size();
+    for (int r = 0; r < P_; ++r) caps_.push_back(cap(knobs, r));
+    const int order = order_of(knobs);
+    skipped = seen(at, order);
+    if (skipped) {
+      while (caps_.size() > at) caps_.pop_back();
+      return {};
+    }
+    for (int r = 0; r < P_; ++r) warm_.push_back(-1);  // (growing by resize trips clang's constant evaluator)
+    zb_list_trace trace{warm_.data() + at};
+    zb_run out = zb_list_schedule(z, knobs, cutoff, &trace);
+    int covers = 1 << order;  // the tie orders and fillings that give this run
+    if (!trace.gaps_matter) covers |= 1 << (order ^ 1);
+    if (!trace.ties_matter) covers |= 1 << (order ^ 2);
+    if (!trace.gaps_matter && !trace.ties_matter) covers |= 1 << (order ^ 3);
+    covers_.push_back(covers);
+    return out;
+  }
+
+ private:
+  static constexpr int none = 1 << 30;  // no cap
+
+  static constexpr int order_of(const zb_knobs& k) { return (k.fill_only_gaps ? 1 : 0) + (k.forward_first ? 2 : 0); }
+  constexpr int cap(const zb_knobs& k, int r) const {
+    const int extra = k.rank_extra.size() == static_cast<std::size_t>(P_) ? k.rank_extra[static_cast<std::size_t>(r)]
+                                                                          : k.warmup_extra;
+    const int c = (P_ - r) + extra;
+    return extra < 0 || c >= reach_[static_cast<std::size_t>(r)] ? none : c;
+  }
+  // the caps at `at` (just appended) against every recorded run that covers `order`
+  constexpr bool seen(std::size_t at, int order) const {
+    const auto Pu = static_cast<std::size_t>(P_);
+    for (std::size_t e = 0; e < covers_.size(); ++e) {
+      if (!(covers_[e] >> order & 1)) continue;
+      bool same = true;
+      for (std::size_t r = 0; r < Pu && same; ++r) {
+        const int was = caps_[e * Pu + r], now = caps_[at + r], w = warm_[e * Pu + r];
+        same = was == now || (w >= 0 && was > w && now > w);
+      }
+      if (same) return true;
+    }
+    return false;
+  }
+
+  int P_;
+  std::vector<int> reach_;   // [P] the most F's rank r can run before its first I
+  std::vector<int> caps_;    // [runs · P] each run's cap per rank (none: no cap)
+  std::vector<int> warm_;    // [runs · P] each run's F's before the first I (-1: not reached)
+  std::vector<int> covers_;  // [runs] bit fill_only_gaps + 2 · forward_first: the settings it equals
+};
 
 }  // namespace detail
 

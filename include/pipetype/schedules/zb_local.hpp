@@ -53,7 +53,7 @@ constexpr zb_local_result zb_local_search(const zb_tables& z, zb_run start, int 
   if (!out.run.ok || passes <= 0) return out;
   const int P = z.P, m = z.m, L = 3 * m;
   const long long cost = 3LL * P * m;
-  zb_orders o = zb_orders_of(z, out.run.placed);
+  zb_orders o = zb_orders_of(z, out.run);
   for (int pass = 0; pass < passes && budget >= cost && out.run.rank_span > floor; ++pass) {
     bool improved = false;
     for (int r = 0; r < P && budget >= cost; ++r)

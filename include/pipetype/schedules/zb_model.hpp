@@ -83,10 +83,13 @@ constexpr const char* zb_problem_error(const zb_problem& pr) {
 
 namespace detail {
 
-/// Units of memory allowed on stage s (a large number when unlimited).
-constexpr int zb_limit_units(const zb_problem& pr, int s) {
+/// Units of memory allowed on rank r (a large number when unlimited): the limit in activations of
+/// the rank's stage, or on the V of its chunks, two of which make a stage of the one-per-rank
+/// problem.
+constexpr int zb_limit_units(const zb_problem& pr, int r) {
   if (pr.mem_limit <= 0) return never;
-  return static_cast<int>(pr.mem_limit * pr.memory_of(s).unit + 1e-9);
+  const double chunks = pr.placement == search_placement::v ? 2 : 1;
+  return static_cast<int>(chunks * pr.mem_limit * pr.memory_of(r).unit + 1e-9);
 }
 
 /// True when every rank's running memory stays within the limit.
@@ -95,26 +98,57 @@ constexpr bool zb_fits(program_view p, const zb_problem& pr) {
     int live = 0;
     for (const action& a : p.rank_actions(r)) {
       live += pr.memory_of(a.stage).delta(a.what);
-      if (live > zb_limit_units(pr, a.stage)) return false;
+      if (live > zb_limit_units(pr, r)) return false;
     }
   }
   return true;
 }
 
-/// A candidate: the actions in an order whose subsequence on each rank is that rank's order, and
-/// the figures of its timeline (the simulator's for that program).
+/// Where a run with `cutoff` (> 0; else none) is cut: a rank's running bound, its last end plus
+/// its remaining work minus its first start, sums in another order than the span does and may
+/// exceed an equal span by rounding, so a run is cut only past the cutoff by a relative 1e-9
+/// (a run that then ends equal or longer is still rejected by the exact comparison).
+constexpr double zb_cut_at(double cutoff) { return cutoff > 0 ? cutoff * (1 + 1e-9) : 1e300; }
+
+/// An action of a run as one int: (3 · rank + kind) · m + microbatch, kind 0 F, 1 I, 2 W.
+constexpr int zb_code(int r, int k, int j, int m) { return (3 * r + k) * m + j; }
+constexpr action zb_action(int code, int m) {
+  const int r = code / (3 * m), k = code / m % 3, j = code % m;
+  return k == 0 ? F(r, j) : k == 1 ? I(r, j) : W(r, j);
+}
+
+/// A candidate: the actions in an order whose subsequence on each rank is that rank's order (as
+/// zb_codes in a flat array: inside the compiler filling a std::vector<action> costs more than
+/// the run that computes it), and the figures of its timeline (the simulator's for that program).
 struct zb_run {
   bool ok = false;  // false: the search found no order within the limit (or it was cut short)
-  std::vector<action> placed;
+  int m = 0;
+  scratch<int> placed{0, unset};  // zb_codes, in the order the run placed them
   double rank_span = 0, makespan = 0;
+
+  constexpr action at(int q) const { return zb_action(placed[q], m); }
+  constexpr int size() const { return placed.size(); }
+
+  constexpr zb_run() = default;
+  constexpr zb_run(zb_run&&) noexcept = default;
+  constexpr zb_run& operator=(zb_run&&) noexcept = default;
+  constexpr zb_run(const zb_run& o)
+      : ok(o.ok), m(o.m), placed(o.size(), unset), rank_span(o.rank_span), makespan(o.makespan) {
+    for (int q = 0; q < o.size(); ++q) placed[q] = o.placed[q];
+  }
+  constexpr zb_run& operator=(const zb_run& o) {
+    if (this != &o) *this = zb_run(o);
+    return *this;
+  }
 };
 
 /// The problem in flat tables (see the header comment).
 struct zb_tables {
   int P = 0, m = 0;
-  std::vector<double> t;    // [3 · P · m]: F, I, W time of (rank, microbatch) at (kind · P + r) · m + j
-  std::vector<double> lat;  // [2 · P]: latency into r from r − 1 (F), from r + 1 (I)
-  std::vector<int> mem;     // [4 · P]: per rank: F, I, W units and the limit
+  std::vector<double> t;     // [3 · P · m]: F, I, W time of (rank, microbatch) at (kind · P + r) · m + j
+  std::vector<double> lat;   // [2 · P]: latency into r from r − 1 (F), from r + 1 (I)
+  std::vector<int> mem;      // [4 · P]: per rank: F, I, W units and the limit
+  std::vector<double> work;  // [P]: each rank's F + I + W time
 
   constexpr double time(int k, int r, int j) const {
     return t[(static_cast<std::size_t>(k) * static_cast<std::size_t>(P) + static_cast<std::size_t>(r)) *
@@ -150,6 +184,10 @@ constexpr zb_tables zb_tables_of(const zb_problem& pr) {
     z.mem[4 * ru + 2] = mm.w;
     z.mem[4 * ru + 3] = zb_limit_units(pr, r);
   }
+  z.work.assign(P, 0.0);
+  for (std::size_t k = 0; k < 3; ++k)
+    for (std::size_t r = 0; r < P; ++r)
+      for (std::size_t j = 0; j < m; ++j) z.work[r] += z.t[(k * P + r) * m + j];
   return z;
 }
 
@@ -185,7 +223,10 @@ constexpr void zb_figures(zb_run& out, int P, const double* first, const double*
 constexpr program zb_program_of(const zb_problem& pr, const zb_run& run) {
   program_builder b{pr.ranks, pr.ranks, pr.microbatches};
   b.placement(looped_placement(pr.ranks, 1));
-  for (const action& a : run.placed) b.rank(a.stage).add(a);
+  for (int q = 0; q < run.size(); ++q) {
+    const action a = run.at(q);
+    b.rank(a.stage).add(a);
+  }
   return std::move(b).build("zb-auto");
 }
 
@@ -196,13 +237,32 @@ struct zb_orders {
   std::vector<int> code;
 };
 
+/// The orders of a program's actions (one stage per rank; a B counts as its I then its W).
 constexpr zb_orders zb_orders_of(const zb_tables& z, const std::vector<action>& placed) {
   zb_orders o{z.P, z.m, std::vector<int>(3 * static_cast<std::size_t>(z.P) * static_cast<std::size_t>(z.m), 0)};
-  std::vector<int> n(static_cast<std::size_t>(z.P), 0);
+  scratch<int> n(z.P, 0);
+  int* code = o.code.data();
   for (const action& a : placed) {
-    const int k = a.what == kind::F ? 0 : a.what == kind::I ? 1 : 2;
-    const auto r = static_cast<std::size_t>(a.stage);
-    o.code[r * 3 * static_cast<std::size_t>(z.m) + static_cast<std::size_t>(n[r]++)] = k * z.m + a.microbatch;
+    int* at = code + a.stage * 3 * z.m;
+    if (a.what == kind::B) {
+      at[n[a.stage]++] = z.m + a.microbatch;
+      at[n[a.stage]++] = 2 * z.m + a.microbatch;
+    } else {
+      at[n[a.stage]++] = (a.what == kind::F ? 0 : a.what == kind::I ? 1 : 2) * z.m + a.microbatch;
+    }
+  }
+  return o;
+}
+
+/// The orders of a run.
+constexpr zb_orders zb_orders_of(const zb_tables& z, const zb_run& run) {
+  const int L = 3 * z.m;
+  zb_orders o{z.P, z.m, std::vector<int>(static_cast<std::size_t>(z.P * L), 0)};
+  scratch<int> n(z.P, 0);
+  int* code = o.code.data();
+  for (int q = 0; q < run.size(); ++q) {
+    const int c = run.placed[q], r = c / L;
+    code[r * L + n[r]++] = c - r * L;
   }
   return o;
 }
@@ -214,47 +274,51 @@ constexpr zb_orders zb_orders_of(const zb_tables& z, const std::vector<action>& 
 constexpr zb_run zb_evaluate(const zb_tables& z, const zb_orders& o, double cutoff = 0) {
   const int P = z.P, m = z.m, L = 3 * m;
   constexpr double unknown = -1;
+  const double cut = zb_cut_at(cutoff);
   zb_run out;
   zb_clock clock(P, m);
+  // raw pointers into the tables: inside the compiler each accessor call costs more than the step
   double *fend = clock.fend, *iend = clock.iend, *free_at = clock.free_at, *first = clock.first;
   double* rest = clock.extra;  // work still to do on the rank
+  const double* T = z.t.data();
+  const double* LAT = z.lat.data();
+  const int* MEM = z.mem.data();
   scratch<int> iv(5 * P, 0);
   int* pos = iv.data();
   int* live = pos + P;
   int* nk = pos + 2 * P;  // [3 · P] the next microbatch of each kind
-  for (int r = 0; r < P; ++r)
-    for (int k = 0; k < 3; ++k)
-      for (int j = 0; j < m; ++j) rest[r] += z.time(k, r, j);
+  for (int r = 0; r < P; ++r) rest[r] = z.work[static_cast<std::size_t>(r)];
   const int* code = o.code.data();
   for (int done = 0, total = P * L, sweep = 0; done < total; ++sweep) {
     const int before = done;
     for (int q = 0; q < P; ++q) {  // down, then up: forwards flow down, backwards up
       const int r = sweep % 2 == 0 ? q : P - 1 - q;
+      const int* seq = code + r * L;
       while (pos[r] < L) {
-        const int c = code[r * L + pos[r]], k = c / m, j = c % m;
+        const int c = seq[pos[r]], k = c / m, j = c % m;
         if (k < 0 || k > 2 || j != nk[k * P + r]) return out;  // out of microbatch order
         double ready = 0;
         if (k == 0) {
           if (r > 0) {
             const double e = fend[(r - 1) * m + j];
             if (e == unknown) break;
-            ready = e + z.lat_f(r);
+            ready = e + LAT[2 * r];
           }
         } else if (k == 1) {
-          if (fend[r * m + j] == unknown) return out;  // an I before its F
           ready = fend[r * m + j];
+          if (ready == unknown) return out;  // an I before its F
           if (r + 1 < P) {
             const double g = iend[(r + 1) * m + j];
             if (g == unknown) break;
-            ready = g + z.lat_i(r) > ready ? g + z.lat_i(r) : ready;
+            ready = g + LAT[2 * r + 1] > ready ? g + LAT[2 * r + 1] : ready;
           }
         } else if (iend[r * m + j] == unknown) {
           return out;  // a W before its I
         }
-        live[r] += z.units(r, k);
-        if (live[r] > z.limit(r)) return out;
+        live[r] += MEM[4 * r + k];
+        if (live[r] > MEM[4 * r + 3]) return out;
         const double start = ready > free_at[r] ? ready : free_at[r];
-        const double d = z.time(k, r, j);
+        const double d = T[(k * P + r) * m + j];
         if (first[r] == unknown) first[r] = start;
         free_at[r] = start + d;
         rest[r] -= d;
@@ -263,18 +327,15 @@ constexpr zb_run zb_evaluate(const zb_tables& z, const zb_orders& o, double cuto
         ++nk[k * P + r];
         ++pos[r];
         ++done;
-        if (cutoff > 0 && free_at[r] + rest[r] - first[r] > cutoff) return out;
+        if (free_at[r] + rest[r] - first[r] > cut) return out;
       }
     }
     if (done == before) return out;  // every rank waits for another
   }
   zb_figures(out, P, first, free_at);
-  out.placed.reserve(static_cast<std::size_t>(P * L));
-  for (int r = 0; r < P; ++r)
-    for (int q = 0; q < L; ++q) {
-      const int c = code[r * L + q], k = c / m, j = c % m;
-      out.placed.push_back(k == 0 ? F(r, j) : k == 1 ? I(r, j) : W(r, j));
-    }
+  out.m = m;
+  out.placed = scratch<int>(P * L, unset);
+  for (int q = 0; q < P * L; ++q) out.placed[q] = (q / L) * L + code[q];  // rank by rank
   out.ok = true;
   return out;
 }
