@@ -23,6 +23,36 @@ inline pt::zb_problem zb_problem_of(int p, int m, double limit, pt::cost_model c
   return pr;
 }
 
+/// 1F1B with each backward split in place (I then W), as a program: zb_auto scores it from
+/// zb_orders_of(make_one_f_one_b) (a B counts as its I then its W).
+inline pt::program zb_one_f_one_b_split(int p, int m) {
+  const pt::program base = pt::make_one_f_one_b(p, m);
+  pt::program_builder b{p, p, m};
+  b.placement(base.stage_rank);
+  for (int r = 0; r < p; ++r) {
+    b.rank(r);
+    for (const pt::action& a : base.view().rank_actions(r)) {
+      if (a.what == pt::kind::B)
+        b.add(pt::I(a.stage, a.microbatch)).add(pt::W(a.stage, a.microbatch));
+      else
+        b.add(a);
+    }
+  }
+  return std::move(b).build("1f1b-split");
+}
+
+/// GPipe with split backwards, as a program (zb_auto writes its orders directly).
+inline pt::program zb_gpipe_split(int p, int m) {
+  pt::program_builder b{p, p, m};
+  b.placement(pt::looped_placement(p, 1));
+  for (int r = 0; r < p; ++r) {
+    b.rank(r);
+    for (int j = 0; j < m; ++j) b.add(pt::F(r, j));
+    for (int j = 0; j < m; ++j) b.add(pt::I(r, j)).add(pt::W(r, j));
+  }
+  return std::move(b).build("gpipe-split");
+}
+
 /// The checks of PyTorch's TestSchedulePlan._validate_pipeline_order, on lock-step ticks:
 /// a microbatch starts with F on stage 0; F at s is followed by F at s+1 (or B at S-1 after
 /// F at S-1); B at s by B at s-1; nothing after B at stage 0; indices in range; a microbatch

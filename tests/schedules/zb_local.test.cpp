@@ -29,7 +29,7 @@ TEST_CASE("zb_local: from 1F1B split in place it finds a shorter program and nev
       pr.costs = pt::cost_model{pt::costs{.f = 1, .b = 2.3, .i = 1.2, .w = 1.1, .comm = 0.1}};
       pr.mem_limit = 2.0 * p;
       const pt::detail::zb_tables z = pt::detail::zb_tables_of(pr);
-      const pt::program base = pt::detail::zb_one_f_one_b_split(p, m);
+      const pt::program base = sweep::zb_one_f_one_b_split(p, m);
       const pt::detail::zb_run start = pt::detail::zb_evaluate(z, pt::detail::zb_orders_of(z, base.actions));
       REQUIRE(start.ok);
       long long budget = 1LL << 30;

@@ -27,7 +27,7 @@ TEST_CASE("zb_model: zb_evaluate gives the simulator's figures for the hand-writ
       CAPTURE(m);
       const pt::zb_problem pr = problem(p, m, 0, uneven(p, m));
       const pt::detail::zb_tables z = pt::detail::zb_tables_of(pr);
-      for (const pt::program& h : {pt::make_zb_h1(p, m), pt::make_zb_h2(p, m), pt::detail::zb_gpipe_split(p, m)}) {
+      for (const pt::program& h : {pt::make_zb_h1(p, m), pt::make_zb_h2(p, m), sweep::zb_gpipe_split(p, m)}) {
         const pt::detail::zb_run run = pt::detail::zb_evaluate(z, pt::detail::zb_orders_of(z, h.actions));
         REQUIRE(run.ok);
         const pt::timeline t = pt::simulate(h.view(), pr.costs);
@@ -82,8 +82,8 @@ TEST_CASE("zb_model: the span bound, by hand and below every schedule of the mod
       CAPTURE(m);
       const pt::zb_problem pr = problem(p, m, 0, uneven(p, m));
       const double bound = pt::zb_span_bound(pr).value();
-      for (const pt::program& h : {pt::make_zb_h1(p, m), pt::make_zb_h2(p, m), pt::detail::zb_gpipe_split(p, m),
-                                   pt::detail::zb_one_f_one_b_split(p, m)})
+      for (const pt::program& h :
+           {pt::make_zb_h1(p, m), pt::make_zb_h2(p, m), sweep::zb_gpipe_split(p, m), sweep::zb_one_f_one_b_split(p, m)})
         CHECK(pt::simulate(h.view(), pr.costs).max_rank_span() >= bound - 1e-9);
       CHECK(pt::zb_auto_search(pr).rank_span >= bound - 1e-9);
     }
@@ -99,8 +99,8 @@ TEST_CASE("zb_model: the hand-written candidates' orders and warm-ups are their 
         CAPTURE(pt::detail::zb_hand_name(h));
         const pt::program prog = h == pt::detail::zb_hand::zb_h1               ? pt::make_zb_h1(p, m)
                                  : h == pt::detail::zb_hand::zb_h2             ? pt::make_zb_h2(p, m)
-                                 : h == pt::detail::zb_hand::one_f_one_b_split ? pt::detail::zb_one_f_one_b_split(p, m)
-                                                                               : pt::detail::zb_gpipe_split(p, m);
+                                 : h == pt::detail::zb_hand::one_f_one_b_split ? sweep::zb_one_f_one_b_split(p, m)
+                                                                               : sweep::zb_gpipe_split(p, m);
         CHECK(pt::detail::zb_hand_orders(h, z).code == pt::detail::zb_orders_of(z, prog.actions).code);
         for (int r = 0; r < p; ++r) {
           int forwards = 0;  // before the rank's first I

@@ -61,34 +61,6 @@ namespace pipetype {
 
 namespace detail {
 
-/// 1F1B with each backward split in place (I then W): the baseline every split schedule beats.
-constexpr program zb_one_f_one_b_split(int p, int m) {
-  const program base = make_one_f_one_b(p, m);
-  program_builder b{p, p, m};
-  b.placement(base.stage_rank);
-  for (int r = 0; r < p; ++r) {
-    b.rank(r);
-    for (const action& a : base.view().rank_actions(r)) {
-      if (a.what == kind::B)
-        b.add(I(a.stage, a.microbatch)).add(W(a.stage, a.microbatch));
-      else
-        b.add(a);
-    }
-  }
-  return std::move(b).build("1f1b-split");
-}
-
-constexpr program zb_gpipe_split(int p, int m) {
-  program_builder b{p, p, m};
-  b.placement(looped_placement(p, 1));
-  for (int r = 0; r < p; ++r) {
-    b.rank(r);
-    for (int j = 0; j < m; ++j) b.add(F(r, j));
-    for (int j = 0; j < m; ++j) b.add(I(r, j)).add(W(r, j));
-  }
-  return std::move(b).build("gpipe-split");
-}
-
 /// The hand-written candidates, in the order zb_auto scores them.
 enum class zb_hand { zb_h1, zb_h2, one_f_one_b_split, gpipe_split };
 inline constexpr zb_hand zb_hands[] = {zb_hand::zb_h1, zb_hand::zb_h2, zb_hand::one_f_one_b_split,

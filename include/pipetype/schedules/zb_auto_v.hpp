@@ -57,7 +57,6 @@ constexpr program zb_v_list_schedule(const zb_problem& pr, const zb_v_knobs& kn)
   auto u = [](int i) { return static_cast<std::size_t>(i); };
   program_builder b{P, S, m};
   b.placement(v_shape_placement(P));
-  std::vector<std::vector<action>> order(u(P));
   for (int placed = 0, total = 3 * S * m; placed < total; ++placed) {
     int best_r = -1, best_s = -1, best_k = -1;
     double best_t = unknown;
@@ -124,11 +123,7 @@ constexpr program zb_v_list_schedule(const zb_problem& pr, const zb_v_knobs& kn)
     if (best_k == 1) fend[at(s, j)] = end, ++forwards[u(r)];
     if (best_k == 0) iend[at(s, j)] = end, ++backwards[u(r)];
     free_at[u(r)] = end;
-    order[u(r)].push_back(a);
-  }
-  for (int r = 0; r < P; ++r) {
-    b.rank(r);
-    for (const action& a : order[u(r)]) b.add(a);
+    b.rank(r).add(a);  // the builder keeps each rank's order
   }
   return std::move(b).build("zb-auto");
 }

@@ -54,8 +54,7 @@ class zb_exact_search {
     nf_.assign(Pu, 0), ni_.assign(Pu, 0), nw_.assign(Pu, 0), live_.assign(Pu, 0);
     free_.assign(Pu, 0), rest_.assign(Pu, 0), first_.assign(Pu, 0), fe_.assign(Pu, 0);
     for (int r = 0; r < P_; ++r) {
-      for (int k = 0; k < 3; ++k)
-        for (int j = 0; j < m_; ++j) rest_[u(r)] += z.time(k, r, j);
+      rest_[u(r)] = z.work[u(r)];
       // F(r, 0) is every rank's first action, so its start is fixed: the forward chain's
       first_[u(r)] = r == 0 ? 0 : first_[u(r - 1)] + z.time(0, r - 1, 0) + z.lat_f(r);
     }
@@ -318,11 +317,8 @@ inline zb_exact_result zb_exact(const zb_problem& pr, long long node_budget = 20
   incumbent.placed = detail::scratch<int>(static_cast<int>(heuristic.schedule.actions.size()), detail::unset);
   for (std::size_t q = 0; q < heuristic.schedule.actions.size(); ++q) {
     const action& a = heuristic.schedule.actions[q];
-    incumbent.placed[static_cast<int>(q)] = detail::zb_code(a.stage,
-                                                            a.what == kind::F   ? 0
-                                                            : a.what == kind::I ? 1
-                                                                                : 2,
-                                                            a.microbatch, pr.microbatches);
+    incumbent.placed[static_cast<int>(q)] =
+        detail::zb_code(a.stage, detail::zb_kind_index(a.what), a.microbatch, pr.microbatches);
   }
   incumbent.rank_span = heuristic.rank_span;
   incumbent.makespan = heuristic.makespan;

@@ -72,7 +72,7 @@ constexpr zb_run zb_list_schedule(const zb_tables& z, const zb_knobs& knobs, dou
   int* placed_out = out.placed.data();
   // The rank to place next: the earliest candidate start, then the kind (I, F, W), then the
   // lowest rank. Past 32 ranks a tournament tree over the ranks keeps that choice at its root: a
-  // placement changes at most three ranks' candidates (its own and its two neighbours'), so a
+  // placement changes at most two ranks' candidates (its own and the neighbour waiting for it), so a
   // step costs O(log p) instead of a scan of every rank. Up to 32 the scan stays: in the constant
   // evaluator it is cheaper than the tree's bookkeeping (zb_auto<> compiles at these sizes).
   int leaves = P > 32 ? 1 : 0;

@@ -112,6 +112,7 @@ constexpr double zb_cut_at(double cutoff) { return cutoff > 0 ? cutoff * (1 + 1e
 
 /// An action of a run as one int: (3 · rank + kind) · m + microbatch, kind 0 F, 1 I, 2 W.
 constexpr int zb_code(int r, int k, int j, int m) { return (3 * r + k) * m + j; }
+constexpr int zb_kind_index(kind k) { return k == kind::F ? 0 : k == kind::I ? 1 : 2; }
 constexpr action zb_action(int code, int m) {
   const int r = code / (3 * m), k = code / m % 3, j = code % m;
   return k == 0 ? F(r, j) : k == 1 ? I(r, j) : W(r, j);
@@ -248,7 +249,7 @@ constexpr zb_orders zb_orders_of(const zb_tables& z, const std::vector<action>& 
       at[n[a.stage]++] = z.m + a.microbatch;
       at[n[a.stage]++] = 2 * z.m + a.microbatch;
     } else {
-      at[n[a.stage]++] = (a.what == kind::F ? 0 : a.what == kind::I ? 1 : 2) * z.m + a.microbatch;
+      at[n[a.stage]++] = zb_kind_index(a.what) * z.m + a.microbatch;
     }
   }
   return o;
