@@ -14,9 +14,9 @@ cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-tu() {  # name, body
+tu() {  # name, body, [the headers it includes: pipetype.hpp unless given]
   cat > "$tmp/$1.cpp" <<CPP
-#include <pipetype/pipetype.hpp>
+${3:-#include <pipetype/pipetype.hpp>}
 namespace pt = pipetype;
 $2
 int main() { return 0; }
@@ -32,8 +32,8 @@ constexpr auto p = pt::make_plan<pt::zb_auto<pt::ranks<8>, pt::microbatches<16>,
 tu zb_auto_p8_m16_all "$(zb_body)"
 tu zb_auto_p8_m16_refine "$(zb_body ', pt::zb_effort{.refine = 1}')"
 # the headers it needs rather than all of pipetype.hpp (whose parsing alone is about 2 s)
-tu zb_auto_p8_m16 "$(zb_body)"
-sed -i 's|#include <pipetype/pipetype.hpp>|#include <pipetype/compile/plan.hpp>\n#include <pipetype/schedules/zb_auto.hpp>|' "$tmp/zb_auto_p8_m16.cpp"
+tu zb_auto_p8_m16 "$(zb_body)" '#include <pipetype/compile/plan.hpp>
+#include <pipetype/schedules/zb_auto.hpp>'
 tu empty ''
 tu acceptance_both 'constexpr const auto& a = pt::plan_v<pt::interleaved_1f1b<pt::ranks<8>, pt::microbatches<64>, pt::chunks<2>>>;
 constexpr const auto& b = pt::plan_v<pt::one_f_one_b<pt::ranks<16>, pt::microbatches<128>>>;
