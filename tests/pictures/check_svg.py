@@ -173,16 +173,25 @@ def main():
         check_by_hand(*drawn)
     path = os.path.join(a.out, "train_mlp.svg")
     for attempt in (1, 2):
+        # The measured step is new on every run: a stall can stretch its time axis until no box is
+        # wide enough to sample, or leave boxes a few pixels wide under the transfers drawn across
+        # them. So a drawing that fails is measured and drawn once more; a fault in the drawing
+        # itself fails both times.
+        before = len(problems)
         run([a.train, "--steps", "2", "--json", "--svg", path])
         drawn = draw(a.rsvg, path, "train_mlp")
-        # one stalled measured step (a loaded machine) stretches the time axis until every box is
-        # narrower than check_boxes can sample: measure once more before judging the drawing
-        if not drawn or attempt == 2 or wide_boxes(drawn[0]) > 0:
+        checked = 0
+        if drawn:
+            if attempt == 1 and wide_boxes(drawn[0]) == 0:
+                continue
+            checked = check_boxes(*drawn, "train_mlp")
+            if len(panels(drawn[0])) != 2:
+                problem("train_mlp", f"{len(panels(drawn[0]))} panels, expected measured and simulated")
+        if attempt == 2 or len(problems) == before:
+            boxes += checked
             break
-    if drawn:
-        boxes += check_boxes(*drawn, "train_mlp")
-        if len(panels(drawn[0])) != 2:
-            problem("train_mlp", f"{len(panels(drawn[0]))} panels, expected measured and simulated")
+        print(f"train_mlp, measured once more after: {problems[before]}")
+        del problems[before:]
     return finish(f"{len(names) + 3} SVGs parsed and drawn; {boxes} boxes in their colours; 1f1b p=2 m=2 where worked out by hand")
 
 
