@@ -76,32 +76,46 @@ def run_workers(world, directory, deadline_s, nccl=None):
     returns their result dicts {label, format, rank, loads, diff | error | hangs}. With `nccl`
     (shared, per-peer, per-direction) the workers emulate NCCL's blocking point-to-point
     (emulate_nccl). Kills every worker and raises RuntimeError on a timeout or a failing worker."""
+    import tempfile
+
     port = free_port()
+    # output goes to files, not pipes: a worker whose pipe filled up (torch logs a failed step's
+    # whole table) would block while its siblings are being read
+    logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in range(world)]
     procs = [
         subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "worker", str(r), "--world", str(world), "--port", str(port),
              "--dir", directory, *(["--nccl", nccl] if nccl else [])],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=logs[r][0],
+            stderr=logs[r][1],
             text=True,
         )
         for r in range(world)
     ]
+
+    def read(f):
+        f.seek(0)
+        return f.read()
+
     end = time.monotonic() + deadline_s
-    outs = []
     try:
         for p in procs:
-            left = max(1.0, end - time.monotonic())
-            out, err = p.communicate(timeout=left)
-            outs.append((p.returncode, out, err))
+            p.wait(timeout=max(1.0, end - time.monotonic()))
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
-        raise RuntimeError(f"the PyTorch workers did not finish within {deadline_s} s (a hang?)")
+            p.wait()
+        said = [read(err).strip().splitlines()[-2:] for _, err in logs]
+        raise RuntimeError(f"the PyTorch workers did not finish within {deadline_s} s (a hang?); their last words: " +
+                           "; ".join(f"worker {r}: {' | '.join(w) or '-'}" for r, w in enumerate(said)))
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+    outs = [(p.returncode, read(out), read(err)) for p, (out, err) in zip(procs, logs)]
+    for out, err in logs:
+        out.close()
+        err.close()
     results = []
     for rank, (rc, out, err) in enumerate(outs):
         if rc != 0:
@@ -220,7 +234,10 @@ def emulate_nccl(dist, rank, streams, wait_s):
     runs on a stream (a thread) in issue order — one per rank (`shared`), per peer (`per-peer`) or
     per peer and direction (`per-direction`) — and blocks that stream until its partner is
     reached (a request/acknowledge handshake before the data), FIFO per directed pair. A wait on
-    an op that has not completed within `wait_s` seconds raises _Hang: the order would hang."""
+    an op that has not completed within `wait_s` seconds raises _Hang: the order would hang.
+    Each schedule's transfers run on a gloo group of their own (`wrap`), so the threads that a
+    hang leaves blocked hold only that group, and the next schedule starts clean in the same
+    processes."""
     import queue
     import threading
 
@@ -229,12 +246,13 @@ def emulate_nccl(dist, rank, streams, wait_s):
 
     real_isend, real_irecv = c10d.isend, c10d.irecv  # (c10d.send and recv call the patched names)
     lanes = {}
+    group = [None]  # the current schedule's gloo group (wrap)
 
-    def send(tensor, peer, tag):
-        real_isend(tensor, peer, tag=tag).wait()
+    def send(tensor, peer, tag, g):
+        real_isend(tensor, peer, group=g, tag=tag).wait()
 
-    def recv(tensor, peer, tag):
-        real_irecv(tensor, peer, tag=tag).wait()
+    def recv(tensor, peer, tag, g):
+        real_irecv(tensor, peer, group=g, tag=tag).wait()
 
     class Work:
         def __init__(self, what):
@@ -253,16 +271,16 @@ def emulate_nccl(dist, rank, streams, wait_s):
     def run(q):
         token = torch.zeros(1)
         while True:
-            op, tensor, peer, work = q.get()
+            op, tensor, peer, work, g = q.get()
             try:
                 if op == "send":  # announce, wait until the receiver is there, then the data
-                    send(token, peer, tag=1)
-                    recv(token, peer, tag=2)
-                    send(tensor, peer, tag=3)
+                    send(token, peer, 1, g)
+                    recv(token, peer, 2, g)
+                    send(tensor, peer, 3, g)
                 else:
-                    recv(token, peer, tag=1)
-                    send(token, peer, tag=2)
-                    recv(tensor, peer, tag=3)
+                    recv(token, peer, 1, g)
+                    send(token, peer, 2, g)
+                    recv(tensor, peer, 3, g)
             except Exception as e:  # noqa: BLE001
                 work.error = e
             work.done.set()
@@ -273,7 +291,7 @@ def emulate_nccl(dist, rank, streams, wait_s):
             lanes[key] = queue.Queue()
             threading.Thread(target=run, args=(lanes[key],), daemon=True).start()
         work = Work(f"{op} {'to' if op == 'send' else 'from'} rank {peer}")
-        lanes[key].put((op, tensor, peer, work))
+        lanes[key].put((op, tensor, peer, work, group[0]))
         return work
 
     active = [False]  # on once the schedule's stages are initialised (their shape exchange is plain)
@@ -293,8 +311,15 @@ def emulate_nccl(dist, rank, streams, wait_s):
 
     class Emulation:
         @staticmethod
-        def wrap(schedule):  # the emulation starts after the schedule initialises its stages
+        def off():  # plain gloo until the next wrap (building the next file's stages)
             active[0] = False
+
+        @staticmethod
+        def wrap(schedule):  # the emulation starts after the schedule initialises its stages
+            # (every rank calls this for every file, in one order: new_group is collective)
+            active[0] = False
+            lanes.clear()  # a hang's blocked lanes stay with the old group
+            group[0] = dist.new_group(backend="gloo")
             init = schedule._initialize_stages
 
             def initialize_then_emulate(*a, **k):
@@ -328,6 +353,8 @@ def worker(args):
     with open(os.path.join(args.dir, "manifest.json")) as f:
         manifest = json.load(f)
     for entry in manifest:
+        if emulation:
+            emulation.off()
         rows = read_rows(entry["path"])
         held = stages_of(rows)
         num_stages = 1 + max(s for r in held for s in r)
@@ -351,25 +378,24 @@ def worker(args):
         target = y if num_stages - 1 in held[rank] else None
         try:
             schedule.step(*step_args, target=target, losses=losses)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 — _Hang, or what the schedule made of it
             if not args.nccl:
                 raise
-            # under emulation the streams are stuck for good (or a stuck peer left): report, leave
+            # the streams of this file are stuck for good (on its own group): report, go on
             print(json.dumps({**result, "loads": True, "hangs": str(e).splitlines()[0][:200]}), flush=True)
-            os._exit(0)
-        ref = reference_grads(torch, num_stages, m)
-        diff = 0.0
-        for k in held[rank]:
-            for p, r in zip(mods[k].parameters(), ref[k]):
-                diff = max(diff, (p.grad - r).abs().max().item())
-        print(json.dumps({**result, "loads": True, "diff": diff}), flush=True)
-        try:
-            dist.barrier()
-        except Exception:  # noqa: BLE001 — a peer that hung under emulation has left
-            if not args.nccl:
-                raise
-            os._exit(0)
-    dist.destroy_process_group()
+        else:
+            ref = reference_grads(torch, num_stages, m)
+            diff = 0.0
+            for k in held[rank]:
+                for p, r in zip(mods[k].parameters(), ref[k]):
+                    diff = max(diff, (p.grad - r).abs().max().item())
+            print(json.dumps({**result, "loads": True, "diff": diff}), flush=True)
+        dist.barrier()  # on the default group, which a hang leaves untouched
+    if not args.nccl:
+        dist.destroy_process_group()
+    else:  # threads a hang left blocked would hold up the group's teardown
+        sys.stdout.flush()
+        os._exit(0)
 
 
 

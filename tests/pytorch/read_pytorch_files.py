@@ -113,12 +113,11 @@ def emulated_nccl(args, files, verdicts):
             rc, _, _ = common.run_explorer(args.explorer, ["--file", path, "--ranks", str(p), "--microbatches", str(m),
                                                            "--p2p", layout])
             runs.append((label, path, p, m, layout, rc == 0))
-    # the runs pipetype says complete go together, one launch per size and layout; each one it says
-    # hangs gets its own launch (a hang ends the launch), three at a time
+    # one launch per size and layout, three at a time: a file that hangs leaves its transfers'
+    # group blocked and the workers go on to the next file
     batches = {}
     for r in runs:
-        key = (r[2], r[4], "together" if r[5] else r[0])
-        batches.setdefault(key, []).append(r)
+        batches.setdefault((r[2], r[4]), []).append(r)
 
     def launch(batch):
         p, layout = batch[0][2], batch[0][4]
