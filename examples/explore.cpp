@@ -6,6 +6,7 @@
 //                    [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE]
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
+//                    [--layout STRING]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -31,7 +32,11 @@
 // --microbatch-scale each microbatch's length relative to the others (variable sequence lengths);
 // every schedule is simulated under them and zb-auto searches with them. --placement says where
 // zb-auto places stages: one per rank (the default), two per rank in a V as ZB-V does, or auto,
-// both searched and the shorter rank span kept. The run-time path
+// both searched and the shorter rank span kept. --layout STRING splits the model unevenly, in
+// Megatron's layout language (graph/layer_layout.hpp: `E|t*3|t*4|t*4|t*3,L`): its stages are
+// the program's (one per rank and chunk, so the count must suit the schedule), the costs given
+// are then those of one decoder layer and each stage costs its layers' weight times them
+// (analysis/layout_costs.hpp), and the peaks count decoder-layer activations. The run-time path
 // is the same code make_plan runs at compile time (build_plan, simulate).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
@@ -81,6 +86,9 @@ struct args {
   pt::notation form = pt::notation::automatic;
   pt::p2p_streams p2p = pt::p2p_streams::shared;
   pt::group_policy groups = pt::group_policy::automatic;
+  std::string layout_text;  // --layout
+  pt::layer_layout layout;
+  bool has_layout() const { return !layout_text.empty(); }
 };
 
 constexpr const char* usage =
@@ -89,7 +97,7 @@ constexpr const char* usage =
     "         [--rank-speed S,S,...] [--microbatch-scale X,X,...] [--placement one|v|auto]\n"
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
-    "         [--svg FILE] [--trace FILE]\n"
+    "         [--svg FILE] [--trace FILE] [--layout STRING]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void die(const std::string& msg) {
@@ -192,6 +200,12 @@ args parse(int argc, char** argv) {
     } else if (flag == "--output") {
       if (v.empty()) usage_error("--output needs a file name");
       a.output = v;
+    } else if (flag == "--layout") {
+      a.layout_text = v;
+      a.layout = pt::parse_layout(v);
+      if (!a.layout.ok())
+        usage_error("--layout '" + v + "': column " + std::to_string(a.layout.error.column) + ": " +
+                    a.layout.error.detail);
     } else if (flag == "--svg" || flag == "--trace") {
       if (v.empty()) usage_error(flag + " needs a file name");
       (flag == "--svg" ? a.svg : a.trace) = v;
@@ -214,6 +228,8 @@ args parse(int argc, char** argv) {
   if (!a.microbatch_scale.empty() && a.file.empty() && static_cast<int>(a.microbatch_scale.size()) != a.microbatches)
     usage_error("--microbatch-scale needs one scale per microbatch: " + std::to_string(a.microbatches) + ", got " +
                 std::to_string(a.microbatch_scale.size()));
+  // a layout of S stages over p ranks: S / p chunks per rank, unless --chunks says otherwise
+  if (a.has_layout() && a.chunks == 0 && a.layout.size() % a.ranks == 0) a.chunks = a.layout.size() / a.ranks;
   return a;
 }
 
@@ -258,6 +274,44 @@ int chunks_of(const pt::program& prog, int fallback) {
   return prog.ranks > 0 && model_stages % prog.ranks == 0 ? model_stages / prog.ranks : fallback;
 }
 
+/// Why `prog` cannot run the --layout (its model stages differ in number), or "".
+std::string layout_mismatch(const args& a, const pt::program& prog) {
+  if (!a.has_layout() || prog.view().lane_length() == a.layout.size()) return "";
+  return "the layout has " + std::to_string(a.layout.size()) + " stages, the schedule's program " +
+         std::to_string(prog.view().lane_length()) + " (one per rank and chunk over " + std::to_string(prog.ranks) +
+         " ranks)";
+}
+
+/// Per rank, the peak in the report's unit: a rank share's activations, or decoder-layer
+/// activations under --layout.
+std::vector<double> peaks_of(const args& a, const pt::runtime_plan& plan, int chunks) {
+  std::vector<double> out;
+  if (a.has_layout()) {
+    pt::layer_layout per_program_stage;
+    for (int s = 0; s < plan.compute().stages; ++s)
+      per_program_stage.stages.push_back(a.layout.stages[static_cast<std::size_t>(s % a.layout.size())]);
+    return pt::layout_peak_activations(plan.compute(), per_program_stage);
+  }
+  for (int k = 0; k < plan.compute().ranks; ++k) out.push_back(plan.peak_activations(k) / chunks);
+  return out;
+}
+
+/// The layout's stages as "E+3t", one entry per stage, for the report.
+std::string layout_summary(const pt::layer_layout& l) {
+  std::string out;
+  for (int s = 0; s < l.size(); ++s) {
+    const pt::stage_layers& x = l.stages[static_cast<std::size_t>(s)];
+    std::string one;
+    auto add = [&](int n, const char* what) {
+      if (n == 0) return;
+      one += (one.empty() ? "" : "+") + (n > 1 ? std::to_string(n) : std::string()) + what;
+    };
+    add(x.embedding, "E"), add(x.decoder, "t"), add(x.mtp, "m"), add(x.loss, "L");
+    out += (s ? " | " : "") + (one.empty() ? std::string("-") : one);
+  }
+  return out;
+}
+
 struct result {
   pt::runtime_plan plan;
   pt::timeline t;
@@ -270,6 +324,13 @@ struct result {
 /// then runs at its rank's speed and each microbatch at its scale (--rank-speed,
 /// --microbatch-scale).
 pt::cost_model per_stage(const args& a, pt::program_view p, int v) {
+  if (a.has_layout()) {  // the costs are one decoder layer's; each stage costs its layers (DualPipe: per lane)
+    pt::layer_layout per_program_stage;
+    for (int s = 0; s < p.stages; ++s)
+      per_program_stage.stages.push_back(a.layout.stages[static_cast<std::size_t>(s % a.layout.size())]);
+    return pt::scaled_costs(pt::layout_costs(per_program_stage, a.costs), {p.stage_rank.begin(), p.stage_rank.end()},
+                            a.rank_speed, a.microbatch_scale);
+  }
   pt::costs c = a.costs;
   auto scale = [v](double& x) {
     if (x >= 0) x /= v;
@@ -348,6 +409,10 @@ int print_all(const args& a) {
     try {
       pt::program prog = make(s.name, a, v);
       const int chunks = chunks_of(prog, v);  // zb-auto may answer with a V
+      if (const std::string why = layout_mismatch(a, prog); !why.empty()) {
+        skipped.emplace_back(std::string(s.name), why);
+        continue;
+      }
       rows.emplace_back(std::string(s.name), evaluate(std::move(prog), a, chunks));
     } catch (const std::invalid_argument& e) {
       skipped.emplace_back(std::string(s.name), e.what());
@@ -359,10 +424,9 @@ int print_all(const args& a) {
       if (r.plan.ok()) steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
     write_pictures(a, steps);
   }
-  auto peak_max = [](const result& r) {
-    double m = 0;
-    for (int k = 0; k < r.plan.compute().ranks; ++k) m = std::max(m, r.plan.peak_activations(k));
-    return m / r.chunks;
+  auto peak_max = [&a](const result& r) {
+    const std::vector<double> peaks = peaks_of(a, r.plan, r.chunks);
+    return peaks.empty() ? 0.0 : *std::max_element(peaks.begin(), peaks.end());
   };
   if (a.json()) {
     std::string out = "{\"ranks\": " + std::to_string(a.ranks) +
@@ -389,8 +453,12 @@ int print_all(const args& a) {
     std::cout << out << "]}\n";
     return 0;
   }
-  std::printf("ranks %d, microbatches %d, costs (per rank share) F=%g B=%g I=%g W=%g comm=%g\n", a.ranks,
-              a.microbatches, a.costs.f, a.costs.b, a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
+  std::printf("ranks %d, microbatches %d, costs (per %s) F=%g B=%g I=%g W=%g comm=%g\n", a.ranks, a.microbatches,
+              a.has_layout() ? "decoder layer" : "rank share", a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
+              a.costs.of(pt::kind::W), a.costs.comm);
+  if (a.has_layout())
+    std::printf("layout %s: %d stages: %s (peaks in decoder-layer activations)\n", a.layout_text.c_str(),
+                a.layout.size(), layout_summary(a.layout).c_str());
   for (const auto& [what, xs] :
        {std::pair{"rank speeds", &a.rank_speed}, std::pair{"microbatch scales", &a.microbatch_scale}}) {
     if (xs->empty()) continue;
@@ -521,6 +589,8 @@ int main(int argc, char** argv) {
       usage_error("--schedule " + a.schedule + ": " + e.what());
     }
   }
+  if (const std::string why = layout_mismatch(a, prog); !why.empty())
+    usage_error("--layout: " + why);
   if (!a.output.empty()) open_output(a.output);
   const std::string name = a.file.empty() ? a.schedule : a.file;
   const result r = evaluate(std::move(prog), a, chunks);
@@ -549,16 +619,20 @@ int main(int argc, char** argv) {
 
   const pt::timeline& t = r.t;
   const int P = plan.compute().ranks;
-  std::vector<double> peaks, busy;
-  for (int k = 0; k < P; ++k) {
-    peaks.push_back(plan.peak_activations(k) / chunks);
-    busy.push_back(t.busy(k));
-  }
+  const std::vector<double> peaks = peaks_of(a, plan, chunks);
+  std::vector<double> busy;
+  for (int k = 0; k < P; ++k) busy.push_back(t.busy(k));
   if (a.json()) {
     auto res = plan.lowered().resources;
     std::cout << "{\"schedule\": " << json_string(name) << ", \"ranks\": " << P
               << ", \"microbatches\": " << plan.compute().microbatches << ", \"stages\": " << plan.compute().stages
               << ", \"chunks\": " << chunks << ", \"valid\": true";
+    if (a.has_layout())
+      std::cout << ", \"layout\": {\"string\": " << json_string(a.layout_text) << ", \"layers\": "
+                << json_array(a.layout.stages, [](const pt::stage_layers& x) { return std::to_string(x.layers()); })
+                << ", \"weights\": "
+                << json_array(a.layout.stages, [](const pt::stage_layers& x) { return num(pt::layer_weights{}.of(x)); })
+                << ", \"peak_layer_activations\": " << json_array(peaks, num) << "}";
     if (ff.read)
       std::cout << ", \"notation\": \"" << pt::notation_name(ff.form)
                 << "\", \"file\": {\"transfers\": " << ff.transfers << ", \"waits\": " << ff.waits
@@ -584,9 +658,13 @@ int main(int argc, char** argv) {
     return finish_output();
   }
   std::printf(
-      "schedule %s: %d ranks, %d stages, %d microbatches (costs per rank share F=%g B=%g I=%g W=%g comm=%g)\n\n",
-      name.c_str(), P, plan.compute().stages, plan.compute().microbatches, a.costs.f, a.costs.b,
+      "schedule %s: %d ranks, %d stages, %d microbatches (costs per %s F=%g B=%g I=%g W=%g comm=%g)\n\n",
+      name.c_str(), P, plan.compute().stages, plan.compute().microbatches,
+      a.has_layout() ? "decoder layer" : "rank share", a.costs.f, a.costs.b,
       a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
+  if (a.has_layout())
+    std::printf("layout %s: %s (costs above are one decoder layer's; peak act counts decoder-layer activations)\n\n",
+                a.layout_text.c_str(), layout_summary(a.layout).c_str());
   if (ff.read) {
     std::printf("file: %s notation", pt::notation_name(ff.form));
     if (ff.form == pt::notation::legacy) std::printf(" (B = backward for inputs, BW = full backward)");

@@ -16,11 +16,14 @@
 #include "pipetype/core/verdict.hpp"
 
 #include "pipetype/graph/chain.hpp"
+#include "pipetype/graph/dag.hpp"
+#include "pipetype/graph/layer_layout.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/graph/stage.hpp"
 
 #include "pipetype/analysis/bounds.hpp"
 #include "pipetype/analysis/costs.hpp"
+#include "pipetype/analysis/layout_costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
 
 #include "pipetype/schedules/dualpipe.hpp"

@@ -106,12 +106,12 @@ class cost_model {
   std::vector<rule> rules_;
 };
 
-/// `base` on uneven hardware and data: every stage s scaled by 1 / rank_speed[stage_rank[s]] (a
-/// rank's relative speed, 1 nominal; empty: all 1) and every microbatch j by microbatch_scale[j]
-/// (its length relative to the others; empty: all 1). Speeds and scales must be positive.
-constexpr cost_model scaled_costs(costs base, const std::vector<int>& stage_rank, const std::vector<double>& rank_speed,
-                                  const std::vector<double>& microbatch_scale) {
-  cost_model c{base};
+/// `base` (a `costs`, or a `cost_model` such as an uneven layout's) on uneven hardware and data:
+/// every stage s scaled by 1 / rank_speed[stage_rank[s]] (a rank's relative speed, 1 nominal;
+/// empty: all 1) and every microbatch j by microbatch_scale[j] (its length relative to the
+/// others; empty: all 1). Speeds and scales must be positive.
+constexpr cost_model scaled_costs(cost_model c, const std::vector<int>& stage_rank,
+                                  const std::vector<double>& rank_speed, const std::vector<double>& microbatch_scale) {
   if (!rank_speed.empty())
     for (std::size_t s = 0; s < stage_rank.size(); ++s) {
       const auto r = static_cast<std::size_t>(stage_rank[s]);
@@ -120,6 +120,10 @@ constexpr cost_model scaled_costs(costs base, const std::vector<int>& stage_rank
   for (std::size_t j = 0; j < microbatch_scale.size(); ++j)
     if (microbatch_scale[j] != 1) c.microbatch(static_cast<int>(j), microbatch_scale[j]);
   return c;
+}
+constexpr cost_model scaled_costs(costs base, const std::vector<int>& stage_rank, const std::vector<double>& rank_speed,
+                                  const std::vector<double>& microbatch_scale) {
+  return scaled_costs(cost_model{base}, stage_rank, rank_speed, microbatch_scale);
 }
 
 template <class C>

@@ -31,7 +31,7 @@ struct _CROSS_RANK_DEADLOCK_ {};     struct _MEMORY_LIMIT_EXCEEDED_ {};
 struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
 struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
 struct _INVALID_LANES_ {};          struct _BAD_EXTENT_ {};
-struct _TOO_LARGE_ {};
+struct _TOO_LARGE_ {};               struct _INVALID_GRAPH_ {};
 // clang-format on
 
 template <class What>
@@ -152,6 +152,10 @@ struct errc_tag<errc::bad_extent> {
 template <>
 struct errc_tag<errc::too_large> {
   using type = _TOO_LARGE_;
+};
+template <>
+struct errc_tag<errc::invalid_graph> {
+  using type = _INVALID_GRAPH_;
 };
 
 /// Append Fact to error<...> E when Keep.

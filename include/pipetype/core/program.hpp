@@ -26,6 +26,13 @@
 
 namespace pipetype {
 
+/// An edge of the stage graph: stage `to` reads stage `from`'s output (graph/dag.hpp).
+struct stage_edge {
+  int from = -1;
+  int to = -1;
+  friend constexpr bool operator==(const stage_edge&, const stage_edge&) = default;
+};
+
 /// "No rank": the value of `invalid_rank` when every action went to a valid rank.
 inline constexpr int no_rank = -2147483647 - 1;
 

@@ -39,6 +39,7 @@ enum class errc : std::uint8_t {
   invalid_lanes,            // lanes not positive, or not dividing the stages and microbatches
   bad_extent,               // a schedule's extent() disagrees with the program it generates
   too_large,                // a size past pipetype::limits (core/sizes.hpp), refused before any table is made
+  invalid_graph,            // the stage graph breaks a rule of graph/dag.hpp (detail says which; stage: where)
 };
 
 /// One link of a deadlock's wait-for cycle: `rank` stopped at its action `at_*` (`index` in its
@@ -115,6 +116,8 @@ constexpr const char* errc_name(errc e) noexcept {
       return "schedule extent mismatch";
     case errc::too_large:
       return "program too large";
+    case errc::invalid_graph:
+      return "invalid stage graph";
   }
   return "unknown";
 }
@@ -162,6 +165,9 @@ constexpr const char* how_to_fix(errc e) noexcept {
       return "make the schedule's extent() count every rank, stage and action generate() returns, and say if it splits";
     case errc::too_large:
       return "stay within pipetype::limits (docs/03): fewer ranks, stages or microbatches";
+    case errc::invalid_graph:
+      return "give every edge two existing stages, break the cycle, and let every stage be fed by a source and reach a "
+             "loss (docs/10)";
   }
   return "";
 }

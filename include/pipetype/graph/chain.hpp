@@ -9,6 +9,9 @@
 //   uniform_chain<block>               n stages of one type, n known at run time (a model whose
 //                                      depth follows --ranks and --chunks)
 //
+// Both are stage graphs of graph/dag.hpp's kind, the chain 0 → 1 → … (`topology()`); a graph
+// with skip connections or several towers is a `dag`.
+//
 // The executor reads the stages through `for_each_stage(f)`, which calls f(index, stage&) in
 // chain order, and never copies them: parameters stay where the user put them.
 //
@@ -22,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipetype/graph/dag.hpp"
 #include "pipetype/graph/stage.hpp"
 
 namespace pipetype {
@@ -46,7 +50,7 @@ constexpr bool chain_links(std::index_sequence<I...>) {
 }  // namespace detail
 
 template <class... S>
-class chain {
+class chain : public detail::stage_tuple<S...> {
   static_assert(sizeof...(S) > 0, "pipetype::chain: a chain needs at least one stage");
   static_assert((detail::diagnose_stage<S>() && ...), "pipetype::chain: every element must be a pipetype::stage");
   static_assert(detail::chain_links<S...>(std::make_index_sequence<sizeof...(S) - 1>{}));
@@ -56,26 +60,11 @@ class chain {
   using first_stage = std::tuple_element_t<0, std::tuple<S...>>;
 
   chain() = default;
-  explicit chain(S... s) : stages_(std::move(s)...) {}
+  explicit chain(S... s) : detail::stage_tuple<S...>(std::move(s)...) {}
 
   constexpr int size() const noexcept { return stages; }
-  template <std::size_t I>
-  auto& stage() noexcept {
-    return std::get<I>(stages_);
-  }
-  template <std::size_t I>
-  const auto& stage() const noexcept {
-    return std::get<I>(stages_);
-  }
-  /// f(index, stage&) for every stage, in chain order.
-  template <class F>
-  void for_each_stage(F&& f) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(static_cast<int>(I), std::get<I>(stages_)), ...); }
-    (std::make_index_sequence<sizeof...(S)>{});
-  }
-
- private:
-  std::tuple<S...> stages_;
+  /// The stage graph as data: the chain 0 → 1 → … (graph/dag.hpp).
+  static constexpr stage_dag topology() { return chain_dag(stages); }
 };
 
 template <class S>
@@ -88,6 +77,7 @@ class uniform_chain {
   explicit uniform_chain(std::vector<S> s) : stages_(std::move(s)) {}
 
   int size() const noexcept { return static_cast<int>(stages_.size()); }
+  stage_dag topology() const { return chain_dag(size()); }
   S& stage(int i) { return stages_.at(static_cast<std::size_t>(i)); }
   const S& stage(int i) const { return stages_.at(static_cast<std::size_t>(i)); }
   std::vector<S>& stages() noexcept { return stages_; }

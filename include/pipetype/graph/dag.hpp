@@ -1,0 +1,420 @@
+// pipetype/graph/dag.hpp — stage graphs that are not chains: skip connections, several towers.
+//
+// A stage graph is a directed acyclic graph of S stages. An edge a → b says that stage b reads
+// stage a's output: a forward of b waits for the forward of every producer, and a backward of a
+// waits for the input gradient of every consumer. Stages with no incoming edge are *sources*
+// (they read the batch given to step()); stages with no outgoing edge are *losses* (they compute
+// a loss). A chain is the graph 0 → 1 → … → S−1.
+//
+// Two forms, one set of rules (check_dag):
+//
+//   stage_dag g{.stages = 4, .edges = {{0, 1}, {1, 2}, {2, 3}, {0, 2}}};   // data, sizes at run time
+//   using net = pipetype::dag<pipetype::nodes<embed, block, block, head>,  // types, checked when
+//                             pipetype::edges<pipetype::edge<0, 1>, pipetype::edge<1, 2>,
+//                                             pipetype::edge<2, 3>, pipetype::edge<0, 2>>>;
+//
+// A `dag` holds its stages' objects (like `chain`), and checks at compile time that every edge
+// names two existing stages, that the graph has no cycle, that each edge's producer gives the
+// element type and extent its consumer takes, and — where the user declares them with
+// `sources<...>` and `losses<...>` — that every stage is reached from a declared source and
+// reaches a declared loss. A failing rule is a static_assert whose message says which, inside
+// `detail::dag_rejected<rule, stage>`, which names the stage.
+//
+// Rules (check_dag returns the first that fails, as errc::invalid_graph with `stage` and a
+// `detail` sentence):
+//   1. at least one stage
+//   2. every edge names stages in [0, S), and no edge goes from a stage to itself or repeats
+//   3. every declared source or loss is a stage; a source has no incoming edge, a loss no
+//      outgoing one
+//   4. no cycle (the stage named is on one)
+//   5. every stage without an incoming edge is a source (else nothing feeds it), and every stage
+//      without an outgoing edge is a loss (else its output reaches no loss) — checked only when
+//      sources / losses are declared; otherwise they are exactly those stages
+//
+// Order. `topological_order` lists the stages so that every producer comes before its consumers,
+// taking the lowest-numbered ready stage first, so a graph whose edges all go from lower to
+// higher numbers keeps the numbering (a chain is 0, 1, …). `predecessors` / `successors` list a
+// stage's neighbours in edge order, the order in which a fan-in's inputs and a fan-out's
+// gradients are taken (the latter summed in that order, so gradients do not depend on the
+// schedule).
+#pragma once
+
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pipetype/core/program.hpp"
+#include "pipetype/core/verdict.hpp"
+#include "pipetype/graph/stage.hpp"
+
+namespace pipetype {
+
+struct stage_dag {
+  int stages = 0;
+  std::vector<stage_edge> edges{};
+  std::vector<int> sources{};  // stages fed by the batch; empty: every stage without an incoming edge
+  std::vector<int> losses{};   // stages that compute a loss; empty: every stage without an outgoing edge
+};
+
+/// The chain 0 → 1 → … → stages − 1.
+constexpr stage_dag chain_dag(int stages) {
+  stage_dag g;
+  g.stages = stages;
+  for (int s = 0; s + 1 < stages; ++s) g.edges.push_back({s, s + 1});
+  return g;
+}
+
+/// The stages that feed `s`, in edge order.
+constexpr std::vector<int> predecessors(const stage_dag& g, int s) {
+  std::vector<int> out;
+  for (const stage_edge& e : g.edges)
+    if (e.to == s) out.push_back(e.from);
+  return out;
+}
+/// The stages that `s` feeds, in edge order.
+constexpr std::vector<int> successors(const stage_dag& g, int s) {
+  std::vector<int> out;
+  for (const stage_edge& e : g.edges)
+    if (e.from == s) out.push_back(e.to);
+  return out;
+}
+
+namespace detail {
+
+/// Kahn's algorithm, lowest ready stage first; fewer than g.stages entries when there is a cycle.
+/// (Edges must be in range.)
+constexpr std::vector<int> kahn_order(const stage_dag& g) {
+  const int S = g.stages;
+  std::vector<int> indegree;
+  indegree.assign(static_cast<std::size_t>(S > 0 ? S : 0), 0);
+  for (const stage_edge& e : g.edges) ++indegree[static_cast<std::size_t>(e.to)];
+  std::vector<char> done;
+  done.assign(indegree.size(), 0);
+  std::vector<int> order;
+  for (int placed = 0; placed < S; ++placed) {
+    int next = -1;
+    for (int s = 0; s < S && next < 0; ++s)
+      if (!done[static_cast<std::size_t>(s)] && indegree[static_cast<std::size_t>(s)] == 0) next = s;
+    if (next < 0) break;
+    done[static_cast<std::size_t>(next)] = 1;
+    order.push_back(next);
+    for (const stage_edge& e : g.edges)
+      if (e.from == next) --indegree[static_cast<std::size_t>(e.to)];
+  }
+  return order;
+}
+
+constexpr bool listed(const std::vector<int>& v, int s) {
+  for (int x : v)
+    if (x == s) return true;
+  return false;
+}
+
+/// Which rule a stage graph breaks (a value a static_assert can test), where.
+enum class dag_rule {
+  ok,
+  no_stages,
+  edge_from_missing_stage,
+  edge_to_missing_stage,
+  self_edge,
+  duplicate_edge,
+  source_not_a_stage,
+  source_with_input,
+  loss_not_a_stage,
+  loss_with_output,
+  cycle,
+  unreached,
+  dead_end
+};
+struct dag_fault {
+  dag_rule rule = dag_rule::ok;
+  int stage = -1;
+  int edge = -1;
+};
+
+constexpr const char* dag_rule_text(dag_rule r) {
+  switch (r) {
+    case dag_rule::ok:
+      return "";
+    case dag_rule::no_stages:
+      return "a stage graph needs at least one stage";
+    case dag_rule::edge_from_missing_stage:
+      return "an edge comes from a stage that does not exist";
+    case dag_rule::edge_to_missing_stage:
+      return "an edge goes to a stage that does not exist";
+    case dag_rule::self_edge:
+      return "an edge goes from a stage to itself";
+    case dag_rule::duplicate_edge:
+      return "an edge appears twice";
+    case dag_rule::source_not_a_stage:
+      return "a declared source is not a stage";
+    case dag_rule::source_with_input:
+      return "a source stage has an incoming edge";
+    case dag_rule::loss_not_a_stage:
+      return "a declared loss is not a stage";
+    case dag_rule::loss_with_output:
+      return "a loss stage has an outgoing edge";
+    case dag_rule::cycle:
+      return "the stage graph has a cycle through this stage";
+    case dag_rule::unreached:
+      return "no edge comes into this stage and it is no source: no source reaches it";
+    case dag_rule::dead_end:
+      return "no edge leaves this stage and it is no loss: it reaches no loss";
+  }
+  return "";
+}
+
+/// The first rule (see the header comment) that `g` breaks.
+constexpr dag_fault find_dag_fault(const stage_dag& g) {
+  const int S = g.stages;
+  if (S <= 0) return {dag_rule::no_stages};
+  const int E = static_cast<int>(g.edges.size());
+  for (int k = 0; k < E; ++k) {
+    const stage_edge e = g.edges[static_cast<std::size_t>(k)];
+    if (e.from < 0 || e.from >= S) return {dag_rule::edge_from_missing_stage, e.from, k};
+    if (e.to < 0 || e.to >= S) return {dag_rule::edge_to_missing_stage, e.to, k};
+    if (e.from == e.to) return {dag_rule::self_edge, e.from, k};
+    for (int l = 0; l < k; ++l)
+      if (g.edges[static_cast<std::size_t>(l)] == e) return {dag_rule::duplicate_edge, e.from, k};
+  }
+  std::vector<int> in, out;
+  in.assign(static_cast<std::size_t>(S), 0);
+  out.assign(static_cast<std::size_t>(S), 0);
+  for (const stage_edge& e : g.edges) ++in[static_cast<std::size_t>(e.to)], ++out[static_cast<std::size_t>(e.from)];
+  for (int s : g.sources) {
+    if (s < 0 || s >= S) return {dag_rule::source_not_a_stage, s};
+    if (in[static_cast<std::size_t>(s)] > 0) return {dag_rule::source_with_input, s};
+  }
+  for (int s : g.losses) {
+    if (s < 0 || s >= S) return {dag_rule::loss_not_a_stage, s};
+    if (out[static_cast<std::size_t>(s)] > 0) return {dag_rule::loss_with_output, s};
+  }
+  const std::vector<int> order = kahn_order(g);
+  if (static_cast<int>(order.size()) < S) {
+    // a stage left over lies on a cycle or after one; walk back along unordered producers until
+    // a stage repeats: that one is on the cycle
+    std::vector<char> ordered, seen;
+    ordered.assign(static_cast<std::size_t>(S), 0);
+    seen.assign(static_cast<std::size_t>(S), 0);
+    for (int s : order) ordered[static_cast<std::size_t>(s)] = 1;
+    int s = 0;
+    while (ordered[static_cast<std::size_t>(s)]) ++s;
+    while (!seen[static_cast<std::size_t>(s)]) {
+      seen[static_cast<std::size_t>(s)] = 1;
+      for (const stage_edge& e : g.edges)
+        if (e.to == s && !ordered[static_cast<std::size_t>(e.from)]) {
+          s = e.from;
+          break;
+        }
+    }
+    return {dag_rule::cycle, s};
+  }
+  for (int s = 0; s < S; ++s) {
+    if (!g.sources.empty() && in[static_cast<std::size_t>(s)] == 0 && !listed(g.sources, s))
+      return {dag_rule::unreached, s};
+    if (!g.losses.empty() && out[static_cast<std::size_t>(s)] == 0 && !listed(g.losses, s))
+      return {dag_rule::dead_end, s};
+  }
+  return {};
+}
+
+}  // namespace detail
+
+/// The first rule (above) that `g` breaks, as errc::invalid_graph with the stage at fault in
+/// `stage`, the edge (where one is) in `index` and the rule in `detail`; or an ok verdict.
+constexpr verdict check_dag(const stage_dag& g) {
+  const detail::dag_fault f = detail::find_dag_fault(g);
+  verdict v;
+  if (f.rule == detail::dag_rule::ok) return v;
+  v.code = errc::invalid_graph;
+  v.stage = f.stage;
+  v.index = f.edge;
+  v.detail = detail::dag_rule_text(f.rule);
+  return v;
+}
+
+/// The stages in an order where every producer precedes its consumers (lowest ready first);
+/// empty when check_dag(g) fails.
+constexpr std::vector<int> topological_order(const stage_dag& g) {
+  if (!check_dag(g).ok()) return {};
+  return detail::kahn_order(g);
+}
+
+/// True when g is the chain 0 → 1 → … → S − 1 (the stage graph every program has by default).
+constexpr bool is_chain(const stage_dag& g) {
+  if (static_cast<int>(g.edges.size()) != (g.stages > 0 ? g.stages - 1 : 0)) return false;
+  for (int k = 0; k < static_cast<int>(g.edges.size()); ++k)
+    if (!(g.edges[static_cast<std::size_t>(k)] == stage_edge{k, k + 1})) return false;
+  return true;
+}
+
+// ---- the type form -----------------------------------------------------------------------
+
+template <class... S>
+struct nodes {};
+template <int From, int To>
+struct edge {
+  static constexpr stage_edge value{From, To};
+};
+template <class... E>
+struct edges {};
+template <int... S>
+struct sources {};
+template <int... S>
+struct losses {};
+
+namespace detail {
+
+template <class T>
+struct is_edge : std::false_type {};
+template <int F, int T>
+struct is_edge<edge<F, T>> : std::true_type {};
+
+template <class E>
+struct edge_list;
+template <class... E>
+struct edge_list<edges<E...>> {
+  static_assert((is_edge<E>::value && ...),
+                "pipetype::dag: every element of pipetype::edges<...> must be a "
+                "pipetype::edge<from, to>");
+  static constexpr std::size_t size = sizeof...(E);
+  static constexpr stage_edge at(std::size_t k) {
+    constexpr stage_edge all[] = {E::value..., stage_edge{}};
+    return all[k];
+  }
+};
+
+template <class L>
+struct index_list;
+template <int... S>
+struct index_list<sources<S...>> {
+  static constexpr std::vector<int> value() { return {S...}; }
+};
+template <int... S>
+struct index_list<losses<S...>> {
+  static constexpr std::vector<int> value() { return {S...}; }
+};
+
+/// Instantiated when a dag breaks a rule: the instantiation names the stage at fault.
+template <dag_rule Rule, int Stage>
+struct dag_rejected {
+  static_assert(Rule != dag_rule::no_stages, "pipetype::dag: a stage graph needs at least one stage");
+  static_assert(Rule != dag_rule::edge_from_missing_stage && Rule != dag_rule::edge_to_missing_stage,
+                "pipetype::dag: an edge names a stage that does not exist (Stage in dag_rejected<..., Stage>)");
+  static_assert(Rule != dag_rule::self_edge, "pipetype::dag: an edge goes from a stage to itself");
+  static_assert(Rule != dag_rule::duplicate_edge, "pipetype::dag: an edge appears twice");
+  static_assert(Rule != dag_rule::source_not_a_stage && Rule != dag_rule::loss_not_a_stage,
+                "pipetype::dag: sources<...> or losses<...> names a stage that does not exist");
+  static_assert(Rule != dag_rule::source_with_input, "pipetype::dag: a stage in sources<...> has an incoming edge");
+  static_assert(Rule != dag_rule::loss_with_output, "pipetype::dag: a stage in losses<...> has an outgoing edge");
+  static_assert(Rule != dag_rule::cycle,
+                "pipetype::dag: the stage graph has a cycle (through Stage in dag_rejected<..., Stage>)");
+  static_assert(Rule != dag_rule::unreached,
+                "pipetype::dag: a stage is not reached from any source: no edge comes into it and it is not in "
+                "sources<...> (Stage in dag_rejected<..., Stage>)");
+  static_assert(Rule != dag_rule::dead_end,
+                "pipetype::dag: a stage reaches no loss: no edge leaves it and it is not in losses<...> (Stage in "
+                "dag_rejected<..., Stage>)");
+  static constexpr bool value = Rule == dag_rule::ok;
+};
+
+/// Edge K's producer must give what its consumer takes (the instantiation names both stages).
+template <int K, int From, int To, class Producer, class Consumer>
+struct dag_link {
+  static_assert(std::is_same_v<output_t<Producer>, input_t<Consumer>>,
+                "pipetype::dag: an edge's producer gives another element type than its consumer takes (edge K, "
+                "From -> To, in dag_link<K, From, To, ...>)");
+  static_assert(Producer::output::is_dynamic || Consumer::input::is_dynamic ||
+                    Producer::output::extent == Consumer::input::extent,
+                "pipetype::dag: an edge's producer gives another extent than its consumer takes (edge K, From -> "
+                "To, in dag_link<K, From, To, ...>)");
+  static constexpr bool value = true;
+};
+
+template <class Types, class Edges, std::size_t... K>
+constexpr bool dag_links(std::index_sequence<K...>) {
+  return (dag_link<static_cast<int>(K), Edges::at(K).from, Edges::at(K).to,
+                   std::tuple_element_t<static_cast<std::size_t>(Edges::at(K).from), Types>,
+                   std::tuple_element_t<static_cast<std::size_t>(Edges::at(K).to), Types>>::value &&
+          ...);
+}
+
+template <bool Check, class Types, class Edges>
+constexpr bool dag_links_if() {
+  if constexpr (Check)
+    return dag_links<Types, Edges>(std::make_index_sequence<Edges::size>{});
+  else
+    return true;
+}
+
+template <int N, class Edges, class Sources, class Losses>
+constexpr stage_dag dag_topology() {
+  stage_dag g;
+  g.stages = N;
+  for (std::size_t k = 0; k < edge_list<Edges>::size; ++k) g.edges.push_back(edge_list<Edges>::at(k));
+  g.sources = index_list<Sources>::value();
+  g.losses = index_list<Losses>::value();
+  return g;
+}
+
+/// The stages' objects of a chain or dag, by index; never copied by the executor, so
+/// parameters stay where the user put them.
+template <class... S>
+class stage_tuple {
+ public:
+  stage_tuple() = default;
+  explicit stage_tuple(S... s) : stages_(std::move(s)...) {}
+  template <std::size_t I>
+  auto& stage() noexcept {
+    return std::get<I>(stages_);
+  }
+  template <std::size_t I>
+  const auto& stage() const noexcept {
+    return std::get<I>(stages_);
+  }
+  /// f(index, stage&) for every stage, in index order.
+  template <class F>
+  void for_each_stage(F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(static_cast<int>(I), std::get<I>(stages_)), ...); }
+    (std::make_index_sequence<sizeof...(S)>{});
+  }
+
+ private:
+  std::tuple<S...> stages_;
+};
+
+}  // namespace detail
+
+template <class Nodes, class Edges, class Sources = sources<>, class Losses = losses<>>
+class dag;
+
+/// A stage graph of stage types (nodes<...>) and edges between their indices, with optional
+/// sources<...> and losses<...> (see the header comment). Holds the stages' objects.
+template <class... S, class Edges, class Sources, class Losses>
+class dag<nodes<S...>, Edges, Sources, Losses> : public detail::stage_tuple<S...> {
+  static_assert((detail::diagnose_stage<S>() && ...), "pipetype::dag: every node must be a pipetype::stage");
+  using edge_list = detail::edge_list<Edges>;
+
+ public:
+  static constexpr int stages = static_cast<int>(sizeof...(S));
+  using first_stage = std::tuple_element_t<0, std::tuple<S..., void>>;
+
+  /// The graph as data.
+  static constexpr stage_dag topology() { return detail::dag_topology<stages, Edges, Sources, Losses>(); }
+
+ private:
+  static constexpr detail::dag_fault fault_ =
+      detail::find_dag_fault(detail::dag_topology<stages, Edges, Sources, Losses>());
+  static_assert(detail::dag_rejected<fault_.rule, fault_.stage>::value);
+  // the edges' types, once the edges name real stages
+  static_assert(detail::dag_links_if<fault_.rule == detail::dag_rule::ok, std::tuple<S...>, edge_list>());
+
+ public:
+  dag() = default;
+  explicit dag(S... s) : detail::stage_tuple<S...>(std::move(s)...) {}
+  constexpr int size() const noexcept { return stages; }
+};
+
+}  // namespace pipetype

@@ -1,0 +1,14 @@
+// expect: pipetype::dag: the stage graph has a cycle
+// expect: dag_rejected<pipetype::detail::dag_rule::cycle, 1>
+// A skip connection drawn backwards: 0 -> 1 -> 2 -> 3 and 3 -> 1 close a cycle through stage 1.
+#include <pipetype/pipetype.hpp>
+namespace pt = pipetype;
+struct cell {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  void forward(const pt::forward_ctx<cell>&) {}
+  void backward(const pt::backward_ctx<cell>&) {}
+};
+pt::dag<pt::nodes<cell, cell, cell, cell>, pt::edges<pt::edge<0, 1>, pt::edge<1, 2>, pt::edge<2, 3>, pt::edge<3, 1>>>
+    model;
+int main() { return model.size() > 0 ? 0 : 1; }

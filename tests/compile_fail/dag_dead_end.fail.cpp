@@ -1,0 +1,15 @@
+// expect: pipetype::dag: a stage reaches no loss
+// expect: dag_rejected<pipetype::detail::dag_rule::dead_end, 2>
+// A branch (stage 2) whose output nobody reads, while the loss is declared on stage 3 only.
+#include <pipetype/pipetype.hpp>
+namespace pt = pipetype;
+struct cell {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  void forward(const pt::forward_ctx<cell>&) {}
+  void backward(const pt::backward_ctx<cell>&) {}
+};
+pt::dag<pt::nodes<cell, cell, cell, cell>, pt::edges<pt::edge<0, 1>, pt::edge<1, 2>, pt::edge<1, 3>>, pt::sources<>,
+        pt::losses<3>>
+    model;
+int main() { return model.size() > 0 ? 0 : 1; }

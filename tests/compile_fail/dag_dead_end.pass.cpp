@@ -1,0 +1,13 @@
+// The twin: the branch feeds the loss too.
+#include <pipetype/pipetype.hpp>
+namespace pt = pipetype;
+struct cell {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  void forward(const pt::forward_ctx<cell>&) {}
+  void backward(const pt::backward_ctx<cell>&) {}
+};
+pt::dag<pt::nodes<cell, cell, cell, cell>, pt::edges<pt::edge<0, 1>, pt::edge<1, 2>, pt::edge<1, 3>, pt::edge<2, 3>>,
+        pt::sources<>, pt::losses<3>>
+    model;
+int main() { return model.size() > 0 ? 0 : 1; }

@@ -1,0 +1,11 @@
+// The twin: every stage gives what the next takes.
+#include <pipetype/pipetype.hpp>
+namespace pt = pipetype;
+struct cell {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  void forward(const pt::forward_ctx<cell>&) {}
+  void backward(const pt::backward_ctx<cell>&) {}
+};
+pt::dag<pt::nodes<cell, cell, cell>, pt::edges<pt::edge<0, 1>, pt::edge<0, 2>, pt::edge<1, 2>>> model;
+int main() { return model.size() > 0 ? 0 : 1; }

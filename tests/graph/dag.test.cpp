@@ -1,0 +1,95 @@
+#include <pipetype/graph/dag.hpp>
+
+#include <doctest/doctest.h>
+
+#include <pipetype/graph/chain.hpp>
+
+namespace pt = pipetype;
+
+namespace {
+
+struct cell {  // one stage type for every node: 4 floats in, 4 out
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  void forward(const pt::forward_ctx<cell>&) {}
+  void backward(const pt::backward_ctx<cell>&) {}
+};
+
+// a skip connection: 0 → 1 → 2 → 3 and 0 → 2
+using skip = pt::dag<pt::nodes<cell, cell, cell, cell>,
+                     pt::edges<pt::edge<0, 1>, pt::edge<1, 2>, pt::edge<2, 3>, pt::edge<0, 2>>>;
+// two towers (0, 1 and 2, 3) into a head (4), both sources and the loss declared
+using towers = pt::dag<pt::nodes<cell, cell, cell, cell, cell>,
+                       pt::edges<pt::edge<0, 1>, pt::edge<2, 3>, pt::edge<1, 4>, pt::edge<3, 4>>, pt::sources<0, 2>,
+                       pt::losses<4>>;
+
+constexpr pt::verdict check(int stages, std::vector<pt::stage_edge> edges, std::vector<int> sources = {},
+                            std::vector<int> losses = {}) {
+  return pt::check_dag(pt::stage_dag{stages, std::move(edges), std::move(sources), std::move(losses)});
+}
+
+// compile time: the rules and the orders
+static_assert(pt::check_dag(skip::topology()).ok() && pt::check_dag(towers::topology()).ok());
+static_assert(pt::topological_order(towers::topology()) == std::vector<int>{0, 1, 2, 3, 4});
+static_assert(pt::is_chain(pt::chain<cell, cell, cell>::topology()) && !pt::is_chain(skip::topology()));
+static_assert(check(3, {{0, 1}, {1, 2}, {2, 0}}).code == pt::errc::invalid_graph);
+
+}  // namespace
+
+TEST_CASE("dag: the type form holds its stages and gives its graph as data") {
+  skip model;
+  CHECK(model.size() == 4);
+  int visited = 0;
+  model.for_each_stage([&](int i, cell&) { visited += 1 << i; });
+  CHECK(visited == 15);
+  const pt::stage_dag g = skip::topology();
+  CHECK(g.edges.size() == 4);
+  CHECK(pt::predecessors(g, 2) == std::vector<int>{1, 0});  // edge order: 1 → 2 comes before 0 → 2
+  CHECK(pt::successors(g, 0) == std::vector<int>{1, 2});
+  CHECK(towers::topology().sources == std::vector<int>{0, 2});
+  CHECK(towers::topology().losses == std::vector<int>{4});
+}
+
+TEST_CASE("dag: the topological order takes the lowest ready stage first") {
+  // 3 → 1 → 0 and 2 → 0: 2 and 3 are ready first
+  CHECK(pt::topological_order({4, {{3, 1}, {1, 0}, {2, 0}}}) == std::vector<int>{2, 3, 1, 0});
+  CHECK(pt::topological_order(pt::chain_dag(5)) == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(pt::topological_order({3, {{0, 1}, {1, 0}}}).empty());  // a cycle has no order
+  CHECK(pt::topological_order({1, {}}) == std::vector<int>{0});
+}
+
+TEST_CASE("dag: each rule names the stage and the edge at fault") {
+  struct expect {
+    pt::verdict got;
+    int stage, edge;
+    const char* detail;
+  };
+  const expect cases[] = {
+      {check(0, {}), -1, -1, "a stage graph needs at least one stage"},
+      {check(3, {{0, 1}, {1, 5}}), 5, 1, "an edge goes to a stage that does not exist"},
+      {check(3, {{-1, 1}}), -1, 0, "an edge comes from a stage that does not exist"},
+      {check(3, {{0, 1}, {1, 1}}), 1, 1, "an edge goes from a stage to itself"},
+      {check(3, {{0, 1}, {1, 2}, {0, 1}}), 0, 2, "an edge appears twice"},
+      {check(3, {{0, 1}, {1, 2}}, {7}), 7, -1, "a declared source is not a stage"},
+      {check(3, {{0, 1}, {1, 2}}, {1}), 1, -1, "a source stage has an incoming edge"},
+      {check(3, {{0, 1}, {1, 2}}, {}, {3}), 3, -1, "a declared loss is not a stage"},
+      {check(3, {{0, 1}, {1, 2}}, {}, {0}), 0, -1, "a loss stage has an outgoing edge"},
+      {check(4, {{0, 1}, {1, 2}, {2, 3}, {3, 1}}), 1, -1, "the stage graph has a cycle through this stage"},
+      {check(4, {{0, 1}, {2, 3}, {1, 3}}, {0}), 2, -1,
+       "no edge comes into this stage and it is no source: no source reaches it"},
+      {check(4, {{0, 1}, {1, 2}, {1, 3}}, {}, {3}), 2, -1,
+       "no edge leaves this stage and it is no loss: it reaches no loss"},
+  };
+  for (const expect& c : cases) {
+    CAPTURE(c.detail);
+    CHECK(c.got.code == pt::errc::invalid_graph);
+    CHECK(std::string(c.got.detail) == c.detail);
+    CHECK(c.got.stage == c.stage);
+    CHECK(c.got.index == c.edge);
+  }
+  // the stage named for a cycle is on it, also when stages outside it come first
+  const pt::verdict v = check(5, {{0, 1}, {1, 2}, {3, 4}, {4, 3}});
+  CHECK((v.stage == 3 || v.stage == 4));
+  CHECK(check(2, {{0, 1}}, {0}, {1}).ok());
+  CHECK(check(1, {}, {0}, {0}).ok());  // one stage is its own source and loss
+}
