@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../graph_programs.hpp"
+
 namespace pt = pipetype;
 
 TEST_CASE("bounds: 1F1B's bound is its busiest rank after its head, and GPipe reaches it") {
@@ -46,4 +48,20 @@ TEST_CASE("bounds: no built-in schedule beats its bound, under several costs") {
         CHECK(ms >= b.value() - 1e-9);
         CHECK(b.gap(ms) >= -1e-12);
       }
+}
+
+TEST_CASE("bounds: with edges, the critical path runs through every edge") {
+  // 0 → 1 → 2 and the skip 0 → 2, stage s on rank s, one microbatch: forwards 0, 1.5, 3; the
+  // loss's backward 4–6; B(1) 6.5–8.5; B(0) after both gradients, 9–11 (simulate gives 11 too)
+  const pt::program p = graph_programs::skip3();
+  const pt::costs c{.f = 1, .b = 2, .comm = 0.5};
+  const pt::makespan_bound bound = pt::makespan_lower_bound(p.view(), c);
+  CHECK(bound.critical_path == doctest::Approx(11));
+  CHECK(bound.value() <= pt::simulate(p.view(), c).makespan() + 1e-9);
+  // the skip edge alone: stage 2 no longer waits for stage 1, but stage 0's backward still waits
+  // for both consumers
+  const pt::program towers = graph_programs::fan_out3();
+  // F(0) 0–1; F(1), F(2) 1.5–2.5; B(1), B(2) 2.5–4.5; B(0) 5–7
+  CHECK(pt::makespan_lower_bound(towers.view(), c).critical_path == doctest::Approx(7));
+  CHECK(pt::simulate(towers.view(), c).makespan() == doctest::Approx(7));
 }

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../graph_programs.hpp"
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>();
@@ -94,4 +96,26 @@ TEST_CASE("simulate: a plan is simulated with its own memory model") {
   for (int r = 0; r < 3; ++r) CHECK(t.peak_activations(r) == rp.peak_activations(r));
   CHECK(t.live_after[0] == 3);
   CHECK(rp.peak_activations(0) == 3);
+}
+
+TEST_CASE("simulate: with edges a forward starts once every input has arrived") {
+  // 0 → 1 → 2 and the skip 0 → 2, stage s on rank s, one microbatch, F 1, B 2, latency 0.5
+  const pt::program p = graph_programs::skip3();
+  const pt::timeline t = pt::simulate(p.view(), pt::costs{.f = 1, .b = 2, .comm = 0.5});
+  REQUIRE(t.complete);
+  // F(0) 0–1; F(1) 1.5–2.5; F(2) waits for F(1): 3–4 (F(0) arrived at 1.5); B(2) 4–6;
+  // B(1) 6.5–8.5; B(0) waits for both gradients: B(1)'s at 9 (B(2)'s came at 6.5)
+  const double starts[] = {0, 9, 1.5, 6.5, 3, 4};
+  for (std::size_t k = 0; k < 6; ++k) CHECK(t.start[k] == doctest::Approx(starts[k]));
+  CHECK(t.makespan() == doctest::Approx(11));
+  // a slow stage 1: F(0) 0–1, F(1) 1.5–6.5, so F(2) waits for stage 1 (7), not the skip input (1.5)
+  pt::cost_model slow{pt::costs{.f = 1, .b = 2, .comm = 0.5}};
+  slow.stage(1, pt::kind::F, 5);
+  CHECK(pt::simulate(p.view(), slow).start[4] == doctest::Approx(7));
+  // a slow B(2): B(0) starts when the later of its two consumers' gradients is there
+  pt::cost_model slow_b{pt::costs{.f = 1, .b = 2, .comm = 0.5}};
+  slow_b.stage(2, pt::kind::B, 10);  // B(2) 4–14, B(1) 14.5–16.5, B(0) at 17 (B(2)'s came at 14.5)
+  const pt::timeline u = pt::simulate(p.view(), slow_b);
+  CHECK(u.start[3] == doctest::Approx(14.5));
+  CHECK(u.start[1] == doctest::Approx(17));
 }

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../graph_programs.hpp"
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -221,4 +223,20 @@ TEST_CASE("step_trace: measure_costs takes the median, the mean of the middle tw
     at += d / 1000;
   }
   CHECK(pt::measure_costs(pt::trace_of(ops)).time(pt::F(0, 0)) == doctest::Approx(2.5));
+}
+
+TEST_CASE("step_trace: with edges, one transfer per crossing edge each way") {
+  // 0 → 1 → 2 and the skip 0 → 2, stage s on rank s: three activations down, three gradients up
+  const pt::program p = graph_programs::skip3();
+  const pt::costs c{.f = 1, .b = 2, .comm = 0.5};
+  const pt::step_trace st = pt::trace_of(p.view(), pt::simulate(p.view(), c), c);
+  REQUIRE(st.transfers.size() == 6);
+  int skip_down = 0, skip_up = 0;
+  for (const pt::traced_transfer& x : st.transfers) {
+    CHECK(x.arrived == doctest::Approx(x.sent + 0.5));
+    skip_down += x.what == pt::kind::F && x.from == 0 && x.to == 2 ? 1 : 0;
+    skip_up += x.what == pt::kind::B && x.from == 2 && x.to == 0 ? 1 : 0;
+  }
+  CHECK(skip_down == 1);
+  CHECK(skip_up == 1);
 }

@@ -41,13 +41,27 @@ constexpr makespan_bound makespan_lower_bound(program_view p, const C& c = {}) {
     const int a = owner[static_cast<std::size_t>(from)], b = owner[static_cast<std::size_t>(to)];
     return a >= 0 && b >= 0 && a != b ? static_cast<double>(c.latency(from, to)) : 0.0;
   };
-  // ready[s·m + j]: the earliest F(s, j) could start, from its lane's head (forward chain)
+  // ready[s·m + j]: the earliest F(s, j) could start, from its lane's head (forward chain); with
+  // edges, from every producer, stages taken in a topological order
   std::vector<double> ready(static_cast<std::size_t>(S) * static_cast<std::size_t>(m), 0);
-  for (int s = 0; s < S; ++s)
+  const detail::stage_links links = p.has_edges() ? detail::links_of(p) : detail::stage_links{};
+  const std::vector<int> order = p.has_edges() ? detail::link_order(links, S) : std::vector<int>{};
+  for (int s = 0; s < S && !p.has_edges(); ++s)
     for (int j = 0; j < m; ++j) {
       if (p.lane_head(s)) continue;
       const std::size_t q = detail::key(s, j, m), in = detail::key(s - 1, j, m);
       ready[q] = ready[in] + static_cast<double>(c.time(F(s - 1, j))) + hop(s - 1, s);
+    }
+  for (int stage : order)
+    for (int e = links.pred_begin[static_cast<std::size_t>(stage)];
+         e < links.pred_begin[static_cast<std::size_t>(stage) + 1]; ++e) {
+      const int producer_stage = links.pred[static_cast<std::size_t>(e)];
+      for (int j = 0; j < m; ++j) {
+        const double t = ready[detail::key(producer_stage, j, m)] + static_cast<double>(c.time(F(producer_stage, j))) +
+                         hop(producer_stage, stage);
+        double& r = ready[detail::key(stage, j, m)];
+        r = t > r ? t : r;
+      }
     }
   // busiest rank: head + work
   for (int r = 0; r < P; ++r) {
@@ -74,6 +88,28 @@ constexpr makespan_bound makespan_lower_bound(program_view p, const C& c = {}) {
   std::vector<char> split(static_cast<std::size_t>(S) * static_cast<std::size_t>(m), 0);
   for (const action& a : p.actions)
     if (a.what == kind::I) split[detail::key(a.stage, a.microbatch, m)] = 1;
+  if (p.has_edges()) {  // the longest path: forwards down every edge, input backwards back up them
+    std::vector<double> back(static_cast<std::size_t>(S) * static_cast<std::size_t>(m), 0);
+    for (std::size_t k = order.size(); k-- > 0;) {
+      const int s = order[k];
+      const auto su = static_cast<std::size_t>(s);
+      for (int j = 0; j < m; ++j) {
+        const std::size_t q = detail::key(s, j, m);
+        double t = links.succ_begin[su] == links.succ_begin[su + 1]
+                       ? ready[q] + static_cast<double>(c.time(F(s, j)))  // a loss: its backward follows its forward
+                       : 0.0;
+        for (int e = links.succ_begin[su]; e < links.succ_begin[su + 1]; ++e) {
+          const int consumer = links.succ[static_cast<std::size_t>(e)];
+          const double g = back[detail::key(consumer, j, m)] + hop(consumer, s);
+          t = g > t ? g : t;
+        }
+        back[q] = t + static_cast<double>(c.time(split[q] ? I(s, j) : B(s, j)));
+        const double end = back[q] + (split[q] ? static_cast<double>(c.time(W(s, j))) : 0.0);
+        out.critical_path = std::max(out.critical_path, end);
+      }
+    }
+    return out;
+  }
   for (int j = 0; j < m; ++j)
     for (int head = 0; head < S; head += L) {
       const int tail = head + L - 1;

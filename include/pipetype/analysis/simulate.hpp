@@ -3,6 +3,8 @@
 // Each rank runs its actions in order; an action starts when its rank is free and its inputs
 // exist: F(s,j) after F(s−1,j), B/I(s,j) after F(s,j) and B/I(s+1,j) (s ± 1 within s's lane),
 // W(s,j) after I(s,j), an input from another rank arriving `latency` after its producer ends.
+// With a stage graph given as edges (program.hpp), F(s,j) waits for the F of every producer and
+// B/I(s,j) for the input gradient of every consumer.
 // An overlapped pair starts when both halves may and takes `pair_time`. This is the dataflow the
 // executors realise; the rendezvous order of the lowered program is proved separately
 // (verify_lowered.hpp).
@@ -50,6 +52,8 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
   std::vector<double> free_at(static_cast<std::size_t>(P), 0.0);
   std::vector<int> live(static_cast<std::size_t>(P), 0);
   for (auto& st : stats) st = rank_stats{};
+  // a stage graph given as edges: every producer and consumer (program.hpp); a chain keeps s ± 1
+  const stage_links links = p.has_edges() ? links_of(p) : stage_links{};
   // Earliest start allowed by the inputs of `a` on rank r, or unknown; `missing` gets the key of
   // the first input not produced yet (kind · n + cell: 0 F, 1 B/I, 2 I).
   std::size_t missing = 0;
@@ -66,9 +70,15 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
       const double arrive = owner[static_cast<std::size_t>(stage)] == r ? e : e + c.latency(stage, a.stage);
       if (arrive > t) t = arrive;
     };
+    const auto st = static_cast<std::size_t>(a.stage);
     switch (a.what) {
       case kind::F:
-        if (!p.lane_head(a.stage)) {
+        if (p.has_edges()) {  // all its inputs
+          for (int e = links.pred_begin[st]; e < links.pred_begin[st + 1]; ++e) {
+            const int producer_stage = links.pred[static_cast<std::size_t>(e)];
+            need(fend[key(producer_stage, a.microbatch, m)], producer_stage, key(producer_stage, a.microbatch, m));
+          }
+        } else if (!p.lane_head(a.stage)) {
           const std::size_t in = key(a.stage - 1, a.microbatch, m);
           need(fend[in], a.stage - 1, in);
         }
@@ -76,7 +86,12 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
       case kind::B:
       case kind::I:
         need(fend[q], a.stage, q);
-        if (!p.lane_tail(a.stage)) {
+        if (p.has_edges()) {  // the gradient of every consumer
+          for (int e = links.succ_begin[st]; e < links.succ_begin[st + 1]; ++e) {
+            const int consumer = links.succ[static_cast<std::size_t>(e)];
+            need(gend[key(consumer, a.microbatch, m)], consumer, n + key(consumer, a.microbatch, m));
+          }
+        } else if (!p.lane_tail(a.stage)) {
           const std::size_t in = key(a.stage + 1, a.microbatch, m);
           need(gend[in], a.stage + 1, n + in);
         }

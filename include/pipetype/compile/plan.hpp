@@ -62,12 +62,27 @@ struct runtime_plan {
   }
 };
 
+namespace detail {
+/// The lowering takes chains and lanes; a stage graph given as edges verifies and simulates, but
+/// its transfers are not lowered yet (docs/10 §3).
+constexpr verdict lowering_refuses(program_view p) {
+  verdict v;
+  if (!p.has_edges()) return v;
+  v.code = errc::invalid_graph;
+  v.detail =
+      "the lowering takes chains and lanes only so far: a stage graph given as edges verifies and simulates, "
+      "but its transfers are not lowered yet (docs/10)";
+  return v;
+}
+}  // namespace detail
+
 constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   runtime_plan out;
   out.memory = opt.memory;
   out.compute_table = std::move(prog);
   out.facts = check_program(out.compute(), {opt.mem_limit, opt.memory, opt.mem_limit_units});
   out.result = out.facts.result;
+  if (out.result.ok()) out.result = detail::lowering_refuses(out.compute());
   if (!out.result.ok()) return out;
   out.lowered_table = lower(out.compute(), out.facts.tick, opt.comms, opt.groups);
   out.result = verify_lowered(out.lowered());
@@ -200,6 +215,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
     v.code = errc::bad_extent;
     v.detail = "the schedule's extent() is smaller than the program it generates";
   }
+  if (v.ok()) v = detail::lowering_refuses(prog.view());
   if (v.ok() && prog.view().split_backward() != Cap.split) {  // the executors trust Cap.split
     v.code = errc::bad_extent;
     v.detail = "the schedule's extent().split does not say whether it splits backwards";

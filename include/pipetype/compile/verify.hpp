@@ -18,6 +18,9 @@
 // of each action orders the transfers of the lowered program (lower.hpp) and is PyTorch's
 // "time step" of a schedule. Dependencies (s−1 and s+1 within s's lane; program.hpp):
 //   F(s,j) ← F(s−1,j)        B/I(s,j) ← F(s,j), B/I(s+1,j)        W(s,j) ← I(s,j)
+// A program that carries its stage graph as edges (program.hpp, graph/dag.hpp) has the graph
+// checked first (errc::invalid_graph) and then every producer u → s and consumer s → v in place
+// of s − 1 and s + 1: F(s,j) ← F(u,j) for each u, B/I(s,j) ← F(s,j) and B/I(v,j) for each v.
 //
 // Memory is counted in `memory_model` units (core/memory.hpp): the running sum over a rank's
 // list is its activation count, and its maximum the peak.
@@ -34,6 +37,7 @@
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/core/verdict.hpp"
 #include "pipetype/detail/scratch.hpp"
+#include "pipetype/graph/dag.hpp"
 
 namespace pipetype {
 
@@ -145,6 +149,18 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     v.detail = "lanes must be positive and divide both the stages and the microbatches";
     return fail(v);
   }
+  if (p.has_edges()) {  // the stage graph's own rules (graph/dag.hpp), with one lane
+    if (p.lanes != 1) {
+      verdict v;
+      v.code = errc::invalid_graph;
+      v.detail = "a program whose stage graph is given as edges has one lane";
+      return fail(v);
+    }
+    stage_dag g;
+    g.stages = p.stages;
+    g.edges.assign(p.edges.begin(), p.edges.end());
+    if (const verdict v = check_dag(g); !v.ok()) return fail(v);
+  }
   if (p.invalid_rank != no_rank) {
     verdict v;
     v.code = errc::rank_out_of_range;
@@ -155,6 +171,13 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   }
   const int S = p.stages, m = p.microbatches, P = p.ranks;
   const int L = p.lane_length();  // stages per lane
+  // with edges: producers and consumers as lists (a chain keeps its s − 1 / s + 1 arithmetic)
+  const bool graph = p.has_edges();
+  const detail::stage_links links = graph ? detail::links_of(p) : detail::stage_links{};
+  const int* pred_begin = links.pred_begin.data();
+  const int* pred = links.pred.data();
+  const int* succ_begin = links.succ_begin.data();
+  const int* succ = links.succ.data();
   const int n = S * m;
   const int N = static_cast<int>(p.actions.size());
   const action* A = p.actions.data();
@@ -231,6 +254,20 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       if (a.what == kind::W && posI[q] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
       // cross-stage inputs produced on this same rank
+      if (graph) {
+        if (a.what == kind::F)
+          for (int e = pred_begin[a.stage]; e < pred_begin[a.stage + 1]; ++e)
+            if (owner[pred[e]] == r && posF[pred[e] * m + a.microbatch] > idx)
+              return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of a stage it reads"));
+        if (a.what == kind::B || a.what == kind::I)
+          for (int e = succ_begin[a.stage]; e < succ_begin[a.stage + 1]; ++e) {
+            const int c = succ[e] * m + a.microbatch;
+            if (owner[succ[e]] == r && (posB[c] >= 0 ? posB[c] : posI[c]) > idx)
+              return fail(at(errc::action_before_its_input, r, a, idx,
+                             "backward before the backward of a stage that reads it"));
+          }
+        continue;
+      }
       if (a.what == kind::F && !p.lane_head(a.stage) && owner[a.stage - 1] == r && posF[q - m] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of the previous stage"));
       if ((a.what == kind::B || a.what == kind::I) && !p.lane_tail(a.stage) && owner[a.stage + 1] == r) {
@@ -276,7 +313,19 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       for (int d = 0; d < width && missing < 0; ++d) {
         const action& a = A[k + d];
         const int q = a.stage * m + a.microbatch;
-        if (a.what == kind::F) {
+        if (graph) {  // every producer's F, or every consumer's input gradient
+          if (a.what == kind::F) {
+            for (int e = pred_begin[a.stage]; e < pred_begin[a.stage + 1] && missing < 0; ++e)
+              if (done[pred[e] * m + a.microbatch] >= t) missing = pred[e] * m + a.microbatch;
+          } else if (a.what == kind::W) {
+            if (done[2 * n + q] >= t) missing = 2 * n + q;
+          } else if (done[q] >= t) {
+            missing = q;
+          } else {
+            for (int e = succ_begin[a.stage]; e < succ_begin[a.stage + 1] && missing < 0; ++e)
+              if (done[n + succ[e] * m + a.microbatch] >= t) missing = n + succ[e] * m + a.microbatch;
+          }
+        } else if (a.what == kind::F) {
           if (a.stage % L != 0 && done[q - m] >= t) missing = q - m;
         } else if (a.what == kind::W) {
           if (done[2 * n + q] >= t) missing = 2 * n + q;

@@ -14,6 +14,11 @@
 // copy of the model (stage k·L + i runs the model's stage i). ("Lane", not "chain": a chain is
 // the stage graph of graph/chain.hpp; a lane is one copy of it that a share of the microbatches
 // runs through.)
+//
+// Edges. A program may instead carry its stage graph as `edges` (graph/dag.hpp: skip
+// connections, several towers): F(s,j) then reads F(u,j) of every producer u → s, and B/I(s,j)
+// the input gradient of every consumer s → v. Empty edges mean the chain or lanes above, so a
+// chain's tables and costs stay as they were. `stage_links` gives both forms as adjacency lists.
 #pragma once
 
 #include <cstddef>
@@ -41,21 +46,38 @@ struct program_view {
   int ranks = 0;
   int stages = 0;
   int microbatches = 0;
-  std::span<const int> stage_rank;  // [stages]; -1 where no action names the stage
-  std::span<const int> begin;       // [ranks + 1]
-  std::span<const action> actions;  // [begin[ranks]]
-  int invalid_rank = no_rank;       // a rank outside [0, ranks) that the builder was asked for
-  verdict source_error{};           // set when the program came from text that did not parse
-  int lanes = 1;                    // parallel lanes of the stage graph (see above)
+  std::span<const int> stage_rank;      // [stages]; -1 where no action names the stage
+  std::span<const int> begin;           // [ranks + 1]
+  std::span<const action> actions;      // [begin[ranks]]
+  int invalid_rank = no_rank;           // a rank outside [0, ranks) that the builder was asked for
+  verdict source_error{};               // set when the program came from text that did not parse
+  int lanes = 1;                        // parallel lanes of the stage graph (see above)
+  std::span<const stage_edge> edges{};  // the stage graph, when it is not the chain (see above)
 
+  /// True when the program carries its stage graph as edges.
+  constexpr bool has_edges() const noexcept { return !edges.empty(); }
   /// Stages per lane (all of them when `lanes` does not divide the stages: verify says so).
   constexpr int lane_length() const noexcept {
     return lanes > 1 && stages % lanes == 0 ? stages / lanes : (stages > 0 ? stages : 1);
   }
-  /// True when stage s has no predecessor (the first stage of its lane).
-  constexpr bool lane_head(int s) const noexcept { return s % lane_length() == 0; }
-  /// True when stage s has no successor (the last stage of its lane).
-  constexpr bool lane_tail(int s) const noexcept { return (s + 1) % lane_length() == 0; }
+  /// True when stage s has no predecessor (the first stage of its lane; with edges, a source).
+  constexpr bool lane_head(int s) const noexcept {
+    if (has_edges()) {
+      for (const stage_edge& e : edges)
+        if (e.to == s) return false;
+      return true;
+    }
+    return s % lane_length() == 0;
+  }
+  /// True when stage s has no successor (the last stage of its lane; with edges, a loss).
+  constexpr bool lane_tail(int s) const noexcept {
+    if (has_edges()) {
+      for (const stage_edge& e : edges)
+        if (e.from == s) return false;
+      return true;
+    }
+    return (s + 1) % lane_length() == 0;
+  }
   /// True when microbatch j runs through stage s.
   constexpr bool runs_through(int s, int j) const noexcept {
     if (lanes <= 1 || stages % lanes != 0 || microbatches % lanes != 0 || microbatches < lanes) return true;
@@ -90,9 +112,10 @@ struct program {
   /// Set by the text parser when the source did not parse (line, column, reason).
   verdict source_error{};
   int lanes = 1;
+  std::vector<stage_edge> edges{};  // empty: the chain (or lanes)
 
   constexpr program_view view() const {
-    return {name, ranks, stages, microbatches, stage_rank, begin, actions, invalid_rank, source_error, lanes};
+    return {name, ranks, stages, microbatches, stage_rank, begin, actions, invalid_rank, source_error, lanes, edges};
   }
 };
 
@@ -123,7 +146,8 @@ class program_builder {
         invalid_rank_(o.invalid_rank_),
         lanes_(o.lanes_),
         stage_rank_(o.stage_rank_),
-        count_(o.count_) {
+        count_(o.count_),
+        edges_(o.edges_) {
     reserve(o.size_);
     for (int i = 0; i < o.size_; ++i) buf_[i] = o.buf_[i];
     size_ = o.size_;
@@ -137,6 +161,7 @@ class program_builder {
         lanes_(o.lanes_),
         stage_rank_(std::move(o.stage_rank_)),
         count_(std::move(o.count_)),
+        edges_(std::move(o.edges_)),
         buf_(o.buf_),
         size_(o.size_),
         cap_(o.cap_) {
@@ -189,6 +214,17 @@ class program_builder {
     lanes_ = c;
     return *this;
   }
+  /// Adds the edge from → to to the stage graph: the program's graph is then its edges, not the
+  /// chain (verify checks them: graph/dag.hpp's rules).
+  constexpr program_builder& edge(int from, int to) {
+    edges_.push_back({from, to});
+    return *this;
+  }
+  /// The whole stage graph as edges (replacing any given before).
+  constexpr program_builder& graph(const std::vector<stage_edge>& edges) {
+    edges_ = edges;
+    return *this;
+  }
 
   constexpr program build(const char* name = "custom") && {
     program p;
@@ -225,6 +261,7 @@ class program_builder {
     p.stage_rank = std::move(stage_rank_);
     p.invalid_rank = invalid_rank_;
     p.lanes = lanes_;
+    p.edges = std::move(edges_);
     return p;
   }
 
@@ -254,7 +291,8 @@ class program_builder {
   int lanes_ = 1;
   std::vector<int> stage_rank_;
   std::vector<int> count_;  // actions per rank
-  entry* buf_ = nullptr;    // actions in the order added, with their rank
+  std::vector<stage_edge> edges_;
+  entry* buf_ = nullptr;  // actions in the order added, with their rank
   int size_ = 0;
   int cap_ = 0;
 };
@@ -264,6 +302,74 @@ namespace detail {
 /// The index of (stage, microbatch) in a stage-major table of `m` microbatches per stage.
 constexpr std::size_t key(int stage, int mb, int m) {
   return static_cast<std::size_t>(stage) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
+}
+
+/// A stage graph as adjacency lists, in edge order: pred[pred_begin[s] .. pred_begin[s + 1])
+/// feed stage s; succ[succ_begin[s] ..) read it.
+struct stage_links {
+  std::vector<int> pred_begin, pred, succ_begin, succ;
+};
+
+/// The adjacency lists of `stages` stages and `given` edges (those out of range left out).
+constexpr stage_links links_of(int stages, std::span<const stage_edge> given) {
+  const int S = stages > 0 ? stages : 0;
+  std::vector<stage_edge> edges;
+  for (const stage_edge& e : given)
+    if (e.from >= 0 && e.from < S && e.to >= 0 && e.to < S) edges.push_back(e);
+  stage_links out;
+  out.pred_begin.assign(static_cast<std::size_t>(S + 1), 0);
+  out.succ_begin.assign(static_cast<std::size_t>(S + 1), 0);
+  for (const stage_edge& e : edges) {
+    ++out.pred_begin[static_cast<std::size_t>(e.to + 1)];
+    ++out.succ_begin[static_cast<std::size_t>(e.from + 1)];
+  }
+  for (int s = 0; s < S; ++s) {
+    out.pred_begin[static_cast<std::size_t>(s + 1)] += out.pred_begin[static_cast<std::size_t>(s)];
+    out.succ_begin[static_cast<std::size_t>(s + 1)] += out.succ_begin[static_cast<std::size_t>(s)];
+  }
+  out.pred.assign(edges.size(), 0);
+  out.succ.assign(edges.size(), 0);
+  std::vector<int> pn(out.pred_begin.begin(), out.pred_begin.end() - 1);
+  std::vector<int> sn(out.succ_begin.begin(), out.succ_begin.end() - 1);
+  for (const stage_edge& e : edges) {
+    out.pred[static_cast<std::size_t>(pn[static_cast<std::size_t>(e.to)]++)] = e.from;
+    out.succ[static_cast<std::size_t>(sn[static_cast<std::size_t>(e.from)]++)] = e.to;
+  }
+  return out;
+}
+
+/// A program's: its edges, or its lanes' chains.
+constexpr stage_links links_of(program_view p) {
+  if (p.has_edges()) return links_of(p.stages, p.edges);
+  std::vector<stage_edge> chain;
+  for (int s = 0; s + 1 < p.stages; ++s)
+    if (!p.lane_tail(s)) chain.push_back({s, s + 1});
+  return links_of(p.stages, chain);
+}
+
+/// The stages in a topological order of `links` (lowest ready first); fewer than `stages` when
+/// the graph has a cycle.
+constexpr std::vector<int> link_order(const stage_links& links, int stages) {
+  std::vector<int> indegree, order, ready;
+  indegree.assign(static_cast<std::size_t>(stages > 0 ? stages : 0), 0);
+  for (int s = 0; s < stages; ++s)
+    indegree[static_cast<std::size_t>(s)] =
+        links.pred_begin[static_cast<std::size_t>(s) + 1] - links.pred_begin[static_cast<std::size_t>(s)];
+  for (int s = stages - 1; s >= 0; --s)
+    if (indegree[static_cast<std::size_t>(s)] == 0) ready.push_back(s);
+  while (!ready.empty()) {
+    int best = 0;  // the lowest ready stage
+    for (int k = 1; k < static_cast<int>(ready.size()); ++k)
+      if (ready[static_cast<std::size_t>(k)] < ready[static_cast<std::size_t>(best)]) best = k;
+    const int s = ready[static_cast<std::size_t>(best)];
+    ready.erase(ready.begin() + best);
+    order.push_back(s);
+    for (int e = links.succ_begin[static_cast<std::size_t>(s)]; e < links.succ_begin[static_cast<std::size_t>(s) + 1];
+         ++e)
+      if (--indegree[static_cast<std::size_t>(links.succ[static_cast<std::size_t>(e)])] == 0)
+        ready.push_back(links.succ[static_cast<std::size_t>(e)]);
+  }
+  return order;
 }
 
 /// Per stage, the rank whose actions run it (-1: no action names it).

@@ -83,28 +83,9 @@ constexpr std::vector<int> successors(const stage_dag& g, int s) {
 
 namespace detail {
 
-/// Kahn's algorithm, lowest ready stage first; fewer than g.stages entries when there is a cycle.
-/// (Edges must be in range.)
-constexpr std::vector<int> kahn_order(const stage_dag& g) {
-  const int S = g.stages;
-  std::vector<int> indegree;
-  indegree.assign(static_cast<std::size_t>(S > 0 ? S : 0), 0);
-  for (const stage_edge& e : g.edges) ++indegree[static_cast<std::size_t>(e.to)];
-  std::vector<char> done;
-  done.assign(indegree.size(), 0);
-  std::vector<int> order;
-  for (int placed = 0; placed < S; ++placed) {
-    int next = -1;
-    for (int s = 0; s < S && next < 0; ++s)
-      if (!done[static_cast<std::size_t>(s)] && indegree[static_cast<std::size_t>(s)] == 0) next = s;
-    if (next < 0) break;
-    done[static_cast<std::size_t>(next)] = 1;
-    order.push_back(next);
-    for (const stage_edge& e : g.edges)
-      if (e.from == next) --indegree[static_cast<std::size_t>(e.to)];
-  }
-  return order;
-}
+/// The stages in a topological order, lowest ready stage first; fewer than g.stages entries
+/// when there is a cycle. (Edges must be in range.)
+constexpr std::vector<int> kahn_order(const stage_dag& g) { return link_order(links_of(g.stages, g.edges), g.stages); }
 
 constexpr bool listed(const std::vector<int>& v, int s) {
   for (int x : v)

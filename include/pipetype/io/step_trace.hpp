@@ -192,6 +192,7 @@ step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const
       out.computes.push_back({r, a, {}, false, t.start[k], t.end[k], live, live});
     }
   }
+  const detail::stage_links links = detail::links_of(p);  // a chain's neighbours, or the edges
   for (std::size_t k = 0; k < p.actions.size(); ++k) {
     const action& a = p.actions[k];
     const int to = owner[static_cast<std::size_t>(a.stage)];
@@ -203,10 +204,17 @@ step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const
       out.transfers.push_back({what, stage, a.microbatch, from, to, sent, sent + lat.latency(stage, a.stage), false,
                                span_of[static_cast<std::size_t>(producer)], span_of[k]});
     };
-    if (a.what == kind::F && !p.lane_head(a.stage))
-      cross(fwd[detail::key(a.stage - 1, a.microbatch, m)], kind::F, a.stage - 1);
-    if (is_input_backward(a.what) && !p.lane_tail(a.stage))
-      cross(bwd[detail::key(a.stage + 1, a.microbatch, m)], kind::B, a.stage + 1);
+    const auto st = static_cast<std::size_t>(a.stage);
+    if (a.what == kind::F)  // one transfer per producer
+      for (int e = links.pred_begin[st]; e < links.pred_begin[st + 1]; ++e) {
+        const int producer_stage = links.pred[static_cast<std::size_t>(e)];
+        cross(fwd[detail::key(producer_stage, a.microbatch, m)], kind::F, producer_stage);
+      }
+    if (is_input_backward(a.what))  // and per consumer
+      for (int e = links.succ_begin[st]; e < links.succ_begin[st + 1]; ++e) {
+        const int consumer = links.succ[static_cast<std::size_t>(e)];
+        cross(bwd[detail::key(consumer, a.microbatch, m)], kind::B, consumer);
+      }
   }
   by_time(out.transfers);
   return out;
