@@ -2,9 +2,9 @@
 # The two commands of a fresh machine (README.md):
 #   bash run.sh demo   build and run the main job: train_mlp (an MLP trained across 4 pipeline ranks with
 #                      1F1B on host threads; flags pass through, e.g. --schedule interleaved-1f1b)
-#   bash run.sh test   build everything and run every test (what CI runs): the suite with g++, then
-#                      again with clang++ under ASan + UBSan with the fuzzer (60 s), then the
-#                      executors' tests under ThreadSanitizer
+#   bash run.sh test   build everything and run every test (what CI runs): the suite with g++ (its
+#                      tests last), with clang++ under ASan + UBSan with the fuzzer (60 s), and
+#                      the executors' tests under ThreadSanitizer
 # Each installs what it needs from Debian's packages first; `test` also makes a virtual
 # environment with torch from PyPI for the tests against PyTorch's runtime (docs/07_pytorch.md).
 set -euo pipefail
@@ -43,16 +43,31 @@ need_packages() {
 }
 
 # tests only: torch from PyPI (CPU use; the wheel brings its CUDA libraries, ~3 GB) in a virtual
-# environment outside the build tree, made once; CMake finds it there (tests/CMakeLists.txt)
-torch_venv() {
-  local venv="${XDG_CACHE_HOME:-$HOME/.cache}/pipetype/torch-venv"
+# environment outside the build tree, made once; CMake finds it there (tests/CMakeLists.txt).
+# The download runs in the background while the builds run (torch_venv_wait before the tests
+# that need it).
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/pipetype/torch-venv"
+torch_pid=""
+torch_log=""
+torch_venv_start() {
   if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
-    echo "run.sh: installing torch into $venv" >&2
+    echo "run.sh: installing torch into $venv (in the background)" >&2
     rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch>=2.15,<2.16" numpy
+    python3 -m venv "$venv"  # CMake's configure looks for its python
+    torch_log=$(mktemp)
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch>=2.15,<2.16" numpy >"$torch_log" 2>&1 &
+    torch_pid=$!
+    trap 'kill "$torch_pid" 2>/dev/null || true' EXIT  # a build that fails ends the download too
   fi
   export PIPETYPE_REQUIRE_TORCH=1
+}
+torch_venv_wait() {
+  if [ -n "$torch_pid" ] && ! wait "$torch_pid"; then
+    cat "$torch_log" >&2
+    echo "run.sh: installing torch failed" >&2
+    exit 1
+  fi
+  "$venv/bin/python" -c "import torch" || { echo "run.sh: torch does not import from $venv" >&2; exit 1; }
 }
 
 case "${1:-}" in
@@ -65,10 +80,14 @@ case "${1:-}" in
     ;;
   test)
     need_packages test
-    torch_venv
-    cmake --workflow --preset dev
+    torch_venv_start
+    # the dev suite's tests run last, so that torch's download overlaps all three builds
+    cmake --preset dev
+    cmake --build --preset dev
     cmake --workflow --preset clang
-    exec cmake --workflow --preset tsan
+    cmake --workflow --preset tsan
+    torch_venv_wait
+    exec ctest --preset dev
     ;;
   *)
     echo "usage: bash run.sh demo [train_mlp flags] | bash run.sh test" >&2
