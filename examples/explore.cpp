@@ -345,6 +345,12 @@ pt::cost_model per_stage(const args& a, pt::program_view p, int v) {
   return pt::scaled_costs(c, {p.stage_rank.begin(), p.stage_rank.end()}, a.rank_speed, a.microbatch_scale);
 }
 
+/// A program over a stage graph given as edges that verified: the lowering does not take it yet
+/// (docs/10), so it is shown verified and simulated, without a lowered program.
+bool unlowered(const pt::runtime_plan& plan) {
+  return !plan.ok() && plan.facts.result.ok() && plan.compute().has_edges();
+}
+
 result evaluate(pt::program prog, const args& a, int chunks) {
   result r;
   r.chunks = chunks;
@@ -353,7 +359,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   o.mem_limit_units = static_cast<int>(a.mem_limit * o.memory.unit * chunks);
   o.groups = a.groups;
   r.plan = pt::build_plan(std::move(prog), o);
-  if (r.plan.ok()) {
+  if (r.plan.ok() || unlowered(r.plan)) {
     const pt::cost_model c = per_stage(a, r.plan.compute(), chunks);
     r.t = pt::simulate(r.plan.compute(), c);
     r.bound = pt::makespan_lower_bound(r.plan.compute(), c);
@@ -589,15 +595,15 @@ int main(int argc, char** argv) {
       usage_error("--schedule " + a.schedule + ": " + e.what());
     }
   }
-  if (const std::string why = layout_mismatch(a, prog); !why.empty())
-    usage_error("--layout: " + why);
+  if (const std::string why = layout_mismatch(a, prog); !why.empty()) usage_error("--layout: " + why);
   if (!a.output.empty()) open_output(a.output);
   const std::string name = a.file.empty() ? a.schedule : a.file;
   const result r = evaluate(std::move(prog), a, chunks);
   ff.torch_loads = ff.torch_loads && (r.plan.ok() || ff.transfer_verdict);
   const pt::runtime_plan& plan = r.plan;
 
-  if (!plan.ok()) {
+  const bool graph_only = unlowered(plan);  // verified and simulated, not lowered
+  if (!plan.ok() && !graph_only) {
     const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
     if (a.json())
       std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
@@ -639,6 +645,19 @@ int main(int argc, char** argv) {
                 << ", \"markers\": " << ff.markers
                 << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
                 << pt::p2p_streams_name(a.p2p) << "\"}" << torch_json(ff);
+    if (graph_only) {
+      std::cout << ", \"edges\": "
+                << json_array(plan.compute().edges,
+                              [](const pt::stage_edge& e) {
+                                return "[" + std::to_string(e.from) + ", " + std::to_string(e.to) + "]";
+                              })
+                << ", \"makespan\": " << num(t.makespan()) << ", \"lower_bound\": " << num(r.bound.value())
+                << ", \"bubble_fraction\": " << num(t.bubble_fraction())
+                << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
+                << ", \"ticks\": " << plan.ticks() << ", \"actions\": " << plan.compute().actions.size()
+                << ", \"lowered\": null, \"not_lowered\": " << json_string(plan.result.detail) << "}\n";
+      return finish_output();
+    }
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"lower_bound\": " << num(r.bound.value())
               << ", \"gap\": " << num(r.bound.gap(t.makespan())) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
@@ -657,11 +676,10 @@ int main(int argc, char** argv) {
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}}\n";
     return finish_output();
   }
-  std::printf(
-      "schedule %s: %d ranks, %d stages, %d microbatches (costs per %s F=%g B=%g I=%g W=%g comm=%g)\n\n",
-      name.c_str(), P, plan.compute().stages, plan.compute().microbatches,
-      a.has_layout() ? "decoder layer" : "rank share", a.costs.f, a.costs.b,
-      a.costs.of(pt::kind::I), a.costs.of(pt::kind::W), a.costs.comm);
+  std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs per %s F=%g B=%g I=%g W=%g comm=%g)\n\n",
+              name.c_str(), P, plan.compute().stages, plan.compute().microbatches,
+              a.has_layout() ? "decoder layer" : "rank share", a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
+              a.costs.of(pt::kind::W), a.costs.comm);
   if (a.has_layout())
     std::printf("layout %s: %s (costs above are one decoder layer's; peak act counts decoder-layer activations)\n\n",
                 a.layout_text.c_str(), layout_summary(a.layout).c_str());
@@ -686,6 +704,15 @@ int main(int argc, char** argv) {
               100 * t.bubble_fraction(), plan.ticks());
   std::printf("lower bound %g (busiest rank %g, critical path %g): gap %.1f%%\n\n", r.bound.value(),
               r.bound.busiest_rank, r.bound.critical_path, 100 * r.bound.gap(t.makespan()));
+  if (graph_only) {
+    std::printf("stage graph:");
+    for (const pt::stage_edge& e : plan.compute().edges) std::printf(" %d>%d", e.from, e.to);
+    std::printf("\n\nrank   busy    idle  peak act\n");
+    for (int k = 0; k < P; ++k)
+      std::printf("%4d %6g %7g %9g\n", k, t.busy(k), t.idle(k), peaks[static_cast<std::size_t>(k)]);
+    std::printf("\nverified over every edge; not lowered: %s\n", plan.result.detail);
+    return finish_output();
+  }
   std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");
   for (int k = 0; k < P; ++k) {
     const pt::rank_resources& res = plan.lowered().resources[static_cast<std::size_t>(k)];

@@ -3,6 +3,8 @@
 // compute+comms CSV) → read again. Built by the `clang` preset (clang++ with ASan and UBSan), so
 // a crash, undefined behaviour or a leak fails it as well as the properties below:
 //   - a rejected file has a sentence, and a deadlock's wait-for cycle is a chain of real links;
+//   - a file with an `edges` line that verifies (not lowered yet) simulates to completion and
+//     its text form reads back the same graph and actions;
 //   - a verified plan simulates to completion, with a finite positive makespan, a bubble in
 //     [0, 1), spanning its actions, and per-rank peaks equal to the verifier's; its lowering is
 //     proved by the tick certificate; drawn as an SVG and a Chrome trace, it has a box and an
@@ -15,6 +17,7 @@
 //   ./build/clang/tests/fuzz/fuzz_schedule -dict=tests/fuzz/schedule.dict NEW_DIR tests/fuzz/corpus
 #include <pipetype/pipetype.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -136,6 +139,19 @@ void check_accepted(const pt::runtime_plan& plan) {
   expect(same_compute(p, comms.view()), "the compute+comms CSV reads back the same compute", plan);
 }
 
+/// A program over a stage graph given as edges that verified (the lowering does not take it yet):
+/// it simulates to completion and its text form reads back the same graph and actions.
+void check_graph(const pt::runtime_plan& plan) {
+  const pt::program_view p = plan.compute();
+  expect(pt::simulate(p, pt::costs{.comm = 0.5}).complete, "a verified graph program simulates to completion", plan);
+  pt::read_options sized;
+  sized.ranks = p.ranks;
+  const pt::program text = pt::parse_schedule(pt::to_text(p), sized);
+  expect(text.source_error.ok() && same_compute(p, text.view()) &&
+             std::equal(text.edges.begin(), text.edges.end(), p.edges.begin(), p.edges.end()),
+         "a graph program's text form reads back the same", plan);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -146,5 +162,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_accepted(plan);
   else
     check_rejected(plan);
+  if (plan.facts.result.ok() && plan.compute().has_edges()) check_graph(plan);
   return 0;
 }

@@ -82,6 +82,26 @@ TEST_CASE("text: lanes") {
   CHECK(pt::verify(pt::parse_schedule("lanes 2\n0F1,0B1\n1F0,1B0\n").view()).code == pt::errc::index_out_of_range);
 }
 
+TEST_CASE("text: edges") {
+  const pt::program p = pt::parse_schedule("edges 0>1, 1>2,0 > 2  # a skip connection\n0F0,0B0\n1F0,1B0\n2F0,2B0\n");
+  REQUIRE(p.source_error.ok());
+  CHECK(p.edges == std::vector<pt::stage_edge>{{0, 1}, {1, 2}, {0, 2}});
+  CHECK(pt::verify(p.view()).ok());
+  const std::string text = pt::to_text(p.view());
+  CHECK(text.rfind("edges 0>1, 1>2, 0>2\n", 0) == 0);
+  const pt::program q = pt::parse_schedule(text);  // and back
+  CHECK(q.edges == p.edges);
+  CHECK(q.actions == p.actions);
+  // PyTorch's files hold chains only
+  CHECK_THROWS_WITH_AS(pt::to_csv(p.view()), doctest::Contains("its stage graph is given as edges"),
+                       std::invalid_argument);
+  const pt::schedule_file f = pt::read_schedule("edges 0>1\n0F0,0B0\n1F0,1B0\n");
+  CHECK(pt::torch_load_note(f, pt::to_program(f).view(), pt::csv_format::compute_only).find("no `edges` line") !=
+        std::string::npos);
+  // the graph's rules, from verify
+  CHECK(pt::verify(pt::parse_schedule("edges 0>1, 1>0\n0F0,0B0\n1F0,1B0\n").view()).code == pt::errc::invalid_graph);
+}
+
 TEST_CASE("text: syntax errors name line and column") {
   struct bad {
     const char* text;
@@ -102,6 +122,12 @@ TEST_CASE("text: syntax errors name line and column") {
       {"lanes 2 0F0", 1, 9, "stands alone"},
       {"chains 2 0F0", 1, 10, "stands alone"},  // the older spelling reads the same
       {"lanes 2\nchains 2\n0F0", 2, 1, "given twice"},
+      {"edges\n0F0", 1, 6, "expected an edge `A>B`"},
+      {"edges 0-1\n0F0", 1, 8, "expected `>` between the two stages"},
+      {"edges 0>\n0F0", 1, 9, "expected the stage an edge goes to"},
+      {"edges 0>1,\n0F0", 1, 11, "expected an edge `A>B`"},
+      {"edges 0>1 1>2\n0F0", 1, 11, "stands alone on its line"},
+      {"edges 0>1\nedges 1>2\n0F0", 2, 1, "`edges` given twice"},
   };
   for (const bad& b : cases) {
     CAPTURE(b.text);

@@ -184,9 +184,15 @@ stage_entry entry_of(S& s) {
 
 }  // namespace detail
 
-/// The stages of a model (a chain or uniform_chain), as the executors bind them.
+/// The stages of a model (a chain or uniform_chain), as the executors bind them. A `dag` that is
+/// not a chain is refused at compile time: the executors pass each stage's output to the next
+/// stage only, so far (docs/10).
 template <class M>
 std::vector<stage_entry> entries_of(M& model) {
+  if constexpr (requires { M::topology(); })
+    static_assert(is_chain(M::topology()),
+                  "pipetype: the executors run chains so far; this model's stage graph has skip connections or "
+                  "several towers (docs/10_stage_graphs.md)");
   std::vector<stage_entry> out;
   out.reserve(static_cast<std::size_t>(model.size()));
   model.for_each_stage([&](int, auto& s) { out.push_back(detail::entry_of(s)); });

@@ -18,7 +18,9 @@
 // Whitespace, quotes, CRLF line ends and `#` comments are skipped; blank lines are not ranks. A
 // line `lanes N` (pipetype's, not PyTorch's; `chains N`, its older spelling, reads the same) splits
 // the stage graph into N parallel lanes, as
-// DualPipe's two directions (core/program.hpp).
+// DualPipe's two directions (core/program.hpp). A line `edges 0>1, 1>2, 0>2` (pipetype's too)
+// gives the stage graph as edges instead of the chain: skip connections, several towers
+// (graph/dag.hpp; verify checks the graph's rules).
 //
 // Reading: `read_schedule(text)` gives every rank's steps in file order (core/step.hpp) and the
 // notation it read; `to_program(file, options)` the compute program (stages and microbatches
@@ -36,10 +38,11 @@
 // cells); `torch_load_note(file, program, format)` says where torch 2.15 would read a file
 // otherwise or refuse it (docs/07_pytorch.md).
 //
-// Writing: `to_text(program)` is pipetype's form (a `lanes N` line when there are several lanes);
-// `to_csv(program)` PyTorch's compute-only CSV and `to_csv(program, lowered)` its compute+comms
-// CSV — pipetype's own transfers as PyTorch issues them (below). Both refuse a program with
-// several lanes (std::invalid_argument): PyTorch's runtime has one model copy per stage.
+// Writing: `to_text(program)` is pipetype's form (a `lanes N` line when there are several lanes,
+// an `edges` line when the graph is given as edges); `to_csv(program)` PyTorch's compute-only CSV
+// and `to_csv(program, lowered)` its compute+comms CSV — pipetype's own transfers as PyTorch
+// issues them (below). Both refuse a program with several lanes or with edges
+// (std::invalid_argument): PyTorch's runtime has one model copy per stage, in a chain.
 // read_schedule(to_csv(...)) gives back the same steps.
 #pragma once
 
@@ -73,6 +76,7 @@ struct schedule_file {
   std::vector<int> begin{0};          // [rows + 1]
   std::vector<step> steps;            // rank-major
   int lanes = 0;                      // 0: no `lanes` line
+  std::vector<stage_edge> edges{};    // the `edges` line's; empty: none (the chain)
   notation form = notation::current;  // the notation the file was read in
   verdict error{};                    // a parse error (line, column, reason)
   int transfers = 0, waits = 0, markers = 0;
@@ -226,6 +230,32 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
         f.lanes = n;
         skip_space();
         if (!at_end() && text[i] != '#') fail(line, col(), "`lanes N` stands alone on its line");
+      }
+      while (!at_end()) ++i;
+    } else if (starts_with("edges")) {  // a directive line: `edges A>B, C>D, ...`
+      if (!f.edges.empty()) fail(line, col(), "`edges` given twice");
+      i += 5;
+      bool more = true;
+      while (more && f.error.ok()) {
+        skip_space();
+        stage_edge e;
+        if (!parse_number(e.from, "expected an edge `A>B` (stage A feeds stage B) after `edges`")) break;
+        skip_space();
+        if (at_end() || text[i] != '>') {
+          fail(line, col(), "expected `>` between the two stages of an edge: `edges 0>1, 1>2`");
+          break;
+        }
+        ++i;
+        skip_space();
+        if (!parse_number(e.to, "expected the stage an edge goes to after `>`")) break;
+        f.edges.push_back(e);
+        skip_space();
+        more = !at_end() && text[i] == ',';
+        if (more) ++i;
+      }
+      if (f.error.ok()) {
+        skip_space();
+        if (!at_end() && text[i] != '#') fail(line, col(), "`edges A>B, C>D, ...` stands alone on its line");
       }
       while (!at_end()) ++i;
     } else if (!at_end() && text[i] != '#') {  // a rank's row
@@ -386,6 +416,7 @@ constexpr program to_program(const schedule_file& f, const read_options& o = {})
   program_builder b{ranks > 0 ? ranks : 1, max_stage + 1 > 0 ? max_stage + 1 : 1,
                     o.microbatches > 0 ? o.microbatches : (max_mb + 1 > 0 ? max_mb + 1 : 1)};
   b.lanes(f.lanes > 0 ? f.lanes : 1);
+  b.graph(f.edges);
   for (int r = 0; r < f.rows; ++r) {
     b.rank(r);
     for (int k = f.begin[static_cast<std::size_t>(r)]; k < f.begin[static_cast<std::size_t>(r) + 1]; ++k)
@@ -458,6 +489,7 @@ inline schedule_file file_of(program_view p) {
   schedule_file f;
   f.rows = p.ranks;
   f.lanes = p.lanes > 1 ? p.lanes : 0;
+  f.edges.assign(p.edges.begin(), p.edges.end());
   for (int r = 0; r < p.ranks; ++r) {
     int cell = 0;
     for (const action& a : p.rank_actions(r)) {
@@ -583,6 +615,7 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
   };
   auto named = [](int r, const step& s) { return "rank " + std::to_string(r) + "'s " + to_text(s); };
   if (const char* why = detail::too_large(p)) return std::string("not checked: the program has ") + why;
+  if (!f.edges.empty()) return "torch's loader reads no `edges` line: its runtime runs a chain of stages";
   if (f.form == notation::legacy)
     return "torch 2.15 reads the older notation otherwise: B as a full backward, 2BW0 as 2B without a microbatch";
   if (f.bare_pair.line >= 0) return at("torch 2.15 refuses a pair without OVERLAP_F_B", f.bare_pair);
@@ -656,6 +689,10 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
 
 namespace detail {
 inline void refuse_lanes(program_view p) {
+  if (p.has_edges())
+    throw std::invalid_argument(
+        "PyTorch's schedule files cannot express this schedule: its stage graph is given as edges (not a chain), "
+        "and PyTorch's runtime passes each stage's output to the next stage only");
   if (p.lanes > 1)
     throw std::invalid_argument(
         "PyTorch's schedule files cannot express this schedule: its stage graph has " + std::to_string(p.lanes) +
@@ -664,10 +701,18 @@ inline void refuse_lanes(program_view p) {
 }
 }  // namespace detail
 
-/// pipetype's text form of a program (PyTorch's rows; a `lanes N` line first when needed).
+/// pipetype's text form of a program (PyTorch's rows; `lanes N` and `edges A>B, ...` lines first
+/// when needed).
 inline std::string to_text(program_view p) {
   const schedule_file f = file_of(p);
-  return (p.lanes > 1 ? "lanes " + std::to_string(p.lanes) + "\n" : std::string()) + to_csv(f.view());
+  std::string head = p.lanes > 1 ? "lanes " + std::to_string(p.lanes) + "\n" : std::string();
+  if (p.has_edges()) {
+    head += "edges";
+    for (std::size_t k = 0; k < p.edges.size(); ++k)
+      head += (k ? ", " : " ") + std::to_string(p.edges[k].from) + ">" + std::to_string(p.edges[k].to);
+    head += "\n";
+  }
+  return head + to_csv(f.view());
 }
 
 /// PyTorch's compute-only CSV (`_load_csv(path, format="compute_only")`).

@@ -1,0 +1,11 @@
+// The twin: a dag that is a chain binds as one.
+#include <pipetype/bind/stage_entry.hpp>
+namespace pt = pipetype;
+struct cell {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<float, 4>;
+  void forward(const pt::forward_ctx<cell>&) {}
+  void backward(const pt::backward_ctx<cell>&) {}
+};
+pt::dag<pt::nodes<cell, cell, cell>, pt::edges<pt::edge<0, 1>, pt::edge<1, 2>>> model;
+int main() { return pt::entries_of(model).size() == 3 ? 0 : 1; }
