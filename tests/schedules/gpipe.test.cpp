@@ -27,3 +27,15 @@ TEST_CASE("gpipe: rank r runs all forwards, then all backwards in microbatch ord
   const std::vector<pt::action> expect{pt::F(1, 0), pt::F(1, 1), pt::F(1, 2), pt::B(1, 0), pt::B(1, 1), pt::B(1, 2)};
   CHECK(std::vector<pt::action>(r1.begin(), r1.end()) == expect);
 }
+
+TEST_CASE("gpipe over a graph: two towers side by side") {
+  // 0 → 2 and 1 → 2: both towers fill at once, so the step is a chain of two
+  const pt::stage_dag towers{3, {{0, 2}, {1, 2}}};
+  for (int m = 1; m <= 6; ++m) {
+    CAPTURE(m);
+    const pt::program p = pt::make_gpipe(3, m, towers);
+    REQUIRE(pt::verify(p.view()).ok());
+    CHECK(sweep::peaks(p) == std::vector<int>(3, m));
+    CHECK(pt::simulate(p.view(), pt::costs{.f = 1, .b = 2}).makespan() == (m + 1) * 3.0);
+  }
+}

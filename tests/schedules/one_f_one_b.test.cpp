@@ -31,3 +31,49 @@ TEST_CASE("one_f_one_b: warm-up of p-r-1 forwards, then alternation") {
   CHECK(r0[5] == pt::B(0, 1));
   CHECK(sweep::pytorch_plan_checks(prog) == "");
 }
+
+namespace {
+// a skip connection over 4 stages, and two towers (0 → 1, 2 → 3) into a head (4), written with
+// the towers' stages out of order (3 → 1 → 4 and 2 → 0 → 4) so that the placement must sort them
+const pt::stage_dag skip4{4, {{0, 1}, {1, 2}, {2, 3}, {0, 2}}};
+const pt::stage_dag towers5{5, {{3, 1}, {2, 0}, {1, 4}, {0, 4}}};
+}  // namespace
+
+TEST_CASE("one_f_one_b over a graph: each rank warms up by its longest path to the loss") {
+  for (int m = 1; m <= 8; ++m) {
+    CAPTURE(m);
+    const pt::program skip = pt::make_one_f_one_b(4, m, skip4);
+    REQUIRE(pt::verify(skip.view()).ok());
+    CHECK(skip.edges == skip4.edges);
+    // the skip edge shortens no path: the chain's warm-ups, peaks and makespan
+    CHECK(sweep::peaks(skip) == sweep::peaks(pt::make_one_f_one_b(4, m)));
+    CHECK(pt::simulate(skip.view(), pt::costs{.f = 1, .b = 2}).makespan() == (m + 3) * 3.0);
+
+    const pt::program towers = pt::make_one_f_one_b(5, m, towers5);
+    REQUIRE(pt::verify(towers.view()).ok());
+    // topological order, lowest ready first: 2, 0 (now ready), 3, 1, 4; the towers' first
+    // stages (2, 3) are 2 edges from the head, their second (0, 1) one; each rank holds
+    // min(depth + 1, m) activations
+    const int stage_of[] = {2, 0, 3, 1, 4}, depth[] = {2, 1, 2, 1, 0};
+    const std::vector<int> pk = sweep::peaks(towers);
+    for (int r = 0; r < 5; ++r) {
+      CAPTURE(r);
+      CHECK(towers.stage_rank[static_cast<std::size_t>(stage_of[r])] == r);
+      CHECK(pk[static_cast<std::size_t>(r)] == std::min(depth[r] + 1, m));
+    }
+    // the two towers run side by side: as long as a chain of 3, not of 5
+    CHECK(pt::simulate(towers.view(), pt::costs{.f = 1, .b = 2}).makespan() == (m + 2) * 3.0);
+  }
+}
+
+TEST_CASE("one_f_one_b over a graph: by name, and the schedules that take chains only") {
+  pt::schedule_params params;
+  params.edges = skip4.edges;
+  CHECK(pt::make_schedule("1f1b", 4, 8, 1, params).edges == skip4.edges);
+  CHECK(pt::make_schedule("gpipe", 4, 8, 1, params).edges == skip4.edges);
+  CHECK_THROWS_WITH_AS(pt::make_schedule("zb-h1", 4, 8, 1, params), doctest::Contains("runs over a chain only so far"),
+                       std::invalid_argument);
+  // a graph that breaks a rule still generates, and verify names the rule
+  const pt::program bad = pt::make_one_f_one_b(3, 2, pt::stage_dag{3, {{0, 1}, {1, 2}, {2, 0}}});
+  CHECK(pt::verify(bad.view()).code == pt::errc::invalid_graph);
+}

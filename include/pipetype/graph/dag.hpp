@@ -223,6 +223,38 @@ constexpr std::vector<int> topological_order(const stage_dag& g) {
   return detail::kahn_order(g);
 }
 
+namespace detail {
+
+/// The stage rank r holds when a schedule of one stage per rank runs over `g` with p ranks:
+/// the r-th of its topological order (the identity where the graph breaks a rule or has another
+/// size: verify then says why).
+constexpr std::vector<int> graph_placement(const stage_dag& g, int p) {
+  std::vector<int> order = g.stages == p ? topological_order(g) : std::vector<int>{};
+  if (static_cast<int>(order.size()) != p) {
+    order.clear();
+    for (int r = 0; r < p; ++r) order.push_back(r);
+  }
+  return order;
+}
+
+/// Per stage, the edges on the longest path from it to a loss (stages taken in `order`,
+/// reversed; edges out of range ignored).
+constexpr std::vector<int> depth_to_loss(const stage_dag& g, const std::vector<int>& order) {
+  std::vector<int> depth;
+  depth.assign(order.size(), 0);
+  const int S = static_cast<int>(order.size());
+  for (int k = S - 1; k >= 0; --k) {
+    const int s = order[static_cast<std::size_t>(k)];
+    for (const stage_edge& e : g.edges)
+      if (e.from == s && e.to >= 0 && e.to < S &&
+          depth[static_cast<std::size_t>(e.to)] + 1 > depth[static_cast<std::size_t>(s)])
+        depth[static_cast<std::size_t>(s)] = depth[static_cast<std::size_t>(e.to)] + 1;
+  }
+  return depth;
+}
+
+}  // namespace detail
+
 /// True when g is the chain 0 → 1 → … → S − 1 (the stage graph every program has by default).
 constexpr bool is_chain(const stage_dag& g) {
   if (static_cast<int>(g.edges.size()) != (g.stages > 0 ? g.stages - 1 : 0)) return false;

@@ -13,6 +13,7 @@
 //     static constexpr bool split = false;    // splits backwards into I and W
 //     static constexpr const char* error(int p, int m, int v) noexcept;   // nullptr when valid
 //     static constexpr program make(int p, int m, int v, const schedule_params&);
+//     static constexpr bool graphs = true;    // optional: make() takes schedule_params::edges
 //   };
 #pragma once
 
@@ -38,6 +39,9 @@ struct schedule_params {
   std::vector<double> rank_speed{};
   std::vector<double> microbatch_scale{};
   search_placement placement = search_placement::one_per_rank;
+  /// The stage graph as edges between the p stages (empty: the chain): skip connections, several
+  /// towers (graph/dag.hpp). Only families with `graphs = true` take one (gpipe, 1f1b so far).
+  std::vector<stage_edge> edges{};
 };
 
 template <class F>

@@ -3,6 +3,8 @@
 // Source: Huang et al., "GPipe", NeurIPS 2019; ordering as PyTorch's ScheduleGPipe.
 // Rule: rank r runs F of its stage for microbatches 0..m−1, then B for 0..m−1.
 // Constraints: none (m ≥ 1); one stage per rank (S = p).
+// Over a stage graph (graph/dag.hpp, p stages): rank r holds the r-th stage of the graph's
+// topological order, and runs the same rule; the program carries the graph's edges.
 // Formulas (uniform costs, no communication latency):
 //   makespan            (m + p − 1)(F + B)        bubble time (p − 1)(F + B)
 //   bubble fraction     (p − 1) / (m + p − 1)     (idle / (ranks × makespan))
@@ -13,6 +15,7 @@
 
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
+#include "pipetype/graph/dag.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/schedules/family.hpp"
 
@@ -29,6 +32,20 @@ constexpr program make_gpipe(int p, int m) {
   return std::move(b).build("gpipe");
 }
 
+/// GPipe over a stage graph of p stages (see the header comment).
+constexpr program make_gpipe(int p, int m, const stage_dag& g) {
+  const std::vector<int> order = detail::graph_placement(g, p);
+  program_builder b{p, p, m};
+  b.graph(g.edges);
+  for (int r = 0; r < p; ++r) {
+    const int s = order[static_cast<std::size_t>(r)];
+    b.place(s, r).rank(r);
+    for (int mb = 0; mb < m; ++mb) b.add(F(s, mb));
+    for (int mb = 0; mb < m; ++mb) b.add(B(s, mb));
+  }
+  return std::move(b).build("gpipe");
+}
+
 /// gpipe for tools that pick a schedule by name (registry.hpp).
 struct gpipe_family {
   static constexpr std::string_view name = "gpipe";
@@ -36,7 +53,10 @@ struct gpipe_family {
   static constexpr int chunks = 1;
   static constexpr bool split = false;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
-  static constexpr program make(int p, int m, int, const schedule_params&) { return make_gpipe(p, m); }
+  static constexpr bool graphs = true;
+  static constexpr program make(int p, int m, int, const schedule_params& params) {
+    return params.edges.empty() ? make_gpipe(p, m) : make_gpipe(p, m, stage_dag{p, params.edges});
+  }
 };
 
 template <rank_count Ranks, microbatch_count Microbatches>

@@ -5,6 +5,9 @@
 // Rule: rank r warms up with w = min(p − r − 1, m) forwards, then alternates one forward and one
 // backward (oldest microbatch first) m − w times, then drains w backwards.
 // Constraints: none (m ≥ 1; m ≥ p reaches the steady state). One stage per rank.
+// Over a stage graph (graph/dag.hpp, p stages): rank r holds the r-th stage of the graph's
+// topological order, and warms up with as many forwards as the longest path from its stage to a
+// loss has edges (p − r − 1 in a chain), so that every path through the graph runs as 1F1B.
 // Formulas (uniform costs, no communication latency):
 //   makespan            (m + p − 1)(F + B)        — same bubble as GPipe, (p − 1)(F + B)
 //   peak activations    min(p − r, m) on rank r   — p on rank 0 instead of GPipe's m
@@ -14,24 +17,46 @@
 
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
+#include "pipetype/graph/dag.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
+
+namespace detail {
+/// One rank's 1F1B list for stage s: `warmup` forwards, then one forward and one backward
+/// (oldest first), then the remaining backwards.
+constexpr void one_f_one_b_rank(program_builder& b, int s, int warmup, int m) {
+  int f = 0, bw = 0;
+  for (int k = 0; k < warmup; ++k) b.add(F(s, f++));
+  for (int k = 0; k < m - warmup; ++k) {
+    b.add(F(s, f++));
+    b.add(B(s, bw++));
+  }
+  while (bw < m) b.add(B(s, bw++));
+}
+}  // namespace detail
 
 constexpr program make_one_f_one_b(int p, int m) {
   program_builder b{p, p, m};
   b.placement(looped_placement(p, 1));
   for (int r = 0; r < p; ++r) {
     b.rank(r);
-    const int warmup = (p - r - 1) < m ? (p - r - 1) : m;
-    int f = 0, bw = 0;
-    for (int k = 0; k < warmup; ++k) b.add(F(r, f++));
-    for (int k = 0; k < m - warmup; ++k) {
-      b.add(F(r, f++));
-      b.add(B(r, bw++));
-    }
-    while (bw < m) b.add(B(r, bw++));
+    detail::one_f_one_b_rank(b, r, (p - r - 1) < m ? (p - r - 1) : m, m);
+  }
+  return std::move(b).build("1f1b");
+}
+
+/// 1F1B over a stage graph of p stages (see the header comment).
+constexpr program make_one_f_one_b(int p, int m, const stage_dag& g) {
+  const std::vector<int> order = detail::graph_placement(g, p);
+  const std::vector<int> depth = detail::depth_to_loss(g, order);
+  program_builder b{p, p, m};
+  b.graph(g.edges);
+  for (int r = 0; r < p; ++r) {
+    const int s = order[static_cast<std::size_t>(r)];
+    b.place(s, r).rank(r);
+    detail::one_f_one_b_rank(b, s, depth[static_cast<std::size_t>(s)] < m ? depth[static_cast<std::size_t>(s)] : m, m);
   }
   return std::move(b).build("1f1b");
 }
@@ -43,7 +68,10 @@ struct one_f_one_b_family {
   static constexpr int chunks = 1;
   static constexpr bool split = false;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
-  static constexpr program make(int p, int m, int, const schedule_params&) { return make_one_f_one_b(p, m); }
+  static constexpr bool graphs = true;
+  static constexpr program make(int p, int m, int, const schedule_params& params) {
+    return params.edges.empty() ? make_one_f_one_b(p, m) : make_one_f_one_b(p, m, stage_dag{p, params.edges});
+  }
 };
 
 template <rank_count Ranks, microbatch_count Microbatches>

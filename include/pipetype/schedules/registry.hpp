@@ -48,13 +48,22 @@ struct schedule_info {
   std::string_view summary;
   const char* (*error)(int p, int m, int v) noexcept;  // the family's own size rules; nullptr when valid
   program (*make)(int p, int m, int v, const schedule_params& params);
+  bool graphs = false;  // make() takes schedule_params::edges (a stage graph other than the chain)
 };
 
 namespace detail {
 
+template <class F>
+constexpr bool takes_graphs() {
+  if constexpr (requires { F::graphs; })
+    return F::graphs;
+  else
+    return false;
+}
+
 template <schedule_family... F>
 constexpr std::array<schedule_info, sizeof...(F)> infos_of(family_list<F...>) {
-  return {schedule_info{F::name, F::chunks, F::split, F::summary, &F::error, &F::make}...};
+  return {schedule_info{F::name, F::chunks, F::split, F::summary, &F::error, &F::make, takes_graphs<F>()}...};
 }
 
 template <std::size_t N>
@@ -114,6 +123,8 @@ constexpr const char* schedule_error(std::string_view name, int p, int m, int v)
 constexpr program make_schedule(std::string_view name, int p, int m, int v = 0, const schedule_params& params = {}) {
   if (const char* e = schedule_error(name, p, m, v)) throw std::invalid_argument(e);
   const schedule_info& s = *find_schedule(name);
+  if (!params.edges.empty() && !s.graphs)
+    throw std::invalid_argument("this schedule runs over a chain only so far; gpipe and 1f1b take a stage graph");
   return s.make(p, m, default_chunks(s, v), params);
 }
 
