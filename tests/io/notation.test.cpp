@@ -98,6 +98,10 @@ TEST_CASE("text: edges") {
   const pt::schedule_file f = pt::read_schedule("edges 0>1\n0F0,0B0\n1F0,1B0\n");
   CHECK(pt::torch_load_note(f, pt::to_program(f).view(), pt::csv_format::compute_only).find("no `edges` line") !=
         std::string::npos);
+  // a file's own transfers are checked along a chain: not with an `edges` line yet
+  const pt::program sends = pt::parse_schedule("edges 0>1\n0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n");
+  CHECK(sends.source_error.code == pt::errc::parse_error);
+  CHECK(std::string(sends.source_error.detail).find("cannot list its own transfers yet") != std::string::npos);
   // the graph's rules, from verify
   CHECK(pt::verify(pt::parse_schedule("edges 0>1, 1>0\n0F0,0B0\n1F0,1B0\n").view()).code == pt::errc::invalid_graph);
 }

@@ -432,6 +432,12 @@ constexpr program to_program(const schedule_file& f, const read_options& o = {})
     p.source_error.line = p.source_error.column = 1;
     p.source_error.detail = "the schedule has no actions";
   }
+  if (p.source_error.ok() && f.has_transfers() && !f.edges.empty()) {  // verify_transfers knows chains only
+    p.source_error.code = errc::parse_error;
+    p.source_error.line = p.source_error.column = 1;
+    p.source_error.detail =
+        "a file with an `edges` line cannot list its own transfers yet (docs/10): give its computes only";
+  }
   if (p.source_error.ok() && f.has_transfers() && verify(p.view()).ok())
     p.source_error = verify_transfers(p.view(), f.view(), o.p2p);
   return p;
