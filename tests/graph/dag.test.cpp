@@ -90,6 +90,10 @@ TEST_CASE("dag: each rule names the stage and the edge at fault") {
   // the stage named for a cycle is on it, also when stages outside it come first
   const pt::verdict v = check(5, {{0, 1}, {1, 2}, {3, 4}, {4, 3}});
   CHECK((v.stage == 3 || v.stage == 4));
+  // in one sentence: the stage, the edge, the rule
+  CHECK(pt::describe(check(3, {{0, 1}, {1, 5}})) ==
+        "invalid stage graph at stage 5, edge 1: an edge goes to a stage that does not exist");
+  CHECK(pt::describe(check(0, {})) == "invalid stage graph: a stage graph needs at least one stage");
   CHECK(check(2, {{0, 1}}, {0}, {1}).ok());
   CHECK(check(1, {}, {0}, {0}).ok());  // one stage is its own source and loss
 }

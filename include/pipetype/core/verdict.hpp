@@ -230,6 +230,12 @@ template <int Capacity>
 constexpr void write_sentence(sentence<Capacity>& out, const verdict& v) {
   out << errc_name(v.code);
   if (v.ok()) return;
+  if (v.code == errc::invalid_graph) {  // a place in the graph: a stage, and the edge when one is at fault
+    if (v.stage != -1 || v.index >= 0) out << " at stage " << v.stage;
+    if (v.index >= 0) out << ", edge " << v.index;
+    if (v.detail && *v.detail) out << ": " << v.detail;
+    return;
+  }
   if (v.line >= 0) out << " at line " << v.line << ", column " << v.column;
   if (v.rank != -1 || v.code == errc::rank_out_of_range) out << (v.line >= 0 ? ", rank " : " at rank ") << v.rank;
   if (v.stage >= 0) out << ", stage " << v.stage;
