@@ -297,6 +297,14 @@ int chunks_of(const pt::program& prog, int fallback) {
   return prog.ranks > 0 && model_stages % prog.ranks == 0 ? model_stages / prog.ranks : fallback;
 }
 
+/// The --layout's stages as the program's: stage s of the program runs the layout's stage
+/// s mod its length (DualPipe's second lane runs the model again).
+pt::layer_layout program_layout(const args& a, int stages) {
+  pt::layer_layout out;
+  for (int s = 0; s < stages; ++s) out.stages.push_back(a.layout.stages[static_cast<std::size_t>(s % a.layout.size())]);
+  return out;
+}
+
 /// Why `prog` cannot run the --layout (its model stages differ in number), or "".
 std::string layout_mismatch(const args& a, const pt::program& prog) {
   if (!a.has_layout() || prog.view().lane_length() == a.layout.size()) return "";
@@ -309,12 +317,7 @@ std::string layout_mismatch(const args& a, const pt::program& prog) {
 /// activations under --layout.
 std::vector<double> peaks_of(const args& a, const pt::runtime_plan& plan, int chunks) {
   std::vector<double> out;
-  if (a.has_layout()) {
-    pt::layer_layout per_program_stage;
-    for (int s = 0; s < plan.compute().stages; ++s)
-      per_program_stage.stages.push_back(a.layout.stages[static_cast<std::size_t>(s % a.layout.size())]);
-    return pt::layout_peak_activations(plan.compute(), per_program_stage);
-  }
+  if (a.has_layout()) return pt::layout_peak_activations(plan.compute(), program_layout(a, plan.compute().stages));
   for (int k = 0; k < plan.compute().ranks; ++k) out.push_back(plan.peak_activations(k) / chunks);
   return out;
 }
@@ -347,13 +350,9 @@ struct result {
 /// then runs at its rank's speed and each microbatch at its scale (--rank-speed,
 /// --microbatch-scale).
 pt::cost_model per_stage(const args& a, pt::program_view p, int v) {
-  if (a.has_layout()) {  // the costs are one decoder layer's; each stage costs its layers (DualPipe: per lane)
-    pt::layer_layout per_program_stage;
-    for (int s = 0; s < p.stages; ++s)
-      per_program_stage.stages.push_back(a.layout.stages[static_cast<std::size_t>(s % a.layout.size())]);
-    return pt::scaled_costs(pt::layout_costs(per_program_stage, a.costs), {p.stage_rank.begin(), p.stage_rank.end()},
-                            a.rank_speed, a.microbatch_scale);
-  }
+  if (a.has_layout())  // the costs are one decoder layer's; each stage costs its layers
+    return pt::scaled_costs(pt::layout_costs(program_layout(a, p.stages), a.costs),
+                            {p.stage_rank.begin(), p.stage_rank.end()}, a.rank_speed, a.microbatch_scale);
   pt::costs c = a.costs;
   auto scale = [v](double& x) {
     if (x >= 0) x /= v;

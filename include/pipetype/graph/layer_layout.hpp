@@ -19,6 +19,7 @@
 // weight (`layer_weights`), and a stage's forward, backward and activations scale with the sum.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <string_view>
 #include <vector>
@@ -182,9 +183,20 @@ struct layout {
   static constexpr verdict error = parse_layout(Text.view()).error;
   static_assert(error.ok(), "pipetype::layout: the layout string does not parse (parse_layout(...).error says where)");
   static constexpr int stages = parse_layout(Text.view()).size();
+  /// Every stage's layers, parsed once.
+  static constexpr std::array<stage_layers, static_cast<std::size_t>(stages)> table = [] {
+    std::array<stage_layers, static_cast<std::size_t>(stages)> t{};
+    const layer_layout l = parse_layout(Text.view());
+    for (std::size_t s = 0; s < t.size(); ++s) t[s] = l.stages[s];
+    return t;
+  }();
   /// The layers of stage s.
-  static constexpr stage_layers stage(int s) { return parse_layout(Text.view()).stages[static_cast<std::size_t>(s)]; }
-  static constexpr layer_layout value() { return parse_layout(Text.view()); }
+  static constexpr stage_layers stage(int s) { return table[static_cast<std::size_t>(s)]; }
+  static constexpr layer_layout value() {
+    layer_layout l;
+    l.stages.assign(table.begin(), table.end());
+    return l;
+  }
 };
 
 }  // namespace pipetype
