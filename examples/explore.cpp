@@ -367,12 +367,6 @@ pt::cost_model per_stage(const args& a, pt::program_view p, int v) {
   return pt::scaled_costs(c, {p.stage_rank.begin(), p.stage_rank.end()}, a.rank_speed, a.microbatch_scale);
 }
 
-/// A program over a stage graph given as edges that verified: the lowering does not take it yet
-/// (docs/10), so it is shown verified and simulated, without a lowered program.
-bool unlowered(const pt::runtime_plan& plan) {
-  return !plan.ok() && plan.facts.result.ok() && plan.compute().has_edges();
-}
-
 result evaluate(pt::program prog, const args& a, int chunks) {
   result r;
   r.chunks = chunks;
@@ -381,7 +375,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   o.mem_limit_units = static_cast<int>(a.mem_limit * o.memory.unit * chunks);
   o.groups = a.groups;
   r.plan = pt::build_plan(std::move(prog), o);
-  if (r.plan.ok() || unlowered(r.plan)) {
+  if (r.plan.ok()) {
     const pt::cost_model c = per_stage(a, r.plan.compute(), chunks);
     r.t = pt::simulate(r.plan.compute(), c);
     r.bound = pt::makespan_lower_bound(r.plan.compute(), c);
@@ -449,7 +443,7 @@ int print_all(const args& a) {
   if (!a.svg.empty() || !a.trace.empty()) {
     std::vector<std::pair<std::string, pt::step_trace>> steps;
     for (const auto& [name, r] : rows)
-      if (r.plan.ok() || unlowered(r.plan)) steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
+      if (r.plan.ok()) steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
     write_pictures(a, steps);
   }
   auto peak_max = [&a](const result& r) {
@@ -463,9 +457,8 @@ int print_all(const args& a) {
       const result& r = rows[k].second;
       out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(rows[k].first) +
              ", \"chunks\": " + std::to_string(r.chunks) + ", \"stages\": " + std::to_string(r.plan.compute().stages) +
-             ", \"valid\": " + (r.plan.ok() || unlowered(r.plan) ? "true" : "false");
-      if (unlowered(r.plan)) out += ", \"lowered\": null";
-      if (r.plan.ok() || unlowered(r.plan))
+             ", \"valid\": " + (r.plan.ok() ? "true" : "false");
+      if (r.plan.ok())
         out += ", \"makespan\": " + num(r.t.makespan()) + ", \"lower_bound\": " + num(r.bound.value()) +
                ", \"gap\": " + num(r.bound.gap(r.t.makespan())) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
                ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) +
@@ -497,10 +490,10 @@ int print_all(const args& a) {
   }
   std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "gap", "rank span",
               "bubble", "peak act");
-  bool any_unlowered = false;
+  bool graph = false;
   for (const auto& [name, r] : rows) {
-    any_unlowered = any_unlowered || unlowered(r.plan);
-    if (!r.plan.ok() && !unlowered(r.plan)) {
+    graph = graph || r.plan.compute().has_edges();
+    if (!r.plan.ok()) {
       std::printf("%-18s rejected: %s\n", name.c_str(), pt::explain(r.plan.result).c_str());
       continue;
     }
@@ -509,7 +502,7 @@ int print_all(const args& a) {
                 peak_max(r));
   }
   for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
-  if (any_unlowered) std::printf("(over the --edges graph: verified over every edge and simulated, not lowered yet)\n");
+  if (graph) std::printf("(over the --edges graph: verified, lowered and proved deadlock-free over every edge)\n");
   return 0;
 }
 
@@ -628,8 +621,7 @@ int main(int argc, char** argv) {
   ff.torch_loads = ff.torch_loads && (r.plan.ok() || ff.transfer_verdict);
   const pt::runtime_plan& plan = r.plan;
 
-  const bool graph_only = unlowered(plan);  // verified and simulated, not lowered
-  if (!plan.ok() && !graph_only) {
+  if (!plan.ok()) {
     const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
     if (a.json())
       std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
@@ -671,19 +663,10 @@ int main(int argc, char** argv) {
                 << ", \"markers\": " << ff.markers
                 << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
                 << pt::p2p_streams_name(a.p2p) << "\"}" << torch_json(ff);
-    if (graph_only) {
-      std::cout << ", \"edges\": "
-                << json_array(plan.compute().edges,
-                              [](const pt::stage_edge& e) {
-                                return "[" + std::to_string(e.from) + ", " + std::to_string(e.to) + "]";
-                              })
-                << ", \"makespan\": " << num(t.makespan()) << ", \"lower_bound\": " << num(r.bound.value())
-                << ", \"bubble_fraction\": " << num(t.bubble_fraction())
-                << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
-                << ", \"ticks\": " << plan.ticks() << ", \"actions\": " << plan.compute().actions.size()
-                << ", \"lowered\": null, \"not_lowered\": " << json_string(plan.result.detail) << "}\n";
-      return finish_output();
-    }
+    if (plan.compute().has_edges())
+      std::cout << ", \"edges\": " << json_array(plan.compute().edges, [](const pt::stage_edge& e) {
+        return "[" + std::to_string(e.from) + ", " + std::to_string(e.to) + "]";
+      });
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"lower_bound\": " << num(r.bound.value())
               << ", \"gap\": " << num(r.bound.gap(t.makespan())) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
@@ -730,14 +713,10 @@ int main(int argc, char** argv) {
               100 * t.bubble_fraction(), plan.ticks());
   std::printf("lower bound %g (busiest rank %g, critical path %g): gap %.1f%%\n\n", r.bound.value(),
               r.bound.busiest_rank, r.bound.critical_path, 100 * r.bound.gap(t.makespan()));
-  if (graph_only) {
+  if (plan.compute().has_edges()) {
     std::printf("stage graph:");
     for (const pt::stage_edge& e : plan.compute().edges) std::printf(" %d>%d", e.from, e.to);
-    std::printf("\n\nrank   busy    idle  peak act\n");
-    for (int k = 0; k < P; ++k)
-      std::printf("%4d %6g %7g %9g\n", k, t.busy(k), t.idle(k), peaks[static_cast<std::size_t>(k)]);
-    std::printf("\nverified over every edge; not lowered: %s\n", plan.result.detail);
-    return finish_output();
+    std::printf("\n\n");
   }
   std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");
   for (int k = 0; k < P; ++k) {

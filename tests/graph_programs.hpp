@@ -8,6 +8,18 @@
 
 namespace graph_programs {
 
+/// `order[r]` on rank r, as actions, over `edges`.
+inline pipetype::program build(int ranks, int stages, int m, const std::vector<pipetype::stage_edge>& edges,
+                               const std::vector<std::vector<pipetype::action>>& order) {
+  pipetype::program_builder b{ranks, stages, m};
+  b.graph(edges);
+  for (int r = 0; r < ranks; ++r) {
+    b.rank(r);
+    for (const pipetype::action& a : order[static_cast<std::size_t>(r)]) b.add(a);
+  }
+  return std::move(b).build("graph");
+}
+
 /// Stage s on rank s, one microbatch, F then B on each: over `edges` between 3 stages.
 inline pipetype::program one_each(const std::vector<pipetype::stage_edge>& edges, const char* name) {
   pipetype::program_builder b{3, 3, 1};

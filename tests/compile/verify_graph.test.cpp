@@ -8,6 +8,8 @@
 #include <pipetype/compile/plan.hpp>
 #include <pipetype/schedules/registry.hpp>
 
+#include "../graph_programs.hpp"
+
 #include <string>
 #include <vector>
 
@@ -15,17 +17,7 @@ namespace pt = pipetype;
 
 namespace {
 
-/// `order[r]` on rank r, as actions; the graph as edges.
-pt::program build(int ranks, int stages, int m, const std::vector<pt::stage_edge>& edges,
-                  const std::vector<std::vector<pt::action>>& order) {
-  pt::program_builder b{ranks, stages, m};
-  b.graph(edges);
-  for (int r = 0; r < ranks; ++r) {
-    b.rank(r);
-    for (const pt::action& a : order[static_cast<std::size_t>(r)]) b.add(a);
-  }
-  return std::move(b).build("graph");
-}
+using graph_programs::build;
 
 /// GPipe over stage s on rank s: every forward, then every backward.
 pt::program gpipe(int stages, int m, const std::vector<pt::stage_edge>& edges) {
@@ -129,11 +121,4 @@ TEST_CASE("verify graph: the graph's own rules come first") {
   const pt::verdict lanes = pt::verify(laned.view());
   CHECK(lanes.code == pt::errc::invalid_graph);
   CHECK(std::string(lanes.detail) == "a program whose stage graph is given as edges has one lane");
-}
-
-TEST_CASE("verify graph: build_plan verifies a graph but does not lower it yet") {
-  const pt::runtime_plan plan = pt::build_plan(gpipe(4, 2, skip));
-  CHECK(plan.facts.result.ok());
-  CHECK(plan.result.code == pt::errc::invalid_graph);
-  CHECK(std::string(plan.result.detail).find("not lowered yet") != std::string::npos);
 }

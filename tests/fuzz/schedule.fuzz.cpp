@@ -3,8 +3,8 @@
 // compute+comms CSV) → read again. Built by the `clang` preset (clang++ with ASan and UBSan), so
 // a crash, undefined behaviour or a leak fails it as well as the properties below:
 //   - a rejected file has a sentence, and a deadlock's wait-for cycle is a chain of real links;
-//   - a file with an `edges` line that verifies (not lowered yet) simulates to completion and
-//     its text form reads back the same graph and actions;
+//   - a file with an `edges` line that verifies simulates to completion and its text form reads
+//     back the same graph and actions; lowered, it takes every check below but PyTorch's forms;
 //   - a verified plan simulates to completion, with a finite positive makespan, a bubble in
 //     [0, 1), spanning its actions, and per-rank peaks equal to the verifier's; its lowering is
 //     proved by the tick certificate; drawn as an SVG and a Chrome trace, it has a box and an
@@ -131,7 +131,7 @@ void check_accepted(const pt::runtime_plan& plan) {
   sized.ranks = p.ranks;
   const pt::program text = pt::parse_schedule(pt::to_text(p), sized);
   expect(text.source_error.ok() && same_compute(p, text.view()), "the text form reads back the same", plan);
-  if (p.lanes > 1) return;  // PyTorch's files cannot hold lanes (to_csv refuses them)
+  if (p.lanes > 1 || p.has_edges()) return;  // PyTorch's files hold neither lanes nor edges (to_csv refuses them)
   const pt::program csv = pt::parse_schedule(pt::to_csv(p), sized);
   expect(csv.source_error.ok() && same_compute(p, csv.view()), "the compute-only CSV reads back the same", plan);
   const pt::program comms = pt::parse_schedule(pt::to_csv(p, plan.lowered()), sized);
@@ -139,8 +139,8 @@ void check_accepted(const pt::runtime_plan& plan) {
   expect(same_compute(p, comms.view()), "the compute+comms CSV reads back the same compute", plan);
 }
 
-/// A program over a stage graph given as edges that verified (the lowering does not take it yet):
-/// it simulates to completion and its text form reads back the same graph and actions.
+/// A program over a stage graph given as edges that verified: it simulates to completion and its
+/// text form reads back the same graph and actions.
 void check_graph(const pt::runtime_plan& plan) {
   const pt::program_view p = plan.compute();
   expect(pt::simulate(p, pt::costs{.comm = 0.5}).complete, "a verified graph program simulates to completion", plan);

@@ -44,8 +44,13 @@ constexpr makespan_bound makespan_lower_bound(program_view p, const C& c = {}) {
   // ready[s·m + j]: the earliest F(s, j) could start, from its lane's head (forward chain); with
   // edges, from every producer, stages taken in a topological order
   std::vector<double> ready(static_cast<std::size_t>(S) * static_cast<std::size_t>(m), 0);
-  const detail::stage_links links = p.has_edges() ? detail::links_of(p) : detail::stage_links{};
-  const std::vector<int> order = p.has_edges() ? detail::link_order(links, S) : std::vector<int>{};
+  // (assigned, not `c ? f() : T{}`: g++ 12 destroys that twice in a constant expression)
+  detail::stage_links links;
+  std::vector<int> order;
+  if (p.has_edges()) {
+    links = detail::links_of(p);
+    order = detail::link_order(links, S);
+  }
   for (int s = 0; s < S && !p.has_edges(); ++s)
     for (int j = 0; j < m; ++j) {
       if (p.lane_head(s)) continue;

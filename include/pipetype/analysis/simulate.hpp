@@ -53,7 +53,8 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
   std::vector<int> live(static_cast<std::size_t>(P), 0);
   for (auto& st : stats) st = rank_stats{};
   // a stage graph given as edges: every producer and consumer (program.hpp); a chain keeps s ± 1
-  const stage_links links = p.has_edges() ? links_of(p) : stage_links{};
+  stage_links links;  // (assigned: g++ 12 destroys `c ? f() : T{}` twice in a constant expression)
+  if (p.has_edges()) links = links_of(p);
   // Earliest start allowed by the inputs of `a` on rank r, or unknown; `missing` gets the key of
   // the first input not produced yet (kind · n + cell: 0 F, 1 B/I, 2 I).
   std::size_t missing = 0;

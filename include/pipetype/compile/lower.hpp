@@ -3,11 +3,16 @@
 // Input: a program that passed check_program, and its lock-step ticks. Output: a
 // lowered_program (lowered.hpp). The rules:
 //
-//   Transfers. Each stage-graph edge s→s+1 (within a chain: program.hpp) whose stages sit on
-//   different ranks carries the activation of F(s,j) forward and the gradient of B/I(s+1,j)
-//   back. A tensor produced at tick t is transferred at tick t+1 (send on the producer, receive
-//   on the consumer). When both stages share a rank there is no transfer: the consumer reads the
-//   producer's slot (local hand-off).
+//   Transfers. Each stage-graph edge u→v (s→s+1 within a chain's lane; a program's own edges
+//   otherwise: program.hpp) whose stages sit on different ranks carries the activation of F(u,j)
+//   forward and the gradient of B/I(v,j) back. A tensor produced at tick t is transferred at
+//   tick t+1 (send on the producer, receive on the consumer). When both stages share a rank there
+//   is no transfer: the consumer reads the producer's slot (local hand-off). A fan-out writes one
+//   output that its local consumers read and each crossing edge sends (once per edge, the edge
+//   in the op's `link`); a fan-in reads one slot per input, in edge order. A backward writes one
+//   gradient per input edge, and a stage with several consumers gets one per consumer edge,
+//   listed in edge order: the executor sums them in that order into the first before the
+//   backward runs (lowered.hpp, op_slots), so the sum does not depend on the schedule.
 //
 //   Groups. Each rank issues, for every tick at which it sends or receives, one NCCL group with
 //   all of that tick's transfers, ordered by (tensor kind, stage, microbatch) — the same order on
@@ -118,31 +123,42 @@ struct lowering_input {
   const int* posF = nullptr;              // [n] the position of F(s,j), by s·m + j
   const int* posG = nullptr;              // [n] of its input-gradient action (B or I)
   const int* last = nullptr;              // [n] of the last use of its input buffers (B, or W)
+  // The stage graph's edges, numbered e: a chain's edge s → s+1 is e = s (from = -1 where s ends
+  // a lane: no edge); a program with edges numbers them as it lists them. pred/succ list each
+  // stage's edges in edge order (CSR).
+  int E = 0;
+  const int* from = nullptr;        // [E]
+  const int* to = nullptr;          // [E]
+  const int* pred_begin = nullptr;  // [S + 1]
+  const int* pred = nullptr;        // [E] edge indices
+  const int* succ_begin = nullptr;  // [S + 1]
+  const int* succ = nullptr;        // [E]
   constexpr int limit() const noexcept { return 2 * T + 4; }
 };
 
-/// Pass 1: the communicator of each crossing edge s → s+1 (`edge_comm[s]`, -1 when both stages
-/// share a rank), appended to `comms`.
+/// Pass 1: the communicator of each crossing edge e (`edge_comm[e]`, -1 when both stages share a
+/// rank), appended to `comms`.
 constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy policy,
                                            std::vector<comm_desc>& comms) {
-  const int P = in.P, S = in.S;
+  const int P = in.P, E = in.E;
   const int* owner = in.owner;
-  scratch<int> edge_comm_v(S, -1);
+  const bool graph = in.p.has_edges();
+  scratch<int> edge_comm_v(E + 1, -1);
   int* edge_comm = edge_comm_v.data();
   if (policy == comm_policy::per_edge) {
-    for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.lane_tail(s)) continue;  // no edge between two lanes
-      const int a = owner[s], b = owner[s + 1];
+    for (int e = 0; e < E; ++e) {
+      if (in.from[e] < 0) continue;  // no edge between two lanes
+      const int a = owner[in.from[e]], b = owner[in.to[e]];
       if (a == b) continue;
-      edge_comm[s] = static_cast<int>(comms.size());
-      comms.push_back({a < b ? a : b, a < b ? b : a, s});
+      edge_comm[e] = static_cast<int>(comms.size());
+      comms.push_back({a < b ? a : b, a < b ? b : a, in.from[e], graph ? e : -1});
     }
   } else {
     scratch<int> pair_v(P * P, -1);
     int* pair = pair_v.data();
-    for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.lane_tail(s)) continue;
-      const int a = owner[s], b = owner[s + 1];
+    for (int e = 0; e < E; ++e) {
+      if (in.from[e] < 0) continue;
+      const int a = owner[in.from[e]], b = owner[in.to[e]];
       if (a != b) pair[(a < b ? a : b) * P + (a < b ? b : a)] = 0;
     }
     for (int a = 0; a < P; ++a)
@@ -151,35 +167,43 @@ constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy
           pair[a * P + b] = static_cast<int>(comms.size());
           comms.push_back({a, b, -1});
         }
-    for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.lane_tail(s)) continue;
-      const int a = owner[s], b = owner[s + 1];
-      if (a != b) edge_comm[s] = pair[(a < b ? a : b) * P + (a < b ? b : a)];
+    for (int e = 0; e < E; ++e) {
+      if (in.from[e] < 0) continue;
+      const int a = owner[in.from[e]], b = owner[in.to[e]];
+      if (a != b) edge_comm[e] = pair[(a < b ? a : b) * P + (a < b ? b : a)];
     }
   }
   return edge_comm_v;
 }
 
-/// Pass 2's result. Buffers: for edge (s, j), s+1 < S, with q = s·m + j, the activation of
-/// F(s,j) goes to stage s+1 and the gradient of G(s+1,j) to stage s; buffer id 2q is the
-/// consumer's copy, 2q+1 the producer's staging copy before a send; pool 0 = activations,
-/// 1 = gradients. Each buffer is an interval [alloc, free] of positions on one rank. Transfers
-/// are listed in (kind, stage, microbatch) order.
+/// Pass 2's result. Buffers, by pool and id (q = s·m + j for a stage's output, q = e·m + j for
+/// an edge's copy): pool 0 (activations) holds the output of F(s,j) at 2q + 1 on the stage's
+/// rank — what every local consumer reads and every crossing edge sends from — and, per crossing
+/// edge e, the consumer's received copy at 2q; pool 1 (gradients) holds per edge e the gradient
+/// G(to, j) gives the producer: 2q on the producer's rank (received, or written there when both
+/// stages share it), 2q + 1 its staging copy on the consumer's rank before a send. Each buffer is
+/// an interval [alloc, free] of positions on one rank. Transfers are listed in (kind, stage,
+/// microbatch, edge) order.
 struct transfer_table {
   scratch<int> iv;  // struct of arrays, max_iv each: rank, alloc, free, pool, id
-  scratch<int> x;   // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id
+  scratch<int> x;   // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id, edge
   int max_iv = 0, niv = 0, max_x = 0, nx = 0;
   constexpr const int* iv_field(int f) const { return iv.data() + f * max_iv; }
   constexpr const int* x_field(int f) const { return x.data() + f * max_x; }
   enum iv_fields { iv_rank, iv_alloc, iv_free, iv_pool, iv_id };
-  enum x_fields { x_tick, x_pool, x_stage, x_mb, x_src, x_dst, x_sid, x_did };
+  enum x_fields { x_tick, x_pool, x_stage, x_mb, x_src, x_dst, x_sid, x_did, x_edge };
 };
 
 /// Pass 2: every buffer and every transfer. A tensor produced at tick t crosses at tick t + 1.
 constexpr transfer_table lower_transfers(const lowering_input& in) {
-  const int S = in.S, m = in.m, n = in.n;
+  const int S = in.S, m = in.m, n = in.n, E = in.E;
   const int* owner = in.owner;
-  transfer_table tt{scratch<int>(5 * 4 * n, unset), scratch<int>(8 * 2 * n, unset), 4 * n, 0, 2 * n, 0};
+  transfer_table tt{scratch<int>(5 * (n + 3 * E * m + 1), unset),
+                    scratch<int>(9 * (2 * E * m + 1), unset),
+                    n + 3 * E * m + 1,
+                    0,
+                    2 * E * m + 1,
+                    0};
   const int max_iv = tt.max_iv, max_x = tt.max_x;
   int* iv_rank = tt.iv.data();
   int* iv_alloc = iv_rank + max_iv;
@@ -194,53 +218,94 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
   int* x_dst = x_tick + 5 * max_x;
   int* x_sid = x_tick + 6 * max_x;
   int* x_did = x_tick + 7 * max_x;
+  int* x_edge = x_tick + 8 * max_x;
   int niv = 0, nx = 0;
-  for (int pool_kind = 0; pool_kind < 2; ++pool_kind)
-    for (int s = 0; s + 1 < S; ++s) {
-      if (in.p.lane_tail(s)) continue;
-      const int ra = owner[s], rb = owner[s + 1];
-      const int from = pool_kind == 0 ? ra : rb, to = pool_kind == 0 ? rb : ra;
-      for (int j = 0; j < m; ++j) {
-        if (!in.p.runs_through(s, j)) continue;
-        const int q = s * m + j;
-        const int made = pool_kind == 0 ? in.posF[q] : in.posG[q + m];
-        const int use = pool_kind == 0 ? in.last[q + m] : in.last[q];
-        if (from == to) {
-          iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = use, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q;
-          ++niv;
-          continue;
-        }
-        const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's; the
-                                           // staging copy lives through tick t's compute (2t + 1)
-        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t + 1, iv_pool[niv] = pool_kind,
-        iv_id[niv] = 2 * q + 1;
+  // activations: each output, then the copy each crossing edge receives
+  for (int s = 0; s < S; ++s) {
+    const int sb = in.succ_begin[s], se = in.succ_begin[s + 1];
+    if (sb == se) continue;  // a loss (or a lane's last stage): no output
+    const int from = owner[s];
+    for (int j = 0; j < m; ++j) {
+      if (!in.p.runs_through(s, j)) continue;
+      const int q = s * m + j;
+      const int made = in.posF[q];
+      const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's; a send's
+                                         // output lives through tick t's compute (2t + 1)
+      int free = made;
+      for (int k = sb; k < se; ++k) {
+        const int c = in.to[in.succ[k]];
+        const int until = owner[c] == from ? in.last[c * m + j] : 2 * t + 1;
+        free = until > free ? until : free;
+      }
+      iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = free, iv_pool[niv] = 0, iv_id[niv] = 2 * q + 1;
+      ++niv;
+      for (int k = sb; k < se; ++k) {
+        const int e = in.succ[k], c = in.to[e], to = owner[c];
+        if (to == from) continue;
+        const int qe = e * m + j;
+        iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = in.last[c * m + j], iv_pool[niv] = 0,
+        iv_id[niv] = 2 * qe;
         ++niv;
-        iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = pool_kind, iv_id[niv] = 2 * q;
-        ++niv;
-        x_tick[nx] = t, x_pool[nx] = pool_kind, x_stage[nx] = pool_kind == 0 ? s : s + 1, x_mb[nx] = j;
-        x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * q;
+        x_tick[nx] = t, x_pool[nx] = 0, x_stage[nx] = s, x_mb[nx] = j, x_edge[nx] = e;
+        x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * qe;
         ++nx;
       }
     }
+  }
+  // gradients: per edge, from its consumer's backward to its producer's
+  for (int e = 0; e < E; ++e) {
+    const int u = in.from[e];
+    if (u < 0) continue;
+    const int c = in.to[e];
+    const int from = owner[c], to = owner[u];
+    for (int j = 0; j < m; ++j) {
+      if (!in.p.runs_through(u, j)) continue;
+      const int q = e * m + j;
+      const int made = in.posG[c * m + j];
+      const int use = in.last[u * m + j];
+      if (from == to) {
+        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q;
+        ++niv;
+        continue;
+      }
+      const int t = (made - 1) / 2 + 1;
+      iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t + 1, iv_pool[niv] = 1, iv_id[niv] = 2 * q + 1;
+      ++niv;
+      iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q;
+      ++niv;
+      x_tick[nx] = t, x_pool[nx] = 1, x_stage[nx] = c, x_mb[nx] = j, x_edge[nx] = e;
+      x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * q;
+      ++nx;
+    }
+  }
   tt.niv = niv;
   tt.nx = nx;
   return tt;
 }
 
-/// Pass 3's result: the slot of every buffer, by pool · (2n + 2) + id, and of every compute op.
+/// Pass 3's result: the slot of every buffer, by pool · stride + id, and of every compute op.
 struct slot_table {
-  scratch<int> of_buffer;  // [2 · (2n + 2)]
+  scratch<int> of_buffer;  // [2 · stride]
   scratch<int> compute;    // [3N]: input, incoming gradient, output per action (-1: none)
-  int stride = 0;          // 2n + 2: the gradient pool's offset in of_buffer
+  scratch<int> link;       // [N] with edges: the action's list in `lists` (-1: its three fields say it)
+  std::vector<int> lists;  // lowered_view::slot_lists
+  int stride = 0;          // 2 · max(S, E) · m + 2: the gradient pool's offset in of_buffer
   constexpr int buffer(int pool_kind, int id) const { return of_buffer[pool_kind * stride + id]; }
 };
 
 /// Pass 3: slots. Greedy interval colouring per (rank, pool) in allocation order, reusing a slot
 /// only after its last use — optimal for intervals, so a pool's size is its peak of live buffers
-/// (written to `res[r].activation_slots` / `gradient_slots`). Then each compute op's slots.
+/// (written to `res[r].activation_slots` / `gradient_slots`). Then each compute op's slots: one
+/// per list in its three fields, or (several inputs, gradients or outputs) a list in edge order.
 constexpr slot_table assign_slots(const lowering_input& in, const transfer_table& tt, rank_resources* res) {
-  const int P = in.P, n = in.n, N = in.N, m = in.m;
-  slot_table st{scratch<int>(2 * (2 * n + 2), unset), scratch<int>(3 * N, -1), 2 * n + 2};
+  const int P = in.P, N = in.N, m = in.m;
+  const int width_q = (in.S > in.E ? in.S : in.E) * m;
+  const bool graph = in.p.has_edges();
+  slot_table st{scratch<int>(2 * (2 * width_q + 2), unset),
+                scratch<int>(3 * N, -1),
+                scratch<int>(graph ? N : 1, -1),
+                {},
+                2 * width_q + 2};
   int* slot_of = st.of_buffer.data();
   const int niv = tt.niv;
   const int* iv_rank = tt.iv_field(transfer_table::iv_rank);
@@ -287,19 +352,36 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
   int* gin_slot = in_slot + N;
   int* out_slot = in_slot + 2 * N;
   const action* A = in.A;
+  const int* from = in.from;
   for (int r = 0; r < P; ++r)
     for (int k = in.beg[r]; k < in.beg[r + 1]; ++k) {
       const action& a = A[k];
-      const int q = a.stage * m + a.microbatch;  // edge (s, j): this stage's output side
-      const int qin = q - m;                     // edge (s−1, j): this stage's input side
-      if (!in.p.lane_head(a.stage)) in_slot[k] = act_slot[2 * qin];
-      if (a.what == kind::F) {
-        if (!in.p.lane_tail(a.stage)) out_slot[k] = act_slot[2 * q + (in.owner[a.stage + 1] == r ? 0 : 1)];
-      } else {
-        if (!in.p.lane_tail(a.stage)) gin_slot[k] = grad_slot[2 * q];
-        if (a.what != kind::W && !in.p.lane_head(a.stage))
-          out_slot[k] = grad_slot[2 * qin + (in.owner[a.stage - 1] == r ? 0 : 1)];
+      const int s = a.stage, j = a.microbatch;
+      const int pb = in.pred_begin[s], pe = in.pred_begin[s + 1];
+      const int sb = in.succ_begin[s], se = in.succ_begin[s + 1];
+      // an input read over edge e (u → s): u's output when u is here, else e's received copy
+      const auto input = [&](int e) {
+        return in.owner[from[e]] == r ? act_slot[2 * (from[e] * m + j) + 1] : act_slot[2 * (e * m + j)];
+      };
+      // the gradient a backward writes for edge e: where the producer reads it, or its staging copy
+      const auto grad_out = [&](int e) { return grad_slot[2 * (e * m + j) + (in.owner[from[e]] == r ? 0 : 1)]; };
+      const int nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb;
+      const int nout = a.what == kind::F ? (se > sb ? 1 : 0) : a.what == kind::W ? 0 : pe - pb;
+      if (nin <= 1 && ngrad <= 1 && nout <= 1) {
+        if (nin == 1) in_slot[k] = input(in.pred[pb]);
+        if (ngrad == 1) gin_slot[k] = grad_slot[2 * (in.succ[sb] * m + j)];
+        if (nout == 1) out_slot[k] = a.what == kind::F ? act_slot[2 * (s * m + j) + 1] : grad_out(in.pred[pb]);
+        continue;
       }
+      st.link[k] = static_cast<int>(st.lists.size());
+      st.lists.push_back(nin);
+      st.lists.push_back(ngrad);
+      st.lists.push_back(nout);
+      for (int i = pb; i < pe; ++i) st.lists.push_back(input(in.pred[i]));
+      for (int i = 0; i < ngrad; ++i) st.lists.push_back(grad_slot[2 * (in.succ[sb + i] * m + j)]);
+      if (a.what == kind::F && nout == 1) st.lists.push_back(act_slot[2 * (s * m + j) + 1]);
+      if (a.what != kind::F)
+        for (int i = 0; i < nout; ++i) st.lists.push_back(grad_out(in.pred[pb + i]));
     }
   return st;
 }
@@ -369,13 +451,13 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
     scratch<int> vote_v(2 * (in.T + 3), 0);
     int* vote = vote_v.data();
     int* lean = vote + in.T + 3;
-    const int* x_stage = tt.x_field(transfer_table::x_stage);
+    const int* x_edge = tt.x_field(transfer_table::x_edge);
     const int* x_mb = tt.x_field(transfer_table::x_mb);
     for (int x = 0; x < nx; ++x) {
       const int down = x_src[x] > x_dst[x] ? 1 : -1;
       lean[x_tick[x]] += down;
-      const int s = x_stage[x], j = x_mb[x];
-      const int use = x_pool[x] == 0 ? in.posF[(s + 1) * in.m + j] : in.posG[(s - 1) * in.m + j];
+      const int e = x_edge[x], j = x_mb[x];
+      const int use = x_pool[x] == 0 ? in.posF[in.to[e] * in.m + j] : in.posG[in.from[e] * in.m + j];
       if ((use - 1) / 2 == x_tick[x]) vote[x_tick[x]] += down;
     }
     for (int t = 0; t < in.T + 3; ++t)
@@ -447,6 +529,8 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
   const int* x_mb = tt.x_field(transfer_table::x_mb);
   const int* x_src = tt.x_field(transfer_table::x_src);
   const int* x_dst = tt.x_field(transfer_table::x_dst);
+  const int* x_edge = tt.x_field(transfer_table::x_edge);
+  const bool graph = in.p.has_edges();
   const int* in_slot = st.compute.data();
   const int* gin_slot = in_slot + in.N;
   const int* out_slot = in_slot + 2 * in.N;
@@ -505,6 +589,18 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
         if (u[other] > req) req = u[other];
         if (!sending && u[2 + other] > req) req = u[2 + other];
         u[(sending ? 2 : 0) + sw] = i;
+      }
+    } else if (graph && st.link[step_ref[i]] >= 0) {  // a list: reads, then the in-place sum, then writes
+      const int c = step_ref[i];
+      const int* l = st.lists.data() + st.link[c];
+      const int ni = l[0], ng = l[1], no = l[2];
+      for (int h = 0; h < ni + ng + no; ++h) {
+        const bool grad = h >= ni, out = h >= ni + ng;
+        const bool write = out || (h == ni && ng > 1 && A[c].what != kind::W);
+        int* u = use + ((out ? A[c].what != kind::F : grad) ? grad_base : 0) + 4 * l[3 + h];
+        if (u[other] > req) req = u[other];
+        if (write && u[2 + other] > req) req = u[2 + other];
+        u[write ? 0 : 2] = i;
       }
     } else {
       const int c = step_ref[i];
@@ -569,7 +665,8 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
         xop.stage = x_stage[x];
         xop.microbatch = x_mb[x];
         xop.peer = sending ? x_dst[x] : x_src[x];
-        xop.comm = edge_comm[x_pool[x] == 0 ? x_stage[x] : x_stage[x] - 1];
+        xop.comm = edge_comm[x_edge[x]];
+        xop.link = graph ? x_edge[x] : -1;
         xop.slot = e_slot[g];
         ops_out[nout++] = xop;
       }
@@ -586,6 +683,7 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
       cop.wait_event = wait_ev;
       cop.record_event = record_ev;
       cop.tick = t;
+      if (graph) cop.link = st.link[c];
       ops_out[nout++] = cop;
     }
   }
@@ -594,14 +692,42 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
   return nout;
 }
 
-/// The lowering's own inputs: stage owners and action positions (by stage · m + microbatch).
+/// The lowering's own inputs: stage owners, action positions (by stage · m + microbatch) and the
+/// stage graph's edges (lowering_input).
 struct lowering_tables {
   scratch<int> owner;
-  scratch<int> pos;  // [3n]: posF, posG, last
+  scratch<int> pos;    // [3n]: posF, posG, last
+  scratch<int> links;  // from, to [E], pred_begin [S + 1], pred [E], succ_begin [S + 1], succ [E]
+  int E = 0;
 };
 constexpr lowering_tables lowering_tables_of(program_view p, const int* tick) {
   const int S = p.stages, m = p.microbatches, n = S * m;
-  lowering_tables lt{scratch<int>(S, 0), scratch<int>(3 * n, -1)};
+  const int E = p.has_edges() ? static_cast<int>(p.edges.size()) : (S > 1 ? S - 1 : 0);
+  lowering_tables lt{scratch<int>(S, 0), scratch<int>(3 * n, -1), scratch<int>(4 * E + 2 * (S + 1) + 1, 0), E};
+  {
+    int* from = lt.links.data();
+    int* to = from + E;
+    int* pred_begin = to + E;
+    int* pred = pred_begin + S + 1;
+    int* succ_begin = pred + E;
+    int* succ = succ_begin + S + 1;
+    for (int e = 0; e < E; ++e) {
+      if (p.has_edges()) {
+        from[e] = p.edges[static_cast<std::size_t>(e)].from, to[e] = p.edges[static_cast<std::size_t>(e)].to;
+      } else {
+        from[e] = p.lane_tail(e) ? -1 : e, to[e] = e + 1;
+      }
+      if (from[e] < 0) continue;
+      ++pred_begin[to[e] + 1];
+      ++succ_begin[from[e] + 1];
+    }
+    for (int s = 0; s < S; ++s) pred_begin[s + 1] += pred_begin[s], succ_begin[s + 1] += succ_begin[s];
+    scratch<int> fill_v(2 * S + 1, 0);
+    int* fill = fill_v.data();
+    for (int s = 0; s < S; ++s) fill[s] = pred_begin[s], fill[S + s] = succ_begin[s];
+    for (int e = 0; e < E; ++e)
+      if (from[e] >= 0) pred[fill[to[e]]++] = e, succ[fill[S + from[e]]++] = e;
+  }
   int* owner = lt.owner.data();
   const action* A = p.actions.data();
   for (int r = 0; r < p.ranks; ++r)
@@ -639,6 +765,13 @@ constexpr lowering_input lowering_input_of(program_view p, const int* tick, cons
   in.posF = lt.pos.data();
   in.posG = in.posF + in.n;
   in.last = in.posF + 2 * in.n;
+  in.E = lt.E;
+  in.from = lt.links.data();
+  in.to = in.from + in.E;
+  in.pred_begin = in.to + in.E;
+  in.pred = in.pred_begin + in.S + 1;
+  in.succ_begin = in.pred + in.E;
+  in.succ = in.succ_begin + in.S + 1;
   return in;
 }
 
@@ -669,7 +802,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   const transfer_table tt = lower_transfers(in);
   out.resources.assign(static_cast<std::size_t>(in.P), rank_resources{});
   rank_resources* res = out.resources.data();
-  const slot_table st = assign_slots(in, tt, res);
+  slot_table st = assign_slots(in, tt, res);
   const end_table et = order_ends(in, tt, st, resolve(groups, p));
   lowered_op* const ops_out = storage(count_ops(in, tt, et));
   if (ops_out == nullptr) return out;
@@ -680,6 +813,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
     nout = lower_rank(in, r, tt, st, et, edge_comm.data(), ws, res[r], ops_out, nout);
     out.begin.push_back(nout);
   }
+  out.slot_lists = std::move(st.lists);
   return out;
 }
 

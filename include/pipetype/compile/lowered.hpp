@@ -72,6 +72,10 @@ struct lowered_op {
   int wait_event = -1;    // wait on this event (of the rank's pool) before the op; -1: none
   int record_event = -1;  // record this event after the op; -1: none
   int tick = -1;          // lock-step tick this op belongs to
+  int link = -1;          // a program with stage-graph edges (graph/dag.hpp) only, else -1:
+                          // send/recv: the edge the data travels (a fan-out sends one output once
+                          // per crossing edge); compute: where its slots are in `slot_lists` when
+                          // it has several inputs, incoming gradients or outputs (slots_of)
 
   friend constexpr bool operator==(const lowered_op&, const lowered_op&) = default;
 };
@@ -80,6 +84,7 @@ struct comm_desc {
   int rank_a = -1;  // lower rank
   int rank_b = -1;
   int stage = -1;  // per_edge: the edge's source stage; per_rank_pair: -1
+  int edge = -1;   // per_edge in a program with stage-graph edges: the edge's index; otherwise -1
 
   friend constexpr bool operator==(const comm_desc&, const comm_desc&) = default;
 };
@@ -95,13 +100,39 @@ struct rank_resources {
   friend constexpr bool operator==(const rank_resources&, const rank_resources&) = default;
 };
 
+/// The slots one compute op reads and writes, each list in edge order (graph/dag.hpp):
+///   in    the activation of each input (F, B, I, W; empty on a source: it reads the batch)
+///   grad  the gradient from each consumer (B, I, W; empty on a loss: it has its own loss). A B
+///         or I with several sums them, in this order, into the first before the stage runs,
+///         and a later W reads that sum from the first
+///   out   F: its one output (every consumer reads it or is sent it); B, I: the gradient for
+///         each input; W: none
+/// A chain's ops keep one slot per list in lowered_op's own fields; ops of a stage-graph
+/// program with several keep [n_in, n_grad, n_out, slots...] at slot_lists[link].
+struct op_slots {
+  std::span<const int> in, grad, out;
+};
+
 struct lowered_view {
   int ranks = 0;
   comm_policy policy = comm_policy::per_edge;
-  std::span<const int> begin;  // [ranks + 1]
-  std::span<const lowered_op> ops;
-  std::span<const comm_desc> comms;
-  std::span<const rank_resources> resources;  // [ranks]
+  std::span<const int> begin{};  // [ranks + 1]
+  std::span<const lowered_op> ops{};
+  std::span<const comm_desc> comms{};
+  std::span<const rank_resources> resources{};  // [ranks]
+  std::span<const int> slot_lists{};            // see op_slots
+
+  /// The slots of compute op `o` (one of ops).
+  constexpr op_slots slots_of(const lowered_op& o) const {
+    if (o.link < 0 || o.code != op_code::compute) {
+      const auto one = [](const int& s) { return std::span<const int>(&s, s >= 0 ? 1 : 0); };
+      return {one(o.slot), one(o.grad_slot), one(o.out_slot)};
+    }
+    const auto k = static_cast<std::size_t>(o.link);
+    const auto ni = static_cast<std::size_t>(slot_lists[k]), ng = static_cast<std::size_t>(slot_lists[k + 1]);
+    const auto no = static_cast<std::size_t>(slot_lists[k + 2]);
+    return {slot_lists.subspan(k + 3, ni), slot_lists.subspan(k + 3 + ni, ng), slot_lists.subspan(k + 3 + ni + ng, no)};
+  }
 
   constexpr std::span<const lowered_op> rank_ops(int r) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(r)]);
@@ -117,8 +148,9 @@ struct lowered_program {
   std::vector<lowered_op> ops;
   std::vector<comm_desc> comms;
   std::vector<rank_resources> resources;
+  std::vector<int> slot_lists;  // see op_slots
 
-  constexpr lowered_view view() const { return {ranks, policy, begin, ops, comms, resources}; }
+  constexpr lowered_view view() const { return {ranks, policy, begin, ops, comms, resources, slot_lists}; }
 };
 
 /// One op's measured run time in the last traced step, in seconds from the step's start (what the

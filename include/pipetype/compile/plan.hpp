@@ -62,27 +62,12 @@ struct runtime_plan {
   }
 };
 
-namespace detail {
-/// The lowering takes chains and lanes; a stage graph given as edges verifies and simulates, but
-/// its transfers are not lowered yet (docs/10 §3).
-constexpr verdict lowering_refuses(program_view p) {
-  verdict v;
-  if (!p.has_edges()) return v;
-  v.code = errc::invalid_graph;
-  v.detail =
-      "the lowering takes chains and lanes only so far: a stage graph given as edges verifies and simulates, "
-      "but its transfers are not lowered yet (docs/10)";
-  return v;
-}
-}  // namespace detail
-
 constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   runtime_plan out;
   out.memory = opt.memory;
   out.compute_table = std::move(prog);
   out.facts = check_program(out.compute(), {opt.mem_limit, opt.memory, opt.mem_limit_units});
   out.result = out.facts.result;
-  if (out.result.ok()) out.result = detail::lowering_refuses(out.compute());
   if (!out.result.ok()) return out;
   out.lowered_table = lower(out.compute(), out.facts.tick, opt.comms, opt.groups);
   out.result = verify_lowered(out.lowered());
@@ -93,7 +78,8 @@ constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
 /// be a template argument.
 struct plan_shape {
   int ranks = 0, stages = 0, microbatches = 0, actions = 0, ops = 0, comms = 0;
-  bool split = false;  // some backward is split into I and W: the executors need stages that offer that
+  int edges = 0, slot_lists = 0;  // a stage graph's edges (0: a chain) and its ops' slot lists
+  bool split = false;             // some backward is split into I and W: the executors need stages that offer that
   errc code = errc::ok;
   int rank = -1, stage = -1, microbatch = -1, index = -1, line = -1, column = -1;
   char kind = '?';
@@ -126,8 +112,10 @@ struct static_plan {
   std::array<int, static_cast<std::size_t>(Z.ranks)> peak_units{};
   std::array<int, static_cast<std::size_t>(Z.ranks) + 1> op_begin{};
   std::array<rank_resources, static_cast<std::size_t>(Z.ranks)> resources{};
-  std::array<lowered_op, static_cast<std::size_t>(Z.ops)> op_table{};     // first used.ops are the ops
-  std::array<comm_desc, static_cast<std::size_t>(Z.comms)> comm_table{};  // first used.comms
+  std::array<lowered_op, static_cast<std::size_t>(Z.ops)> op_table{};      // first used.ops are the ops
+  std::array<comm_desc, static_cast<std::size_t>(Z.comms)> comm_table{};   // first used.comms
+  std::array<stage_edge, static_cast<std::size_t>(Z.edges)> edge_table{};  // exact
+  std::array<int, static_cast<std::size_t>(Z.slot_lists)> list_table{};    // first used.slot_lists
 
   constexpr std::span<const lowered_op> ops() const {
     return std::span<const lowered_op>(op_table).first(static_cast<std::size_t>(used.ops));
@@ -136,9 +124,18 @@ struct static_plan {
     return std::span<const comm_desc>(comm_table).first(static_cast<std::size_t>(used.comms));
   }
   constexpr program_view compute() const {
-    return {name, used.ranks, used.stages, used.microbatches, stage_rank, action_begin, actions, no_rank, {}, lanes};
+    return {name,    used.ranks, used.stages, used.microbatches, stage_rank, action_begin, actions,
+            no_rank, {},         lanes,       edge_table};
   }
-  constexpr lowered_view lowered() const { return {used.ranks, policy, op_begin, ops(), comms(), resources}; }
+  constexpr lowered_view lowered() const {
+    return {used.ranks,
+            policy,
+            op_begin,
+            ops(),
+            comms(),
+            resources,
+            std::span<const int>(list_table).first(static_cast<std::size_t>(used.slot_lists))};
+  }
   constexpr double peak_activations(int r) const {
     return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / memory.unit;
   }
@@ -152,7 +149,8 @@ namespace detail {
 
 /// Capacities from a program's extent. Exact for the program; for the lowered program: one
 /// compute op per action, a send and a recv per transfer (two per crossing edge and
-/// microbatch), and at most one group op per transfer end.
+/// microbatch), and at most one group op per transfer end; with a stage graph, its ops' slot
+/// lists (three counts and at most one slot per edge end, each action).
 constexpr plan_shape capacity_of(const program_extent& e) {
   plan_shape z;
   // past pipetype::limits: no tables at all (verify then reports too_large from the program)
@@ -161,14 +159,17 @@ constexpr plan_shape capacity_of(const program_extent& e) {
   z.stages = e.stages > 0 ? e.stages : 0;
   z.microbatches = e.microbatches > 0 ? e.microbatches : 0;
   z.actions = e.actions;
-  // a program has at most stages − 1 crossing edges, whatever an extent() says: this bounds the
-  // tables (2 · edges · microbatches ≤ 2 · limits::cells transfers) and keeps them in int
-  const int edges = e.crossing_edges < z.stages - 1 ? (e.crossing_edges > 0 ? e.crossing_edges : 0)
-                                                    : (z.stages > 1 ? z.stages - 1 : 0);
+  // a chain has at most stages − 1 crossing edges, whatever an extent() says; a stage graph at
+  // most its edges, which verify bounds (no repeated edge: at most stages² of them). This bounds
+  // the tables and keeps them in int
+  z.edges = e.edges > 0 && e.edges <= z.stages * z.stages ? e.edges : 0;
+  const int most = z.edges > 0 ? z.edges : (z.stages > 1 ? z.stages - 1 : 0);
+  const int edges = e.crossing_edges < most ? (e.crossing_edges > 0 ? e.crossing_edges : 0) : most;
   const int transfers = 2 * edges * z.microbatches;
   z.ops = z.actions + 2 * transfers + 2 * transfers;
   z.comms = edges;
   z.split = e.split;
+  z.slot_lists = z.edges > 0 ? z.actions * (3 + 2 * z.edges) : 0;
   return z;
 }
 
@@ -179,7 +180,13 @@ constexpr program_extent extent_of(const program& prog) {
                    prog.microbatches,
                    static_cast<int>(prog.actions.size()),
                    0,
-                   prog.view().split_backward()};
+                   prog.view().split_backward(),
+                   static_cast<int>(prog.edges.size())};
+  const auto rank_of = [&](int s) {
+    return s >= 0 && s < static_cast<int>(prog.stage_rank.size()) ? prog.stage_rank[static_cast<std::size_t>(s)] : -1;
+  };
+  for (const stage_edge& g : prog.edges) e.crossing_edges += rank_of(g.from) != rank_of(g.to) || rank_of(g.from) < 0;
+  if (!prog.edges.empty()) return e;
   for (int s = 0; s + 1 < prog.stages && s + 1 < static_cast<int>(prog.stage_rank.size()); ++s) {
     if (prog.view().lane_tail(s)) continue;  // no edge between two lanes
     const int a = prog.stage_rank[static_cast<std::size_t>(s)], b = prog.stage_rank[static_cast<std::size_t>(s + 1)];
@@ -205,6 +212,7 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   static_plan<Cap> s;
   const program prog = make_program();
   const bool fits = static_cast<int>(prog.actions.size()) <= Cap.actions && prog.ranks <= Cap.ranks;
+  const bool edges_fit = static_cast<int>(prog.edges.size()) == Cap.edges;
   const detail::check_result facts =
       fits ? detail::check_into(prog.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units}, s.tick.data(),
                                 s.peak_units.data())
@@ -215,7 +223,10 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
     v.code = errc::bad_extent;
     v.detail = "the schedule's extent() is smaller than the program it generates";
   }
-  if (v.ok()) v = detail::lowering_refuses(prog.view());
+  if (v.ok() && !edges_fit) {
+    v.code = errc::bad_extent;
+    v.detail = "the schedule's extent().edges is not the number of stage-graph edges it generates";
+  }
   if (v.ok() && prog.view().split_backward() != Cap.split) {  // the executors trust Cap.split
     v.code = errc::bad_extent;
     v.detail = "the schedule's extent().split does not say whether it splits backwards";
@@ -227,10 +238,16 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
                                    return count <= Cap.ops ? s.op_table.data() : nullptr;  // capacity_of bounds count
                                  });
     const int count = lowered.begin.empty() ? 0 : lowered.begin.back();
-    v = verify_lowered({lowered.ranks, lowered.policy, lowered.begin,
-                        std::span<const lowered_op>(s.op_table).first(static_cast<std::size_t>(count)), lowered.comms,
-                        lowered.resources});
+    if (static_cast<int>(lowered.slot_lists.size()) > Cap.slot_lists) {  // capacity_of bounds them
+      v.code = errc::bad_extent;
+      v.detail = "the plan's slot lists outgrew their capacity";
+    } else {
+      v = verify_lowered({lowered.ranks, lowered.policy, lowered.begin,
+                          std::span<const lowered_op>(s.op_table).first(static_cast<std::size_t>(count)), lowered.comms,
+                          lowered.resources, lowered.slot_lists});
+    }
     s.used.ops = count;
+    s.used.slot_lists = static_cast<int>(lowered.slot_lists.size());
   }
   plan_shape& z = s.used;
   s.rejection = v;
@@ -264,6 +281,8 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   copy(lowered.begin, s.op_begin);
   copy(lowered.comms, s.comm_table);
   copy(lowered.resources, s.resources);
+  copy(prog.edges, s.edge_table);
+  copy(lowered.slot_lists, s.list_table);
   return s;
 }
 

@@ -173,7 +173,8 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   const int L = p.lane_length();  // stages per lane
   // with edges: producers and consumers as lists (a chain keeps its s − 1 / s + 1 arithmetic)
   const bool graph = p.has_edges();
-  const detail::stage_links links = graph ? detail::links_of(p) : detail::stage_links{};
+  detail::stage_links links;  // (assigned: g++ 12 destroys `c ? f() : T{}` twice in a constant expression)
+  if (graph) links = detail::links_of(p);
   const int* pred_begin = links.pred_begin.data();
   const int* pred = links.pred.data();
   const int* succ_begin = links.succ_begin.data();

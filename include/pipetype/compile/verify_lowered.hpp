@@ -194,6 +194,33 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
             return at_op(errc::event_misuse, r, o, local, race);
           u[(write ? 0 : 2) + s] = group_end_of[i];
         }
+      } else if (o.code == op_code::compute && o.link >= 0) {  // a stage-graph op's lists (op_slots)
+        if (o.link + 3 > static_cast<int>(L.slot_lists.size()) || L.slot_lists[static_cast<std::size_t>(o.link)] < 0 ||
+            L.slot_lists[static_cast<std::size_t>(o.link) + 1] < 0 ||
+            L.slot_lists[static_cast<std::size_t>(o.link) + 2] < 0 ||
+            o.link + 3 + L.slot_lists[static_cast<std::size_t>(o.link)] +
+                    L.slot_lists[static_cast<std::size_t>(o.link) + 1] +
+                    L.slot_lists[static_cast<std::size_t>(o.link) + 2] >
+                static_cast<int>(L.slot_lists.size()))
+          return at_op(errc::index_out_of_range, r, o, local, "a compute op's slot list is outside the plan's lists");
+        const op_slots sl = L.slots_of(o);
+        const int ni = static_cast<int>(sl.in.size()), ng = static_cast<int>(sl.grad.size());
+        const int total = ni + ng + static_cast<int>(sl.out.size());
+        for (int k = 0; k < total; ++k) {
+          const bool out = k >= ni + ng;
+          const int pool = out ? (o.what == kind::F ? 0 : 1) : (k >= ni ? 1 : 0);
+          const int slot = k < ni ? sl.in[static_cast<std::size_t>(k)]
+                           : out  ? sl.out[static_cast<std::size_t>(k - ni - ng)]
+                                  : sl.grad[static_cast<std::size_t>(k - ni)];
+          if (slot < 0 || slot >= nslots[pool])
+            return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
+          int* u = use + 4 * (pool * slots + slot);
+          // a B or I with several gradients sums them into the first: a write too
+          const bool write = out || (k == ni && ng > 1 && o.what != kind::W);
+          if (u[other] > known[s] || (write && u[2 + other] > known[s]))
+            return at_op(errc::event_misuse, r, o, local, race);
+          u[(write ? 0 : 2) + s] = i;
+        }
       } else if (o.code == op_code::compute) {
         if (o.slot >= 0) {
           if (o.slot >= nslots[0])
@@ -252,7 +279,7 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
         const int si = send_list[send_begin[c] + k], ri = recv_list[recv_begin[c] + k];
         const lowered_op& a = ops[si];
         const lowered_op& b = ops[ri];
-        if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch)
+        if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch || a.link != b.link)
           return at_op(errc::transfer_mismatch, rank_of[ri], b, ri - beg[rank_of[ri]],
                        "the recv matches (FIFO per communicator and peer) a send of other data");
         if (a.tick != b.tick) certified = false;

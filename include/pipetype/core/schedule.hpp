@@ -30,8 +30,9 @@ struct program_extent {
   int stages = 0;
   int microbatches = 0;
   int actions = 0;         // exactly the number of actions generate() returns
-  int crossing_edges = 0;  // an upper bound on the stage edges s → s+1 whose stages are on two ranks
+  int crossing_edges = 0;  // an upper bound on the stage-graph edges whose stages are on two ranks
   bool split = false;      // exactly: some backward is split into I and W (the stages must offer that)
+  int edges = 0;           // exactly the edges the program carries (graph/dag.hpp; 0: a chain)
 };
 
 /// The extent of a schedule on the looped placement (v chunks per rank) with one F and one B per

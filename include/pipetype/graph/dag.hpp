@@ -229,7 +229,8 @@ namespace detail {
 /// the r-th of its topological order (the identity where the graph breaks a rule or has another
 /// size: verify then says why).
 constexpr std::vector<int> graph_placement(const stage_dag& g, int p) {
-  std::vector<int> order = g.stages == p ? topological_order(g) : std::vector<int>{};
+  std::vector<int> order;  // (not `c ? f() : vector{}`: g++ 12 destroys that twice in a constant expression)
+  if (g.stages == p) order = topological_order(g);
   if (static_cast<int>(order.size()) != p) {
     order.clear();
     for (int r = 0; r < p; ++r) order.push_back(r);
