@@ -38,8 +38,8 @@
 // are then those of one decoder layer and each stage costs its layers' weight times them
 // (analysis/layout_costs.hpp), and the peaks count decoder-layer activations. --edges gives the
 // stage graph of the p stages instead of the chain (skip connections, towers: graph/dag.hpp);
-// gpipe and 1f1b run over it (the others skip), verified over every edge and simulated, not
-// lowered yet; a --file states its graph with an `edges` line. The run-time path
+// gpipe, 1f1b and zb-h1 run over it (the others skip), verified, simulated and lowered over
+// every edge; a --file states its graph with an `edges` line. The run-time path
 // is the same code make_plan runs at compile time (build_plan, simulate).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).

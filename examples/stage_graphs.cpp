@@ -60,7 +60,20 @@ int main() {
   }
   const pt::timeline t = pt::simulate(p.view(), pt::costs{.f = 1, .b = 2, .comm = 0.25});
   std::cout << pt::grid(p.view(), t);
-  std::printf("verified over every edge; makespan %g, bubble %.1f%%\n\n", t.makespan(), 100 * t.bubble_fraction());
+  std::printf("verified over every edge; makespan %g, bubble %.1f%%\n", t.makespan(), 100 * t.bubble_fraction());
+  // lowered: one transfer per crossing edge, stage 2's forward reading two slots in edge order
+  const pt::runtime_plan lowered = pt::build_plan(p);
+  if (!lowered.ok()) {
+    std::cerr << pt::explain(lowered.result) << "\n";
+    return 1;
+  }
+  std::printf("lowered: %zu ops on %zu communicators, proved deadlock-free\n", lowered.ops().size(),
+              lowered.comms().size());
+  for (const pt::lowered_op& o : lowered.rank_ops(2))
+    if (o.code == pt::op_code::compute) {
+      std::printf("rank 2's first op: %s\n\n", pt::to_text(o, lowered.lowered().slot_lists).c_str());
+      break;
+    }
 
   // 3. an uneven split: 1F1B over 5 ranks, one stage each, costs per decoder layer
   const pt::layer_layout layout = five::value();

@@ -36,8 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "mlp.hpp"
-#include "plain_number.hpp"
 #include "read_text.hpp"
 #include "write_file.hpp"
 
@@ -66,27 +66,15 @@ constexpr const char* usage =
     "--calibrate: zb-auto rebuilt from the costs measured on this machine before training\n"
     "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace\n";
 
-[[noreturn]] void fail(const std::string& msg) {
-  std::cerr << "train_mlp: " << msg << "\n";
-  std::exit(2);
-}
+constexpr examples::cli cli{"train_mlp", usage};
 
-int to_int(const std::string& flag, const std::string& v, int lo, int hi) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (!examples::plain_number(v, false) || end != v.c_str() + v.size() || x < lo || x > hi)
-    fail(flag + " needs a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
-  return static_cast<int>(x);
-}
+[[noreturn]] void fail(const std::string& msg) { cli.fail(msg); }
 
 args parse(int argc, char** argv) {
   args a;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
-    if (f == "--help" || f == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    }
+    cli.help(f);
     if (f == "--json" || f == "--calibrate") {
       (f == "--json" ? a.json : a.calibrate) = true;
       continue;
@@ -100,11 +88,11 @@ args parse(int argc, char** argv) {
     else if (f == "--file")
       a.file = v;
     else if (f == "--ranks")
-      a.ranks = to_int(f, v, 1, 64);
+      a.ranks = cli.whole(f, v, 1, 64);
     else if (f == "--microbatches")
-      a.microbatches = to_int(f, v, 1, 4096);
+      a.microbatches = cli.whole(f, v, 1, 4096);
     else if (f == "--chunks")
-      a.chunks = to_int(f, v, 1, 16);
+      a.chunks = cli.whole(f, v, 1, 16);
     else if (f == "--mem-limit") {
       char* end = nullptr;
       a.mem_limit = std::strtod(v.c_str(), &end);
@@ -112,14 +100,11 @@ args parse(int argc, char** argv) {
           a.mem_limit * 2 != static_cast<double>(static_cast<long>(a.mem_limit * 2)))
         fail("--mem-limit needs a number of activations in [1, 1000000], in halves (e.g. 4 or 3.5)");
     } else if (f == "--steps")
-      a.steps = to_int(f, v, 1, 100000);
+      a.steps = cli.whole(f, v, 1, 100000);
     else if (f == "--layers")
-      a.layers = to_int(f, v, 1, 256);
+      a.layers = cli.whole(f, v, 1, 256);
     else if (f == "--lr") {
-      char* end = nullptr;
-      a.lr = std::strtof(v.c_str(), &end);
-      if (!examples::plain_number(v, true) || end != v.c_str() + v.size() || !(a.lr > 0) || a.lr > 10)
-        fail("--lr needs a number in (0, 10]");
+      a.lr = cli.rate(f, v, 10);
     } else if (f == "--svg" || f == "--trace") {
       if (v.empty()) fail(f + " needs a file name");
       (f == "--svg" ? a.svg : a.trace) = v;

@@ -1,13 +1,23 @@
-// expect: pipetype: the executors run chains so far
-// A model with a skip connection handed to the executors' binding, which passes each stage's
-// output to the next stage only so far.
+// expect: its output element type needs \+=
+// expect: fan_out_sums<0, 2
+// A stage whose output feeds two stages, with an output element type that has no +=: pipetype
+// could not sum the two consumers' gradients for its backward.
 #include <pipetype/bind/stage_entry.hpp>
 namespace pt = pipetype;
 struct cell {
-  using input = pt::tensor<float, 4>;
-  using output = pt::tensor<float, 4>;
-  void forward(const pt::forward_ctx<cell>&) {}
-  void backward(const pt::backward_ctx<cell>&) {}
+  float v;  // no operator+=
 };
-pt::dag<pt::nodes<cell, cell, cell>, pt::edges<pt::edge<0, 1>, pt::edge<1, 2>, pt::edge<0, 2>>> model;
+struct spread {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensor<cell, 4>;
+  void forward(const pt::forward_ctx<spread>&) {}
+  void backward(const pt::backward_ctx<spread>&) {}
+};
+struct take {
+  using input = pt::tensor<cell, 4>;
+  using output = pt::tensor<cell, 4>;
+  void forward(const pt::forward_ctx<take>&) {}
+  void backward(const pt::backward_ctx<take>&) {}
+};
+pt::dag<pt::nodes<spread, take, take>, pt::edges<pt::edge<0, 1>, pt::edge<1, 2>, pt::edge<0, 2>>> model;
 int main() { return pt::entries_of(model).size() == 3 ? 0 : 1; }

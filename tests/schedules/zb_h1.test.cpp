@@ -45,3 +45,37 @@ TEST_CASE("zb_h1: rank r delays its W's by r steady steps") {
   CHECK(r2[6] == pt::W(2, 0));
   CHECK(pt::verify(prog.view()).ok());
 }
+
+TEST_CASE("zb_h1 over a graph: the chain's program on a chain, and a W delay of D - d steps") {
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 10; ++m) {
+      CAPTURE(p);
+      CAPTURE(m);
+      const pt::program chain = pt::make_zb_h1(p, m), graph = pt::make_zb_h1(p, m, pt::chain_dag(p));
+      CHECK(chain.actions == graph.actions);
+      CHECK(chain.begin == graph.begin);
+    }
+  // two towers (2 → 0, 3 → 1) into a head (4): the towers' first stages are two edges deep, as on
+  // a chain of 3, so the program is that chain's, rank for rank, and it is lowered and proved
+  const pt::stage_dag towers{5, {{2, 0}, {3, 1}, {0, 4}, {1, 4}}};
+  for (int m = 1; m <= 8; ++m) {
+    CAPTURE(m);
+    const pt::program p = pt::make_zb_h1(5, m, towers);
+    REQUIRE(pt::verify(p.view()).ok());
+    CHECK(p.edges == towers.edges);
+    CHECK(pt::build_plan(p).ok());
+    const pt::costs c{.f = 1, .b = 2};
+    const pt::program three = pt::make_zb_h1(3, m);
+    CHECK(pt::simulate(p.view(), c).makespan() == pt::simulate(three.view(), c).makespan());
+    // the topological order 2, 0, 3, 1, 4 puts the towers' first stages (depth 2, delay 0) on ranks
+    // 0 and 2, their second (depth 1, delay 1) on 1 and 3: each list is the chain's rank at that depth
+    auto kinds = [](std::span<const pt::action> as) {
+      std::string out;
+      for (const pt::action& a : as) out += pt::kind_char(a.what);
+      return out;
+    };
+    const int chain_rank[] = {0, 1, 0, 1, 2};
+    for (int r = 0; r < 5; ++r)
+      CHECK(kinds(p.view().rank_actions(r)) == kinds(three.view().rank_actions(chain_rank[r])));
+  }
+}

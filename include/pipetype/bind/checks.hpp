@@ -11,6 +11,7 @@
 //     lanes (DualPipe) meets stages that hand their weight gradients to pipetype.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/graph/dag.hpp"
 #include "pipetype/io/text.hpp"
 
 namespace pipetype {
@@ -37,14 +39,57 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
     throw shape_error(who + ": the plan has " + std::to_string(p.stages) + " stages" +
                       (p.lanes > 1 ? " (" + std::to_string(p.lanes) + " lanes of " + std::to_string(L) + ")" : "") +
                       " but the model has " + std::to_string(entries.size()));
-  for (int s = 0; s + 1 < L; ++s) {
-    const stage_entry& a = entries[static_cast<std::size_t>(s)];
-    const stage_entry& b = entries[static_cast<std::size_t>(s) + 1];
+  auto link = [&](int from, int to) {
+    const stage_entry& a = entries[static_cast<std::size_t>(from)];
+    const stage_entry& b = entries[static_cast<std::size_t>(to)];
     if (a.out_bytes() != b.in_bytes() || a.out_size != b.in_size)
-      throw shape_error(who + ": stage " + std::to_string(s) + " gives " + std::to_string(a.out_elems) +
-                        " elements of " + std::to_string(a.out_size) + " bytes but stage " + std::to_string(s + 1) +
+      throw shape_error(who + ": stage " + std::to_string(from) + " gives " + std::to_string(a.out_elems) +
+                        " elements of " + std::to_string(a.out_size) + " bytes but stage " + std::to_string(to) +
                         " takes " + std::to_string(b.in_elems) + " of " + std::to_string(b.in_size));
+  };
+  if (!p.has_edges()) {
+    for (int s = 0; s + 1 < L; ++s) link(s, s + 1);
+    return;
   }
+  std::vector<int> consumers(entries.size(), 0);
+  for (const stage_edge& e : p.edges) {
+    link(e.from, e.to);
+    ++consumers[static_cast<std::size_t>(e.from)];
+  }
+  for (std::size_t s = 0; s < entries.size(); ++s) {
+    if (consumers[s] > 1 && !entries[s].sums_outputs)
+      throw shape_error(who + ": stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
+                        " stages, so its gradients are summed, but its output type has no +=");
+    // every source reads the same batch (one row per microbatch, the sources' inputs side by side)
+    if (p.lane_head(static_cast<int>(s)) && entries[s].in_size != entries.front().in_size)
+      throw shape_error(who + ": source stage " + std::to_string(s) + " takes elements of " +
+                        std::to_string(entries[s].in_size) + " bytes, stage 0 of " +
+                        std::to_string(entries.front().in_size) + ": the sources share one batch of one element type");
+  }
+}
+
+/// The stages of `model`, once the plan is known to run the model's own stage graph: a dag's
+/// edges, in its order (the order of a fan-in's inputs and of a fan-out's gradient sum), or a
+/// chain's (a plan without edges).
+template <class M>
+std::vector<stage_entry> entries_for(const program_view& p, M& model, const std::string& who) {
+  if constexpr (requires { M::topology(); }) {
+    const stage_dag g = M::topology();
+    const bool same =
+        is_chain(g) ? !p.has_edges() : std::equal(g.edges.begin(), g.edges.end(), p.edges.begin(), p.edges.end());
+    if (!same) {
+      auto edges = [](std::span<const stage_edge> es) {
+        std::string t;
+        for (const stage_edge& e : es)
+          t += (t.empty() ? "" : ",") + std::to_string(e.from) + ">" + std::to_string(e.to);
+        return t.empty() ? std::string("a chain") : t;  // (a plan without edges runs the chain)
+      };
+      throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(p.edges) : edges({})) +
+                        " but the model's is " + (is_chain(g) ? std::string("a chain") : edges(g.edges)) +
+                        " (the same edges, in the same order)");
+    }
+  }
+  return entries_of(model);
 }
 
 /// An I or W action meets a stage that cannot split its backward.

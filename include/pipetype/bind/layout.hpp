@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -190,11 +191,42 @@ void sort_later(std::vector<H>& later, int L) {
   });
 }
 
+/// Where the sources read the batch: one row per microbatch holding each source's input, in
+/// stage order (a chain: stage 0's input alone).
+struct batch_layout {
+  std::vector<std::size_t> offset;  // per model stage: its input's bytes into the row (sources)
+  std::size_t row = 0;              // bytes per microbatch
+};
+inline batch_layout batch_layout_of(const program_view& p, const std::vector<stage_entry>& entries) {
+  batch_layout b;
+  b.offset.assign(entries.size(), 0);
+  for (std::size_t s = 0; s < entries.size(); ++s)
+    if (p.lane_head(static_cast<int>(s))) {
+      b.offset[s] = b.row;
+      b.row += entries[s].in_bytes();
+    }
+  return b;
+}
+
+/// The addresses a rank's compute ops list (a stage graph's fan-ins and fan-outs): the size of
+/// the pool bind_compute fills, reserved once so that its addresses stay put.
+inline std::size_t list_pool_size(const lowered_view& l, std::span<const lowered_op> ops) {
+  std::size_t n = 0;
+  for (const lowered_op& o : ops)
+    if (o.code == op_code::compute && o.link >= 0) {
+      const op_slots sl = l.slots_of(o);
+      n += sl.in.size() + sl.grad.size() + sl.out.size();
+    }
+  return n;
+}
+
 /// The stage call of a compute op: what it runs and the buffers it reads and writes, given the
-/// rank's activation and gradient slot addresses and its stash (nullptr: none).
+/// rank's activation and gradient slot addresses and its stash (nullptr: none). An op of a stage
+/// graph with several inputs or consumers lists their addresses in edge order in `lists`
+/// (reserved to list_pool_size first).
 template <class ActAt, class GradAt>
 void bind_compute(bound_op& b, const lowered_op& o, const stage_entry& e, int L, ActAt act_at, GradAt grad_at,
-                  std::byte* stash) {
+                  std::byte* stash, const lowered_view& l, const batch_layout& batch, std::vector<std::byte*>& lists) {
   b.code = o.code;
   b.what = o.what;
   b.stage = o.stage % L;  // what the stage sees in its context
@@ -213,6 +245,33 @@ void bind_compute(bound_op& b, const lowered_op& o, const stage_entry& e, int L,
   }
   b.stash = stash;
   b.n_stash = stash ? static_cast<std::uint32_t>(e.stash_elems) : 0;
+  b.batch_stride = batch.row;
+  b.batch_offset = batch.offset[static_cast<std::size_t>(o.stage % L)];
+  if (o.link < 0) return;
+  const op_slots sl = l.slots_of(o);
+  if (lists.size() + sl.in.size() + sl.grad.size() + sl.out.size() > lists.capacity())
+    throw std::logic_error("pipetype: the list pool is smaller than list_pool_size");
+  auto list = [&lists](std::span<const int> slots, auto at) {
+    std::byte* const* first = lists.data() + lists.size();
+    for (const int x : slots) lists.push_back(at(x));
+    return first;
+  };
+  b.in = sl.in.empty() ? nullptr : act_at(sl.in[0]);  // none: a source, which reads the batch
+  if (sl.in.size() > 1) {
+    b.n_inputs = static_cast<int>(sl.in.size());
+    b.in_list = list(sl.in, act_at);
+  }
+  if (o.what == kind::F) {
+    b.out = sl.out.empty() ? nullptr : act_at(sl.out[0]);
+    return;
+  }
+  b.grad_out = sl.grad.empty() ? nullptr : grad_at(sl.grad[0]);
+  if (sl.grad.size() > 1) {
+    b.n_grad_outs = static_cast<int>(sl.grad.size());
+    b.grad_out_list = list(sl.grad, grad_at);
+  }
+  b.grad_in = sl.out.empty() ? nullptr : grad_at(sl.out[0]);
+  if (sl.out.size() > 1) b.grad_in_list = list(sl.out, grad_at);
 }
 
 }  // namespace detail

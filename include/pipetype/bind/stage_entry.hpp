@@ -16,6 +16,8 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "pipetype/compile/lowered.hpp"
@@ -67,6 +69,14 @@ struct bound_op {
   int comm = -1;
   std::byte* buf = nullptr;
   std::size_t bytes = 0;
+  // a source reads its slice of the batch: microbatch · batch_stride + batch_offset bytes in
+  std::size_t batch_offset = 0, batch_stride = 0;
+  // stages of a graph with several inputs or consumers (bind_compute): addresses in edge order,
+  // in the bound rank's list pool; nullptr where `in`, `grad_in` and `grad_out` say it all
+  int n_inputs = 1, n_grad_outs = 1;
+  std::byte* const* in_list = nullptr;        // n_inputs inputs
+  std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
+  std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
 };
 
 /// What binding needs to know about one stage.
@@ -78,6 +88,7 @@ struct stage_entry {
   std::size_t in_elems = 0, out_elems = 0, stash_elems = 0, weight_grad_elems = 0;
   std::size_t in_size = 0, out_size = 0, stash_size = 0, weight_grad_size = 0;  // element sizes
   bool split = false;
+  bool sums_outputs = false;  // its output type has +=: pipetype can sum a fan-out's gradients
   constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
   constexpr std::size_t in_bytes() const { return in_elems * in_size; }
   constexpr std::size_t out_bytes() const { return out_elems * out_size; }
@@ -86,11 +97,18 @@ struct stage_entry {
 
 namespace detail {
 
-// The op's input: its slot, or on stage 0 the microbatch's slice of the batch.
+// The op's input: its slot, or on a source the microbatch's slice of the batch.
 template <class S>
 const input_t<S>* input_of(const bound_op& op, const std::byte* batch) {
-  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * op.n_in * sizeof(input_t<S>);
+  const std::size_t stride = op.batch_stride ? op.batch_stride : op.n_in * sizeof(input_t<S>);
+  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * stride + op.batch_offset;
   return reinterpret_cast<const input_t<S>*>(in);
+}
+
+template <class S>
+span_list<const input_t<S>> inputs_of(const bound_op& op, const std::byte* batch) {
+  if (op.in_list) return {op.in_list, op.n_inputs, op.n_in};
+  return std::span<const input_t<S>>(input_of<S>(op, batch), op.n_in);
 }
 
 template <class S>
@@ -101,7 +119,8 @@ forward_ctx<S> make_forward(const bound_op& op, const std::byte* batch) {
           {input_of<S>(op, batch), op.n_in},
           {reinterpret_cast<O*>(op.out), op.out ? op.n_out : 0},
           {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
-          op.stream};
+          op.stream,
+          inputs_of<S>(op, batch)};
 }
 template <class S>
 backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool input_part, bool weight_part) {
@@ -109,14 +128,37 @@ backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool i
   using O = output_t<S>;
   const bool gi = input_part && op.grad_in != nullptr;
   const bool wg = weight_part && op.weight_grad != nullptr;
+  const std::span<I> grad_in{reinterpret_cast<I*>(op.grad_in), gi ? op.n_in : 0};
   return {op.stage,
           op.microbatch,
           {input_of<S>(op, batch), op.n_in},
           {reinterpret_cast<const O*>(op.grad_out), op.grad_out ? op.n_out : 0},
-          {reinterpret_cast<I*>(op.grad_in), gi ? op.n_in : 0},
+          grad_in,
           {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
           {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? op.n_weight_grad : 0},
-          op.stream};
+          op.stream,
+          inputs_of<S>(op, batch),
+          op.grad_in_list && gi ? span_list<I>(op.grad_in_list, op.n_inputs, op.n_in) : span_list<I>(grad_in)};
+}
+
+template <class S>
+inline constexpr bool sums_outputs_v = requires(output_t<S>& a, const output_t<S>& b) {
+  a += b;
+};
+
+// A fan-out's gradients, one per consumer edge: added into the first, in edge order, before the
+// backward (or backward_input) reads it; backward_weight then reads the sum there.
+template <class S>
+void sum_grad_outputs(const bound_op& op) {
+  if constexpr (sums_outputs_v<S>) {
+    using O = output_t<S>;
+    if (op.n_grad_outs < 2 || op.grad_out_list == nullptr) return;
+    O* g = reinterpret_cast<O*>(op.grad_out);
+    for (int k = 1; k < op.n_grad_outs; ++k) {
+      const O* x = reinterpret_cast<const O*>(op.grad_out_list[k]);
+      for (std::uint32_t i = 0; i < op.n_out; ++i) g[i] += x[i];
+    }
+  }
 }
 
 template <class S>
@@ -126,6 +168,7 @@ void run_forward(void* s, const bound_op& op, const std::byte* batch) {
 template <class S>
 void run_backward(void* s, const bound_op& op, const std::byte* batch) {
   S& st = *static_cast<S*>(s);
+  sum_grad_outputs<S>(op);
   if constexpr (has_full_backward<S>) {
     st.backward(make_backward<S>(op, batch, true, true));
   } else {
@@ -135,6 +178,7 @@ void run_backward(void* s, const bound_op& op, const std::byte* batch) {
 }
 template <class S>
 void run_backward_input(void* s, const bound_op& op, const std::byte* batch) {
+  sum_grad_outputs<S>(op);
   static_cast<S*>(s)->backward_input(make_backward<S>(op, batch, true, false));
 }
 template <class S>
@@ -176,6 +220,7 @@ stage_entry entry_of(S& s) {
   e.in_elems = input_extent(s);
   e.out_elems = output_extent(s);
   e.stash_elems = stash_extent(s);
+  e.sums_outputs = sums_outputs_v<S>;
   e.in_size = sizeof(input_t<S>);
   e.out_size = sizeof(output_t<S>);
   e.stash_size = sizeof(stash_t<S>);
@@ -184,15 +229,39 @@ stage_entry entry_of(S& s) {
 
 }  // namespace detail
 
-/// The stages of a model (a chain or uniform_chain), as the executors bind them. A `dag` that is
-/// not a chain is refused at compile time: the executors pass each stage's output to the next
-/// stage only, so far (docs/10).
+namespace detail {
+
+/// Stage `Stage` of a dag feeds `Consumers` stages: with more than one, pipetype sums their
+/// gradients into one, so its output elements need +=.
+template <int Stage, int Consumers, class S>
+struct fan_out_sums {
+  static_assert(Consumers < 2 || sums_outputs_v<S>,
+                "pipetype: this stage's output feeds several stages, so pipetype sums their gradients (in edge order) "
+                "before its backward; its output element type needs += (Stage in fan_out_sums<Stage, ...>)");
+  static constexpr bool value = true;
+};
+
+template <class M, std::size_t... I>
+constexpr bool fan_outs_sum(std::index_sequence<I...>) {
+  constexpr auto consumers = [](int s) {
+    int n = 0;
+    for (const stage_edge& e : M::topology().edges) n += e.from == s;
+    return n;
+  };
+  return (fan_out_sums<static_cast<int>(I), consumers(static_cast<int>(I)),
+                       std::remove_cvref_t<decltype(std::declval<M&>().template stage<I>())>>::value &&
+          ...);
+}
+
+}  // namespace detail
+
+/// The stages of a model (a chain, uniform_chain or dag), as the executors bind them, in index
+/// order. A dag's stage that feeds several stages must have an output type with += (pipetype sums
+/// their gradients for it): a compile error names the stage otherwise.
 template <class M>
 std::vector<stage_entry> entries_of(M& model) {
-  if constexpr (requires { M::topology(); })
-    static_assert(is_chain(M::topology()),
-                  "pipetype: the executors run chains so far; this model's stage graph has skip connections or "
-                  "several towers (docs/10_stage_graphs.md)");
+  if constexpr (requires { M::is_graph; })
+    static_assert(detail::fan_outs_sum<M>(std::make_index_sequence<M::stages>{}));
   std::vector<stage_entry> out;
   out.reserve(static_cast<std::size_t>(model.size()));
   model.for_each_stage([&](int, auto& s) { out.push_back(detail::entry_of(s)); });

@@ -140,7 +140,8 @@ class executor {
   /// compile-time plan that splits backwards is checked against the stage types here.
   template <class Plan, stage_graph Model>
   executor(const Plan& plan, Model& model, D& driver, executor_options<D> opt = {})
-      : executor(views_of(plan), entries_of(model), driver, std::move(opt)) {
+      : executor(views_of(plan), pipetype::detail::entries_for(views_of(plan).compute, model, "pipetype::cuda"), driver,
+                 std::move(opt)) {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
   /// The same from stages erased already (entries_of, or entries made by hand).
@@ -168,7 +169,16 @@ class executor {
     if (comms_.size() < l.comms.size())
       throw std::invalid_argument("pipetype::cuda: the plan uses " + std::to_string(l.comms.size()) +
                                   " communicators, " + std::to_string(comms_.size()) + " given");
-    batch_bytes_ = entries_.front().in_bytes();
+    if constexpr (!host_memory<D>)
+      for (const stage_edge& e : p.edges)
+        for (const stage_edge& f : p.edges)
+          if (&e != &f && e.from == f.from)
+            throw std::invalid_argument(
+                "pipetype::cuda: stage " + std::to_string(e.from) +
+                " feeds several stages, whose gradients pipetype sums on the host so far; on a device the plan's "
+                "stage graph may fan in but not out yet (docs/10)");
+    batch_ = pipetype::detail::batch_layout_of(p, entries_);
+    batch_bytes_ = batch_.row;
     bind(p, l, L);
   }
 
@@ -392,6 +402,7 @@ class executor {
     };
     auto act_at = [&](int slot) { return at(acts, slot); };
     auto grad_at = [&](int slot) { return at(grads, slot); };
+    lists_.reserve(pipetype::detail::list_pool_size(l, ops));
     const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, entries_);
     std::byte* wgrads = alloc(wg.bytes);
     auto wg_at = [&](int slot) { return wgrads + wg.offset[static_cast<std::size_t>(slot)]; };
@@ -461,9 +472,9 @@ class executor {
         const stage_entry& e = entry(o.stage);
         pipetype::detail::check_split(e, action{o.what, o.stage, o.microbatch, false}, "pipetype::cuda");
         const int st = layout.op_stash[i];
-        pipetype::detail::bind_compute(
-            call, o, e, L, act_at, grad_at,
-            st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr);
+        pipetype::detail::bind_compute(call, o, e, L, act_at, grad_at,
+                                       st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr,
+                                       l, batch_, lists_);
         call.stream = x.pair == 2 ? aux_native : compute_native_;
         if (wg.slot[i] >= 0) {
           call.weight_grad = wg_at(wg.slot[i]);
@@ -511,7 +522,9 @@ class executor {
   std::vector<failure> failures_;    // the last step's
   std::vector<bound_op> calls_;      // the compute ops' stage calls
   std::vector<transfer> transfers_;
-  std::vector<std::byte*> adds_;  // held weight gradients, per op's [add_begin, + add_count)
+  std::vector<std::byte*> adds_;   // held weight gradients, per op's [add_begin, + add_count)
+  std::vector<std::byte*> lists_;  // a stage graph's fan-in and fan-out addresses (bind_compute)
+  pipetype::detail::batch_layout batch_;
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;

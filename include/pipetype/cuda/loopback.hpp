@@ -266,16 +266,16 @@ class loopback_pipeline {
   /// sharing it.
   template <class Plan, stage_graph Model>
   loopback_pipeline(const Plan& plan, std::vector<Model>& models, std::vector<Base*> drivers, loopback_options opt = {})
-      : loopback_pipeline(views_of(plan), entries_per_rank(models, views_of(plan).compute.ranks), std::move(drivers),
-                          opt) {
+      : loopback_pipeline(views_of(plan), entries_per_rank(models, views_of(plan).compute), std::move(drivers), opt) {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
   /// Every rank sharing one model (plans where each stage lives on one rank).
   template <class Plan, stage_graph Model>
   loopback_pipeline(const Plan& plan, Model& shared, std::vector<Base*> drivers, loopback_options opt = {})
       : loopback_pipeline(views_of(plan),
-                          std::vector<std::vector<stage_entry>>(static_cast<std::size_t>(views_of(plan).compute.ranks),
-                                                                entries_of(shared)),
+                          std::vector<std::vector<stage_entry>>(
+                              static_cast<std::size_t>(views_of(plan).compute.ranks),
+                              pipetype::detail::entries_for(views_of(plan).compute, shared, "pipetype::cuda loopback")),
                           std::move(drivers), opt) {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
@@ -348,11 +348,13 @@ class loopback_pipeline {
 
  private:
   template <class Model>
-  static std::vector<std::vector<stage_entry>> entries_per_rank(std::vector<Model>& models, int ranks) {
+  static std::vector<std::vector<stage_entry>> entries_per_rank(std::vector<Model>& models, const program_view& p) {
+    constexpr const char* who = "pipetype::cuda loopback";
     if (models.size() == 1)
-      return std::vector<std::vector<stage_entry>>(static_cast<std::size_t>(ranks), entries_of(models.front()));
+      return std::vector<std::vector<stage_entry>>(static_cast<std::size_t>(p.ranks),
+                                                   pipetype::detail::entries_for(p, models.front(), who));
     std::vector<std::vector<stage_entry>> out;
-    for (Model& m : models) out.push_back(entries_of(m));
+    for (Model& m : models) out.push_back(pipetype::detail::entries_for(p, m, who));
     return out;
   }
   void run(const void* batch) {

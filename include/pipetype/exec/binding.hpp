@@ -60,6 +60,7 @@ struct bound_rank {
   std::vector<std::string> labels[stream_count];  // per op: "act 1F3", for error messages
   pipetype::detail::aligned_bytes activations, gradients, stashes, weight_grads;
   std::vector<std::byte*> adds;      // held weight gradients to add, per op's [add_begin, +add_count)
+  std::vector<std::byte*> lists;     // a stage graph's fan-in and fan-out addresses (bind_compute)
   std::vector<std::uint32_t> order;  // each unit (an op, or a group with its transfers) in lowered
                                      // order, as index · 2 + stream
   std::size_t activation_stride = 0, stash_stride = 0;
@@ -76,7 +77,8 @@ struct deferred_add {
 /// The whole program bound to stages and buffers.
 struct bound_program {
   int ranks = 0, stages = 0, microbatches = 0, comms = 0;
-  std::size_t batch_bytes = 0;       // per microbatch: stage 0's input
+  int sources = 1;                   // stages that read the batch
+  std::size_t batch_bytes = 0;       // per microbatch: the sources' inputs (a chain: stage 0's)
   std::vector<stage_entry> entries;  // the model's stages; the plan's stage s runs entries[s % entries.size()]
   std::vector<bound_rank> rank;
   std::vector<deferred_add> deferred;  // after a successful step, in this order
@@ -93,7 +95,12 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   out.comms = static_cast<int>(l.comms.size());
   const int L = p.lane_length();  // the model's stages (the plan's, unless it has several lanes)
   pipetype::detail::check_model(p, entries, "pipetype::host");
-  out.batch_bytes = entries.front().in_bytes();
+  const pipetype::detail::batch_layout batch = pipetype::detail::batch_layout_of(p, entries);
+  out.batch_bytes = batch.row;
+  if (p.has_edges()) {
+    out.sources = 0;
+    for (int s = 0; s < p.stages; ++s) out.sources += p.lane_head(s) ? 1 : 0;
+  }
 
   pipetype::detail::check_gradients(p, entries, opt.ordered_gradients, "pipetype::host");
   out.entries = std::move(entries);
@@ -125,6 +132,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     br.stash_slots = layout.stash_slots;
     br.stashes = pipetype::detail::aligned_bytes(br.stash_stride * static_cast<std::size_t>(layout.stash_slots));
 
+    br.lists.reserve(pipetype::detail::list_pool_size(l, ops));
     const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, E);
     br.weight_grads = pipetype::detail::aligned_bytes(wg.bytes);
     for (const pipetype::detail::weight_grad_plan::held& h : wg.later)
@@ -158,7 +166,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
         pipetype::detail::bind_compute(
             b, o, e, L, act_at, grad_at,
-            op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr);
+            op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr, l,
+            batch, br.lists);
         if (wg.slot[i] >= 0) {
           b.weight_grad = br.weight_grads.data() + wg.offset[static_cast<std::size_t>(wg.slot[i])];
           b.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);

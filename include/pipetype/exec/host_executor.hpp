@@ -403,7 +403,9 @@ class executor {
   /// (std::invalid_argument).
   template <class Plan>
   executor(const Plan& plan, Model& model, const executor_options& opt = {})
-      : engine_(bind(views_of(plan), entries_of(model), {opt.ordered_gradients}), opt) {
+      : engine_(bind(views_of(plan), pipetype::detail::entries_for(views_of(plan).compute, model, "pipetype::host"),
+                     {opt.ordered_gradients}),
+                opt) {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
 
@@ -446,7 +448,8 @@ class executor {
     if (batch.size() != want)
       throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) +
                         " elements; the plan has " + std::to_string(p.microbatches) + " microbatches of " +
-                        std::to_string(p.batch_bytes / sizeof(batch_type)) + " (stage 0's input), so " +
+                        std::to_string(p.batch_bytes / sizeof(batch_type)) +
+                        (p.sources > 1 ? " (its sources' inputs side by side), so " : " (stage 0's input), so ") +
                         std::to_string(want));
   }
 

@@ -413,6 +413,7 @@ class dag<nodes<S...>, Edges, Sources, Losses> : public detail::stage_tuple<S...
 
  public:
   static constexpr int stages = static_cast<int>(sizeof...(S));
+  static constexpr bool is_graph = true;  // stage<I>() holds node I; topology() its graph
   using first_stage = std::tuple_element_t<0, std::tuple<S..., void>>;
 
   /// The graph as data.

@@ -27,6 +27,21 @@
 //     void backward(const pipetype::backward_ctx<block>& c);
 //   };
 //
+// Stage graphs (graph/dag.hpp). A stage with several incoming edges takes one input per edge,
+// each of its `input` type, and a stage with several outgoing edges gives one output that every
+// consumer reads. The contexts list them in edge order (the order the edges are declared):
+//
+//   forward:   inputs[k]: the input over the stage's k-th incoming edge (inputs[0] is `input`;
+//              a source's one input is its slice of the batch)
+//   backward:  inputs (the same), grad_inputs[k]: the gradient to write for the k-th input
+//              (grad_inputs[0] is `grad_input`; none on a source and in backward_weight), and
+//              grad_output: the sum, in edge order, of the gradients every consumer sent back
+//              (pipetype adds them, left to right, before the stage runs, so the sum is the same
+//              under every schedule)
+//
+// A chain's stage sees one input and one grad_input in these lists, the same spans as `input` and
+// `grad_input`: code written for a chain runs unchanged.
+//
 // Sizes known only at run time: declare `tensor<T, pipetype::dynamic>` and give the stage a
 // member `std::size_t input_extent() const` (output_extent, stash_extent likewise).
 //
@@ -143,6 +158,30 @@ using weight_grad_tensor_t = typename detail::weight_grad_of<S>::type;
 template <class S>
 using weight_grad_t = typename weight_grad_tensor_t<S>::value_type;
 
+/// The spans of a stage's inputs (or of the gradients it writes for them), one per incoming edge,
+/// in edge order: `list[k]` is a span of `extent` elements. Valid for the call only.
+template <class T>
+class span_list {
+  using byte_ptr = std::conditional_t<std::is_const_v<T>, const std::byte*, std::byte*>;
+
+ public:
+  constexpr span_list() = default;
+  /// One span.
+  constexpr span_list(std::span<T> one) noexcept : one_(one.data()), count_(one.empty() ? 0 : 1), extent_(one.size()) {}
+  /// `count` spans of `extent` elements at the addresses `at[0 .. count)`.
+  span_list(byte_ptr const* at, int count, std::size_t extent) noexcept : at_(at), count_(count), extent_(extent) {}
+
+  constexpr int size() const noexcept { return count_; }
+  constexpr bool empty() const noexcept { return count_ == 0; }
+  std::span<T> operator[](int k) const noexcept { return {at_ ? reinterpret_cast<T*>(at_[k]) : one_, extent_}; }
+
+ private:
+  byte_ptr const* at_ = nullptr;
+  T* one_ = nullptr;
+  int count_ = 0;
+  std::size_t extent_ = 0;
+};
+
 template <class S>
 struct forward_ctx {
   int stage = 0;       // the stage's index in the model's chain (DualPipe: the same in both directions)
@@ -150,7 +189,8 @@ struct forward_ctx {
   std::span<const input_t<S>> input;
   std::span<output_t<S>> output;  // empty on the last stage
   std::span<stash_t<S>> stash;
-  void* stream = nullptr;  // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
+  void* stream = nullptr;                // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
+  span_list<const input_t<S>> inputs{};  // every input, in edge order (inputs[0] is input)
 };
 
 template <class S>
@@ -164,6 +204,8 @@ struct backward_ctx {
   std::span<weight_grad_t<S>> weight_grad;  // this microbatch's weight gradient, to be written
                                             // (stages that declare `weight_grad`; not in backward_input)
   void* stream = nullptr;                   // the CUDA executor: the cudaStream_t to launch on
+  span_list<const input_t<S>> inputs{};     // every input, in edge order (inputs[0] is input)
+  span_list<input_t<S>> grad_inputs{};      // the gradient for each, in edge order (empty as grad_input is)
 };
 
 template <class S>

@@ -124,7 +124,8 @@ constexpr program make_schedule(std::string_view name, int p, int m, int v = 0, 
   if (const char* e = schedule_error(name, p, m, v)) throw std::invalid_argument(e);
   const schedule_info& s = *find_schedule(name);
   if (!params.edges.empty() && !s.graphs)
-    throw std::invalid_argument("this schedule runs over a chain only so far; gpipe and 1f1b take a stage graph");
+    throw std::invalid_argument(
+        "this schedule runs over a chain only so far; gpipe, 1f1b and zb-h1 take a stage graph");
   return s.make(p, m, default_chunks(s, v), params);
 }
 

@@ -10,6 +10,10 @@
 // F, I, and W (oldest first) once r steady steps have passed; the cooldown is I then W in the
 // same way; the remaining W's close the list.
 // Constraints: none (m ≥ 1; m ≥ p reaches the steady state). One stage per rank, split stages.
+// Over a stage graph (make_zb_h1(p, m, g); graph/dag.hpp): rank r holds the r-th stage of the
+// topological order, as 1F1B's graph form; a stage warms up with as many forwards as its longest
+// path to a loss has edges (d), and delays its W's by D − d steady steps, D the longest such
+// path in the graph — on a chain d = p − r − 1 and D − d = r, the rule above.
 // Formulas (uniform costs F, I, W; no communication latency; m ≥ p):
 //   makespan = rank span   m(F + I + W) + (p − 1)(F + I − W)
 //                          (bubble (p − 1)(F + I − W): a third of 1F1B's when F = I = W)
@@ -22,25 +26,49 @@
 
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
+#include "pipetype/graph/dag.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/schedules/family.hpp"
 
 namespace pipetype {
+
+namespace detail {
+/// Stage s's list: `warmup` forwards, then F, I and (after `delay` steady steps) W, then the W's left.
+constexpr void zb_h1_rank(program_builder& b, int s, int warmup, int delay, int m) {
+  int f = 0, i = 0, w = 0, steps = 0;
+  for (int k = 0; k < warmup; ++k) b.add(F(s, f++));
+  while (i < m) {
+    if (f < m) b.add(F(s, f++));
+    b.add(I(s, i++));
+    if (steps++ >= delay) b.add(W(s, w++));
+  }
+  while (w < m) b.add(W(s, w++));
+}
+}  // namespace detail
 
 constexpr program make_zb_h1(int p, int m) {
   program_builder b{p, p, m};
   b.placement(looped_placement(p, 1));
   for (int r = 0; r < p; ++r) {
     b.rank(r);
-    const int warmup = (p - r - 1) < m ? (p - r - 1) : m;
-    int f = 0, i = 0, w = 0, steps = 0;
-    for (int k = 0; k < warmup; ++k) b.add(F(r, f++));
-    while (i < m) {
-      if (f < m) b.add(F(r, f++));
-      b.add(I(r, i++));
-      if (steps++ >= r) b.add(W(r, w++));
-    }
-    while (w < m) b.add(W(r, w++));
+    detail::zb_h1_rank(b, r, (p - r - 1) < m ? (p - r - 1) : m, r, m);
+  }
+  return std::move(b).build("zb-h1");
+}
+
+/// ZB-H1 over a stage graph of p stages (see the header comment).
+constexpr program make_zb_h1(int p, int m, const stage_dag& g) {
+  const std::vector<int> order = detail::graph_placement(g, p);
+  const std::vector<int> depth = detail::depth_to_loss(g, order);
+  int deepest = 0;
+  for (const int d : depth) deepest = d > deepest ? d : deepest;
+  program_builder b{p, p, m};
+  b.graph(g.edges);
+  for (int r = 0; r < p; ++r) {
+    const int s = order[static_cast<std::size_t>(r)];
+    const int d = depth[static_cast<std::size_t>(s)];
+    b.place(s, r).rank(r);
+    detail::zb_h1_rank(b, s, d < m ? d : m, deepest - d, m);
   }
   return std::move(b).build("zb-h1");
 }
@@ -56,7 +84,10 @@ struct zb_h1_family {
   static constexpr int chunks = 1;
   static constexpr bool split = true;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
-  static constexpr program make(int p, int m, int, const schedule_params&) { return make_zb_h1(p, m); }
+  static constexpr bool graphs = true;
+  static constexpr program make(int p, int m, int, const schedule_params& params) {
+    return params.edges.empty() ? make_zb_h1(p, m) : make_zb_h1(p, m, stage_dag{p, params.edges});
+  }
 };
 
 template <rank_count Ranks, microbatch_count Microbatches>

@@ -1,0 +1,45 @@
+// examples/cli.hpp — what the example tools share on the command line: one way to fail (the
+// tool's name, the sentence, exit code 2), plain numbers only (plain_number.hpp), and --help.
+#pragma once
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "plain_number.hpp"
+
+namespace examples {
+
+struct cli {
+  const char* name;
+  const char* usage;
+
+  [[noreturn]] void fail(const std::string& msg) const {
+    std::cerr << name << ": " << msg << "\n";
+    std::exit(2);
+  }
+  /// --help or -h: the usage, and exit 0.
+  void help(const std::string& flag) const {
+    if (flag != "--help" && flag != "-h") return;
+    std::cout << usage;
+    std::exit(0);
+  }
+  /// `v` as a whole number in [lo, hi], or fail saying what `flag` needs.
+  int whole(const std::string& flag, const std::string& v, int lo, int hi) const {
+    char* end = nullptr;
+    const long x = std::strtol(v.c_str(), &end, 10);
+    if (!plain_number(v, false) || end != v.c_str() + v.size() || x < lo || x > hi)
+      fail(flag + " needs a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
+    return static_cast<int>(x);
+  }
+  /// `v` as a plain decimal in (0, hi], or fail.
+  float rate(const std::string& flag, const std::string& v, int hi) const {
+    char* end = nullptr;
+    const float x = std::strtof(v.c_str(), &end);
+    if (!plain_number(v, true) || end != v.c_str() + v.size() || !(x > 0) || x > static_cast<float>(hi))
+      fail(flag + " needs a number in (0, " + std::to_string(hi) + "]");
+    return x;
+  }
+};
+
+}  // namespace examples

@@ -1,0 +1,87 @@
+// The host executor over a stage graph given as edges (docs/10): fan-ins read every input in
+// edge order, fan-outs' gradients are summed in edge order, several sources share one batch, and
+// a model whose graph is not the plan's is refused by name.
+#include <pipetype/host.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "graph_model.hpp"
+
+namespace pt = pipetype;
+namespace ph = pipetype::host;
+namespace gm = graph_model;
+
+namespace {
+
+template <class M>
+pt::runtime_plan plan_for(const char* schedule, int m) {
+  pt::schedule_params params;
+  params.edges = M::topology().edges;
+  return pt::build_plan(pt::make_schedule(schedule, 4, m, 0, params));
+}
+
+/// Steps `steps` times under `schedule` and against the reference each step: true when every
+/// step's gradients and losses are bitwise the reference's.
+template <class M>
+bool trains_like_reference(const char* schedule, int m, int steps) {
+  const pt::runtime_plan plan = plan_for<M>(schedule, m);
+  REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
+  M model = gm::make<M>(3), ref = gm::make<M>(3);
+  ph::executor ex{plan, model};
+  int sources = 0;
+  for (int s = 0; s < 4; ++s) sources += pt::predecessors(M::topology(), s).empty() ? 1 : 0;
+  bool all = true;
+  for (int step = 0; step < steps; ++step) {
+    const gm::batch b = gm::make_batch(sources, m, static_cast<std::uint64_t>(step));
+    std::vector<double> losses, ref_losses;
+    gm::attach(model, b, losses, m);
+    ex.step(b.inputs);
+    gm::reference_step(ref, b, ref_losses, m);
+    bool same = false;
+    gm::max_grad_diff(model, ref, &same);
+    all = all && same && losses == ref_losses;
+    for (gm::node* n : gm::nodes_of(model)) n->sgd(0.1f);
+    for (gm::node* n : gm::nodes_of(ref)) n->sgd(0.1f);
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("host graph: a skip connection and two towers train bitwise like the unpipelined run") {
+  for (const char* s : {"gpipe", "1f1b", "zb-h1"})
+    for (int m : {1, 3, 8}) {
+      CAPTURE(std::string(s));
+      CAPTURE(m);
+      CHECK(trains_like_reference<gm::skip>(s, m, 3));
+      CHECK(trains_like_reference<gm::two_tower>(s, m, 3));
+    }
+}
+
+TEST_CASE("host graph: two sources read one batch of both their inputs side by side") {
+  const pt::runtime_plan plan = plan_for<gm::two_tower>("1f1b", 2);
+  gm::two_tower model = gm::make<gm::two_tower>(1);
+  ph::executor ex{plan, model};
+  CHECK(ex.program().sources == 2);
+  CHECK(ex.program().batch_bytes == 2 * gm::act * sizeof(float));
+  std::vector<float> half(2 * gm::act);  // one source's worth
+  CHECK_THROWS_WITH_AS(ex.step(half), doctest::Contains("(its sources' inputs side by side)"), pt::shape_error);
+}
+
+TEST_CASE("host graph: a model whose stage graph is not the plan's is refused by name") {
+  gm::skip skip = gm::make<gm::skip>(1);
+  CHECK_THROWS_WITH_AS((ph::executor{plan_for<gm::two_tower>("gpipe", 2), skip}),
+                       "pipetype::host: the plan runs the stage graph 0>2,1>2,2>3 but the model's is 0>1,1>2,2>3,0>2 "
+                       "(the same edges, in the same order)",
+                       pt::shape_error);
+  // a chain's plan for a dag, and the dag's edges in another order
+  CHECK_THROWS_WITH_AS((ph::executor{pt::build_plan(pt::make_gpipe(4, 2)), skip}),
+                       doctest::Contains("the plan runs a chain but the model's is 0>1"), pt::shape_error);
+  const pt::runtime_plan reordered =
+      pt::build_plan(pt::make_gpipe(4, 2, pt::stage_dag{4, {{0, 2}, {0, 1}, {1, 2}, {2, 3}}}));
+  REQUIRE(reordered.ok());
+  CHECK_THROWS_AS((ph::executor{reordered, skip}), pt::shape_error);
+}
