@@ -38,7 +38,7 @@
 // are then those of one decoder layer and each stage costs its layers' weight times them
 // (analysis/layout_costs.hpp), and the peaks count decoder-layer activations. --edges gives the
 // stage graph of the p stages instead of the chain (skip connections, towers: graph/dag.hpp);
-// gpipe, 1f1b and zb-h1 run over it (the others skip), verified, simulated and lowered over
+// the one-stage-per-rank schedules run over it (the others skip), verified, simulated and lowered over
 // every edge; a --file states its graph with an `edges` line. The run-time path
 // is the same code make_plan runs at compile time (build_plan, simulate).
 //

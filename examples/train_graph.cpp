@@ -6,7 +6,7 @@
 //
 // The models (examples/graph_model.hpp): a skip connection (0 → 1 → 2 → 3 and 0 → 2) and two
 // towers (0 → 2, 1 → 2, 2 → 3), four stages each, one per rank, as `pipetype::dag` types. The
-// schedule (gpipe, 1f1b or zb-h1, over the graph) is generated, verified, lowered and run by the
+// schedule (gpipe, 1f1b, zb-h1, zb-h2 or zb-auto, over the graph) is generated, verified, lowered and run by the
 // host executor; every step is checked against an unpipelined run of the same model, which must
 // give bitwise the same gradients. --json prints one object.
 //
@@ -40,7 +40,7 @@ struct args {
 constexpr const char* usage =
     "usage: train_graph [--graph skip|two-tower] [--schedule NAME] [--ranks P] [--microbatches M]\n"
     "                   [--steps N] [--lr X] [--json]\n"
-    "NAME: a schedule that runs over a stage graph (gpipe, 1f1b, zb-h1); P: 4, one stage per rank\n";
+    "NAME: a schedule that runs over a stage graph (gpipe, 1f1b, zb-h1, zb-h2, zb-auto); P: 4, one stage per rank\n";
 
 constexpr examples::cli cli{"train_graph", usage};
 

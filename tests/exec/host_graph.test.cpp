@@ -52,7 +52,7 @@ bool trains_like_reference(const char* schedule, int m, int steps) {
 }  // namespace
 
 TEST_CASE("host graph: a skip connection and two towers train bitwise like the unpipelined run") {
-  for (const char* s : {"gpipe", "1f1b", "zb-h1"})
+  for (const char* s : {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-auto"})
     for (int m : {1, 3, 8}) {
       CAPTURE(std::string(s));
       CAPTURE(m);

@@ -23,8 +23,31 @@
 
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/graph/dag.hpp"
 
 namespace pipetype {
+
+/// A chain schedule with one stage per rank (stage r on rank r), run over the stage graph `g` of
+/// as many stages: rank r takes the r-th stage of g's topological order (graph/dag.hpp), with
+/// rank r's actions, and the program carries g's edges. Valid for every such schedule: each edge
+/// u → v goes from a lower rank to a higher one, so the chain's path between them already orders
+/// F(u, j) before F(v, j) and v's backward before u's — the graph asks for a subset of what the
+/// chain's run satisfies, so the relabelled program verifies and completes whenever the chain's
+/// does. It keeps the chain's warm-ups, which the graph may not need (1F1B and ZB-H1 have graph
+/// forms of their own that warm up by each stage's depth). A program that is not one stage per
+/// rank is returned unchanged, for verify to judge.
+constexpr program over_graph(const program& chain, const stage_dag& g) {
+  if (chain.stages != chain.ranks || g.stages != chain.stages || chain.lanes != 1) return chain;
+  const std::vector<int> order = detail::graph_placement(g, chain.ranks);
+  program_builder b{chain.ranks, chain.stages, chain.microbatches};
+  b.graph(g.edges);
+  for (int r = 0; r < chain.ranks; ++r) {
+    const int s = order[static_cast<std::size_t>(r)];
+    b.place(s, r).rank(r);
+    for (const action& a : chain.view().rank_actions(r)) b.add(action{a.what, s, a.microbatch, a.overlapped});
+  }
+  return std::move(b).build(chain.name);
+}
 
 /// Where zb-auto places stages: one per rank, two per rank in a V (as ZB-V), or both tried and
 /// the shorter rank span kept.

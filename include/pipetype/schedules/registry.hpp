@@ -125,7 +125,7 @@ constexpr program make_schedule(std::string_view name, int p, int m, int v = 0, 
   const schedule_info& s = *find_schedule(name);
   if (!params.edges.empty() && !s.graphs)
     throw std::invalid_argument(
-        "this schedule runs over a chain only so far; gpipe, 1f1b and zb-h1 take a stage graph");
+        "this schedule runs over a chain only so far; gpipe, 1f1b, zb-h1, zb-h2 and zb-auto take a stage graph");
   return s.make(p, m, default_chunks(s, v), params);
 }
 

@@ -232,10 +232,18 @@ struct zb_auto_family {
                               params.rank_speed, params.microbatch_scale);
       return zb_auto_search(pr);
     };
+    if (!params.edges.empty()) {  // over a graph: the search over its topological order (over_graph)
+      if (params.placement == search_placement::v)
+        throw std::invalid_argument("zb-auto over a stage graph places one stage per rank (not in a V) so far");
+      return over_graph(search(search_placement::one_per_rank).schedule, stage_dag{p, params.edges});
+    }
     if (params.placement != search_placement::automatic) return search(params.placement).schedule;
     zb_result one = search(search_placement::one_per_rank), v = search(search_placement::v);
     return v.rank_span < one.rank_span ? std::move(v.schedule) : std::move(one.schedule);
   }
+  /// Over a graph zb-auto searches the chain of the graph's topological order, which orders
+  /// every edge (over_graph); it does not yet see the graph's parallel paths.
+  static constexpr bool graphs = true;
 };
 
 /// How much of the search zb_auto<> runs inside the compiler, past the heuristic, the

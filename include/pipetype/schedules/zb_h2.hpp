@@ -64,7 +64,10 @@ struct zb_h2_family {
   static constexpr int chunks = 1;
   static constexpr bool split = true;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
-  static constexpr program make(int p, int m, int, const schedule_params&) { return make_zb_h2(p, m); }
+  static constexpr bool graphs = true;  // over_graph: the chain's program over the graph's topological order
+  static constexpr program make(int p, int m, int, const schedule_params& params) {
+    return params.edges.empty() ? make_zb_h2(p, m) : over_graph(make_zb_h2(p, m), stage_dag{p, params.edges});
+  }
 };
 
 template <rank_count Ranks, microbatch_count Microbatches>
