@@ -5,10 +5,10 @@
 //               [--steps N] [--lr X] [--json]
 //
 // The models (examples/graph_model.hpp): a skip connection (0 → 1 → 2 → 3 and 0 → 2) and two
-// towers (0 → 2, 1 → 2, 2 → 3), four stages each, one per rank, as `pipetype::dag` types. The
-// schedule (gpipe, 1f1b, zb-h1, zb-h2 or zb-auto, over the graph) is generated, verified, lowered and run by the
-// host executor; every step is checked against an unpipelined run of the same model, which must
-// give bitwise the same gradients. --json prints one object.
+// towers (0 → 2, 1 → 2, 2 → 3), four stages each, as `pipetype::dag` types, over 4 ranks (2 for
+// the schedules with two stages per rank). The schedule (any built-in one but DualPipe, over the
+// graph: docs/10) is generated, verified, lowered and run by the host executor; every step is checked against an
+// unpipelined run of the same model, which must give bitwise the same gradients. --json prints one object.
 //
 // Exit codes: 0 trained and matched the reference, 1 the gradients differ, 2 bad arguments or a
 // rejected schedule.
@@ -40,7 +40,8 @@ struct args {
 constexpr const char* usage =
     "usage: train_graph [--graph skip|two-tower] [--schedule NAME] [--ranks P] [--microbatches M]\n"
     "                   [--steps N] [--lr X] [--json]\n"
-    "NAME: a schedule that runs over a stage graph (gpipe, 1f1b, zb-h1, zb-h2, zb-auto); P: 4, one stage per rank\n";
+    "NAME: any schedule but dualpipe; P: 4 for one stage per rank, 2 for interleaved-1f1b, looped-bfs,\n"
+    "      zb-v and dualpipe-v (two stages per rank)\n";
 
 constexpr examples::cli cli{"train_graph", usage};
 
@@ -80,15 +81,18 @@ template <class M>
 int train(const args& a) {
   const pt::stage_dag g = M::topology();
   const int S = g.stages, m = a.microbatches;
-  if (a.ranks != S)
+  const pt::schedule_info* info = pt::find_schedule(a.schedule);
+  if (!info) fail("no schedule named '" + a.schedule + "'\n" + usage);
+  const int v = pt::default_chunks(*info);  // stages per rank
+  if (a.ranks * v != S)
     fail("--ranks " + std::to_string(a.ranks) + ": the " + a.graph + " graph has " + std::to_string(S) +
-         " stages, one per rank, so --ranks " + std::to_string(S));
-  if (!pt::find_schedule(a.schedule)) fail("no schedule named '" + a.schedule + "'\n" + usage);
+         " stages and " + a.schedule + " holds " + std::to_string(v) + " per rank, so --ranks " +
+         std::to_string(S / v));
   pt::program prog;
   try {
     pt::schedule_params params;
     params.edges = g.edges;
-    prog = pt::make_schedule(a.schedule, S, m, 0, params);
+    prog = pt::make_schedule(a.schedule, a.ranks, m, v, params);
   } catch (const std::invalid_argument& e) {
     fail("--schedule " + a.schedule + ": " + e.what());
   }
@@ -138,7 +142,7 @@ int train(const args& a) {
         "{\"graph\": \"%s\", \"schedule\": %s, \"ranks\": %d, \"microbatches\": %d, \"steps\": %d, \"edges\": %zu, "
         "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
         "\"lowered\": {\"ops\": %zu, \"sends\": %zu, \"communicators\": %zu, \"slot_list_entries\": %zu}}\n",
-        a.graph.c_str(), pt::detail::json_quote(a.schedule).c_str(), S, m, a.steps, g.edges.size(), loss_first,
+        a.graph.c_str(), pt::detail::json_quote(a.schedule).c_str(), a.ranks, m, a.steps, g.edges.size(), loss_first,
         loss_last, match ? "true" : "false", max_diff, plan.ops().size(), sends, plan.comms().size(), lists);
   } else {
     std::printf("\nloss %.6f -> %.6f\n", loss_first, loss_last);

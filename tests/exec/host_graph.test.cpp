@@ -16,11 +16,13 @@ namespace gm = graph_model;
 
 namespace {
 
+/// `schedule` over M's graph of 4 stages: one per rank over 4 ranks, or two per rank over 2.
 template <class M>
 pt::runtime_plan plan_for(const char* schedule, int m) {
   pt::schedule_params params;
   params.edges = M::topology().edges;
-  return pt::build_plan(pt::make_schedule(schedule, 4, m, 0, params));
+  const int v = pt::default_chunks(*pt::find_schedule(schedule));
+  return pt::build_plan(pt::make_schedule(schedule, 4 / v, m, v, params));
 }
 
 /// Steps `steps` times under `schedule` and against the reference each step: true when every
@@ -52,13 +54,16 @@ bool trains_like_reference(const char* schedule, int m, int steps) {
 }  // namespace
 
 TEST_CASE("host graph: a skip connection and two towers train bitwise like the unpipelined run") {
-  for (const char* s : {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-auto"})
+  for (const char* s : {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-auto", "interleaved-1f1b", "looped-bfs", "zb-v"})
     for (int m : {1, 3, 8}) {
       CAPTURE(std::string(s));
       CAPTURE(m);
       CHECK(trains_like_reference<gm::skip>(s, m, 3));
       CHECK(trains_like_reference<gm::two_tower>(s, m, 3));
     }
+  // DualPipeV's F&B pairs, over the graph (m ≥ 2 · ranks)
+  CHECK(trains_like_reference<gm::skip>("dualpipe-v", 4, 3));
+  CHECK(trains_like_reference<gm::two_tower>("dualpipe-v", 8, 3));
 }
 
 TEST_CASE("host graph: two sources read one batch of both their inputs side by side") {

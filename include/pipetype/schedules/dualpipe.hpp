@@ -24,6 +24,7 @@
 // Formulas (uniform costs F = I = W, B = I + W, F&B = F + B; no communication latency):
 //   bubble (rank span − per-rank work)  (PP/2 − 1)(F&B + B − 3W)   (README)
 //   peak activations                    PP + 1 on every rank        (README)
+// Over a stage graph: not yet — its two lanes are two copies of the chain (make_schedule says so).
 #pragma once
 
 #include <string_view>

@@ -25,6 +25,8 @@
 //                                       B − 3W) with PP = 2R stages. With unequal costs the
 //                                       simulator's figure is exact and the README's an estimate.
 //   peak activations                    2R + 1 chunk activations on every rank (README: PP + 1)
+// Over a stage graph (2R stages): over_graph (family.hpp) — the V's k-th stage is the graph's
+// k-th in topological order, with the chain's pairs and groups.
 #pragma once
 
 #include <string_view>

@@ -13,8 +13,13 @@
 //     static constexpr bool split = false;    // splits backwards into I and W
 //     static constexpr const char* error(int p, int m, int v) noexcept;   // nullptr when valid
 //     static constexpr program make(int p, int m, int v, const schedule_params&);
-//     static constexpr bool graphs = true;    // optional: make() takes schedule_params::edges
+//     static constexpr bool graphs = true;    // optional: make() takes schedule_params::edges itself
 //   };
+//
+// A stage graph (schedule_params::edges) reaches a family's make() only where it says `graphs`
+// (gpipe, 1f1b and zb-h1 have graph forms that warm up by each stage's depth; zb-auto searches the
+// graph's topological order); make_schedule runs every other one-lane family's chain program over
+// the graph with over_graph below.
 #pragma once
 
 #include <concepts>
@@ -27,24 +32,30 @@
 
 namespace pipetype {
 
-/// A chain schedule with one stage per rank (stage r on rank r), run over the stage graph `g` of
-/// as many stages: rank r takes the r-th stage of g's topological order (graph/dag.hpp), with
-/// rank r's actions, and the program carries g's edges. Valid for every such schedule: each edge
-/// u → v goes from a lower rank to a higher one, so the chain's path between them already orders
-/// F(u, j) before F(v, j) and v's backward before u's — the graph asks for a subset of what the
-/// chain's run satisfies, so the relabelled program verifies and completes whenever the chain's
-/// does. It keeps the chain's warm-ups, which the graph may not need (1F1B and ZB-H1 have graph
-/// forms of their own that warm up by each stage's depth). A program that is not one stage per
-/// rank is returned unchanged, for verify to judge.
+/// A chain schedule (one lane), run over the stage graph `g` of as many stages: the chain's stage
+/// k becomes the k-th stage of g's topological order (graph/dag.hpp), on the same rank, in the same
+/// place of every rank's list, and the program carries g's edges. Valid for every such schedule,
+/// whatever its placement: each edge u → v joins two positions k < k' of the order, so the chain's
+/// path k → … → k' already orders F(u, j) before F(v, j) and v's backward before u's — the graph
+/// asks for a subset of what the chain's run satisfies, so the relabelled program verifies and
+/// completes whenever the chain's does. It keeps the chain's warm-ups, which the graph may not
+/// need (1F1B and ZB-H1 have graph forms of their own that warm up by each stage's depth). A
+/// program with several lanes, or of another stage count, is returned unchanged, for verify to
+/// judge.
 constexpr program over_graph(const program& chain, const stage_dag& g) {
-  if (chain.stages != chain.ranks || g.stages != chain.stages || chain.lanes != 1) return chain;
-  const std::vector<int> order = detail::graph_placement(g, chain.ranks);
+  if (g.stages != chain.stages || chain.lanes != 1 || static_cast<int>(chain.stage_rank.size()) != chain.stages)
+    return chain;
+  const std::vector<int> order = detail::graph_placement(g, chain.stages);
   program_builder b{chain.ranks, chain.stages, chain.microbatches};
   b.graph(g.edges);
+  for (int k = 0; k < chain.stages; ++k) {
+    const int r = chain.stage_rank[static_cast<std::size_t>(k)];
+    if (r >= 0) b.place(order[static_cast<std::size_t>(k)], r);
+  }
   for (int r = 0; r < chain.ranks; ++r) {
-    const int s = order[static_cast<std::size_t>(r)];
-    b.place(s, r).rank(r);
-    for (const action& a : chain.view().rank_actions(r)) b.add(action{a.what, s, a.microbatch, a.overlapped});
+    b.rank(r);
+    for (const action& a : chain.view().rank_actions(r))
+      b.add(action{a.what, order[static_cast<std::size_t>(a.stage)], a.microbatch, a.overlapped});
   }
   return std::move(b).build(chain.name);
 }
@@ -63,7 +74,8 @@ struct schedule_params {
   std::vector<double> microbatch_scale{};
   search_placement placement = search_placement::one_per_rank;
   /// The stage graph as edges between the p stages (empty: the chain): skip connections, several
-  /// towers (graph/dag.hpp). Only families with `graphs = true` take one (gpipe, 1f1b so far).
+  /// towers (graph/dag.hpp): make_schedule hands it to families with `graphs = true` and runs the
+  /// others' chain programs over it (over_graph).
   std::vector<stage_edge> edges{};
 };
 

@@ -15,6 +15,8 @@
 //                                                      full-stage time)
 //   peak activations    min((v−1)·p + 2(p−1−r) + 1, m·v) chunk activations on rank r
 // Differences: with m = p Megatron runs all forwards first; we keep the general rule (as PyTorch).
+// Over a stage graph (schedule_params::edges, p·v stages): over_graph (family.hpp) — chunk c of
+// rank r runs the graph's (c·p + r)-th stage in topological order, the chain's loop over the graph.
 #pragma once
 
 #include <string_view>

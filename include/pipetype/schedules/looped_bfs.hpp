@@ -11,6 +11,8 @@
 // Formulas (uniform per-chunk costs, m ≥ p, no communication latency):
 //   makespan            m·v·(F + B) + (p − 1)(F + B)
 //   peak activations    m·v chunk activations on every rank (GPipe-like)
+// Over a stage graph (p·v stages): over_graph (family.hpp) — the chain's stage k is the graph's
+// k-th in topological order, on the same rank and in the same place of its list.
 #pragma once
 
 #include <string_view>

@@ -10,9 +10,11 @@
 // (its program has two lanes of p stages). `schedule_params` carries what zb-auto needs.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "pipetype/schedules/dualpipe.hpp"
@@ -123,10 +125,23 @@ constexpr const char* schedule_error(std::string_view name, int p, int m, int v)
 constexpr program make_schedule(std::string_view name, int p, int m, int v = 0, const schedule_params& params = {}) {
   if (const char* e = schedule_error(name, p, m, v)) throw std::invalid_argument(e);
   const schedule_info& s = *find_schedule(name);
-  if (!params.edges.empty() && !s.graphs)
+  v = default_chunks(s, v);
+  if (params.edges.empty() || s.graphs) return s.make(p, m, v, params);
+  // any other family: its chain program over the graph, stage for stage in topological order
+  schedule_params chain_params = params;
+  chain_params.edges.clear();
+  const program chain = s.make(p, m, v, chain_params);
+  if (chain.lanes > 1)
     throw std::invalid_argument(
-        "this schedule runs over a chain only so far; gpipe, 1f1b, zb-h1, zb-h2 and zb-auto take a stage graph");
-  return s.make(p, m, default_chunks(s, v), params);
+        "this schedule runs the model in two lanes (two copies of the chain, one per direction): it takes no stage "
+        "graph so far");
+  int named = 0;
+  for (const stage_edge& e : params.edges) named = std::max({named, e.from + 1, e.to + 1});
+  if (named != chain.stages)
+    throw std::invalid_argument("the stage graph's edges name " + std::to_string(named) +
+                                " stages, but this schedule's program has " + std::to_string(chain.stages) + " (" +
+                                std::to_string(v) + " per rank over " + std::to_string(p) + " ranks)");
+  return over_graph(chain, stage_dag{chain.stages, params.edges});
 }
 
 }  // namespace pipetype

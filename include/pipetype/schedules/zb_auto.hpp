@@ -35,6 +35,9 @@
 // default zb_effort: no refinement, no local search): bench/compile_cost.sh measures
 // zb_auto<8, 16>, about 2 s and 190 MB; p = 8, m = 48 and p = 16, m = 16 still fit g++'s default
 // constexpr limits, p = 16, m = 32 needs -fconstexpr-ops-limit (docs/03_diagnostics.md).
+// Over a stage graph (p stages, one per rank): the search over the chain of the graph's
+// topological order, run over the graph with over_graph (family.hpp); it does not yet see the
+// graph's parallel paths (two towers' forwards could overlap).
 #pragma once
 
 #include <stdexcept>

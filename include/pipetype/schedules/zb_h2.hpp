@@ -18,6 +18,9 @@
 //                       (the paper's (2p − 1)·M on the first rank)
 // With unequal costs the rule still holds memory at 2p − 1; the bubble is then what the
 // simulator says (zb_auto searches instead).
+// Over a stage graph (p stages): over_graph (family.hpp) — rank r runs the graph's r-th stage in
+// topological order with the chain's rank r's list (its warm-up, which a graph with shorter paths
+// may not need).
 #pragma once
 
 #include <string_view>
@@ -64,10 +67,7 @@ struct zb_h2_family {
   static constexpr int chunks = 1;
   static constexpr bool split = true;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
-  static constexpr bool graphs = true;  // over_graph: the chain's program over the graph's topological order
-  static constexpr program make(int p, int m, int, const schedule_params& params) {
-    return params.edges.empty() ? make_zb_h2(p, m) : over_graph(make_zb_h2(p, m), stage_dag{p, params.edges});
-  }
+  static constexpr program make(int p, int m, int, const schedule_params&) { return make_zb_h2(p, m); }
 };
 
 template <rank_count Ranks, microbatch_count Microbatches>

@@ -15,6 +15,8 @@
 //   rank span           2m(F + I + W) on every rank — zero bubble (per-rank work)
 //   peak activations    2p chunk activations on every rank = p activations of a full rank's
 //                       model share: 1F1B's memory, with twice its point-to-point volume
+// Over a stage graph (2p stages): over_graph (family.hpp) — the V's k-th stage is the graph's
+// k-th in topological order (rank r holds the r-th and the (2p − 1 − r)-th).
 #pragma once
 
 #include <string_view>
