@@ -225,8 +225,8 @@ TEST_CASE("lower graph: a fan-out on one rank is read in place and sent once per
   // rank 0 holds stages 0 and 1, rank 1 stage 2: 0 → 1 stays on rank 0, 0 → 2 and 1 → 2 cross
   const pt::program p =
       build(2, 3, 2, {{0, 1}, {1, 2}, {0, 2}},
-           {{pt::F(0, 0), pt::F(1, 0), pt::F(0, 1), pt::F(1, 1), pt::B(1, 0), pt::B(0, 0), pt::B(1, 1), pt::B(0, 1)},
-            {pt::F(2, 0), pt::F(2, 1), pt::B(2, 0), pt::B(2, 1)}});
+            {{pt::F(0, 0), pt::F(1, 0), pt::F(0, 1), pt::F(1, 1), pt::B(1, 0), pt::B(0, 0), pt::B(1, 1), pt::B(0, 1)},
+             {pt::F(2, 0), pt::F(2, 1), pt::B(2, 0), pt::B(2, 1)}});
   const pt::runtime_plan plan = pt::build_plan(p);
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   CHECK(check_dataflow(plan) == 12);
@@ -245,6 +245,10 @@ TEST_CASE("lower graph: a fan-out on one rank is read in place and sent once per
   // B(0,0) sums the gradient of 0 → 1 (written on the rank) and of 0 → 2 (received)
   CHECK(plan.lowered().slots_of(compute_op(plan, pt::B(0, 0))).grad.size() == 2);
   CHECK(pt::listing(plan.lowered(), 0).find("grad=g") != std::string::npos);
+  // a listed op printed without the plan's lists says where its slots are instead
+  const pt::lowered_op& b0 = compute_op(plan, pt::B(0, 0));
+  CHECK(pt::to_text(b0).find("slots in list " + std::to_string(b0.link)) != std::string::npos);
+  CHECK(pt::to_text(b0, plan.lowered().slot_lists).find("grad=g") != std::string::npos);
 }
 
 TEST_CASE("lower graph: two towers into a head, split backwards") {

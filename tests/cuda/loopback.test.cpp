@@ -117,7 +117,7 @@ std::string pipeline_happens_before(const pt::runtime_plan& plan, const std::vec
         [&](std::size_t i) {
           return ops[i].code == pt::op_code::send ? copy_of.at({r, i}) : unit{r, i};
         },
-        hb, name);
+        hb, name, L.slot_lists);
     if (!e.empty()) return "on rank " + std::to_string(r) + "'s slots: " + e;
   }
   return "";
@@ -200,7 +200,9 @@ TEST_CASE("cuda loopback: a stage graph's fan-ins and fan-outs train like the un
     gm::attach(model, b, losses, 6);
     drivers d(4);
     pc::loopback_pipeline<pc::record_driver> pipe{plan, model, d.ptrs, {.deadline = 20s}};
+    for (auto* x : d.ptrs) x->clear();
     pipe.step(b.inputs.data());
+    CHECK(pipeline_happens_before(plan, d.ptrs) == "");
     gm::reference_step(ref, b, ref_losses, 6);
     bool same = false;
     CHECK(gm::max_grad_diff(model, ref, &same) == 0.0);

@@ -10,15 +10,18 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 /// `count` ops, `op_at(n)` the n-th (a lowered op), `unit_of(n)` the issued unit it stands for,
-/// `hb(w, x)` whether unit w happens before unit x, `name(u)` a unit for messages. "" when every
-/// read follows its write and every write follows the reads since the last one.
+/// `hb(w, x)` whether unit w happens before unit x, `name(u)` a unit for messages, `slot_lists`
+/// the plan's (a stage graph's computes with several slots). "" when every read follows its
+/// write and every write follows the reads since the last one.
 template <class Unit, class OpAt, class UnitOf, class HB, class Name>
-std::string slot_order(std::size_t count, OpAt op_at, UnitOf unit_of, HB hb, Name name) {
+std::string slot_order(std::size_t count, OpAt op_at, UnitOf unit_of, HB hb, Name name,
+                       std::span<const int> slot_lists = {}) {
   namespace pt = pipetype;
   struct use {
     std::optional<Unit> writer;
@@ -48,15 +51,19 @@ std::string slot_order(std::size_t count, OpAt op_at, UnitOf unit_of, HB hb, Nam
     std::string e;
     if (o.code == pt::op_code::send || o.code == pt::op_code::recv) {
       e = touch(o.what == pt::kind::F ? 0 : 1, o.slot, me, o.code == pt::op_code::recv);
-    } else if (o.what == pt::kind::F) {
-      e = touch(0, o.slot, me, false);
-      if (e.empty()) e = touch(0, o.out_slot, me, true);
     } else {
-      e = touch(0, o.slot, me, false);
-      if (e.empty()) e = touch(1, o.grad_slot, me, false);
-      if (e.empty() && o.what != pt::kind::W) e = touch(1, o.out_slot, me, true);
+      // reads: every input, every gradient (a B or I with several also writes their sum into the
+      // first); writes: the outputs
+      const pt::op_slots sl = pt::lowered_view{.slot_lists = slot_lists}.slots_of(o);
+      const bool sums = sl.grad.size() > 1 && o.what != pt::kind::W;
+      for (const int x : sl.in)
+        if (e.empty()) e = touch(0, x, me, false);
+      for (std::size_t k = 0; k < sl.grad.size(); ++k)
+        if (e.empty()) e = touch(1, sl.grad[k], me, k == 0 && sums);
+      for (const int x : sl.out)
+        if (e.empty()) e = touch(o.what == pt::kind::F ? 0 : 1, x, me, true);
     }
-    if (!e.empty()) return e + " (" + pt::to_text(o) + ")";
+    if (!e.empty()) return e + " (" + pt::to_text(o, slot_lists) + ")";
   }
   return "";
 }

@@ -122,7 +122,7 @@ struct lowered_view {
   std::span<const rank_resources> resources{};  // [ranks]
   std::span<const int> slot_lists{};            // see op_slots
 
-  /// The slots of compute op `o` (one of ops).
+  /// The slots of compute op `o` (one of ops; a listed one must index slot_lists, as verify_lowered checks).
   constexpr op_slots slots_of(const lowered_op& o) const {
     if (o.link < 0 || o.code != op_code::compute) {
       const auto one = [](const int& s) { return std::span<const int>(&s, s >= 0 ? 1 : 0); };

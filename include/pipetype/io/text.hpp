@@ -28,9 +28,11 @@ inline std::string to_text(const lowered_op& o, std::span<const int> slot_lists 
     case op_code::compute: {
       s += "compute " + to_text(action{o.what, o.stage, o.microbatch, false});
       if (o.overlapped) s += " (overlapped with the next)";
-      const bool listed = o.link >= 0 && static_cast<std::size_t>(o.link) + 3 <= slot_lists.size();
-      const lowered_view L{.slot_lists = slot_lists};
-      const op_slots sl = listed ? L.slots_of(o) : lowered_view{}.slots_of(o);
+      if (o.link >= 0 && static_cast<std::size_t>(o.link) + 3 > slot_lists.size()) {  // lists not given
+        s += " slots in list " + std::to_string(o.link);
+        break;
+      }
+      const op_slots sl = lowered_view{.slot_lists = slot_lists}.slots_of(o);
       s += " in=" + slots('a', sl.in);
       if (o.what != kind::F) s += " grad=" + slots('g', sl.grad);
       s += " out=" + slots(o.what == kind::F ? 'a' : 'g', sl.out);
