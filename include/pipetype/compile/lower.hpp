@@ -231,16 +231,12 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
       const int made = in.posF[q];
       const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's; a send's
                                          // output lives through tick t's compute (2t + 1)
+      const int out = niv++;             // the output's interval, its end known once every consumer is seen
       int free = made;
       for (int k = sb; k < se; ++k) {
-        const int c = in.to[in.succ[k]];
-        const int until = owner[c] == from ? in.last[c * m + j] : 2 * t + 1;
-        free = until > free ? until : free;
-      }
-      iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = free, iv_pool[niv] = 0, iv_id[niv] = 2 * q + 1;
-      ++niv;
-      for (int k = sb; k < se; ++k) {
         const int e = in.succ[k], c = in.to[e], to = owner[c];
+        const int until = to == from ? in.last[c * m + j] : 2 * t + 1;
+        free = until > free ? until : free;
         if (to == from) continue;
         const int qe = e * m + j;
         iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = in.last[c * m + j], iv_pool[niv] = 0,
@@ -250,6 +246,7 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
         x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * qe;
         ++nx;
       }
+      iv_rank[out] = from, iv_alloc[out] = made, iv_free[out] = free, iv_pool[out] = 0, iv_id[out] = 2 * q + 1;
     }
   }
   // gradients: per edge, from its consumer's backward to its producer's
@@ -359,20 +356,23 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
       const int s = a.stage, j = a.microbatch;
       const int pb = in.pred_begin[s], pe = in.pred_begin[s + 1];
       const int sb = in.succ_begin[s], se = in.succ_begin[s + 1];
-      // an input read over edge e (u → s): u's output when u is here, else e's received copy
+      const int nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb;
+      const int nout = a.what == kind::F ? (se > sb ? 1 : 0) : a.what == kind::W ? 0 : pe - pb;
+      // an input read over edge e (u → s): u's output when u is here, else e's received copy; the
+      // gradient a backward writes for e: where the producer reads it, or its staging copy
+      if (nin <= 1 && ngrad <= 1 && nout <= 1) {  // (written out: a chain's every action comes here)
+        const int e = nin == 1 ? in.pred[pb] : -1;
+        const bool here = e >= 0 && in.owner[from[e]] == r;
+        if (nin == 1) in_slot[k] = here ? act_slot[2 * (from[e] * m + j) + 1] : act_slot[2 * (e * m + j)];
+        if (ngrad == 1) gin_slot[k] = grad_slot[2 * (in.succ[sb] * m + j)];
+        if (nout == 1)
+          out_slot[k] = a.what == kind::F ? act_slot[2 * (s * m + j) + 1] : grad_slot[2 * (e * m + j) + (here ? 0 : 1)];
+        continue;
+      }
       const auto input = [&](int e) {
         return in.owner[from[e]] == r ? act_slot[2 * (from[e] * m + j) + 1] : act_slot[2 * (e * m + j)];
       };
-      // the gradient a backward writes for edge e: where the producer reads it, or its staging copy
       const auto grad_out = [&](int e) { return grad_slot[2 * (e * m + j) + (in.owner[from[e]] == r ? 0 : 1)]; };
-      const int nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb;
-      const int nout = a.what == kind::F ? (se > sb ? 1 : 0) : a.what == kind::W ? 0 : pe - pb;
-      if (nin <= 1 && ngrad <= 1 && nout <= 1) {
-        if (nin == 1) in_slot[k] = input(in.pred[pb]);
-        if (ngrad == 1) gin_slot[k] = grad_slot[2 * (in.succ[sb] * m + j)];
-        if (nout == 1) out_slot[k] = a.what == kind::F ? act_slot[2 * (s * m + j) + 1] : grad_out(in.pred[pb]);
-        continue;
-      }
       st.link[k] = static_cast<int>(st.lists.size());
       st.lists.push_back(nin);
       st.lists.push_back(ngrad);
