@@ -122,3 +122,22 @@ TEST_CASE("verify graph: the graph's own rules come first") {
   CHECK(lanes.code == pt::errc::invalid_graph);
   CHECK(std::string(lanes.detail) == "a program whose stage graph is given as edges has one lane");
 }
+
+TEST_CASE("verify graph: a fan-in holds an activation per input, in verify and in simulate alike") {
+  // GPipe over the skip graph, two microbatches: stage 2 reads stages 1 and 0, so its rank holds
+  // 2 microbatches × 2 inputs; every other rank 2 × 1
+  const pt::program p = gpipe(4, 2, skip);
+  const pt::program_facts f = pt::check_program(p.view());
+  REQUIRE(f.result.ok());
+  const pt::timeline t = pt::simulate(p.view(), pt::costs{.f = 1, .b = 2});
+  const int unit = pt::memory_model{}.unit;
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(f.peak_units[static_cast<std::size_t>(r)] == unit * 2 * (r == 2 ? 2 : 1));
+    CHECK(t.peak_activations(r) == 2.0 * (r == 2 ? 2 : 1));
+  }
+  // a memory limit counts them: 3 activations is enough for every rank but stage 2's
+  const pt::verdict v = pt::check_program(p.view(), {.mem_limit = 3}).result;
+  CHECK(v.code == pt::errc::memory_limit_exceeded);
+  CHECK(v.rank == 2);
+}

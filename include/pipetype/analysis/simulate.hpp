@@ -150,7 +150,7 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
         if (x.what == kind::F) fend[q] = t0 + dur, produced(q);
         if (is_input_backward(x.what)) gend[q] = t0 + dur, produced(n + q);
         if (x.what == kind::I) iend[q] = t0 + dur, produced(2 * n + q);
-        live[ru] += mem.delta(x.what);
+        live[ru] += mem.delta(x.what) * (p.has_edges() ? inputs_held(links.pred_begin.data(), x.stage) : 1);
         live_after[k + d] = live[ru];
         if (live[ru] > stats[ru].peak_units) stats[ru].peak_units = live[ru];
       }

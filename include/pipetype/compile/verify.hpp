@@ -379,7 +379,9 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   for (int r = 0; r < P; ++r) {
     int live = 0, peak = 0;
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
-      live += delta[static_cast<int>(A[k].what)];
+      // with edges, a stage holds an activation per input it reads (a fan-in several)
+      const int held = graph ? detail::inputs_held(pred_begin, A[k].stage) : 1;
+      live += delta[static_cast<int>(A[k].what)] * held;
       if (live > peak) {
         peak = live;
         if (peak > limit)

@@ -4,7 +4,9 @@
 // paper's accounting, so that I and W can each release half of one). F adds `f`, B adds `b`,
 // I adds `i`, W adds `w`; the running sum over a rank's list is its activation count and its
 // maximum the rank's peak. verify (compile/), simulate (analysis/) and zb_auto (schedules/) all
-// count in this model, so it sits below them.
+// count in this model, so it sits below them. Over a stage graph (program.hpp's edges), a stage
+// with k inputs holds k activations per microbatch (each input it read, until its backward lets
+// them go): its F, B, I and W count k times.
 #pragma once
 
 #include "pipetype/core/action.hpp"

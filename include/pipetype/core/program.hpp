@@ -338,6 +338,13 @@ constexpr stage_links links_of(int stages, std::span<const stage_edge> given) {
   return out;
 }
 
+/// The activations a forward of stage s holds, in memory_model's terms, under adjacency lists with
+/// `pred_begin`: one per input it reads (a source reads one, the batch).
+constexpr int inputs_held(const int* pred_begin, int s) {
+  const int n = pred_begin[s + 1] - pred_begin[s];
+  return n > 1 ? n : 1;
+}
+
 /// A program's: its edges, or its lanes' chains.
 constexpr stage_links links_of(program_view p) {
   if (p.has_edges()) return links_of(p.stages, p.edges);
