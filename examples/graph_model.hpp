@@ -21,7 +21,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,10 +73,8 @@ class node {
       }
     for (std::size_t i = 0; i < c.output.size(); ++i) c.output[i] = y[i];
     if (loss_ && losses_) {
-      const float* t = targets_ + static_cast<std::size_t>(c.microbatch) * act;
-      double sum = 0;
-      for (std::size_t i = 0; i < act; ++i) sum += 0.5 * double(y[i] - t[i]) * double(y[i] - t[i]);
-      (*losses_)[static_cast<std::size_t>(c.microbatch)] = sum / double(act);
+      (*losses_)[static_cast<std::size_t>(c.microbatch)] =
+          mlp::half_mse(y, targets_ + static_cast<std::size_t>(c.microbatch) * act, act);
     }
   }
 
@@ -248,11 +245,7 @@ double max_grad_diff(M& a, M& b, bool* same) {
   double d = 0;
   *same = true;
   for (std::size_t s = 0; s < x.size(); ++s)
-    for (std::size_t i = 0; i < params; ++i) {
-      const float p = x[s]->weight_gradients()[i], q = y[s]->weight_gradients()[i];
-      if (std::memcmp(&p, &q, sizeof p) != 0) *same = false;
-      d = std::fmax(d, std::fabs(double(p) - double(q)));
-    }
+    mlp::grad_diff(x[s]->weight_gradients(), y[s]->weight_gradients(), d, *same);
   return d;
 }
 

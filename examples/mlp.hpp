@@ -43,6 +43,21 @@ struct rng {
   float uniform() { return static_cast<float>(next() >> 40) / static_cast<float>(1u << 24) * 2.0f - 1.0f; }
 };
 
+/// Half the mean squared error of `n` outputs `y` against targets `t` (the loss both examples train).
+inline double half_mse(const float* y, const float* t, std::size_t n) {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += 0.5 * double(y[i] - t[i]) * double(y[i] - t[i]);
+  return sum / double(n);
+}
+
+/// The largest |difference| of two gradients into `d`, and whether they are bitwise equal into `same`.
+inline void grad_diff(std::span<const float> x, std::span<const float> y, double& d, bool& same) {
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    d = std::max(d, std::fabs(double(x[i]) - double(y[i])));
+    same = same && std::memcmp(&x[i], &y[i], sizeof(float)) == 0;
+  }
+}
+
 struct layer {
   std::vector<float> w, b;  // w: [out][in] = width × width
 };
@@ -95,10 +110,8 @@ class stage {
     }
     if (!c.output.empty()) copy(x, c.output.data());
     if (last_ && losses_) {
-      const float* t = targets_ + static_cast<std::size_t>(c.microbatch) * act;
-      double sum = 0;
-      for (std::size_t i = 0; i < act; ++i) sum += 0.5 * double(x[i] - t[i]) * double(x[i] - t[i]);
-      (*losses_)[static_cast<std::size_t>(c.microbatch)] = sum / double(act);
+      (*losses_)[static_cast<std::size_t>(c.microbatch)] =
+          half_mse(x, targets_ + static_cast<std::size_t>(c.microbatch) * act, act);
     }
   }
 
@@ -275,13 +288,7 @@ inline double max_grad_diff(const pipetype::uniform_chain<stage>& a, const pipet
                             bool* bitwise = nullptr) {
   double d = 0;
   bool same = true;
-  for (int s = 0; s < a.size(); ++s) {
-    const std::span<const float> x = a.stage(s).weight_gradients(), y = b.stage(s).weight_gradients();
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      d = std::max(d, std::fabs(double(x[i]) - double(y[i])));
-      same = same && std::memcmp(&x[i], &y[i], sizeof(float)) == 0;
-    }
-  }
+  for (int s = 0; s < a.size(); ++s) grad_diff(a.stage(s).weight_gradients(), b.stage(s).weight_gradients(), d, same);
   if (bitwise) *bitwise = same;
   return d;
 }

@@ -55,7 +55,7 @@ std::string slot_order(std::size_t count, OpAt op_at, UnitOf unit_of, HB hb, Nam
       // reads: every input, every gradient (a B or I with several also writes their sum into the
       // first); writes: the outputs
       const pt::op_slots sl = pt::lowered_view{.slot_lists = slot_lists}.slots_of(o);
-      const bool sums = sl.grad.size() > 1 && o.what != pt::kind::W;
+      const bool sums = pt::sums_into_first(o.what, sl.grad.size());
       for (const int x : sl.in)
         if (e.empty()) e = touch(0, x, me, false);
       for (std::size_t k = 0; k < sl.grad.size(); ++k)

@@ -31,6 +31,14 @@ struct binding_options {
 
 namespace detail {
 
+/// How many stages read stage s's output, per stage, under the plan's edges (none: a chain).
+inline std::vector<int> consumers_of(const program_view& p) {
+  std::vector<int> n(static_cast<std::size_t>(p.stages > 0 ? p.stages : 0), 0);
+  for (const stage_edge& e : p.edges)
+    if (e.from >= 0 && e.from < p.stages) ++n[static_cast<std::size_t>(e.from)];
+  return n;
+}
+
 /// The model fits the plan: one entry per model stage, each stage's output the next one's input.
 /// `who` prefixes the message ("pipetype::host").
 inline void check_model(const program_view& p, const std::vector<stage_entry>& entries, const std::string& who) {
@@ -51,11 +59,8 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
     for (int s = 0; s + 1 < L; ++s) link(s, s + 1);
     return;
   }
-  std::vector<int> consumers(entries.size(), 0);
-  for (const stage_edge& e : p.edges) {
-    link(e.from, e.to);
-    ++consumers[static_cast<std::size_t>(e.from)];
-  }
+  for (const stage_edge& e : p.edges) link(e.from, e.to);
+  const std::vector<int> consumers = consumers_of(p);
   for (std::size_t s = 0; s < entries.size(); ++s) {
     if (consumers[s] > 1 && !entries[s].sums_outputs)
       throw shape_error(who + ": stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
@@ -82,10 +87,10 @@ std::vector<stage_entry> entries_for(const program_view& p, M& model, const std:
         std::string t;
         for (const stage_edge& e : es)
           t += (t.empty() ? "" : ",") + std::to_string(e.from) + ">" + std::to_string(e.to);
-        return t.empty() ? std::string("a chain") : t;  // (a plan without edges runs the chain)
+        return t;
       };
-      throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(p.edges) : edges({})) +
-                        " but the model's is " + (is_chain(g) ? std::string("a chain") : edges(g.edges)) +
+      throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(p.edges) : "a chain") +
+                        " but the model's is " + (is_chain(g) ? "a chain" : edges(g.edges)) +
                         " (the same edges, in the same order)");
     }
   }

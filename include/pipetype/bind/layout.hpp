@@ -196,6 +196,7 @@ void sort_later(std::vector<H>& later, int L) {
 struct batch_layout {
   std::vector<std::size_t> offset;  // per model stage: its input's bytes into the row (sources)
   std::size_t row = 0;              // bytes per microbatch
+  int sources = 0;
 };
 inline batch_layout batch_layout_of(const program_view& p, const std::vector<stage_entry>& entries) {
   batch_layout b;
@@ -204,6 +205,7 @@ inline batch_layout batch_layout_of(const program_view& p, const std::vector<sta
     if (p.lane_head(static_cast<int>(s))) {
       b.offset[s] = b.row;
       b.row += entries[s].in_bytes();
+      ++b.sources;
     }
   return b;
 }

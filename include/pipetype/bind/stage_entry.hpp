@@ -241,14 +241,16 @@ struct fan_out_sums {
   static constexpr bool value = true;
 };
 
+/// How many stages read stage s of M's graph (a function, so that clang frees the list before
+/// the count becomes a template argument).
+template <class M>
+constexpr int consumers_in(int s) {
+  return static_cast<int>(successors(M::topology(), s).size());
+}
+
 template <class M, std::size_t... I>
 constexpr bool fan_outs_sum(std::index_sequence<I...>) {
-  constexpr auto consumers = [](int s) {
-    int n = 0;
-    for (const stage_edge& e : M::topology().edges) n += e.from == s;
-    return n;
-  };
-  return (fan_out_sums<static_cast<int>(I), consumers(static_cast<int>(I)),
+  return (fan_out_sums<static_cast<int>(I), consumers_in<M>(static_cast<int>(I)),
                        std::remove_cvref_t<decltype(std::declval<M&>().template stage<I>())>>::value &&
           ...);
 }

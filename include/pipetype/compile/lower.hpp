@@ -596,7 +596,7 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
       const int ni = l[0], ng = l[1], no = l[2];
       for (int h = 0; h < ni + ng + no; ++h) {
         const bool grad = h >= ni, out = h >= ni + ng;
-        const bool write = out || (h == ni && ng > 1 && A[c].what != kind::W);
+        const bool write = out || (h == ni && sums_into_first(A[c].what, static_cast<std::size_t>(ng)));
         int* u = use + ((out ? A[c].what != kind::F : grad) ? grad_base : 0) + 4 * l[3 + h];
         if (u[other] > req) req = u[other];
         if (write && u[2 + other] > req) req = u[2 + other];

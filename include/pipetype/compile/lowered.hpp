@@ -113,6 +113,10 @@ struct op_slots {
   std::span<const int> in, grad, out;
 };
 
+/// True when a compute op of kind `what` with `grads` incoming gradients sums them into the first
+/// (a write to that slot as well as a read): a B or I of a stage with several consumers.
+constexpr bool sums_into_first(kind what, std::size_t grads) noexcept { return grads > 1 && what != kind::W; }
+
 struct lowered_view {
   int ranks = 0;
   comm_policy policy = comm_policy::per_edge;

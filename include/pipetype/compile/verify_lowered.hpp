@@ -195,13 +195,9 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
           u[(write ? 0 : 2) + s] = group_end_of[i];
         }
       } else if (o.code == op_code::compute && o.link >= 0) {  // a stage-graph op's lists (op_slots)
-        if (o.link + 3 > static_cast<int>(L.slot_lists.size()) || L.slot_lists[static_cast<std::size_t>(o.link)] < 0 ||
-            L.slot_lists[static_cast<std::size_t>(o.link) + 1] < 0 ||
-            L.slot_lists[static_cast<std::size_t>(o.link) + 2] < 0 ||
-            o.link + 3 + L.slot_lists[static_cast<std::size_t>(o.link)] +
-                    L.slot_lists[static_cast<std::size_t>(o.link) + 1] +
-                    L.slot_lists[static_cast<std::size_t>(o.link) + 2] >
-                static_cast<int>(L.slot_lists.size()))
+        const int nl = static_cast<int>(L.slot_lists.size());
+        const int* head = o.link + 3 <= nl ? L.slot_lists.data() + o.link : nullptr;  // n_in, n_grad, n_out
+        if (!head || head[0] < 0 || head[1] < 0 || head[2] < 0 || o.link + 3 + head[0] + head[1] + head[2] > nl)
           return at_op(errc::index_out_of_range, r, o, local, "a compute op's slot list is outside the plan's lists");
         const op_slots sl = L.slots_of(o);
         const int ni = static_cast<int>(sl.in.size()), ng = static_cast<int>(sl.grad.size());
@@ -216,7 +212,7 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
             return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
           int* u = use + 4 * (pool * slots + slot);
           // a B or I with several gradients sums them into the first: a write too
-          const bool write = out || (k == ni && ng > 1 && o.what != kind::W);
+          const bool write = out || (k == ni && sums_into_first(o.what, sl.grad.size()));
           if (u[other] > known[s] || (write && u[2 + other] > known[s]))
             return at_op(errc::event_misuse, r, o, local, race);
           u[(write ? 0 : 2) + s] = i;

@@ -169,14 +169,15 @@ class executor {
     if (comms_.size() < l.comms.size())
       throw std::invalid_argument("pipetype::cuda: the plan uses " + std::to_string(l.comms.size()) +
                                   " communicators, " + std::to_string(comms_.size()) + " given");
-    if constexpr (!host_memory<D>)
-      for (const stage_edge& e : p.edges)
-        for (const stage_edge& f : p.edges)
-          if (&e != &f && e.from == f.from)
-            throw std::invalid_argument(
-                "pipetype::cuda: stage " + std::to_string(e.from) +
-                " feeds several stages, whose gradients pipetype sums on the host so far; on a device the plan's "
-                "stage graph may fan in but not out yet (docs/10)");
+    if constexpr (!host_memory<D>) {
+      const std::vector<int> consumers = pipetype::detail::consumers_of(p);
+      for (std::size_t s = 0; s < consumers.size(); ++s)
+        if (consumers[s] > 1)
+          throw std::invalid_argument(
+              "pipetype::cuda: stage " + std::to_string(s) +
+              " feeds several stages, whose gradients pipetype sums on the host so far; on a device the plan's "
+              "stage graph may fan in but not out yet (docs/10)");
+    }
     batch_ = pipetype::detail::batch_layout_of(p, entries_);
     batch_bytes_ = batch_.row;
     bind(p, l, L);

@@ -97,10 +97,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   pipetype::detail::check_model(p, entries, "pipetype::host");
   const pipetype::detail::batch_layout batch = pipetype::detail::batch_layout_of(p, entries);
   out.batch_bytes = batch.row;
-  if (p.has_edges()) {
-    out.sources = 0;
-    for (int s = 0; s < p.stages; ++s) out.sources += p.lane_head(s) ? 1 : 0;
-  }
+  out.sources = batch.sources;
 
   pipetype::detail::check_gradients(p, entries, opt.ordered_gradients, "pipetype::host");
   out.entries = std::move(entries);
