@@ -714,8 +714,11 @@ int main(int argc, char** argv) {
   std::printf("lower bound %g (busiest rank %g, critical path %g): gap %.1f%%\n\n", r.bound.value(),
               r.bound.busiest_rank, r.bound.critical_path, 100 * r.bound.gap(t.makespan()));
   if (plan.compute().has_edges()) {
+    const pt::program_view pc = plan.compute();
     std::printf("stage graph:");
-    for (const pt::stage_edge& e : plan.compute().edges) std::printf(" %d>%d", e.from, e.to);
+    for (const pt::stage_edge& e : pc.lane_edges()) std::printf(" %d>%d", e.from, e.to);
+    if (pc.lanes > 1)
+      std::printf("   (a copy in each of %d lanes: lane k's stages are these plus %d k)", pc.lanes, pc.lane_length());
     std::printf("\n\n");
   }
   std::printf("rank   busy    idle  peak act  act slots  grad slots  events  groups\n");

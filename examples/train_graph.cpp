@@ -6,9 +6,11 @@
 //
 // The models (examples/graph_model.hpp): a skip connection (0 → 1 → 2 → 3 and 0 → 2) and two
 // towers (0 → 2, 1 → 2, 2 → 3), four stages each, as `pipetype::dag` types, over 4 ranks (2 for
-// the schedules with two stages per rank). The schedule (any built-in one but DualPipe, over the
-// graph: docs/10) is generated, verified, lowered and run by the host executor; every step is checked against an
-// unpipelined run of the same model, which must give bitwise the same gradients. --json prints one object.
+// the schedules with two stages per rank). The schedule (any built-in one, over the graph: docs/10;
+// DualPipe runs a copy of the graph in each direction and needs 8 microbatches or more) is
+// generated, verified, lowered and run by the host executor; every step is checked against an
+// unpipelined run of the same model, which must give bitwise the same gradients. --json prints
+// one object.
 //
 // Exit codes: 0 trained and matched the reference, 1 the gradients differ, 2 bad arguments or a
 // rejected schedule.
@@ -40,8 +42,8 @@ struct args {
 constexpr const char* usage =
     "usage: train_graph [--graph skip|two-tower] [--schedule NAME] [--ranks P] [--microbatches M]\n"
     "                   [--steps N] [--lr X] [--json]\n"
-    "NAME: any schedule but dualpipe; P: 4 for one stage per rank, 2 for interleaved-1f1b, looped-bfs,\n"
-    "      zb-v and dualpipe-v (two stages per rank)\n";
+    "NAME: any built-in schedule (dualpipe: M >= 8); P: 4 for one stage per rank, 2 for interleaved-1f1b,\n"
+    "      looped-bfs, zb-v and dualpipe-v (two stages per rank)\n";
 
 constexpr examples::cli cli{"train_graph", usage};
 

@@ -287,6 +287,33 @@ TEST_CASE("lower graph: a compile-time plan freezes the graph and its slot lists
   CHECK(std::vector<pt::stage_edge>(plan.compute().edges.begin(), plan.compute().edges.end()) == skip);
 }
 
+namespace {
+struct dualpipe_skip {  // DualPipe over the skip graph: a copy of it in each direction
+  static constexpr pt::program generate() {
+    return pt::make_dualpipe(4, 8, pt::stage_dag{4, skip_schedule::skip_edges()});
+  }
+};
+}  // namespace
+
+TEST_CASE("lower graph: DualPipe over a graph, at compile time and at run time alike") {
+  constexpr auto plan = pt::make_plan<dualpipe_skip>();
+  static_assert(plan.compute().lanes == 2);
+  static_assert(plan.shape.edges == 8);
+  const pt::runtime_plan run = pt::build_plan(dualpipe_skip::generate());
+  REQUIRE_MESSAGE(run.ok(), pt::describe(run.result));
+  CHECK(std::vector<pt::lowered_op>(plan.ops().begin(), plan.ops().end()) ==
+        std::vector<pt::lowered_op>(run.ops().begin(), run.ops().end()));
+  // every microbatch's F of stage 2 (and of its lane-1 copy, 6) reads two inputs
+  int fan_ins = 0;
+  for (const pt::lowered_op& o : run.ops())
+    if (o.code == pt::op_code::compute && o.what == pt::kind::F && o.stage % 4 == 2) {
+      CHECK(run.lowered().slots_of(o).in.size() == 2);
+      ++fan_ins;
+    }
+  CHECK(fan_ins == 8);
+  CHECK(check_dataflow(run) > 0);
+}
+
 TEST_CASE("lower graph: the proof catches a receive of the wrong edge and a slot list out of range") {
   const pt::runtime_plan plan = pt::build_plan(pt::make_gpipe(4, 2, pt::stage_dag{4, skip}));
   REQUIRE(plan.ok());

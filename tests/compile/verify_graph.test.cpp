@@ -120,7 +120,17 @@ TEST_CASE("verify graph: the graph's own rules come first") {
   laned.lanes = 2;
   const pt::verdict lanes = pt::verify(laned.view());
   CHECK(lanes.code == pt::errc::invalid_graph);
-  CHECK(std::string(lanes.detail) == "a program whose stage graph is given as edges has one lane");
+  CHECK(std::string(lanes.detail).starts_with("with several lanes, the edges come lane by lane"));
+  // two lanes, each a copy of the chain 0 > 1 (as DualPipe over a graph): valid; out of order: not
+  pt::program copies = laned;
+  copies.edges = {{0, 1}, {2, 3}};
+  CHECK(pt::verify(copies.view()).code != pt::errc::invalid_graph);
+  copies.edges = {{2, 3}, {0, 1}};
+  CHECK(pt::verify(copies.view()).code == pt::errc::invalid_graph);
+  copies.edges = {{0, 3}, {2, 5}};  // lane 0 reaches into lane 1
+  const pt::verdict across = pt::verify(copies.view());
+  CHECK(across.code == pt::errc::invalid_graph);
+  CHECK(across.stage == 3);
 }
 
 TEST_CASE("verify graph: a fan-in holds an activation per input, in verify and in simulate alike") {

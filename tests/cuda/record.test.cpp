@@ -12,6 +12,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -264,12 +265,13 @@ TEST_CASE("cuda record: every built-in schedule issues exactly its lowered progr
 TEST_CASE("cuda record: a stage graph's plans issue exactly their lowered program, fan-ins and fan-outs ordered") {
   const std::vector<pt::stage_edge> skip{{0, 1}, {1, 2}, {2, 3}, {0, 2}}, towers{{0, 2}, {1, 2}, {2, 3}};
   for (const auto* edges : {&skip, &towers})
-    for (const char* name : {"gpipe", "1f1b", "zb-h1", "zb-auto", "interleaved-1f1b", "zb-v"}) {
+    for (const char* name : {"gpipe", "1f1b", "zb-h1", "zb-auto", "interleaved-1f1b", "zb-v", "dualpipe"}) {
       CAPTURE(std::string(name));
       pt::schedule_params params;
       params.edges = *edges;
       const int v = pt::default_chunks(*pt::find_schedule(name));
-      const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, 4 / v, 6, v, params));
+      const int m = std::string_view(name) == "dualpipe" ? 8 : 6;  // DualPipe: m >= 2 x ranks
+      const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, 4 / v, m, v, params));
       REQUIRE(!plan.lowered().slot_lists.empty());
       check_plan(plan);
     }

@@ -80,6 +80,15 @@ TEST_CASE("text: lanes") {
   CHECK(pt::to_text(p.view()).rfind("lanes 2\n", 0) == 0);
   // a microbatch on the other chain's stage is refused by verify
   CHECK(pt::verify(pt::parse_schedule("lanes 2\n0F1,0B1\n1F0,1B0\n").view()).code == pt::errc::index_out_of_range);
+  // lanes and edges together (DualPipe over a graph): a copy of the graph per lane, and back
+  const pt::program dual = pt::make_dualpipe(4, 8, pt::stage_dag{4, {{0, 2}, {1, 2}, {2, 3}}});
+  const std::string text = pt::to_text(dual.view());
+  CHECK(text.rfind("lanes 2\nedges 0>2, 1>2, 2>3, 4>6, 5>6, 6>7\n", 0) == 0);
+  const pt::program back = pt::parse_schedule(text);
+  CHECK(back.lanes == 2);
+  CHECK(back.edges == dual.edges);
+  CHECK(back.actions == dual.actions);
+  CHECK(pt::verify(back.view()).ok());
 }
 
 TEST_CASE("text: edges") {

@@ -81,8 +81,9 @@ TEST_CASE("family: over_graph runs every one-lane chain schedule over a graph of
   CHECK(families >= 9);
   pt::schedule_params params;
   params.edges = graphs[0].edges;
-  CHECK_THROWS_WITH_AS(pt::make_schedule("dualpipe", 4, 8, 1, params),
-                       doctest::Contains("two lanes (two copies of the chain, one per direction)"),
+  CHECK_THROWS_WITH_AS(pt::make_schedule("dualpipe", 2, 4, 1, params),
+                       "the stage graph's edges name 4 stages, but this schedule's program has 2 per lane (2 lanes, "
+                       "each a copy of the model)",
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(
       pt::make_schedule("interleaved-1f1b", 4, 8, 2, params),
@@ -92,7 +93,38 @@ TEST_CASE("family: over_graph runs every one-lane chain schedule over a graph of
   CHECK_THROWS_WITH_AS(pt::make_schedule("zb-auto", 4, 8, 1, params),
                        "zb-auto over a stage graph places one stage per rank (not in a V) so far",
                        std::invalid_argument);
-  // several lanes or another stage count: unchanged, for verify to judge
+  // another stage count (per lane): unchanged, for verify to judge
   CHECK(pt::over_graph(pt::make_schedule("dualpipe", 2, 4, 1, {}), pt::chain_dag(4)).edges.empty());
   CHECK(pt::over_graph(pt::make_schedule("1f1b", 2, 4, 1, {}), graphs[0]).edges.empty());
+}
+
+TEST_CASE("family: DualPipe runs a copy of the graph in each direction") {
+  const std::vector<pt::stage_dag> graphs{pt::stage_dag{4, {{0, 1}, {1, 2}, {2, 3}, {0, 2}}},
+                                          pt::stage_dag{4, {{0, 2}, {1, 2}, {2, 3}}},
+                                          pt::stage_dag{4, {{3, 1}, {2, 0}, {1, 0}}}};
+  const pt::program chain = pt::make_dualpipe(4, 8);
+  for (const pt::stage_dag& g : graphs) {
+    const pt::program prog = pt::make_dualpipe(4, 8, g);
+    REQUIRE(prog.lanes == 2);
+    // both lanes' edges, lane 1's shifted by the lane's first stage
+    REQUIRE(prog.edges.size() == 2 * g.edges.size());
+    for (std::size_t k = 0; k < g.edges.size(); ++k) {
+      CHECK(prog.edges[k] == g.edges[k]);
+      CHECK(prog.edges[k + g.edges.size()] == pt::stage_edge{g.edges[k].from + 4, g.edges[k].to + 4});
+    }
+    CHECK(std::vector<pt::stage_edge>(prog.view().lane_edges().begin(), prog.view().lane_edges().end()) == g.edges);
+    // each lane's i-th stage is the graph's i-th in topological order, on the chain's rank
+    const std::vector<int> order = pt::topological_order(g);
+    for (int lane = 0; lane < 2; ++lane)
+      for (int k = 0; k < 4; ++k)
+        CHECK(prog.stage_rank[static_cast<std::size_t>(lane * 4 + order[static_cast<std::size_t>(k)])] ==
+              chain.stage_rank[static_cast<std::size_t>(lane * 4 + k)]);
+    const pt::runtime_plan plan = pt::build_plan(prog);
+    CHECK_MESSAGE(plan.ok(), pt::describe(plan.result));
+    pt::schedule_params params;
+    params.edges = g.edges;
+    CHECK(pt::make_schedule("dualpipe", 4, 8, 1, params).actions == prog.actions);
+  }
+  CHECK_THROWS_WITH_AS(pt::make_dualpipe(4, 8, pt::chain_dag(6)), doctest::Contains("as many stages as ranks"),
+                       std::invalid_argument);
 }

@@ -31,11 +31,13 @@ struct binding_options {
 
 namespace detail {
 
-/// How many stages read stage s's output, per stage, under the plan's edges (none: a chain).
+/// How many stages read model stage s's output, per model stage, under the plan's edges (one
+/// lane's: program_view::lane_edges; none: a chain).
 inline std::vector<int> consumers_of(const program_view& p) {
-  std::vector<int> n(static_cast<std::size_t>(p.stages > 0 ? p.stages : 0), 0);
-  for (const stage_edge& e : p.edges)
-    if (e.from >= 0 && e.from < p.stages) ++n[static_cast<std::size_t>(e.from)];
+  const int L = p.lane_length();
+  std::vector<int> n(static_cast<std::size_t>(L), 0);
+  for (const stage_edge& e : p.lane_edges())
+    if (e.from >= 0 && e.from < L) ++n[static_cast<std::size_t>(e.from)];
   return n;
 }
 
@@ -59,7 +61,7 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
     for (int s = 0; s + 1 < L; ++s) link(s, s + 1);
     return;
   }
-  for (const stage_edge& e : p.edges) link(e.from, e.to);
+  for (const stage_edge& e : p.lane_edges()) link(e.from, e.to);
   const std::vector<int> consumers = consumers_of(p);
   for (std::size_t s = 0; s < entries.size(); ++s) {
     if (consumers[s] > 1 && !entries[s].sums_outputs)
@@ -75,13 +77,15 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
 
 /// The stages of `model`, once the plan is known to run the model's own stage graph: a dag's
 /// edges, in its order (the order of a fan-in's inputs and of a fan-out's gradient sum), or a
-/// chain's (a plan without edges).
+/// chain's (a plan without edges). A plan of several lanes runs a copy of it in each, so lane 0's
+/// edges are compared (verify has checked that the others are theirs shifted).
 template <class M>
 std::vector<stage_entry> entries_for(const program_view& p, M& model, const std::string& who) {
   if constexpr (requires { M::topology(); }) {
     const stage_dag g = M::topology();
+    const std::span<const stage_edge> lane = p.lane_edges();
     const bool same =
-        is_chain(g) ? !p.has_edges() : std::equal(g.edges.begin(), g.edges.end(), p.edges.begin(), p.edges.end());
+        is_chain(g) ? !p.has_edges() : std::equal(g.edges.begin(), g.edges.end(), lane.begin(), lane.end());
     if (!same) {
       auto edges = [](std::span<const stage_edge> es) {
         std::string t;
@@ -89,7 +93,7 @@ std::vector<stage_entry> entries_for(const program_view& p, M& model, const std:
           t += (t.empty() ? "" : ",") + std::to_string(e.from) + ">" + std::to_string(e.to);
         return t;
       };
-      throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(p.edges) : "a chain") +
+      throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(lane) : "a chain") +
                         " but the model's is " + (is_chain(g) ? "a chain" : edges(g.edges)) +
                         " (the same edges, in the same order)");
     }

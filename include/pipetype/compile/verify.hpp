@@ -149,16 +149,26 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     v.detail = "lanes must be positive and divide both the stages and the microbatches";
     return fail(v);
   }
-  if (p.has_edges()) {  // the stage graph's own rules (graph/dag.hpp), with one lane
-    if (p.lanes != 1) {
+  if (p.has_edges()) {  // the stage graph's own rules (graph/dag.hpp), on one lane's copy
+    const int c = p.lanes, L = p.stages / p.lanes;
+    const std::span<const stage_edge> lane0 = p.lane_edges();
+    bool copies = p.edges.size() % static_cast<std::size_t>(c) == 0;
+    for (std::size_t k = lane0.size(); copies && k < p.edges.size(); ++k) {
+      const stage_edge e = lane0[k % lane0.size()];
+      const int shift = static_cast<int>(k / lane0.size()) * L;
+      copies = p.edges[k] == stage_edge{e.from + shift, e.to + shift};
+    }
+    if (!copies) {
       verdict v;
       v.code = errc::invalid_graph;
-      v.detail = "a program whose stage graph is given as edges has one lane";
+      v.detail =
+          "with several lanes, the edges come lane by lane, each lane's those of lane 0 shifted by its first stage, "
+          "in the same order (every lane is a copy of the model)";
       return fail(v);
     }
     stage_dag g;
-    g.stages = p.stages;
-    g.edges.assign(p.edges.begin(), p.edges.end());
+    g.stages = L;
+    g.edges.assign(lane0.begin(), lane0.end());
     if (const verdict v = check_dag(g); !v.ok()) return fail(v);
   }
   if (p.invalid_rank != no_rank) {

@@ -19,6 +19,9 @@
 // connections, several towers): F(s,j) then reads F(u,j) of every producer u → s, and B/I(s,j)
 // the input gradient of every consumer s → v. Empty edges mean the chain or lanes above, so a
 // chain's tables and costs stay as they were. `stage_links` gives both forms as adjacency lists.
+// With c lanes and edges, each lane is a copy of one graph of L stages: the edges come lane by
+// lane, lane k's being lane 0's shifted by k·L in the same order (verify checks it), and
+// `lane_edges()` is lane 0's, the model's own graph (DualPipe over a stage graph).
 #pragma once
 
 #include <cstddef>
@@ -56,6 +59,12 @@ struct program_view {
 
   /// True when the program carries its stage graph as edges.
   constexpr bool has_edges() const noexcept { return !edges.empty(); }
+  /// The model's stage graph as edges: lane 0's share (all of them with one lane; empty: a chain).
+  constexpr std::span<const stage_edge> lane_edges() const noexcept {
+    return lanes > 1 && edges.size() % static_cast<std::size_t>(lanes) == 0
+               ? edges.first(edges.size() / static_cast<std::size_t>(lanes))
+               : edges;
+  }
   /// Stages per lane (all of them when `lanes` does not divide the stages: verify says so).
   constexpr int lane_length() const noexcept {
     return lanes > 1 && stages % lanes == 0 ? stages / lanes : (stages > 0 ? stages : 1);

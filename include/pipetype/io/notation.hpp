@@ -17,10 +17,10 @@
 // A cell may hold two transfers joined by `_` (`1SEND_F0_2RECV_B0`, seen in older copies).
 // Whitespace, quotes, CRLF line ends and `#` comments are skipped; blank lines are not ranks. A
 // line `lanes N` (pipetype's, not PyTorch's; `chains N`, its older spelling, reads the same) splits
-// the stage graph into N parallel lanes, as
-// DualPipe's two directions (core/program.hpp). A line `edges 0>1, 1>2, 0>2` (pipetype's too)
-// gives the stage graph as edges instead of the chain: skip connections, several towers
-// (graph/dag.hpp; verify checks the graph's rules).
+// the stage graph into N parallel lanes, as DualPipe's two directions (core/program.hpp). A line
+// `edges 0>1, 1>2, 0>2` (pipetype's too) gives the stage graph as edges instead of the chain: skip
+// connections, several towers (graph/dag.hpp; verify checks the graph's rules). With both, the
+// edges are every lane's, lane by lane (each a copy of lane 0's, shifted).
 //
 // Reading: `read_schedule(text)` gives every rank's steps in file order (core/step.hpp) and the
 // notation it read; `to_program(file, options)` the compute program (stages and microbatches

@@ -24,7 +24,10 @@
 // Formulas (uniform costs F = I = W, B = I + W, F&B = F + B; no communication latency):
 //   bubble (rank span − per-rank work)  (PP/2 − 1)(F&B + B − 3W)   (README)
 //   peak activations                    PP + 1 on every rank        (README)
-// Over a stage graph: not yet — its two lanes are two copies of the chain (make_schedule says so).
+// Over a stage graph of PP stages (make_dualpipe(PP, m, g), or schedule_params::edges): each
+// direction runs its own copy of the graph, relabelled by over_graph (family.hpp) — the lane's
+// i-th stage is the graph's i-th stage in topological order, so rank r runs that stage of
+// direction 0 and the (PP − 1 − r)-th of direction 1, and the program carries both copies' edges.
 #pragma once
 
 #include <string_view>
@@ -69,6 +72,15 @@ constexpr program make_dualpipe(int PP, int m) {
     detail::dualpipe_rank(b, stage, first_mb, r < PP - 1 - r ? r : PP - 1 - r, H, n);
   }
   return std::move(b).build("dualpipe");
+}
+
+/// DualPipe over the stage graph `g` of PP stages: both directions run a copy of it (see above).
+constexpr program make_dualpipe(int PP, int m, const stage_dag& g) {
+  if (g.stages != PP)
+    throw std::invalid_argument(
+        "dualpipe: the stage graph must have as many stages as ranks (each direction holds "
+        "one copy of it, a stage per rank)");
+  return over_graph(make_dualpipe(PP, m), g);
 }
 
 /// dualpipe for tools that pick a schedule by name (registry.hpp).

@@ -18,7 +18,7 @@
 //
 // A stage graph (schedule_params::edges) reaches a family's make() only where it says `graphs`
 // (gpipe, 1f1b and zb-h1 have graph forms that warm up by each stage's depth; zb-auto searches the
-// graph's topological order); make_schedule runs every other one-lane family's chain program over
+// graph's topological order); make_schedule runs every other family's chain program over
 // the graph with over_graph below.
 #pragma once
 
@@ -32,30 +32,40 @@
 
 namespace pipetype {
 
-/// A chain schedule (one lane), run over the stage graph `g` of as many stages: the chain's stage
-/// k becomes the k-th stage of g's topological order (graph/dag.hpp), on the same rank, in the same
-/// place of every rank's list, and the program carries g's edges. Valid for every such schedule,
-/// whatever its placement: each edge u → v joins two positions k < k' of the order, so the chain's
-/// path k → … → k' already orders F(u, j) before F(v, j) and v's backward before u's — the graph
-/// asks for a subset of what the chain's run satisfies, so the relabelled program verifies and
+/// A chain schedule run over the stage graph `g`: the chain's stage k becomes the k-th stage of
+/// g's topological order (graph/dag.hpp), on the same rank, in the same place of every rank's
+/// list, and the program carries g's edges. Valid for every such schedule, whatever its
+/// placement: each edge u → v joins two positions k < k' of the order, so the chain's path
+/// k → … → k' already orders F(u, j) before F(v, j) and v's backward before u's — the graph asks
+/// for a subset of what the chain's run satisfies, so the relabelled program verifies and
 /// completes whenever the chain's does. It keeps the chain's warm-ups, which the graph may not
-/// need (1F1B and ZB-H1 have graph forms of their own that warm up by each stage's depth). A
-/// program with several lanes, or of another stage count, is returned unchanged, for verify to
-/// judge.
+/// need (1F1B and ZB-H1 have graph forms of their own that warm up by each stage's depth).
+///
+/// A program of c lanes (DualPipe's two directions) takes a graph of one lane's L stages: each
+/// lane is relabelled alike (its stage i·L + k becomes i·L + order[k]) and carries its own copy of
+/// g's edges, lane by lane (core/program.hpp). A program whose stage count (per lane) differs from
+/// g's is returned unchanged, for verify to judge.
 constexpr program over_graph(const program& chain, const stage_dag& g) {
-  if (g.stages != chain.stages || chain.lanes != 1 || static_cast<int>(chain.stage_rank.size()) != chain.stages)
+  const int c = chain.lanes > 0 ? chain.lanes : 1;
+  if (chain.stages % c != 0 || g.stages != chain.stages / c ||
+      static_cast<int>(chain.stage_rank.size()) != chain.stages)
     return chain;
-  const std::vector<int> order = detail::graph_placement(g, chain.stages);
+  const int L = g.stages;
+  const std::vector<int> order = detail::graph_placement(g, L);
+  auto relabel = [&](int s) { return s - s % L + order[static_cast<std::size_t>(s % L)]; };
+  std::vector<stage_edge> edges;
+  for (int i = 0; i < c; ++i)
+    for (const stage_edge& e : g.edges) edges.push_back({e.from + i * L, e.to + i * L});
   program_builder b{chain.ranks, chain.stages, chain.microbatches};
-  b.graph(g.edges);
+  b.lanes(c).graph(edges);
   for (int k = 0; k < chain.stages; ++k) {
     const int r = chain.stage_rank[static_cast<std::size_t>(k)];
-    if (r >= 0) b.place(order[static_cast<std::size_t>(k)], r);
+    if (r >= 0) b.place(relabel(k), r);
   }
   for (int r = 0; r < chain.ranks; ++r) {
     b.rank(r);
     for (const action& a : chain.view().rank_actions(r))
-      b.add(action{a.what, order[static_cast<std::size_t>(a.stage)], a.microbatch, a.overlapped});
+      b.add(action{a.what, relabel(a.stage), a.microbatch, a.overlapped});
   }
   return std::move(b).build(chain.name);
 }

@@ -131,17 +131,17 @@ constexpr program make_schedule(std::string_view name, int p, int m, int v = 0, 
   schedule_params chain_params = params;
   chain_params.edges.clear();
   const program chain = s.make(p, m, v, chain_params);
-  if (chain.lanes > 1)
-    throw std::invalid_argument(
-        "this schedule runs the model in two lanes (two copies of the chain, one per direction): it takes no stage "
-        "graph so far");
   int named = 0;
   for (const stage_edge& e : params.edges) named = std::max({named, e.from + 1, e.to + 1});
-  if (named != chain.stages)
-    throw std::invalid_argument("the stage graph's edges name " + std::to_string(named) +
-                                " stages, but this schedule's program has " + std::to_string(chain.stages) + " (" +
-                                std::to_string(v) + " per rank over " + std::to_string(p) + " ranks)");
-  return over_graph(chain, stage_dag{chain.stages, params.edges});
+  const int L = chain.lanes > 1 ? chain.stages / chain.lanes : chain.stages;  // the model's stages
+  if (named != L)
+    throw std::invalid_argument(
+        "the stage graph's edges name " + std::to_string(named) + " stages, but this schedule's program has " +
+        (chain.lanes > 1
+             ? std::to_string(L) + " per lane (" + std::to_string(chain.lanes) + " lanes, each a copy of the model)"
+             : std::to_string(chain.stages) + " (" + std::to_string(v) + " per rank over " + std::to_string(p) +
+                   " ranks)"));
+  return over_graph(chain, stage_dag{L, params.edges});
 }
 
 }  // namespace pipetype
