@@ -19,11 +19,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "../exec/fan_out_stages.hpp"
 #include "graph_model.hpp"
 #include "mlp.hpp"
 #include "order.hpp"
@@ -214,6 +216,48 @@ TEST_CASE("cuda loopback: a stage graph's fan-ins and fan-outs train like the un
     run(gm::make<gm::skip>(5), gm::make<gm::skip>(5), s, 1);
     run(gm::make<gm::two_tower>(5), gm::make<gm::two_tower>(5), s, 2);
   }
+}
+
+namespace {
+// The record driver as a device driver sees it: buffers it will not let the executor add on the
+// host (they are host memory still, so the stages' own adds can run here)
+struct device_record : pc::record_driver {
+  using record_driver::record_driver;
+  static constexpr bool host_memory = false;
+};
+}  // namespace
+
+TEST_CASE("cuda loopback: on a device, a fan-out's gradients are summed by the stage's add_grad_output") {
+  static_assert(!pc::host_memory<device_record>);
+  const int m = 4;
+  const pt::runtime_plan plan = fan_out::plan("1f1b", m);
+  REQUIRE(plan.ok());
+  std::vector<std::unique_ptr<device_record>> own;
+  std::vector<device_record*> ptrs;
+  for (int r = 0; r < 3; ++r) {
+    own.push_back(std::make_unique<device_record>(r * 100000));
+    ptrs.push_back(own.back().get());
+  }
+  // without the member: refused, naming the stage and the member to add
+  fan_out::model<false> plain;
+  CHECK_THROWS_WITH_AS((pc::loopback_pipeline<device_record>{plan, plain, ptrs, {.deadline = 20s}}),
+                       doctest::Contains("stage 0 feeds 2 stages, whose gradients are summed before its backward, "
+                                         "and has no add_grad_output"),
+                       std::invalid_argument);
+  // with it: called on stage 0's compute stream, once per microbatch, in edge order
+  fan_out::model<true> model;
+  pc::loopback_pipeline<device_record> pipe{plan, model, ptrs, {.deadline = 20s}};
+  const std::vector<float> batch(fan_out::n * m, 1.0f);
+  pipe.step(batch.data());
+  CHECK(fan_out::sums_in_edge_order(model.stage<0>(), m));
+  std::set<void*> streams;
+  for (const fan_out::add_call& c : model.stage<0>().calls) streams.insert(c.stream);
+  REQUIRE(streams.size() == 1);
+  CHECK(*streams.begin() != nullptr);
+  std::set<void*> computes;  // the streams rank 0's computes ran on: the same one
+  for (const auto& c : ptrs[0]->calls())
+    if (c.what == ck::compute) computes.insert(ptrs[0]->native(c.stream));
+  CHECK(computes == streams);
 }
 
 TEST_CASE("cuda loopback: transfers are copies on the receiver's communication stream, between events") {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fan_out_stages.hpp"
 #include "graph_model.hpp"
 
 namespace pt = pipetype;
@@ -89,4 +90,24 @@ TEST_CASE("host graph: a model whose stage graph is not the plan's is refused by
       pt::build_plan(pt::make_gpipe(4, 2, pt::stage_dag{4, {{0, 2}, {0, 1}, {1, 2}, {2, 3}}}));
   REQUIRE(reordered.ok());
   CHECK_THROWS_AS((ph::executor{reordered, skip}), pt::shape_error);
+}
+
+TEST_CASE("host graph: a fan-out's gradients are summed in edge order, by the stage's add_grad_output if it has one") {
+  static_assert(pt::adds_grad_output_on_stream<fan_out::spread<true>>);
+  static_assert(!pt::adds_grad_output_on_stream<fan_out::spread<false>>);
+  for (const char* s : {"gpipe", "1f1b"})
+    for (int m : {1, 4}) {
+      CAPTURE(std::string(s));
+      CAPTURE(m);
+      const pt::runtime_plan plan = fan_out::plan(s, m);
+      REQUIRE(plan.ok());
+      const std::vector<float> batch(fan_out::n * static_cast<std::size_t>(m), 1.0f);
+      fan_out::model<true> own;
+      ph::executor{plan, own}.step(batch);
+      CHECK(fan_out::sums_in_edge_order(own.stage<0>(), m));
+      for (const fan_out::add_call& c : own.stage<0>().calls) CHECK(c.stream == nullptr);  // host threads
+      fan_out::model<false> plain;                                                         // the same sums by +=
+      ph::executor{plan, plain}.step(batch);
+      CHECK(fan_out::sums_in_edge_order(plain.stage<0>(), m));
+    }
 }

@@ -65,8 +65,9 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
   const std::vector<int> consumers = consumers_of(p);
   for (std::size_t s = 0; s < entries.size(); ++s) {
     if (consumers[s] > 1 && !entries[s].sums_outputs)
-      throw shape_error(who + ": stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
-                        " stages, so its gradients are summed, but its output type has no +=");
+      throw shape_error(
+          who + ": stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
+          " stages, so its gradients are summed, but its output type has no += and the stage no add_grad_output");
     // every source reads the same batch (one row per microbatch, the sources' inputs side by side)
     if (p.lane_head(static_cast<int>(s)) && entries[s].in_size != entries.front().in_size)
       throw shape_error(who + ": source stage " + std::to_string(s) + " takes elements of " +

@@ -88,7 +88,8 @@ struct stage_entry {
   std::size_t in_elems = 0, out_elems = 0, stash_elems = 0, weight_grad_elems = 0;
   std::size_t in_size = 0, out_size = 0, stash_size = 0, weight_grad_size = 0;  // element sizes
   bool split = false;
-  bool sums_outputs = false;  // its output type has +=: pipetype can sum a fan-out's gradients
+  bool sums_outputs = false;    // its output type has += (or add_grad_output): a fan-out's gradients can be summed
+  bool sums_on_stream = false;  // the stage adds them itself, on a stream (add_grad_output)
   constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
   constexpr std::size_t in_bytes() const { return in_elems * in_size; }
   constexpr std::size_t out_bytes() const { return out_elems * out_size; }
@@ -147,16 +148,21 @@ inline constexpr bool sums_outputs_v = requires(output_t<S>& a, const output_t<S
 };
 
 // A fan-out's gradients, one per consumer edge: added into the first, in edge order, before the
-// backward (or backward_input) reads it; backward_weight then reads the sum there.
+// backward (or backward_input) reads it; backward_weight then reads the sum there. The stage's
+// add_grad_output does the adding where it has one (on its stream), else `+=` on the host.
 template <class S>
-void sum_grad_outputs(const bound_op& op) {
-  if constexpr (sums_outputs_v<S>) {
+void sum_grad_outputs(S& st, const bound_op& op) {
+  if constexpr (adds_grad_output_on_stream<S> || sums_outputs_v<S>) {
     using O = output_t<S>;
     if (op.n_grad_outs < 2 || op.grad_out_list == nullptr) return;
     O* g = reinterpret_cast<O*>(op.grad_out);
     for (int k = 1; k < op.n_grad_outs; ++k) {
       const O* x = reinterpret_cast<const O*>(op.grad_out_list[k]);
-      for (std::uint32_t i = 0; i < op.n_out; ++i) g[i] += x[i];
+      if constexpr (adds_grad_output_on_stream<S>) {
+        st.add_grad_output(std::span<O>(g, op.n_out), std::span<const O>(x, op.n_out), op.stream);
+      } else {
+        for (std::uint32_t i = 0; i < op.n_out; ++i) g[i] += x[i];
+      }
     }
   }
 }
@@ -168,7 +174,7 @@ void run_forward(void* s, const bound_op& op, const std::byte* batch) {
 template <class S>
 void run_backward(void* s, const bound_op& op, const std::byte* batch) {
   S& st = *static_cast<S*>(s);
-  sum_grad_outputs<S>(op);
+  sum_grad_outputs(st, op);
   if constexpr (has_full_backward<S>) {
     st.backward(make_backward<S>(op, batch, true, true));
   } else {
@@ -178,8 +184,9 @@ void run_backward(void* s, const bound_op& op, const std::byte* batch) {
 }
 template <class S>
 void run_backward_input(void* s, const bound_op& op, const std::byte* batch) {
-  sum_grad_outputs<S>(op);
-  static_cast<S*>(s)->backward_input(make_backward<S>(op, batch, true, false));
+  S& st = *static_cast<S*>(s);
+  sum_grad_outputs(st, op);
+  st.backward_input(make_backward<S>(op, batch, true, false));
 }
 template <class S>
 void run_backward_weight(void* s, const bound_op& op, const std::byte* batch) {
@@ -220,7 +227,8 @@ stage_entry entry_of(S& s) {
   e.in_elems = input_extent(s);
   e.out_elems = output_extent(s);
   e.stash_elems = stash_extent(s);
-  e.sums_outputs = sums_outputs_v<S>;
+  e.sums_on_stream = adds_grad_output_on_stream<S>;
+  e.sums_outputs = sums_outputs_v<S> || e.sums_on_stream;
   e.in_size = sizeof(input_t<S>);
   e.out_size = sizeof(output_t<S>);
   e.stash_size = sizeof(stash_t<S>);
@@ -232,12 +240,14 @@ stage_entry entry_of(S& s) {
 namespace detail {
 
 /// Stage `Stage` of a dag feeds `Consumers` stages: with more than one, pipetype sums their
-/// gradients into one, so its output elements need +=.
+/// gradients into one, so its output elements need += (or the stage an add_grad_output).
 template <int Stage, int Consumers, class S>
 struct fan_out_sums {
-  static_assert(Consumers < 2 || sums_outputs_v<S>,
+  static_assert(Consumers < 2 || sums_outputs_v<S> || adds_grad_output_on_stream<S>,
                 "pipetype: this stage's output feeds several stages, so pipetype sums their gradients (in edge order) "
-                "before its backward; its output element type needs += (Stage in fan_out_sums<Stage, ...>)");
+                "before its backward; its output element type needs += or the stage a member "
+                "add_grad_output(std::span<T> into, std::span<const T> g, void* stream) (Stage in "
+                "fan_out_sums<Stage, ...>)");
   static constexpr bool value = true;
 };
 

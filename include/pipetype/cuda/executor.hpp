@@ -37,6 +37,10 @@
 // hold the same sums, in the same order, under every schedule. Under DualPipe a model stage runs
 // on two ranks: give every rank its own stage objects and sum the two copies' gradients after
 // the step (an all-reduce between the pair).
+//
+// Stage graphs: a stage whose output feeds several stages gets their gradients summed into the
+// first, in edge order, before its B or I, by its `add_grad_output(into, g, stream)` on the
+// compute stream (graph/stage.hpp); a device driver refuses such a stage without that member.
 #pragma once
 
 #include <array>
@@ -172,11 +176,12 @@ class executor {
     if constexpr (!host_memory<D>) {
       const std::vector<int> consumers = pipetype::detail::consumers_of(p);
       for (std::size_t s = 0; s < consumers.size(); ++s)
-        if (consumers[s] > 1)
+        if (consumers[s] > 1 && !entries_[s].sums_on_stream)
           throw std::invalid_argument(
-              "pipetype::cuda: stage " + std::to_string(s) +
-              " feeds several stages, whose gradients pipetype sums on the host so far; on a device the plan's "
-              "stage graph may fan in but not out yet (docs/10)");
+              "pipetype::cuda: stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
+              " stages, whose gradients are summed before its backward, and has no add_grad_output(std::span<T> "
+              "into, std::span<const T> g, void* stream): on a device pipetype cannot add them itself; give the "
+              "stage that member (launch the add on `stream`)");
     }
     batch_ = pipetype::detail::batch_layout_of(p, entries_);
     batch_bytes_ = batch_.row;

@@ -39,6 +39,12 @@
 //              (pipetype adds them, left to right, before the stage runs, so the sum is the same
 //              under every schedule)
 //
+// The adding needs the output's element type to have `+=` (run on the host), or the stage's own
+//   void add_grad_output(std::span<T> into, std::span<const T> g, void* stream);
+// which pipetype then calls for every gradient after the first, in edge order, with `into` the
+// first: a device executor needs it (the gradients live in device memory: launch the add on
+// `stream`); host executors call it too when it exists (the concept adds_grad_output_on_stream).
+//
 // A chain's stage sees one input and one grad_input in these lists, the same spans as `input` and
 // `grad_input`: code written for a chain runs unchanged.
 //
@@ -236,6 +242,16 @@ template <class S>
 concept adds_weight_grad_on_stream = has_weight_grad<S> &&
     requires(S& s, std::span<const weight_grad_t<S>> g, void* stream) {
   s.add_weight_grad(g, stream);
+};
+
+/// A stage whose output feeds several stages and that adds one consumer's gradient into another's
+/// itself, asynchronously on `stream` (a cudaStream_t on a device; nullptr on host threads):
+///   void add_grad_output(std::span<T> into, std::span<const T> g, void* stream);
+/// pipetype calls it for each gradient after the first, in edge order (see the top of this file).
+template <class S>
+concept adds_grad_output_on_stream = requires(S& s, std::span<output_t<S>> into, std::span<const output_t<S>> g,
+                                              void* stream) {
+  s.add_grad_output(into, g, stream);
 };
 
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.
