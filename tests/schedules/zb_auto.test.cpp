@@ -145,3 +145,24 @@ TEST_CASE("zb_auto: by name with rank speeds and microbatch scales, it searches 
   CHECK(aware_span < pt::simulate(blind.view(), real).max_rank_span());
   CHECK(pt::build_plan(aware, {.mem_limit = 6}).ok());
 }
+
+TEST_CASE("zb_auto: over a stage graph it counts a fan-in's inputs, so its plans meet the memory limit") {
+  // two towers into a head: the head's rank holds two activations per microbatch
+  pt::schedule_params params;
+  params.cost = pt::costs{.f = 1, .b = 2};
+  params.edges = {{0, 1}, {2, 3}, {1, 4}, {3, 4}};
+  double last_span = 0;
+  for (const int limit : {6, 4, 3, 2}) {
+    CAPTURE(limit);
+    params.mem_limit = limit;
+    const pt::program prog = pt::make_schedule("zb-auto", 5, 8, 0, params);
+    const pt::runtime_plan plan = pt::build_plan(prog, {.mem_limit = limit});
+    REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
+    const double span = pt::simulate(prog.view(), params.cost).max_rank_span();
+    CHECK(span >= last_span);  // a tighter limit never shortens the schedule
+    last_span = span;
+  }
+  params.mem_limit = 1;  // below the head's two inputs of one microbatch
+  CHECK_THROWS_WITH_AS(pt::make_schedule("zb-auto", 5, 8, 0, params), doctest::Contains("fan-in holds one per input"),
+                       std::invalid_argument);
+}

@@ -36,8 +36,9 @@
 // zb_auto<8, 16>, about 2 s and 190 MB; p = 8, m = 48 and p = 16, m = 16 still fit g++'s default
 // constexpr limits, p = 16, m = 32 needs -fconstexpr-ops-limit (docs/03_diagnostics.md).
 // Over a stage graph (p stages, one per rank): the search over the chain of the graph's
-// topological order, run over the graph with over_graph (family.hpp); it does not yet see the
-// graph's parallel paths (two towers' forwards could overlap).
+// topological order, run over the graph with over_graph (family.hpp), its memory counted as verify
+// counts it (a fan-in's rank holds an activation per input); it does not yet see the graph's
+// parallel paths (two towers' forwards could overlap).
 #pragma once
 
 #include <stdexcept>
@@ -221,12 +222,13 @@ struct zb_auto_family {
   static constexpr bool split = true;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
   static constexpr program make(int p, int m, int, const schedule_params& params) {
-    auto search = [&](search_placement where) {
+    auto search = [&](search_placement where, std::vector<memory_model> stage_memory = {}) {
       zb_problem pr;
       pr.ranks = p;
       pr.microbatches = m;
       pr.placement = where;
       pr.mem_limit = params.mem_limit;
+      pr.stage_memory = std::move(stage_memory);
       costs c = params.cost;  // a rank's share; on the V each of its two stages holds half of it
       if (where == search_placement::v)
         for (double* x : {&c.f, &c.b, &c.i, &c.w, &c.fb})
@@ -238,7 +240,19 @@ struct zb_auto_family {
     if (!params.edges.empty()) {  // over a graph: the search over its topological order (over_graph)
       if (params.placement == search_placement::v)
         throw std::invalid_argument("zb-auto over a stage graph places one stage per rank (not in a V) so far");
-      return over_graph(search(search_placement::one_per_rank).schedule, stage_dag{p, params.edges});
+      // the chain's k-th stage becomes the graph's order[k]-th, which holds an activation per input
+      // it reads (core/memory.hpp): the search counts them so, as verify will
+      const stage_dag g{p, params.edges};
+      const std::vector<int> order = detail::graph_placement(g, p);
+      const detail::stage_links links = detail::links_of(p, g.edges);
+      std::vector<memory_model> held;
+      for (const int s : order) {
+        const int n = detail::inputs_held(links.pred_begin.data(), s);
+        memory_model mm;
+        for (int* x : {&mm.f, &mm.b, &mm.i, &mm.w}) *x *= n;
+        held.push_back(mm);
+      }
+      return over_graph(search(search_placement::one_per_rank, std::move(held)).schedule, g);
     }
     if (params.placement != search_placement::automatic) return search(params.placement).schedule;
     zb_result one = search(search_placement::one_per_rank), v = search(search_placement::v);

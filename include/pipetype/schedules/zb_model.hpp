@@ -76,7 +76,9 @@ constexpr const char* zb_problem_error(const zb_problem& pr) {
     if (mm.f <= 0 || mm.unit <= 0 || mm.i > 0 || mm.w > 0 || mm.f + mm.i + mm.w != 0)
       return "zb_auto: a stage's memory model must have F hold a positive amount that I and W release";
     if (pr.mem_limit > 0 && pr.mem_limit * mm.unit < mm.f)
-      return "zb_auto: the memory limit is below one microbatch activation";
+      return mm.f > mm.unit ? "zb_auto: the memory limit is below one microbatch's activations at a stage that "
+                              "holds several (a stage graph's fan-in holds one per input)"
+                            : "zb_auto: the memory limit is below one microbatch activation";
   }
   return nullptr;
 }
