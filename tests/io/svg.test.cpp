@@ -108,3 +108,37 @@ TEST_CASE("svg: an empty step still draws") {
   CHECK(test_io::count(s, "</svg>") == 1);
   CHECK(test_io::count(s, "class=\"span\"") == 0);
 }
+
+TEST_CASE("svg: a stage graph is drawn under the timeline, a box per stage in columns by depth") {
+  auto picture = [](const pt::program& prog) {
+    const pt::costs c{.f = 1, .b = 2};
+    return pt::svg(pt::trace_of(prog.view(), pt::simulate(prog.view(), c), c));
+  };
+  // two towers (0 > 1, 2 > 3) into a head (4): the towers' stages share columns, the head is third
+  const pt::program towers = pt::make_one_f_one_b(5, 2, pt::stage_dag{5, {{0, 1}, {2, 3}, {1, 4}, {3, 4}}});
+  const std::string s = picture(towers);
+  CHECK(test_io::count(s, "class=\"node\"") == 5);
+  CHECK(test_io::count(s, "class=\"graphedge\"") == 4);
+  CHECK(test_io::count(s, "<g") == test_io::count(s, "</g>"));
+  auto box_x = [&](const std::string& svg, int stage) {
+    const std::size_t at = svg.find("data-stage=\"" + std::to_string(stage) + "\"");
+    REQUIRE(at != std::string::npos);
+    return std::stod(attribute(svg, "x", svg.rfind("<rect", at)));
+  };
+  CHECK(box_x(s, 0) == box_x(s, 2));
+  CHECK(box_x(s, 1) == box_x(s, 3));
+  CHECK(box_x(s, 4) > box_x(s, 1));
+  CHECK(box_x(s, 1) > box_x(s, 0));
+  CHECK(s.find("data-from=\"3\" data-to=\"4\"") != std::string::npos);
+  // each box names the rank that runs the stage (the graph form of 1F1B: the topological order)
+  const std::vector<int> order = pt::topological_order(pt::stage_dag{5, towers.edges});
+  for (int r = 0; r < 5; ++r)
+    CHECK(s.find(">stage " + std::to_string(order[static_cast<std::size_t>(r)]) + " · rank " + std::to_string(r) +
+                 "<") != std::string::npos);
+  // DualPipe: one copy drawn, each box with the ranks of both lanes' copies
+  const std::string dual = picture(pt::make_dualpipe(4, 8, pt::stage_dag{4, {{0, 1}, {1, 2}, {2, 3}, {0, 2}}}));
+  CHECK(test_io::count(dual, "class=\"node\"") == 4);
+  CHECK(dual.find(">stage 0 · ranks 0, 3<") != std::string::npos);
+  // a chain: no graph
+  CHECK(picture(pt::make_one_f_one_b(4, 4)).find("class=\"node\"") == std::string::npos);
+}

@@ -23,6 +23,7 @@ import zlib
 
 NS = "{http://www.w3.org/2000/svg}"
 F, B, IDLE = (0x4E, 0x79, 0xA7), (0x59, 0xA1, 0x4F), (0xE6, 0xE6, 0xE6)
+NODE = (0xF2, 0xF2, 0xF2)  # a stage box of the graph drawn under the timeline
 from common import finish, problem, problems, run, valid_schedules
 
 
@@ -140,6 +141,20 @@ def check_by_hand(root, rows):
             problem(where, f"rank {rank} at t = {t}: drawn {px}, expected {colour}")
 
 
+def check_graph(root, rows, stages, where):
+    """The stage graph under the timeline: a box per stage, drawn in the node fill near its corner."""
+    nodes = [r for r in root.iter(NS + "rect") if r.get("class") == "node"]
+    if len(nodes) != stages:
+        problem(where, f"{len(nodes)} stage boxes, expected {stages}")
+    for rect in nodes:
+        x, y = float(rect.get("x")), float(rect.get("y"))
+        px = rows[int(y + 3)][int(x + 4)]
+        if not close(px, NODE):
+            problem(where, f"stage {rect.get('data-stage')}'s box: drawn {px}, expected {NODE}")
+    edges = [p for p in root.iter(NS + "path") if p.get("class") == "graphedge"]
+    return len(nodes), len(edges)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--explorer", required=True)
@@ -171,6 +186,14 @@ def main():
     drawn = draw(a.rsvg, path, "small")
     if drawn:
         check_by_hand(*drawn)
+    path = os.path.join(a.out, "towers.svg")  # two towers into a head: the graph drawn under the timeline
+    run([a.explorer, "--schedule", "zb-h1", "--ranks", "5", "--microbatches", "8", "--edges", "0>1,2>3,1>4,3>4",
+         "--svg", path])
+    drawn = draw(a.rsvg, path, "towers")
+    if drawn:
+        boxes += check_boxes(*drawn, "towers")
+        if check_graph(*drawn, 5, "towers") != (5, 4):
+            problem("towers", "expected 5 stage boxes and 4 edges")
     path = os.path.join(a.out, "train_mlp.svg")
     attempts = 4
     for attempt in range(1, attempts + 1):
@@ -193,7 +216,7 @@ def main():
             break
         print(f"train_mlp, measured once more after: {problems[before]}")
         del problems[before:]
-    return finish(f"{len(names) + 3} SVGs parsed and drawn; {boxes} boxes in their colours; 1f1b p=2 m=2 where worked out by hand")
+    return finish(f"{len(names) + 4} SVGs parsed and drawn; {boxes} boxes in their colours; 1f1b p=2 m=2 where worked out by hand")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,12 @@ struct step_trace {
   std::vector<traced_compute> computes;  // by rank, each rank's in its order
   std::vector<traced_comm> comms;
   std::vector<traced_transfer> transfers;
+  /// The stage graph, when the program gives it as edges (empty: a chain): one lane's edges
+  /// (program_view::lane_edges), the lanes, and per stage of the program the rank that runs it
+  /// (svg draws the graph under the timeline).
+  std::vector<stage_edge> edges{};
+  int lanes = 1;
+  std::vector<int> stage_rank{};
 
   /// The first start and the last end over every span, computes and comms (0 when empty).
   double begin() const { return edge(false); }
@@ -217,6 +223,11 @@ step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const
       }
   }
   by_time(out.transfers);
+  if (p.has_edges()) {
+    out.edges.assign(p.lane_edges().begin(), p.lane_edges().end());
+    out.lanes = p.lanes;
+    out.stage_rank = owner;
+  }
   return out;
 }
 }  // namespace detail

@@ -10,7 +10,9 @@
 // the rank's live activations as a step curve with its peak marked. With `transfers`, each
 // transfer is an arrow from its sending rank (when sent) to its receiving rank (when arrived).
 // Panels in the same unit share one time scale, so a measured step and its simulation line up.
-// A legend closes the picture.
+// Under a panel whose program gives its stage graph as edges (step_trace::edges), the graph
+// itself: a box per stage ("stage 2 · rank 1", data-stage) in columns by depth from a source,
+// an arrow per edge (data-from, data-to). A legend closes the picture.
 //
 //   F  #4e79a7 blue     B  #59a14f green      I  #f28e2b orange
 //   W  #b07aa1 purple   overlapped F&B pair  #e15759 red      idle #e6e6e6
@@ -57,6 +59,62 @@ namespace detail {
 struct svg_geometry {
   static constexpr double left = 72, right = 16, title_h = 22, axis_h = 26, gap = 8, memory_h = 18, legend_h = 28;
 };
+
+/// The stage graph under a panel: stages as boxes ("stage 2 · rank 1"; with lanes, the rank of
+/// each lane's copy: "ranks 2, 1") in columns by their depth from a source, each edge an arrow
+/// (a skip over columns bends below the boxes between).
+inline std::string svg_graph_body(const step_trace& tr, double y, double& height) {
+  using G = svg_geometry;
+  int L = 0;  // one lane's stages
+  for (const stage_edge& e : tr.edges) L = std::max({L, e.from + 1, e.to + 1});
+  const stage_links links = links_of(L, tr.edges);
+  std::vector<int> depth(static_cast<std::size_t>(L), 0), row(static_cast<std::size_t>(L), 0), in_column;
+  for (const int v : link_order(links, L))
+    for (int k = links.succ_begin[static_cast<std::size_t>(v)]; k < links.succ_begin[static_cast<std::size_t>(v) + 1];
+         ++k) {
+      const auto w = static_cast<std::size_t>(links.succ[static_cast<std::size_t>(k)]);
+      depth[w] = std::max(depth[w], depth[static_cast<std::size_t>(v)] + 1);
+    }
+  std::vector<std::string> label(static_cast<std::size_t>(L));
+  std::size_t widest = 0;
+  int rows = 0;
+  for (int v = 0; v < L; ++v) {
+    const auto d = static_cast<std::size_t>(depth[static_cast<std::size_t>(v)]);
+    if (in_column.size() <= d) in_column.resize(d + 1, 0);
+    row[static_cast<std::size_t>(v)] = in_column[d]++;
+    rows = std::max(rows, in_column[d]);
+    std::string& t = label[static_cast<std::size_t>(v)];
+    t = "stage " + std::to_string(v) + " · rank" + (tr.lanes > 1 ? "s " : " ");
+    for (int lane = 0; lane < tr.lanes; ++lane) {
+      const auto ps = static_cast<std::size_t>(lane * L + v);
+      t += (lane ? ", " : "") + (ps < tr.stage_rank.size() ? std::to_string(tr.stage_rank[ps]) : std::string("?"));
+    }
+    widest = std::max(widest, t.size() - 1);  // "·" is two bytes
+  }
+  const double box_w = 6.2 * static_cast<double>(widest) + 12, box_h = 18, pitch = 26, top = y + 6;
+  const double x0 = G::left;
+  auto bx = [&](int v) { return x0 + depth[static_cast<std::size_t>(v)] * (box_w + 44); };
+  auto by = [&](int v) { return top + row[static_cast<std::size_t>(v)] * pitch; };
+  std::string s = "<g class=\"graph\">\n<text x=\"" + decimal(x0 - 6) + "\" y=\"" + decimal(top + box_h / 2 + 4) +
+                  "\" class=\"rankname\">graph</text>\n";
+  for (const stage_edge& e : tr.edges) {
+    const double x1 = bx(e.from) + box_w, y1 = by(e.from) + box_h / 2, x2 = bx(e.to), y2 = by(e.to) + box_h / 2;
+    const bool skips = depth[static_cast<std::size_t>(e.to)] - depth[static_cast<std::size_t>(e.from)] > 1;
+    const double bend = skips ? 17 : 0, reach = std::min(30.0, (x2 - x1) / 2);
+    s += "<path d=\"M" + decimal(x1) + "," + decimal(y1) + " C" + decimal(x1 + reach) + "," + decimal(y1 + bend) + " " +
+         decimal(x2 - reach) + "," + decimal(y2 + bend) + " " + decimal(x2) + "," + decimal(y2) +
+         "\" class=\"graphedge\" marker-end=\"url(#arrow)\" data-from=\"" + std::to_string(e.from) + "\" data-to=\"" +
+         std::to_string(e.to) + "\"/>\n";
+  }
+  for (int v = 0; v < L; ++v)
+    s += "<rect x=\"" + decimal(bx(v)) + "\" y=\"" + decimal(by(v)) + "\" width=\"" + decimal(box_w) + "\" height=\"" +
+         decimal(box_h) + "\" rx=\"3\" class=\"node\" data-stage=\"" + std::to_string(v) + "\"/><text x=\"" +
+         decimal(bx(v) + box_w / 2) + "\" y=\"" + decimal(by(v) + box_h / 2 + 4) + "\" class=\"nodelabel\">" +
+         xml_escape(label[static_cast<std::size_t>(v)]) + "</text>\n";
+  s += "</g>\n";
+  height = 6 + (rows - 1) * pitch + box_h + 22;
+  return s;
+}
 
 inline std::string svg_panel_body(const step_trace& tr, const std::string& title, const svg_options& o, double y,
                                   double t0, double scale, double& height) {
@@ -152,8 +210,13 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
            "</title></line>\n";
     }
   }
-  s += "</g>\n";
   height = G::title_h + G::axis_h + tr.ranks * row_step;
+  if (!tr.edges.empty()) {
+    double gh = 0;
+    s += svg_graph_body(tr, y + height, gh);
+    height += gh;
+  }
+  s += "</g>\n";
   return s;
 }
 
@@ -237,7 +300,9 @@ inline std::string svg(std::span<const svg_panel> panels, const svg_options& o =
        ".legend{font-size:11px}.axis{stroke:#555555;stroke-width:1}.idle{fill:#e6e6e6}.span{stroke:#ffffff;stroke-"
        "width:0.6}"
        ".memory{fill:none;stroke:#333333;stroke-width:1}.peak{fill:#d62728;font-size:9px}"
-       ".transfer{stroke:#444444;stroke-width:0.8;stroke-opacity:0.6}</style></defs>\n"
+       ".transfer{stroke:#444444;stroke-width:0.8;stroke-opacity:0.6}"
+       ".node{fill:#f2f2f2;stroke:#555555;stroke-width:0.8}.nodelabel{font-size:10px;text-anchor:middle}"
+       ".graphedge{fill:none;stroke:#444444;stroke-width:0.9}</style></defs>\n"
        "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
   return s + body + "</svg>\n";
 }
