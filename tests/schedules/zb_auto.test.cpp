@@ -146,7 +146,8 @@ TEST_CASE("zb_auto: by name with rank speeds and microbatch scales, it searches 
   CHECK(pt::build_plan(aware, {.mem_limit = 6}).ok());
 }
 
-TEST_CASE("zb_auto: over a stage graph it counts a fan-in's inputs, so its plans meet the memory limit") {
+TEST_CASE(
+    "zb_auto: over a stage graph it counts a fan-in's inputs and keeps the shorter of its search and the graph forms") {
   // two towers into a head: the head's rank holds two activations per microbatch
   pt::schedule_params params;
   params.cost = pt::costs{.f = 1, .b = 2};
@@ -161,6 +162,11 @@ TEST_CASE("zb_auto: over a stage graph it counts a fan-in's inputs, so its plans
     const double span = pt::simulate(prog.view(), params.cost).max_rank_span();
     CHECK(span >= last_span);  // a tighter limit never shortens the schedule
     last_span = span;
+    // never longer than ZB-H1's or 1F1B's graph form where that fits the limit
+    const pt::stage_dag g{5, params.edges};
+    for (const pt::program& other : {pt::make_zb_h1(5, 8, g), pt::make_one_f_one_b(5, 8, g)})
+      if (pt::build_plan(other, {.mem_limit = limit}).ok())
+        CHECK(span <= pt::simulate(other.view(), params.cost).max_rank_span());
   }
   params.mem_limit = 1;  // below the head's two inputs of one microbatch
   CHECK_THROWS_WITH_AS(pt::make_schedule("zb-auto", 5, 8, 0, params), doctest::Contains("fan-in holds one per input"),

@@ -37,11 +37,13 @@
 // constexpr limits, p = 16, m = 32 needs -fconstexpr-ops-limit (docs/03_diagnostics.md).
 // Over a stage graph (p stages, one per rank): the search over the chain of the graph's
 // topological order, run over the graph with over_graph (family.hpp), its memory counted as verify
-// counts it (a fan-in's rank holds an activation per input); it does not yet see the graph's
-// parallel paths (two towers' forwards could overlap).
+// counts it (a fan-in's rank holds an activation per input); ZB-H1's and 1F1B's graph forms, which
+// warm up by depth, are kept instead where shorter within the limit. The search itself does not
+// yet see the graph's parallel paths (two towers' forwards could overlap).
 #pragma once
 
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -212,6 +214,40 @@ constexpr zb_result zb_auto_search(const zb_problem& pr) {
 /// The best schedule found for the problem (see zb_auto_search).
 constexpr program make_zb_auto(const zb_problem& pr) { return zb_auto_search(pr).schedule; }
 
+namespace detail {
+
+/// Over a stage graph: the search's chain schedule over the graph (over_graph), or the graph forms
+/// of ZB-H1 and 1F1B (which warm each rank up by its stage's depth, not its chain position) where
+/// one has the shorter rank span over the graph — simulated with every edge and within the memory
+/// limit as verify counts it. `search` may throw that nothing fits; a graph form that fits wins then.
+template <class Search>
+constexpr program best_over_graph(int p, int m, const schedule_params& params, const stage_dag& g, Search search) {
+  auto measure = [&](const program& prog) {  // the rank span, or -1 over the memory limit
+    const timeline t =
+        simulate(prog.view(), scaled_costs(params.cost, prog.stage_rank, params.rank_speed, params.microbatch_scale));
+    for (int r = 0; r < p && params.mem_limit > 0; ++r)
+      if (t.peak_activations(r) > params.mem_limit + 1e-9) return -1.0;
+    return t.complete ? t.max_rank_span() : -1.0;
+  };
+  program best;
+  double best_span = -1;
+  std::string failed;  // the search's reason, copied: the exception is gone after its handler
+  try {
+    best = over_graph(search().schedule, g);
+    best_span = measure(best);
+  } catch (const std::invalid_argument& e) {
+    failed = e.what();
+  }
+  for (program other : {make_zb_h1(p, m, g), make_one_f_one_b(p, m, g)}) {
+    const double span = measure(other);
+    if (span >= 0 && (best_span < 0 || span < best_span - 1e-9)) best = std::move(other), best_span = span;
+  }
+  if (best_span < 0 && !failed.empty()) throw std::invalid_argument(failed);
+  return best;
+}
+
+}  // namespace detail
+
 /// zb_auto for tools that pick a schedule by name (registry.hpp): the costs of a rank's share
 /// (with rank speeds and microbatch scales), the memory limit and the placement (one stage per
 /// rank, a V of two, or the better of both) come from `schedule_params`.
@@ -252,14 +288,16 @@ struct zb_auto_family {
         for (int* x : {&mm.f, &mm.b, &mm.i, &mm.w}) *x *= n;
         held.push_back(mm);
       }
-      return over_graph(search(search_placement::one_per_rank, std::move(held)).schedule, g);
+      return detail::best_over_graph(p, m, params, g,
+                                     [&] { return search(search_placement::one_per_rank, std::move(held)); });
     }
     if (params.placement != search_placement::automatic) return search(params.placement).schedule;
     zb_result one = search(search_placement::one_per_rank), v = search(search_placement::v);
     return v.rank_span < one.rank_span ? std::move(v.schedule) : std::move(one.schedule);
   }
   /// Over a graph zb-auto searches the chain of the graph's topological order, which orders
-  /// every edge (over_graph); it does not yet see the graph's parallel paths.
+  /// every edge (over_graph), and keeps ZB-H1's or 1F1B's graph form where it is shorter
+  /// (detail::best_over_graph); its own search does not yet see the graph's parallel paths.
   static constexpr bool graphs = true;
 };
 
