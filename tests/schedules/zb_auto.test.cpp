@@ -172,3 +172,32 @@ TEST_CASE(
   CHECK_THROWS_WITH_AS(pt::make_schedule("zb-auto", 5, 8, 0, params), doctest::Contains("fan-in holds one per input"),
                        std::invalid_argument);
 }
+
+TEST_CASE("zb_auto: by name with stage weights (an uneven layout), it searches under them") {
+  // E,t*2 | t*6 | t*2 | t*2,L: stage 1 holds three times the layers of the others
+  const pt::costs layer{.f = 1, .b = 2};
+  const std::vector<double> weights{2.5, 6, 2, 2.5};
+  pt::cost_model real{layer};
+  for (int s = 0; s < 4; ++s) real.stage_scale(s, weights[static_cast<std::size_t>(s)]);
+  pt::schedule_params params;
+  params.cost = layer;
+  params.mem_limit = 3;  // unlimited, both reach the heavy rank's busy time; under a limit they part
+  params.stage_scale = weights;
+  const pt::program aware = pt::make_schedule("zb-auto", 4, 8, 0, params);
+  params.stage_scale.clear();
+  const pt::program blind = pt::make_schedule("zb-auto", 4, 8, 0, params);
+  const double aware_span = pt::simulate(aware.view(), real).max_rank_span();
+  const double blind_span = pt::simulate(blind.view(), real).max_rank_span();
+  MESSAGE("rank span under the layout: searched with its weights " << aware_span << ", without " << blind_span);
+  CHECK(aware_span == 144);  // the heavy rank's busy time, 8 × 6 × (1 + 2): no bubble there
+  CHECK(aware_span < blind_span);
+  CHECK(pt::build_plan(aware, {.mem_limit = 3}).ok());
+  // over a graph the weights follow the stages to their ranks (the search's order is the graph's)
+  params.stage_scale = weights;
+  params.edges = {{0, 2}, {1, 2}, {2, 3}};
+  const pt::program graph = pt::make_schedule("zb-auto", 4, 8, 0, params);
+  CHECK(pt::build_plan(graph, {.mem_limit = 3}).ok());
+  const double graph_span = pt::simulate(graph.view(), real).max_rank_span();
+  params.stage_scale.clear();
+  CHECK(graph_span <= pt::simulate(pt::make_schedule("zb-auto", 4, 8, 0, params).view(), real).max_rank_span());
+}

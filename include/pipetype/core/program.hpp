@@ -24,6 +24,7 @@
 // `lane_edges()` is lane 0's, the model's own graph (DualPipe over a stage graph).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -364,26 +365,27 @@ constexpr stage_links links_of(program_view p) {
 }
 
 /// The stages in a topological order of `links` (lowest ready first); fewer than `stages` when
-/// the graph has a cycle.
+/// the graph has a cycle. O((S + E) log S): the ready stages are a min-heap.
 constexpr std::vector<int> link_order(const stage_links& links, int stages) {
   std::vector<int> indegree, order, ready;
   indegree.assign(static_cast<std::size_t>(stages > 0 ? stages : 0), 0);
-  for (int s = 0; s < stages; ++s)
+  const auto lowest_first = [](int a, int b) { return a > b; };
+  for (int s = 0; s < stages; ++s) {
     indegree[static_cast<std::size_t>(s)] =
         links.pred_begin[static_cast<std::size_t>(s) + 1] - links.pred_begin[static_cast<std::size_t>(s)];
-  for (int s = stages - 1; s >= 0; --s)
-    if (indegree[static_cast<std::size_t>(s)] == 0) ready.push_back(s);
+    if (indegree[static_cast<std::size_t>(s)] == 0) ready.push_back(s);  // ascending: already a heap
+  }
   while (!ready.empty()) {
-    int best = 0;  // the lowest ready stage
-    for (int k = 1; k < static_cast<int>(ready.size()); ++k)
-      if (ready[static_cast<std::size_t>(k)] < ready[static_cast<std::size_t>(best)]) best = k;
-    const int s = ready[static_cast<std::size_t>(best)];
-    ready.erase(ready.begin() + best);
+    std::pop_heap(ready.begin(), ready.end(), lowest_first);
+    const int s = ready.back();
+    ready.pop_back();
     order.push_back(s);
     for (int e = links.succ_begin[static_cast<std::size_t>(s)]; e < links.succ_begin[static_cast<std::size_t>(s) + 1];
          ++e)
-      if (--indegree[static_cast<std::size_t>(links.succ[static_cast<std::size_t>(e)])] == 0)
+      if (--indegree[static_cast<std::size_t>(links.succ[static_cast<std::size_t>(e)])] == 0) {
         ready.push_back(links.succ[static_cast<std::size_t>(e)]);
+        std::push_heap(ready.begin(), ready.end(), lowest_first);
+      }
   }
   return order;
 }

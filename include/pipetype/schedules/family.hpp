@@ -87,6 +87,10 @@ struct schedule_params {
   /// towers (graph/dag.hpp): make_schedule hands it to families with `graphs = true` and runs the
   /// others' chain programs over it (over_graph).
   std::vector<stage_edge> edges{};
+  /// Each stage's time relative to `cost` (empty: all 1): an uneven split, as a layout's stage
+  /// weights (analysis/layout_costs.hpp). With it `cost` is one unit's (a decoder layer's), not a
+  /// rank's share, so zb-auto's V does not halve it. Stages past its end weigh 1.
+  std::vector<double> stage_scale{};
 };
 
 template <class F>

@@ -216,6 +216,14 @@ constexpr program make_zb_auto(const zb_problem& pr) { return zb_auto_search(pr)
 
 namespace detail {
 
+/// `c` with stage s's times scaled by scale[s] (schedule_params::stage_scale).
+constexpr cost_model stage_scaled(const costs& c, const std::vector<double>& scale) {
+  cost_model out{c};
+  for (std::size_t s = 0; s < scale.size(); ++s)
+    if (scale[s] != 1) out.stage_scale(static_cast<int>(s), scale[s]);
+  return out;
+}
+
 /// Over a stage graph: the search's chain schedule over the graph (over_graph), or the graph forms
 /// of ZB-H1 and 1F1B (which warm each rank up by its stage's depth, not its chain position) where
 /// one has the shorter rank span over the graph — simulated with every edge and within the memory
@@ -223,8 +231,8 @@ namespace detail {
 template <class Search>
 constexpr program best_over_graph(int p, int m, const schedule_params& params, const stage_dag& g, Search search) {
   auto measure = [&](const program& prog) {  // the rank span, or -1 over the memory limit
-    const timeline t =
-        simulate(prog.view(), scaled_costs(params.cost, prog.stage_rank, params.rank_speed, params.microbatch_scale));
+    const timeline t = simulate(prog.view(), scaled_costs(stage_scaled(params.cost, params.stage_scale),
+                                                          prog.stage_rank, params.rank_speed, params.microbatch_scale));
     for (int r = 0; r < p && params.mem_limit > 0; ++r)
       if (t.peak_activations(r) > params.mem_limit + 1e-9) return -1.0;
     return t.complete ? t.max_rank_span() : -1.0;
@@ -258,7 +266,9 @@ struct zb_auto_family {
   static constexpr bool split = true;
   static constexpr const char* error(int, int, int) noexcept { return nullptr; }
   static constexpr program make(int p, int m, int, const schedule_params& params) {
-    auto search = [&](search_placement where, std::vector<memory_model> stage_memory = {}) {
+    // the search's stage k weighs scale[k] (params.stage_scale, in the search's stage order)
+    auto search = [&](search_placement where, std::vector<memory_model> stage_memory = {},
+                      const std::vector<double>& scale = {}) {
       zb_problem pr;
       pr.ranks = p;
       pr.microbatches = m;
@@ -266,10 +276,11 @@ struct zb_auto_family {
       pr.mem_limit = params.mem_limit;
       pr.stage_memory = std::move(stage_memory);
       costs c = params.cost;  // a rank's share; on the V each of its two stages holds half of it
-      if (where == search_placement::v)
+      if (where == search_placement::v && params.stage_scale.empty())
         for (double* x : {&c.f, &c.b, &c.i, &c.w, &c.fb})
           if (*x >= 0) *x /= 2;
-      pr.costs = scaled_costs(c, where == search_placement::v ? v_shape_placement(p) : looped_placement(p, 1),
+      pr.costs = scaled_costs(detail::stage_scaled(c, scale.empty() ? params.stage_scale : scale),
+                              where == search_placement::v ? v_shape_placement(p) : looped_placement(p, 1),
                               params.rank_speed, params.microbatch_scale);
       return zb_auto_search(pr);
     };
@@ -282,14 +293,17 @@ struct zb_auto_family {
       const std::vector<int> order = detail::graph_placement(g, p);
       const detail::stage_links links = detail::links_of(p, g.edges);
       std::vector<memory_model> held;
+      std::vector<double> scale;  // and weighs what that stage weighs
       for (const int s : order) {
         const int n = detail::inputs_held(links.pred_begin.data(), s);
         memory_model mm;
         for (int* x : {&mm.f, &mm.b, &mm.i, &mm.w}) *x *= n;
         held.push_back(mm);
+        const auto su = static_cast<std::size_t>(s);
+        if (!params.stage_scale.empty()) scale.push_back(su < params.stage_scale.size() ? params.stage_scale[su] : 1);
       }
       return detail::best_over_graph(p, m, params, g,
-                                     [&] { return search(search_placement::one_per_rank, std::move(held)); });
+                                     [&] { return search(search_placement::one_per_rank, std::move(held), scale); });
     }
     if (params.placement != search_placement::automatic) return search(params.placement).schedule;
     zb_result one = search(search_placement::one_per_rank), v = search(search_placement::v);
