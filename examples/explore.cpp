@@ -665,10 +665,12 @@ int main(int argc, char** argv) {
                 << ", \"markers\": " << ff.markers
                 << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
                 << pt::p2p_streams_name(a.p2p) << "\"}" << torch_json(ff);
-    if (plan.compute().has_edges())
-      std::cout << ", \"edges\": " << json_array(plan.compute().edges, [](const pt::stage_edge& e) {
+    if (plan.compute().has_edges()) {  // the model's graph, as the text's `stage graph:` line
+      std::cout << ", \"edges\": " << json_array(plan.compute().lane_edges(), [](const pt::stage_edge& e) {
         return "[" + std::to_string(e.from) + ", " + std::to_string(e.to) + "]";
       });
+      if (plan.compute().lanes > 1) std::cout << ", \"lanes\": " << plan.compute().lanes;  // a copy in each
+    }
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"lower_bound\": " << num(r.bound.value())
               << ", \"gap\": " << num(r.bound.gap(t.makespan())) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())

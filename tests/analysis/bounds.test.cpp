@@ -65,3 +65,14 @@ TEST_CASE("bounds: with edges, the critical path runs through every edge") {
   CHECK(pt::makespan_lower_bound(towers.view(), c).critical_path == doctest::Approx(7));
   CHECK(pt::simulate(towers.view(), c).makespan() == doctest::Approx(7));
 }
+
+TEST_CASE("bounds: with lanes and edges, a microbatch's path runs through its own lane's copy only") {
+  // DualPipe over the skip graph: microbatch 0 runs through lane 0 (stages 0..3) only, so an
+  // action it never runs (F of lane 1's stage 5) cannot lengthen its path
+  const pt::program p = pt::make_dualpipe(4, 8, pt::stage_dag{4, {{0, 1}, {1, 2}, {2, 3}, {0, 2}}});
+  const pt::costs c{.f = 1, .b = 2};
+  pt::cost_model ghost{c};
+  ghost.exact(pt::F(5, 0), 1000);
+  CHECK(pt::makespan_lower_bound(p.view(), ghost).critical_path == pt::makespan_lower_bound(p.view(), c).critical_path);
+  CHECK(pt::makespan_lower_bound(p.view(), c).value() <= pt::simulate(p.view(), c).makespan());
+}

@@ -141,4 +141,9 @@ TEST_CASE("svg: a stage graph is drawn under the timeline, a box per stage in co
   CHECK(dual.find(">stage 0 · ranks 0, 3<") != std::string::npos);
   // a chain: no graph
   CHECK(picture(pt::make_one_f_one_b(4, 4)).find("class=\"node\"") == std::string::npos);
+  // an edge naming a stage that does not exist (an unverified program) is left out, not read
+  pt::program broken = pt::make_one_f_one_b(3, 2, pt::stage_dag{3, {{0, 1}, {1, 2}}});
+  broken.edges.push_back({-4, 7});
+  const std::string b = picture(broken);
+  CHECK(test_io::count(b, "class=\"graphedge\"") == 2);
 }

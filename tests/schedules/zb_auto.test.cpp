@@ -201,3 +201,12 @@ TEST_CASE("zb_auto: by name with stage weights (an uneven layout), it searches u
   params.stage_scale.clear();
   CHECK(graph_span <= pt::simulate(pt::make_schedule("zb-auto", 4, 8, 0, params).view(), real).max_rank_span());
 }
+
+TEST_CASE("zb_auto: stage weights pick the placement they name when both are tried") {
+  pt::schedule_params params;
+  params.placement = pt::search_placement::automatic;
+  params.stage_scale = {1, 2, 2, 1};  // p stages: one per rank
+  CHECK(pt::make_schedule("zb-auto", 4, 8, 0, params).stages == 4);
+  params.stage_scale = {1, 2, 2, 1, 1, 2, 2, 1};  // 2p: the V
+  CHECK(pt::make_schedule("zb-auto", 4, 8, 0, params).stages == 8);
+}

@@ -99,6 +99,7 @@ constexpr makespan_bound makespan_lower_bound(program_view p, const C& c = {}) {
       const int s = order[k];
       const auto su = static_cast<std::size_t>(s);
       for (int j = 0; j < m; ++j) {
+        if (!p.runs_through(s, j)) continue;  // another lane's copy of the graph
         const std::size_t q = detail::key(s, j, m);
         double t = links.succ_begin[su] == links.succ_begin[su + 1]
                        ? ready[q] + static_cast<double>(c.time(F(s, j)))  // a loss: its backward follows its forward

@@ -40,7 +40,8 @@
 //
 // Stage graphs: a stage whose output feeds several stages gets their gradients summed into the
 // first, in edge order, before its B or I, by its `add_grad_output(into, g, stream)` on the
-// compute stream (graph/stage.hpp); a device driver refuses such a stage without that member.
+// stream that backward runs on (the compute stream, or an overlapped pair's second one;
+// graph/stage.hpp); a device driver refuses such a stage without that member.
 #pragma once
 
 #include <array>

@@ -86,6 +86,7 @@ struct step_trace {
   /// (program_view::lane_edges), the lanes, and per stage of the program the rank that runs it
   /// (svg draws the graph under the timeline).
   std::vector<stage_edge> edges{};
+  int graph_stages = 0;  // one lane's stages (the edges name [0, graph_stages))
   int lanes = 1;
   std::vector<int> stage_rank{};
 
@@ -225,6 +226,7 @@ step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const
   by_time(out.transfers);
   if (p.has_edges()) {
     out.edges.assign(p.lane_edges().begin(), p.lane_edges().end());
+    out.graph_stages = p.lane_length();
     out.lanes = p.lanes;
     out.stage_rank = owner;
   }

@@ -63,11 +63,13 @@ struct svg_geometry {
 /// The stage graph under a panel: stages as boxes ("stage 2 · rank 1"; with lanes, the rank of
 /// each lane's copy: "ranks 2, 1") in columns by their depth from a source, each edge an arrow
 /// (a skip over columns bends below the boxes between).
-inline std::string svg_graph_body(const step_trace& tr, double y, double& height) {
+inline std::string svg_graph_body(const step_trace& tr, double width, double y, double& height) {
   using G = svg_geometry;
-  int L = 0;  // one lane's stages
-  for (const stage_edge& e : tr.edges) L = std::max({L, e.from + 1, e.to + 1});
-  const stage_links links = links_of(L, tr.edges);
+  const int L = tr.graph_stages;  // one lane's stages; edges outside them are not drawn (verify names them)
+  std::vector<stage_edge> edges;
+  for (const stage_edge& e : tr.edges)
+    if (e.from >= 0 && e.from < L && e.to >= 0 && e.to < L) edges.push_back(e);
+  const stage_links links = links_of(L, edges);
   std::vector<int> depth(static_cast<std::size_t>(L), 0), row(static_cast<std::size_t>(L), 0), in_column;
   for (const int v : link_order(links, L))
     for (int k = links.succ_begin[static_cast<std::size_t>(v)]; k < links.succ_begin[static_cast<std::size_t>(v) + 1];
@@ -93,11 +95,14 @@ inline std::string svg_graph_body(const step_trace& tr, double y, double& height
   }
   const double box_w = 6.2 * static_cast<double>(widest) + 12, box_h = 18, pitch = 26, top = y + 6;
   const double x0 = G::left;
-  auto bx = [&](int v) { return x0 + depth[static_cast<std::size_t>(v)] * (box_w + 44); };
+  // columns box_w + 44 apart, closer when a deep graph would run past the right edge
+  const double columns = static_cast<double>(in_column.size() > 1 ? in_column.size() - 1 : 1);
+  const double step = std::max(std::min(box_w + 44, (width - G::right - x0 - box_w) / columns), 8.0);
+  auto bx = [&](int v) { return x0 + depth[static_cast<std::size_t>(v)] * step; };
   auto by = [&](int v) { return top + row[static_cast<std::size_t>(v)] * pitch; };
   std::string s = "<g class=\"graph\">\n<text x=\"" + decimal(x0 - 6) + "\" y=\"" + decimal(top + box_h / 2 + 4) +
                   "\" class=\"rankname\">graph</text>\n";
-  for (const stage_edge& e : tr.edges) {
+  for (const stage_edge& e : edges) {
     const double x1 = bx(e.from) + box_w, y1 = by(e.from) + box_h / 2, x2 = bx(e.to), y2 = by(e.to) + box_h / 2;
     const bool skips = depth[static_cast<std::size_t>(e.to)] - depth[static_cast<std::size_t>(e.from)] > 1;
     const double bend = skips ? 17 : 0, reach = std::min(30.0, (x2 - x1) / 2);
@@ -211,9 +216,9 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
     }
   }
   height = G::title_h + G::axis_h + tr.ranks * row_step;
-  if (!tr.edges.empty()) {
+  if (!tr.edges.empty() && tr.graph_stages > 0) {
     double gh = 0;
-    s += svg_graph_body(tr, y + height, gh);
+    s += svg_graph_body(tr, o.width, y + height, gh);
     height += gh;
   }
   s += "</g>\n";

@@ -28,6 +28,8 @@
 // direction runs its own copy of the graph, relabelled by over_graph (family.hpp) — the lane's
 // i-th stage is the graph's i-th stage in topological order, so rank r runs that stage of
 // direction 0 and the (PP − 1 − r)-th of direction 1, and the program carries both copies' edges.
+// The peak above is the chain's: a fan-in holds one activation per input, so a graph's may be
+// higher.
 #pragma once
 
 #include <string_view>

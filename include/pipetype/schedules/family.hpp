@@ -46,8 +46,8 @@ namespace pipetype {
 /// g's edges, lane by lane (core/program.hpp). A program whose stage count (per lane) differs from
 /// g's is returned unchanged, for verify to judge.
 constexpr program over_graph(const program& chain, const stage_dag& g) {
-  const int c = chain.lanes > 0 ? chain.lanes : 1;
-  if (chain.stages % c != 0 || g.stages != chain.stages / c ||
+  const int c = chain.lanes;
+  if (c < 1 || chain.stages % c != 0 || g.stages != chain.stages / c ||
       static_cast<int>(chain.stage_rank.size()) != chain.stages)
     return chain;
   const int L = g.stages;

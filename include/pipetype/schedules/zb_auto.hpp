@@ -228,6 +228,7 @@ constexpr cost_model stage_scaled(const costs& c, const std::vector<double>& sca
 /// of ZB-H1 and 1F1B (which warm each rank up by its stage's depth, not its chain position) where
 /// one has the shorter rank span over the graph — simulated with every edge and within the memory
 /// limit as verify counts it. `search` may throw that nothing fits; a graph form that fits wins then.
+/// (1F1B's form runs full backwards: over a graph zb-auto's answer need not split them.)
 template <class Search>
 constexpr program best_over_graph(int p, int m, const schedule_params& params, const stage_dag& g, Search search) {
   auto measure = [&](const program& prog) {  // the rank span, or -1 over the memory limit
@@ -251,6 +252,7 @@ constexpr program best_over_graph(int p, int m, const schedule_params& params, c
     if (span >= 0 && (best_span < 0 || span < best_span - 1e-9)) best = std::move(other), best_span = span;
   }
   if (best_span < 0 && !failed.empty()) throw std::invalid_argument(failed);
+  best.name = "zb-auto";  // whichever won
   return best;
 }
 
@@ -306,6 +308,11 @@ struct zb_auto_family {
                                      [&] { return search(search_placement::one_per_rank, std::move(held), scale); });
     }
     if (params.placement != search_placement::automatic) return search(params.placement).schedule;
+    // stage weights name the stages of one placement: p of them one per rank, 2p in a V
+    if (!params.stage_scale.empty())
+      return search(static_cast<int>(params.stage_scale.size()) == 2 * p ? search_placement::v
+                                                                         : search_placement::one_per_rank)
+          .schedule;
     zb_result one = search(search_placement::one_per_rank), v = search(search_placement::v);
     return v.rank_span < one.rank_span ? std::move(v.schedule) : std::move(one.schedule);
   }
