@@ -1,5 +1,6 @@
 #include "sweep.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -157,6 +158,10 @@ TEST_CASE(
     CAPTURE(limit);
     params.mem_limit = limit;
     const pt::program prog = pt::make_schedule("zb-auto", 5, 8, 0, params);
+    CHECK(std::string(prog.name) == "zb-auto");
+    CHECK(std::none_of(prog.actions.begin(), prog.actions.end(), [](const pt::action& a) {
+      return a.what == pt::kind::B;  // every answer splits its backwards, whichever form won
+    }));
     const pt::runtime_plan plan = pt::build_plan(prog, {.mem_limit = limit});
     REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
     const double span = pt::simulate(prog.view(), params.cost).max_rank_span();

@@ -42,6 +42,7 @@
 // yet see the graph's parallel paths (two towers' forwards could overlap).
 #pragma once
 
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -216,6 +217,29 @@ constexpr program make_zb_auto(const zb_problem& pr) { return zb_auto_search(pr)
 
 namespace detail {
 
+/// `prog` with every backward B(s, j) outside an overlapped pair split into I(s, j) then W(s, j),
+/// in its place: the same times where B = I + W, the same peaks (I and W each release half).
+constexpr program split_backwards(const program& prog) {
+  program_builder b{prog.ranks, prog.stages, prog.microbatches};
+  b.lanes(prog.lanes).graph(prog.edges);
+  for (int s = 0; s < static_cast<int>(prog.stage_rank.size()); ++s)
+    if (prog.stage_rank[static_cast<std::size_t>(s)] >= 0) b.place(s, prog.stage_rank[static_cast<std::size_t>(s)]);
+  for (int r = 0; r < prog.ranks; ++r) {
+    b.rank(r);
+    const std::span<const action> acts = prog.view().rank_actions(r);
+    for (std::size_t k = 0; k < acts.size(); ++k) {
+      const action& a = acts[k];
+      const bool paired = a.overlapped || (k > 0 && acts[k - 1].overlapped);
+      if (a.what == kind::B && !paired) {
+        b.add(I(a.stage, a.microbatch)).add(W(a.stage, a.microbatch));
+      } else {
+        b.add(a);
+      }
+    }
+  }
+  return std::move(b).build(prog.name);
+}
+
 /// `c` with stage s's times scaled by scale[s] (schedule_params::stage_scale).
 constexpr cost_model stage_scaled(const costs& c, const std::vector<double>& scale) {
   cost_model out{c};
@@ -228,7 +252,7 @@ constexpr cost_model stage_scaled(const costs& c, const std::vector<double>& sca
 /// of ZB-H1 and 1F1B (which warm each rank up by its stage's depth, not its chain position) where
 /// one has the shorter rank span over the graph — simulated with every edge and within the memory
 /// limit as verify counts it. `search` may throw that nothing fits; a graph form that fits wins then.
-/// (1F1B's form runs full backwards: over a graph zb-auto's answer need not split them.)
+/// (1F1B's form with its backwards split, each I followed by its W: zb-auto's answers always split.)
 template <class Search>
 constexpr program best_over_graph(int p, int m, const schedule_params& params, const stage_dag& g, Search search) {
   auto measure = [&](const program& prog) {  // the rank span, or -1 over the memory limit
@@ -247,7 +271,7 @@ constexpr program best_over_graph(int p, int m, const schedule_params& params, c
   } catch (const std::invalid_argument& e) {
     failed = e.what();
   }
-  for (program other : {make_zb_h1(p, m, g), make_one_f_one_b(p, m, g)}) {
+  for (program other : {make_zb_h1(p, m, g), split_backwards(make_one_f_one_b(p, m, g))}) {
     const double span = measure(other);
     if (span >= 0 && (best_span < 0 || span < best_span - 1e-9)) best = std::move(other), best_span = span;
   }
