@@ -286,10 +286,9 @@ std::string json_array(const Range& v, F f) {
 /// A built-in schedule for the arguments (zb-auto searches with the given costs and limit, and
 /// under --layout each stage weighs its layers); throws std::invalid_argument when there is none.
 pt::program make(std::string_view name, const args& a, int v) {
-  std::vector<double> weights;
-  for (const pt::stage_layers& st : a.layout.stages) weights.push_back(pt::layer_weights{}.of(st));
-  return pt::make_schedule(name, a.ranks, a.microbatches, v,
-                           {a.costs, a.mem_limit, a.rank_speed, a.microbatch_scale, a.placement, a.edges, weights});
+  return pt::make_schedule(
+      name, a.ranks, a.microbatches, v,
+      {a.costs, a.mem_limit, a.rank_speed, a.microbatch_scale, a.placement, a.edges, pt::layout_weights(a.layout)});
 }
 
 /// Stages per rank of a model share (DualPipe holds the model twice, one lane each); `fallback`

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <vector>
+
 namespace pt = pipetype;
 
 static_assert(pt::cost_source<pt::costs>);
@@ -47,4 +49,12 @@ TEST_CASE("scaled_costs: stages at their rank's speed, microbatches at their sca
   CHECK(c.time(pt::B(2, 1)) == 12);
   const pt::cost_model same = pt::scaled_costs(pt::costs{.f = 1, .b = 2}, stage_rank, {}, {});
   CHECK(same.time(pt::B(2, 1)) == 2);
+}
+
+TEST_CASE("costs: stage_scaled scales each named stage, and leaves the others") {
+  const pt::cost_model c = pt::stage_scaled(pt::cost_model{pt::costs{.f = 1, .b = 2}}, {2, 1, 0.5});
+  CHECK(c.time(pt::F(0, 3)) == doctest::Approx(2));
+  CHECK(c.time(pt::B(1, 0)) == doctest::Approx(2));
+  CHECK(c.time(pt::W(2, 0)) == doctest::Approx(0.5));
+  CHECK(c.time(pt::F(3, 0)) == doctest::Approx(1));  // past the scales' end
 }

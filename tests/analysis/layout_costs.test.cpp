@@ -6,6 +6,8 @@
 #include <pipetype/compile/plan.hpp>
 #include <pipetype/schedules/one_f_one_b.hpp>
 
+#include <vector>
+
 namespace pt = pipetype;
 
 TEST_CASE("layout_costs: a stage costs its layers' weight times one layer") {
@@ -19,6 +21,8 @@ TEST_CASE("layout_costs: a stage costs its layers' weight times one layer") {
   const pt::cost_model even =
       pt::layout_costs(l, {.f = 1, .b = 2}, {.embedding = 0, .decoder = 1, .mtp = 1, .loss = 0});
   CHECK(even.time(pt::F(0, 0)) == doctest::Approx(1));
+  // the weights alone, as schedule_params::stage_scale takes them
+  CHECK(pt::layout_weights(l) == std::vector<double>{1.5, 3, 4, 3});
 }
 
 TEST_CASE("layout_costs: an uneven split simulates longer than the even one, and its memory follows the layers") {

@@ -106,6 +106,14 @@ class cost_model {
   std::vector<rule> rules_;
 };
 
+/// `c` with stage s's times scaled by scale[s] (stages past its end as they were): an uneven split's
+/// stage weights (layout_costs, schedule_params::stage_scale).
+constexpr cost_model stage_scaled(cost_model c, const std::vector<double>& scale) {
+  for (std::size_t s = 0; s < scale.size(); ++s)
+    if (scale[s] != 1) c.stage_scale(static_cast<int>(s), scale[s]);
+  return c;
+}
+
 /// `base` (a `costs`, or a `cost_model` such as an uneven layout's) on uneven hardware and data:
 /// every stage s scaled by 1 / rank_speed[stage_rank[s]] (a rank's relative speed, 1 nominal;
 /// empty: all 1) and every microbatch j by microbatch_scale[j] (its length relative to the

@@ -22,14 +22,16 @@
 
 namespace pipetype {
 
+/// Each stage's weight, in stage order (schedule_params::stage_scale takes them).
+constexpr std::vector<double> layout_weights(const layer_layout& layout, layer_weights weights = {}) {
+  std::vector<double> out;
+  for (const stage_layers& s : layout.stages) out.push_back(weights.of(s));
+  return out;
+}
+
 /// The cost model of a layout: `per_layer` scaled by each stage's weight.
 constexpr cost_model layout_costs(const layer_layout& layout, costs per_layer, layer_weights weights = {}) {
-  cost_model c{per_layer};
-  for (int s = 0; s < layout.size(); ++s) {
-    const double w = weights.of(layout.stages[static_cast<std::size_t>(s)]);
-    if (w != 1) c.stage_scale(s, w);
-  }
-  return c;
+  return stage_scaled(cost_model{per_layer}, layout_weights(layout, weights));
 }
 
 /// Per rank, the most layer-activations (decoder-layer equivalents) it holds at once when it

@@ -240,14 +240,6 @@ constexpr program split_backwards(const program& prog) {
   return std::move(b).build(prog.name);
 }
 
-/// `c` with stage s's times scaled by scale[s] (schedule_params::stage_scale).
-constexpr cost_model stage_scaled(const costs& c, const std::vector<double>& scale) {
-  cost_model out{c};
-  for (std::size_t s = 0; s < scale.size(); ++s)
-    if (scale[s] != 1) out.stage_scale(static_cast<int>(s), scale[s]);
-  return out;
-}
-
 /// Over a stage graph: the search's chain schedule over the graph (over_graph), or the graph forms
 /// of ZB-H1 and 1F1B (which warm each rank up by its stage's depth, not its chain position) where
 /// one has the shorter rank span over the graph — simulated with every edge and within the memory
@@ -256,7 +248,7 @@ constexpr cost_model stage_scaled(const costs& c, const std::vector<double>& sca
 template <class Search>
 constexpr program best_over_graph(int p, int m, const schedule_params& params, const stage_dag& g, Search search) {
   auto measure = [&](const program& prog) {  // the rank span, or -1 over the memory limit
-    const timeline t = simulate(prog.view(), scaled_costs(stage_scaled(params.cost, params.stage_scale),
+    const timeline t = simulate(prog.view(), scaled_costs(stage_scaled(cost_model{params.cost}, params.stage_scale),
                                                           prog.stage_rank, params.rank_speed, params.microbatch_scale));
     for (int r = 0; r < p && params.mem_limit > 0; ++r)
       if (t.peak_activations(r) > params.mem_limit + 1e-9) return -1.0;
@@ -305,7 +297,7 @@ struct zb_auto_family {
       if (where == search_placement::v && params.stage_scale.empty())
         for (double* x : {&c.f, &c.b, &c.i, &c.w, &c.fb})
           if (*x >= 0) *x /= 2;
-      pr.costs = scaled_costs(detail::stage_scaled(c, scale.empty() ? params.stage_scale : scale),
+      pr.costs = scaled_costs(stage_scaled(cost_model{c}, scale.empty() ? params.stage_scale : scale),
                               where == search_placement::v ? v_shape_placement(p) : looped_placement(p, 1),
                               params.rank_speed, params.microbatch_scale);
       return zb_auto_search(pr);
