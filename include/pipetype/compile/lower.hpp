@@ -89,9 +89,17 @@ constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
 /// A binary min-heap of `size` keys at h[0 ..]: add `key`.
 constexpr void heap_push(long long* h, int& size, long long key) {
   int i = size++;
-  while (i > 0 && h[(i - 1) / 2] > key) {
-    h[i] = h[(i - 1) / 2];
-    i = (i - 1) / 2;
+  while (i > 0 && h[(i - 1) / 2] > key) h[i] = h[(i - 1) / 2], i = (i - 1) / 2;
+  h[i] = key;
+}
+
+/// The same heap: replace its least key by `key` (size > 0).
+constexpr void heap_replace_top(long long* h, int size, long long key) {
+  int i = 0;
+  for (int c = 1; c < size; c = 2 * i + 1) {
+    c += c + 1 < size && h[c + 1] < h[c] ? 1 : 0;
+    if (h[c] >= key) break;
+    h[i] = h[c], i = c;
   }
   h[i] = key;
 }
@@ -101,10 +109,9 @@ constexpr long long heap_pop(long long* h, int& size) {
   const long long top = h[0], key = h[--size];
   int i = 0;
   for (int c = 1; c < size; c = 2 * i + 1) {
-    if (c + 1 < size && h[c + 1] < h[c]) ++c;
+    c += c + 1 < size && h[c + 1] < h[c] ? 1 : 0;
     if (h[c] >= key) break;
-    h[i] = h[c];
-    i = c;
+    h[i] = h[c], i = c;
   }
   if (size > 0) h[i] = key;
   return top;
@@ -133,7 +140,12 @@ struct lowering_input {
   const int* pred = nullptr;        // [E] edge indices
   const int* succ_begin = nullptr;  // [S + 1]
   const int* succ = nullptr;        // [E]
+  int lane_mb = 0;                  // microbatches per lane when they are routed by lane, else 0
+  int lane_length = 1;              // stages per lane
   constexpr int limit() const noexcept { return 2 * T + 4; }
+  /// The microbatches that run through stage s: [first_mb(s), end_mb(s)) (program_view::runs_through).
+  constexpr int first_mb(int s) const noexcept { return lane_mb > 0 ? s / lane_length * lane_mb : 0; }
+  constexpr int end_mb(int s) const noexcept { return lane_mb > 0 ? (s / lane_length + 1) * lane_mb : m; }
 };
 
 /// Pass 1: the communicator of each crossing edge e (`edge_comm[e]`, -1 when both stages share a
@@ -225,26 +237,21 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
     const int sb = in.succ_begin[s], se = in.succ_begin[s + 1];
     if (sb == se) continue;  // a loss (or a lane's last stage): no output
     const int from = owner[s];
-    for (int j = 0; j < m; ++j) {
-      if (!in.p.runs_through(s, j)) continue;
-      const int q = s * m + j;
-      const int made = in.posF[q];
-      const int t = (made - 1) / 2 + 1;  // transfer tick: the one after the producer's; a send's
-                                         // output lives through tick t's compute (2t + 1)
-      const int out = niv++;             // the output's interval, its end known once every consumer is seen
+    // (Loop bodies kept to few statements: clang's constexpr step limit counts statements.)
+    const int j0 = in.first_mb(s), j1 = in.end_mb(s);
+    for (int j = j0; j < j1; ++j) {
+      // transfer tick: the one after the producer's; a send's output lives through tick t's
+      // compute (2t + 1). `out`: the output's interval, its end known once every consumer is seen
+      const int q = s * m + j, made = in.posF[q], t = (made - 1) / 2 + 1, out = niv++;
       int free = made;
       for (int k = sb; k < se; ++k) {
-        const int e = in.succ[k], c = in.to[e], to = owner[c];
-        const int until = to == from ? in.last[c * m + j] : 2 * t + 1;
+        const int e = in.succ[k], c = in.to[e], to = owner[c], until = to == from ? in.last[c * m + j] : 2 * t + 1,
+                  qe = e * m + j;
         free = until > free ? until : free;
-        if (to == from) continue;
-        const int qe = e * m + j;
-        iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = in.last[c * m + j], iv_pool[niv] = 0,
-        iv_id[niv] = 2 * qe;
-        ++niv;
-        x_tick[nx] = t, x_pool[nx] = 0, x_stage[nx] = s, x_mb[nx] = j, x_edge[nx] = e;
-        x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * qe;
-        ++nx;
+        if (to != from)
+          iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = in.last[c * m + j], iv_pool[niv] = 0,
+          iv_id[niv] = 2 * qe, ++niv, x_tick[nx] = t, x_pool[nx] = 0, x_stage[nx] = s, x_mb[nx] = j, x_edge[nx] = e,
+          x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * qe, ++nx;
       }
       iv_rank[out] = from, iv_alloc[out] = made, iv_free[out] = free, iv_pool[out] = 0, iv_id[out] = 2 * q + 1;
     }
@@ -255,24 +262,16 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
     if (u < 0) continue;
     const int c = in.to[e];
     const int from = owner[c], to = owner[u];
-    for (int j = 0; j < m; ++j) {
-      if (!in.p.runs_through(u, j)) continue;
-      const int q = e * m + j;
-      const int made = in.posG[c * m + j];
-      const int use = in.last[u * m + j];
-      if (from == to) {
-        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q;
-        ++niv;
-        continue;
-      }
-      const int t = (made - 1) / 2 + 1;
-      iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t + 1, iv_pool[niv] = 1, iv_id[niv] = 2 * q + 1;
-      ++niv;
-      iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q;
-      ++niv;
-      x_tick[nx] = t, x_pool[nx] = 1, x_stage[nx] = c, x_mb[nx] = j, x_edge[nx] = e;
-      x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * q;
-      ++nx;
+    const int j0 = in.first_mb(u), j1 = in.end_mb(u);
+    for (int j = j0; j < j1; ++j) {
+      const int q = e * m + j, made = in.posG[c * m + j], use = in.last[u * m + j], t = (made - 1) / 2 + 1;
+      if (from == to)
+        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q, ++niv;
+      else
+        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t + 1, iv_pool[niv] = 1, iv_id[niv] = 2 * q + 1,
+        ++niv, iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q,
+        ++niv, x_tick[nx] = t, x_pool[nx] = 1, x_stage[nx] = c, x_mb[nx] = j, x_edge[nx] = e, x_src[nx] = from,
+        x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * q, ++nx;
     }
   }
   tt.niv = niv;
@@ -328,15 +327,22 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
     const long long width = niv + 1;  // busy keys: last use · width + slot
     for (int i = 0; i < niv; ++i) ++base[iv_rank[i] * 2 + iv_pool[i] + 1];
     for (int g = 0; g < 2 * P; ++g) base[g + 1] += base[g];
+    long long* const busy0 = busy_v.data();
+    long long* const idle0 = idle_v.data();
     for (int o = 0; o < niv; ++o) {
-      const int i = order[o];
-      const int g = iv_rank[i] * 2 + iv_pool[i];
-      long long* busy = busy_v.data() + base[g];
-      long long* idle = idle_v.data() + base[g];
+      const int i = order[o], g = iv_rank[i] * 2 + iv_pool[i];
+      long long *busy = busy0 + base[g], *idle = idle0 + base[g];
+      const int nb = nbusy[g];
+      if (nidle[g] == 0 && nb > 0 && busy[0] / width < iv_alloc[i] &&
+          (nb == 1 || (busy[1] / width >= iv_alloc[i] && (nb == 2 || busy[2] / width >= iv_alloc[i])))) {
+        // the common case: exactly one slot free again and none idle, so it is the one taken
+        const int chosen = static_cast<int>(busy[0] % width);
+        heap_replace_top(busy, nb, iv_free[i] * width + chosen), slot_of[iv_pool[i] * st.stride + iv_id[i]] = chosen;
+        continue;
+      }
       while (nbusy[g] > 0 && busy[0] / width < iv_alloc[i]) heap_push(idle, nidle[g], heap_pop(busy, nbusy[g]) % width);
       const int chosen = nidle[g] > 0 ? static_cast<int>(heap_pop(idle, nidle[g])) : nslots[g]++;
-      heap_push(busy, nbusy[g], iv_free[i] * width + chosen);
-      slot_of[iv_pool[i] * st.stride + iv_id[i]] = chosen;
+      heap_push(busy, nbusy[g], iv_free[i] * width + chosen), slot_of[iv_pool[i] * st.stride + iv_id[i]] = chosen;
     }
     for (int r = 0; r < P; ++r) {
       res[r].activation_slots = nslots[2 * r];
@@ -353,20 +359,21 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
   for (int r = 0; r < P; ++r)
     for (int k = in.beg[r]; k < in.beg[r + 1]; ++k) {
       const action& a = A[k];
-      const int s = a.stage, j = a.microbatch;
-      const int pb = in.pred_begin[s], pe = in.pred_begin[s + 1];
-      const int sb = in.succ_begin[s], se = in.succ_begin[s + 1];
-      const int nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb;
-      const int nout = a.what == kind::F ? (se > sb ? 1 : 0) : a.what == kind::W ? 0 : pe - pb;
+      const int s = a.stage, j = a.microbatch, pb = in.pred_begin[s], pe = in.pred_begin[s + 1], sb = in.succ_begin[s],
+                se = in.succ_begin[s + 1], nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb,
+                nout = a.what == kind::F   ? (se > sb ? 1 : 0)
+                       : a.what == kind::W ? 0
+                                           : pe - pb;
       // an input read over edge e (u → s): u's output when u is here, else e's received copy; the
       // gradient a backward writes for e: where the producer reads it, or its staging copy
       if (nin <= 1 && ngrad <= 1 && nout <= 1) {  // (written out: a chain's every action comes here)
         const int e = nin == 1 ? in.pred[pb] : -1;
         const bool here = e >= 0 && in.owner[from[e]] == r;
-        if (nin == 1) in_slot[k] = here ? act_slot[2 * (from[e] * m + j) + 1] : act_slot[2 * (e * m + j)];
-        if (ngrad == 1) gin_slot[k] = grad_slot[2 * (in.succ[sb] * m + j)];
-        if (nout == 1)
-          out_slot[k] = a.what == kind::F ? act_slot[2 * (s * m + j) + 1] : grad_slot[2 * (e * m + j) + (here ? 0 : 1)];
+        in_slot[k] = nin == 1 ? (here ? act_slot[2 * (from[e] * m + j) + 1] : act_slot[2 * (e * m + j)]) : in_slot[k],
+        gin_slot[k] = ngrad == 1 ? grad_slot[2 * (in.succ[sb] * m + j)] : gin_slot[k],
+        out_slot[k] = nout != 1           ? out_slot[k]
+                      : a.what == kind::F ? act_slot[2 * (s * m + j) + 1]
+                                          : grad_slot[2 * (e * m + j) + (here ? 0 : 1)];
         continue;
       }
       const auto input = [&](int e) {
@@ -419,8 +426,7 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
   int* end_of = end_v.data();
   for (int o = 0; o < nx; ++o) {
     const int x = by_tick[o];
-    end_of[2 * o] = 2 * x, end_rank[2 * o] = x_src[x];
-    end_of[2 * o + 1] = 2 * x + 1, end_rank[2 * o + 1] = x_dst[x];
+    end_of[2 * o] = 2 * x, end_rank[2 * o] = x_src[x], end_of[2 * o + 1] = 2 * x + 1, end_rank[2 * o + 1] = x_dst[x];
   }
   const scratch<int> by_rank_v = counting_order(end_rank, 2 * nx, P);
   const int* by_rank = by_rank_v.data();
@@ -434,13 +440,11 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
   int* e_slot = et.slot.data();
   char* e_send = et.send.data();
   int* e_peer = et.peer.data();
+  const int* slot_of = st.of_buffer.data();
   for (int e = 0; e < 2 * nx; ++e) {
-    const int en = end_of[by_rank[e]];
-    const int x = en / 2;
-    e_x[e] = x;
-    e_send[e] = (en & 1) == 0 ? 1 : 0;
-    e_tick[e] = x_tick[x];
-    e_slot[e] = st.buffer(x_pool[x], (en & 1) == 0 ? x_sid[x] : x_did[x]);
+    const int en = end_of[by_rank[e]], x = en / 2;
+    e_x[e] = x, e_send[e] = (en & 1) == 0 ? 1 : 0, e_tick[e] = x_tick[x],
+    e_slot[e] = slot_of[x_pool[x] * st.stride + ((en & 1) == 0 ? x_sid[x] : x_did[x])];
   }
   scratch<int> key_v(2 * nx + 2, 0);
   int* key = key_v.data();
@@ -553,31 +557,24 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
   int e = et.rank_begin[r];
   const int eend = et.rank_begin[r + 1];
   int k = in.beg[r];
-  while (e < eend || k < in.beg[r + 1]) {
-    const int tx = e < eend ? e_tick[e] : never;
-    const int tc = k < in.beg[r + 1] ? tick[k] : never;
+  const int kend = in.beg[r + 1];
+  while (e < eend || k < kend) {
+    const int tx = e < eend ? e_tick[e] : never, tc = k < kend ? tick[k] : never, peer = e < eend ? e_peer[e] : 0;
     if (tx <= tc) {
       step_ref[ns] = e;
-      const int peer = e_peer[e];
       while (e < eend && e_tick[e] == tx && e_peer[e] == peer) ++e;
-      step_end[ns] = e;
-      rr.transfers += e - step_ref[ns];
-      ++rr.groups;
+      step_end[ns] = e, rr.transfers += e - step_ref[ns], ++rr.groups, ++ns;
     } else {
-      step_ref[ns] = k++;
-      step_end[ns] = -1;
+      step_ref[ns] = k++, step_end[ns] = -1, ++ns;
     }
-    ++ns;
   }
 
   // 2. hazards
   const int grad_base = 4 * rr.activation_slots;
   for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
   int waited0 = -1, waited1 = -1;
-  for (int i = 0; i < ns; ++i) {
-    wait_for[i] = -1;
-    record_after[i] = 0;
-  }
+  // (Loop bodies kept to few statements: clang's constexpr step limit counts statements.)
+  for (int i = 0; i < ns; ++i) wait_for[i] = -1, record_after[i] = 0;
   for (int i = 0; i < ns; ++i) {
     const bool group = step_end[i] >= 0;
     const int sw = group ? 1 : 0, other = 1 - sw;
@@ -586,8 +583,7 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
       for (int g = step_ref[i]; g < step_end[i]; ++g) {
         const bool sending = e_send[g] != 0;
         int* u = use + (x_pool[e_x[g]] == 0 ? 0 : grad_base) + 4 * e_slot[g];
-        if (u[other] > req) req = u[other];
-        if (!sending && u[2 + other] > req) req = u[2 + other];
+        req = u[other] > req ? u[other] : req, req = !sending && u[2 + other] > req ? u[2 + other] : req,
         u[(sending ? 2 : 0) + sw] = i;
       }
     } else if (graph && st.link[step_ref[i]] >= 0) {  // a list: reads, then the in-place sum, then writes
@@ -606,27 +602,19 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
       const int c = step_ref[i];
       if (in_slot[c] >= 0) {
         int* u = use + 4 * in_slot[c];
-        if (u[other] > req) req = u[other];
-        u[2] = i;
+        req = u[other] > req ? u[other] : req, u[2] = i;
       }
       if (gin_slot[c] >= 0) {
         int* u = use + grad_base + 4 * gin_slot[c];
-        if (u[other] > req) req = u[other];
-        u[2] = i;
+        req = u[other] > req ? u[other] : req, u[2] = i;
       }
       if (out_slot[c] >= 0) {
         int* u = use + (A[c].what == kind::F ? 0 : grad_base) + 4 * out_slot[c];
-        if (u[other] > req) req = u[other];
-        if (u[2 + other] > req) req = u[2 + other];
-        u[0] = i;
+        req = u[other] > req ? u[other] : req, req = u[2 + other] > req ? u[2 + other] : req, u[0] = i;
       }
     }
     int& waited = group ? waited1 : waited0;
-    if (req > waited) {
-      waited = req;
-      wait_for[i] = req;
-      record_after[req] = 1;
-    }
+    if (req > waited) waited = req, wait_for[i] = req, record_after[req] = 1;
   }
 
   // 3. emit (one object per op kind, only the fields that change written: cheapest in constant
@@ -640,51 +628,27 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
     const bool group = step_end[i] >= 0;
     const int t = group ? e_tick[step_ref[i]] : tick[step_ref[i]];
     int wait_ev = -1, record_ev = -1;
-    if (wait_for[i] >= 0) {
-      wait_ev = event_of[wait_for[i]];
-      in_use[wait_ev] = 0;
-    }
+    if (wait_for[i] >= 0) wait_ev = event_of[wait_for[i]], in_use[wait_ev] = 0;
     if (record_after[i]) {
       record_ev = 0;
       while (record_ev < nevents && in_use[record_ev]) ++record_ev;
-      if (record_ev == nevents) ++nevents;
-      in_use[record_ev] = 1;
-      event_of[i] = record_ev;
+      nevents += record_ev == nevents ? 1 : 0, in_use[record_ev] = 1, event_of[i] = record_ev;
     }
     if (group) {
-      gop.wait_event = wait_ev;
-      gop.record_event = record_ev;
-      gop.tick = t;
-      ops_out[nout++] = gop;
-      xop.tick = t;
+      gop.wait_event = wait_ev, gop.record_event = record_ev, gop.tick = t, ops_out[nout++] = gop, xop.tick = t;
       for (int g = step_ref[i]; g < step_end[i]; ++g) {
         const int x = e_x[g];
         const bool sending = e_send[g] != 0;
-        xop.code = sending ? op_code::send : op_code::recv;
-        xop.what = x_pool[x] == 0 ? kind::F : kind::B;
-        xop.stage = x_stage[x];
-        xop.microbatch = x_mb[x];
-        xop.peer = sending ? x_dst[x] : x_src[x];
-        xop.comm = edge_comm[x_edge[x]];
-        xop.link = graph ? x_edge[x] : -1;
-        xop.slot = e_slot[g];
-        ops_out[nout++] = xop;
+        xop.code = sending ? op_code::send : op_code::recv, xop.what = x_pool[x] == 0 ? kind::F : kind::B,
+        xop.stage = x_stage[x], xop.microbatch = x_mb[x], xop.peer = sending ? x_dst[x] : x_src[x],
+        xop.comm = edge_comm[x_edge[x]], xop.link = graph ? x_edge[x] : -1, xop.slot = e_slot[g], ops_out[nout++] = xop;
       }
     } else {
       const int c = step_ref[i];
       const action& a = A[c];
-      cop.what = a.what;
-      cop.overlapped = a.overlapped;
-      cop.stage = a.stage;
-      cop.microbatch = a.microbatch;
-      cop.slot = in_slot[c];
-      cop.grad_slot = gin_slot[c];
-      cop.out_slot = out_slot[c];
-      cop.wait_event = wait_ev;
-      cop.record_event = record_ev;
-      cop.tick = t;
-      if (graph) cop.link = st.link[c];
-      ops_out[nout++] = cop;
+      cop.what = a.what, cop.overlapped = a.overlapped, cop.stage = a.stage, cop.microbatch = a.microbatch,
+      cop.slot = in_slot[c], cop.grad_slot = gin_slot[c], cop.out_slot = out_slot[c], cop.wait_event = wait_ev,
+      cop.record_event = record_ev, cop.tick = t, cop.link = graph ? st.link[c] : -1, ops_out[nout++] = cop;
     }
   }
   for (int ev = 0; ev < nevents; ++ev) in_use[ev] = 0;
@@ -730,21 +694,20 @@ constexpr lowering_tables lowering_tables_of(program_view p, const int* tick) {
   }
   int* owner = lt.owner.data();
   const action* A = p.actions.data();
+  const int* beg = p.begin.data();
   for (int r = 0; r < p.ranks; ++r)
-    for (int k = p.begin[static_cast<std::size_t>(r)]; k < p.begin[static_cast<std::size_t>(r) + 1]; ++k)
-      owner[A[k].stage] = r;
+    for (int k = beg[r]; k < beg[r + 1]; ++k) owner[A[k].stage] = r;
   int* posF = lt.pos.data();
   int* posG = posF + n;
   int* last = posF + 2 * n;
-  for (int k = 0; k < p.size(); ++k) {
-    const int q = A[k].stage * m + A[k].microbatch;
-    const int ps = 2 * tick[k] + 1;
-    if (A[k].what == kind::F) {
+  const int N = p.size();
+  for (int k = 0; k < N; ++k) {
+    const int q = A[k].stage * m + A[k].microbatch, ps = 2 * tick[k] + 1;
+    const kind w = A[k].what;
+    if (w == kind::F)
       posF[q] = ps;
-    } else {
-      if (A[k].what != kind::W) posG[q] = ps;
-      if (ps > last[q]) last[q] = ps;
-    }
+    else
+      posG[q] = w != kind::W ? ps : posG[q], last[q] = ps > last[q] ? ps : last[q];
   }
   return lt;
 }
@@ -760,6 +723,9 @@ constexpr lowering_input lowering_input_of(program_view p, const int* tick, cons
   in.m = p.microbatches;
   in.N = p.size();
   in.n = in.S * in.m;
+  const int c = p.lanes;
+  in.lane_length = p.lane_length();
+  in.lane_mb = c <= 1 || p.stages % c != 0 || p.microbatches % c != 0 || p.microbatches < c ? 0 : p.microbatches / c;
   for (int k = 0; k < in.N; ++k) in.T = tick[k] + 1 > in.T ? tick[k] + 1 : in.T;
   in.owner = lt.owner.data();
   in.posF = lt.pos.data();
@@ -799,11 +765,13 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   const lowering_tables lt = lowering_tables_of(p, tick_span.data());
   const lowering_input in = lowering_input_of(p, tick_span.data(), lt);
   const scratch<int> edge_comm = lower_communicators(in, policy, out.comms);
-  const transfer_table tt = lower_transfers(in);
+  transfer_table tt = lower_transfers(in);
   out.resources.assign(static_cast<std::size_t>(in.P), rank_resources{});
   rank_resources* res = out.resources.data();
   slot_table st = assign_slots(in, tt, res);
+  tt.iv = scratch<int>(0, unset);  // the intervals are coloured: free them before the ops are made
   const end_table et = order_ends(in, tt, st, resolve(groups, p));
+  st.of_buffer = scratch<int>(0, unset);  // each end has its slot
   lowered_op* const ops_out = storage(count_ops(in, tt, et));
   if (ops_out == nullptr) return out;
   rank_scratch ws = rank_scratch_for(in, et, res);

@@ -1,6 +1,7 @@
 // pipetype/compile/plan.hpp — generate → verify → lower → verify, at compile time or run time.
-//
-//   constexpr auto plan = pipetype::make_plan<pipetype::one_f_one_b<ranks<4>, microbatches<8>>>();
+// Example:
+//   #include <pipetype/schedules/one_f_one_b.hpp>
+//   constexpr auto plan = pipetype::make_plan<pipetype::one_f_one_b<pipetype::ranks<4>, pipetype::microbatches<8>>>();
 //   static_assert(plan.peak_activations(0) == 4);
 //
 // `plan_v<Schedule, options>` runs the whole pipeline in a constant expression and names the
@@ -205,48 +206,125 @@ constexpr program_extent extent_of() {
     return extent_of(Schedule::generate());
 }
 
-template <plan_shape Cap, class F>
-constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt) {
-  // build_plan's steps, writing the lowered ops straight into the plan's table (no std::vector
-  // of ops and no copy: the cheapest form for the constant evaluator).
-  static_plan<Cap> s;
-  const program prog = make_program();
-  const bool fits = static_cast<int>(prog.actions.size()) <= Cap.actions && prog.ranks <= Cap.ranks;
+/// A generated program frozen into exact arrays: the first of make_plan's constant evaluations.
+/// A program that does not fit its capacities is not kept; `early` then holds its verdict.
+template <plan_shape Cap>
+struct frozen_program {
+  bool kept = false;
+  verdict early{};
+  const char* name = "";
+  int ranks = 0, stages = 0, microbatches = 0, lanes = 1, count = 0,
+      placed = 0;  // count: actions; placed: stage_rank's
+  std::array<int, static_cast<std::size_t>(Cap.stages)> stage_rank{};
+  std::array<int, static_cast<std::size_t>(Cap.ranks) + 1> begin{};
+  std::array<action, static_cast<std::size_t>(Cap.actions)> actions{};
+  std::array<stage_edge, static_cast<std::size_t>(Cap.edges)> edges{};
+
+  constexpr program_view view() const {
+    return {name,
+            ranks,
+            stages,
+            microbatches,
+            std::span<const int>(stage_rank).first(static_cast<std::size_t>(placed)),
+            std::span<const int>(begin).first(static_cast<std::size_t>(ranks) + 1),
+            std::span<const action>(actions).first(static_cast<std::size_t>(count)),
+            no_rank,
+            {},
+            lanes,
+            edges};
+  }
+};
+
+/// The second: the lock-step ticks, the peaks and the verdict of the checks.
+template <plan_shape Cap>
+struct checked_program {
+  verdict result{};
+  int ticks = 0;
+  std::array<int, static_cast<std::size_t>(Cap.actions)> tick{};
+  std::array<int, static_cast<std::size_t>(Cap.ranks)> peak_units{};
+};
+
+template <class From, class To>
+constexpr void copy_into(const From& from, To& to) {
+  const auto* f = from.data();
+  auto* t = to.data();
+  for (std::size_t i = 0; i < from.size(); ++i) t[i] = f[i];
+}
+
+template <plan_shape Cap>
+constexpr frozen_program<Cap> freeze(const program& prog, const plan_options& opt) {
+  frozen_program<Cap> out;
+  const bool fits = static_cast<int>(prog.actions.size()) <= Cap.actions && prog.ranks <= Cap.ranks &&
+                    static_cast<int>(prog.stage_rank.size()) <= Cap.stages &&
+                    static_cast<int>(prog.begin.size()) <= Cap.ranks + 1;
   const bool edges_fit = static_cast<int>(prog.edges.size()) == Cap.edges;
+  if (!fits || !edges_fit || !prog.source_error.ok() || prog.invalid_rank != no_rank) {
+    // not kept: its verdict now (the program's own error first, then what its extent() got wrong)
+    verdict v = check_program(prog.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units}).result;
+    if (v.ok() && !fits) {  // a schedule whose extent() undercounts what generate() returns
+      v.code = errc::bad_extent;
+      v.detail = "the schedule's extent() is smaller than the program it generates";
+    }
+    if (v.ok() && !edges_fit) {
+      v.code = errc::bad_extent;
+      v.detail = "the schedule's extent().edges is not the number of stage-graph edges it generates";
+    }
+    out.early = v;
+    return out;
+  }
+  out.kept = true;
+  out.count = static_cast<int>(prog.actions.size());
+  out.placed = static_cast<int>(prog.stage_rank.size());
+  out.name = prog.name;
+  out.ranks = prog.ranks;
+  out.stages = prog.stages;
+  out.microbatches = prog.microbatches;
+  out.lanes = prog.lanes;
+  copy_into(prog.stage_rank, out.stage_rank);
+  copy_into(prog.begin, out.begin);
+  copy_into(prog.actions, out.actions);
+  copy_into(prog.edges, out.edges);
+  return out;
+}
+
+template <plan_shape Cap>
+constexpr checked_program<Cap> check_frozen(const frozen_program<Cap>& f, const plan_options& opt) {
+  checked_program<Cap> out;
+  if (!f.kept) {
+    out.result = f.early;
+    return out;
+  }
+  const program_view p = f.view();
   const detail::check_result facts =
-      fits ? detail::check_into(prog.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units}, s.tick.data(),
-                                s.peak_units.data())
-           : detail::check_result{check_program(prog.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units}).result,
-                                  0};
-  verdict v = facts.result;
-  if (v.ok() && !fits) {  // a schedule whose extent() undercounts what generate() returns
-    v.code = errc::bad_extent;
-    v.detail = "the schedule's extent() is smaller than the program it generates";
+      detail::check_into(p, {opt.mem_limit, opt.memory, opt.mem_limit_units}, out.tick.data(), out.peak_units.data());
+  out.result = facts.result;
+  out.ticks = facts.ticks;
+  if (out.result.ok() && p.split_backward() != Cap.split) {  // the executors trust Cap.split
+    out.result.code = errc::bad_extent;
+    out.result.detail = "the schedule's extent().split does not say whether it splits backwards";
   }
-  if (v.ok() && !edges_fit) {
-    v.code = errc::bad_extent;
-    v.detail = "the schedule's extent().edges is not the number of stage-graph edges it generates";
-  }
-  if (v.ok() && prog.view().split_backward() != Cap.split) {  // the executors trust Cap.split
-    v.code = errc::bad_extent;
-    v.detail = "the schedule's extent().split does not say whether it splits backwards";
-  }
+  return out;
+}
+
+/// The third: the lowering, written straight into the plan's table (no std::vector of ops and
+/// no copy: the cheapest form for the constant evaluator). The fourth, verify_lowered, runs on
+/// the result (planner::verified).
+template <plan_shape Cap>
+constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const checked_program<Cap>& c,
+                                        const plan_options& opt) {
+  static_plan<Cap> s;
+  verdict v = c.result;
   lowered_program lowered;
   if (v.ok()) {
-    lowered = detail::lower_with(prog.view(), std::span<const int>(s.tick).first(prog.actions.size()), opt.comms,
-                                 opt.groups, [&](int count) {
+    lowered = detail::lower_with(f.view(), std::span<const int>(c.tick).first(static_cast<std::size_t>(f.count)),
+                                 opt.comms, opt.groups, [&](int count) {
                                    return count <= Cap.ops ? s.op_table.data() : nullptr;  // capacity_of bounds count
                                  });
-    const int count = lowered.begin.empty() ? 0 : lowered.begin.back();
     if (static_cast<int>(lowered.slot_lists.size()) > Cap.slot_lists) {  // capacity_of bounds them
       v.code = errc::bad_extent;
       v.detail = "the plan's slot lists outgrew their capacity";
-    } else {
-      v = verify_lowered({lowered.ranks, lowered.policy, lowered.begin,
-                          std::span<const lowered_op>(s.op_table).first(static_cast<std::size_t>(count)), lowered.comms,
-                          lowered.resources, lowered.slot_lists});
     }
-    s.used.ops = count;
+    s.used.ops = lowered.begin.empty() ? 0 : lowered.begin.back();
     s.used.slot_lists = static_cast<int>(lowered.slot_lists.size());
   }
   plan_shape& z = s.used;
@@ -260,47 +338,64 @@ constexpr static_plan<Cap> build_static(F make_program, const plan_options& opt)
   z.column = v.column;
   z.kind = v.kind;
   if (!v.ok()) return s;
-  z.ranks = prog.ranks;
-  z.stages = prog.stages;
-  z.microbatches = prog.microbatches;
-  z.actions = static_cast<int>(prog.actions.size());
+  z.ranks = f.ranks;
+  z.stages = f.stages;
+  z.microbatches = f.microbatches;
+  z.actions = f.count;
   z.comms = static_cast<int>(lowered.comms.size());
-  s.name = prog.name;
-  s.lanes = prog.lanes;
-  s.tick_count = facts.ticks;
+  s.name = f.name;
+  s.lanes = f.lanes;
+  s.tick_count = c.ticks;
   s.memory = opt.memory;
   s.policy = opt.comms;
-  auto copy = [](const auto& from, auto& to) {
-    const auto* f = from.data();
-    auto* t = to.data();
-    for (std::size_t i = 0; i < from.size(); ++i) t[i] = f[i];
-  };
-  copy(prog.stage_rank, s.stage_rank);
-  copy(prog.begin, s.action_begin);
-  copy(prog.actions, s.actions);
-  copy(lowered.begin, s.op_begin);
-  copy(lowered.comms, s.comm_table);
-  copy(lowered.resources, s.resources);
-  copy(prog.edges, s.edge_table);
-  copy(lowered.slot_lists, s.list_table);
+  s.stage_rank = f.stage_rank;
+  s.action_begin = f.begin;
+  s.actions = f.actions;
+  s.tick = c.tick;
+  s.peak_units = c.peak_units;
+  s.edge_table = f.edges;
+  copy_into(lowered.begin, s.op_begin);
+  copy_into(lowered.comms, s.comm_table);
+  copy_into(lowered.resources, s.resources);
+  copy_into(lowered.slot_lists, s.list_table);
   return s;
 }
+
+/// The verdict of the whole pipeline: the plan's own, else verify_lowered's on its ops.
+template <plan_shape Cap>
+constexpr verdict verify_static(const static_plan<Cap>& s) {
+  if (!s.rejection.ok()) return s.rejection;
+  return verify_lowered(s.lowered());
+}
+
+/// What error_of reads for a rejected plan (`value.rejection`).
+template <class Planner>
+struct verdict_of {
+  struct holder {
+    verdict rejection;
+  };
+  static constexpr holder value{Planner::verified};
+};
 
 template <class Schedule, plan_options Options>
 struct planner {
   static constexpr plan_shape cap = capacity_of(extent_of<Schedule>());
-  // The one run of generate → verify → lower → verify.
-  static constexpr static_plan<cap> value = build_static<cap>([] { return Schedule::generate(); }, Options);
+  // generate → check → lower → verify, each its own constant evaluation: each stays within the
+  // compilers' per-evaluation limits (g++'s -fconstexpr-ops-limit, clang's -fconstexpr-steps)
+  // for far larger plans than one evaluation of the whole, and each result is read in place.
+  static constexpr frozen_program<cap> generated = freeze<cap>(Schedule::generate(), Options);
+  static constexpr checked_program<cap> checked = check_frozen(generated, Options);
+  static constexpr static_plan<cap> value = build_static(generated, checked, Options);
+  static constexpr verdict verified = verify_static(value);
 };
 
 template <class Schedule, plan_options Options>
 constexpr const auto& checked_plan() {
   using P = planner<Schedule, Options>;
-  constexpr plan_shape z = P::value.used;
-  if constexpr (z.code != errc::ok) {
-    (void)report<typename error_of<P, Schedule>::type>{};
+  if constexpr (P::verified.code != errc::ok) {
+    (void)report<typename error_of<verdict_of<P>, Schedule>::type>{};
 #if defined(__clang__)
-    constexpr bool shown = rejected_because(P::value.rejection.detail, how_to_fix(z.code));
+    constexpr bool shown = rejected_because(P::verified.detail, how_to_fix(P::verified.code));
     (void)shown;
 #endif
   }

@@ -68,11 +68,15 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
     slots = sl > slots ? sl : slots;
     events = res[r].events > events ? res[r].events : events;
   }
-  detail::scratch<int> iv(2 * N + 1, -1), iv_unset(2 * N + 1, detail::unset);
-  int* group_of = iv.data();        // -1: not in a group (yet)
-  int* waits_on = group_of + N;     // -1: no wait
-  int* rank_of = iv_unset.data();   // written for every op
-  int* group_end_of = rank_of + N;  // written wherever group_of is
+  detail::scratch<int> iv(2 * N + 1, -1), iv_unset(N + 1, detail::unset);
+  int* group_of = iv.data();            // -1: not in a group (yet)
+  int* waits_on = group_of + N;         // -1: no wait
+  int* group_end_of = iv_unset.data();  // written wherever group_of is
+  const auto rank_of = [&](int i) {     // the rank issuing op i (error paths only)
+    int lo = 0, hi = P;                 // the last r with beg[r] <= i
+    while (hi - lo > 1) (beg[(lo + hi) / 2] <= i ? lo : hi) = (lo + hi) / 2;
+    return lo;
+  };
   detail::scratch<int> last_record_v(events + 1, -1);
   int* last_record = last_record_v.data();
   detail::scratch<int> use_v(8 * slots + 8, -1);
@@ -112,7 +116,6 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op& o = ops[i];
       const int local = i - beg[r];
-      rank_of[i] = r;
       // the tick certificate (step 5): phases 2·tick (groups, transfers) and 2·tick + 1 (computes)
       // never decrease along the rank, and a rank has one group per tick or, per tick, one group
       // per peer in increasing or decreasing peer order, the same for every rank in that tick
@@ -276,7 +279,7 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
         const lowered_op& a = ops[si];
         const lowered_op& b = ops[ri];
         if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch || a.link != b.link)
-          return at_op(errc::transfer_mismatch, rank_of[ri], b, ri - beg[rank_of[ri]],
+          return at_op(errc::transfer_mismatch, rank_of(ri), b, ri - beg[rank_of(ri)],
                        "the recv matches (FIFO per communicator and peer) a send of other data");
         if (a.tick != b.tick) certified = false;
         partner[si] = ri;
@@ -284,7 +287,7 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
       }
       if (ns != nr) {
         const int i = ns > nr ? send_list[send_begin[c] + common] : recv_list[recv_begin[c] + common];
-        return at_op(errc::transfer_mismatch, rank_of[i], ops[i], i - beg[rank_of[i]],
+        return at_op(errc::transfer_mismatch, rank_of(i), ops[i], i - beg[rank_of(i)],
                      ns > nr ? "a send with no matching recv" : "a recv with no matching send");
       }
     }
@@ -312,10 +315,12 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   int* lane_begin = lv.data();  // [lanes + 1]
   int* pc = lane_begin + lanes + 1;
   int* lane_ops = pc + lanes;
-  for (int i = 0; i < N; ++i) ++lane_begin[rank_of[i] * stream_count + static_cast<int>(ops[i].stream) + 1];
+  for (int r = 0; r < P; ++r)
+    for (int i = beg[r]; i < beg[r + 1]; ++i) ++lane_begin[r * stream_count + static_cast<int>(ops[i].stream) + 1];
   for (int l = 0; l < lanes; ++l) lane_begin[l + 1] += lane_begin[l];
   for (int l = 0; l < lanes; ++l) pc[l] = lane_begin[l];
-  for (int i = 0; i < N; ++i) lane_ops[pc[rank_of[i] * stream_count + static_cast<int>(ops[i].stream)]++] = i;
+  for (int r = 0; r < P; ++r)
+    for (int i = beg[r]; i < beg[r + 1]; ++i) lane_ops[pc[r * stream_count + static_cast<int>(ops[i].stream)]++] = i;
   for (int l = 0; l < lanes; ++l) pc[l] = lane_begin[l];
   detail::scratch<char> flags_v(2 * N + 2, 0);
   char* done = flags_v.data();
