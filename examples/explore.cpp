@@ -65,9 +65,9 @@ namespace {
 
 /// Why a built-in schedule of these sizes is past pipetype::limits (one F and one B, or an I
 /// and a W, per stage and microbatch), or nullptr: refused before anything is generated.
-const char* past_limits(int p, int m, int v, bool split) {
+const char* past_limits(int p, int m, int v, bool split, std::size_t edges) {
   const long long stages = 1LL * p * v;
-  return pt::limits::exceeded(p, stages, m, (split ? 3 : 2) * stages * m);
+  return pt::limits::exceeded(p, stages, m, (split ? 3 : 2) * stages * m, static_cast<long long>(edges));
 }
 
 struct args {
@@ -124,7 +124,8 @@ double to_number(const std::string& flag, const std::string& v, bool integer) {
   return x;
 }
 
-/// A comma-separated list of positive decimals (--rank-speed 1,1,0.5,1).
+/// A comma-separated list of positive decimals (--rank-speed 1,1,0.5,1), each in [0.000001,
+/// 1000000] (pipetype::cost_bounds: a speed of 10^-300 would make every simulated time infinite).
 std::vector<double> to_numbers(const std::string& flag, const std::string& v) {
   std::vector<double> out;
   std::size_t at = 0;
@@ -132,6 +133,8 @@ std::vector<double> to_numbers(const std::string& flag, const std::string& v) {
     const std::size_t comma = v.find(',', at);
     const double x = to_number(flag, v.substr(at, comma == std::string::npos ? std::string::npos : comma - at), false);
     if (!(x > 0)) usage_error(flag + " needs positive numbers separated by commas, got '" + v + "'");
+    if (x < pt::cost_bounds::min_scale || x > pt::cost_bounds::max_scale)
+      usage_error(flag + " needs numbers in [0.000001, 1000000] (pipetype::cost_bounds), got '" + v + "'");
     out.push_back(x);
     if (comma == std::string::npos) return out;
     at = comma + 1;
@@ -251,8 +254,12 @@ args parse(int argc, char** argv) {
   if (!a.microbatch_scale.empty() && a.file.empty() && static_cast<int>(a.microbatch_scale.size()) != a.microbatches)
     usage_error("--microbatch-scale needs one scale per microbatch: " + std::to_string(a.microbatches) + ", got " +
                 std::to_string(a.microbatch_scale.size()));
-  // a layout of S stages over p ranks: S / p chunks per rank, unless --chunks says otherwise
+  // a layout of S stages over p ranks: S / p chunks per rank, unless --chunks says otherwise; the
+  // same cap as --chunks
   if (a.has_layout() && a.chunks == 0 && a.layout.size() % a.ranks == 0) a.chunks = a.layout.size() / a.ranks;
+  if (a.chunks > 64)
+    usage_error("--layout: its " + std::to_string(a.layout.size()) + " stages over " + std::to_string(a.ranks) +
+                " ranks are " + std::to_string(a.chunks) + " chunks per rank, and --chunks is at most 64");
   return a;
 }
 
@@ -339,6 +346,23 @@ std::string layout_summary(const pt::layer_layout& l) {
   return out;
 }
 
+/// Under --layout with --mem-limit the two count different things: the limit a rank's share of
+/// microbatch activations (each stage's input, whatever its layers), the peaks beside it
+/// decoder-layer activations. Said once in text ("" otherwise) ...
+std::string limit_units_text(const args& a) {
+  if (!a.has_layout() || a.mem_limit <= 0) return "";
+  return "--mem-limit " + num(a.mem_limit) +
+         " counts microbatch activations of a rank's share of the model (a stage's input, whatever its layers), not "
+         "the decoder-layer activations of the peaks\n";
+}
+/// ... and in JSON as keys of their own (", \"mem_limit\": ..."; "" otherwise).
+std::string limit_units_json(const args& a) {
+  if (!a.has_layout() || a.mem_limit <= 0) return "";
+  return ", \"mem_limit\": " + num(a.mem_limit) +
+         ", \"mem_limit_unit\": \"microbatch activations per rank share\", \"peak_unit\": \"decoder-layer "
+         "activations\"";
+}
+
 struct result {
   pt::runtime_plan plan;
   pt::timeline t;
@@ -378,6 +402,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   r.plan = pt::build_plan(std::move(prog), o);
   if (r.plan.ok()) {
     const pt::cost_model c = per_stage(a, r.plan.compute(), chunks);
+    if (const char* e = c.error()) die(e);  // (the flags' bounds keep within it; a library check all the same)
     r.t = pt::simulate(r.plan.compute(), c);
     r.bound = pt::makespan_lower_bound(r.plan.compute(), c);
   }
@@ -425,7 +450,7 @@ int print_all(const args& a) {
       skipped.emplace_back(std::string(s.name), e);
       continue;
     }
-    if (const char* why = past_limits(a.ranks, a.microbatches, v, s.split)) {
+    if (const char* why = past_limits(a.ranks, a.microbatches, v, s.split, a.edges.size())) {
       skipped.emplace_back(std::string(s.name), std::string("too large: ") + why);
       continue;
     }
@@ -453,7 +478,8 @@ int print_all(const args& a) {
   };
   if (a.json()) {
     std::string out = "{\"ranks\": " + std::to_string(a.ranks) +
-                      ", \"microbatches\": " + std::to_string(a.microbatches) + ", \"schedules\": [";
+                      ", \"microbatches\": " + std::to_string(a.microbatches) + limit_units_json(a) +
+                      ", \"schedules\": [";
     for (std::size_t k = 0; k < rows.size(); ++k) {
       const result& r = rows[k].second;
       out += (k ? ", " : "") + std::string("{\"schedule\": ") + json_string(rows[k].first) +
@@ -480,8 +506,8 @@ int print_all(const args& a) {
               a.has_layout() ? "decoder layer" : "rank share", a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
               a.costs.of(pt::kind::W), a.costs.comm);
   if (a.has_layout())
-    std::printf("layout %s: %d stages: %s (peaks in decoder-layer activations)\n", a.layout_text.c_str(),
-                a.layout.size(), layout_summary(a.layout).c_str());
+    std::printf("layout %s: %d stages: %s (peaks in decoder-layer activations)\n%s", a.layout_text.c_str(),
+                a.layout.size(), layout_summary(a.layout).c_str(), limit_units_text(a).c_str());
   for (const auto& [what, xs] :
        {std::pair{"rank speeds", &a.rank_speed}, std::pair{"microbatch scales", &a.microbatch_scale}}) {
     if (xs->empty()) continue;
@@ -606,7 +632,7 @@ int main(int argc, char** argv) {
     chunks = s ? pt::default_chunks(*s, a.chunks) : 1;
     if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, chunks))
       usage_error("--schedule " + a.schedule + ": " + e);
-    if (const char* why = past_limits(a.ranks, a.microbatches, chunks, s->split))
+    if (const char* why = past_limits(a.ranks, a.microbatches, chunks, s->split, a.edges.size()))
       usage_error("--schedule " + a.schedule + ": too large: " + why);
     try {
       prog = make(a.schedule, a, chunks);
@@ -657,7 +683,7 @@ int main(int argc, char** argv) {
                 << json_array(a.layout.stages, [](const pt::stage_layers& x) { return std::to_string(x.layers()); })
                 << ", \"weights\": "
                 << json_array(a.layout.stages, [](const pt::stage_layers& x) { return num(pt::layer_weights{}.of(x)); })
-                << ", \"peak_layer_activations\": " << json_array(peaks, num) << "}";
+                << ", \"peak_layer_activations\": " << json_array(peaks, num) << limit_units_json(a) << "}";
     if (ff.read)
       std::cout << ", \"notation\": \"" << pt::notation_name(ff.form)
                 << "\", \"file\": {\"transfers\": " << ff.transfers << ", \"waits\": " << ff.waits
@@ -693,8 +719,8 @@ int main(int argc, char** argv) {
               a.has_layout() ? "decoder layer" : "rank share", a.costs.f, a.costs.b, a.costs.of(pt::kind::I),
               a.costs.of(pt::kind::W), a.costs.comm);
   if (a.has_layout())
-    std::printf("layout %s: %s (costs above are one decoder layer's; peak act counts decoder-layer activations)\n\n",
-                a.layout_text.c_str(), layout_summary(a.layout).c_str());
+    std::printf("layout %s: %s (costs above are one decoder layer's; peak act counts decoder-layer activations)\n%s\n",
+                a.layout_text.c_str(), layout_summary(a.layout).c_str(), limit_units_text(a).c_str());
   if (ff.read) {
     std::printf("file: %s notation", pt::notation_name(ff.form));
     if (ff.form == pt::notation::legacy) std::printf(" (B = backward for inputs, BW = full backward)");

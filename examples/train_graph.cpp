@@ -1,8 +1,8 @@
 // train_graph — models whose stage graphs are not chains, trained across pipeline ranks on host
 // threads (docs/10_stage_graphs.md).
 //
-//   train_graph [--graph skip|two-tower] [--schedule NAME] [--ranks P] [--microbatches M]
-//               [--steps N] [--lr X] [--json]
+//   train_graph [--graph skip|two-tower] [--schedule NAME | --file SCHEDULE.txt] [--ranks P]
+//               [--microbatches M] [--steps N] [--lr X] [--json]
 //
 // The models (examples/graph_model.hpp): a skip connection (0 → 1 → 2 → 3 and 0 → 2) and two
 // towers (0 → 2, 1 → 2, 2 → 3), four stages each, as `pipetype::dag` types, over 4 ranks (2 for
@@ -10,7 +10,8 @@
 // DualPipe runs a copy of the graph in each direction and needs 8 microbatches or more) is
 // generated, verified, lowered and run by the host executor; every step is checked against an
 // unpipelined run of the same model, which must give bitwise the same gradients. --json prints
-// one object.
+// one object. --file runs a schedule file instead (its `edges` line must be the graph's, the same
+// edges in the same order: anything else is refused with one sentence, exit 2).
 //
 // Exit codes: 0 trained and matched the reference, 1 the gradients differ, 2 bad arguments or a
 // rejected schedule.
@@ -20,12 +21,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli.hpp"
 #include "graph_model.hpp"
+#include "read_text.hpp"
+#include "trainer_file.hpp"
 
 namespace pt = pipetype;
 namespace gm = graph_model;
@@ -33,15 +37,15 @@ namespace gm = graph_model;
 namespace {
 
 struct args {
-  std::string graph = "skip", schedule = "1f1b";
+  std::string graph = "skip", schedule = "1f1b", file;
   int ranks = 4, microbatches = 8, steps = 10;
   float lr = 0.5f;
   bool json = false;
 };
 
 constexpr const char* usage =
-    "usage: train_graph [--graph skip|two-tower] [--schedule NAME] [--ranks P] [--microbatches M]\n"
-    "                   [--steps N] [--lr X] [--json]\n"
+    "usage: train_graph [--graph skip|two-tower] [--schedule NAME | --file SCHEDULE.txt] [--ranks P]\n"
+    "                   [--microbatches M] [--steps N] [--lr X] [--json]\n"
     "NAME: any built-in schedule (dualpipe: M >= 8); P: 4 for one stage per rank, 2 for interleaved-1f1b,\n"
     "      looped-bfs, zb-v and dualpipe-v (two stages per rank)\n";
 
@@ -65,6 +69,8 @@ args parse(int argc, char** argv) {
       a.graph = v;
     } else if (f == "--schedule")
       a.schedule = v;
+    else if (f == "--file")
+      a.file = v;
     else if (f == "--ranks")
       a.ranks = cli.whole(f, v, 1, 64);
     else if (f == "--microbatches")
@@ -79,10 +85,9 @@ args parse(int argc, char** argv) {
   return a;
 }
 
-template <class M>
-int train(const args& a) {
-  const pt::stage_dag g = M::topology();
-  const int S = g.stages, m = a.microbatches;
+/// --schedule: the built-in schedule over the graph `g`, one or two stages per rank.
+pt::program generate(const args& a, const pt::stage_dag& g) {
+  const int S = g.stages;
   const pt::schedule_info* info = pt::find_schedule(a.schedule);
   if (!info) fail("no schedule named '" + a.schedule + "'\n" + usage);
   const int v = pt::default_chunks(*info);  // stages per rank
@@ -90,14 +95,34 @@ int train(const args& a) {
     fail("--ranks " + std::to_string(a.ranks) + ": the " + a.graph + " graph has " + std::to_string(S) +
          " stages and " + a.schedule + " holds " + std::to_string(v) + " per rank, so --ranks " +
          std::to_string(S / v));
-  pt::program prog;
+  pt::schedule_params params;
+  params.edges = g.edges;
   try {
-    pt::schedule_params params;
-    params.edges = g.edges;
-    prog = pt::make_schedule(a.schedule, a.ranks, m, v, params);
+    return pt::make_schedule(a.schedule, a.ranks, a.microbatches, v, params);
   } catch (const std::invalid_argument& e) {
     fail("--schedule " + a.schedule + ": " + e.what());
   }
+}
+
+/// --file: the file's program, held to the flags' caps (examples/trainer_file.hpp); its graph
+/// against the model's is the executor's check.
+pt::program read_file(args& a) {
+  std::string why;
+  const std::optional<std::string> text = examples::read_text(a.file, why);
+  if (!text) fail(why);
+  pt::program prog = pt::parse_schedule(*text, "file");
+  if (const std::string no = examples::trainer_file_refusal(prog, a.file, {64, 4096, 128}, true); !no.empty()) fail(no);
+  a.schedule = a.file;
+  a.ranks = prog.ranks;
+  a.microbatches = prog.microbatches;
+  return prog;
+}
+
+template <class M>
+int train(args a) {
+  const pt::stage_dag g = M::topology();
+  pt::program prog = a.file.empty() ? generate(a, g) : read_file(a);
+  const int S = g.stages, m = a.microbatches;
   const pt::runtime_plan plan = pt::build_plan(std::move(prog));
   if (!plan.ok()) fail("the schedule was rejected: " + pt::explain(plan.result));
 
@@ -158,5 +183,11 @@ int train(const args& a) {
 
 int main(int argc, char** argv) {
   const args a = parse(argc, argv);
-  return a.graph == "skip" ? train<gm::skip>(a) : train<gm::two_tower>(a);
+  // a model the plan does not fit (pipetype::shape_error from the executor's checks) or a step
+  // that fails: one sentence and exit 2, never an uncaught exception
+  try {
+    return a.graph == "skip" ? train<gm::skip>(a) : train<gm::two_tower>(a);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
 }

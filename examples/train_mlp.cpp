@@ -39,6 +39,7 @@
 #include "cli.hpp"
 #include "mlp.hpp"
 #include "read_text.hpp"
+#include "trainer_file.hpp"
 #include "write_file.hpp"
 
 namespace pt = pipetype;
@@ -68,6 +69,9 @@ constexpr const char* usage =
 
 constexpr examples::cli cli{"train_mlp", usage};
 
+// The caps of --ranks, --microbatches and --chunks; a --file keeps within them too.
+constexpr int max_ranks = 64, max_microbatches = 4096, max_chunks = 16;
+
 [[noreturn]] void fail(const std::string& msg) { cli.fail(msg); }
 
 args parse(int argc, char** argv) {
@@ -88,11 +92,11 @@ args parse(int argc, char** argv) {
     else if (f == "--file")
       a.file = v;
     else if (f == "--ranks")
-      a.ranks = cli.whole(f, v, 1, 64);
+      a.ranks = cli.whole(f, v, 1, max_ranks);
     else if (f == "--microbatches")
-      a.microbatches = cli.whole(f, v, 1, 4096);
+      a.microbatches = cli.whole(f, v, 1, max_microbatches);
     else if (f == "--chunks")
-      a.chunks = cli.whole(f, v, 1, 16);
+      a.chunks = cli.whole(f, v, 1, max_chunks);
     else if (f == "--mem-limit") {
       char* end = nullptr;
       a.mem_limit = std::strtod(v.c_str(), &end);
@@ -125,6 +129,9 @@ pt::runtime_plan make(args& a, const pt::costs& c = {}) {
     if (!text) fail(why);
     prog = pt::parse_schedule(*text, "file");
     a.schedule = a.file;
+    // a chain of at most the flags' sizes: an `edges` line is train_graph's (examples/trainer_file.hpp)
+    const examples::trainer_caps caps{max_ranks, max_microbatches, 2 * max_ranks * max_chunks};
+    if (const std::string no = examples::trainer_file_refusal(prog, a.file, caps, false); !no.empty()) fail(no);
   } else {
     const pt::schedule_info* info = pt::find_schedule(a.schedule);
     if (info) a.chunks = pt::default_chunks(*info, a.chunks);
@@ -190,7 +197,7 @@ std::string costs_text(const pt::costs& c) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int train(int argc, char** argv) {
   args a = parse(argc, argv);
   pt::runtime_plan plan = make(a);
   const int S = plan.compute().lane_length(), m = a.microbatches;  // the model's stages
@@ -317,4 +324,14 @@ int main(int argc, char** argv) {
                 match ? "bitwise equal" : "DIFFERENT", max_diff);
   }
   return match ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  // a model the plan does not fit (pipetype::shape_error from the executor's checks) or a step
+  // that fails: one sentence and exit 2, never an uncaught exception
+  try {
+    return train(argc, argv);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
 }

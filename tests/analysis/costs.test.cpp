@@ -2,7 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
+#include <string>
 #include <vector>
+
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_costs {
 
 namespace pt = pipetype;
 
@@ -58,3 +63,34 @@ TEST_CASE("costs: stage_scaled scales each named stage, and leaves the others") 
   CHECK(c.time(pt::W(2, 0)) == doctest::Approx(0.5));
   CHECK(c.time(pt::F(3, 0)) == doctest::Approx(1));  // past the scales' end
 }
+
+TEST_CASE("costs: times and scales that would make simulated figures infinite are refused with a sentence") {
+  CHECK(pt::cost_error(pt::costs{}) == nullptr);
+  CHECK(pt::cost_error(pt::costs{.f = 0, .b = 0}) == nullptr);  // all zero: times of 0, finite
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const pt::costs c : {pt::costs{.f = inf}, pt::costs{.b = nan}, pt::costs{.comm = 1e300}, pt::costs{.i = nan},
+                            pt::costs{.w = 2e12}, pt::costs{.fb = inf}, pt::costs{.f = -1}}) {
+    const char* e = pt::cost_error(c);
+    REQUIRE(e != nullptr);
+    CHECK(std::string(e).starts_with("costs: every time"));
+  }
+  CHECK(pt::cost_error(pt::costs{.i = -1, .w = -1, .fb = -1}) == nullptr);  // negative: derived from B
+  // a speed of 10^-300 divides every time into infinity
+  CHECK(pt::scale_error({1, 0.5}, {1, 3}, {0, 2}) == nullptr);  // an empty stage may weigh 0
+  CHECK(std::string(pt::scale_error({1e-300, 1}, {})).starts_with("rank speeds must be finite"));
+  CHECK(std::string(pt::scale_error({0, 1}, {})).starts_with("rank speeds must be finite"));
+  CHECK(std::string(pt::scale_error({}, {1, inf})).starts_with("microbatch scales must be"));
+  CHECK(std::string(pt::scale_error({}, {}, {nan})).starts_with("stage scales"));
+  // a cost model: its rules too, and scales piling up past 1e30
+  CHECK(pt::cost_model{}.error() == nullptr);
+  CHECK(pt::cost_model{pt::costs{.f = inf}}.error() != nullptr);
+  CHECK(std::string(pt::cost_model{}.stage(0, pt::kind::F, nan).error()).starts_with("cost_model: a stage's"));
+  CHECK(std::string(pt::cost_model{}.stage_scale(0, 1e7).error()).starts_with("cost_model: a scale"));
+  pt::cost_model piled;
+  for (int s = 0; s < 6; ++s) piled.stage_scale(0, 1e6);
+  CHECK(std::string(piled.error()).starts_with("cost_model: its scales multiply"));
+  CHECK(pt::scaled_costs(pt::costs{}, {0, 1}, {1, 0.5}, {2, 1}).error() == nullptr);
+}
+
+}  // namespace test_costs
+}  // namespace

@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_verify_graph {
+
 namespace pt = pipetype;
 
 namespace {
@@ -151,3 +154,23 @@ TEST_CASE("verify graph: a fan-in holds an activation per input, in verify and i
   CHECK(v.code == pt::errc::memory_limit_exceeded);
   CHECK(v.rank == 2);
 }
+
+TEST_CASE("verify graph: edges past pipetype::limits are too_large, before the graph is checked") {
+  auto with_edges = [](std::size_t edges, int m) {
+    pt::program_builder b{1, 3, m};
+    b.rank(0).add(pt::F(0, 0)).add(pt::B(0, 0));
+    b.graph(std::vector<pt::stage_edge>(edges, pt::stage_edge{0, 1}));  // repeated: refused by size first
+    return pt::verify(std::move(b).build().view());
+  };
+  const pt::verdict many = with_edges(static_cast<std::size_t>(pt::limits::edges) + 1, 1);
+  CHECK(many.code == pt::errc::too_large);
+  CHECK(pt::describe(many) == "program too large: more than 1048576 edges (pipetype::limits::edges)");
+  // each transfer of the lowering is an edge and a microbatch: their product is held under cells
+  const pt::verdict cells = with_edges(600000, 8);
+  CHECK(cells.code == pt::errc::too_large);
+  CHECK(pt::describe(cells) == "program too large: edges x microbatches above 4194304 (pipetype::limits::cells)");
+  CHECK(with_edges(2, 8).code == pt::errc::invalid_graph);  // within the limits: the graph's own rules
+}
+
+}  // namespace test_verify_graph
+}  // namespace

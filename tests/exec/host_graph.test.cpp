@@ -10,6 +10,10 @@
 
 #include "fan_out_stages.hpp"
 #include "graph_model.hpp"
+#include "mlp.hpp"
+
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_host_graph {
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
@@ -92,6 +96,23 @@ TEST_CASE("host graph: a model whose stage graph is not the plan's is refused by
   CHECK_THROWS_AS((ph::executor{reordered, skip}), pt::shape_error);
 }
 
+TEST_CASE("host graph: a uniform_chain (topology() a member, its size known at run time) is checked too") {
+  // a file asking for a skip connection over a chain model: refused, not run as a chain
+  const pt::runtime_plan skip_plan = pt::build_plan(pt::make_gpipe(3, 1, pt::stage_dag{3, {{0, 1}, {1, 2}, {0, 2}}}));
+  REQUIRE(skip_plan.ok());
+  auto model = mlp::make_model(3, 3);
+  CHECK_THROWS_WITH_AS((ph::executor{skip_plan, model}),
+                       "pipetype::host: the plan runs the stage graph 0>1,1>2,0>2 but the model's is a chain (the same "
+                       "edges, in the same order)",
+                       pt::shape_error);
+  // two towers into a head: a fan-in the chain's stages cannot take
+  const pt::runtime_plan towers = pt::build_plan(pt::parse_schedule("edges 0>2, 1>2\n0F0,0B0\n1F0,1B0\n2F0,2B0"));
+  REQUIRE(towers.ok());
+  CHECK_THROWS_AS((ph::executor{towers, model}), pt::shape_error);
+  // the chain it is: runs
+  CHECK_NOTHROW((ph::executor{pt::build_plan(pt::make_gpipe(3, 1)), model}));
+}
+
 TEST_CASE("host graph: a fan-out's gradients are summed in edge order, by the stage's add_grad_output if it has one") {
   static_assert(pt::adds_grad_output_on_stream<fan_out::spread<true>>);
   static_assert(!pt::adds_grad_output_on_stream<fan_out::spread<false>>);
@@ -111,3 +132,6 @@ TEST_CASE("host graph: a fan-out's gradients are summed in edge order, by the st
       CHECK(fan_out::sums_in_edge_order(plain.stage<0>(), m));
     }
 }
+
+}  // namespace test_host_graph
+}  // namespace

@@ -12,9 +12,19 @@
 //   - each written form reads back to the same compute program, and the compute+comms form's own
 //     transfers verify (docs/03 and docs/07 say what each form keeps) — except a program with an
 //     empty rank before a busy one, which no written form keeps for pipetype's reader (below).
-// Inputs past pipetype::limits::file_bytes are skipped, as the tools refuse them before reading.
+//   - stage graphs: check_dag's first fault (rule 2 by sorting) is the one a pairwise reading in
+//     edge order finds, for every graph a file gives;
+//   - the trainers' --file path (examples/trainer_file.hpp): a file they take, checked against a
+//     chain model of its stages as the executors check it, is refused (pipetype::shape_error) when
+//     it gives a stage graph and bound otherwise — never skipped, never a crash;
+//   - layouts: a comment line `#layout STRING` (the schedule reader skips it) is parsed as a
+//     Megatron layout; its weights are within pipetype::cost_bounds, and over a verified plan of as
+//     many stages its costs simulate to a finite makespan and its peaks are finite.
+// Inputs past pipetype::limits::file_bytes are skipped, as the tools refuse them before reading;
+// larger ones than -max_len reaches are tests/examples/large_input.py's.
 //
 //   ./build/clang/tests/fuzz/fuzz_schedule -dict=tests/fuzz/schedule.dict NEW_DIR tests/fuzz/corpus
+#include <pipetype/bind/checks.hpp>
 #include <pipetype/pipetype.hpp>
 
 #include <algorithm>
@@ -25,6 +35,9 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "trainer_file.hpp"
 
 namespace pt = pipetype;
 
@@ -152,16 +165,111 @@ void check_graph(const pt::runtime_plan& plan) {
          "a graph program's text form reads back the same", plan);
 }
 
+/// The first fault of rule 2 (graph/dag.hpp) read the slow way: each edge in order against its
+/// range, itself and every edge before it.
+pt::detail::dag_fault pairwise_rule_2(const pt::stage_dag& g) {
+  for (int k = 0; k < static_cast<int>(g.edges.size()); ++k) {
+    const pt::stage_edge e = g.edges[static_cast<std::size_t>(k)];
+    if (e.from < 0 || e.from >= g.stages) return {pt::detail::dag_rule::edge_from_missing_stage, e.from, k};
+    if (e.to < 0 || e.to >= g.stages) return {pt::detail::dag_rule::edge_to_missing_stage, e.to, k};
+    if (e.from == e.to) return {pt::detail::dag_rule::self_edge, e.from, k};
+    for (int l = 0; l < k; ++l)
+      if (g.edges[static_cast<std::size_t>(l)] == e) return {pt::detail::dag_rule::duplicate_edge, e.from, k};
+  }
+  return {};
+}
+
+void check_dag_rules(const pt::program& prog) {
+  if (prog.edges.empty() || prog.edges.size() > 2048 || prog.stages < 1) return;  // (pairwise is quadratic)
+  const pt::stage_dag g{prog.stages, prog.edges};
+  const pt::detail::dag_fault slow = pairwise_rule_2(g), fast = pt::detail::find_dag_fault(g);
+  const bool rule_2 = slow.rule != pt::detail::dag_rule::ok;
+  if (rule_2 ? (fast.rule != slow.rule || fast.stage != slow.stage || fast.edge != slow.edge)
+             : (fast.rule >= pt::detail::dag_rule::edge_from_missing_stage &&
+                fast.rule <= pt::detail::dag_rule::duplicate_edge))
+    broken("check_dag's first fault of rule 2 is the pairwise reading's",
+           "fast " + std::to_string(static_cast<int>(fast.rule)) + " at edge " + std::to_string(fast.edge) +
+               ", pairwise " + std::to_string(static_cast<int>(slow.rule)) + " at edge " + std::to_string(slow.edge));
+}
+
+/// A stage for the trainers' model (the executors' checks need its shape only).
+struct chain_stage {
+  using input = pt::tensor<float, 8>;
+  using output = pt::tensor<float, 8>;
+  void forward(const pt::forward_ctx<chain_stage>&) {}
+  void backward(const pt::backward_ctx<chain_stage>&) {}
+  void backward_input(const pt::backward_ctx<chain_stage>&) {}
+  void backward_weight(const pt::backward_ctx<chain_stage>&) {}
+};
+
+/// train_mlp's --file path, up to the executor's checks: a chain model of the plan's stages.
+void check_trainer_file(const pt::program& prog, const pt::runtime_plan& plan) {
+  const std::string why = examples::trainer_file_refusal(prog, "file", {}, false);
+  if (!why.empty()) {
+    expect(!prog.edges.empty() || prog.ranks > 64 || prog.stages > 2048 || prog.microbatches > 4096,
+           "the trainers refuse a file for its graph or its size only", plan);
+    return;
+  }
+  if (!plan.ok()) return;  // (a file that does not parse is refused by build_plan, where it says why)
+  expect(prog.edges.empty(), "train_mlp refuses every file with an `edges` line", plan);
+  pt::uniform_chain<chain_stage> model{
+      std::vector<chain_stage>(static_cast<std::size_t>(plan.compute().lane_length()))};
+  pt::program_view p = plan.compute();
+  const std::vector<pt::stage_entry> entries = pt::detail::entries_for(p, model, "fuzz");  // a chain: must bind
+  pt::detail::check_model(p, entries, "fuzz");
+  // the same plan claiming a skip connection: the chain model is refused, not run as a chain
+  if (p.lane_length() >= 3 && p.lanes == 1) {
+    const std::vector<pt::stage_edge> skip{{0, 2}};
+    p.edges = skip;
+    bool refused = false;
+    try {
+      (void)pt::detail::entries_for(p, model, "fuzz");
+    } catch (const pt::shape_error&) {
+      refused = true;
+    }
+    expect(refused, "a chain model against a graph plan is refused", plan);
+  }
+}
+
+/// `#layout STRING` in the file: the layout's weights and, over a plan of as many stages, its
+/// costs and peaks.
+void check_layout(std::string_view text, const pt::runtime_plan& plan) {
+  const std::size_t at = text.find("#layout ");
+  if (at == std::string_view::npos) return;
+  std::string_view line = text.substr(at + 8);
+  line = line.substr(0, line.find('\n'));
+  const pt::layer_layout l = pt::parse_layout(line);
+  if (!l.ok()) {
+    expect(l.error.column >= 1 && l.error.column <= static_cast<int>(line.size()) + 1 && l.error.detail != nullptr,
+           "a bad layout names its column and why", plan);
+    return;
+  }
+  expect(l.size() >= 1 && l.size() <= 65536, "a layout has stages within its bound", plan);
+  const pt::cost_model c = pt::layout_costs(l, pt::costs{.f = 1e9, .b = 2e9, .comm = 1e9});
+  expect(pt::scale_error({}, {}, pt::layout_weights(l)) == nullptr && c.error() == nullptr,
+         "a layout's weights are within pipetype::cost_bounds", plan);
+  if (!plan.ok() || plan.compute().stages != l.size()) return;
+  const pt::timeline t = pt::simulate(plan.compute(), c);
+  expect(t.complete && std::isfinite(t.makespan()) && std::isfinite(t.bubble_fraction()),
+         "a layout's costs simulate to finite figures", plan);
+  for (const double x : pt::layout_peak_activations(plan.compute(), l))
+    expect(std::isfinite(x) && x >= 0, "a layout's peaks are finite", plan);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size > static_cast<std::size_t>(pt::limits::file_bytes)) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const pt::runtime_plan plan = pt::build_plan(pt::parse_schedule(text));
+  const pt::program prog = pt::parse_schedule(text);
+  const pt::runtime_plan plan = pt::build_plan(prog);
   if (plan.ok())
     check_accepted(plan);
   else
     check_rejected(plan);
   if (plan.facts.result.ok() && plan.compute().has_edges()) check_graph(plan);
+  check_dag_rules(prog);
+  check_trainer_file(prog, plan);
+  check_layout(text, plan);
   return 0;
 }

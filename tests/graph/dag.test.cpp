@@ -4,6 +4,9 @@
 
 #include <pipetype/graph/chain.hpp>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_dag {
+
 namespace pt = pipetype;
 
 namespace {
@@ -97,3 +100,50 @@ TEST_CASE("dag: each rule names the stage and the edge at fault") {
   CHECK(check(2, {{0, 1}}, {0}, {1}).ok());
   CHECK(check(1, {}, {0}, {0}).ok());  // one stage is its own source and loss
 }
+
+TEST_CASE("dag: rule 2 is taken in edge order, whichever fault comes first") {
+  // a repeat before an edge out of range is the repeat, and the other way round
+  const pt::verdict repeat_first = check(3, {{0, 1}, {1, 2}, {0, 1}, {1, 7}});
+  CHECK(std::string(repeat_first.detail) == "an edge appears twice");
+  CHECK(repeat_first.index == 2);
+  const pt::verdict range_first = check(3, {{0, 1}, {1, 7}, {0, 1}});
+  CHECK(std::string(range_first.detail) == "an edge goes to a stage that does not exist");
+  CHECK(range_first.index == 1);
+  const pt::verdict self_first = check(3, {{0, 1}, {2, 2}, {0, 1}});
+  CHECK(std::string(self_first.detail) == "an edge goes from a stage to itself");
+  // of two repeated edges, the one that repeats first (not the one written first)
+  const pt::verdict second = check(4, {{0, 1}, {1, 2}, {1, 2}, {0, 1}, {2, 3}});
+  CHECK(second.index == 2);
+  CHECK(second.stage == 1);
+  const pt::verdict thrice = check(3, {{0, 1}, {0, 1}, {0, 1}});
+  CHECK(thrice.index == 1);
+}
+
+TEST_CASE("dag: a dense graph of hundreds of thousands of edges is checked in n log n") {
+  // every pair i < j of 700 stages: 244650 edges (pairwise comparison took minutes); one repeated at the end
+  pt::stage_dag g;
+  g.stages = 700;
+  for (int i = 0; i < g.stages; ++i)
+    for (int j = i + 1; j < g.stages; ++j) g.edges.push_back({i, j});
+  CHECK(pt::check_dag(g).ok());
+  CHECK(pt::topological_order(g).size() == 700u);
+  const std::vector<int> depth = pt::detail::depth_to_loss(g, pt::topological_order(g));
+  CHECK(depth[0] == 699);
+  CHECK(depth[699] == 0);
+  g.edges.push_back({3, 500});
+  const pt::verdict v = pt::check_dag(g);
+  CHECK(std::string(v.detail) == "an edge appears twice");
+  CHECK(v.index == static_cast<int>(g.edges.size()) - 1);
+  CHECK(v.stage == 3);
+  // a long cycle behind a long chain: the stage named is on the cycle (the walk back is linear)
+  pt::stage_dag c;
+  c.stages = 200000;
+  for (int s = 0; s + 1 < c.stages; ++s) c.edges.push_back({s, s + 1});
+  c.edges.push_back({c.stages - 1, 100000});
+  const pt::verdict cyc = pt::check_dag(c);
+  CHECK(std::string(cyc.detail) == "the stage graph has a cycle through this stage");
+  CHECK(cyc.stage >= 100000);
+}
+
+}  // namespace test_dag
+}  // namespace

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_notation {
+
 namespace pt = pipetype;
 
 using hand_1f1b = pt::from_text<R"(
@@ -396,3 +399,26 @@ TEST_CASE("notation: --ranks below the file's rows is out of range even for a ro
   CHECK(v.code == pt::errc::rank_out_of_range);
   CHECK(v.rank == 2);
 }
+
+TEST_CASE("notation: a marker naming a stage no action has is refused at its line and column") {
+  // a compute-only file with markers: stages 0 and 1, and a REDUCE_GRAD of stage 7
+  const pt::program p = pt::parse_schedule("0UNSHARD,0F0,0B0,0RESHARD\n1F0,1B0, 7REDUCE_GRAD\n");
+  CHECK(p.source_error.code == pt::errc::parse_error);
+  CHECK(p.source_error.line == 2);
+  CHECK(p.source_error.column == 10);
+  CHECK(pt::describe(p.source_error) ==
+        "parse error at line 2, column 10: a marker (UNSHARD, RESHARD, REDUCE_GRAD, ...) names a stage no action of "
+        "the file has");
+  CHECK(!pt::build_plan(p).ok());
+  // of several, the highest stage, where it first appears
+  const pt::program two = pt::parse_schedule("0F0,0B0,5UNSHARD\n9RESHARD,1F0,1B0,9UNSHARD\n");
+  CHECK(two.source_error.line == 2);
+  CHECK(two.source_error.column == 1);
+  // markers of the file's own stages are kept, as before
+  const pt::program ok = pt::parse_schedule("0UNSHARD,0F0,0B0,0RESHARD\n1F0,1B0,1REDUCE_GRAD\n");
+  CHECK(ok.source_error.ok());
+  CHECK(pt::verify(ok.view()).ok());
+}
+
+}  // namespace test_notation
+}  // namespace

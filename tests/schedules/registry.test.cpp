@@ -2,9 +2,14 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
+
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_registry {
 
 namespace pt = pipetype;
 
@@ -81,3 +86,46 @@ TEST_CASE("registry: a family's make() is its compile-time schedule's generate()
   CHECK(pt::dualpipe_family::error(4, 7, 1) != nullptr);
   CHECK(pt::dualpipe_family::error(4, 8, 1) == nullptr);
 }
+
+TEST_CASE("registry: costs that would make times infinite are refused by every family, before any search") {
+  pt::schedule_params tiny;
+  tiny.rank_speed = {1e-300, 1, 1, 1};
+  for (const pt::schedule_info& s : pt::schedule_infos) {
+    CAPTURE(s.name);
+    const int p = 4, m = 8, v = pt::default_chunks(s);
+    if (pt::schedule_error(s.name, p, m, v)) continue;
+    // zb-auto once blamed a memory limit nobody gave
+    CHECK_THROWS_WITH_AS(pt::make_schedule(s.name, p, m, v, tiny), doctest::Contains("rank speeds must be finite"),
+                         std::invalid_argument);
+    pt::schedule_params huge;
+    huge.cost.f = std::numeric_limits<double>::infinity();
+    CHECK_THROWS_WITH_AS(pt::make_schedule(s.name, p, m, v, huge), doctest::Contains("costs: every time"),
+                         std::invalid_argument);
+  }
+}
+
+TEST_CASE("registry: a graph naming another number of stages than the program is refused alike by every family") {
+  pt::schedule_params fewer;
+  fewer.edges = {{0, 1}};  // 2 stages named, 3 in the program
+  for (const pt::schedule_info& s : pt::schedule_infos) {
+    CAPTURE(s.name);
+    const int p = 3, m = 6, v = pt::default_chunks(s);
+    if (pt::schedule_error(s.name, p, m, v)) continue;
+    CHECK_THROWS_WITH_AS(pt::make_schedule(s.name, p, m, v, fewer),
+                         doctest::Contains("the stage graph's edges name 2 stages, but this schedule's program has "),
+                         std::invalid_argument);
+  }
+  // one past the program's stages, under a family with a graph form of its own: the same sentence
+  pt::schedule_params more;
+  more.edges = {{0, 1}, {1, 5}};
+  CHECK_THROWS_WITH_AS(pt::make_schedule("1f1b", 3, 6, 1, more),
+                       "the stage graph's edges name 6 stages, but this schedule's program has 3 (1 per rank over 3 "
+                       "ranks)",
+                       std::invalid_argument);
+  pt::schedule_params right;
+  right.edges = {{0, 1}, {1, 2}, {0, 2}};
+  CHECK_NOTHROW(pt::make_schedule("1f1b", 3, 6, 1, right));
+}
+
+}  // namespace test_registry
+}  // namespace

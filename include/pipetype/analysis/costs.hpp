@@ -47,6 +47,57 @@ struct costs {
   constexpr double latency(int /*from_stage*/, int /*to_stage*/) const noexcept { return comm; }
 };
 
+/// The times and scales pipetype simulates, so that every figure it computes (makespans, bounds,
+/// bubbles: sums of up to limits::actions times and transfers) stays finite: a time (a cost or a
+/// latency) in [0, max_time], a scale (a rank's speed, a microbatch's or a stage's scale) in
+/// [min_scale, max_scale] (or 0 where a time may vanish: an empty stage of a layout, a microbatch;
+/// never a speed), and a cost_model's scales above 1 multiplying to at most max_growth.
+namespace cost_bounds {
+inline constexpr double max_time = 1e12;
+inline constexpr double min_scale = 1e-6;
+inline constexpr double max_scale = 1e6;
+inline constexpr double max_growth = 1e30;
+}  // namespace cost_bounds
+
+namespace detail {
+constexpr bool time_in_bounds(double t) noexcept { return t >= 0 && t <= cost_bounds::max_time; }  // NaN: false
+constexpr bool scale_in_bounds(double x, bool zero = false) noexcept {
+  return (x >= cost_bounds::min_scale && x <= cost_bounds::max_scale) || (zero && x == 0);
+}
+}  // namespace detail
+
+/// Why the times `c` cannot be simulated with finite results, or nullptr: F, B and comm, and I, W
+/// and F&B where given (not negative), finite in [0, cost_bounds::max_time].
+constexpr const char* cost_error(const costs& c) noexcept {
+  auto given = [](double t) { return !(t < 0); };  // a negative I, W or F&B means "derived"; NaN is given
+  if (!detail::time_in_bounds(c.f) || !detail::time_in_bounds(c.b) || !detail::time_in_bounds(c.comm) ||
+      (given(c.i) && !detail::time_in_bounds(c.i)) || (given(c.w) && !detail::time_in_bounds(c.w)) ||
+      (given(c.fb) && !detail::time_in_bounds(c.fb)))
+    return "costs: every time (F, B, I, W, F&B, comm) must be a finite number in [0, 1e12] "
+           "(pipetype::cost_bounds::max_time), so that simulated times stay finite";
+  return nullptr;
+}
+
+/// Why rank speeds, microbatch scales or stage scales (scaled_costs, stage_scaled) cannot be
+/// simulated with finite results, or nullptr: each finite in [cost_bounds::min_scale, max_scale]
+/// (a microbatch or stage scale may also be 0).
+constexpr const char* scale_error(const std::vector<double>& rank_speed, const std::vector<double>& microbatch_scale,
+                                  const std::vector<double>& stage_scale = {}) noexcept {
+  for (const double x : rank_speed)
+    if (!detail::scale_in_bounds(x))
+      return "rank speeds must be finite numbers in [1e-6, 1e6] (pipetype::cost_bounds), so that simulated times "
+             "stay finite";
+  for (const double x : microbatch_scale)
+    if (!detail::scale_in_bounds(x, true))
+      return "microbatch scales must be 0 or finite numbers in [1e-6, 1e6] (pipetype::cost_bounds), so that "
+             "simulated times stay finite";
+  for (const double x : stage_scale)
+    if (!detail::scale_in_bounds(x, true))
+      return "stage scales (a layout's weights) must be 0 or finite numbers in [1e-6, 1e6] (pipetype::cost_bounds), "
+             "so that simulated times stay finite";
+  return nullptr;
+}
+
 class cost_model {
  public:
   constexpr cost_model() = default;
@@ -93,6 +144,30 @@ class cost_model {
   }
   constexpr double latency(int /*from_stage*/, int /*to_stage*/) const noexcept { return base_.comm; }
   constexpr const costs& base() const noexcept { return base_; }
+
+  /// Why this model cannot be simulated with finite results, or nullptr: its base times as
+  /// cost_error says, every time it sets in [0, cost_bounds::max_time], every scale in
+  /// [min_scale, max_scale], and its scales above 1 multiplying to at most max_growth (so no
+  /// action, however many of them match, takes an infinite time).
+  constexpr const char* error() const noexcept {
+    if (const char* e = cost_error(base_)) return e;
+    double growth = 1;
+    for (const rule& r : rules_) {
+      if (!r.scale) {
+        if (!detail::time_in_bounds(r.value))
+          return "cost_model: a stage's or an action's time must be a finite number in [0, 1e12] "
+                 "(pipetype::cost_bounds::max_time)";
+        continue;
+      }
+      if (!detail::scale_in_bounds(r.value, true))
+        return "cost_model: a scale (a microbatch's or a stage's, or 1 / a rank's speed) must be 0 or a finite number "
+               "in [1e-6, 1e6] (pipetype::cost_bounds)";
+      growth *= r.value > 1 ? r.value : 1;
+      if (growth > cost_bounds::max_growth)
+        return "cost_model: its scales multiply an action's time by more than 1e30 (pipetype::cost_bounds::max_growth)";
+    }
+    return nullptr;
+  }
 
  private:
   struct rule {

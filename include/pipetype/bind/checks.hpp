@@ -16,10 +16,12 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/graph/chain.hpp"
 #include "pipetype/graph/dag.hpp"
 #include "pipetype/io/text.hpp"
 
@@ -80,24 +82,27 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
 /// edges, in its order (the order of a fan-in's inputs and of a fan-out's gradient sum), or a
 /// chain's (a plan without edges). A plan of several lanes runs a copy of it in each, so lane 0's
 /// edges are compared (verify has checked that the others are theirs shifted).
+///
+/// The comparison always runs: every stage_graph has topology() (graph/chain.hpp's has_topology,
+/// static or a member, as uniform_chain's whose size is known at run time).
 template <class M>
 std::vector<stage_entry> entries_for(const program_view& p, M& model, const std::string& who) {
-  if constexpr (requires { M::topology(); }) {
-    const stage_dag g = M::topology();
-    const std::span<const stage_edge> lane = p.lane_edges();
-    const bool same =
-        is_chain(g) ? !p.has_edges() : std::equal(g.edges.begin(), g.edges.end(), lane.begin(), lane.end());
-    if (!same) {
-      auto edges = [](std::span<const stage_edge> es) {
-        std::string t;
-        for (const stage_edge& e : es)
-          t += (t.empty() ? "" : ",") + std::to_string(e.from) + ">" + std::to_string(e.to);
-        return t;
-      };
-      throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(lane) : "a chain") +
-                        " but the model's is " + (is_chain(g) ? "a chain" : edges(g.edges)) +
-                        " (the same edges, in the same order)");
-    }
+  static_assert(has_topology<M>,
+                "pipetype: the model must say its stage graph (a member topology() giving a stage_dag), so that the "
+                "executor can check that the plan runs it");
+  const stage_dag g = std::as_const(model).topology();
+  const std::span<const stage_edge> lane = p.lane_edges();
+  // a plan without edges runs the chain of its lane length (check_model compares the stage counts)
+  const bool same = is_chain(g) ? !p.has_edges() : std::equal(g.edges.begin(), g.edges.end(), lane.begin(), lane.end());
+  if (!same) {
+    auto edges = [](std::span<const stage_edge> es) {
+      std::string t;
+      for (const stage_edge& e : es) t += (t.empty() ? "" : ",") + std::to_string(e.from) + ">" + std::to_string(e.to);
+      return t;
+    };
+    throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(lane) : "a chain") +
+                      " but the model's is " + (is_chain(g) ? "a chain" : edges(g.edges)) +
+                      " (the same edges, in the same order)");
   }
   return entries_of(model);
 }

@@ -74,7 +74,8 @@ namespace detail {
 
 /// Why `p` is past pipetype::limits, or nullptr: checked first, in 64 bits, before any table.
 constexpr const char* too_large(program_view p) {
-  return limits::exceeded(p.ranks, p.stages, p.microbatches, static_cast<long long>(p.actions.size()));
+  return limits::exceeded(p.ranks, p.stages, p.microbatches, static_cast<long long>(p.actions.size()),
+                          static_cast<long long>(p.edges.size()));
 }
 
 /// The cross-rank deadlock of a lock-step run that stopped: every unfinished rank waits on the

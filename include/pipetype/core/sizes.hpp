@@ -50,15 +50,21 @@ inline constexpr int microbatches = 1 << 20;         // 1048576
 inline constexpr long long cells = 1LL << 22;        // stages × microbatches: 4194304
 inline constexpr int actions = 1 << 23;              // 8388608
 inline constexpr long long file_bytes = 64LL << 20;  // a schedule file the tools read: 64 MiB
+/// Edges of a stage graph given as edges (every lane's). Each crossing edge is a transfer each way
+/// per microbatch in the lowered program, so edges × microbatches is held under `cells` too.
+inline constexpr int edges = 1 << 20;  // 1048576
 
-/// Which limit ranks p, stages s, microbatches m and actions n pass, or nullptr: the one test the builder, verify and
-/// make_plan's table sizing all make (in 64 bits, before any table exists).
-constexpr const char* exceeded(long long p, long long s, long long m, long long n) {
+/// Which limit ranks p, stages s, microbatches m, actions n and edges e pass, or nullptr: the one
+/// test the builder, verify and make_plan's table sizing all make (in 64 bits, before any table
+/// exists).
+constexpr const char* exceeded(long long p, long long s, long long m, long long n, long long e = 0) {
   if (p > limits::ranks) return "more than 16384 ranks (pipetype::limits::ranks)";
   if (s > limits::stages) return "more than 65536 stages (pipetype::limits::stages)";
   if (m > limits::microbatches) return "more than 1048576 microbatches (pipetype::limits::microbatches)";
   if (s * m > limits::cells) return "stages x microbatches above 4194304 (pipetype::limits::cells)";
   if (n > limits::actions) return "more than 8388608 actions (pipetype::limits::actions)";
+  if (e > limits::edges) return "more than 1048576 edges (pipetype::limits::edges)";
+  if (e * m > limits::cells) return "edges x microbatches above 4194304 (pipetype::limits::cells)";
   return nullptr;
 }
 }  // namespace limits

@@ -107,9 +107,18 @@ struct stage_types<uniform_chain<S>> {
 template <class M>
 using stage_types_t = typename stage_types<M>::type;
 
-/// Anything the executor can run: a chain of stages with size() and for_each_stage.
+/// A model that says its stage graph: `m.topology()` callable on a const model (static or not),
+/// giving a stage_dag. Every executor compares it with the plan's graph before it runs, so a model
+/// without it is no stage_graph (a guard that quietly skipped the comparison once let a plan of
+/// another graph run a chain model). chain, uniform_chain and dag all have it.
 template <class M>
-concept stage_graph = stage<typename M::first_stage> && requires(M& m) {
+concept has_topology = requires(const M& m) {
+  { m.topology() } -> std::convertible_to<stage_dag>;
+};
+
+/// Anything the executor can run: stages with size(), for_each_stage and their graph (topology()).
+template <class M>
+concept stage_graph = stage<typename M::first_stage> && has_topology<M> && requires(M& m) {
   { m.size() } -> std::convertible_to<int>;
 };
 

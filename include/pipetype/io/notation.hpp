@@ -87,6 +87,10 @@ struct schedule_file {
     int line = -1, column = -1;
   };
   position bare_pair, shared_cell, empty_cell, blank_line, comment;
+  /// The marker naming the highest stage (the first such; stage -1: no marker), so that to_program
+  /// can refuse one naming a stage the program does not have, at its line and column.
+  int marker_stage = -1;
+  position marker_at;
 
   constexpr step_view view() const { return {rows, begin, steps}; }
   /// True when the file lists its own transfers (PyTorch's compute+comms format).
@@ -171,6 +175,7 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
   };
   // <stage><kind>[<microbatch>] at i
   auto parse_single = [&](step& s, char& letter) -> bool {
+    const int starts = col();
     if (!parse_number(s.stage, "expected a stage number")) return false;
     // an index, not a pointer: GCC's UBSan cannot fold a pointer test in constant evaluation
     int found = -1;
@@ -190,6 +195,7 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
     s.overlapped = false;
     if (is_marker(s.op)) {  // no microbatch (PyTorch's parser would take one and ignore it)
       s.microbatch = -1;
+      if (s.stage > f.marker_stage) f.marker_stage = s.stage, f.marker_at = {line, starts};
       while (!at_end() && is_digit(text[i])) ++i;
       return true;
     }
@@ -427,6 +433,12 @@ constexpr program to_program(const schedule_file& f, const read_options& o = {})
   // a row beyond the given ranks is out of range even when it holds no compute
   if (p.invalid_rank == no_rank && o.ranks > 0 && f.rows > o.ranks) p.invalid_rank = o.ranks;
   p.source_error = f.error;
+  if (p.source_error.ok() && f.marker_stage >= p.stages) {  // markers are kept, so they must be of a stage
+    p.source_error.code = errc::parse_error;
+    p.source_error.line = f.marker_at.line;
+    p.source_error.column = f.marker_at.column;
+    p.source_error.detail = "a marker (UNSHARD, RESHARD, REDUCE_GRAD, ...) names a stage no action of the file has";
+  }
   if (p.source_error.ok() && f.steps.empty()) {
     p.source_error.code = errc::parse_error;
     p.source_error.line = p.source_error.column = 1;

@@ -124,23 +124,36 @@ constexpr const char* schedule_error(std::string_view name, int p, int m, int v)
 
 constexpr program make_schedule(std::string_view name, int p, int m, int v = 0, const schedule_params& params = {}) {
   if (const char* e = schedule_error(name, p, m, v)) throw std::invalid_argument(e);
+  // times that would make simulated figures infinite: refused here, for every family (zb-auto
+  // would otherwise find no finite candidate and blame the memory limit)
+  if (const char* e = cost_error(params.cost)) throw std::invalid_argument(e);
+  if (const char* e = scale_error(params.rank_speed, params.microbatch_scale, params.stage_scale))
+    throw std::invalid_argument(e);
   const schedule_info& s = *find_schedule(name);
   v = default_chunks(s, v);
-  if (params.edges.empty() || s.graphs) return s.make(p, m, v, params);
+  if (params.edges.empty()) return s.make(p, m, v, params);
+  // the graph must name exactly the model's stages, for every family alike (a stage it leaves out
+  // would otherwise run unconnected under some and be refused by others)
+  int named = 0;
+  for (const stage_edge& e : params.edges) named = std::max({named, e.from + 1, e.to + 1});
+  auto wrong_size = [&](const std::string& has) {
+    return std::invalid_argument("the stage graph's edges name " + std::to_string(named) +
+                                 " stages, but this schedule's program has " + has);
+  };
+  if (s.graphs) {  // a graph form of its own, one stage per rank
+    if (named != p) throw wrong_size(std::to_string(p) + " (1 per rank over " + std::to_string(p) + " ranks)");
+    return s.make(p, m, v, params);
+  }
   // any other family: its chain program over the graph, stage for stage in topological order
   schedule_params chain_params = params;
   chain_params.edges.clear();
   const program chain = s.make(p, m, v, chain_params);
-  int named = 0;
-  for (const stage_edge& e : params.edges) named = std::max({named, e.from + 1, e.to + 1});
   const int L = chain.lanes > 1 ? chain.stages / chain.lanes : chain.stages;  // the model's stages
   if (named != L)
-    throw std::invalid_argument(
-        "the stage graph's edges name " + std::to_string(named) + " stages, but this schedule's program has " +
-        (chain.lanes > 1
-             ? std::to_string(L) + " per lane (" + std::to_string(chain.lanes) + " lanes, each a copy of the model)"
-             : std::to_string(chain.stages) + " (" + std::to_string(v) + " per rank over " + std::to_string(p) +
-                   " ranks)"));
+    throw wrong_size(chain.lanes > 1 ? std::to_string(L) + " per lane (" + std::to_string(chain.lanes) +
+                                           " lanes, each a copy of the model)"
+                                     : std::to_string(chain.stages) + " (" + std::to_string(v) + " per rank over " +
+                                           std::to_string(p) + " ranks)");
   return over_graph(chain, stage_dag{L, params.edges});
 }
 

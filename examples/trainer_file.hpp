@@ -1,0 +1,40 @@
+// examples/trainer_file.hpp — what the trainers (train_mlp, train_graph) take from a --file.
+//
+// A schedule file may name any sizes up to pipetype::limits, far above what a trainer's flags
+// allow (train_mlp: --ranks 64, --microbatches 4096), and a trainer's executor keeps buffers that
+// grow with ranks x stages; so a file is held to the flags' caps. train_mlp's model is a chain of
+// dense layers, so it refuses a file with an `edges` line (train_graph trains graphs); the model's
+// own graph against the plan's is then the executor's check (bind/checks.hpp), whose shape_error
+// the trainers print as one sentence.
+#pragma once
+
+#include <pipetype/core/program.hpp>
+
+#include <string>
+
+namespace examples {
+
+struct trainer_caps {
+  int ranks = 64;
+  int microbatches = 4096;
+  int stages = 2048;  // 64 ranks of 16 chunks, in each of DualPipe's two lanes
+};
+
+/// Why a trainer with `caps` does not take the program read from `file`, or "" (also when the file
+/// did not parse: building the plan then says where). `graphs`: the trainer takes an `edges` line.
+inline std::string trainer_file_refusal(const pipetype::program& p, const std::string& file, const trainer_caps& caps,
+                                        bool graphs) {
+  if (!p.source_error.ok()) return "";
+  if (!graphs && !p.edges.empty())
+    return file +
+           " gives a stage graph (an `edges` line), but train_mlp trains a chain of stages: train a graph with "
+           "train_graph";
+  if (p.ranks > caps.ranks || p.microbatches > caps.microbatches || p.stages > caps.stages)
+    return file + " has " + std::to_string(p.ranks) + " ranks, " + std::to_string(p.stages) + " stages and " +
+           std::to_string(p.microbatches) + " microbatches; the trainers take at most " + std::to_string(caps.ranks) +
+           " ranks, " + std::to_string(caps.stages) + " stages and " + std::to_string(caps.microbatches) +
+           " microbatches";
+  return "";
+}
+
+}  // namespace examples
