@@ -25,6 +25,9 @@ need_packages() {
   [ -f /usr/lib/cmake/doctest/doctestConfig.cmake ] || [ -f /usr/share/doctest/cmake/doctestConfig.cmake ] ||
     installed doctest-dev || missing+=(doctest-dev)
   installed libbenchmark-dev || missing+=(libbenchmark-dev)
+  # ccache: CMakeLists.txt compiles through it when it is installed (the cache lives under
+  # ~/.cache/ccache, outside the tree), so a second test run rebuilds only what changed
+  [ "${1:-}" = test ] && { command -v ccache >/dev/null || missing+=(ccache); }
   # tests only: MPI (optional for pipetype) — the MPI bootstrap's test runs two processes under mpirun;
   # Python with venv for PyTorch's runtime (tests/pytorch)
   if [ "${1:-}" = test ]; then
@@ -81,13 +84,25 @@ case "${1:-}" in
   test)
     need_packages test
     torch_venv_start
-    # the dev suite's tests run last, so that torch's download overlaps all three builds
-    cmake --preset dev
-    cmake --build --preset dev
-    cmake --workflow --preset clang
-    cmake --workflow --preset tsan
-    torch_venv_wait
-    exec ctest --preset dev
+    # Four presets, no target built twice in one configuration: dev (g++, Debug: the tests and
+    # the examples), release (g++ -O3: the examples and the benchmarks, with the benchmark kit's
+    # checks), clang (clang++ with ASan + UBSan, and the fuzzer), tsan (the executors' tests).
+    # The dev suite's tests run last, so that torch's download overlaps the builds. Each phase's
+    # wall time is printed at the end (docs/03_diagnostics.md, "The test command").
+    phases=()
+    phase() {
+      local name=$1 t0=$SECONDS
+      shift
+      "$@"
+      phases+=("$(printf '%-34s %4d s' "$name" $((SECONDS - t0)))")
+    }
+    phase "dev: configure + build" eval 'cmake --preset dev && cmake --build --preset dev'
+    phase "release: configure + build + test" cmake --workflow --preset release
+    phase "clang (ASan + UBSan, fuzz)" cmake --workflow --preset clang
+    phase "tsan" cmake --workflow --preset tsan
+    phase "waiting for torch" torch_venv_wait
+    phase "dev: tests" ctest --preset dev
+    printf 'run.sh test: %s\n' "${phases[@]}" "$(printf '%-34s %4d s' total "$SECONDS")"
     ;;
   *)
     echo "usage: bash run.sh demo [train_mlp flags] | bash run.sh test" >&2

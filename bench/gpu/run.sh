@@ -13,7 +13,8 @@
 #     the NCCL path (non-blocking world communicator, splits) on a one-rank world.
 # Then the table: per schedule, host µs to issue a step eagerly and to launch its graph, device
 # ms per step both ways, and the unpipelined run's time (every kernel one after the other on one
-# stream: the sum of the stage kernels plus launch gaps). Finishes in a few minutes.
+# stream: the sum of the stage kernels plus launch gaps). Finishes in a few minutes. Exits non-zero,
+# after the table, when a GPU test, an example run or the build fails, or a GPU test skipped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 start=$(date +%s)
@@ -32,12 +33,14 @@ cmake -S . -B build/gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCH
 targets=(test_gpu test_cuda_runtime test_cuda cuda_mlp)
 if cmake --build build/gpu --target help | grep test_cuda_mpi >/dev/null; then targets+=(test_cuda_mpi); fi  # where MPI is found
 cmake --build build/gpu -j"$(nproc)" --target "${targets[@]}"
-ctest --test-dir build/gpu -R "gpu|cuda" --output-on-failure | tee build/gpu/ctest.log || true
+# each step's failure is remembered, the table is printed, and the script then exits non-zero
+failed=()
+ctest --test-dir build/gpu -R "gpu|cuda" --output-on-failure | tee build/gpu/ctest.log || failed+=("ctest")
 
 # the timing tables (one more run, 20 steps each way; then one NCCL group per peer and tick)
 mlp=build/gpu/examples/cuda_mlp
-"${mlp}" --graph --steps 20 | tee build/gpu/cuda_mlp.log || true
-"${mlp}" --graph --steps 20 --groups peer | tee build/gpu/cuda_mlp_peer.log || true
+"${mlp}" --graph --steps 20 | tee build/gpu/cuda_mlp.log || failed+=("cuda_mlp --graph")
+"${mlp}" --graph --steps 20 --groups peer | tee build/gpu/cuda_mlp_peer.log || failed+=("cuda_mlp --graph --groups peer")
 
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo "unknown")
 passed=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' build/gpu/ctest.log || echo "?")
@@ -65,3 +68,9 @@ for s in $(sed -nE 's/^([a-z0-9-]+) +loss .*/\1/p' build/gpu/cuda_mlp.log); do
 done
 echo
 echo "wall time: $(( $(date +%s) - start )) s"
+# a skipped GPU test (exit 77: no device visible) is a failure here: this script is for a GPU machine
+if grep -Eq 'Test +#[0-9]+: gpu.*(Skipped|Not Run)' build/gpu/ctest.log; then failed+=("a GPU test skipped (no device?)"); fi
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'bench/gpu/run.sh: FAILED: %s\n' "${failed[@]}" >&2
+  exit 1
+fi

@@ -4,6 +4,9 @@
 
 #include "../graph_programs.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_bounds {
+
 namespace pt = pipetype;
 
 TEST_CASE("bounds: 1F1B's bound is its busiest rank after its head, and GPipe reaches it") {
@@ -76,3 +79,6 @@ TEST_CASE("bounds: with lanes and edges, a microbatch's path runs through its ow
   CHECK(pt::makespan_lower_bound(p.view(), ghost).critical_path == pt::makespan_lower_bound(p.view(), c).critical_path);
   CHECK(pt::makespan_lower_bound(p.view(), c).value() <= pt::simulate(p.view(), c).makespan());
 }
+
+}  // namespace test_bounds
+}  // namespace

@@ -8,6 +8,9 @@
 
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_layout_costs {
+
 namespace pt = pipetype;
 
 TEST_CASE("layout_costs: a stage costs its layers' weight times one layer") {
@@ -47,3 +50,6 @@ TEST_CASE("layout_costs: an uneven split simulates longer than the even one, and
     CHECK(peak[static_cast<std::size_t>(r)] == doctest::Approx((4 - r) * layers[r]));
   }
 }
+
+}  // namespace test_layout_costs
+}  // namespace

@@ -4,6 +4,9 @@
 
 #include "../graph_programs.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_simulate {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>();
@@ -119,3 +122,6 @@ TEST_CASE("simulate: with edges a forward starts once every input has arrived") 
   CHECK(u.start[3] == doctest::Approx(14.5));
   CHECK(u.start[1] == doctest::Approx(17));
 }
+
+}  // namespace test_simulate
+}  // namespace

@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_checks {
+
 namespace pt = pipetype;
 
 namespace {
@@ -59,3 +62,6 @@ TEST_CASE("checks: check_gradients wants microbatch order, the split, and handed
   pt::chain<owned> handed{o};
   CHECK_NOTHROW(pt::detail::check_gradients(split.compute(), pt::entries_of(handed), true, "who"));
 }
+
+}  // namespace test_checks
+}  // namespace

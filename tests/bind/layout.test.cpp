@@ -7,6 +7,9 @@
 #include <span>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_layout {
+
 namespace pt = pipetype;
 
 namespace {
@@ -81,3 +84,6 @@ TEST_CASE("layout: a later lane's weight gradients are held to the step's end") 
         static_cast<int>(pt::detail::plan_weight_grads(plan.lowered().rank_ops(r), pt::entries_of(model)).later.size());
   CHECK(later == 2 * 2);  // lane 1: 2 stages × 2 microbatches (half of m runs each direction)
 }
+
+}  // namespace test_layout
+}  // namespace

@@ -10,6 +10,9 @@
 #include <type_traits>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_report {
+
 namespace pt = pipetype;
 
 // the host executor's names are the shared ones, and every executor's failures() lists them
@@ -31,3 +34,6 @@ TEST_CASE("report: a failure names no place until it is given one") {
   CHECK(t.start == 0);
   CHECK(t.end == 0);
 }
+
+}  // namespace test_report
+}  // namespace

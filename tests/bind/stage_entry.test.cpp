@@ -7,6 +7,9 @@
 #include <span>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_stage_entry {
+
 namespace pt = pipetype;
 
 namespace {
@@ -87,3 +90,6 @@ TEST_CASE("stage_entry: a bound op calls the stage with its typed context") {
   CHECK(f.calls == 1);
   CHECK(out[0] == 8.0);  // 7 + microbatch 1
 }
+
+}  // namespace test_stage_entry
+}  // namespace

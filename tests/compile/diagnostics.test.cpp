@@ -4,6 +4,9 @@
 
 #include <type_traits>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_diagnostics {
+
 namespace pt = pipetype;
 
 namespace {
@@ -89,3 +92,6 @@ TEST_CASE("every category has a sentence on how to fix it") {
     CHECK(fix != pt::how_to_fix(pt::errc::ok));
   }
 }
+
+}  // namespace test_diagnostics
+}  // namespace

@@ -5,6 +5,9 @@
 #include <map>
 #include <tuple>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_lower {
+
 namespace pt = pipetype;
 
 namespace {
@@ -178,3 +181,6 @@ TEST_CASE("lower: group_policy::automatic is per_peer for programs with overlapp
   CHECK(ops_of(chain, pt::plan_options{}.groups) == ops_of(chain, pt::group_policy::per_tick));
   CHECK(ops_of(dpv, pt::group_policy::per_tick) != ops_of(dpv, pt::group_policy::per_peer));
 }
+
+}  // namespace test_lower
+}  // namespace

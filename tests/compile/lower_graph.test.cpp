@@ -18,6 +18,9 @@
 #include <tuple>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_lower_graph {
+
 namespace pt = pipetype;
 
 namespace {
@@ -344,3 +347,6 @@ TEST_CASE("lower graph: the proof catches a receive of the wrong edge and a slot
     CHECK(pt::verify_lowered(bad.view()).code == pt::errc::index_out_of_range);
   }
 }
+
+}  // namespace test_lower_graph
+}  // namespace

@@ -11,6 +11,9 @@
 
 #include "../schedules/sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_lower_passes {
+
 namespace pt = pipetype;
 namespace pd = pipetype::detail;
 
@@ -193,3 +196,6 @@ static_assert([] {
   const pd::lowering_input in = pd::lowering_input_of(prog.view(), f.tick.data(), lt);
   return pd::lower_transfers(in).nx == 2 * 4;
 }());
+
+}  // namespace test_lower_passes
+}  // namespace

@@ -4,6 +4,9 @@
 
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_lowered {
+
 namespace pt = pipetype;
 
 TEST_CASE("lowered: a view slices the ops of each rank") {
@@ -27,3 +30,6 @@ TEST_CASE("lowered: an op defaults to 'nothing': no slot, no event") {
   CHECK(o.record_event == -1);
   CHECK(o == pt::lowered_op{});
 }
+
+}  // namespace test_lowered
+}  // namespace

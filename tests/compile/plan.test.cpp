@@ -4,6 +4,9 @@
 
 #include <string>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_plan {
+
 namespace pt = pipetype;
 
 using sched = pt::interleaved_1f1b<pt::ranks<3>, pt::microbatches<6>, pt::chunks<2>>;
@@ -81,3 +84,6 @@ TEST_CASE("plan: built-in schedules state their extent exactly, so make_plan nee
   static_assert(
       std::is_same_v<decltype(pt::one_f_one_b<pt::ranks<2>, pt::microbatches<2>>::extent()), pt::program_extent>);
 }
+
+}  // namespace test_plan
+}  // namespace

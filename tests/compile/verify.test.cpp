@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_verify {
+
 namespace pt = pipetype;
 
 namespace {
@@ -234,3 +237,6 @@ TEST_CASE("verify: the event-driven lock-step run gives the ticks of the definit
   CHECK(deadlocks > 10);  // the sample has both kinds (this seed: 280 and 20)
   CHECK(valid > 10);
 }
+
+}  // namespace test_verify
+}  // namespace

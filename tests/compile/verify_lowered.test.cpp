@@ -7,6 +7,9 @@
 #include <utility>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_verify_lowered {
+
 namespace pt = pipetype;
 
 namespace {
@@ -240,3 +243,6 @@ TEST_CASE("verify_lowered: a tick far out of range voids the certificate instead
   CHECK_FALSE(certified);
   CHECK(v.ok());  // the simulation still proves it: ticks are only the certificate's data
 }
+
+}  // namespace test_verify_lowered
+}  // namespace

@@ -6,6 +6,9 @@
 
 #include <string>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_verify_transfers {
+
 namespace pt = pipetype;
 
 namespace {
@@ -149,3 +152,6 @@ TEST_CASE("verify_transfers: the NCCL streams PyTorch puts transfers on") {
     CHECK(got.rfind(e.verdict, 0) == 0);
   }
 }
+
+}  // namespace test_verify_transfers
+}  // namespace

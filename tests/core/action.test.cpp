@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_action {
+
 namespace pt = pipetype;
 
 static_assert(pt::F(2, 0) == pt::action{pt::kind::F, 2, 0, false});
@@ -21,3 +24,6 @@ TEST_CASE("action: B and I produce the input gradient, F and W do not") {
   CHECK_FALSE(pt::is_input_backward(pt::kind::F));
   CHECK_FALSE(pt::is_input_backward(pt::kind::W));
 }
+
+}  // namespace test_action
+}  // namespace

@@ -5,6 +5,9 @@
 
 #include <initializer_list>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_memory {
+
 namespace pt = pipetype;
 
 // the default: two units per activation; F takes one, B gives it back, I and W half each
@@ -24,3 +27,6 @@ TEST_CASE("memory: a custom model changes every kind's delta") {
   for (pt::kind k : {pt::kind::F, pt::kind::F, pt::kind::I, pt::kind::W, pt::kind::B}) live += m.delta(k);
   CHECK(live == 0);  // two forwards released by one split and one full backward
 }
+
+}  // namespace test_memory
+}  // namespace

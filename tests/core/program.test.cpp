@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_program {
+
 namespace pt = pipetype;
 using pt::B;
 using pt::F;
@@ -50,3 +53,6 @@ TEST_CASE("program_builder: an action for a rank out of range is remembered") {
   c.add(F(0, 0));  // no rank selected
   CHECK(std::move(c).build().invalid_rank == -1);
 }
+
+}  // namespace test_program
+}  // namespace

@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_schedule {
+
 namespace pt = pipetype;
 
 // a user's schedule type and a lambda-wrapped one both satisfy the concept
@@ -28,3 +31,6 @@ TEST_CASE("schedule: a hand-built 1F1B and the generator lower to the same ops")
   for (std::size_t i = 0; i < mine.ops().size(); ++i) CHECK(mine.ops()[i] == theirs.ops()[i]);
   CHECK(std::string(mine.name) == "mine");
 }
+
+}  // namespace test_schedule
+}  // namespace

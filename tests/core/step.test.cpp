@@ -4,6 +4,9 @@
 
 #include <string_view>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_step {
+
 namespace pt = pipetype;
 
 // PyTorch's spellings, and the three families a file's cells fall into
@@ -37,3 +40,6 @@ TEST_CASE("step_view: a rank's steps") {
   CHECK(v.rank_steps(0).size() == 2);
   CHECK(v.rank_steps(1)[0].op == pt::step_kind::recv_f);
 }
+
+}  // namespace test_step
+}  // namespace

@@ -5,6 +5,9 @@
 
 #include <string>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_verdict {
+
 namespace pt = pipetype;
 
 TEST_CASE("verdict: every code has a name") {
@@ -24,3 +27,6 @@ TEST_CASE("verdict: describe lists only the parts that are known") {
   v.index = 2;
   CHECK(pt::describe(v) == "missing action at rank 1, stage 1, microbatch 3, action 1B3 (index 2): no backward");
 }
+
+}  // namespace test_verdict
+}  // namespace

@@ -7,6 +7,9 @@
 
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_capture {
+
 namespace pc = pipetype::cuda;
 using ck = pc::record_driver::call_kind;
 
@@ -57,3 +60,6 @@ TEST_CASE("step_capture: a step that throws abandons the capture, and the next o
   CHECK(cap.instantiations() == 1);
   cap.release();
 }
+
+}  // namespace test_capture
+}  // namespace

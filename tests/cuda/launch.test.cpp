@@ -12,6 +12,9 @@
 #include <thread>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_launch {
+
 namespace pc = pipetype::cuda;
 using namespace std::chrono_literals;
 
@@ -88,3 +91,6 @@ TEST_CASE("cuda launch: rank 0 shares bytes through a file, the others wait for 
   std::array<std::byte, 128> none{};
   CHECK_THROWS_WITH(pc::share_bytes(path, 2, none, 50ms), doctest::Contains("waited 50 ms for rank 0 to write"));
 }
+
+}  // namespace test_launch
+}  // namespace

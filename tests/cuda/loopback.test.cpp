@@ -31,6 +31,9 @@
 #include "order.hpp"
 #include "plans.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_loopback {
+
 namespace pt = pipetype;
 namespace pc = pipetype::cuda;
 using ck = pc::record_driver::call_kind;
@@ -462,3 +465,6 @@ TEST_CASE("cuda loopback: DualPipeV's capture forks and joins every rank's three
     }
   }
 }
+
+}  // namespace test_loopback
+}  // namespace

@@ -19,6 +19,9 @@
 #include "order.hpp"
 #include "plans.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_record {
+
 namespace pt = pipetype;
 namespace pc = pipetype::cuda;
 using call = pc::record_driver::call;
@@ -466,3 +469,6 @@ TEST_CASE(
     CHECK(std::count(issued.begin(), issued.end(), d.native(2)) > 0);  // some halves ran on the second stream
   }
 }
+
+}  // namespace test_record
+}  // namespace

@@ -11,6 +11,9 @@
 
 #include "kernels.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_gpu {
+
 namespace pt = pipetype;
 namespace pc = pipetype::cuda;
 
@@ -122,3 +125,6 @@ TEST_CASE("gpu: connect on a one-rank world gives a plan without communicators, 
   d.synchronize();
   CHECK(cudaGetLastError() == cudaSuccess);
 }
+
+}  // namespace test_gpu
+}  // namespace

@@ -9,6 +9,9 @@
 #include <cstring>
 #include <string>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_runtime {
+
 namespace pc = pipetype::cuda;
 
 TEST_CASE("cuda runtime: NCCL answers without a GPU, and the driver satisfies the concept") {
@@ -51,3 +54,6 @@ TEST_CASE("cuda runtime: NCCL_COMM_ID gives every rank the same id, computed loc
   ::unsetenv("NCCL_COMM_ID");
   CHECK(std::memcmp(x.internal, y.internal, sizeof(x.internal)) == 0);
 }
+
+}  // namespace test_runtime
+}  // namespace

@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_format {
+
 namespace pd = pipetype::detail;
 
 TEST_CASE("format: round axis steps") {
@@ -26,3 +29,6 @@ TEST_CASE("format: XML and JSON escaping") {
   CHECK(pd::xml_escape("a<b & \"c\">") == "a&lt;b &amp; &quot;c&quot;&gt;");
   CHECK(pd::json_quote("a\"b\\c\n") == "\"a\\\"b\\\\c\\u000a\"");
 }
+
+}  // namespace test_format
+}  // namespace

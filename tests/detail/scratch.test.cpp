@@ -3,6 +3,9 @@
 
 #include <doctest/doctest.h>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_scratch {
+
 namespace ptd = pipetype::detail;
 
 constexpr int sum_of_filled(int n) {
@@ -23,3 +26,6 @@ TEST_CASE("scratch: filled, indexable, movable, at run time too") {
   CHECK(s.data()[2] == 'y');
   CHECK(sum_of_filled(10) == 40);
 }
+
+}  // namespace test_scratch
+}  // namespace

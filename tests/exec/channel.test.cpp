@@ -7,6 +7,9 @@
 #include <string>
 #include <thread>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_channel {
+
 namespace ph = pipetype::host;
 using namespace std::chrono_literals;
 
@@ -125,3 +128,6 @@ TEST_CASE("fabric: misuse is reported, not undefined") {
   CHECK_THROWS_AS(e.group_end(), std::out_of_range);
   CHECK_THROWS_AS((ph::fabric{0, 1, 1s}), std::invalid_argument);
 }
+
+}  // namespace test_channel
+}  // namespace

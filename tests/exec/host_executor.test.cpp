@@ -15,6 +15,9 @@
 
 #include "mlp.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_host_executor {
+
 namespace pt = pipetype;
 namespace ph = pipetype::host;
 using namespace std::chrono_literals;
@@ -465,3 +468,6 @@ TEST_CASE("host executor: a traced step becomes a step_trace: a span per compute
     CHECK(pt::simulate(plan.compute(), c).complete);
   }
 }
+
+}  // namespace test_host_executor
+}  // namespace

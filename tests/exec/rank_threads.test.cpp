@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_rank_threads {
+
 namespace pd = pipetype::detail;
 
 TEST_CASE("rank_threads: every thread runs each job once, on its own thread, and run waits for all") {
@@ -52,3 +55,6 @@ TEST_CASE("rank_threads: no threads, or a slow one, still end every run") {
   two.run(slow);
   CHECK(done.load() == 2);  // run waited for the slow thread too
 }
+
+}  // namespace test_rank_threads
+}  // namespace

@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_rendezvous {
+
 namespace pd = pipetype::detail;
 using namespace std::chrono_literals;
 
@@ -129,3 +132,6 @@ TEST_CASE("rendezvous: sizes that differ fail both ends, and abort ends every wa
                       0, bad, {}, [](std::size_t, core::post&) {}, [](std::size_t, const core::post&) {}),
                   std::out_of_range);
 }
+
+}  // namespace test_rendezvous
+}  // namespace

@@ -4,6 +4,9 @@
 
 #include <string>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_layer_layout {
+
 namespace pt = pipetype;
 
 namespace {
@@ -40,7 +43,7 @@ TEST_CASE("layer_layout: stages, repeats, groups and empty stages") {
   CHECK(g.stages[1] == pt::stage_layers{0, 1, 0, 0});
   CHECK(g.stages[2].layers() == 0);
   CHECK(g.stages[3] == pt::stage_layers{0, 0, 2, 1});
-  CHECK(pt::parse_layout("t|*3t").size() == 4);  // a repeated '|' makes empty stages
+  CHECK(pt::parse_layout("t|*3t").size() == 4);                    // a repeated '|' makes empty stages
   CHECK(pt::parse_layout("((t*2)*3|)*2").stages[1].decoder == 6);  // nested groups
 }
 
@@ -82,3 +85,6 @@ TEST_CASE("layer_layout: weights") {
   CHECK(w.of({0, 3, 0, 1}) == 4);
   CHECK(pt::layer_weights{.embedding = 0, .decoder = 2, .mtp = 3, .loss = 0}.of({1, 1, 1, 1}) == 5);
 }
+
+}  // namespace test_layer_layout
+}  // namespace

@@ -6,6 +6,9 @@
 
 #include "small_step.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_chrome_trace {
+
 namespace pt = pipetype;
 
 TEST_CASE("chrome_trace: a process per rank, a thread per stream, an event per span, a flow per transfer") {
@@ -55,3 +58,6 @@ TEST_CASE("chrome_trace: a measured group is an event on the communication threa
              "1, \"args\": {\"transfers\": 2}}") != std::string::npos);
   CHECK(j.find("\"args\": {\"name\": \"communication\"}") != std::string::npos);
 }
+
+}  // namespace test_chrome_trace
+}  // namespace

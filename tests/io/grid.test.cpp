@@ -9,6 +9,9 @@
 #include <sstream>
 #include <string>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_grid {
+
 namespace pt = pipetype;
 
 namespace {
@@ -74,3 +77,6 @@ TEST_CASE("grid: fractional costs get a finer column, so equal actions draw equa
   // integral costs keep one unit per column and no note
   CHECK(render(pt::make_one_f_one_b(2, 3), {.f = 1, .b = 2}).rfind("time", 0) == 0);
 }
+
+}  // namespace test_grid
+}  // namespace

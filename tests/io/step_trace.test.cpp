@@ -10,6 +10,9 @@
 
 #include "small_step.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_step_trace {
+
 namespace pt = pipetype;
 
 namespace {
@@ -240,3 +243,6 @@ TEST_CASE("step_trace: with edges, one transfer per crossing edge each way") {
   CHECK(skip_down == 1);
   CHECK(skip_up == 1);
 }
+
+}  // namespace test_step_trace
+}  // namespace

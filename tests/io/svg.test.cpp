@@ -10,6 +10,9 @@
 
 #include "small_step.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_svg {
+
 namespace pt = pipetype;
 
 namespace {
@@ -147,3 +150,6 @@ TEST_CASE("svg: a stage graph is drawn under the timeline, a box per stage in co
   const std::string b = picture(broken);
   CHECK(test_io::count(b, "class=\"graphedge\"") == 2);
 }
+
+}  // namespace test_svg
+}  // namespace

@@ -4,6 +4,9 @@
 
 #include <doctest/doctest.h>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_text {
+
 namespace pt = pipetype;
 
 TEST_CASE("listing: the ops of one rank, a group's transfers indented") {
@@ -17,3 +20,6 @@ TEST_CASE("listing: the ops of one rank, a group's transfers indented") {
         "[wait e0] group (tick 3)\n"
         "  send grad 1B0 -> rank 0 comm 0 slot g0\n");
 }
+
+}  // namespace test_text
+}  // namespace

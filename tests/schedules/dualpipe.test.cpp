@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_dualpipe {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::dualpipe<pt::ranks<8>, pt::microbatches<20>>>();  // the README's figure
@@ -55,3 +58,6 @@ TEST_CASE("lanes: a microbatch outside its lane, or lanes that do not divide, ar
   odd.lanes(2).rank(0).add(pt::F(0, 0));
   CHECK(pt::verify(std::move(odd).build().view()).code == pt::errc::invalid_lanes);
 }
+
+}  // namespace test_dualpipe
+}  // namespace

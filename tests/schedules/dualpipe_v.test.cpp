@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_dualpipe_v {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::dualpipe_v<pt::ranks<4>, pt::microbatches<10>>>();  // PyTorch's test case
@@ -42,3 +45,6 @@ TEST_CASE("dualpipe_v: an F&B pair that overlaps (fb < F + B) shortens the step"
   const double overlapped = pt::simulate(prog.view(), pt::costs{.f = 1, .b = 2, .fb = 2.5}).max_rank_span();
   CHECK(overlapped < plain);
 }
+
+}  // namespace test_dualpipe_v
+}  // namespace

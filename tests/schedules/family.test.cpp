@@ -7,6 +7,9 @@
 #include <string_view>
 #include <vector>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_family {
+
 namespace pt = pipetype;
 
 namespace {
@@ -128,3 +131,6 @@ TEST_CASE("family: DualPipe runs a copy of the graph in each direction") {
   CHECK_THROWS_WITH_AS(pt::make_dualpipe(4, 8, pt::chain_dag(6)), doctest::Contains("as many stages as ranks"),
                        std::invalid_argument);
 }
+
+}  // namespace test_family
+}  // namespace

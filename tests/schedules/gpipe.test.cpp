@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_gpipe {
+
 namespace pt = pipetype;
 
 // a compile-time plan of the type form
@@ -39,3 +42,6 @@ TEST_CASE("gpipe over a graph: two towers side by side") {
     CHECK(pt::simulate(p.view(), pt::costs{.f = 1, .b = 2}).makespan() == (m + 1) * 3.0);
   }
 }
+
+}  // namespace test_gpipe
+}  // namespace

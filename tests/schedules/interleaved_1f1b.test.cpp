@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_interleaved_1f1b {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::interleaved_1f1b<pt::ranks<2>, pt::microbatches<4>, pt::chunks<2>>>();
@@ -49,3 +52,6 @@ TEST_CASE("interleaved_1f1b: PyTorch's schedule-plan test grid") {
     CHECK(sweep::pytorch_plan_checks(pt::make_interleaved_1f1b(g[2], g[1], g[0])) == "");
   }
 }
+
+}  // namespace test_interleaved_1f1b
+}  // namespace

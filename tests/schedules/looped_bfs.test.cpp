@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_looped_bfs {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::looped_bfs<pt::ranks<2>, pt::microbatches<4>, pt::chunks<3>>>();
@@ -36,3 +39,6 @@ TEST_CASE("looped_bfs: earlier stage first, backwards in reverse microbatch orde
                                        pt::B(2, 1), pt::B(2, 0), pt::B(0, 1), pt::B(0, 0)};
   CHECK(std::vector<pt::action>(r0.begin(), r0.end()) == expect);
 }
+
+}  // namespace test_looped_bfs
+}  // namespace

@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_one_f_one_b {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>();
@@ -80,3 +83,6 @@ TEST_CASE("one_f_one_b over a graph: by name, beside the other families") {
   const pt::program bad = pt::make_one_f_one_b(3, 2, pt::stage_dag{3, {{0, 1}, {1, 2}, {2, 0}}});
   CHECK(pt::verify(bad.view()).code == pt::errc::invalid_graph);
 }
+
+}  // namespace test_one_f_one_b
+}  // namespace

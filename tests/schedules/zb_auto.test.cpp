@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <string>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_auto {
+
 namespace pt = pipetype;
 
 namespace {
@@ -215,3 +218,6 @@ TEST_CASE("zb_auto: stage weights pick the placement they name when both are tri
   params.stage_scale = {1, 2, 2, 1, 1, 2, 2, 1};  // 2p: the V
   CHECK(pt::make_schedule("zb-auto", 4, 8, 0, params).stages == 8);
 }
+
+}  // namespace test_zb_auto
+}  // namespace

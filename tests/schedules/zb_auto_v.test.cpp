@@ -1,6 +1,9 @@
 // zb_auto_v.hpp: zb_auto on the V placement.
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_auto_v {
+
 namespace pt = pipetype;
 
 namespace {
@@ -69,3 +72,6 @@ TEST_CASE("zb_auto_v: by name, placement auto keeps the shorter of one stage per
   pr.placement = pt::search_placement::automatic;
   CHECK(std::string(pt::zb_problem_error(pr)).find("tries both") != std::string::npos);
 }
+
+}  // namespace test_zb_auto_v
+}  // namespace

@@ -3,6 +3,9 @@
 
 #include <pipetype/schedules/zb_exact.hpp>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_exact {
+
 namespace pt = pipetype;
 
 namespace {
@@ -84,3 +87,6 @@ TEST_CASE("zb_exact: a budget too small is not a proof, and bad problems are nam
   CHECK(std::string(pt::zb_exact(problem(2, 2, 0, pt::costs{.f = 1, .b = 1, .i = 1, .w = 0})).error).find("positive") !=
         std::string::npos);
 }
+
+}  // namespace test_zb_exact
+}  // namespace

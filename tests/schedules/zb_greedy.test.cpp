@@ -5,6 +5,9 @@
 
 #include <sstream>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_greedy {
+
 namespace pt = pipetype;
 
 namespace {
@@ -156,3 +159,6 @@ TEST_CASE("zb_greedy: flags none of a run's decisions depended on give the same 
       }
   CHECK(shared > 50);  // some settings do share their runs
 }
+
+}  // namespace test_zb_greedy
+}  // namespace

@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_h1 {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::zb_h1<pt::ranks<4>, pt::microbatches<8>>>();
@@ -79,3 +82,6 @@ TEST_CASE("zb_h1 over a graph: the chain's program on a chain, and a W delay of 
       CHECK(kinds(p.view().rank_actions(r)) == kinds(three.view().rank_actions(chain_rank[r])));
   }
 }
+
+}  // namespace test_zb_h1
+}  // namespace

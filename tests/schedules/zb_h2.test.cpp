@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_h2 {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::zb_h2<pt::ranks<4>, pt::microbatches<8>>>();
@@ -38,3 +41,6 @@ TEST_CASE("zb_h2: warm-up of 2(p-r)-1 forwards, never worse than zb_h1's span") 
   for (const pt::costs c : {pt::costs{.f = 1, .b = 2}, pt::costs{.f = 1, .i = 1.5, .w = 0.5}})
     CHECK(pt::simulate(prog.view(), c).max_rank_span() <= pt::simulate(pt::make_zb_h1(4, 8).view(), c).max_rank_span());
 }
+
+}  // namespace test_zb_h2
+}  // namespace

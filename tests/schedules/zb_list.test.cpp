@@ -1,6 +1,9 @@
 // zb_list.hpp: a run's figures are the simulator's, it respects the limit, and a cutoff stops it.
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_list {
+
 namespace pt = pipetype;
 
 TEST_CASE("zb_list: every knob setting gives a valid program with the simulator's figures") {
@@ -85,3 +88,6 @@ TEST_CASE("zb_list: a run the memo skips is, step for step, one it already made"
         }
   CHECK(skipped_runs > 100);  // the memo does skip
 }
+
+}  // namespace test_zb_list
+}  // namespace

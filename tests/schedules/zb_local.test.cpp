@@ -2,6 +2,9 @@
 // the weak ones.
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_local {
+
 namespace pt = pipetype;
 
 TEST_CASE("zb_local: a move keeps microbatch order and each action after its input") {
@@ -45,3 +48,6 @@ TEST_CASE("zb_local: from 1F1B split in place it finds a shorter program and nev
       CHECK(pt::detail::zb_local_search(z, start, 4, none, 0).moves == 0);
     }
 }
+
+}  // namespace test_zb_local
+}  // namespace

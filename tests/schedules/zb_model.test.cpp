@@ -3,6 +3,9 @@
 
 #include <cstdint>
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_model {
+
 namespace pt = pipetype;
 
 namespace {
@@ -113,3 +116,6 @@ TEST_CASE("zb_model: the hand-written candidates' orders and warm-ups are their 
       }
     }
 }
+
+}  // namespace test_zb_model
+}  // namespace

@@ -1,5 +1,8 @@
 #include "sweep.hpp"
 
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_zb_v {
+
 namespace pt = pipetype;
 
 constexpr auto plan = pt::make_plan<pt::zb_v<pt::ranks<4>, pt::microbatches<8>>>();
@@ -30,3 +33,6 @@ TEST_CASE("zb_v: the V placement: rank 0 holds the first and the last stage") {
   for (int k = 0; k < 5; ++k) CHECK(r0[static_cast<std::size_t>(k)] == pt::F(0, k));  // 2(p − r) − 1 forwards
   CHECK(r0[5] == pt::F(5, 0));
 }
+
+}  // namespace test_zb_v
+}  // namespace
