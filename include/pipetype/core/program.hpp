@@ -129,14 +129,16 @@ struct program {
   }
 };
 
-/// Builds a program rank by rank. Usable in a constexpr function:
-///
+/// Builds a program rank by rank. Usable in a constexpr function.
+/// Example:
 ///   constexpr pipetype::program two_rank() {
+///     using pipetype::F, pipetype::B;
 ///     pipetype::program_builder b{/*ranks*/ 2, /*stages*/ 2, /*microbatches*/ 2};
 ///     b.rank(0).add(F(0, 0)).add(F(0, 1)).add(B(0, 0)).add(B(0, 1));
 ///     b.rank(1).add(F(1, 0)).add(B(1, 0)).add(F(1, 1)).add(B(1, 1));
 ///     return std::move(b).build("two-rank");
 ///   }
+///   static_assert(pipetype::check_program(two_rank().view()).result.ok());
 ///
 /// Placement: `place(stage, rank)` pins a stage; stages not pinned are placed on the rank whose
 /// list first names them. Nothing is checked here: `verify` does that and names the place.

@@ -138,7 +138,8 @@ template <device_driver D>
 class executor {
  public:
   /// Binds one rank of `plan` (a static_plan or an accepted runtime_plan) to the stages of
-  /// `model` (a chain or uniform_chain), allocating and creating everything through `driver`:
+  /// `model` (a chain or uniform_chain), allocating and creating everything through `driver`.
+  /// Example, given plan, model, driver, comms:
   ///   pipetype::cuda::executor ex{plan, model, driver, {.rank = 1, .comms = comms}};
   /// `opt.rank` defaults to the driver's rank(); `opt.comms[c]` is lowered communicator c (only
   /// those the rank is a member of are used; integer communicators default to 0, 1, ...). A

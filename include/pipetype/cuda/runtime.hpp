@@ -3,15 +3,19 @@
 //
 // Link pipetype::cuda (CMake: CUDA::cudart and NCCL). Compiles in a .cpp with the host
 // compiler; keep plan instantiation there too (docs/08_architecture.md, "Rules"), kernels in .cu files.
-//
-//   pipetype::cuda::runtime_driver d{rank, device};   // cudaSetDevice(device) first
-//   pipetype::cuda::rank_executor ex{views_of(plan), rank, entries_of(model), d, comms};
+// Example, given rank, device, id, world, plan, model, device_batch:
+//   #include <pipetype/cuda/executor.hpp>                   // the executor, beside this driver
+//   pipetype::cuda::runtime_driver d{rank, device};          // cudaSetDevice(device) first
+//   std::vector<ncclComm_t> comms = d.connect(id, world, plan.lowered());
+//   pipetype::cuda::executor<pipetype::cuda::runtime_driver> ex{plan, model, d, {.rank = rank, .comms = comms}};
 //   ex.step(device_batch);
-//   d.synchronize();                                   // or record an event and wait on it
+//   d.synchronize();                                          // or record an event and wait on it
 //
 // Every CUDA and NCCL return code is checked: a failure throws `device_error`, whose message
-// names the rank, the call and the library's error string. The driver owns what it creates
-// (buffers, streams, events) and frees it when destroyed; communicators stay the caller's.
+// names the rank, the call and the library's error string. The driver owns everything it
+// creates — buffers, streams, events and the communicators connect() makes — and frees it when
+// destroyed (release() frees one plan's communicators earlier). A communicator the caller made
+// itself and passes in executor_options::comms stays the caller's.
 //
 // Communicators (connect): one world communicator from NCCL's unique id, then one two-rank
 // communicator per lowered id by ncclCommSplit (collective over the world, in id order, key =
@@ -142,7 +146,7 @@ class runtime_driver {
   }
   /// Makes this driver's device current on the calling thread (a loopback pipeline's rank threads).
   void bind_thread() { check(cudaSetDevice(device_), "cudaSetDevice"); }
-  // whole-step graphs (rank_executor::capture / replay)
+  // whole-step graphs (executor::capture / replay)
   void begin_capture(stream s) {
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   }

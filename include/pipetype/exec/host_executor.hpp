@@ -1,6 +1,5 @@
 // pipetype/exec/host_executor.hpp — runs a plan on host threads: real numerics, NCCL's rules.
-//
-//   pipetype::uniform_chain<block> model{...};                       // or chain<embed, block, head>
+// Example, given model, batch (a uniform_chain<block> of 4 stages, or a chain<embed, block, head>):
 //   const auto plan = pipetype::build_plan(pipetype::make_schedule("1f1b", 4, 8));
 //   pipetype::host::executor ex{plan, model};                        // bind once
 //   ex.step(batch);                                                  // one training step
