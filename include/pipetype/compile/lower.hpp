@@ -188,6 +188,20 @@ constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy
   return edge_comm_v;
 }
 
+/// Where passes 2–4 write the tables pass 5 reads, when the caller gives room for them
+/// (make_plan: arrays of its own, so that pass 5 runs in a constant evaluation of its own with no
+/// copy); a null pointer, or too little room, and the pass uses its own.
+struct pass_storage {
+  int* x = nullptr;  // transfer_table's transfers: 9 fields of max_x
+  int x_size = 0;
+  int* compute = nullptr;  // slot_table::compute: 3N
+  int compute_size = 0;
+  int* ends = nullptr;       // end_table's x, tick, slot, peer: end_stride each
+  char* send = nullptr;      // end_table::send: end_stride
+  int* end_begin = nullptr;  // end_table::rank_begin: P + 1
+  int end_stride = 0;
+};
+
 /// Pass 2's result. Buffers, by pool and id (q = s·m + j for a stage's output, q = e·m + j for
 /// an edge's copy): pool 0 (activations) holds the output of F(s,j) at 2q + 1 on the stage's
 /// rank — what every local consumer reads and every crossing edge sends from — and, per crossing
@@ -200,29 +214,32 @@ struct transfer_table {
   scratch<int> iv;  // struct of arrays, max_iv each: rank, alloc, free, pool, id
   scratch<int> x;   // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id, edge
   int max_iv = 0, niv = 0, max_x = 0, nx = 0;
+  int* xp = nullptr;  // x's data, or the caller's (pass_storage)
   constexpr const int* iv_field(int f) const { return iv.data() + f * max_iv; }
-  constexpr const int* x_field(int f) const { return x.data() + f * max_x; }
+  constexpr const int* x_field(int f) const { return xp + f * max_x; }
   enum iv_fields { iv_rank, iv_alloc, iv_free, iv_pool, iv_id };
   enum x_fields { x_tick, x_pool, x_stage, x_mb, x_src, x_dst, x_sid, x_did, x_edge };
 };
 
 /// Pass 2: every buffer and every transfer. A tensor produced at tick t crosses at tick t + 1.
-constexpr transfer_table lower_transfers(const lowering_input& in) {
+constexpr transfer_table lower_transfers(const lowering_input& in, const pass_storage& store = {}) {
   const int S = in.S, m = in.m, n = in.n, E = in.E;
   const int* owner = in.owner;
+  const bool given = store.x != nullptr && store.x_size >= 9 * (2 * E * m + 1);
   transfer_table tt{scratch<int>(5 * (n + 3 * E * m + 1), unset),
-                    scratch<int>(9 * (2 * E * m + 1), unset),
+                    scratch<int>(given ? 0 : 9 * (2 * E * m + 1), unset),
                     n + 3 * E * m + 1,
                     0,
                     2 * E * m + 1,
                     0};
+  tt.xp = given ? store.x : tt.x.data();
   const int max_iv = tt.max_iv, max_x = tt.max_x;
   int* iv_rank = tt.iv.data();
   int* iv_alloc = iv_rank + max_iv;
   int* iv_free = iv_rank + 2 * max_iv;
   int* iv_pool = iv_rank + 3 * max_iv;
   int* iv_id = iv_rank + 4 * max_iv;
-  int* x_tick = tt.x.data();
+  int* x_tick = tt.xp;
   int* x_pool = x_tick + max_x;
   int* x_stage = x_tick + 2 * max_x;
   int* x_mb = x_tick + 3 * max_x;
@@ -282,7 +299,8 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
 /// Pass 3's result: the slot of every buffer, by pool · stride + id, and of every compute op.
 struct slot_table {
   scratch<int> of_buffer;  // [2 · stride]
-  scratch<int> compute;    // [3N]: input, incoming gradient, output per action (-1: none)
+  scratch<int> own;        // compute's room, unless the caller gave it (pass_storage)
+  int* compute = nullptr;  // [3N]: input, incoming gradient, output per action (-1: none)
   scratch<int> link;       // [N] with edges: the action's list in `lists` (-1: its three fields say it)
   std::vector<int> lists;  // lowered_view::slot_lists
   int stride = 0;          // 2 · max(S, E) · m + 2: the gradient pool's offset in of_buffer
@@ -293,15 +311,20 @@ struct slot_table {
 /// only after its last use — optimal for intervals, so a pool's size is its peak of live buffers
 /// (written to `res[r].activation_slots` / `gradient_slots`). Then each compute op's slots: one
 /// per list in its three fields, or (several inputs, gradients or outputs) a list in edge order.
-constexpr slot_table assign_slots(const lowering_input& in, const transfer_table& tt, rank_resources* res) {
+constexpr slot_table assign_slots(const lowering_input& in, const transfer_table& tt, rank_resources* res,
+                                  const pass_storage& store = {}) {
   const int P = in.P, N = in.N, m = in.m;
   const int width_q = (in.S > in.E ? in.S : in.E) * m;
   const bool graph = in.p.has_edges();
+  const bool given = store.compute != nullptr && store.compute_size >= 3 * N;
   slot_table st{scratch<int>(2 * (2 * width_q + 2), unset),
-                scratch<int>(3 * N, -1),
+                scratch<int>(given ? 0 : 3 * N, unset),
+                nullptr,
                 scratch<int>(graph ? N : 1, -1),
                 {},
                 2 * width_q + 2};
+  st.compute = given ? store.compute : st.own.data();
+  for (int i = 0, *cp = st.compute; i < 3 * N; ++i) cp[i] = -1;
   int* slot_of = st.of_buffer.data();
   const int niv = tt.niv;
   const int* iv_rank = tt.iv_field(transfer_table::iv_rank);
@@ -351,14 +374,14 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
   }
   const int* act_slot = slot_of;
   const int* grad_slot = slot_of + st.stride;
-  int* in_slot = st.compute.data();
+  int* in_slot = st.compute;
   int* gin_slot = in_slot + N;
   int* out_slot = in_slot + 2 * N;
   const action* A = in.A;
   const int* from = in.from;
   for (int r = 0; r < P; ++r)
     for (int k = in.beg[r]; k < in.beg[r + 1]; ++k) {
-      const action& a = A[k];
+      const action a = A[k];
       const int s = a.stage, j = a.microbatch, pb = in.pred_begin[s], pe = in.pred_begin[s + 1], sb = in.succ_begin[s],
                 se = in.succ_begin[s + 1], nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb,
                 nout = a.what == kind::F   ? (se > sb ? 1 : 0)
@@ -395,12 +418,14 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
 
 /// Pass 4's result: every transfer end, rank by rank and within a rank in issue order.
 struct end_table {
-  scratch<int> rank_begin;  // [P + 1]: rank r's ends are [rank_begin[r], rank_begin[r + 1])
-  scratch<int> x;           // its transfer
-  scratch<int> tick;        // its tick
-  scratch<int> slot;        // its buffer's slot
-  scratch<char> send;       // 1: the send end, 0: the receive
-  scratch<int> peer;        // the rank on the other end (per_peer), or 0 (per_tick: one group a tick)
+  scratch<int> own;  // the fields' room, unless the caller gave it (pass_storage)
+  scratch<char> own_send;
+  int* rank_begin = nullptr;  // [P + 1]: rank r's ends are [rank_begin[r], rank_begin[r + 1])
+  int* x = nullptr;           // its transfer
+  int* tick = nullptr;        // its tick
+  int* slot = nullptr;        // its buffer's slot
+  char* send = nullptr;       // 1: the send end, 0: the receive
+  int* peer = nullptr;        // the rank on the other end (per_peer), or 0 (per_tick: one group a tick)
 };
 
 /// Pass 4: each rank's transfer ends in tick order (a stable sort of the transfers by tick, then
@@ -410,7 +435,7 @@ struct end_table {
 /// the tick's one direction, so all take their (tick, rank pair) groups in one global order;
 /// per_tick counts every end as the same "peer", so each tick keeps one group.
 constexpr end_table order_ends(const lowering_input& in, const transfer_table& tt, const slot_table& st,
-                               group_policy groups) {
+                               group_policy groups, const pass_storage& store = {}) {
   const int P = in.P, nx = tt.nx;
   const int* x_tick = tt.x_field(transfer_table::x_tick);
   const int* x_pool = tt.x_field(transfer_table::x_pool);
@@ -430,20 +455,25 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
   }
   const scratch<int> by_rank_v = counting_order(end_rank, 2 * nx, P);
   const int* by_rank = by_rank_v.data();
-  end_table et{scratch<int>(P + 1, 0),          scratch<int>(2 * nx + 1, unset),  scratch<int>(2 * nx + 1, unset),
-               scratch<int>(2 * nx + 2, unset), scratch<char>(2 * nx + 2, unset), scratch<int>(2 * nx + 2, 0)};
-  int* rank_begin = et.rank_begin.data();
+  const bool given = store.ends != nullptr && store.end_stride >= 2 * nx + 2;
+  const int stride = given ? store.end_stride : 2 * nx + 2;
+  end_table et{scratch<int>(given ? 0 : 4 * stride + P + 1, unset), scratch<char>(given ? 0 : stride, unset)};
+  int* const room = given ? store.ends : et.own.data();
+  et.x = room, et.tick = room + stride, et.slot = room + 2 * stride, et.peer = room + 3 * stride,
+  et.rank_begin = given ? store.end_begin : room + 4 * stride, et.send = given ? store.send : et.own_send.data();
+  int* rank_begin = et.rank_begin;
+  for (int r = 0; r <= P; ++r) rank_begin[r] = 0;
   for (int e = 0; e < 2 * nx; ++e) ++rank_begin[end_rank[e] + 1];
   for (int r = 0; r < P; ++r) rank_begin[r + 1] += rank_begin[r];
-  int* e_x = et.x.data();
-  int* e_tick = et.tick.data();
-  int* e_slot = et.slot.data();
-  char* e_send = et.send.data();
-  int* e_peer = et.peer.data();
+  int* e_x = et.x;
+  int* e_tick = et.tick;
+  int* e_slot = et.slot;
+  char* e_send = et.send;
+  int* e_peer = et.peer;
   const int* slot_of = st.of_buffer.data();
   for (int e = 0; e < 2 * nx; ++e) {
     const int en = end_of[by_rank[e]], x = en / 2;
-    e_x[e] = x, e_send[e] = (en & 1) == 0 ? 1 : 0, e_tick[e] = x_tick[x],
+    e_x[e] = x, e_send[e] = (en & 1) == 0 ? 1 : 0, e_tick[e] = x_tick[x], e_peer[e] = 0,
     e_slot[e] = slot_of[x_pool[x] * st.stride + ((en & 1) == 0 ? x_sid[x] : x_did[x])];
   }
   scratch<int> key_v(2 * nx + 2, 0);
@@ -487,35 +517,89 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
 /// peer) with transfers.
 constexpr int count_ops(const lowering_input& in, const transfer_table& tt, const end_table& et) {
   int nops = in.N + 2 * tt.nx;
-  const int* rb = et.rank_begin.data();
-  const int* e_tick = et.tick.data();
-  const int* e_peer = et.peer.data();
+  const int* rb = et.rank_begin;
+  const int* e_tick = et.tick;
+  const int* e_peer = et.peer;
   for (int r = 0; r < in.P; ++r)
     for (int e = rb[r]; e < rb[r + 1]; ++e)
       if (e == rb[r] || e_tick[e] != e_tick[e - 1] || e_peer[e] != e_peer[e - 1]) ++nops;
   return nops;
 }
 
+/// What pass 5 reads, as flat arrays: the program, and the tables of passes 1–4 (rank_input_of),
+/// or their frozen copy in a static plan (plan.hpp: the lowering there is two constant
+/// evaluations, passes 1–4 and pass 5).
+struct rank_input {
+  const action* A = nullptr;
+  const int* tick = nullptr;  // [N]
+  const int* beg = nullptr;   // [P + 1]
+  int P = 0, N = 0;
+  bool graph = false;
+  // per transfer
+  const int *x_pool = nullptr, *x_stage = nullptr, *x_mb = nullptr, *x_src = nullptr, *x_dst = nullptr,
+            *x_edge = nullptr;
+  const int* edge_comm = nullptr;  // per edge
+  const int* compute = nullptr;    // [3N] slot_table::compute
+  const int* link = nullptr;       // [N] slot_table::link (with edges)
+  const int* lists = nullptr;      // slot_table::lists
+  // per transfer end (end_table)
+  const int *rank_begin = nullptr, *e_x = nullptr, *e_tick = nullptr, *e_slot = nullptr, *e_peer = nullptr;
+  const char* e_send = nullptr;
+};
+
+constexpr rank_input rank_input_of(const lowering_input& in, const transfer_table& tt, const slot_table& st,
+                                   const end_table& et, const int* edge_comm) {
+  rank_input v;
+  v.A = in.A, v.tick = in.tick, v.beg = in.beg, v.P = in.P, v.N = in.N, v.graph = in.p.has_edges();
+  v.x_pool = tt.x_field(transfer_table::x_pool), v.x_stage = tt.x_field(transfer_table::x_stage),
+  v.x_mb = tt.x_field(transfer_table::x_mb), v.x_src = tt.x_field(transfer_table::x_src),
+  v.x_dst = tt.x_field(transfer_table::x_dst), v.x_edge = tt.x_field(transfer_table::x_edge);
+  v.edge_comm = edge_comm, v.compute = st.compute, v.link = st.link.data(), v.lists = st.lists.data();
+  v.rank_begin = et.rank_begin, v.e_x = et.x, v.e_tick = et.tick, v.e_slot = et.slot, v.e_peer = et.peer,
+  v.e_send = et.send;
+  return v;
+}
+
+/// One step of pass 5: a compute op, or a group with its transfer ends. Fields, not parallel
+/// arrays: in constant evaluation each pointer index costs far more (time and memory) than a field.
+struct rank_step {
+  int ref;            // compute: action index; group: first end
+  int end;            // group: one past its last end; compute: -1
+  int tick;           // its tick
+  int wait_for;       // the step it waits for (-1: none)
+  int event;          // the event it records (when record_after)
+  int in, grad, out;  // compute: its slots (slot_table::compute)
+  bool record_after;
+};
+/// A slot's last uses: writer on stream 0, writer on 1, reader on 0, reader on 1.
+struct slot_use {
+  int u[4];
+};
+
 /// Per-rank work space of pass 5, sized once for the largest rank.
 struct rank_scratch {
-  scratch<int> steps;  // 4 × max_steps: step_ref, step_end, wait_for, event_of
-  scratch<char> record_after;
-  scratch<int> use;  // per slot: [writer on stream 0, writer on 1, reader on 0, reader on 1]
+  scratch<rank_step> steps;
+  scratch<slot_use> use;  // per slot: the activation pool, then the gradient pool
   scratch<char> in_use;
   int max_steps = 0;
 };
 
-constexpr rank_scratch rank_scratch_for(const lowering_input& in, const end_table& et, const rank_resources* res) {
+constexpr rank_scratch rank_scratch_for(const rank_input& v, const rank_resources* res) {
   int max_steps = 0, max_slots = 0;
-  const int* rb = et.rank_begin.data();
-  for (int r = 0; r < in.P; ++r) {
-    const int steps = (in.beg[r + 1] - in.beg[r]) + (rb[r + 1] - rb[r]);
-    max_steps = steps > max_steps ? steps : max_steps;
-    const int sl = res[r].activation_slots + res[r].gradient_slots;
-    max_slots = sl > max_slots ? sl : max_slots;
+  const int* rb = v.rank_begin;
+  for (int r = 0; r < v.P; ++r) {
+    const int steps = (v.beg[r + 1] - v.beg[r]) + (rb[r + 1] - rb[r]),
+              sl = res[r].activation_slots + res[r].gradient_slots;
+    max_steps = steps > max_steps ? steps : max_steps, max_slots = sl > max_slots ? sl : max_slots;
   }
-  return {scratch<int>(4 * max_steps + 4, unset), scratch<char>(max_steps + 1, unset),
-          scratch<int>(4 * max_slots + 4, unset), scratch<char>(max_steps + 1, unset), max_steps};
+  return {scratch<rank_step>(max_steps + 1, unset), scratch<slot_use>(max_slots + 1, unset),
+          scratch<char>(max_steps + 1, unset), max_steps};
+}
+
+constexpr rank_scratch rank_scratch_for(const lowering_input& in, const end_table& et, const rank_resources* res) {
+  rank_input v;
+  v.beg = in.beg, v.P = in.P, v.rank_begin = et.rank_begin;
+  return rank_scratch_for(v, res);
 }
 
 /// Pass 5, for rank r: (1) per tick, its groups (one per peer, if any) then its compute; (2)
@@ -523,98 +607,90 @@ constexpr rank_scratch rank_scratch_for(const lowering_input& in, const end_tabl
 /// complete with the group, so its step index stands for the whole group); (3) the ops, with
 /// events from the rank's pool (free again once its wait is issued), a step's wait and record
 /// riding on its compute or group op. Writes ops_out[nout ..] and returns the new nout.
-constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& tt, const slot_table& st,
-                         const end_table& et, const int* edge_comm, rank_scratch& ws, rank_resources& rr,
-                         lowered_op* ops_out, int nout) {
-  const action* A = in.A;
-  const int* tick = in.tick;
-  const int* x_pool = tt.x_field(transfer_table::x_pool);
-  const int* x_stage = tt.x_field(transfer_table::x_stage);
-  const int* x_mb = tt.x_field(transfer_table::x_mb);
-  const int* x_src = tt.x_field(transfer_table::x_src);
-  const int* x_dst = tt.x_field(transfer_table::x_dst);
-  const int* x_edge = tt.x_field(transfer_table::x_edge);
-  const bool graph = in.p.has_edges();
-  const int* in_slot = st.compute.data();
-  const int* gin_slot = in_slot + in.N;
-  const int* out_slot = in_slot + 2 * in.N;
-  const int* e_x = et.x.data();
-  const int* e_tick = et.tick.data();
-  const int* e_slot = et.slot.data();
-  const char* e_send = et.send.data();
-  const int* e_peer = et.peer.data();
-  const int max_steps = ws.max_steps;
-  int* step_ref = ws.steps.data();       // compute: action index; group: first end
-  int* step_end = step_ref + max_steps;  // group: one past its last end; compute: -1
-  int* wait_for = step_ref + 2 * max_steps;
-  int* event_of = step_ref + 3 * max_steps;
-  char* record_after = ws.record_after.data();
-  int* use = ws.use.data();
+constexpr int lower_rank(const rank_input& v, int r, rank_scratch& ws, rank_resources& rr, lowered_op* ops_out,
+                         int nout) {
+  const action* A = v.A;
+  const int* tick = v.tick;
+  const int* x_pool = v.x_pool;
+  const int* x_stage = v.x_stage;
+  const int* x_mb = v.x_mb;
+  const int* x_src = v.x_src;
+  const int* x_dst = v.x_dst;
+  const int* x_edge = v.x_edge;
+  const int* edge_comm = v.edge_comm;
+  const bool graph = v.graph;
+  const int* in_slot = v.compute;
+  const int* gin_slot = in_slot + v.N;
+  const int* out_slot = in_slot + 2 * v.N;
+  const int* link = v.link;
+  const int* e_x = v.e_x;
+  const int* e_tick = v.e_tick;
+  const int* e_slot = v.e_slot;
+  const char* e_send = v.e_send;
+  const int* e_peer = v.e_peer;
+  rank_step* steps = ws.steps.data();
+  slot_use* use = ws.use.data();
   char* in_use = ws.in_use.data();
 
-  // 1. steps
+  // 1. steps (loop bodies kept to few statements: clang's constexpr step limit counts statements)
   int ns = 0;
-  int e = et.rank_begin[r];
-  const int eend = et.rank_begin[r + 1];
-  int k = in.beg[r];
-  const int kend = in.beg[r + 1];
+  int e = v.rank_begin[r];
+  const int eend = v.rank_begin[r + 1];
+  int k = v.beg[r];
+  const int kend = v.beg[r + 1];
   while (e < eend || k < kend) {
-    const int tx = e < eend ? e_tick[e] : never, tc = k < kend ? tick[k] : never, peer = e < eend ? e_peer[e] : 0;
+    const int tx = e < eend ? e_tick[e] : never, tc = k < kend ? tick[k] : never, peer = e < eend ? e_peer[e] : 0,
+              first = e;
     if (tx <= tc) {
-      step_ref[ns] = e;
       while (e < eend && e_tick[e] == tx && e_peer[e] == peer) ++e;
-      step_end[ns] = e, rr.transfers += e - step_ref[ns], ++rr.groups, ++ns;
+      steps[ns++] = {first, e, tx, -1, -1, -1, -1, -1, false}, rr.transfers += e - first, ++rr.groups;
     } else {
-      step_ref[ns] = k++, step_end[ns] = -1, ++ns;
+      steps[ns++] = {k, -1, tc, -1, -1, in_slot[k], gin_slot[k], out_slot[k], false}, ++k;
     }
   }
 
   // 2. hazards
-  const int grad_base = 4 * rr.activation_slots;
-  for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
-  int waited0 = -1, waited1 = -1;
-  // (Loop bodies kept to few statements: clang's constexpr step limit counts statements.)
-  for (int i = 0; i < ns; ++i) wait_for[i] = -1, record_after[i] = 0;
+  const int grad_base = rr.activation_slots;
+  for (int i = 0; i < rr.activation_slots + rr.gradient_slots; ++i) use[i] = {{-1, -1, -1, -1}};
+  int waited[2] = {-1, -1};
   for (int i = 0; i < ns; ++i) {
-    const bool group = step_end[i] >= 0;
+    const rank_step step = steps[i];  // a copy: in constant evaluation, cheaper to read than a reference
+    const bool group = step.end >= 0;
     const int sw = group ? 1 : 0, other = 1 - sw;
     int req = -1;
     if (group) {
-      for (int g = step_ref[i]; g < step_end[i]; ++g) {
+      for (int g = step.ref; g < step.end; ++g) {
         const bool sending = e_send[g] != 0;
-        int* u = use + (x_pool[e_x[g]] == 0 ? 0 : grad_base) + 4 * e_slot[g];
-        req = u[other] > req ? u[other] : req, req = !sending && u[2 + other] > req ? u[2 + other] : req,
-        u[(sending ? 2 : 0) + sw] = i;
+        slot_use& u = use[(x_pool[e_x[g]] == 0 ? 0 : grad_base) + e_slot[g]];
+        req = u.u[other] > req ? u.u[other] : req, req = !sending && u.u[2 + other] > req ? u.u[2 + other] : req,
+        u.u[(sending ? 2 : 0) + sw] = i;
       }
-    } else if (graph && st.link[step_ref[i]] >= 0) {  // a list: reads, then the in-place sum, then writes
-      const int c = step_ref[i];
-      const int* l = st.lists.data() + st.link[c];
+    } else if (graph && link[step.ref] >= 0) {  // a list: reads, then the in-place sum, then writes
+      const int c = step.ref;
+      const int* l = v.lists + link[c];
       const int ni = l[0], ng = l[1], no = l[2];
       for (int h = 0; h < ni + ng + no; ++h) {
         const bool grad = h >= ni, out = h >= ni + ng;
         const bool write = out || (h == ni && sums_into_first(A[c].what, static_cast<std::size_t>(ng)));
-        int* u = use + ((out ? A[c].what != kind::F : grad) ? grad_base : 0) + 4 * l[3 + h];
-        if (u[other] > req) req = u[other];
-        if (write && u[2 + other] > req) req = u[2 + other];
-        u[write ? 0 : 2] = i;
+        slot_use& u = use[((out ? A[c].what != kind::F : grad) ? grad_base : 0) + l[3 + h]];
+        req = u.u[other] > req ? u.u[other] : req, req = write && u.u[2 + other] > req ? u.u[2 + other] : req,
+        u.u[write ? 0 : 2] = i;
       }
     } else {
-      const int c = step_ref[i];
-      if (in_slot[c] >= 0) {
-        int* u = use + 4 * in_slot[c];
-        req = u[other] > req ? u[other] : req, u[2] = i;
+      if (step.in >= 0) {
+        slot_use& u = use[step.in];
+        req = u.u[other] > req ? u.u[other] : req, u.u[2] = i;
       }
-      if (gin_slot[c] >= 0) {
-        int* u = use + grad_base + 4 * gin_slot[c];
-        req = u[other] > req ? u[other] : req, u[2] = i;
+      if (step.grad >= 0) {
+        slot_use& u = use[grad_base + step.grad];
+        req = u.u[other] > req ? u.u[other] : req, u.u[2] = i;
       }
-      if (out_slot[c] >= 0) {
-        int* u = use + (A[c].what == kind::F ? 0 : grad_base) + 4 * out_slot[c];
-        req = u[other] > req ? u[other] : req, req = u[2 + other] > req ? u[2 + other] : req, u[0] = i;
+      if (step.out >= 0) {
+        slot_use& u = use[(A[step.ref].what == kind::F ? 0 : grad_base) + step.out];
+        req = u.u[other] > req ? u.u[other] : req, req = u.u[2 + other] > req ? u.u[2 + other] : req, u.u[0] = i;
       }
     }
-    int& waited = group ? waited1 : waited0;
-    if (req > waited) waited = req, wait_for[i] = req, record_after[req] = 1;
+    if (req > waited[sw]) waited[sw] = req, steps[i].wait_for = req, steps[req].record_after = true;
   }
 
   // 3. emit (one object per op kind, only the fields that change written: cheapest in constant
@@ -625,35 +701,42 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
   gop.stream = xop.stream = stream_id::comm;
   cop.stream = stream_id::compute;
   for (int i = 0; i < ns; ++i) {
-    const bool group = step_end[i] >= 0;
-    const int t = group ? e_tick[step_ref[i]] : tick[step_ref[i]];
+    const rank_step step = steps[i];
     int wait_ev = -1, record_ev = -1;
-    if (wait_for[i] >= 0) wait_ev = event_of[wait_for[i]], in_use[wait_ev] = 0;
-    if (record_after[i]) {
+    if (step.wait_for >= 0) wait_ev = steps[step.wait_for].event, in_use[wait_ev] = 0;
+    if (step.record_after) {
       record_ev = 0;
       while (record_ev < nevents && in_use[record_ev]) ++record_ev;
-      nevents += record_ev == nevents ? 1 : 0, in_use[record_ev] = 1, event_of[i] = record_ev;
+      nevents += record_ev == nevents ? 1 : 0, in_use[record_ev] = 1, steps[i].event = record_ev;
     }
-    if (group) {
-      gop.wait_event = wait_ev, gop.record_event = record_ev, gop.tick = t, ops_out[nout++] = gop, xop.tick = t;
-      for (int g = step_ref[i]; g < step_end[i]; ++g) {
-        const int x = e_x[g];
+    if (step.end >= 0) {
+      gop.wait_event = wait_ev, gop.record_event = record_ev, gop.tick = step.tick, ops_out[nout++] = gop,
+      xop.tick = step.tick;
+      for (int g = step.ref; g < step.end; ++g) {
+        const int x = e_x[g], edge = x_edge[x];
         const bool sending = e_send[g] != 0;
         xop.code = sending ? op_code::send : op_code::recv, xop.what = x_pool[x] == 0 ? kind::F : kind::B,
         xop.stage = x_stage[x], xop.microbatch = x_mb[x], xop.peer = sending ? x_dst[x] : x_src[x],
-        xop.comm = edge_comm[x_edge[x]], xop.link = graph ? x_edge[x] : -1, xop.slot = e_slot[g], ops_out[nout++] = xop;
+        xop.comm = edge_comm[edge], xop.link = graph ? edge : -1, xop.slot = e_slot[g], ops_out[nout++] = xop;
       }
     } else {
-      const int c = step_ref[i];
-      const action& a = A[c];
+      const int c = step.ref;
+      const action a = A[c];
       cop.what = a.what, cop.overlapped = a.overlapped, cop.stage = a.stage, cop.microbatch = a.microbatch,
-      cop.slot = in_slot[c], cop.grad_slot = gin_slot[c], cop.out_slot = out_slot[c], cop.wait_event = wait_ev,
-      cop.record_event = record_ev, cop.tick = t, cop.link = graph ? st.link[c] : -1, ops_out[nout++] = cop;
+      cop.slot = step.in, cop.grad_slot = step.grad, cop.out_slot = step.out, cop.wait_event = wait_ev,
+      cop.record_event = record_ev, cop.tick = step.tick, cop.link = graph ? link[c] : -1, ops_out[nout++] = cop;
     }
   }
   for (int ev = 0; ev < nevents; ++ev) in_use[ev] = 0;
   rr.events = nevents;
   return nout;
+}
+
+/// The same, from the tables of passes 1–4.
+constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& tt, const slot_table& st,
+                         const end_table& et, const int* edge_comm, rank_scratch& ws, rank_resources& rr,
+                         lowered_op* ops_out, int nout) {
+  return lower_rank(rank_input_of(in, tt, st, et, edge_comm), r, ws, rr, ops_out, nout);
 }
 
 /// The lowering's own inputs: stage owners, action positions (by stage · m + microbatch) and the
@@ -702,8 +785,9 @@ constexpr lowering_tables lowering_tables_of(program_view p, const int* tick) {
   int* last = posF + 2 * n;
   const int N = p.size();
   for (int k = 0; k < N; ++k) {
-    const int q = A[k].stage * m + A[k].microbatch, ps = 2 * tick[k] + 1;
-    const kind w = A[k].what;
+    const action a = A[k];  // a copy: in constant evaluation, cheaper to read than through a pointer
+    const int q = a.stage * m + a.microbatch, ps = 2 * tick[k] + 1;
+    const kind w = a.what;
     if (w == kind::F)
       posF[q] = ps;
     else
@@ -754,6 +838,23 @@ constexpr group_policy resolve(group_policy groups, program_view p) {
 
 namespace detail {
 
+/// Passes 1–4: `then(in, tt, st, et, edge_comm, op_count)` receives their tables (the
+/// communicators appended to `comms`, the slot counts written to `res`) and gives the result.
+template <class Then>
+constexpr auto lower_passes(program_view p, std::span<const int> tick_span, comm_policy policy, group_policy groups,
+                            std::vector<comm_desc>& comms, rank_resources* res, const pass_storage& store,
+                            Then&& then) {
+  const lowering_tables lt = lowering_tables_of(p, tick_span.data());
+  const lowering_input in = lowering_input_of(p, tick_span.data(), lt);
+  const scratch<int> edge_comm = lower_communicators(in, policy, comms);
+  transfer_table tt = lower_transfers(in, store);
+  slot_table st = assign_slots(in, tt, res, store);
+  tt.iv = scratch<int>(0, unset);  // the intervals are coloured: free them before the ops are made
+  const end_table et = order_ends(in, tt, st, resolve(groups, p), store);
+  st.of_buffer = scratch<int>(0, unset);  // each end has its slot
+  return then(in, tt, st, et, edge_comm.data(), count_ops(in, tt, et));
+}
+
 /// The lowering: the five passes, writing the ops where `storage(count)` says (a pointer to
 /// `count` ops, or nullptr to give up).
 template <class Storage>
@@ -762,26 +863,24 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   lowered_program out;
   out.ranks = p.ranks;
   out.policy = policy;
-  const lowering_tables lt = lowering_tables_of(p, tick_span.data());
-  const lowering_input in = lowering_input_of(p, tick_span.data(), lt);
-  const scratch<int> edge_comm = lower_communicators(in, policy, out.comms);
-  transfer_table tt = lower_transfers(in);
-  out.resources.assign(static_cast<std::size_t>(in.P), rank_resources{});
+  out.resources.assign(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), rank_resources{});
   rank_resources* res = out.resources.data();
-  slot_table st = assign_slots(in, tt, res);
-  tt.iv = scratch<int>(0, unset);  // the intervals are coloured: free them before the ops are made
-  const end_table et = order_ends(in, tt, st, resolve(groups, p));
-  st.of_buffer = scratch<int>(0, unset);  // each end has its slot
-  lowered_op* const ops_out = storage(count_ops(in, tt, et));
-  if (ops_out == nullptr) return out;
-  rank_scratch ws = rank_scratch_for(in, et, res);
-  int nout = 0;
-  out.begin.push_back(0);
-  for (int r = 0; r < in.P; ++r) {
-    nout = lower_rank(in, r, tt, st, et, edge_comm.data(), ws, res[r], ops_out, nout);
-    out.begin.push_back(nout);
-  }
-  out.slot_lists = std::move(st.lists);
+  lower_passes(p, tick_span, policy, groups, out.comms, res, {},
+               [&](const lowering_input& in, const transfer_table& tt, slot_table& st, const end_table& et,
+                   const int* edge_comm, int count) {
+                 lowered_op* const ops_out = storage(count);
+                 if (ops_out == nullptr) return 0;
+                 const rank_input input = rank_input_of(in, tt, st, et, edge_comm);
+                 rank_scratch ws = rank_scratch_for(input, res);
+                 int nout = 0;
+                 out.begin.push_back(0);
+                 for (int r = 0; r < in.P; ++r) {
+                   nout = lower_rank(input, r, ws, res[r], ops_out, nout);
+                   out.begin.push_back(nout);
+                 }
+                 out.slot_lists = std::move(st.lists);
+                 return 0;
+               });
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include <array>
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 
 #include "pipetype/analysis/simulate.hpp"
 #include "pipetype/compile/diagnostics.hpp"
@@ -306,27 +307,88 @@ constexpr checked_program<Cap> check_frozen(const frozen_program<Cap>& f, const 
   return out;
 }
 
-/// The third: the lowering, written straight into the plan's table (no std::vector of ops and
-/// no copy: the cheapest form for the constant evaluator). The fourth, verify_lowered, runs on
-/// the result (planner::verified).
+/// The third: passes 1–4 of the lowering (lower.hpp) frozen into arrays — what pass 5 reads,
+/// the communicators, slot counts and slot lists. Pass 5 is the fourth evaluation
+/// (build_static): in one, the lowering of ZB-H1 with 16 ranks and 128 microbatches took clang
+/// past its default steps.
+template <plan_shape Cap>
+struct lowered_front {
+  // transfers at most: two per crossing edge and microbatch (capacity_of); edges: a chain's S − 1
+  static constexpr int X = 2 * Cap.comms * Cap.microbatches;
+  static constexpr int E = Cap.edges > 0 ? Cap.edges : (Cap.stages > 1 ? Cap.stages - 1 : 0);
+  static constexpr int A = Cap.actions, P = Cap.ranks;
+  static constexpr int MX = 2 * E * Cap.microbatches + 1;  // transfer_table::max_x
+  static constexpr int EX = 2 * X + 2;                     // room for one field of the transfer ends
+  verdict result{};
+  int ops = 0, comms = 0, slot_lists = 0;
+  // passes 2–4 write these in place (pass_storage); C arrays, one spare element each, so none is empty
+  int x[9 * MX]{};                          // transfer_table::x
+  int compute[3 * A + 1]{};                 // slot_table::compute
+  int ends[4 * EX]{};                       // end_table: x, tick, slot, peer (EX each)
+  char end_send[EX]{};                      // end_table::send
+  int end_begin[P + 1]{};                   // end_table::rank_begin
+  int edge_comm[E + 1]{};                   // lower_communicators
+  int link[(Cap.edges > 0 ? A : 0) + 1]{};  // slot_table::link
+  int lists[Cap.slot_lists + 1]{};          // slot_table::lists
+  std::array<rank_resources, static_cast<std::size_t>(P)> resources{};
+  std::array<comm_desc, static_cast<std::size_t>(Cap.comms)> comm_table{};
+};
+
+template <plan_shape Cap>
+constexpr lowered_front<Cap> lower_front(const frozen_program<Cap>& f, const checked_program<Cap>& c,
+                                         const plan_options& opt) {
+  using F = lowered_front<Cap>;
+  lowered_front<Cap> out;
+  out.result = c.result;
+  if (!out.result.ok()) return out;
+  std::vector<comm_desc> comms;
+  pass_storage room;
+  room.x = out.x, room.x_size = 9 * F::MX, room.compute = out.compute, room.compute_size = 3 * F::A + 1,
+  room.ends = out.ends, room.send = out.end_send, room.end_begin = out.end_begin, room.end_stride = F::EX;
+  // what passes 1–4 leave: checked, and the small tables copied (loop bodies of one statement:
+  // clang counts statements)
+  const auto keep = [&](const lowering_input& in, const transfer_table& tt, const slot_table& st, const end_table& et,
+                        const int* edge_comm, int count) {
+    verdict fault;
+    // capacity_of bounds them all from a true extent(), and then passes 2–4 wrote in place
+    if (count > Cap.ops || tt.nx > F::X || in.E > F::E || static_cast<int>(comms.size()) > Cap.comms ||
+        tt.x_field(0) != out.x || st.compute != out.compute || et.x != out.ends) {
+      fault.code = errc::bad_extent;
+      fault.detail = "the schedule's extent() undercounts the edges between stages on different ranks";
+      return fault;
+    }
+    if (static_cast<int>(st.lists.size()) > Cap.slot_lists) {
+      fault.code = errc::bad_extent;
+      fault.detail = "the plan's slot lists outgrew their capacity";
+      return fault;
+    }
+    out.ops = count;
+    out.comms = static_cast<int>(comms.size());
+    out.slot_lists = static_cast<int>(st.lists.size());
+    for (int e = 0; e < in.E; ++e) out.edge_comm[e] = edge_comm[e];
+    if constexpr (Cap.edges > 0) {
+      const int* ls = st.link.data();
+      for (int i = 0; i < in.N; ++i) out.link[i] = ls[i];
+    }
+    const int* lp = st.lists.data();
+    for (int i = 0; i < out.slot_lists; ++i) out.lists[i] = lp[i];
+    copy_into(comms, out.comm_table);
+    return fault;
+  };
+  out.result = lower_passes(f.view(), std::span<const int>(c.tick).first(static_cast<std::size_t>(f.count)), opt.comms,
+                            opt.groups, comms, out.resources.data(), room, keep);
+  return out;
+}
+
+/// The fourth: pass 5 of the lowering, written straight into the plan's table (no std::vector
+/// of ops and no copy: the cheapest form for the constant evaluator). The fifth,
+/// verify_lowered, runs on the result (planner::verified).
 template <plan_shape Cap>
 constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const checked_program<Cap>& c,
-                                        const plan_options& opt) {
+                                        const lowered_front<Cap>& front, const plan_options& opt) {
+  using F = lowered_front<Cap>;
   static_plan<Cap> s;
-  verdict v = c.result;
-  lowered_program lowered;
-  if (v.ok()) {
-    lowered = detail::lower_with(f.view(), std::span<const int>(c.tick).first(static_cast<std::size_t>(f.count)),
-                                 opt.comms, opt.groups, [&](int count) {
-                                   return count <= Cap.ops ? s.op_table.data() : nullptr;  // capacity_of bounds count
-                                 });
-    if (static_cast<int>(lowered.slot_lists.size()) > Cap.slot_lists) {  // capacity_of bounds them
-      v.code = errc::bad_extent;
-      v.detail = "the plan's slot lists outgrew their capacity";
-    }
-    s.used.ops = lowered.begin.empty() ? 0 : lowered.begin.back();
-    s.used.slot_lists = static_cast<int>(lowered.slot_lists.size());
-  }
+  const verdict v = front.result;
   plan_shape& z = s.used;
   s.rejection = v;
   z.code = v.code;
@@ -338,11 +400,34 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
   z.column = v.column;
   z.kind = v.kind;
   if (!v.ok()) return s;
+  s.resources = front.resources;
+  rank_input in;
+  in.A = f.actions.data(), in.tick = c.tick.data(), in.beg = f.begin.data(), in.P = f.ranks, in.N = f.count,
+  in.graph = Cap.edges > 0;
+  const int* x = front.x;
+  in.x_pool = x + transfer_table::x_pool * F::MX, in.x_stage = x + transfer_table::x_stage * F::MX,
+  in.x_mb = x + transfer_table::x_mb * F::MX, in.x_src = x + transfer_table::x_src * F::MX,
+  in.x_dst = x + transfer_table::x_dst * F::MX, in.x_edge = x + transfer_table::x_edge * F::MX;
+  in.edge_comm = front.edge_comm, in.compute = front.compute, in.link = front.link, in.lists = front.lists;
+  const int* ends = front.ends;
+  in.rank_begin = front.end_begin, in.e_x = ends, in.e_tick = ends + F::EX, in.e_slot = ends + 2 * F::EX,
+  in.e_peer = ends + 3 * F::EX, in.e_send = front.end_send;
+  rank_resources* res = s.resources.data();
+  int* op_begin = s.op_begin.data();
+  int nout = 0;
+  {
+    rank_scratch ws = rank_scratch_for(in, res);
+    lowered_op* const ops = s.op_table.data();
+    op_begin[0] = 0;
+    for (int r = 0; r < in.P; ++r) nout = lower_rank(in, r, ws, res[r], ops, nout), op_begin[r + 1] = nout;
+  }
+  z.ops = nout;
+  z.slot_lists = front.slot_lists;
   z.ranks = f.ranks;
   z.stages = f.stages;
   z.microbatches = f.microbatches;
   z.actions = f.count;
-  z.comms = static_cast<int>(lowered.comms.size());
+  z.comms = front.comms;
   s.name = f.name;
   s.lanes = f.lanes;
   s.tick_count = c.ticks;
@@ -354,10 +439,8 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
   s.tick = c.tick;
   s.peak_units = c.peak_units;
   s.edge_table = f.edges;
-  copy_into(lowered.begin, s.op_begin);
-  copy_into(lowered.comms, s.comm_table);
-  copy_into(lowered.resources, s.resources);
-  copy_into(lowered.slot_lists, s.list_table);
+  s.comm_table = front.comm_table;
+  for (int i = 0; i < front.slot_lists; ++i) s.list_table[static_cast<std::size_t>(i)] = front.lists[i];
   return s;
 }
 
@@ -380,12 +463,13 @@ struct verdict_of {
 template <class Schedule, plan_options Options>
 struct planner {
   static constexpr plan_shape cap = capacity_of(extent_of<Schedule>());
-  // generate → check → lower → verify, each its own constant evaluation: each stays within the
+  // generate → check → lower (passes 1–4, then 5) → verify, each its own constant evaluation: each stays within the
   // compilers' per-evaluation limits (g++'s -fconstexpr-ops-limit, clang's -fconstexpr-steps)
   // for far larger plans than one evaluation of the whole, and each result is read in place.
   static constexpr frozen_program<cap> generated = freeze<cap>(Schedule::generate(), Options);
   static constexpr checked_program<cap> checked = check_frozen(generated, Options);
-  static constexpr static_plan<cap> value = build_static(generated, checked, Options);
+  static constexpr lowered_front<cap> front = lower_front(generated, checked, Options);
+  static constexpr static_plan<cap> value = build_static(generated, checked, front, Options);
   static constexpr verdict verified = verify_static(value);
 };
 

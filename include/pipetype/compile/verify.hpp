@@ -102,7 +102,7 @@ constexpr verdict deadlock(program_view p, const int* owner, const int* ptr, con
   r = low;
   do {
     const int key = waits_on[r], q = key % n;
-    const action& head = A[waits_at[r]];
+    const action head = A[waits_at[r]];
     const kind needs = key < n ? kind::F : key < 2 * n ? (posB[q] >= 0 ? kind::B : kind::I) : kind::I;
     const int from = owner[q / m];
     if (v.cycle_length < max_cycle)
@@ -202,7 +202,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   int* owner = owner_v.data();
   for (int r = 0; r < P; ++r)
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
-      const action& a = A[k];
+      const action a = A[k];
       if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= m)
         return fail(at(errc::index_out_of_range, r, a, k - beg[r],
                        a.stage < 0 || a.stage >= S ? "stage out of range" : "microbatch out of range"));
@@ -221,7 +221,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   int* pos = pos_v.data();
   for (int r = 0; r < P; ++r)
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
-      const action& a = A[k];
+      const action a = A[k];
       int& slot = pos[static_cast<int>(a.what) * n + a.stage * m + a.microbatch];
       if (slot != -1) return fail(at(errc::duplicate_action, r, a, k - beg[r]));
       slot = k - beg[r];
@@ -248,12 +248,12 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   // 4–5. overlapped pairs; same-rank order
   for (int r = 0; r < P; ++r)
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
-      const action& a = A[k];
+      const action a = A[k];
       const int idx = k - beg[r];
       if (a.overlapped) {
         if (k + 1 >= beg[r + 1])
           return fail(at(errc::invalid_overlap, r, a, idx, "an overlapped action needs a partner after it"));
-        const action& b = A[k + 1];
+        const action b = A[k + 1];
         const bool ok =
             !b.overlapped && ((a.what == kind::F) != (b.what == kind::F)) && a.what != kind::W && b.what != kind::W;
         if (!ok) return fail(at(errc::invalid_overlap, r, a, idx, "an overlapped pair is one F and one B or I"));
@@ -323,7 +323,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       const int width = A[k].overlapped ? 2 : 1;
       int missing = -1, missing_at = k;  // the first input not produced before t
       for (int d = 0; d < width && missing < 0; ++d) {
-        const action& a = A[k + d];
+        const action a = A[k + d];
         const int q = a.stage * m + a.microbatch;
         if (graph) {  // every producer's F, or every consumer's input gradient
           if (a.what == kind::F) {
@@ -359,7 +359,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
         continue;
       }
       for (int d = 0; d < width; ++d) {
-        const action& a = A[k + d];
+        const action a = A[k + d];
         const int q = a.stage * m + a.microbatch;
         const int made[2] = {a.what == kind::F   ? q
                              : a.what == kind::W ? -1

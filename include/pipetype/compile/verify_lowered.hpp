@@ -85,12 +85,9 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   // data only: one outside [0, N) (no lowering makes one; there are fewer ticks than ops) voids
   // the certificate, so the table stays within N
   int max_tick = 0;
-  for (int i = 0; i < N; ++i) {
-    if (ops[i].tick < 0 || ops[i].tick >= N)
-      certified = false;
-    else if (ops[i].tick >= max_tick)
-      max_tick = ops[i].tick + 1;
-  }
+  for (int i = 0; i < N; ++i)  // (one statement: clang's step limit counts statements)
+    certified = ops[i].tick < 0 || ops[i].tick >= N ? false : certified,
+    max_tick = ops[i].tick >= 0 && ops[i].tick < N && ops[i].tick >= max_tick ? ops[i].tick + 1 : max_tick;
   detail::scratch<signed char> direction_v(max_tick + 1, 0);
   signed char* direction = direction_v.data();
   // transfers in issue order with their channel: 2c carries rank_a → rank_b, 2c+1 back
@@ -114,21 +111,59 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
     long long prev_phase = -1;
     int last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
-      const lowered_op& o = ops[i];
-      const int local = i - beg[r];
+      const lowered_op o = ops[i];  // a copy: in constant evaluation, cheaper to read than through a reference
+      const int local = i - beg[r], s = static_cast<int>(o.stream), other = 1 - s;
       // the tick certificate (step 5): phases 2·tick (groups, transfers) and 2·tick + 1 (computes)
       // never decrease along the rank, and a rank has one group per tick or, per tick, one group
       // per peer in increasing or decreasing peer order, the same for every rank in that tick
       // (group_policy::per_peer)
       const long long phase = 2LL * o.tick + (o.code == op_code::compute ? 1 : 0);
-      if (phase < prev_phase) certified = false;
-      prev_phase = phase;
+      certified = phase < prev_phase ? false : certified, prev_phase = phase;
+      // Fast paths (clang's constexpr step limit counts statements, so these are few): a compute
+      // op without slot lists and a transfer in a group, whose checks below all pass, take the
+      // same updates here; an op that fails any check goes on to the checks, which name it.
+      if (o.code == op_code::compute && o.link < 0) {
+        const int w = o.wait_event, rec = w >= 0 && w < res[r].events ? last_record[w] : -1,
+                  covered = rec < 0 ? -1 : (ops[rec].code == op_code::group ? group_end_of[rec] : rec),
+                  kn = rec >= 0 && static_cast<int>(ops[rec].stream) != s && covered > known[s] ? covered : known[s],
+                  pool = o.what == kind::F ? 0 : 1, ui = 4 * o.slot, ug = 4 * (slots + o.grad_slot),
+                  uo = 4 * (pool * slots + o.out_slot);
+        if ((w < 0 || rec >= 0) && o.record_event < res[r].events &&
+            (o.slot < 0 || (o.slot < nslots[0] && use[ui + other] <= kn)) &&
+            (o.grad_slot < 0 || (o.grad_slot < nslots[1] && use[ug + other] <= kn)) &&
+            (o.out_slot < 0 || (o.out_slot < nslots[pool] && use[uo + other] <= kn && use[uo + 2 + other] <= kn))) {
+          (w >= 0 ? waits_on[i] = rec : 0),
+              known[s] = kn,
+              certified = w >= 0 && 2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase
+                              ? false
+                              : certified,
+              (o.slot >= 0 ? use[ui + 2 + s] = i : 0), (o.grad_slot >= 0 ? use[ug + 2 + s] = i : 0),
+              (o.out_slot >= 0 ? use[uo + s] = i : 0), (o.record_event >= 0 ? last_record[o.record_event] = i : 0);
+          continue;
+        }
+      } else if ((o.code == op_code::send || o.code == op_code::recv) && o.stream == stream_id::comm) {
+        const comm_desc* cm = o.comm >= 0 && o.comm < C ? comms + o.comm : nullptr;
+        const bool sending = o.code == op_code::send;
+        const int pool = o.what == kind::F ? 0 : 1, ub = 4 * (pool * slots + o.slot),
+                  chn = cm ? 2 * o.comm + (cm->rank_a == (sending ? r : o.peer) ? 0 : 1) : 0;
+        if (group_of[i] >= 0 && cm &&
+            ((cm->rank_a == r && cm->rank_b == o.peer) || (cm->rank_b == r && cm->rank_a == o.peer)) &&
+            o.wait_event < 0 && o.record_event < 0 &&
+            (o.slot < 0 ||
+             (o.slot < nslots[pool] && use[ub + other] <= known[s] && (sending || use[ub + 2 + other] <= known[s])))) {
+          t_op[nt] = i, t_ch[nt] = chn, ++nt, ++(sending ? send_begin : recv_begin)[chn + 1],
+          (o.slot >= 0 ? use[ub + (sending ? 2 : 0) + s] = group_end_of[i] : 0);
+          continue;
+        }
+      }
       if (o.code == op_code::group) {  // one group per tick, or one per peer in the tick's peer order
-        int peer = i + 1 < beg[r + 1] && (ops[i + 1].code == op_code::send || ops[i + 1].code == op_code::recv)
-                       ? ops[i + 1].peer
-                       : -1;
-        for (int j = i + 1; j < beg[r + 1] && (ops[j].code == op_code::send || ops[j].code == op_code::recv); ++j)
-          if (ops[j].peer != peer) peer = -1;
+        // a group op and the transfers that directly follow it are one NCCL group: [i, e]
+        int e = i, peer = -1;
+        while (e + 1 < beg[r + 1]) {
+          const lowered_op t = ops[e + 1];  // a copy: each read once
+          if (t.code != op_code::send && t.code != op_code::recv) break;
+          peer = e == i ? t.peer : (t.peer != peer ? -1 : peer), ++e;
+        }
         if (o.tick == last_group_tick) {  // groups per peer: the tick's one direction on every rank
           if (peer < 0 || last_group_peer < 0 || peer == last_group_peer || o.tick < 0 || o.tick >= max_tick)
             certified = false;
@@ -141,13 +176,8 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
         }
         last_group_tick = o.tick;
         last_group_peer = peer;
-      }
-      // structure: a group op and the transfers that directly follow it are one NCCL group
-      if (o.code == op_code::group) {
         if (o.stream != stream_id::comm)
           return at_op(errc::nccl_deadlock, r, o, local, "a group off the communication stream");
-        int e = i;
-        while (e + 1 < beg[r + 1] && (ops[e + 1].code == op_code::send || ops[e + 1].code == op_code::recv)) ++e;
         for (int j = i; j <= e; ++j) group_of[j] = i, group_end_of[j] = e;
       } else if (o.code == op_code::send || o.code == op_code::recv) {
         if (o.stream != stream_id::comm)
@@ -169,7 +199,6 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
         ++(sending ? send_begin : recv_begin)[chn + 1];
       }
       // events
-      const int s = static_cast<int>(o.stream), other = 1 - s;
       if ((o.code == op_code::send || o.code == op_code::recv) && (o.wait_event >= 0 || o.record_event >= 0))
         return at_op(errc::event_misuse, r, o, local, "events ride on compute and group ops, not on transfers");
       if (o.wait_event >= 0) {
@@ -276,8 +305,8 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
       const int common = ns < nr ? ns : nr;
       for (int k = 0; k < common; ++k) {
         const int si = send_list[send_begin[c] + k], ri = recv_list[recv_begin[c] + k];
-        const lowered_op& a = ops[si];
-        const lowered_op& b = ops[ri];
+        const lowered_op a = ops[si];
+        const lowered_op b = ops[ri];
         if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch || a.link != b.link)
           return at_op(errc::transfer_mismatch, rank_of(ri), b, ri - beg[rank_of(ri)],
                        "the recv matches (FIFO per communicator and peer) a send of other data");
