@@ -1,6 +1,6 @@
 // expect: _TOO_LARGE_>, pipetype::
 // expect: "more than 65536 stages \(pipetype::limits::stages\)"
-// expect: "stay within pipetype::limits \(docs/03\): fewer ranks, stages or microbatches"
+// expect: "stay within pipetype::limits \(docs/03\): fewer ranks, stages, microbatches or stage-graph edges"
 // expect: in_schedule<pipetype::from_text<?
 // A dozen bytes that name stage 10^6 and microbatch 10^6: past pipetype::limits, the plan is
 // refused before any table of stages x microbatches is made (not a constexpr allocation of

@@ -164,7 +164,7 @@ constexpr const char* how_to_fix(errc e) noexcept {
     case errc::bad_extent:
       return "make the schedule's extent() count every rank, stage and action generate() returns, and say if it splits";
     case errc::too_large:
-      return "stay within pipetype::limits (docs/03): fewer ranks, stages or microbatches";
+      return "stay within pipetype::limits (docs/03): fewer ranks, stages, microbatches or stage-graph edges";
     case errc::invalid_graph:
       return "give every edge two existing stages, break the cycle, and let every stage be fed by a source and reach a "
              "loss (docs/10)";
