@@ -183,24 +183,28 @@ constexpr dag_fault find_dag_fault(const stage_dag& g) {
   if (const int k = first_repeated_edge(g.edges, at, S); k < at)
     return {dag_rule::duplicate_edge, g.edges[static_cast<std::size_t>(k)].from, k};
   if (at < E) return bad;
-  std::vector<int> in, out;
-  in.assign(static_cast<std::size_t>(S), 0);
-  out.assign(static_cast<std::size_t>(S), 0);
-  for (const stage_edge& e : g.edges) ++in[static_cast<std::size_t>(e.to)], ++out[static_cast<std::size_t>(e.from)];
+  // every edge is in range now: its adjacency lists, in edge order (core/program.hpp)
+  const stage_links links = links_of(S, g.edges);
+  const auto in = [&](int s) {
+    return links.pred_begin[static_cast<std::size_t>(s) + 1] - links.pred_begin[static_cast<std::size_t>(s)];
+  };
+  const auto out = [&](int s) {
+    return links.succ_begin[static_cast<std::size_t>(s) + 1] - links.succ_begin[static_cast<std::size_t>(s)];
+  };
   std::vector<char> source, loss;  // declared
   source.assign(static_cast<std::size_t>(S), 0);
   loss.assign(static_cast<std::size_t>(S), 0);
   for (int s : g.sources) {
     if (s < 0 || s >= S) return {dag_rule::source_not_a_stage, s};
-    if (in[static_cast<std::size_t>(s)] > 0) return {dag_rule::source_with_input, s};
+    if (in(s) > 0) return {dag_rule::source_with_input, s};
     source[static_cast<std::size_t>(s)] = 1;
   }
   for (int s : g.losses) {
     if (s < 0 || s >= S) return {dag_rule::loss_not_a_stage, s};
-    if (out[static_cast<std::size_t>(s)] > 0) return {dag_rule::loss_with_output, s};
+    if (out(s) > 0) return {dag_rule::loss_with_output, s};
     loss[static_cast<std::size_t>(s)] = 1;
   }
-  const std::vector<int> order = kahn_order(g);
+  const std::vector<int> order = link_order(links, S);
   if (static_cast<int>(order.size()) < S) {
     // a stage left over lies on a cycle or after one; walk back along unordered producers (each
     // stage's first in edge order) until a stage repeats: that one is on the cycle
@@ -208,24 +212,24 @@ constexpr dag_fault find_dag_fault(const stage_dag& g) {
     ordered.assign(static_cast<std::size_t>(S), 0);
     seen.assign(static_cast<std::size_t>(S), 0);
     for (int s : order) ordered[static_cast<std::size_t>(s)] = 1;
-    std::vector<int> back;
-    back.assign(static_cast<std::size_t>(S), -1);
-    for (const stage_edge& e : g.edges)
-      if (!ordered[static_cast<std::size_t>(e.from)] && back[static_cast<std::size_t>(e.to)] == -1)
-        back[static_cast<std::size_t>(e.to)] = e.from;
+    const auto first_unordered_producer = [&](int s) {
+      for (int x = links.pred_begin[static_cast<std::size_t>(s)]; x < links.pred_begin[static_cast<std::size_t>(s) + 1];
+           ++x)
+        if (!ordered[static_cast<std::size_t>(links.pred[static_cast<std::size_t>(x)])])
+          return links.pred[static_cast<std::size_t>(x)];
+      return -1;
+    };
     int s = 0;
     while (ordered[static_cast<std::size_t>(s)]) ++s;
-    while (!seen[static_cast<std::size_t>(s)]) {
+    while (!seen[static_cast<std::size_t>(s)]) {  // each stage's producers read once: O(S + E)
       seen[static_cast<std::size_t>(s)] = 1;
-      if (back[static_cast<std::size_t>(s)] >= 0) s = back[static_cast<std::size_t>(s)];
+      if (const int u = first_unordered_producer(s); u >= 0) s = u;
     }
     return {dag_rule::cycle, s};
   }
   for (int s = 0; s < S; ++s) {
-    if (!g.sources.empty() && in[static_cast<std::size_t>(s)] == 0 && !source[static_cast<std::size_t>(s)])
-      return {dag_rule::unreached, s};
-    if (!g.losses.empty() && out[static_cast<std::size_t>(s)] == 0 && !loss[static_cast<std::size_t>(s)])
-      return {dag_rule::dead_end, s};
+    if (!g.sources.empty() && in(s) == 0 && !source[static_cast<std::size_t>(s)]) return {dag_rule::unreached, s};
+    if (!g.losses.empty() && out(s) == 0 && !loss[static_cast<std::size_t>(s)]) return {dag_rule::dead_end, s};
   }
   return {};
 }
@@ -271,22 +275,13 @@ constexpr std::vector<int> graph_placement(const stage_dag& g, int p) {
 /// reversed; edges out of range ignored). O(S + E): each stage's consumers listed once.
 constexpr std::vector<int> depth_to_loss(const stage_dag& g, const std::vector<int>& order) {
   const int S = static_cast<int>(order.size());
-  auto in_range = [S](int s) { return s >= 0 && s < S; };
-  std::vector<int> begin, to, depth;  // consumers of s: to[begin[s] .. begin[s + 1]), in edge order
-  begin.assign(static_cast<std::size_t>(S) + 1, 0);
-  for (const stage_edge& e : g.edges)
-    if (in_range(e.from) && in_range(e.to)) ++begin[static_cast<std::size_t>(e.from) + 1];
-  for (int s = 0; s < S; ++s) begin[static_cast<std::size_t>(s) + 1] += begin[static_cast<std::size_t>(s)];
-  to.assign(static_cast<std::size_t>(begin[static_cast<std::size_t>(S)]), 0);
-  std::vector<int> fill(begin.begin(), begin.end() - 1);
-  for (const stage_edge& e : g.edges)
-    if (in_range(e.from) && in_range(e.to))
-      to[static_cast<std::size_t>(fill[static_cast<std::size_t>(e.from)]++)] = e.to;
+  const stage_links links = links_of(S, g.edges);  // consumers in edge order, those out of range left out
+  std::vector<int> depth;
   depth.assign(order.size(), 0);
   for (int k = S - 1; k >= 0; --k) {
     const auto s = static_cast<std::size_t>(order[static_cast<std::size_t>(k)]);
-    for (int x = begin[s]; x < begin[s + 1]; ++x)
-      depth[s] = std::max(depth[s], depth[static_cast<std::size_t>(to[static_cast<std::size_t>(x)])] + 1);
+    for (int x = links.succ_begin[s]; x < links.succ_begin[s + 1]; ++x)
+      depth[s] = std::max(depth[s], depth[static_cast<std::size_t>(links.succ[static_cast<std::size_t>(x)])] + 1);
   }
   return depth;
 }
