@@ -28,7 +28,6 @@
 
 #include "cli.hpp"
 #include "graph_model.hpp"
-#include "read_text.hpp"
 #include "trainer_file.hpp"
 
 namespace pt = pipetype;
@@ -108,10 +107,9 @@ pt::program generate(const args& a, const pt::stage_dag& g) {
 /// against the model's is the executor's check.
 pt::program read_file(args& a) {
   std::string why;
-  const std::optional<std::string> text = examples::read_text(a.file, why);
-  if (!text) fail(why);
-  pt::program prog = pt::parse_schedule(*text, "file");
-  if (const std::string no = examples::trainer_file_refusal(prog, a.file, {64, 4096, 128}, true); !no.empty()) fail(no);
+  std::optional<pt::program> read = examples::read_trainer_file(a.file, {64, 4096, 128}, /*graphs*/ true, why);
+  if (!read) fail(why);
+  pt::program prog = std::move(*read);
   a.schedule = a.file;
   a.ranks = prog.ranks;
   a.microbatches = prog.microbatches;

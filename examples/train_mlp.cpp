@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -38,7 +39,6 @@
 
 #include "cli.hpp"
 #include "mlp.hpp"
-#include "read_text.hpp"
 #include "trainer_file.hpp"
 #include "write_file.hpp"
 
@@ -124,14 +124,13 @@ args parse(int argc, char** argv) {
 pt::runtime_plan make(args& a, const pt::costs& c = {}) {
   pt::program prog;
   if (!a.file.empty()) {
-    std::string why;
-    const std::optional<std::string> text = examples::read_text(a.file, why);
-    if (!text) fail(why);
-    prog = pt::parse_schedule(*text, "file");
-    a.schedule = a.file;
     // a chain of at most the flags' sizes: an `edges` line is train_graph's (examples/trainer_file.hpp)
-    const examples::trainer_caps caps{max_ranks, max_microbatches, 2 * max_ranks * max_chunks};
-    if (const std::string no = examples::trainer_file_refusal(prog, a.file, caps, false); !no.empty()) fail(no);
+    std::string why;
+    std::optional<pt::program> read = examples::read_trainer_file(
+        a.file, {max_ranks, max_microbatches, 2 * max_ranks * max_chunks}, /*graphs*/ false, why);
+    if (!read) fail(why);
+    prog = std::move(*read);
+    a.schedule = a.file;
   } else {
     const pt::schedule_info* info = pt::find_schedule(a.schedule);
     if (info) a.chunks = pt::default_chunks(*info, a.chunks);

@@ -9,8 +9,12 @@
 #pragma once
 
 #include <pipetype/core/program.hpp>
+#include <pipetype/io/notation.hpp>
 
+#include <optional>
 #include <string>
+
+#include "read_text.hpp"
 
 namespace examples {
 
@@ -35,6 +39,19 @@ inline std::string trainer_file_refusal(const pipetype::program& p, const std::s
            " ranks, " + std::to_string(caps.stages) + " stages and " + std::to_string(caps.microbatches) +
            " microbatches";
   return "";
+}
+
+/// The program a trainer runs for `--file path`: read with read_text's bound, parsed, and held to
+/// trainer_file_refusal's rules; nullopt with `why` when the file cannot be read or is refused (a
+/// parse error is left to building the plan, which says where).
+inline std::optional<pipetype::program> read_trainer_file(const std::string& path, const trainer_caps& caps,
+                                                          bool graphs, std::string& why) {
+  const std::optional<std::string> text = read_text(path, why);
+  if (!text) return std::nullopt;
+  pipetype::program prog = pipetype::parse_schedule(*text, "file");
+  why = trainer_file_refusal(prog, path, caps, graphs);
+  if (!why.empty()) return std::nullopt;
+  return prog;
 }
 
 }  // namespace examples
