@@ -76,14 +76,17 @@ def header_examples(root):
                     continue
                 hoisted = [b for b in body if b.startswith("#include")]  # an example's own includes
                 body = [b for b in body if not b.startswith("#include")]
-                given = GIVEN.match(m.group(1))
-                params = ", ".join(f"[[maybe_unused]] auto&& {n}" for n in (given.group(1) if given else "").split(", ") if n)
-                src = (f"#include <{header}>\n#include <pipetype/pipetype.hpp>\n" + "".join(h + "\n" for h in hoisted) +
-                       f"[[maybe_unused]] void pipetype_example({params}) {{\n" + "\n".join(body) + "\n}\n")
-                # an example that defines things (a function, a type) rather than doing them
-                if re.match(r"\s*(constexpr |struct |class |template|using |namespace |inline )", body[0]):
-                    src = (f"#include <{header}>\n#include <pipetype/pipetype.hpp>\n" + "".join(h + "\n" for h in hoisted) +
-                           "\n".join(body) + "\n")
+                head = f"#include <{header}>\n#include <pipetype/pipetype.hpp>\n" + "".join(h + "\n" for h in hoisted)
+                code = "\n".join(body) + "\n"
+                # an example that defines things (a function, a type) stands at namespace scope; one
+                # that does things is the body of a function of the given names
+                if not body or re.match(r"\s*(constexpr |struct |class |template|using |namespace |inline )", body[0]):
+                    src = head + code
+                else:
+                    given = GIVEN.match(m.group(1))
+                    names = given.group(1).split(", ") if given else []
+                    params = ", ".join(f"[[maybe_unused]] auto&& {n}" for n in names)
+                    src = head + f"[[maybe_unused]] void pipetype_example({params}) {{\n" + code + "}\n"
                 out.append((f"include/{header}:{i + 1}", src))
     return out
 
