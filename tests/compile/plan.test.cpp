@@ -33,8 +33,9 @@ TEST_CASE("plan: the compile-time tables equal the run-time plan of the same sch
   REQUIRE(rt.ok());
   REQUIRE(rt.lowered().ops.size() == plan.ops().size());
   for (std::size_t i = 0; i < plan.ops().size(); ++i) CHECK(rt.lowered().ops[i] == plan.ops()[i]);
-  CHECK(rt.compute_table.actions.size() == plan.actions.size());
-  for (std::size_t i = 0; i < plan.actions.size(); ++i) CHECK(rt.compute_table.actions[i] == plan.actions[i]);
+  CHECK(rt.compute_table.actions.size() == plan.compute().actions.size());
+  for (std::size_t i = 0; i < plan.compute().actions.size(); ++i)
+    CHECK(rt.compute_table.actions[i] == plan.compute().actions[i]);
   for (int r = 0; r < 3; ++r) {
     CHECK(rt.lowered().resources[static_cast<std::size_t>(r)] == plan.resources[static_cast<std::size_t>(r)]);
     CHECK(rt.peak_activations(r) == plan.peak_activations(r));

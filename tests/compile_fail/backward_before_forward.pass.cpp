@@ -2,4 +2,4 @@
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;
 constexpr auto plan = pt::make_plan<pt::from_text<"0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0">>();
-static_assert(plan.actions.size() == 8);
+static_assert(plan.compute().actions.size() == 8);

@@ -6,4 +6,4 @@ constexpr auto plan = pt::make_plan<pt::from_function<[] {
   b.rank(0).add(pt::F(0, 0)).add(pt::B(0, 0));
   return std::move(b).build();
 }>>();
-static_assert(plan.actions.size() == 2);
+static_assert(plan.compute().actions.size() == 2);

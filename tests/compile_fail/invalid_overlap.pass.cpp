@@ -2,4 +2,4 @@
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;
 constexpr auto plan = pt::make_plan<pt::from_text<"0F0,(0F1;0B0),0B1">>();
-static_assert(plan.actions[1].overlapped);
+static_assert(plan.compute().actions[1].overlapped);

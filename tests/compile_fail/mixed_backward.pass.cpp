@@ -2,4 +2,4 @@
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;
 constexpr auto plan = pt::make_plan<pt::from_text<"0F0,0I0,0W0">>();
-static_assert(plan.actions.size() == 3);
+static_assert(plan.compute().actions.size() == 3);

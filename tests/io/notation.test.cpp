@@ -21,7 +21,7 @@ using hand_1f1b = pt::from_text<R"(
 )">;
 constexpr auto plan = pt::make_plan<hand_1f1b>();
 static_assert(plan.ranks == 2 && plan.stages == 2 && plan.microbatches == 2);
-static_assert(plan.actions[4] == pt::F(1, 0));
+static_assert(plan.compute().actions[4] == pt::F(1, 0));
 
 TEST_CASE("text: commas, spaces, idle slots and comments") {
   const pt::program p = pt::parse_schedule("0F0,,0F1 ,0B0,0B1   # idle slot after 0F0\n1F0 1B0, 1F1 1B1\n");

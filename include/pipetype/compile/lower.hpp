@@ -426,6 +426,7 @@ struct end_table {
   int* slot = nullptr;        // its buffer's slot
   char* send = nullptr;       // 1: the send end, 0: the receive
   int* peer = nullptr;        // the rank on the other end (per_peer), or 0 (per_tick: one group a tick)
+  int stride = 0;             // x, tick, slot and peer are one block: tick = x + stride, and so on
 };
 
 /// Pass 4: each rank's transfer ends in tick order (a stable sort of the transfers by tick, then
@@ -459,7 +460,7 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
   const int stride = given ? store.end_stride : 2 * nx + 2;
   end_table et{scratch<int>(given ? 0 : 4 * stride + P + 1, unset), scratch<char>(given ? 0 : stride, unset)};
   int* const room = given ? store.ends : et.own.data();
-  et.x = room, et.tick = room + stride, et.slot = room + 2 * stride, et.peer = room + 3 * stride,
+  et.x = room, et.tick = room + stride, et.slot = room + 2 * stride, et.peer = room + 3 * stride, et.stride = stride,
   et.rank_begin = given ? store.end_begin : room + 4 * stride, et.send = given ? store.send : et.own_send.data();
   int* rank_begin = et.rank_begin;
   for (int r = 0; r <= P; ++r) rank_begin[r] = 0;
@@ -526,42 +527,37 @@ constexpr int count_ops(const lowering_input& in, const transfer_table& tt, cons
   return nops;
 }
 
-/// What pass 5 reads, as flat arrays: the program, and the tables of passes 1–4 (rank_input_of),
-/// or their frozen copy in a static plan (plan.hpp: the lowering there is two constant
-/// evaluations, passes 1–4 and pass 5).
+/// What pass 5 reads, as flat tables: the program, and the tables of passes 1–4 (rank_input_of).
+/// Three are blocks of fields: `x` the transfers' nine fields (transfer_table::x_fields) of MX
+/// each, `compute` each action's three slots (slot_table::compute, N each), `ends` the ends' x,
+/// tick, slot and peer (end_table, EX each). make_plan's pass 5 reads the same tables as arrays,
+/// from its frozen copy of them (plan.hpp, static_rank_input): lower_rank_in indexes either.
 struct rank_input {
   const action* A = nullptr;
   const int* tick = nullptr;  // [N]
   const int* beg = nullptr;   // [P + 1]
-  int P = 0, N = 0;
+  int P = 0, N = 0, MX = 0, EX = 0;
   bool graph = false;
-  // per transfer
-  const int *x_pool = nullptr, *x_stage = nullptr, *x_mb = nullptr, *x_src = nullptr, *x_dst = nullptr,
-            *x_edge = nullptr;
+  const int* x = nullptr;
   const int* edge_comm = nullptr;  // per edge
-  const int* compute = nullptr;    // [3N] slot_table::compute
-  const int* link = nullptr;       // [N] slot_table::link (with edges)
-  const int* lists = nullptr;      // slot_table::lists
-  // per transfer end (end_table)
-  const int *rank_begin = nullptr, *e_x = nullptr, *e_tick = nullptr, *e_slot = nullptr, *e_peer = nullptr;
-  const char* e_send = nullptr;
+  const int* compute = nullptr;
+  const int* link = nullptr;        // [N] slot_table::link (with edges)
+  const int* lists = nullptr;       // slot_table::lists
+  const int* rank_begin = nullptr;  // [P + 1] end_table::rank_begin
+  const int* ends = nullptr;
+  const char* e_send = nullptr;  // end_table::send
 };
 
 constexpr rank_input rank_input_of(const lowering_input& in, const transfer_table& tt, const slot_table& st,
                                    const end_table& et, const int* edge_comm) {
   rank_input v;
   v.A = in.A, v.tick = in.tick, v.beg = in.beg, v.P = in.P, v.N = in.N, v.graph = in.p.has_edges();
-  v.x_pool = tt.x_field(transfer_table::x_pool), v.x_stage = tt.x_field(transfer_table::x_stage),
-  v.x_mb = tt.x_field(transfer_table::x_mb), v.x_src = tt.x_field(transfer_table::x_src),
-  v.x_dst = tt.x_field(transfer_table::x_dst), v.x_edge = tt.x_field(transfer_table::x_edge);
-  v.edge_comm = edge_comm, v.compute = st.compute, v.link = st.link.data(), v.lists = st.lists.data();
-  v.rank_begin = et.rank_begin, v.e_x = et.x, v.e_tick = et.tick, v.e_slot = et.slot, v.e_peer = et.peer,
-  v.e_send = et.send;
+  v.x = tt.xp, v.MX = tt.max_x, v.edge_comm = edge_comm, v.compute = st.compute, v.link = st.link.data(),
+  v.lists = st.lists.data(), v.rank_begin = et.rank_begin, v.ends = et.x, v.EX = et.stride, v.e_send = et.send;
   return v;
 }
 
-/// One step of pass 5: a compute op, or a group with its transfer ends. Fields, not parallel
-/// arrays: in constant evaluation each pointer index costs far more (time and memory) than a field.
+/// One step of pass 5: a compute op, or a group with its transfer ends.
 struct rank_step {
   int ref;            // compute: action index; group: first end
   int end;            // group: one past its last end; compute: -1
@@ -571,17 +567,25 @@ struct rank_step {
   int in, grad, out;  // compute: its slots (slot_table::compute)
   bool record_after;
 };
-/// A slot's last uses: writer on stream 0, writer on 1, reader on 0, reader on 1.
-struct slot_use {
-  int u[4];
+
+/// Per-rank work space of pass 5, sized once for the largest rank: steps, each slot's last uses
+/// (use[4·slot + {writer on stream 0, writer on 1, reader on 0, reader on 1}], the activation
+/// pool's slots, then the gradient pool's) and the events in use.
+struct rank_scratch {
+  scratch<rank_step> own_steps;
+  scratch<int> own_use;
+  scratch<char> own_in_use;
+  rank_step* steps = nullptr;
+  int* use = nullptr;
+  char* in_use = nullptr;
 };
 
-/// Per-rank work space of pass 5, sized once for the largest rank.
-struct rank_scratch {
-  scratch<rank_step> steps;
-  scratch<slot_use> use;  // per slot: the activation pool, then the gradient pool
-  scratch<char> in_use;
-  int max_steps = 0;
+/// The same as fixed arrays (make_plan): at most `Steps` steps and `Slots` slots on a rank.
+template <int Steps, int Slots>
+struct rank_scratch_fixed {
+  rank_step steps[Steps + 1];
+  int use[4 * Slots + 4];
+  char in_use[Steps + 1];
 };
 
 constexpr rank_scratch rank_scratch_for(const rank_input& v, const rank_resources* res) {
@@ -592,8 +596,10 @@ constexpr rank_scratch rank_scratch_for(const rank_input& v, const rank_resource
               sl = res[r].activation_slots + res[r].gradient_slots;
     max_steps = steps > max_steps ? steps : max_steps, max_slots = sl > max_slots ? sl : max_slots;
   }
-  return {scratch<rank_step>(max_steps + 1, unset), scratch<slot_use>(max_slots + 1, unset),
-          scratch<char>(max_steps + 1, unset), max_steps};
+  rank_scratch ws{scratch<rank_step>(max_steps + 1, unset), scratch<int>(4 * max_slots + 4, unset),
+                  scratch<char>(max_steps + 1, unset)};
+  ws.steps = ws.own_steps.data(), ws.use = ws.own_use.data(), ws.in_use = ws.own_in_use.data();
+  return ws;
 }
 
 constexpr rank_scratch rank_scratch_for(const lowering_input& in, const end_table& et, const rank_resources* res) {
@@ -606,88 +612,87 @@ constexpr rank_scratch rank_scratch_for(const lowering_input& in, const end_tabl
 /// which steps wait for the other stream — hazards on the slots they touch (a group's transfers
 /// complete with the group, so its step index stands for the whole group); (3) the ops, with
 /// events from the rank's pool (free again once its wait is issued), a step's wait and record
-/// riding on its compute or group op. Writes ops_out[nout ..] and returns the new nout.
-constexpr int lower_rank(const rank_input& v, int r, rank_scratch& ws, rank_resources& rr, lowered_op* ops_out,
-                         int nout) {
-  const action* A = v.A;
-  const int* tick = v.tick;
-  const int* x_pool = v.x_pool;
-  const int* x_stage = v.x_stage;
-  const int* x_mb = v.x_mb;
-  const int* x_src = v.x_src;
-  const int* x_dst = v.x_dst;
-  const int* x_edge = v.x_edge;
-  const int* edge_comm = v.edge_comm;
+/// riding on its compute or group op. Writes ops_out[nout ..] and returns the new nout. `In`,
+/// `Scratch` and `Out` hold pointers (rank_input, rank_scratch, lowered_op*) or arrays; every
+/// table is read by plain indexing, the cheapest form for the constant evaluator.
+template <class In, class Scratch, class Out>
+constexpr int lower_rank_in(const In& v, int r, Scratch& ws, rank_resources& rr, Out& ops_out, int nout) {
+  const auto& A = v.A;
+  const auto& tick = v.tick;
+  const auto& x = v.x;
+  const auto& edge_comm = v.edge_comm;
+  const auto& compute = v.compute;
+  const auto& link = v.link;
+  const auto& lists = v.lists;
+  const auto& ends = v.ends;
+  const auto& e_send = v.e_send;
+  auto& steps = ws.steps;
+  auto& use = ws.use;
+  auto& in_use = ws.in_use;
   const bool graph = v.graph;
-  const int* in_slot = v.compute;
-  const int* gin_slot = in_slot + v.N;
-  const int* out_slot = in_slot + 2 * v.N;
-  const int* link = v.link;
-  const int* e_x = v.e_x;
-  const int* e_tick = v.e_tick;
-  const int* e_slot = v.e_slot;
-  const char* e_send = v.e_send;
-  const int* e_peer = v.e_peer;
-  rank_step* steps = ws.steps.data();
-  slot_use* use = ws.use.data();
-  char* in_use = ws.in_use.data();
+  const int N = v.N, MX = v.MX, EX = v.EX;
+  // the fields' offsets in their blocks
+  const int xo_pool = transfer_table::x_pool * MX, xo_stage = transfer_table::x_stage * MX,
+            xo_mb = transfer_table::x_mb * MX, xo_src = transfer_table::x_src * MX, xo_dst = transfer_table::x_dst * MX,
+            xo_edge = transfer_table::x_edge * MX, eo_tick = EX, eo_slot = 2 * EX, eo_peer = 3 * EX;
 
   // 1. steps (loop bodies kept to few statements: clang's constexpr step limit counts statements)
-  int ns = 0;
+  int ns = 0, transfers = 0, groups = 0;
   int e = v.rank_begin[r];
   const int eend = v.rank_begin[r + 1];
   int k = v.beg[r];
   const int kend = v.beg[r + 1];
   while (e < eend || k < kend) {
-    const int tx = e < eend ? e_tick[e] : never, tc = k < kend ? tick[k] : never, peer = e < eend ? e_peer[e] : 0,
-              first = e;
+    const int tx = e < eend ? ends[eo_tick + e] : never, tc = k < kend ? tick[k] : never,
+              peer = e < eend ? ends[eo_peer + e] : 0, first = e;
     if (tx <= tc) {
-      while (e < eend && e_tick[e] == tx && e_peer[e] == peer) ++e;
-      steps[ns++] = {first, e, tx, -1, -1, -1, -1, -1, false}, rr.transfers += e - first, ++rr.groups;
+      while (e < eend && ends[eo_tick + e] == tx && ends[eo_peer + e] == peer) ++e;
+      steps[ns++] = {first, e, tx, -1, -1, -1, -1, -1, false}, transfers += e - first, ++groups;
     } else {
-      steps[ns++] = {k, -1, tc, -1, -1, in_slot[k], gin_slot[k], out_slot[k], false}, ++k;
+      steps[ns++] = {k, -1, tc, -1, -1, compute[k], compute[N + k], compute[2 * N + k], false}, ++k;
     }
   }
+  rr.transfers += transfers, rr.groups += groups;
 
   // 2. hazards
-  const int grad_base = rr.activation_slots;
-  for (int i = 0; i < rr.activation_slots + rr.gradient_slots; ++i) use[i] = {{-1, -1, -1, -1}};
+  const int grad_base = 4 * rr.activation_slots;
+  for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
   int waited[2] = {-1, -1};
   for (int i = 0; i < ns; ++i) {
-    const rank_step step = steps[i];  // a copy: in constant evaluation, cheaper to read than a reference
+    const rank_step& step = steps[i];
     const bool group = step.end >= 0;
     const int sw = group ? 1 : 0, other = 1 - sw;
     int req = -1;
     if (group) {
       for (int g = step.ref; g < step.end; ++g) {
         const bool sending = e_send[g] != 0;
-        slot_use& u = use[(x_pool[e_x[g]] == 0 ? 0 : grad_base) + e_slot[g]];
-        req = u.u[other] > req ? u.u[other] : req, req = !sending && u.u[2 + other] > req ? u.u[2 + other] : req,
-        u.u[(sending ? 2 : 0) + sw] = i;
+        const int u = (x[xo_pool + ends[g]] == 0 ? 0 : grad_base) + 4 * ends[eo_slot + g];
+        req = use[u + other] > req ? use[u + other] : req,
+        req = !sending && use[u + 2 + other] > req ? use[u + 2 + other] : req, use[u + (sending ? 2 : 0) + sw] = i;
       }
     } else if (graph && link[step.ref] >= 0) {  // a list: reads, then the in-place sum, then writes
-      const int c = step.ref;
-      const int* l = v.lists + link[c];
-      const int ni = l[0], ng = l[1], no = l[2];
+      const int c = step.ref, l = link[c];
+      const int ni = lists[l], ng = lists[l + 1], no = lists[l + 2];
       for (int h = 0; h < ni + ng + no; ++h) {
         const bool grad = h >= ni, out = h >= ni + ng;
         const bool write = out || (h == ni && sums_into_first(A[c].what, static_cast<std::size_t>(ng)));
-        slot_use& u = use[((out ? A[c].what != kind::F : grad) ? grad_base : 0) + l[3 + h]];
-        req = u.u[other] > req ? u.u[other] : req, req = write && u.u[2 + other] > req ? u.u[2 + other] : req,
-        u.u[write ? 0 : 2] = i;
+        const int u = ((out ? A[c].what != kind::F : grad) ? grad_base : 0) + 4 * lists[l + 3 + h];
+        req = use[u + other] > req ? use[u + other] : req,
+        req = write && use[u + 2 + other] > req ? use[u + 2 + other] : req, use[u + (write ? 0 : 2)] = i;
       }
     } else {
       if (step.in >= 0) {
-        slot_use& u = use[step.in];
-        req = u.u[other] > req ? u.u[other] : req, u.u[2] = i;
+        const int u = 4 * step.in;
+        req = use[u + other] > req ? use[u + other] : req, use[u + 2] = i;
       }
       if (step.grad >= 0) {
-        slot_use& u = use[grad_base + step.grad];
-        req = u.u[other] > req ? u.u[other] : req, u.u[2] = i;
+        const int u = grad_base + 4 * step.grad;
+        req = use[u + other] > req ? use[u + other] : req, use[u + 2] = i;
       }
       if (step.out >= 0) {
-        slot_use& u = use[(A[step.ref].what == kind::F ? 0 : grad_base) + step.out];
-        req = u.u[other] > req ? u.u[other] : req, req = u.u[2 + other] > req ? u.u[2 + other] : req, u.u[0] = i;
+        const int u = (A[step.ref].what == kind::F ? 0 : grad_base) + 4 * step.out;
+        req = use[u + other] > req ? use[u + other] : req, req = use[u + 2 + other] > req ? use[u + 2 + other] : req,
+        use[u] = i;
       }
     }
     if (req > waited[sw]) waited[sw] = req, steps[i].wait_for = req, steps[req].record_after = true;
@@ -701,7 +706,7 @@ constexpr int lower_rank(const rank_input& v, int r, rank_scratch& ws, rank_reso
   gop.stream = xop.stream = stream_id::comm;
   cop.stream = stream_id::compute;
   for (int i = 0; i < ns; ++i) {
-    const rank_step step = steps[i];
+    const rank_step& step = steps[i];
     int wait_ev = -1, record_ev = -1;
     if (step.wait_for >= 0) wait_ev = steps[step.wait_for].event, in_use[wait_ev] = 0;
     if (step.record_after) {
@@ -713,15 +718,15 @@ constexpr int lower_rank(const rank_input& v, int r, rank_scratch& ws, rank_reso
       gop.wait_event = wait_ev, gop.record_event = record_ev, gop.tick = step.tick, ops_out[nout++] = gop,
       xop.tick = step.tick;
       for (int g = step.ref; g < step.end; ++g) {
-        const int x = e_x[g], edge = x_edge[x];
+        const int t = ends[g], edge = x[xo_edge + t];
         const bool sending = e_send[g] != 0;
-        xop.code = sending ? op_code::send : op_code::recv, xop.what = x_pool[x] == 0 ? kind::F : kind::B,
-        xop.stage = x_stage[x], xop.microbatch = x_mb[x], xop.peer = sending ? x_dst[x] : x_src[x],
-        xop.comm = edge_comm[edge], xop.link = graph ? edge : -1, xop.slot = e_slot[g], ops_out[nout++] = xop;
+        xop.code = sending ? op_code::send : op_code::recv, xop.what = x[xo_pool + t] == 0 ? kind::F : kind::B,
+        xop.stage = x[xo_stage + t], xop.microbatch = x[xo_mb + t], xop.peer = sending ? x[xo_dst + t] : x[xo_src + t],
+        xop.comm = edge_comm[edge], xop.link = graph ? edge : -1, xop.slot = ends[eo_slot + g], ops_out[nout++] = xop;
       }
     } else {
       const int c = step.ref;
-      const action a = A[c];
+      const action& a = A[c];
       cop.what = a.what, cop.overlapped = a.overlapped, cop.stage = a.stage, cop.microbatch = a.microbatch,
       cop.slot = step.in, cop.grad_slot = step.grad, cop.out_slot = step.out, cop.wait_event = wait_ev,
       cop.record_event = record_ev, cop.tick = step.tick, cop.link = graph ? link[c] : -1, ops_out[nout++] = cop;
@@ -732,11 +737,15 @@ constexpr int lower_rank(const rank_input& v, int r, rank_scratch& ws, rank_reso
   return nout;
 }
 
-/// The same, from the tables of passes 1–4.
+/// Pass 5 from the tables of passes 1–4.
+constexpr int lower_rank(const rank_input& v, int r, rank_scratch& ws, rank_resources& rr, lowered_op* ops_out,
+                         int nout) {
+  return lower_rank_in(v, r, ws, rr, ops_out, nout);
+}
 constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& tt, const slot_table& st,
                          const end_table& et, const int* edge_comm, rank_scratch& ws, rank_resources& rr,
                          lowered_op* ops_out, int nout) {
-  return lower_rank(rank_input_of(in, tt, st, et, edge_comm), r, ws, rr, ops_out, nout);
+  return lower_rank_in(rank_input_of(in, tt, st, et, edge_comm), r, ws, rr, ops_out, nout);
 }
 
 /// The lowering's own inputs: stage owners, action positions (by stage · m + microbatch) and the

@@ -108,35 +108,46 @@ struct static_plan {
   comm_policy policy = comm_policy::per_edge;
   int lanes = 1;
   std::array<int, static_cast<std::size_t>(Z.stages)> stage_rank{};
-  std::array<int, static_cast<std::size_t>(Z.ranks) + 1> action_begin{};
-  std::array<action, static_cast<std::size_t>(Z.actions)> actions{};
-  std::array<int, static_cast<std::size_t>(Z.actions)> tick{};
+  int action_begin[Z.ranks + 1]{};
+  action actions[Z.actions + 1]{};  // first used.actions
+  int tick[Z.actions + 1]{};        // first used.actions
   std::array<int, static_cast<std::size_t>(Z.ranks)> peak_units{};
-  std::array<int, static_cast<std::size_t>(Z.ranks) + 1> op_begin{};
-  std::array<rank_resources, static_cast<std::size_t>(Z.ranks)> resources{};
-  std::array<lowered_op, static_cast<std::size_t>(Z.ops)> op_table{};      // first used.ops are the ops
-  std::array<comm_desc, static_cast<std::size_t>(Z.comms)> comm_table{};   // first used.comms
+  // the lowered program: C arrays (one spare element each, so none is empty), which verify_static
+  // hands verify_lowered_in as arrays (verify_lowered.hpp says why)
+  int op_begin[Z.ranks + 1]{};
+  rank_resources resources[Z.ranks + 1]{};                                 // first Z.ranks
+  lowered_op op_table[Z.ops + 1]{};                                        // first used.ops are the ops
+  comm_desc comm_table[Z.comms + 1]{};                                     // first used.comms
   std::array<stage_edge, static_cast<std::size_t>(Z.edges)> edge_table{};  // exact
-  std::array<int, static_cast<std::size_t>(Z.slot_lists)> list_table{};    // first used.slot_lists
+  int list_table[Z.slot_lists + 1]{};                                      // first used.slot_lists
 
   constexpr std::span<const lowered_op> ops() const {
-    return std::span<const lowered_op>(op_table).first(static_cast<std::size_t>(used.ops));
+    return std::span<const lowered_op>(op_table, static_cast<std::size_t>(used.ops));
   }
   constexpr std::span<const comm_desc> comms() const {
-    return std::span<const comm_desc>(comm_table).first(static_cast<std::size_t>(used.comms));
+    return std::span<const comm_desc>(comm_table, static_cast<std::size_t>(used.comms));
   }
   constexpr program_view compute() const {
-    return {name,    used.ranks, used.stages, used.microbatches, stage_rank, action_begin, actions,
-            no_rank, {},         lanes,       edge_table};
+    return {name,
+            used.ranks,
+            used.stages,
+            used.microbatches,
+            stage_rank,
+            std::span<const int>(action_begin, static_cast<std::size_t>(Z.ranks) + 1),
+            std::span<const action>(actions, static_cast<std::size_t>(Z.actions)),
+            no_rank,
+            {},
+            lanes,
+            edge_table};
   }
   constexpr lowered_view lowered() const {
     return {used.ranks,
             policy,
-            op_begin,
+            std::span<const int>(op_begin, static_cast<std::size_t>(Z.ranks) + 1),
             ops(),
             comms(),
-            resources,
-            std::span<const int>(list_table).first(static_cast<std::size_t>(used.slot_lists))};
+            std::span<const rank_resources>(resources, static_cast<std::size_t>(Z.ranks)),
+            std::span<const int>(list_table, static_cast<std::size_t>(used.slot_lists))};
   }
   constexpr double peak_activations(int r) const {
     return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / memory.unit;
@@ -217,8 +228,9 @@ struct frozen_program {
   int ranks = 0, stages = 0, microbatches = 0, lanes = 1, count = 0,
       placed = 0;  // count: actions; placed: stage_rank's
   std::array<int, static_cast<std::size_t>(Cap.stages)> stage_rank{};
-  std::array<int, static_cast<std::size_t>(Cap.ranks) + 1> begin{};
-  std::array<action, static_cast<std::size_t>(Cap.actions)> actions{};
+  // what pass 5 reads as arrays (static_rank_input): C arrays, one spare element each
+  int begin[Cap.ranks + 1]{};
+  action actions[Cap.actions + 1]{};
   std::array<stage_edge, static_cast<std::size_t>(Cap.edges)> edges{};
 
   constexpr program_view view() const {
@@ -227,8 +239,8 @@ struct frozen_program {
             stages,
             microbatches,
             std::span<const int>(stage_rank).first(static_cast<std::size_t>(placed)),
-            std::span<const int>(begin).first(static_cast<std::size_t>(ranks) + 1),
-            std::span<const action>(actions).first(static_cast<std::size_t>(count)),
+            std::span<const int>(begin, static_cast<std::size_t>(ranks) + 1),
+            std::span<const action>(actions, static_cast<std::size_t>(count)),
             no_rank,
             {},
             lanes,
@@ -241,7 +253,7 @@ template <plan_shape Cap>
 struct checked_program {
   verdict result{};
   int ticks = 0;
-  std::array<int, static_cast<std::size_t>(Cap.actions)> tick{};
+  int tick[Cap.actions + 1]{};
   std::array<int, static_cast<std::size_t>(Cap.ranks)> peak_units{};
 };
 
@@ -282,8 +294,8 @@ constexpr frozen_program<Cap> freeze(const program& prog, const plan_options& op
   out.microbatches = prog.microbatches;
   out.lanes = prog.lanes;
   copy_into(prog.stage_rank, out.stage_rank);
-  copy_into(prog.begin, out.begin);
-  copy_into(prog.actions, out.actions);
+  for (std::size_t r = 0; r < prog.begin.size(); ++r) out.begin[r] = prog.begin[r];
+  for (std::size_t i = 0; i < prog.actions.size(); ++i) out.actions[i] = prog.actions[i];
   copy_into(prog.edges, out.edges);
   return out;
 }
@@ -297,7 +309,7 @@ constexpr checked_program<Cap> check_frozen(const frozen_program<Cap>& f, const 
   }
   const program_view p = f.view();
   const detail::check_result facts =
-      detail::check_into(p, {opt.mem_limit, opt.memory, opt.mem_limit_units}, out.tick.data(), out.peak_units.data());
+      detail::check_into(p, {opt.mem_limit, opt.memory, opt.mem_limit_units}, out.tick, out.peak_units.data());
   out.result = facts.result;
   out.ticks = facts.ticks;
   if (out.result.ok() && p.split_backward() != Cap.split) {  // the executors trust Cap.split
@@ -375,10 +387,29 @@ constexpr lowered_front<Cap> lower_front(const frozen_program<Cap>& f, const che
     copy_into(comms, out.comm_table);
     return fault;
   };
-  out.result = lower_passes(f.view(), std::span<const int>(c.tick).first(static_cast<std::size_t>(f.count)), opt.comms,
+  out.result = lower_passes(f.view(), std::span<const int>(c.tick, static_cast<std::size_t>(f.count)), opt.comms,
                             opt.groups, comms, out.resources.data(), room, keep);
   return out;
 }
+
+/// Pass 5's input as references to the frozen arrays (lower.hpp, rank_input: the same fields).
+template <plan_shape Cap>
+struct static_rank_input {
+  using F = lowered_front<Cap>;
+  const action (&A)[Cap.actions + 1];
+  const int (&tick)[Cap.actions + 1];
+  const int (&beg)[Cap.ranks + 1];
+  int P, N, MX, EX;
+  bool graph;
+  const int (&x)[9 * F::MX];
+  const int (&edge_comm)[F::E + 1];
+  const int (&compute)[3 * F::A + 1];
+  const int (&link)[(Cap.edges > 0 ? F::A : 0) + 1];
+  const int (&lists)[Cap.slot_lists + 1];
+  const int (&rank_begin)[F::P + 1];
+  const int (&ends)[4 * F::EX];
+  const char (&e_send)[F::EX];
+};
 
 /// The fourth: pass 5 of the lowering, written straight into the plan's table (no std::vector
 /// of ops and no copy: the cheapest form for the constant evaluator). The fifth,
@@ -400,26 +431,25 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
   z.column = v.column;
   z.kind = v.kind;
   if (!v.ok()) return s;
-  s.resources = front.resources;
-  rank_input in;
-  in.A = f.actions.data(), in.tick = c.tick.data(), in.beg = f.begin.data(), in.P = f.ranks, in.N = f.count,
-  in.graph = Cap.edges > 0;
-  const int* x = front.x;
-  in.x_pool = x + transfer_table::x_pool * F::MX, in.x_stage = x + transfer_table::x_stage * F::MX,
-  in.x_mb = x + transfer_table::x_mb * F::MX, in.x_src = x + transfer_table::x_src * F::MX,
-  in.x_dst = x + transfer_table::x_dst * F::MX, in.x_edge = x + transfer_table::x_edge * F::MX;
-  in.edge_comm = front.edge_comm, in.compute = front.compute, in.link = front.link, in.lists = front.lists;
-  const int* ends = front.ends;
-  in.rank_begin = front.end_begin, in.e_x = ends, in.e_tick = ends + F::EX, in.e_slot = ends + 2 * F::EX,
-  in.e_peer = ends + 3 * F::EX, in.e_send = front.end_send;
-  rank_resources* res = s.resources.data();
-  int* op_begin = s.op_begin.data();
+  for (int r = 0; r < F::P; ++r) s.resources[r] = front.resources[static_cast<std::size_t>(r)];
+  // a rank has fewer steps (computes and transfer ends) and slots than the plan has ops
+  for (int r = 0; r < f.ranks; ++r)
+    if (s.resources[r].activation_slots + s.resources[r].gradient_slots > Cap.ops) {
+      s.rejection.code = z.code = errc::bad_extent;
+      s.rejection.detail = "a rank's buffer slots outgrew the plan's capacity";
+      return s;
+    }
+  const static_rank_input<Cap> in{f.actions,   c.tick,          f.begin,    f.ranks,         f.count,       F::MX,
+                                  F::EX,       Cap.edges > 0,   front.x,    front.edge_comm, front.compute, front.link,
+                                  front.lists, front.end_begin, front.ends, front.end_send};
   int nout = 0;
   {
-    rank_scratch ws = rank_scratch_for(in, res);
-    lowered_op* const ops = s.op_table.data();
-    op_begin[0] = 0;
-    for (int r = 0; r < in.P; ++r) nout = lower_rank(in, r, ws, res[r], ops, nout), op_begin[r + 1] = nout;
+    using W = rank_scratch_fixed<Cap.ops, Cap.ops>;
+    W* ws = new W;
+    s.op_begin[0] = 0;
+    for (int r = 0; r < in.P; ++r)
+      nout = lower_rank_in(in, r, *ws, s.resources[r], s.op_table, nout), s.op_begin[r + 1] = nout;
+    delete ws;
   }
   z.ops = nout;
   z.slot_lists = front.slot_lists;
@@ -434,13 +464,12 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
   s.memory = opt.memory;
   s.policy = opt.comms;
   s.stage_rank = f.stage_rank;
-  s.action_begin = f.begin;
-  s.actions = f.actions;
-  s.tick = c.tick;
+  for (int r = 0; r <= f.ranks; ++r) s.action_begin[r] = f.begin[r];
+  for (int i = 0; i < f.count; ++i) s.actions[i] = f.actions[i], s.tick[i] = c.tick[i];
   s.peak_units = c.peak_units;
   s.edge_table = f.edges;
-  s.comm_table = front.comm_table;
-  for (int i = 0; i < front.slot_lists; ++i) s.list_table[static_cast<std::size_t>(i)] = front.lists[i];
+  for (int k = 0; k < front.comms; ++k) s.comm_table[k] = front.comm_table[static_cast<std::size_t>(k)];
+  for (int i = 0; i < front.slot_lists; ++i) s.list_table[i] = front.lists[i];
   return s;
 }
 
@@ -448,7 +477,13 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
 template <plan_shape Cap>
 constexpr verdict verify_static(const static_plan<Cap>& s) {
   if (!s.rejection.ok()) return s.rejection;
-  return verify_lowered(s.lowered());
+  // scratch as arrays bounded by the capacities (a rank has fewer events and slots per pool than ops)
+  using scratch = verify_scratch_fixed<Cap.ops, Cap.ops, Cap.ops, 2 * Cap.comms, stream_count * Cap.ranks>;
+  scratch* w = new scratch;
+  const verdict v = verify_lowered_in(s.used.ranks, s.used.ops, s.used.comms, s.used.slot_lists, s.op_table, s.op_begin,
+                                      s.comm_table, s.resources, s.list_table, *w, Cap.ops, Cap.ops, nullptr);
+  delete w;
+  return v;
 }
 
 /// What error_of reads for a rejected plan (`value.rejection`).

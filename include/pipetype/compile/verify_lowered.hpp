@@ -44,42 +44,76 @@ constexpr verdict at_op(errc e, int rank, const lowered_op& o, int index, const 
 
 }  // namespace detail
 
-/// `by_certificate`, when given, says whether completion was proved by the tick certificate (the
-/// fast proof every lowering's output takes) rather than by the simulation.
-constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr) {
-  // Flat loops over raw pointers: this runs inside make_plan's constant evaluation.
-  using detail::at_op;
-  const int P = L.ranks;
-  const int N = static_cast<int>(L.ops.size());
-  const int C = static_cast<int>(L.comms.size());
-  const lowered_op* ops = L.ops.data();
-  const int* beg = L.begin.data();
-  const comm_desc* comms = L.comms.data();
+namespace detail {
+
+/// verify_lowered's scratch as pointers (run time: build_plan, hand-made programs).
+struct verify_scratch_ptrs {
+  int *group_of, *waits_on, *group_end_of, *last_record, *use, *t_op, *t_ch, *partner, *send_list, *recv_list;
+  int *send_begin, *recv_begin, *send_fill, *recv_fill, *lane_begin, *pc, *lane_ops;
+  signed char* direction;
+  char *done, *reached;
+};
+
+/// The same scratch as fixed arrays, for make_plan: at most `Ops` ops, `Events` events and
+/// `Slots` slots per pool on a rank, `Channels` channels and `Lanes` lanes. g++'s constant
+/// evaluator reads an element of an array named through a reference at almost no cost, but
+/// builds new trees for every read through a pointer (≈ 250 bytes each, kept until the end of the
+/// evaluation), so make_plan hands verify_lowered_in its tables and scratch as arrays.
+template <int Ops, int Events, int Slots, int Channels, int Lanes>
+struct verify_scratch_fixed {
+  int group_of[Ops + 1], waits_on[Ops + 1], group_end_of[Ops + 1], last_record[Events + 1], use[8 * Slots + 8];
+  int t_op[Ops + 1], t_ch[Ops + 1], partner[Ops + 1], send_list[Ops + 1], recv_list[Ops + 1];
+  int send_begin[Channels + 1], recv_begin[Channels + 1], send_fill[Channels + 1], recv_fill[Channels + 1];
+  int lane_begin[Lanes + 1], pc[Lanes + 1], lane_ops[Ops + 1];
+  signed char direction[Ops + 2];
+  char done[Ops + 1], reached[Ops + 1];
+};
+
+/// verify_lowered over tables and scratch given as arrays or pointers (the same code indexes
+/// either): P ranks, N ops, C communicators, NL slot-list entries; `bound` is what the scratch
+/// holds (events and slots per pool on a rank, channels, lanes), or -1 where it was sized from
+/// the tables themselves.
+template <class Ops, class Ints, class Comms, class Res, class Lists, class Scratch>
+constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops, const Ints& beg, const Comms& comms,
+                                    const Res& res, const Lists& lists, Scratch& w, int event_bound, int slot_bound,
+                                    bool* by_certificate) {
+  // Flat loops and plain indexing: this runs inside make_plan's constant evaluation.
+  auto& group_of = w.group_of;          // -1: not in a group (yet)
+  auto& waits_on = w.waits_on;          // -1: no wait
+  auto& group_end_of = w.group_end_of;  // written wherever group_of is
+  auto& last_record = w.last_record;
+  auto& use = w.use;
+  auto& direction = w.direction;
+  auto& t_op = w.t_op;
+  auto& t_ch = w.t_ch;
+  auto& send_begin = w.send_begin;  // [channels + 1] counts, then prefix sums
+  auto& recv_begin = w.recv_begin;
+  auto& send_fill = w.send_fill;  // fill cursors
+  auto& recv_fill = w.recv_fill;
 
   // 1. One pass per rank: group structure, communicator membership, the record each wait refers
   //    to (the latest op issued before it on the rank that records that event), and buffer
   //    ordering — every buffer shared by the two streams of a rank must be ordered by events.
   //    use[(pool·slots + slot)·4 + {writer s0, writer s1, reader s0, reader s1}] holds the index
   //    at which that use completes; known[s] the furthest op of the other stream s has waited for.
-  const rank_resources* res = L.resources.data();
   int slots = 0, events = 0;
   for (int r = 0; r < P; ++r) {
     const int sl = res[r].activation_slots > res[r].gradient_slots ? res[r].activation_slots : res[r].gradient_slots;
     slots = sl > slots ? sl : slots;
     events = res[r].events > events ? res[r].events : events;
   }
-  detail::scratch<int> iv(2 * N + 1, -1), iv_unset(N + 1, detail::unset);
-  int* group_of = iv.data();            // -1: not in a group (yet)
-  int* waits_on = group_of + N;         // -1: no wait
-  int* group_end_of = iv_unset.data();  // written wherever group_of is
-  const auto rank_of = [&](int i) {     // the rank issuing op i (error paths only)
-    int lo = 0, hi = P;                 // the last r with beg[r] <= i
+  if ((event_bound >= 0 && events > event_bound) || (slot_bound >= 0 && slots > slot_bound)) {
+    verdict v;
+    v.code = errc::index_out_of_range;
+    v.detail = "a rank's events or buffer slots exceed what the plan's tables hold";
+    return v;
+  }
+  for (int i = 0; i < N; ++i) group_of[i] = -1, waits_on[i] = -1;
+  const auto rank_of = [&](int i) {  // the rank issuing op i (error paths only)
+    int lo = 0, hi = P;              // the last r with beg[r] <= i
     while (hi - lo > 1) (beg[(lo + hi) / 2] <= i ? lo : hi) = (lo + hi) / 2;
     return lo;
   };
-  detail::scratch<int> last_record_v(events + 1, -1);
-  int* last_record = last_record_v.data();
-  detail::scratch<int> use_v(8 * slots + 8, -1);
   bool certified = true;  // see step 5
   // groups per peer: each tick's peer order, +1 increasing, -1 decreasing. Ticks are certificate
   // data only: one outside [0, N) (no lowering makes one; there are fewer ticks than ops) voids
@@ -88,30 +122,22 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   for (int i = 0; i < N; ++i)  // (one statement: clang's step limit counts statements)
     certified = ops[i].tick < 0 || ops[i].tick >= N ? false : certified,
     max_tick = ops[i].tick >= 0 && ops[i].tick < N && ops[i].tick >= max_tick ? ops[i].tick + 1 : max_tick;
-  detail::scratch<signed char> direction_v(max_tick + 1, 0);
-  signed char* direction = direction_v.data();
+  for (int t = 0; t <= max_tick; ++t) direction[t] = 0;
   // transfers in issue order with their channel: 2c carries rank_a → rank_b, 2c+1 back
   const int channels = 2 * C;
-  detail::scratch<int> tv(2 * N + 2, detail::unset);
-  int* t_op = tv.data();
-  int* t_ch = t_op + N + 1;
   int nt = 0;
-  detail::scratch<int> cv(4 * (channels + 1), 0);
-  int* send_begin = cv.data();  // [channels + 1] counts, then prefix sums; then fill cursors
-  int* recv_begin = send_begin + (channels + 1);
-  int* send_fill = recv_begin + (channels + 1);
-  int* recv_fill = send_fill + (channels + 1);
+  for (int c = 0; c <= channels; ++c) send_begin[c] = 0, recv_begin[c] = 0;
   constexpr const char* race = "a buffer is used before the other stream's use of it is waited for";
-  int* use = use_v.data();
   for (int r = 0; r < P; ++r) {
     for (int e = 0; e < events; ++e) last_record[e] = -1;
     for (int u = 0; u < 8 * slots; ++u) use[u] = -1;
     const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
+    const int nevents = res[r].events;
     int known[stream_count] = {-1, -1};
     long long prev_phase = -1;
     int last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
-      const lowered_op o = ops[i];  // a copy: in constant evaluation, cheaper to read than through a reference
+      const lowered_op& o = ops[i];
       const int local = i - beg[r], s = static_cast<int>(o.stream), other = 1 - s;
       // the tick certificate (step 5): phases 2·tick (groups, transfers) and 2·tick + 1 (computes)
       // never decrease along the rank, and a rank has one group per tick or, per tick, one group
@@ -123,18 +149,18 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
       // op without slot lists and a transfer in a group, whose checks below all pass, take the
       // same updates here; an op that fails any check goes on to the checks, which name it.
       if (o.code == op_code::compute && o.link < 0) {
-        const int w = o.wait_event, rec = w >= 0 && w < res[r].events ? last_record[w] : -1,
+        const int wv = o.wait_event, rec = wv >= 0 && wv < nevents ? last_record[wv] : -1,
                   covered = rec < 0 ? -1 : (ops[rec].code == op_code::group ? group_end_of[rec] : rec),
                   kn = rec >= 0 && static_cast<int>(ops[rec].stream) != s && covered > known[s] ? covered : known[s],
                   pool = o.what == kind::F ? 0 : 1, ui = 4 * o.slot, ug = 4 * (slots + o.grad_slot),
                   uo = 4 * (pool * slots + o.out_slot);
-        if ((w < 0 || rec >= 0) && o.record_event < res[r].events &&
+        if ((wv < 0 || rec >= 0) && o.record_event < nevents &&
             (o.slot < 0 || (o.slot < nslots[0] && use[ui + other] <= kn)) &&
             (o.grad_slot < 0 || (o.grad_slot < nslots[1] && use[ug + other] <= kn)) &&
             (o.out_slot < 0 || (o.out_slot < nslots[pool] && use[uo + other] <= kn && use[uo + 2 + other] <= kn))) {
-          (w >= 0 ? waits_on[i] = rec : 0),
+          (wv >= 0 ? waits_on[i] = rec : 0),
               known[s] = kn,
-              certified = w >= 0 && 2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase
+              certified = wv >= 0 && 2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase
                               ? false
                               : certified,
               (o.slot >= 0 ? use[ui + 2 + s] = i : 0), (o.grad_slot >= 0 ? use[ug + 2 + s] = i : 0),
@@ -142,16 +168,16 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
           continue;
         }
       } else if ((o.code == op_code::send || o.code == op_code::recv) && o.stream == stream_id::comm) {
-        const comm_desc* cm = o.comm >= 0 && o.comm < C ? comms + o.comm : nullptr;
+        const bool member = o.comm >= 0 && o.comm < C &&
+                            ((comms[o.comm].rank_a == r && comms[o.comm].rank_b == o.peer) ||
+                             (comms[o.comm].rank_b == r && comms[o.comm].rank_a == o.peer));
         const bool sending = o.code == op_code::send;
         const int pool = o.what == kind::F ? 0 : 1, ub = 4 * (pool * slots + o.slot),
-                  chn = cm ? 2 * o.comm + (cm->rank_a == (sending ? r : o.peer) ? 0 : 1) : 0;
-        if (group_of[i] >= 0 && cm &&
-            ((cm->rank_a == r && cm->rank_b == o.peer) || (cm->rank_b == r && cm->rank_a == o.peer)) &&
-            o.wait_event < 0 && o.record_event < 0 &&
+                  chn = member ? 2 * o.comm + (comms[o.comm].rank_a == (sending ? r : o.peer) ? 0 : 1) : 0;
+        if (group_of[i] >= 0 && member && o.wait_event < 0 && o.record_event < 0 &&
             (o.slot < 0 ||
              (o.slot < nslots[pool] && use[ub + other] <= known[s] && (sending || use[ub + 2 + other] <= known[s])))) {
-          t_op[nt] = i, t_ch[nt] = chn, ++nt, ++(sending ? send_begin : recv_begin)[chn + 1],
+          t_op[nt] = i, t_ch[nt] = chn, ++nt, (sending ? ++send_begin[chn + 1] : ++recv_begin[chn + 1]),
           (o.slot >= 0 ? use[ub + (sending ? 2 : 0) + s] = group_end_of[i] : 0);
           continue;
         }
@@ -159,19 +185,15 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
       if (o.code == op_code::group) {  // one group per tick, or one per peer in the tick's peer order
         // a group op and the transfers that directly follow it are one NCCL group: [i, e]
         int e = i, peer = -1;
-        while (e + 1 < beg[r + 1]) {
-          const lowered_op t = ops[e + 1];  // a copy: each read once
-          if (t.code != op_code::send && t.code != op_code::recv) break;
-          peer = e == i ? t.peer : (t.peer != peer ? -1 : peer), ++e;
-        }
+        while (e + 1 < beg[r + 1] && (ops[e + 1].code == op_code::send || ops[e + 1].code == op_code::recv))
+          peer = e == i ? ops[e + 1].peer : (ops[e + 1].peer != peer ? -1 : peer), ++e;
         if (o.tick == last_group_tick) {  // groups per peer: the tick's one direction on every rank
           if (peer < 0 || last_group_peer < 0 || peer == last_group_peer || o.tick < 0 || o.tick >= max_tick)
             certified = false;
           else {
-            signed char& d = direction[o.tick];
             const signed char now = peer > last_group_peer ? 1 : -1;
-            if (d == 0) d = now;
-            if (d != now) certified = false;
+            if (direction[o.tick] == 0) direction[o.tick] = now;
+            if (direction[o.tick] != now) certified = false;
           }
         }
         last_group_tick = o.tick;
@@ -196,14 +218,16 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
         t_op[nt] = i;
         t_ch[nt] = chn;
         ++nt;
-        ++(sending ? send_begin : recv_begin)[chn + 1];
+        if (sending)
+          ++send_begin[chn + 1];
+        else
+          ++recv_begin[chn + 1];
       }
       // events
       if ((o.code == op_code::send || o.code == op_code::recv) && (o.wait_event >= 0 || o.record_event >= 0))
         return at_op(errc::event_misuse, r, o, local, "events ride on compute and group ops, not on transfers");
       if (o.wait_event >= 0) {
-        if (o.wait_event >= res[r].events)
-          return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
+        if (o.wait_event >= nevents) return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
         const int rec = last_record[o.wait_event];
         if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
         waits_on[i] = rec;
@@ -220,61 +244,57 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
           const int pool = o.what == kind::F ? 0 : 1;
           if (o.slot >= nslots[pool])
             return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
-          int* u = use + 4 * (pool * slots + o.slot);
+          const int u = 4 * (pool * slots + o.slot);
           const bool write = o.code == op_code::recv;
-          if (u[other] > known[s] || (write && u[2 + other] > known[s]))
+          if (use[u + other] > known[s] || (write && use[u + 2 + other] > known[s]))
             return at_op(errc::event_misuse, r, o, local, race);
-          u[(write ? 0 : 2) + s] = group_end_of[i];
+          use[u + (write ? 0 : 2) + s] = group_end_of[i];
         }
       } else if (o.code == op_code::compute && o.link >= 0) {  // a stage-graph op's lists (op_slots)
-        const int nl = static_cast<int>(L.slot_lists.size());
-        const int* head = o.link + 3 <= nl ? L.slot_lists.data() + o.link : nullptr;  // n_in, n_grad, n_out
-        if (!head || head[0] < 0 || head[1] < 0 || head[2] < 0 || o.link + 3 + head[0] + head[1] + head[2] > nl)
+        const int h = o.link;                                  // n_in, n_grad, n_out, then the slots
+        if (h + 3 > NL || lists[h] < 0 || lists[h + 1] < 0 || lists[h + 2] < 0 ||
+            h + 3 + lists[h] + lists[h + 1] + lists[h + 2] > NL)
           return at_op(errc::index_out_of_range, r, o, local, "a compute op's slot list is outside the plan's lists");
-        const op_slots sl = L.slots_of(o);
-        const int ni = static_cast<int>(sl.in.size()), ng = static_cast<int>(sl.grad.size());
-        const int total = ni + ng + static_cast<int>(sl.out.size());
+        const int ni = lists[h], ng = lists[h + 1], total = ni + ng + lists[h + 2];
         for (int k = 0; k < total; ++k) {
           const bool out = k >= ni + ng;
           const int pool = out ? (o.what == kind::F ? 0 : 1) : (k >= ni ? 1 : 0);
-          const int slot = k < ni ? sl.in[static_cast<std::size_t>(k)]
-                           : out  ? sl.out[static_cast<std::size_t>(k - ni - ng)]
-                                  : sl.grad[static_cast<std::size_t>(k - ni)];
+          const int slot = lists[h + 3 + k];
           if (slot < 0 || slot >= nslots[pool])
             return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
-          int* u = use + 4 * (pool * slots + slot);
+          const int u = 4 * (pool * slots + slot);
           // a B or I with several gradients sums them into the first: a write too
-          const bool write = out || (k == ni && sums_into_first(o.what, sl.grad.size()));
-          if (u[other] > known[s] || (write && u[2 + other] > known[s]))
+          const bool write = out || (k == ni && sums_into_first(o.what, static_cast<std::size_t>(ng)));
+          if (use[u + other] > known[s] || (write && use[u + 2 + other] > known[s]))
             return at_op(errc::event_misuse, r, o, local, race);
-          u[(write ? 0 : 2) + s] = i;
+          use[u + (write ? 0 : 2) + s] = i;
         }
       } else if (o.code == op_code::compute) {
         if (o.slot >= 0) {
           if (o.slot >= nslots[0])
             return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
-          int* u = use + 4 * o.slot;
-          if (u[other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
-          u[2 + s] = i;
+          if (use[4 * o.slot + other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
+          use[4 * o.slot + 2 + s] = i;
         }
         if (o.grad_slot >= 0) {
           if (o.grad_slot >= nslots[1])
             return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
-          int* u = use + 4 * (slots + o.grad_slot);
-          if (u[other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
-          u[2 + s] = i;
+          const int u = 4 * (slots + o.grad_slot);
+          if (use[u + other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
+          use[u + 2 + s] = i;
         }
         if (o.out_slot >= 0) {
           const int pool = o.what == kind::F ? 0 : 1;
           if (o.out_slot >= nslots[pool])
             return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
-          int* u = use + 4 * (pool * slots + o.out_slot);
-          if (u[other] > known[s] || u[2 + other] > known[s]) return at_op(errc::event_misuse, r, o, local, race);
-          u[s] = i;
+          const int u = 4 * (pool * slots + o.out_slot);
+          if (use[u + other] > known[s] || use[u + 2 + other] > known[s])
+            return at_op(errc::event_misuse, r, o, local, race);
+          use[u + s] = i;
         }
       }
       if (o.record_event >= 0) {
-        if (o.record_event >= res[r].events)
+        if (o.record_event >= nevents)
           return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
         last_record[o.record_event] = i;
       }
@@ -283,42 +303,38 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
 
   // 2. FIFO matching per (communicator, direction): the sends and recvs of each channel in issue
   //    order; the k-th of each must carry the same data.
-  detail::scratch<int> partner_v(N + 1, detail::unset);
-  int* partner = partner_v.data();
-  {
-    detail::scratch<int> lists(2 * nt + 2, detail::unset);
-    int* send_list = lists.data();
-    int* recv_list = send_list + nt + 1;
-    for (int c = 0; c < channels; ++c) {
-      send_begin[c + 1] += send_begin[c];
-      recv_begin[c + 1] += recv_begin[c];
+  auto& partner = w.partner;
+  auto& send_list = w.send_list;
+  auto& recv_list = w.recv_list;
+  for (int c = 0; c < channels; ++c) {
+    send_begin[c + 1] += send_begin[c];
+    recv_begin[c + 1] += recv_begin[c];
+  }
+  for (int c = 0; c < channels; ++c) send_fill[c] = send_begin[c], recv_fill[c] = recv_begin[c];
+  for (int k = 0; k < nt; ++k) {
+    if (ops[t_op[k]].code == op_code::send)
+      send_list[send_fill[t_ch[k]]++] = t_op[k];
+    else
+      recv_list[recv_fill[t_ch[k]]++] = t_op[k];
+  }
+  for (int c = 0; c < channels; ++c) {
+    const int ns = send_begin[c + 1] - send_begin[c], nr = recv_begin[c + 1] - recv_begin[c];
+    const int common = ns < nr ? ns : nr;
+    for (int k = 0; k < common; ++k) {
+      const int si = send_list[send_begin[c] + k], ri = recv_list[recv_begin[c] + k];
+      const lowered_op& a = ops[si];
+      const lowered_op& b = ops[ri];
+      if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch || a.link != b.link)
+        return at_op(errc::transfer_mismatch, rank_of(ri), b, ri - beg[rank_of(ri)],
+                     "the recv matches (FIFO per communicator and peer) a send of other data");
+      if (a.tick != b.tick) certified = false;
+      partner[si] = ri;
+      partner[ri] = si;
     }
-    for (int c = 0; c < channels; ++c) send_fill[c] = send_begin[c], recv_fill[c] = recv_begin[c];
-    for (int k = 0; k < nt; ++k) {
-      if (ops[t_op[k]].code == op_code::send)
-        send_list[send_fill[t_ch[k]]++] = t_op[k];
-      else
-        recv_list[recv_fill[t_ch[k]]++] = t_op[k];
-    }
-    for (int c = 0; c < channels; ++c) {
-      const int ns = send_begin[c + 1] - send_begin[c], nr = recv_begin[c + 1] - recv_begin[c];
-      const int common = ns < nr ? ns : nr;
-      for (int k = 0; k < common; ++k) {
-        const int si = send_list[send_begin[c] + k], ri = recv_list[recv_begin[c] + k];
-        const lowered_op a = ops[si];
-        const lowered_op b = ops[ri];
-        if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch || a.link != b.link)
-          return at_op(errc::transfer_mismatch, rank_of(ri), b, ri - beg[rank_of(ri)],
-                       "the recv matches (FIFO per communicator and peer) a send of other data");
-        if (a.tick != b.tick) certified = false;
-        partner[si] = ri;
-        partner[ri] = si;
-      }
-      if (ns != nr) {
-        const int i = ns > nr ? send_list[send_begin[c] + common] : recv_list[recv_begin[c] + common];
-        return at_op(errc::transfer_mismatch, rank_of(i), ops[i], i - beg[rank_of(i)],
-                     ns > nr ? "a send with no matching recv" : "a recv with no matching send");
-      }
+    if (ns != nr) {
+      const int i = ns > nr ? send_list[send_begin[c] + common] : recv_list[recv_begin[c] + common];
+      return at_op(errc::transfer_mismatch, rank_of(i), ops[i], i - beg[rank_of(i)],
+                   ns > nr ? "a send with no matching recv" : "a recv with no matching send");
     }
   }
 
@@ -340,10 +356,13 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   //    A group completes once every partner's group has been reached (grouped ops progress
   //    together; a rendezvous needs both ends posted).
   const int lanes = P * stream_count;
-  detail::scratch<int> lv(2 * lanes + 2 + N, 0);
-  int* lane_begin = lv.data();  // [lanes + 1]
-  int* pc = lane_begin + lanes + 1;
-  int* lane_ops = pc + lanes;
+  auto& lane_begin = w.lane_begin;  // [lanes + 1]
+  auto& pc = w.pc;
+  auto& lane_ops = w.lane_ops;
+  auto& done = w.done;
+  auto& reached = w.reached;  // a group op (or lone transfer) some lane arrived at
+  for (int l = 0; l <= lanes; ++l) lane_begin[l] = 0;
+  for (int i = 0; i < N; ++i) done[i] = 0, reached[i] = 0;
   for (int r = 0; r < P; ++r)
     for (int i = beg[r]; i < beg[r + 1]; ++i) ++lane_begin[r * stream_count + static_cast<int>(ops[i].stream) + 1];
   for (int l = 0; l < lanes; ++l) lane_begin[l + 1] += lane_begin[l];
@@ -351,9 +370,6 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   for (int r = 0; r < P; ++r)
     for (int i = beg[r]; i < beg[r + 1]; ++i) lane_ops[pc[r * stream_count + static_cast<int>(ops[i].stream)]++] = i;
   for (int l = 0; l < lanes; ++l) pc[l] = lane_begin[l];
-  detail::scratch<char> flags_v(2 * N + 2, 0);
-  char* done = flags_v.data();
-  char* reached = done + N + 1;  // a group op (or lone transfer) some lane arrived at
   int remaining = N;
   while (remaining > 0) {
     bool progressed = false;
@@ -391,6 +407,42 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
     }
   }
   return {};
+}
+
+}  // namespace detail
+
+/// `by_certificate`, when given, says whether completion was proved by the tick certificate (the
+/// fast proof every lowering's output takes) rather than by the simulation.
+constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr) {
+  const int P = L.ranks, N = static_cast<int>(L.ops.size()), C = static_cast<int>(L.comms.size());
+  int slots = 0, events = 0;
+  for (int r = 0; r < P; ++r) {
+    const rank_resources& q = L.resources[static_cast<std::size_t>(r)];
+    slots = q.activation_slots > slots ? q.activation_slots : slots;
+    slots = q.gradient_slots > slots ? q.gradient_slots : slots;
+    events = q.events > events ? q.events : events;
+  }
+  const int channels = 2 * C, lanes = P * stream_count;
+  // one block of ints: nine of N + 1, the events, the slots' uses, four of channels + 1, two of lanes + 1
+  const int n1 = N + 1, c1 = channels + 1, l1 = lanes + 1;
+  detail::scratch<int> ints(9 * n1 + (events + 1) + (8 * slots + 8) + 4 * c1 + 2 * l1, detail::unset);
+  detail::scratch<char> chars(2 * n1, detail::unset);
+  detail::scratch<signed char> dir(N + 2, detail::unset);
+  int* q = ints.data();
+  detail::verify_scratch_ptrs w{};
+  const auto take = [&](int n) {
+    int* at = q;
+    q += n;
+    return at;
+  };
+  w.group_of = take(n1), w.waits_on = take(n1), w.group_end_of = take(n1), w.t_op = take(n1), w.t_ch = take(n1),
+  w.partner = take(n1), w.send_list = take(n1), w.recv_list = take(n1), w.lane_ops = take(n1);
+  w.last_record = take(events + 1), w.use = take(8 * slots + 8);
+  w.send_begin = take(c1), w.recv_begin = take(c1), w.send_fill = take(c1), w.recv_fill = take(c1);
+  w.lane_begin = take(l1), w.pc = take(l1);
+  w.done = chars.data(), w.reached = chars.data() + n1, w.direction = dir.data();
+  return detail::verify_lowered_in(P, N, C, static_cast<int>(L.slot_lists.size()), L.ops.data(), L.begin.data(),
+                                   L.comms.data(), L.resources.data(), L.slot_lists.data(), w, -1, -1, by_certificate);
 }
 
 }  // namespace pipetype
