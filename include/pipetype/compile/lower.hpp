@@ -659,7 +659,7 @@ constexpr int lower_rank_in(const In& v, int r, Scratch& ws, rank_resources& rr,
   for (int i = 0; i < 4 * (rr.activation_slots + rr.gradient_slots); ++i) use[i] = -1;
   int waited[2] = {-1, -1};
   for (int i = 0; i < ns; ++i) {
-    const rank_step& step = steps[i];
+    const rank_step step = steps[i];  // a copy: the cheapest read in constant evaluation
     const bool group = step.end >= 0;
     const int sw = group ? 1 : 0, other = 1 - sw;
     int req = -1;
@@ -706,7 +706,7 @@ constexpr int lower_rank_in(const In& v, int r, Scratch& ws, rank_resources& rr,
   gop.stream = xop.stream = stream_id::comm;
   cop.stream = stream_id::compute;
   for (int i = 0; i < ns; ++i) {
-    const rank_step& step = steps[i];
+    const rank_step step = steps[i];  // a copy: the cheapest read in constant evaluation
     int wait_ev = -1, record_ev = -1;
     if (step.wait_for >= 0) wait_ev = steps[step.wait_for].event, in_use[wait_ev] = 0;
     if (step.record_after) {
@@ -726,7 +726,7 @@ constexpr int lower_rank_in(const In& v, int r, Scratch& ws, rank_resources& rr,
       }
     } else {
       const int c = step.ref;
-      const action& a = A[c];
+      const action a = A[c];
       cop.what = a.what, cop.overlapped = a.overlapped, cop.stage = a.stage, cop.microbatch = a.microbatch,
       cop.slot = step.in, cop.grad_slot = step.grad, cop.out_slot = step.out, cop.wait_event = wait_ev,
       cop.record_event = record_ev, cop.tick = step.tick, cop.link = graph ? link[c] : -1, ops_out[nout++] = cop;

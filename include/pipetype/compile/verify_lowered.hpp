@@ -137,7 +137,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
     long long prev_phase = -1;
     int last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
-      const lowered_op& o = ops[i];
+      const lowered_op o = ops[i];  // a copy: the cheapest read in constant evaluation
       const int local = i - beg[r], s = static_cast<int>(o.stream), other = 1 - s;
       // the tick certificate (step 5): phases 2·tick (groups, transfers) and 2·tick + 1 (computes)
       // never decrease along the rank, and a rank has one group per tick or, per tick, one group
@@ -322,8 +322,8 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
     const int common = ns < nr ? ns : nr;
     for (int k = 0; k < common; ++k) {
       const int si = send_list[send_begin[c] + k], ri = recv_list[recv_begin[c] + k];
-      const lowered_op& a = ops[si];
-      const lowered_op& b = ops[ri];
+      const lowered_op a = ops[si];
+      const lowered_op b = ops[ri];
       if (a.what != b.what || a.stage != b.stage || a.microbatch != b.microbatch || a.link != b.link)
         return at_op(errc::transfer_mismatch, rank_of(ri), b, ri - beg[rank_of(ri)],
                      "the recv matches (FIFO per communicator and peer) a send of other data");

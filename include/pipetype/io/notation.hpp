@@ -48,7 +48,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <string_view>
