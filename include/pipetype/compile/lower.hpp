@@ -49,6 +49,7 @@
 //   the certificate verify_lowered checks to prove completion in one pass.
 //
 // The passes, in order (each a function of its own below, tested in tests/compile/lower.test.cpp):
+//   lowering_tables      each stage's rank and edges, each action's position (pass 0)
 //   lower_communicators  the communicator of every crossing edge (comm_policy)
 //   lower_transfers      every buffer as an interval of positions on one rank, every transfer
 //                        with its tick, ends and buffers
@@ -56,9 +57,11 @@
 //   order_ends           each rank's transfer ends in tick order, split into groups (group_policy)
 //   lower_rank           per rank: groups and computes in tick order, their stream hazards as
 //                        event waits and records from a pool, then the ops themselves
-// Each pass works on flat arrays (struct of arrays in `scratch`): this runs inside make_plan's
-// constant evaluation, where every function call and every std::vector element costs far more
-// than the arithmetic around it, so a pass is one call over whole tables, never one per element.
+// Each pass (the `_in` function; the plain name is its run-time wrapper) works on flat tables,
+// blocks of fields read by index: this runs inside make_plan's constant evaluation, where every
+// function call, std::vector element and read through a pointer costs far more than the
+// arithmetic around it, so a pass is one call over whole tables, never one per element, and
+// make_plan hands it arrays where the run-time wrappers hand it pointers (plan.hpp, front_room).
 #pragma once
 
 #include <cstddef>
@@ -74,133 +77,211 @@ namespace pipetype {
 
 namespace detail {
 
-/// Stable counting sort: the permutation that orders `keys` (each in [0, limit)) ascending.
-constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
-  scratch<int> start_v(limit + 1, 0);
-  int* start = start_v.data();
-  for (int i = 0; i < n; ++i) ++start[keys[i] + 1];
-  for (int i = 0; i < limit; ++i) start[i + 1] += start[i];
-  scratch<int> order_v(n, unset);
-  int* order = order_v.data();
-  for (int i = 0; i < n; ++i) order[start[keys[i]]++] = i;
-  return order_v;
+/// Writes v to a[0, n) in order. A table that a pass then writes out of order (a block of
+/// fields, a sort's output) is filled first: g++ keeps a constant array as a sorted list of the
+/// elements written so far, so each write into its middle moves every later element.
+template <class Arr, class T>
+constexpr void fill_in(Arr& a, int n, T v) {
+  for (int i = 0; i < n; ++i) a[i] = v;
 }
 
-/// A binary min-heap of `size` keys at h[0 ..]: add `key`.
-constexpr void heap_push(long long* h, int& size, long long key) {
+// Passes 0–4 are written once, over tables named by members of a few structs: at run time those
+// members are pointers into scratch allocations (the wrappers below: lowering_tables_of,
+// lower_transfers, assign_slots, order_ends), and in make_plan they are arrays of a literal room
+// (plan.hpp, front_room). Every table is read by plain indexing — a block of fields at an offset,
+// never a pointer moved along — because g++'s constant evaluator builds new trees for every read
+// through a pointer (about 250 bytes each, kept until the evaluation ends) and almost none for an
+// element of an array named through a reference.
+
+/// Stable counting sort: `order` gets the permutation that orders keys[ko ..][0, n) (each in
+/// [0, limit)) ascending; `start` has room for limit + 1 counts.
+template <class Keys, class Start, class Order>
+constexpr void counting_order_in(const Keys& keys, int ko, int n, int limit, Start& start, Order& order) {
+  for (int i = 0; i <= limit; ++i) start[i] = 0;
+  for (int i = 0; i < n; ++i) order[i] = 0;  // in order first (see fill_in)
+  for (int i = 0; i < n; ++i) ++start[keys[ko + i] + 1];
+  for (int i = 0; i < limit; ++i) start[i + 1] += start[i];
+  for (int i = 0; i < n; ++i) order[start[keys[ko + i]]++] = i;
+}
+
+/// The same, returning the permutation.
+constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
+  scratch<int> start(limit + 1, unset), order(n, unset);
+  int* sp = start.data();
+  int* op = order.data();
+  counting_order_in(keys, 0, n, limit, sp, op);
+  return order;
+}
+
+/// A binary min-heap of `size` keys at h[b ..]: add `key`.
+template <class H>
+constexpr void heap_push(H& h, int b, int& size, long long key) {
   int i = size++;
-  while (i > 0 && h[(i - 1) / 2] > key) h[i] = h[(i - 1) / 2], i = (i - 1) / 2;
-  h[i] = key;
+  while (i > 0 && h[b + (i - 1) / 2] > key) h[b + i] = h[b + (i - 1) / 2], i = (i - 1) / 2;
+  h[b + i] = key;
 }
 
 /// The same heap: replace its least key by `key` (size > 0).
-constexpr void heap_replace_top(long long* h, int size, long long key) {
+template <class H>
+constexpr void heap_replace_top(H& h, int b, int size, long long key) {
   int i = 0;
   for (int c = 1; c < size; c = 2 * i + 1) {
-    c += c + 1 < size && h[c + 1] < h[c] ? 1 : 0;
-    if (h[c] >= key) break;
-    h[i] = h[c], i = c;
+    c += c + 1 < size && h[b + c + 1] < h[b + c] ? 1 : 0;
+    if (h[b + c] >= key) break;
+    h[b + i] = h[b + c], i = c;
   }
-  h[i] = key;
+  h[b + i] = key;
 }
 
 /// The same heap: remove and return its least key (size > 0).
-constexpr long long heap_pop(long long* h, int& size) {
-  const long long top = h[0], key = h[--size];
+template <class H>
+constexpr long long heap_pop(H& h, int b, int& size) {
+  const long long top = h[b], key = h[b + --size];
   int i = 0;
   for (int c = 1; c < size; c = 2 * i + 1) {
-    c += c + 1 < size && h[c + 1] < h[c] ? 1 : 0;
-    if (h[c] >= key) break;
-    h[i] = h[c], i = c;
+    c += c + 1 < size && h[b + c + 1] < h[b + c] ? 1 : 0;
+    if (h[b + c] >= key) break;
+    h[b + i] = h[b + c], i = c;
   }
-  if (size > 0) h[i] = key;
+  if (size > 0) h[b + i] = key;
   return top;
 }
 
-/// What every pass reads: the program, its ticks and the positions they give each action
-/// (2·tick for the tick's groups, 2·tick + 1 for its compute).
-struct lowering_input {
-  program_view p;
-  const action* A = nullptr;
-  const int* tick = nullptr;
-  const int* beg = nullptr;
+/// The sizes every pass reads. Positions: 2·tick for a tick's groups, 2·tick + 1 for its compute.
+struct lowering_shape {
   int P = 0, S = 0, m = 0, N = 0, n = 0;  // ranks, stages, microbatches, actions, S·m
   int T = 0;                              // ticks
-  const int* owner = nullptr;             // [S] the rank of each stage
-  const int* posF = nullptr;              // [n] the position of F(s,j), by s·m + j
-  const int* posG = nullptr;              // [n] of its input-gradient action (B or I)
-  const int* last = nullptr;              // [n] of the last use of its input buffers (B, or W)
   // The stage graph's edges, numbered e: a chain's edge s → s+1 is e = s (from = -1 where s ends
-  // a lane: no edge); a program with edges numbers them as it lists them. pred/succ list each
-  // stage's edges in edge order (CSR).
+  // a lane: no edge); a program with edges numbers them as it lists them.
   int E = 0;
-  const int* from = nullptr;        // [E]
-  const int* to = nullptr;          // [E]
-  const int* pred_begin = nullptr;  // [S + 1]
-  const int* pred = nullptr;        // [E] edge indices
-  const int* succ_begin = nullptr;  // [S + 1]
-  const int* succ = nullptr;        // [E]
-  int lane_mb = 0;                  // microbatches per lane when they are routed by lane, else 0
-  int lane_length = 1;              // stages per lane
+  bool graph = false;   // the program lists its edges
+  int lane_mb = 0;      // microbatches per lane when they are routed by lane, else 0
+  int lane_length = 1;  // stages per lane
   constexpr int limit() const noexcept { return 2 * T + 4; }
   /// The microbatches that run through stage s: [first_mb(s), end_mb(s)) (program_view::runs_through).
   constexpr int first_mb(int s) const noexcept { return lane_mb > 0 ? s / lane_length * lane_mb : 0; }
   constexpr int end_mb(int s) const noexcept { return lane_mb > 0 ? (s / lane_length + 1) * lane_mb : m; }
 };
 
-/// Pass 1: the communicator of each crossing edge e (`edge_comm[e]`, -1 when both stages share a
-/// rank), appended to `comms`.
-constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy policy,
-                                           std::vector<comm_desc>& comms) {
-  const int P = in.P, E = in.E;
-  const int* owner = in.owner;
-  const bool graph = in.p.has_edges();
-  scratch<int> edge_comm_v(E + 1, -1);
-  int* edge_comm = edge_comm_v.data();
-  if (policy == comm_policy::per_edge) {
-    for (int e = 0; e < E; ++e) {
-      if (in.from[e] < 0) continue;  // no edge between two lanes
-      const int a = owner[in.from[e]], b = owner[in.to[e]];
-      if (a == b) continue;
-      edge_comm[e] = static_cast<int>(comms.size());
-      comms.push_back({a < b ? a : b, a < b ? b : a, in.from[e], graph ? e : -1});
-    }
-  } else {
-    scratch<int> pair_v(P * P, -1);
-    int* pair = pair_v.data();
-    for (int e = 0; e < E; ++e) {
-      if (in.from[e] < 0) continue;
-      const int a = owner[in.from[e]], b = owner[in.to[e]];
-      if (a != b) pair[(a < b ? a : b) * P + (a < b ? b : a)] = 0;
-    }
-    for (int a = 0; a < P; ++a)
-      for (int b = a + 1; b < P; ++b)
-        if (pair[a * P + b] == 0) {
-          pair[a * P + b] = static_cast<int>(comms.size());
-          comms.push_back({a, b, -1});
-        }
-    for (int e = 0; e < E; ++e) {
-      if (in.from[e] < 0) continue;
-      const int a = owner[in.from[e]], b = owner[in.to[e]];
-      if (a != b) edge_comm[e] = pair[(a < b ? a : b) * P + (a < b ? b : a)];
-    }
-  }
-  return edge_comm_v;
+/// The shape of program `p` with lock-step ticks `tick` (a pointer, or make_plan's array).
+template <class Ticks>
+constexpr lowering_shape lowering_shape_of(program_view p, const Ticks& tick) {
+  lowering_shape sh;
+  sh.P = p.ranks, sh.S = p.stages, sh.m = p.microbatches, sh.N = p.size(), sh.n = sh.S * sh.m;
+  sh.graph = p.has_edges();
+  sh.E = sh.graph ? static_cast<int>(p.edges.size()) : (sh.S > 1 ? sh.S - 1 : 0);
+  const int c = p.lanes;
+  sh.lane_length = p.lane_length();
+  sh.lane_mb = c <= 1 || p.stages % c != 0 || p.microbatches % c != 0 || p.microbatches < c ? 0 : p.microbatches / c;
+  for (int k = 0; k < sh.N; ++k) sh.T = tick[k] + 1 > sh.T ? tick[k] + 1 : sh.T;
+  return sh;
 }
 
-/// Where passes 2–4 write the tables pass 5 reads, when the caller gives room for them
-/// (make_plan: arrays of its own, so that pass 5 runs in a constant evaluation of its own with no
-/// copy); a null pointer, or too little room, and the pass uses its own.
-struct pass_storage {
-  int* x = nullptr;  // transfer_table's transfers: 9 fields of max_x
-  int x_size = 0;
-  int* compute = nullptr;  // slot_table::compute: 3N
-  int compute_size = 0;
-  int* ends = nullptr;       // end_table's x, tick, slot, peer: end_stride each
-  char* send = nullptr;      // end_table::send: end_stride
-  int* end_begin = nullptr;  // end_table::rank_begin: P + 1
-  int end_stride = 0;
+/// What every pass reads: the program, its ticks and the positions they give each action.
+struct lowering_input : lowering_shape {
+  program_view p;
+  const action* A = nullptr;
+  const int* tick = nullptr;
+  const int* beg = nullptr;
+  const int* owner = nullptr;  // [S] the rank of each stage
+  const int* posF = nullptr;   // [n] the position of F(s,j), by s·m + j
+  const int* posG = nullptr;   // [n] of its input-gradient action (B or I)
+  const int* last = nullptr;   // [n] of the last use of its input buffers (B, or W)
+  // pred/succ list each stage's edges in edge order (CSR)
+  const int* from = nullptr;        // [E]
+  const int* to = nullptr;          // [E]
+  const int* pred_begin = nullptr;  // [S + 1]
+  const int* pred = nullptr;        // [E] edge indices
+  const int* succ_begin = nullptr;  // [S + 1]
+  const int* succ = nullptr;        // [E]
 };
+
+/// Pass 0: the lowering's own inputs into `t` (members owner [S], posF, posG, last [n], from,
+/// to, pred, succ [E], pred_begin, succ_begin [S + 1], and scratch fill [2S + 1]): each stage's
+/// rank, the positions of each (stage, microbatch)'s F, input-gradient action and last backward,
+/// and the stage graph's edges with each stage's in and out edges.
+template <class Acts, class Ints, class Ticks, class Tables>
+constexpr void lowering_tables_in(program_view p, const Acts& A, const Ints& beg, const Ticks& tick,
+                                  const lowering_shape& sh, Tables& t) {
+  const int S = sh.S, m = sh.m, n = sh.n, E = sh.E;
+  auto& owner = t.owner;
+  auto& posF = t.posF;
+  auto& posG = t.posG;
+  auto& last = t.last;
+  auto& from = t.from;
+  auto& to = t.to;
+  auto& pred_begin = t.pred_begin;
+  auto& pred = t.pred;
+  auto& succ_begin = t.succ_begin;
+  auto& succ = t.succ;
+  auto& fill = t.fill;
+  fill_in(owner, S, 0), fill_in(pred, E, 0), fill_in(succ, E, 0);
+  for (int s = 0; s <= S; ++s) pred_begin[s] = 0, succ_begin[s] = 0;
+  for (int q = 0; q < n; ++q) posF[q] = -1, posG[q] = -1, last[q] = -1;
+  for (int e = 0; e < E; ++e) {
+    if (sh.graph) {
+      from[e] = p.edges[static_cast<std::size_t>(e)].from, to[e] = p.edges[static_cast<std::size_t>(e)].to;
+    } else {
+      from[e] = p.lane_tail(e) ? -1 : e, to[e] = e + 1;
+    }
+    if (from[e] < 0) continue;
+    ++pred_begin[to[e] + 1];
+    ++succ_begin[from[e] + 1];
+  }
+  for (int s = 0; s < S; ++s) pred_begin[s + 1] += pred_begin[s], succ_begin[s + 1] += succ_begin[s];
+  for (int s = 0; s < S; ++s) fill[s] = pred_begin[s], fill[S + s] = succ_begin[s];
+  for (int e = 0; e < E; ++e)
+    if (from[e] >= 0) pred[fill[to[e]]++] = e, succ[fill[S + from[e]]++] = e;
+  for (int r = 0; r < sh.P; ++r)
+    for (int k = beg[r]; k < beg[r + 1]; ++k) owner[A[k].stage] = r;
+  for (int k = 0; k < sh.N; ++k) {
+    const action a = A[k];  // a copy: the cheapest read in constant evaluation
+    const int q = a.stage * m + a.microbatch, ps = 2 * tick[k] + 1;
+    if (a.what == kind::F)
+      posF[q] = ps;
+    else
+      posG[q] = a.what != kind::W ? ps : posG[q], last[q] = ps > last[q] ? ps : last[q];
+  }
+}
+
+/// Pass 1: the communicator of each crossing edge e (`edge_comm[e]`, -1 when both stages share a
+/// rank), appended to `comms`; `pair` is scratch of P² (per_rank_pair).
+template <class In, class EdgeComm, class Pair>
+constexpr void lower_communicators_in(const In& in, comm_policy policy, std::vector<comm_desc>& comms,
+                                      EdgeComm& edge_comm, Pair& pair) {
+  const int P = in.P, E = in.E;
+  const auto& owner = in.owner;
+  const auto& from = in.from;
+  const auto& to = in.to;
+  for (int e = 0; e <= E; ++e) edge_comm[e] = -1;
+  if (policy == comm_policy::per_edge) {
+    for (int e = 0; e < E; ++e) {
+      if (from[e] < 0) continue;  // no edge between two lanes
+      const int a = owner[from[e]], b = owner[to[e]];
+      if (a == b) continue;
+      edge_comm[e] = static_cast<int>(comms.size());
+      comms.push_back({a < b ? a : b, a < b ? b : a, from[e], in.graph ? e : -1});
+    }
+    return;
+  }
+  for (int i = 0; i < P * P; ++i) pair[i] = -1;
+  for (int e = 0; e < E; ++e) {
+    if (from[e] < 0) continue;
+    const int a = owner[from[e]], b = owner[to[e]];
+    if (a != b) pair[(a < b ? a : b) * P + (a < b ? b : a)] = 0;
+  }
+  for (int a = 0; a < P; ++a)
+    for (int b = a + 1; b < P; ++b)
+      if (pair[a * P + b] == 0) {
+        pair[a * P + b] = static_cast<int>(comms.size());
+        comms.push_back({a, b, -1});
+      }
+  for (int e = 0; e < E; ++e) {
+    if (from[e] < 0) continue;
+    const int a = owner[from[e]], b = owner[to[e]];
+    if (a != b) edge_comm[e] = pair[(a < b ? a : b) * P + (a < b ? b : a)];
+  }
+}
 
 /// Pass 2's result. Buffers, by pool and id (q = s·m + j for a stage's output, q = e·m + j for
 /// an edge's copy): pool 0 (activations) holds the output of F(s,j) at 2q + 1 on the stage's
@@ -214,44 +295,36 @@ struct transfer_table {
   scratch<int> iv;  // struct of arrays, max_iv each: rank, alloc, free, pool, id
   scratch<int> x;   // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id, edge
   int max_iv = 0, niv = 0, max_x = 0, nx = 0;
-  int* xp = nullptr;  // x's data, or the caller's (pass_storage)
+  int* xp = nullptr;  // x's data
   constexpr const int* iv_field(int f) const { return iv.data() + f * max_iv; }
   constexpr const int* x_field(int f) const { return xp + f * max_x; }
   enum iv_fields { iv_rank, iv_alloc, iv_free, iv_pool, iv_id };
   enum x_fields { x_tick, x_pool, x_stage, x_mb, x_src, x_dst, x_sid, x_did, x_edge };
+  /// Room for a program of shape `sh`: buffers and transfers at most.
+  static constexpr int buffers_for(const lowering_shape& sh) { return sh.n + 3 * sh.E * sh.m + 1; }
+  static constexpr int transfers_for(const lowering_shape& sh) { return 2 * sh.E * sh.m + 1; }
 };
 
-/// Pass 2: every buffer and every transfer. A tensor produced at tick t crosses at tick t + 1.
-constexpr transfer_table lower_transfers(const lowering_input& in, const pass_storage& store = {}) {
-  const int S = in.S, m = in.m, n = in.n, E = in.E;
-  const int* owner = in.owner;
-  const bool given = store.x != nullptr && store.x_size >= 9 * (2 * E * m + 1);
-  transfer_table tt{scratch<int>(5 * (n + 3 * E * m + 1), unset),
-                    scratch<int>(given ? 0 : 9 * (2 * E * m + 1), unset),
-                    n + 3 * E * m + 1,
-                    0,
-                    2 * E * m + 1,
-                    0};
-  tt.xp = given ? store.x : tt.x.data();
-  const int max_iv = tt.max_iv, max_x = tt.max_x;
-  int* iv_rank = tt.iv.data();
-  int* iv_alloc = iv_rank + max_iv;
-  int* iv_free = iv_rank + 2 * max_iv;
-  int* iv_pool = iv_rank + 3 * max_iv;
-  int* iv_id = iv_rank + 4 * max_iv;
-  int* x_tick = tt.xp;
-  int* x_pool = x_tick + max_x;
-  int* x_stage = x_tick + 2 * max_x;
-  int* x_mb = x_tick + 3 * max_x;
-  int* x_src = x_tick + 4 * max_x;
-  int* x_dst = x_tick + 5 * max_x;
-  int* x_sid = x_tick + 6 * max_x;
-  int* x_did = x_tick + 7 * max_x;
-  int* x_edge = x_tick + 8 * max_x;
+/// Pass 2: every buffer (iv: five fields of max_iv) and every transfer (x: nine of max_x). A
+/// tensor produced at tick t crosses at tick t + 1. Writes the counts to niv and nx.
+template <class In, class IV, class X>
+constexpr void lower_transfers_in(const In& in, IV& iv, int max_iv, X& x, int max_x, int& niv_out, int& nx_out) {
+  const int S = in.S, m = in.m, E = in.E;
+  const auto& owner = in.owner;
+  const auto& succ_begin = in.succ_begin;
+  const auto& succ = in.succ;
+  const auto& to_of = in.to;
+  const auto& last = in.last;
+  const int i_alloc = max_iv, i_free = 2 * max_iv, i_pool = 3 * max_iv, i_id = 4 * max_iv;
+  using tt = transfer_table;
+  const int x_pool = tt::x_pool * max_x, x_stage = tt::x_stage * max_x, x_mb = tt::x_mb * max_x,
+            x_src = tt::x_src * max_x, x_dst = tt::x_dst * max_x, x_sid = tt::x_sid * max_x, x_did = tt::x_did * max_x,
+            x_edge = tt::x_edge * max_x;
+  fill_in(iv, 5 * max_iv, 0), fill_in(x, 9 * max_x, 0);
   int niv = 0, nx = 0;
   // activations: each output, then the copy each crossing edge receives
   for (int s = 0; s < S; ++s) {
-    const int sb = in.succ_begin[s], se = in.succ_begin[s + 1];
+    const int sb = succ_begin[s], se = succ_begin[s + 1];
     if (sb == se) continue;  // a loss (or a lane's last stage): no output
     const int from = owner[s];
     // (Loop bodies kept to few statements: clang's constexpr step limit counts statements.)
@@ -262,76 +335,80 @@ constexpr transfer_table lower_transfers(const lowering_input& in, const pass_st
       const int q = s * m + j, made = in.posF[q], t = (made - 1) / 2 + 1, out = niv++;
       int free = made;
       for (int k = sb; k < se; ++k) {
-        const int e = in.succ[k], c = in.to[e], to = owner[c], until = to == from ? in.last[c * m + j] : 2 * t + 1,
+        const int e = succ[k], c = to_of[e], to = owner[c], until = to == from ? last[c * m + j] : 2 * t + 1,
                   qe = e * m + j;
         free = until > free ? until : free;
         if (to != from)
-          iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = in.last[c * m + j], iv_pool[niv] = 0,
-          iv_id[niv] = 2 * qe, ++niv, x_tick[nx] = t, x_pool[nx] = 0, x_stage[nx] = s, x_mb[nx] = j, x_edge[nx] = e,
-          x_src[nx] = from, x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * qe, ++nx;
+          iv[niv] = to, iv[i_alloc + niv] = 2 * t, iv[i_free + niv] = last[c * m + j], iv[i_pool + niv] = 0,
+          iv[i_id + niv] = 2 * qe, ++niv, x[nx] = t, x[x_pool + nx] = 0, x[x_stage + nx] = s, x[x_mb + nx] = j,
+          x[x_edge + nx] = e, x[x_src + nx] = from, x[x_dst + nx] = to, x[x_sid + nx] = 2 * q + 1,
+          x[x_did + nx] = 2 * qe, ++nx;
       }
-      iv_rank[out] = from, iv_alloc[out] = made, iv_free[out] = free, iv_pool[out] = 0, iv_id[out] = 2 * q + 1;
+      iv[out] = from, iv[i_alloc + out] = made, iv[i_free + out] = free, iv[i_pool + out] = 0,
+      iv[i_id + out] = 2 * q + 1;
     }
   }
   // gradients: per edge, from its consumer's backward to its producer's
   for (int e = 0; e < E; ++e) {
     const int u = in.from[e];
     if (u < 0) continue;
-    const int c = in.to[e];
+    const int c = to_of[e];
     const int from = owner[c], to = owner[u];
     const int j0 = in.first_mb(u), j1 = in.end_mb(u);
     for (int j = j0; j < j1; ++j) {
-      const int q = e * m + j, made = in.posG[c * m + j], use = in.last[u * m + j], t = (made - 1) / 2 + 1;
+      const int q = e * m + j, made = in.posG[c * m + j], use = last[u * m + j], t = (made - 1) / 2 + 1;
       if (from == to)
-        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q, ++niv;
+        iv[niv] = from, iv[i_alloc + niv] = made, iv[i_free + niv] = use, iv[i_pool + niv] = 1, iv[i_id + niv] = 2 * q,
+        ++niv;
       else
-        iv_rank[niv] = from, iv_alloc[niv] = made, iv_free[niv] = 2 * t + 1, iv_pool[niv] = 1, iv_id[niv] = 2 * q + 1,
-        ++niv, iv_rank[niv] = to, iv_alloc[niv] = 2 * t, iv_free[niv] = use, iv_pool[niv] = 1, iv_id[niv] = 2 * q,
-        ++niv, x_tick[nx] = t, x_pool[nx] = 1, x_stage[nx] = c, x_mb[nx] = j, x_edge[nx] = e, x_src[nx] = from,
-        x_dst[nx] = to, x_sid[nx] = 2 * q + 1, x_did[nx] = 2 * q, ++nx;
+        iv[niv] = from, iv[i_alloc + niv] = made, iv[i_free + niv] = 2 * t + 1, iv[i_pool + niv] = 1,
+        iv[i_id + niv] = 2 * q + 1, ++niv, iv[niv] = to, iv[i_alloc + niv] = 2 * t, iv[i_free + niv] = use,
+        iv[i_pool + niv] = 1, iv[i_id + niv] = 2 * q, ++niv, x[nx] = t, x[x_pool + nx] = 1, x[x_stage + nx] = c,
+        x[x_mb + nx] = j, x[x_edge + nx] = e, x[x_src + nx] = from, x[x_dst + nx] = to, x[x_sid + nx] = 2 * q + 1,
+        x[x_did + nx] = 2 * q, ++nx;
     }
   }
-  tt.niv = niv;
-  tt.nx = nx;
+  niv_out = niv;
+  nx_out = nx;
+}
+
+/// Pass 2 at run time.
+constexpr transfer_table lower_transfers(const lowering_input& in) {
+  const int max_iv = transfer_table::buffers_for(in), max_x = transfer_table::transfers_for(in);
+  transfer_table tt{scratch<int>(5 * max_iv, unset), scratch<int>(9 * max_x, unset), max_iv, 0, max_x, 0};
+  tt.xp = tt.x.data();
+  int* iv = tt.iv.data();
+  int* x = tt.xp;
+  lower_transfers_in(in, iv, max_iv, x, max_x, tt.niv, tt.nx);
   return tt;
 }
 
 /// Pass 3's result: the slot of every buffer, by pool · stride + id, and of every compute op.
 struct slot_table {
   scratch<int> of_buffer;  // [2 · stride]
-  scratch<int> own;        // compute's room, unless the caller gave it (pass_storage)
+  scratch<int> own;        // compute's room
   int* compute = nullptr;  // [3N]: input, incoming gradient, output per action (-1: none)
   scratch<int> link;       // [N] with edges: the action's list in `lists` (-1: its three fields say it)
   std::vector<int> lists;  // lowered_view::slot_lists
   int stride = 0;          // 2 · max(S, E) · m + 2: the gradient pool's offset in of_buffer
   constexpr int buffer(int pool_kind, int id) const { return of_buffer[pool_kind * stride + id]; }
+  static constexpr int stride_for(const lowering_shape& sh) { return 2 * (sh.S > sh.E ? sh.S : sh.E) * sh.m + 2; }
 };
 
 /// Pass 3: slots. Greedy interval colouring per (rank, pool) in allocation order, reusing a slot
 /// only after its last use — optimal for intervals, so a pool's size is its peak of live buffers
 /// (written to `res[r].activation_slots` / `gradient_slots`). Then each compute op's slots: one
 /// per list in its three fields, or (several inputs, gradients or outputs) a list in edge order.
-constexpr slot_table assign_slots(const lowering_input& in, const transfer_table& tt, rank_resources* res,
-                                  const pass_storage& store = {}) {
+/// Writes slot_of [2·stride] (each buffer's), compute [3N] and, with edges, link [N] (filled
+/// with -1 by the caller) and lists; `w` is scratch: start [limit + 1], order [niv], base
+/// [2P + 1], nslots, nbusy, nidle [2P], busy, idle [niv + 1] (long long).
+template <class In, class IV, class Slots, class Compute, class Link, class Work>
+constexpr void assign_slots_in(const In& in, const IV& iv, int max_iv, int niv, int stride, rank_resources* res,
+                               Slots& slot_of, Compute& compute, Link& link, std::vector<int>& lists, Work& w) {
   const int P = in.P, N = in.N, m = in.m;
-  const int width_q = (in.S > in.E ? in.S : in.E) * m;
-  const bool graph = in.p.has_edges();
-  const bool given = store.compute != nullptr && store.compute_size >= 3 * N;
-  slot_table st{scratch<int>(2 * (2 * width_q + 2), unset),
-                scratch<int>(given ? 0 : 3 * N, unset),
-                nullptr,
-                scratch<int>(graph ? N : 1, -1),
-                {},
-                2 * width_q + 2};
-  st.compute = given ? store.compute : st.own.data();
-  for (int i = 0, *cp = st.compute; i < 3 * N; ++i) cp[i] = -1;
-  int* slot_of = st.of_buffer.data();
-  const int niv = tt.niv;
-  const int* iv_rank = tt.iv_field(transfer_table::iv_rank);
-  const int* iv_alloc = tt.iv_field(transfer_table::iv_alloc);
-  const int* iv_free = tt.iv_field(transfer_table::iv_free);
-  const int* iv_pool = tt.iv_field(transfer_table::iv_pool);
-  const int* iv_id = tt.iv_field(transfer_table::iv_id);
+  fill_in(compute, 3 * N, -1), fill_in(slot_of, 2 * stride, -1), fill_in(w.busy, niv + 1, 0LL),
+      fill_in(w.idle, niv + 1, 0LL);
+  const int i_alloc = max_iv, i_free = 2 * max_iv, i_pool = 3 * max_iv, i_id = 4 * max_iv;
   {
     // Intervals in allocation order (a counting sort over positions), each coloured within its
     // (rank, pool) group g. Group g keeps two binary min-heaps in its region [base[g], base[g+1])
@@ -339,86 +416,112 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
     // again. Positions only grow, so a slot whose last use precedes the current allocation stays
     // free until it is taken: popping those into `idle` and taking its least keeps the greedy
     // choice (the lowest free slot) in O(log n) per interval instead of a scan of every slot.
-    const scratch<int> order_v = counting_order(iv_alloc, niv, in.limit());
-    const int* order = order_v.data();
-    scratch<int> base_v(2 * P + 1, 0), nslots_v(2 * P, 0), nbusy_v(2 * P, 0), nidle_v(2 * P, 0);
-    scratch<long long> busy_v(niv + 1, 0), idle_v(niv + 1, 0);
-    int* base = base_v.data();
-    int* nslots = nslots_v.data();
-    int* nbusy = nbusy_v.data();
-    int* nidle = nidle_v.data();
+    auto& order = w.order;
+    auto& base = w.base;
+    auto& nslots = w.nslots;
+    auto& nbusy = w.nbusy;
+    auto& nidle = w.nidle;
+    auto& busy = w.busy;
+    auto& idle = w.idle;
+    counting_order_in(iv, i_alloc, niv, in.limit(), w.start, order);
+    for (int g = 0; g <= 2 * P; ++g) base[g] = 0;
+    for (int g = 0; g < 2 * P; ++g) nslots[g] = 0, nbusy[g] = 0, nidle[g] = 0;
     const long long width = niv + 1;  // busy keys: last use · width + slot
-    for (int i = 0; i < niv; ++i) ++base[iv_rank[i] * 2 + iv_pool[i] + 1];
+    for (int i = 0; i < niv; ++i) ++base[iv[i] * 2 + iv[i_pool + i] + 1];
     for (int g = 0; g < 2 * P; ++g) base[g + 1] += base[g];
-    long long* const busy0 = busy_v.data();
-    long long* const idle0 = idle_v.data();
     for (int o = 0; o < niv; ++o) {
-      const int i = order[o], g = iv_rank[i] * 2 + iv_pool[i];
-      long long *busy = busy0 + base[g], *idle = idle0 + base[g];
-      const int nb = nbusy[g];
-      if (nidle[g] == 0 && nb > 0 && busy[0] / width < iv_alloc[i] &&
-          (nb == 1 || (busy[1] / width >= iv_alloc[i] && (nb == 2 || busy[2] / width >= iv_alloc[i])))) {
+      const int i = order[o], g = iv[i] * 2 + iv[i_pool + i], b = base[g], nb = nbusy[g], alloc = iv[i_alloc + i];
+      if (nidle[g] == 0 && nb > 0 && busy[b] / width < alloc &&
+          (nb == 1 || (busy[b + 1] / width >= alloc && (nb == 2 || busy[b + 2] / width >= alloc)))) {
         // the common case: exactly one slot free again and none idle, so it is the one taken
-        const int chosen = static_cast<int>(busy[0] % width);
-        heap_replace_top(busy, nb, iv_free[i] * width + chosen), slot_of[iv_pool[i] * st.stride + iv_id[i]] = chosen;
+        const int chosen = static_cast<int>(busy[b] % width);
+        heap_replace_top(busy, b, nb, iv[i_free + i] * width + chosen),
+            slot_of[iv[i_pool + i] * stride + iv[i_id + i]] = chosen;
         continue;
       }
-      while (nbusy[g] > 0 && busy[0] / width < iv_alloc[i]) heap_push(idle, nidle[g], heap_pop(busy, nbusy[g]) % width);
-      const int chosen = nidle[g] > 0 ? static_cast<int>(heap_pop(idle, nidle[g])) : nslots[g]++;
-      heap_push(busy, nbusy[g], iv_free[i] * width + chosen), slot_of[iv_pool[i] * st.stride + iv_id[i]] = chosen;
+      while (nbusy[g] > 0 && busy[b] / width < alloc) heap_push(idle, b, nidle[g], heap_pop(busy, b, nbusy[g]) % width);
+      const int chosen = nidle[g] > 0 ? static_cast<int>(heap_pop(idle, b, nidle[g])) : nslots[g]++;
+      heap_push(busy, b, nbusy[g], iv[i_free + i] * width + chosen),
+          slot_of[iv[i_pool + i] * stride + iv[i_id + i]] = chosen;
     }
     for (int r = 0; r < P; ++r) {
       res[r].activation_slots = nslots[2 * r];
       res[r].gradient_slots = nslots[2 * r + 1];
     }
   }
-  const int* act_slot = slot_of;
-  const int* grad_slot = slot_of + st.stride;
-  int* in_slot = st.compute;
-  int* gin_slot = in_slot + N;
-  int* out_slot = in_slot + 2 * N;
-  const action* A = in.A;
-  const int* from = in.from;
+  const auto& A = in.A;
+  const auto& from = in.from;
+  const auto& owner = in.owner;
+  const auto& pred_begin = in.pred_begin;
+  const auto& pred = in.pred;
+  const auto& succ_begin = in.succ_begin;
+  const auto& succ = in.succ;
+  const int g0 = stride, o_gin = N, o_out = 2 * N;  // the gradient pool in slot_of; compute's fields
   for (int r = 0; r < P; ++r)
     for (int k = in.beg[r]; k < in.beg[r + 1]; ++k) {
-      const action a = A[k];
-      const int s = a.stage, j = a.microbatch, pb = in.pred_begin[s], pe = in.pred_begin[s + 1], sb = in.succ_begin[s],
-                se = in.succ_begin[s + 1], nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb,
+      const action a = A[k];  // a copy: the cheapest read in constant evaluation
+      const int s = a.stage, j = a.microbatch, pb = pred_begin[s], pe = pred_begin[s + 1], sb = succ_begin[s],
+                se = succ_begin[s + 1], nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb,
                 nout = a.what == kind::F   ? (se > sb ? 1 : 0)
                        : a.what == kind::W ? 0
                                            : pe - pb;
       // an input read over edge e (u → s): u's output when u is here, else e's received copy; the
       // gradient a backward writes for e: where the producer reads it, or its staging copy
       if (nin <= 1 && ngrad <= 1 && nout <= 1) {  // (written out: a chain's every action comes here)
-        const int e = nin == 1 ? in.pred[pb] : -1;
-        const bool here = e >= 0 && in.owner[from[e]] == r;
-        in_slot[k] = nin == 1 ? (here ? act_slot[2 * (from[e] * m + j) + 1] : act_slot[2 * (e * m + j)]) : in_slot[k],
-        gin_slot[k] = ngrad == 1 ? grad_slot[2 * (in.succ[sb] * m + j)] : gin_slot[k],
-        out_slot[k] = nout != 1           ? out_slot[k]
-                      : a.what == kind::F ? act_slot[2 * (s * m + j) + 1]
-                                          : grad_slot[2 * (e * m + j) + (here ? 0 : 1)];
+        const int e = nin == 1 ? pred[pb] : -1;
+        const bool here = e >= 0 && owner[from[e]] == r;
+        compute[k] = nin == 1 ? (here ? slot_of[2 * (from[e] * m + j) + 1] : slot_of[2 * (e * m + j)]) : -1,
+        compute[o_gin + k] = ngrad == 1 ? slot_of[g0 + 2 * (succ[sb] * m + j)] : -1,
+        compute[o_out + k] = nout != 1           ? -1
+                             : a.what == kind::F ? slot_of[2 * (s * m + j) + 1]
+                                                 : slot_of[g0 + 2 * (e * m + j) + (here ? 0 : 1)];
         continue;
       }
-      const auto input = [&](int e) {
-        return in.owner[from[e]] == r ? act_slot[2 * (from[e] * m + j) + 1] : act_slot[2 * (e * m + j)];
-      };
-      const auto grad_out = [&](int e) { return grad_slot[2 * (e * m + j) + (in.owner[from[e]] == r ? 0 : 1)]; };
-      st.link[k] = static_cast<int>(st.lists.size());
-      st.lists.push_back(nin);
-      st.lists.push_back(ngrad);
-      st.lists.push_back(nout);
-      for (int i = pb; i < pe; ++i) st.lists.push_back(input(in.pred[i]));
-      for (int i = 0; i < ngrad; ++i) st.lists.push_back(grad_slot[2 * (in.succ[sb + i] * m + j)]);
-      if (a.what == kind::F && nout == 1) st.lists.push_back(act_slot[2 * (s * m + j) + 1]);
+      link[k] = static_cast<int>(lists.size());
+      lists.push_back(nin);
+      lists.push_back(ngrad);
+      lists.push_back(nout);
+      for (int i = pb; i < pe; ++i) {
+        const int e = pred[i];
+        lists.push_back(owner[from[e]] == r ? slot_of[2 * (from[e] * m + j) + 1] : slot_of[2 * (e * m + j)]);
+      }
+      for (int i = 0; i < ngrad; ++i) lists.push_back(slot_of[g0 + 2 * (succ[sb + i] * m + j)]);
+      if (a.what == kind::F && nout == 1) lists.push_back(slot_of[2 * (s * m + j) + 1]);
       if (a.what != kind::F)
-        for (int i = 0; i < nout; ++i) st.lists.push_back(grad_out(in.pred[pb + i]));
+        for (int i = 0; i < nout; ++i) {
+          const int e = pred[pb + i];
+          lists.push_back(slot_of[g0 + 2 * (e * m + j) + (owner[from[e]] == r ? 0 : 1)]);
+        }
     }
+}
+
+/// Pass 3 at run time.
+constexpr slot_table assign_slots(const lowering_input& in, const transfer_table& tt, rank_resources* res) {
+  const int P = in.P, N = in.N, niv = tt.niv;
+  slot_table st{scratch<int>(2 * slot_table::stride_for(in), unset),
+                scratch<int>(3 * N, unset),
+                nullptr,
+                scratch<int>(in.graph ? N : 1, -1),
+                {},
+                slot_table::stride_for(in)};
+  st.compute = st.own.data();
+  scratch<int> ints(in.limit() + 1 + niv + (2 * P + 1) + 3 * (2 * P), unset);
+  scratch<long long> heaps(2 * (niv + 1), unset);
+  struct {
+    int *start, *order, *base, *nslots, *nbusy, *nidle;
+    long long *busy, *idle;
+  } w{};
+  w.start = ints.data(), w.order = w.start + in.limit() + 1, w.base = w.order + niv, w.nslots = w.base + 2 * P + 1,
+  w.nbusy = w.nslots + 2 * P, w.nidle = w.nbusy + 2 * P, w.busy = heaps.data(), w.idle = w.busy + niv + 1;
+  int* slot_of = st.of_buffer.data();
+  int* link = st.link.data();
+  assign_slots_in(in, tt.iv.data(), tt.max_iv, niv, st.stride, res, slot_of, st.compute, link, st.lists, w);
   return st;
 }
 
 /// Pass 4's result: every transfer end, rank by rank and within a rank in issue order.
 struct end_table {
-  scratch<int> own;  // the fields' room, unless the caller gave it (pass_storage)
+  scratch<int> own;  // the fields' room
   scratch<char> own_send;
   int* rank_begin = nullptr;  // [P + 1]: rank r's ends are [rank_begin[r], rank_begin[r + 1])
   int* x = nullptr;           // its transfer
@@ -434,97 +537,104 @@ struct end_table {
 /// per group_policy: per_peer orders each (rank, tick) by peer, stably — one group per peer,
 /// lowest peer first, or highest first where the tick's vote says so (below); every rank uses
 /// the tick's one direction, so all take their (tick, rank pair) groups in one global order;
-/// per_tick counts every end as the same "peer", so each tick keeps one group.
-constexpr end_table order_ends(const lowering_input& in, const transfer_table& tt, const slot_table& st,
-                               group_policy groups, const pass_storage& store = {}) {
-  const int P = in.P, nx = tt.nx;
-  const int* x_tick = tt.x_field(transfer_table::x_tick);
-  const int* x_pool = tt.x_field(transfer_table::x_pool);
-  const int* x_src = tt.x_field(transfer_table::x_src);
-  const int* x_dst = tt.x_field(transfer_table::x_dst);
-  const int* x_sid = tt.x_field(transfer_table::x_sid);
-  const int* x_did = tt.x_field(transfer_table::x_did);
-  const scratch<int> by_tick_v = counting_order(x_tick, nx, in.T + 2);
-  const int* by_tick = by_tick_v.data();
-  scratch<int> end_rank_v(2 * nx, unset);
-  scratch<int> end_v(2 * nx, unset);
-  int* end_rank = end_rank_v.data();
-  int* end_of = end_v.data();
+/// per_tick counts every end as the same "peer", so each tick keeps one group. Writes `ends`
+/// (x, tick, slot, peer: EX each, EX ≥ 2·nx), send [EX] and rank_begin [P + 1]; `w` is scratch:
+/// start [max(T + 3, P + 1)], order, end_rank, end_of, key [2·nx + 2], vote [2(T + 3)].
+template <class In, class X, class Slots, class Ends, class Send, class Begin, class Work>
+constexpr void order_ends_in(const In& in, const X& x, int max_x, int nx, const Slots& slot_of, int stride,
+                             group_policy groups, Ends& ends, int EX, Send& send, Begin& rank_begin, Work& w) {
+  const int P = in.P;
+  using tt = transfer_table;
+  const int x_pool = tt::x_pool * max_x, x_mb = tt::x_mb * max_x, x_src = tt::x_src * max_x, x_dst = tt::x_dst * max_x,
+            x_sid = tt::x_sid * max_x, x_did = tt::x_did * max_x, x_edge = tt::x_edge * max_x;
+  auto& order = w.order;
+  auto& end_rank = w.end_rank;
+  auto& end_of = w.end_of;
+  auto& key = w.key;
+  const int e_tick = EX, e_slot = 2 * EX, e_peer = 3 * EX;
+  fill_in(ends, 4 * EX, 0);
+  counting_order_in(x, 0, nx, in.T + 2, w.start, order);  // by tick (field 0)
   for (int o = 0; o < nx; ++o) {
-    const int x = by_tick[o];
-    end_of[2 * o] = 2 * x, end_rank[2 * o] = x_src[x], end_of[2 * o + 1] = 2 * x + 1, end_rank[2 * o + 1] = x_dst[x];
+    const int t = order[o];
+    end_of[2 * o] = 2 * t, end_rank[2 * o] = x[x_src + t], end_of[2 * o + 1] = 2 * t + 1,
+               end_rank[2 * o + 1] = x[x_dst + t];
   }
-  const scratch<int> by_rank_v = counting_order(end_rank, 2 * nx, P);
-  const int* by_rank = by_rank_v.data();
-  const bool given = store.ends != nullptr && store.end_stride >= 2 * nx + 2;
-  const int stride = given ? store.end_stride : 2 * nx + 2;
-  end_table et{scratch<int>(given ? 0 : 4 * stride + P + 1, unset), scratch<char>(given ? 0 : stride, unset)};
-  int* const room = given ? store.ends : et.own.data();
-  et.x = room, et.tick = room + stride, et.slot = room + 2 * stride, et.peer = room + 3 * stride, et.stride = stride,
-  et.rank_begin = given ? store.end_begin : room + 4 * stride, et.send = given ? store.send : et.own_send.data();
-  int* rank_begin = et.rank_begin;
+  counting_order_in(end_rank, 0, 2 * nx, P, w.start, order);  // then by rank, stably
   for (int r = 0; r <= P; ++r) rank_begin[r] = 0;
   for (int e = 0; e < 2 * nx; ++e) ++rank_begin[end_rank[e] + 1];
   for (int r = 0; r < P; ++r) rank_begin[r + 1] += rank_begin[r];
-  int* e_x = et.x;
-  int* e_tick = et.tick;
-  int* e_slot = et.slot;
-  char* e_send = et.send;
-  int* e_peer = et.peer;
-  const int* slot_of = st.of_buffer.data();
   for (int e = 0; e < 2 * nx; ++e) {
-    const int en = end_of[by_rank[e]], x = en / 2;
-    e_x[e] = x, e_send[e] = (en & 1) == 0 ? 1 : 0, e_tick[e] = x_tick[x], e_peer[e] = 0,
-    e_slot[e] = slot_of[x_pool[x] * st.stride + ((en & 1) == 0 ? x_sid[x] : x_did[x])];
+    const int en = end_of[order[e]], t = en / 2;
+    ends[e] = t, send[e] = (en & 1) == 0 ? 1 : 0, ends[e_tick + e] = x[t], ends[e_peer + e] = 0,
+    ends[e_slot + e] = slot_of[x[x_pool + t] * stride + ((en & 1) == 0 ? x[x_sid + t] : x[x_did + t])];
   }
-  scratch<int> key_v(2 * nx + 2, 0);
-  int* key = key_v.data();
+  for (int e = 0; e < 2 * nx + 2; ++e) key[e] = 0;
   if (groups == group_policy::per_peer) {
     // per tick, a vote on its peer order: each transfer that a compute of the same tick reads
     // wants its sender's group first (a sender above the receiver: highest peer first); where no
     // such transfer votes, the direction most transfers take (mostly down: highest first)
-    scratch<int> vote_v(2 * (in.T + 3), 0);
-    int* vote = vote_v.data();
-    int* lean = vote + in.T + 3;
-    const int* x_edge = tt.x_field(transfer_table::x_edge);
-    const int* x_mb = tt.x_field(transfer_table::x_mb);
-    for (int x = 0; x < nx; ++x) {
-      const int down = x_src[x] > x_dst[x] ? 1 : -1;
-      lean[x_tick[x]] += down;
-      const int e = x_edge[x], j = x_mb[x];
-      const int use = x_pool[x] == 0 ? in.posF[in.to[e] * in.m + j] : in.posG[in.from[e] * in.m + j];
-      if ((use - 1) / 2 == x_tick[x]) vote[x_tick[x]] += down;
+    auto& vote = w.vote;
+    const int lean = in.T + 3;  // vote[lean + t]
+    for (int t = 0; t < 2 * (in.T + 3); ++t) vote[t] = 0;
+    for (int t = 0; t < nx; ++t) {
+      const int down = x[x_src + t] > x[x_dst + t] ? 1 : -1;
+      vote[lean + x[t]] += down;
+      const int e = x[x_edge + t], j = x[x_mb + t];
+      const int use = x[x_pool + t] == 0 ? in.posF[in.to[e] * in.m + j] : in.posG[in.from[e] * in.m + j];
+      if ((use - 1) / 2 == x[t]) vote[x[t]] += down;
     }
     for (int t = 0; t < in.T + 3; ++t)
-      if (vote[t] == 0) vote[t] = lean[t];
+      if (vote[t] == 0) vote[t] = vote[lean + t];
     for (int e = 0; e < 2 * nx; ++e) {
-      e_peer[e] = e_send[e] ? x_dst[e_x[e]] : x_src[e_x[e]];
-      key[e] = vote[e_tick[e]] > 0 ? -e_peer[e] : e_peer[e];
+      ends[e_peer + e] = send[e] ? x[x_dst + ends[e]] : x[x_src + ends[e]];
+      key[e] = vote[ends[e_tick + e]] > 0 ? -ends[e_peer + e] : ends[e_peer + e];
     }
   }
   for (int r = 0; r < P; ++r)
     for (int e = rank_begin[r] + 1; e < rank_begin[r + 1]; ++e)
-      for (int f = e; f > rank_begin[r] && e_tick[f] == e_tick[f - 1] && key[f] < key[f - 1]; --f) {
-        const int tx = e_x[f], ts = e_slot[f], tp = e_peer[f], tk = key[f];
-        const char tsend = e_send[f];
-        e_x[f] = e_x[f - 1], e_slot[f] = e_slot[f - 1], e_send[f] = e_send[f - 1], e_peer[f] = e_peer[f - 1];
-        key[f] = key[f - 1];
-        e_x[f - 1] = tx, e_slot[f - 1] = ts, e_send[f - 1] = tsend, e_peer[f - 1] = tp, key[f - 1] = tk;
+      for (int f = e; f > rank_begin[r] && ends[e_tick + f] == ends[e_tick + f - 1] && key[f] < key[f - 1]; --f) {
+        const int tx = ends[f], ts = ends[e_slot + f], tp = ends[e_peer + f], tk = key[f];
+        const char tsend = send[f];
+        ends[f] = ends[f - 1], ends[e_slot + f] = ends[e_slot + f - 1], send[f] = send[f - 1],
+        ends[e_peer + f] = ends[e_peer + f - 1], key[f] = key[f - 1];
+        ends[f - 1] = tx, ends[e_slot + f - 1] = ts, send[f - 1] = tsend, ends[e_peer + f - 1] = tp, key[f - 1] = tk;
       }
+}
+
+/// Pass 4 at run time.
+constexpr end_table order_ends(const lowering_input& in, const transfer_table& tt, const slot_table& st,
+                               group_policy groups) {
+  const int P = in.P, nx = tt.nx;
+  const int stride = 2 * nx + 2;
+  end_table et{scratch<int>(4 * stride + P + 1, unset), scratch<char>(stride, unset)};
+  int* const room = et.own.data();
+  et.x = room, et.tick = room + stride, et.slot = room + 2 * stride, et.peer = room + 3 * stride, et.stride = stride,
+  et.rank_begin = room + 4 * stride, et.send = et.own_send.data();
+  const int starts = (in.T + 3 > P + 1 ? in.T + 3 : P + 1);
+  scratch<int> ints(starts + 4 * (2 * nx + 2) + 2 * (in.T + 3), unset);
+  struct {
+    int *start, *order, *end_rank, *end_of, *key, *vote;
+  } w{};
+  w.start = ints.data(), w.order = w.start + starts, w.end_rank = w.order + 2 * nx + 2,
+  w.end_of = w.end_rank + 2 * nx + 2, w.key = w.end_of + 2 * nx + 2, w.vote = w.key + 2 * nx + 2;
+  order_ends_in(in, tt.xp, tt.max_x, nx, st.of_buffer.data(), st.stride, groups, et.x, stride, et.send, et.rank_begin,
+                w);
   return et;
 }
 
 /// The op count: computes, a send and a recv per transfer, and one group op per (rank, tick,
-/// peer) with transfers.
-constexpr int count_ops(const lowering_input& in, const transfer_table& tt, const end_table& et) {
-  int nops = in.N + 2 * tt.nx;
-  const int* rb = et.rank_begin;
-  const int* e_tick = et.tick;
-  const int* e_peer = et.peer;
-  for (int r = 0; r < in.P; ++r)
+/// peer) with transfers (`ends` as order_ends writes them: x, tick, slot, peer, EX each).
+template <class Ends, class Begin>
+constexpr int count_ops_in(const lowering_shape& sh, int nx, const Ends& ends, int EX, const Begin& rb) {
+  int nops = sh.N + 2 * nx;
+  for (int r = 0; r < sh.P; ++r)
     for (int e = rb[r]; e < rb[r + 1]; ++e)
-      if (e == rb[r] || e_tick[e] != e_tick[e - 1] || e_peer[e] != e_peer[e - 1]) ++nops;
+      if (e == rb[r] || ends[EX + e] != ends[EX + e - 1] || ends[3 * EX + e] != ends[3 * EX + e - 1]) ++nops;
   return nops;
+}
+
+constexpr int count_ops(const lowering_input& in, const transfer_table& tt, const end_table& et) {
+  return count_ops_in(in, tt.nx, et.x, et.stride, et.rank_begin);
 }
 
 /// What pass 5 reads, as flat tables: the program, and the tables of passes 1–4 (rank_input_of).
@@ -551,7 +661,7 @@ struct rank_input {
 constexpr rank_input rank_input_of(const lowering_input& in, const transfer_table& tt, const slot_table& st,
                                    const end_table& et, const int* edge_comm) {
   rank_input v;
-  v.A = in.A, v.tick = in.tick, v.beg = in.beg, v.P = in.P, v.N = in.N, v.graph = in.p.has_edges();
+  v.A = in.A, v.tick = in.tick, v.beg = in.beg, v.P = in.P, v.N = in.N, v.graph = in.graph;
   v.x = tt.xp, v.MX = tt.max_x, v.edge_comm = edge_comm, v.compute = st.compute, v.link = st.link.data(),
   v.lists = st.lists.data(), v.rank_begin = et.rank_begin, v.ends = et.x, v.EX = et.stride, v.e_send = et.send;
   return v;
@@ -748,83 +858,41 @@ constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& 
   return lower_rank_in(rank_input_of(in, tt, st, et, edge_comm), r, ws, rr, ops_out, nout);
 }
 
-/// The lowering's own inputs: stage owners, action positions (by stage · m + microbatch) and the
-/// stage graph's edges (lowering_input).
+/// The lowering's own inputs at run time (lowering_tables_in): stage owners, action positions
+/// (by stage · m + microbatch) and the stage graph's edges.
 struct lowering_tables {
   scratch<int> owner;
   scratch<int> pos;    // [3n]: posF, posG, last
   scratch<int> links;  // from, to [E], pred_begin [S + 1], pred [E], succ_begin [S + 1], succ [E]
-  int E = 0;
+  lowering_shape shape;
 };
 constexpr lowering_tables lowering_tables_of(program_view p, const int* tick) {
-  const int S = p.stages, m = p.microbatches, n = S * m;
-  const int E = p.has_edges() ? static_cast<int>(p.edges.size()) : (S > 1 ? S - 1 : 0);
-  lowering_tables lt{scratch<int>(S, 0), scratch<int>(3 * n, -1), scratch<int>(4 * E + 2 * (S + 1) + 1, 0), E};
-  {
-    int* from = lt.links.data();
-    int* to = from + E;
-    int* pred_begin = to + E;
-    int* pred = pred_begin + S + 1;
-    int* succ_begin = pred + E;
-    int* succ = succ_begin + S + 1;
-    for (int e = 0; e < E; ++e) {
-      if (p.has_edges()) {
-        from[e] = p.edges[static_cast<std::size_t>(e)].from, to[e] = p.edges[static_cast<std::size_t>(e)].to;
-      } else {
-        from[e] = p.lane_tail(e) ? -1 : e, to[e] = e + 1;
-      }
-      if (from[e] < 0) continue;
-      ++pred_begin[to[e] + 1];
-      ++succ_begin[from[e] + 1];
-    }
-    for (int s = 0; s < S; ++s) pred_begin[s + 1] += pred_begin[s], succ_begin[s + 1] += succ_begin[s];
-    scratch<int> fill_v(2 * S + 1, 0);
-    int* fill = fill_v.data();
-    for (int s = 0; s < S; ++s) fill[s] = pred_begin[s], fill[S + s] = succ_begin[s];
-    for (int e = 0; e < E; ++e)
-      if (from[e] >= 0) pred[fill[to[e]]++] = e, succ[fill[S + from[e]]++] = e;
-  }
-  int* owner = lt.owner.data();
-  const action* A = p.actions.data();
-  const int* beg = p.begin.data();
-  for (int r = 0; r < p.ranks; ++r)
-    for (int k = beg[r]; k < beg[r + 1]; ++k) owner[A[k].stage] = r;
-  int* posF = lt.pos.data();
-  int* posG = posF + n;
-  int* last = posF + 2 * n;
-  const int N = p.size();
-  for (int k = 0; k < N; ++k) {
-    const action a = A[k];  // a copy: in constant evaluation, cheaper to read than through a pointer
-    const int q = a.stage * m + a.microbatch, ps = 2 * tick[k] + 1;
-    const kind w = a.what;
-    if (w == kind::F)
-      posF[q] = ps;
-    else
-      posG[q] = w != kind::W ? ps : posG[q], last[q] = ps > last[q] ? ps : last[q];
-  }
+  const lowering_shape sh = lowering_shape_of(p, tick);
+  const int S = sh.S, n = sh.n, E = sh.E;
+  lowering_tables lt{scratch<int>(S + 1, unset), scratch<int>(3 * n + 1, unset),
+                     scratch<int>(4 * E + 2 * (S + 1) + 1, unset), sh};
+  scratch<int> fill(2 * S + 1, unset);
+  struct {
+    int *owner, *posF, *posG, *last, *from, *to, *pred_begin, *pred, *succ_begin, *succ, *fill;
+  } t{};
+  t.owner = lt.owner.data(), t.posF = lt.pos.data(), t.posG = t.posF + n, t.last = t.posF + 2 * n,
+  t.from = lt.links.data(), t.to = t.from + E, t.pred_begin = t.to + E, t.pred = t.pred_begin + S + 1,
+  t.succ_begin = t.pred + E, t.succ = t.succ_begin + S + 1, t.fill = fill.data();
+  lowering_tables_in(p, p.actions.data(), p.begin.data(), tick, sh, t);
   return lt;
 }
 
 constexpr lowering_input lowering_input_of(program_view p, const int* tick, const lowering_tables& lt) {
   lowering_input in;
+  static_cast<lowering_shape&>(in) = lt.shape;
   in.p = p;
   in.A = p.actions.data();
   in.tick = tick;
   in.beg = p.begin.data();
-  in.P = p.ranks;
-  in.S = p.stages;
-  in.m = p.microbatches;
-  in.N = p.size();
-  in.n = in.S * in.m;
-  const int c = p.lanes;
-  in.lane_length = p.lane_length();
-  in.lane_mb = c <= 1 || p.stages % c != 0 || p.microbatches % c != 0 || p.microbatches < c ? 0 : p.microbatches / c;
-  for (int k = 0; k < in.N; ++k) in.T = tick[k] + 1 > in.T ? tick[k] + 1 : in.T;
   in.owner = lt.owner.data();
   in.posF = lt.pos.data();
   in.posG = in.posF + in.n;
   in.last = in.posF + 2 * in.n;
-  in.E = lt.E;
   in.from = lt.links.data();
   in.to = in.from + in.E;
   in.pred_begin = in.to + in.E;
@@ -832,6 +900,17 @@ constexpr lowering_input lowering_input_of(program_view p, const int* tick, cons
   in.succ_begin = in.pred + in.E;
   in.succ = in.succ_begin + in.S + 1;
   return in;
+}
+
+/// Pass 1 at run time: the communicators, and each edge's (-1: none).
+constexpr scratch<int> lower_communicators(const lowering_input& in, comm_policy policy,
+                                           std::vector<comm_desc>& comms) {
+  scratch<int> edge_comm(in.E + 1, unset);
+  scratch<int> pair(policy == comm_policy::per_rank_pair ? in.P * in.P : 0, unset);
+  int* ec = edge_comm.data();
+  int* pp = pair.data();
+  lower_communicators_in(in, policy, comms, ec, pp);
+  return edge_comm;
 }
 
 }  // namespace detail
@@ -851,15 +930,14 @@ namespace detail {
 /// communicators appended to `comms`, the slot counts written to `res`) and gives the result.
 template <class Then>
 constexpr auto lower_passes(program_view p, std::span<const int> tick_span, comm_policy policy, group_policy groups,
-                            std::vector<comm_desc>& comms, rank_resources* res, const pass_storage& store,
-                            Then&& then) {
+                            std::vector<comm_desc>& comms, rank_resources* res, Then&& then) {
   const lowering_tables lt = lowering_tables_of(p, tick_span.data());
   const lowering_input in = lowering_input_of(p, tick_span.data(), lt);
   const scratch<int> edge_comm = lower_communicators(in, policy, comms);
-  transfer_table tt = lower_transfers(in, store);
-  slot_table st = assign_slots(in, tt, res, store);
+  transfer_table tt = lower_transfers(in);
+  slot_table st = assign_slots(in, tt, res);
   tt.iv = scratch<int>(0, unset);  // the intervals are coloured: free them before the ops are made
-  const end_table et = order_ends(in, tt, st, resolve(groups, p), store);
+  const end_table et = order_ends(in, tt, st, resolve(groups, p));
   st.of_buffer = scratch<int>(0, unset);  // each end has its slot
   return then(in, tt, st, et, edge_comm.data(), count_ops(in, tt, et));
 }
@@ -874,7 +952,7 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   out.policy = policy;
   out.resources.assign(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), rank_resources{});
   rank_resources* res = out.resources.data();
-  lower_passes(p, tick_span, policy, groups, out.comms, res, {},
+  lower_passes(p, tick_span, policy, groups, out.comms, res,
                [&](const lowering_input& in, const transfer_table& tt, slot_table& st, const end_table& et,
                    const int* edge_comm, int count) {
                  lowered_op* const ops_out = storage(count);

@@ -333,7 +333,7 @@ struct lowered_front {
   static constexpr int EX = 2 * X + 2;                     // room for one field of the transfer ends
   verdict result{};
   int ops = 0, comms = 0, slot_lists = 0;
-  // passes 2–4 write these in place (pass_storage); C arrays, one spare element each, so none is empty
+  // passes 1–4 write these in place; C arrays, one spare element each, so none is empty
   int x[9 * MX]{};                          // transfer_table::x
   int compute[3 * A + 1]{};                 // slot_table::compute
   int ends[4 * EX]{};                       // end_table: x, tick, slot, peer (EX each)
@@ -346,49 +346,91 @@ struct lowered_front {
   std::array<comm_desc, static_cast<std::size_t>(Cap.comms)> comm_table{};
 };
 
+/// The tables and scratch of passes 0–4 in make_plan (lower.hpp: what each holds), as arrays
+/// bounded by the capacities: T ticks ≤ A actions, a transfer end per transfer side, a buffer per
+/// output, per received copy and per gradient (transfer_table::buffers_for).
+template <plan_shape Cap>
+struct front_room {
+  using F = lowered_front<Cap>;
+  static constexpr int S = Cap.stages, m = Cap.microbatches, n = S * m, E = F::E, P = F::P, A = F::A;
+  static constexpr int MIV = n + 3 * E * m + 1;               // transfer_table::buffers_for
+  static constexpr int STRIDE = 2 * (S > E ? S : E) * m + 2;  // slot_table::stride_for
+  static constexpr int START = 2 * A + 5 + P;                 // counting sorts: limit() + 1, T + 3, P + 1
+  static constexpr int ORDER = MIV > 2 * F::MX + 2 ? MIV : 2 * F::MX + 2;
+  int owner[S + 1], posF[n + 1], posG[n + 1], last[n + 1], from[E + 1], to[E + 1], pred_begin[S + 2], pred[E + 1],
+      succ_begin[S + 2], succ[E + 1], fill[2 * S + 2];
+  int pair[P * P + 1];
+  int iv[5 * MIV];
+  int of_buffer[2 * STRIDE];
+  int start[START], order[ORDER], base[2 * P + 1], nslots[2 * P + 1], nbusy[2 * P + 1], nidle[2 * P + 1];
+  long long busy[MIV + 1], idle[MIV + 1];
+  int end_rank[2 * F::MX + 2], end_of[2 * F::MX + 2], key[2 * F::MX + 2], vote[2 * (A + 3)];
+};
+
+/// What passes 1–4 read (lower.hpp, lowering_input: the same names), as references to arrays.
+template <plan_shape Cap>
+struct static_lowering_input : lowering_shape {
+  using R = front_room<Cap>;
+  const action (&A)[Cap.actions + 1];
+  const int (&tick)[Cap.actions + 1];
+  const int (&beg)[Cap.ranks + 1];
+  const decltype(R::owner)& owner;
+  const decltype(R::posF)& posF;
+  const decltype(R::posG)& posG;
+  const decltype(R::last)& last;
+  const decltype(R::from)& from;
+  const decltype(R::to)& to;
+  const decltype(R::pred_begin)& pred_begin;
+  const decltype(R::pred)& pred;
+  const decltype(R::succ_begin)& succ_begin;
+  const decltype(R::succ)& succ;
+};
+
 template <plan_shape Cap>
 constexpr lowered_front<Cap> lower_front(const frozen_program<Cap>& f, const checked_program<Cap>& c,
                                          const plan_options& opt) {
   using F = lowered_front<Cap>;
+  using R = front_room<Cap>;
   lowered_front<Cap> out;
   out.result = c.result;
   if (!out.result.ok()) return out;
-  std::vector<comm_desc> comms;
-  pass_storage room;
-  room.x = out.x, room.x_size = 9 * F::MX, room.compute = out.compute, room.compute_size = 3 * F::A + 1,
-  room.ends = out.ends, room.send = out.end_send, room.end_begin = out.end_begin, room.end_stride = F::EX;
-  // what passes 1–4 leave: checked, and the small tables copied (loop bodies of one statement:
-  // clang counts statements)
-  const auto keep = [&](const lowering_input& in, const transfer_table& tt, const slot_table& st, const end_table& et,
-                        const int* edge_comm, int count) {
-    verdict fault;
-    // capacity_of bounds them all from a true extent(), and then passes 2–4 wrote in place
-    if (count > Cap.ops || tt.nx > F::X || in.E > F::E || static_cast<int>(comms.size()) > Cap.comms ||
-        tt.x_field(0) != out.x || st.compute != out.compute || et.x != out.ends) {
-      fault.code = errc::bad_extent;
-      fault.detail = "the schedule's extent() undercounts the edges between stages on different ranks";
-      return fault;
-    }
-    if (static_cast<int>(st.lists.size()) > Cap.slot_lists) {
-      fault.code = errc::bad_extent;
-      fault.detail = "the plan's slot lists outgrew their capacity";
-      return fault;
-    }
-    out.ops = count;
-    out.comms = static_cast<int>(comms.size());
-    out.slot_lists = static_cast<int>(st.lists.size());
-    for (int e = 0; e < in.E; ++e) out.edge_comm[e] = edge_comm[e];
-    if constexpr (Cap.edges > 0) {
-      const int* ls = st.link.data();
-      for (int i = 0; i < in.N; ++i) out.link[i] = ls[i];
-    }
-    const int* lp = st.lists.data();
-    for (int i = 0; i < out.slot_lists; ++i) out.lists[i] = lp[i];
-    copy_into(comms, out.comm_table);
-    return fault;
+  const program_view p = f.view();
+  const auto fault = [&](const char* why) {
+    out.result.code = errc::bad_extent;
+    out.result.detail = why;
+    return out;
   };
-  out.result = lower_passes(f.view(), std::span<const int>(c.tick, static_cast<std::size_t>(f.count)), opt.comms,
-                            opt.groups, comms, out.resources.data(), room, keep);
+  constexpr const char* undercounts = "the schedule's extent() undercounts the edges between stages on different ranks";
+  const lowering_shape sh = lowering_shape_of(p, c.tick);
+  if (sh.E > F::E || sh.T > F::A) return fault(undercounts);
+  R* w = new R;
+  lowering_tables_in(p, f.actions, f.begin, c.tick, sh, *w);
+  const static_lowering_input<Cap> in{sh,      f.actions, c.tick, f.begin,       w->owner, w->posF,       w->posG,
+                                      w->last, w->from,   w->to,  w->pred_begin, w->pred,  w->succ_begin, w->succ};
+  std::vector<comm_desc> comms;
+  lower_communicators_in(in, opt.comms, comms, out.edge_comm, w->pair);
+  int niv = 0, nx = 0;
+  lower_transfers_in(in, w->iv, R::MIV, out.x, F::MX, niv, nx);
+  const int stride = slot_table::stride_for(sh);
+  if (Cap.edges > 0)
+    for (int k = 0; k < sh.N; ++k) out.link[k] = -1;
+  std::vector<int> lists;
+  assign_slots_in(in, w->iv, R::MIV, niv, stride, out.resources.data(), w->of_buffer, out.compute, out.link, lists, *w);
+  // capacity_of bounds the transfers from a true extent()
+  if (nx > F::X || static_cast<int>(comms.size()) > Cap.comms) {
+    delete w;
+    return fault(undercounts);
+  }
+  order_ends_in(in, out.x, F::MX, nx, w->of_buffer, stride, resolve(opt.groups, p), out.ends, F::EX, out.end_send,
+                out.end_begin, *w);
+  delete w;
+  out.ops = count_ops_in(sh, nx, out.ends, F::EX, out.end_begin);
+  if (out.ops > Cap.ops) return fault(undercounts);
+  if (static_cast<int>(lists.size()) > Cap.slot_lists) return fault("the plan's slot lists outgrew their capacity");
+  out.comms = static_cast<int>(comms.size());
+  out.slot_lists = static_cast<int>(lists.size());
+  for (int i = 0; i < out.slot_lists; ++i) out.lists[i] = lists[static_cast<std::size_t>(i)];
+  copy_into(comms, out.comm_table);
   return out;
 }
 
