@@ -77,14 +77,6 @@ namespace pipetype {
 
 namespace detail {
 
-/// Writes v to a[0, n) in order. A table that a pass then writes out of order (a block of
-/// fields, a sort's output) is filled first: g++ keeps a constant array as a sorted list of the
-/// elements written so far, so each write into its middle moves every later element.
-template <class Arr, class T>
-constexpr void fill_in(Arr& a, int n, T v) {
-  for (int i = 0; i < n; ++i) a[i] = v;
-}
-
 // Passes 0–4 are written once, over tables named by members of a few structs: at run time those
 // members are pointers into scratch allocations (the wrappers below: lowering_tables_of,
 // lower_transfers, assign_slots, order_ends), and in make_plan they are arrays of a literal room

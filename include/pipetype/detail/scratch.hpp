@@ -53,4 +53,12 @@ class scratch {
   T* data_;
 };
 
+/// Writes v to a[0, n) in order. A table that a pass then writes out of order (a block of
+/// fields, a sort's output) is filled first: g++ keeps a constant array as a sorted list of the
+/// elements written so far, so each write into its middle moves every later element.
+template <class Arr, class T>
+constexpr void fill_in(Arr& a, int n, T v) {
+  for (int i = 0; i < n; ++i) a[i] = v;
+}
+
 }  // namespace pipetype::detail
