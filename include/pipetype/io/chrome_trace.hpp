@@ -21,7 +21,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <initializer_list>
 #include <span>
@@ -54,7 +53,7 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
     const double k = p.us_per_unit;
     // timestamps in whole ns; a duration is the difference of its rounded ends, so spans that
     // touch stay touching after rounding
-    auto ns = [&](double t) { return std::round(t * k * 1000) / 1000; };
+    auto ns = [&](double t) { return detail::round_of(t * k * 1000) / 1000; };
     auto ts = [&](double t) { return decimal(ns(t), 3); };
     auto dur = [&](double a, double b) { return decimal(ns(b) - ns(a), 3); };
     auto where = [&](int rank, int tid) {

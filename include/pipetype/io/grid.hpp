@@ -17,7 +17,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -39,7 +38,7 @@ namespace detail {
 /// The automatic quantum: the largest 1, 0.5, 0.25, 0.2, 0.1, ... 0.01 dividing every time.
 inline double grid_quantum(const timeline& t) {
   for (double q : {1.0, 0.5, 0.25, 0.2, 0.1, 0.05, 0.025, 0.02, 0.01}) {
-    auto fits = [q](double x) { return std::fabs(x / q - std::round(x / q)) < 1e-6; };
+    auto fits = [q](double x) { return detail::abs_of(x / q - detail::round_of(x / q)) < 1e-6; };
     bool all = true;
     for (std::size_t k = 0; k < t.start.size() && all; ++k) all = fits(t.start[k]) && fits(t.end[k]);
     if (all) return q;
@@ -58,7 +57,7 @@ inline std::string grid(program_view p, const timeline& t, grid_options opt = {}
     if ((t1 - t0) / q > static_cast<double>(opt.max_columns))
       q *= detail::nice_at_least((t1 - t0) / q / static_cast<double>(opt.max_columns));
   }
-  auto col = [&](double x) { return static_cast<long>(std::llround(x / q)); };
+  auto col = [&](double x) { return static_cast<long>(detail::llround_of(x / q)); };
   // labels and width
   std::vector<std::string> label(p.actions.size());
   std::size_t w = 3;

@@ -147,7 +147,7 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
   const double span = t_end - t0;
   if (span > 0) {
     const double step = nice_at_least(span / 10);
-    for (double t = std::ceil(t0 / step) * step; t <= t_end + step * 1e-9; t += step) {
+    for (double t = ceil_of(t0 / step) * step; t <= t_end + step * 1e-9; t += step) {
       s += "<line x1=\"" + decimal(X(t)) + "\" y1=\"" + decimal(axis_y) + "\" x2=\"" + decimal(X(t)) + "\" y2=\"" +
            decimal(axis_y - 4) + "\" class=\"axis\"/><text x=\"" + decimal(X(t)) + "\" y=\"" + decimal(axis_y - 6) +
            "\" class=\"tick\">" + decimal(t) + "</text>\n";

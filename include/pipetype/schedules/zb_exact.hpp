@@ -22,7 +22,8 @@
 // answer then says so).
 #pragma once
 
-#include <map>
+#include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -69,6 +70,8 @@ class zb_exact_search {
     placed_.clear();
     ordered_ = ordered;
     nodes_ = 0;
+    memo_index_.clear();
+    memo_keys_.clear();
     memo_.clear();
     stored_ = 0;
     dfs(-1.0, -1);
@@ -171,7 +174,7 @@ class zb_exact_search {
       if (r > 0)  // input gradients the rank above has not consumed
         for (int j = ni_[u(r - 1)]; j < ni_[u(r)]; ++j) times_.push_back(iend_[at(r, j)]);
     }
-    std::vector<std::vector<double>>& seen = memo_[key_];
+    std::vector<std::vector<double>>& seen = seen_with(key_);
     for (const std::vector<double>& t : seen) {
       bool le = t.size() == times_.size();
       for (std::size_t q = 0; q < t.size() && le; ++q) le = t[q] <= times_[q];
@@ -285,7 +288,36 @@ class zb_exact_search {
   bool ordered_ = true;
   static constexpr long long memo_limit = 4'000'000;  // states remembered for the dominance test
   long long stored_ = 0;
-  std::map<std::vector<int>, std::vector<std::vector<double>>> memo_;
+  // the states seen, by their counts: an open-addressing table (at most half full) of indices
+  // into memo_keys_ and memo_, the explored finishing times under each key
+  std::vector<int> memo_index_;  // -1: empty
+  std::vector<std::vector<int>> memo_keys_;
+  std::vector<std::vector<std::vector<double>>> memo_;
+
+  static std::size_t hash_of(const std::vector<int>& key) {
+    std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the counts
+    for (const int v : key) h = (h ^ static_cast<std::uint32_t>(v)) * 1099511628211ULL;
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+  /// The finishing times seen under `key` (a new, empty list the first time).
+  std::vector<std::vector<double>>& seen_with(const std::vector<int>& key) {
+    if (2 * (memo_keys_.size() + 1) > memo_index_.size()) {  // grow: twice the room, every key placed again
+      memo_index_.assign(memo_index_.empty() ? 1024 : 2 * memo_index_.size(), -1);
+      for (std::size_t k = 0; k < memo_keys_.size(); ++k) {
+        std::size_t h = hash_of(memo_keys_[k]) & (memo_index_.size() - 1);
+        while (memo_index_[h] >= 0) h = (h + 1) & (memo_index_.size() - 1);
+        memo_index_[h] = static_cast<int>(k);
+      }
+    }
+    std::size_t h = hash_of(key) & (memo_index_.size() - 1);
+    for (; memo_index_[h] >= 0; h = (h + 1) & (memo_index_.size() - 1))
+      if (memo_keys_[static_cast<std::size_t>(memo_index_[h])] == key)
+        return memo_[static_cast<std::size_t>(memo_index_[h])];
+    memo_index_[h] = static_cast<int>(memo_keys_.size());
+    memo_keys_.push_back(key);
+    memo_.emplace_back();
+    return memo_.back();
+  }
   std::vector<int> key_;
   std::vector<double> times_;
 };
