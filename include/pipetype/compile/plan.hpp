@@ -227,8 +227,8 @@ struct frozen_program {
   const char* name = "";
   int ranks = 0, stages = 0, microbatches = 0, lanes = 1, count = 0,
       placed = 0;  // count: actions; placed: stage_rank's
-  std::array<int, static_cast<std::size_t>(Cap.stages)> stage_rank{};
-  // what pass 5 reads as arrays (static_rank_input): C arrays, one spare element each
+  // what the checks and the lowering read as arrays: C arrays, one spare element each
+  int stage_rank[Cap.stages + 1]{};
   int begin[Cap.ranks + 1]{};
   action actions[Cap.actions + 1]{};
   std::array<stage_edge, static_cast<std::size_t>(Cap.edges)> edges{};
@@ -238,7 +238,7 @@ struct frozen_program {
             ranks,
             stages,
             microbatches,
-            std::span<const int>(stage_rank).first(static_cast<std::size_t>(placed)),
+            std::span<const int>(stage_rank, static_cast<std::size_t>(placed)),
             std::span<const int>(begin, static_cast<std::size_t>(ranks) + 1),
             std::span<const action>(actions, static_cast<std::size_t>(count)),
             no_rank,
@@ -293,7 +293,7 @@ constexpr frozen_program<Cap> freeze(const program& prog, const plan_options& op
   out.stages = prog.stages;
   out.microbatches = prog.microbatches;
   out.lanes = prog.lanes;
-  copy_into(prog.stage_rank, out.stage_rank);
+  for (std::size_t s = 0; s < prog.stage_rank.size(); ++s) out.stage_rank[s] = prog.stage_rank[s];
   for (std::size_t r = 0; r < prog.begin.size(); ++r) out.begin[r] = prog.begin[r];
   for (std::size_t i = 0; i < prog.actions.size(); ++i) out.actions[i] = prog.actions[i];
   copy_into(prog.edges, out.edges);
@@ -308,8 +308,12 @@ constexpr checked_program<Cap> check_frozen(const frozen_program<Cap>& f, const 
     return out;
   }
   const program_view p = f.view();
-  const detail::check_result facts =
-      detail::check_into(p, {opt.mem_limit, opt.memory, opt.mem_limit_units}, out.tick, out.peak_units.data());
+  using W = check_scratch_fixed<Cap.stages, Cap.stages * Cap.microbatches, Cap.ranks>;
+  W* w = new W;
+  int* peaks = out.peak_units.data();
+  const detail::check_result facts = detail::check_in(
+      p, f.actions, f.begin, f.stage_rank, {opt.mem_limit, opt.memory, opt.mem_limit_units}, out.tick, peaks, *w);
+  delete w;
   out.result = facts.result;
   out.ticks = facts.ticks;
   if (out.result.ok() && p.split_backward() != Cap.split) {  // the executors trust Cap.split
@@ -505,7 +509,7 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
   s.tick_count = c.ticks;
   s.memory = opt.memory;
   s.policy = opt.comms;
-  s.stage_rank = f.stage_rank;
+  for (int k = 0; k < f.placed; ++k) s.stage_rank[static_cast<std::size_t>(k)] = f.stage_rank[k];
   for (int r = 0; r <= f.ranks; ++r) s.action_begin[r] = f.begin[r];
   for (int i = 0; i < f.count; ++i) s.actions[i] = f.actions[i], s.tick[i] = c.tick[i];
   s.peak_units = c.peak_units;

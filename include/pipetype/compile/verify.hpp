@@ -120,15 +120,31 @@ struct check_result {
   int ticks = 0;
 };
 
-/// check_program writing the ticks (one per action) and peaks (one per rank) to caller storage:
-/// make_plan passes its plan's tables, avoiding std::vector growth in the constant evaluation.
-constexpr check_result check_into(program_view p, const check_options& opt, int* tick, int* peak_units) {
-  // Written as flat loops over raw pointers: this runs inside make_plan's constant evaluation,
-  // where every function call costs far more than the arithmetic around it.
+/// check_into's scratch as pointers (run time).
+struct check_scratch_ptrs {
+  int *owner, *pos, *done, *ptr, *queue, *wait_next, *waits_on, *waits_at, *wait_head;
+};
+
+/// The same as fixed arrays, for make_plan: S stages, n = S·m cells, P ranks.
+template <int S, int n, int P>
+struct check_scratch_fixed {
+  int owner[S + 1], pos[kind_count * n + 1], done[3 * n + 1], ptr[P + 1], queue[2 * P + 1], wait_next[P + 1],
+      waits_on[P + 1], waits_at[P + 1], wait_head[3 * n + 1];
+};
+
+/// check_program over the program's tables (A: actions, beg: P + 1 begins, placed: stage_rank)
+/// given as pointers or arrays, writing the ticks (one per action) and peaks (one per rank) to
+/// `tick` and `peak_units`; `w` is scratch (check_scratch_ptrs / check_scratch_fixed). Every
+/// table is read by plain indexing: this runs inside make_plan's constant evaluation, where every
+/// function call and every read through a pointer costs far more than the arithmetic around it
+/// (verify_lowered.hpp, verify_scratch_fixed).
+template <class Acts, class Ints, class Placed, class Tick, class Peak, class Work>
+constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, const Placed& placed,
+                                const check_options& opt, Tick& tick, Peak& peak_units, Work& w) {
   using detail::at;
   check_result out;
-  auto fail = [&](verdict v) {
-    out.result = v;
+  auto fail = [&](verdict why) {
+    out.result = why;
     return out;
   };
   if (!p.source_error.ok()) return fail(p.source_error);
@@ -192,14 +208,11 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   const int* succ = links.succ.data();
   const int n = S * m;
   const int N = static_cast<int>(p.actions.size());
-  const action* A = p.actions.data();
-  const int* beg = p.begin.data();
-  const int* placed = p.stage_rank.data();
   const int nplaced = static_cast<int>(p.stage_rank.size());
 
   // 1–2. indices and placement
-  detail::scratch<int> owner_v(S, -1);
-  int* owner = owner_v.data();
+  auto& owner = w.owner;
+  detail::fill_in(owner, S, -1);
   for (int r = 0; r < P; ++r)
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
       const action a = A[k];
@@ -217,32 +230,30 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     }
 
   // 3. duplicates, then completeness; pos[kind·n + q] = index of that action in its rank's list
-  detail::scratch<int> pos_v(kind_count * n, -1);
-  int* pos = pos_v.data();
+  // (pos[q] is F's, pos[oB + q] B's, pos[oI + q] I's, pos[oW + q] W's)
+  auto& pos = w.pos;
+  const int oB = n, oI = 2 * n, oW = 3 * n;
+  detail::fill_in(pos, kind_count * n, -1);
   for (int r = 0; r < P; ++r)
     for (int k = beg[r]; k < beg[r + 1]; ++k) {
       const action a = A[k];
-      int& slot = pos[static_cast<int>(a.what) * n + a.stage * m + a.microbatch];
-      if (slot != -1) return fail(at(errc::duplicate_action, r, a, k - beg[r]));
-      slot = k - beg[r];
+      const int at_q = static_cast<int>(a.what) * n + a.stage * m + a.microbatch;
+      if (pos[at_q] != -1) return fail(at(errc::duplicate_action, r, a, k - beg[r]));
+      pos[at_q] = k - beg[r];
     }
-  const int* posF = pos;
-  const int* posB = pos + n;
-  const int* posI = pos + 2 * n;
-  const int* posW = pos + 3 * n;
   for (int s = 0; s < S; ++s)
     for (int j = 0; j < m; ++j) {
       if (!p.runs_through(s, j)) continue;
       const int q = s * m + j;
-      const bool f = posF[q] >= 0, b = posB[q] >= 0, i = posI[q] >= 0, w = posW[q] >= 0;
-      if (f && b && !i && !w) continue;  // the common case
+      const bool f = pos[q] >= 0, b = pos[oB + q] >= 0, i = pos[oI + q] >= 0, wt = pos[oW + q] >= 0;
+      if (f && b && !i && !wt) continue;  // the common case
       const int r = owner[s] != -1 ? owner[s] : (s < nplaced ? placed[s] : -1);
       if (!f) return fail(at(errc::missing_action, r, action{kind::F, s, j, false}, -1, "no forward"));
-      if (b && (i || w)) return fail(at(errc::mixed_backward, r, action{i ? kind::I : kind::W, s, j, false}, -1));
+      if (b && (i || wt)) return fail(at(errc::mixed_backward, r, action{i ? kind::I : kind::W, s, j, false}, -1));
       if (!b && !i)
-        return fail(at(errc::missing_action, r, action{w ? kind::I : kind::B, s, j, false}, -1,
-                       w ? "W without its I" : "no backward"));
-      if (i && !w) return fail(at(errc::missing_action, r, action{kind::W, s, j, false}, -1, "I without its W"));
+        return fail(at(errc::missing_action, r, action{wt ? kind::I : kind::B, s, j, false}, -1,
+                       wt ? "W without its I" : "no backward"));
+      if (i && !wt) return fail(at(errc::missing_action, r, action{kind::W, s, j, false}, -1, "I without its W"));
     }
 
   // 4–5. overlapped pairs; same-rank order
@@ -262,28 +273,28 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
                          "an overlapped pair cannot hold the forward and backward of one stage and microbatch"));
       }
       const int q = a.stage * m + a.microbatch;
-      if (a.what != kind::F && posF[q] > idx) return fail(at(errc::backward_before_forward, r, a, idx));
-      if (a.what == kind::W && posI[q] > idx)
+      if (a.what != kind::F && pos[q] > idx) return fail(at(errc::backward_before_forward, r, a, idx));
+      if (a.what == kind::W && pos[oI + q] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "W before its I"));
       // cross-stage inputs produced on this same rank
       if (graph) {
         if (a.what == kind::F)
           for (int e = pred_begin[a.stage]; e < pred_begin[a.stage + 1]; ++e)
-            if (owner[pred[e]] == r && posF[pred[e] * m + a.microbatch] > idx)
+            if (owner[pred[e]] == r && pos[pred[e] * m + a.microbatch] > idx)
               return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of a stage it reads"));
         if (a.what == kind::B || a.what == kind::I)
           for (int e = succ_begin[a.stage]; e < succ_begin[a.stage + 1]; ++e) {
             const int c = succ[e] * m + a.microbatch;
-            if (owner[succ[e]] == r && (posB[c] >= 0 ? posB[c] : posI[c]) > idx)
+            if (owner[succ[e]] == r && (pos[oB + c] >= 0 ? pos[oB + c] : pos[oI + c]) > idx)
               return fail(at(errc::action_before_its_input, r, a, idx,
                              "backward before the backward of a stage that reads it"));
           }
         continue;
       }
-      if (a.what == kind::F && !p.lane_head(a.stage) && owner[a.stage - 1] == r && posF[q - m] > idx)
+      if (a.what == kind::F && !p.lane_head(a.stage) && owner[a.stage - 1] == r && pos[q - m] > idx)
         return fail(at(errc::action_before_its_input, r, a, idx, "F before the F of the previous stage"));
       if ((a.what == kind::B || a.what == kind::I) && !p.lane_tail(a.stage) && owner[a.stage + 1] == r) {
-        const int g = posB[q + m] >= 0 ? posB[q + m] : posI[q + m];
+        const int g = pos[oB + q + m] >= 0 ? pos[oB + q + m] : pos[oI + q + m];
         if (g > idx)
           return fail(at(errc::action_before_its_input, r, a, idx, "backward before the backward of the next stage"));
       }
@@ -296,29 +307,32 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   // input came at t) or waits on that input's list (`wait_head`, linked by `wait_next`) until its
   // producer runs. Within a tick the order of the ranks does not matter: an action needs inputs
   // of earlier ticks only.
+  // The ranks to look at in this tick and the next are two halves of `queue`, at cur and next.
   for (int k = 0; k < N; ++k) tick[k] = -1;
-  detail::scratch<int> done_v(3 * n, detail::never);
-  int* done = done_v.data();
-  detail::scratch<int> rank_v(6 * P, -1);  // ptr, cur, next, wait_next, waits_on, waits_at
-  int* ptr = rank_v.data();
-  int* cur = ptr + P;
-  int* next = ptr + 2 * P;
-  int* wait_next = ptr + 3 * P;
-  int* waits_on = ptr + 4 * P;
-  int* waits_at = ptr + 5 * P;
-  detail::scratch<int> wait_head_v(3 * n, -1);
-  int* wait_head = wait_head_v.data();
-  int ncur = 0;
+  auto& done = w.done;
+  auto& ptr = w.ptr;
+  auto& queue = w.queue;
+  auto& wait_next = w.wait_next;
+  auto& waits_on = w.waits_on;
+  auto& waits_at = w.waits_at;
+  auto& wait_head = w.wait_head;
+  detail::fill_in(done, 3 * n, detail::never), detail::fill_in(wait_head, 3 * n, -1), detail::fill_in(wait_next, P, -1),
+      detail::fill_in(waits_on, P, -1), detail::fill_in(waits_at, P, -1);
+  int ncur = 0, cur = 0, next = P;
   for (int r = 0; r < P; ++r) {
     ptr[r] = beg[r];
-    if (beg[r] < beg[r + 1]) cur[ncur++] = r;
+    if (beg[r] < beg[r + 1]) queue[cur + ncur++] = r;
   }
   int remaining = N;
   for (int t = 0; remaining > 0; ++t) {
-    if (ncur == 0) return fail(detail::deadlock(p, owner, ptr, waits_on, waits_at, posB));
+    if (ncur == 0) {
+      // (the error path reads through pointers: it runs once)
+      const int* const posB = &pos[oB];
+      return fail(detail::deadlock(p, &owner[0], &ptr[0], &waits_on[0], &waits_at[0], posB));
+    }
     int nnext = 0;
     for (int c = 0; c < ncur; ++c) {
-      const int r = cur[c];
+      const int r = queue[cur + c];
       const int k = ptr[r];
       const int width = A[k].overlapped ? 2 : 1;
       int missing = -1, missing_at = k;  // the first input not produced before t
@@ -350,7 +364,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       }
       if (missing >= 0) {
         if (done[missing] == t) {
-          next[nnext++] = r;
+          queue[next + nnext++] = r;
         } else {
           waits_on[r] = missing, waits_at[r] = missing_at;
           wait_next[r] = wait_head[missing];
@@ -368,7 +382,7 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
         for (const int key : made) {
           if (key < 0) continue;
           done[key] = t;
-          for (int w = wait_head[key]; w != -1; w = wait_next[w]) next[nnext++] = w;
+          for (int x = wait_head[key]; x != -1; x = wait_next[x]) queue[next + nnext++] = x;
           wait_head[key] = -1;
         }
         tick[k + d] = t;
@@ -376,9 +390,9 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
       ptr[r] = k + width;
       remaining -= width;
       out.ticks = t + 1;
-      if (ptr[r] < beg[r + 1]) next[nnext++] = r;
+      if (ptr[r] < beg[r + 1]) queue[next + nnext++] = r;
     }
-    int* const spent = cur;
+    const int spent = cur;
     cur = next, next = spent, ncur = nnext;
   }
 
@@ -402,6 +416,25 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
     peak_units[r] = peak;
   }
   return out;
+}
+
+/// check_in at run time, into caller storage (nullptr tables: only for a program past the limits,
+/// which is answered before any table is read).
+constexpr check_result check_into(program_view p, const check_options& opt, int* tick, int* peak_units) {
+  const int S = p.stages > 0 ? p.stages : 0, P = p.ranks > 0 ? p.ranks : 0;
+  const int n = too_large(p) ? 0 : S * (p.microbatches > 0 ? p.microbatches : 0);
+  detail::scratch<int> ints(S + 1 + kind_count * n + 1 + 3 * n + 1 + 7 * P + 1 + 3 * n + 1, unset);
+  check_scratch_ptrs w{};
+  int* q = ints.data();
+  const auto take = [&](int k) {
+    int* at_q = q;
+    q += k;
+    return at_q;
+  };
+  w.owner = take(S + 1), w.pos = take(kind_count * n + 1), w.done = take(3 * n + 1), w.ptr = take(P),
+  w.queue = take(2 * P), w.wait_next = take(P), w.waits_on = take(P), w.waits_at = take(P),
+  w.wait_head = take(3 * n + 1);
+  return check_in(p, p.actions.data(), p.begin.data(), p.stage_rank.data(), opt, tick, peak_units, w);
 }
 
 }  // namespace detail

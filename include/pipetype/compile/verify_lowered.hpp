@@ -109,9 +109,11 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
     return v;
   }
   for (int i = 0; i < N; ++i) group_of[i] = -1, waits_on[i] = -1;
-  const auto rank_of = [&](int i) {  // the rank issuing op i (error paths only)
-    int lo = 0, hi = P;              // the last r with beg[r] <= i
-    while (hi - lo > 1) (beg[(lo + hi) / 2] <= i ? lo : hi) = (lo + hi) / 2;
+  // the rank issuing an op (error paths only). A lambda's parameters in a template are checked
+  // against the user's globals by g++'s -Wshadow, hence the long name
+  const auto rank_of = [&](int op_index) {
+    int lo = 0, hi = P;  // the last r with beg[r] <= op_index
+    while (hi - lo > 1) (beg[(lo + hi) / 2] <= op_index ? lo : hi) = (lo + hi) / 2;
     return lo;
   };
   bool certified = true;  // see step 5
