@@ -421,10 +421,12 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
 /// check_in at run time, into caller storage (nullptr tables: only for a program past the limits,
 /// which is answered before any table is read).
 constexpr check_result check_into(program_view p, const check_options& opt, int* tick, int* peak_units) {
-  const int S = p.stages > 0 ? p.stages : 0, P = p.ranks > 0 ? p.ranks : 0;
-  const int n = too_large(p) ? 0 : S * (p.microbatches > 0 ? p.microbatches : 0);
-  detail::scratch<int> ints(S + 1 + kind_count * n + 1 + 3 * n + 1 + 7 * P + 1 + 3 * n + 1, unset);
   check_scratch_ptrs w{};
+  if (too_large(p))  // answered before any table is made or read
+    return check_in(p, p.actions.data(), p.begin.data(), p.stage_rank.data(), opt, tick, peak_units, w);
+  const int S = p.stages > 0 ? p.stages : 0, P = p.ranks > 0 ? p.ranks : 0;
+  const int n = S * (p.microbatches > 0 ? p.microbatches : 0);
+  detail::scratch<int> ints(S + 1 + kind_count * n + 1 + 3 * n + 1 + 7 * P + 1 + 3 * n + 1, unset);
   int* q = ints.data();
   const auto take = [&](int k) {
     int* at_q = q;
