@@ -79,7 +79,7 @@ constexpr const char* too_large(program_view p) {
 }
 
 /// The cross-rank deadlock of a lock-step run that stopped: every unfinished rank waits on the
-/// input `waits_on[r]` (done-table key, see check_into) at its action `waits_at[r]`, which the
+/// input `waits_on[r]` (done-table key, see check_in) at its action `waits_at[r]`, which the
 /// rank owning that action's stage runs; that rank waits too (the same-rank order checks ran
 /// first), so following "waits for" from any stuck rank ends in a cycle. The verdict is placed at
 /// the cycle's lowest rank and lists the cycle from there (a rank that only waits into the cycle
@@ -120,7 +120,7 @@ struct check_result {
   int ticks = 0;
 };
 
-/// check_into's scratch as pointers (run time).
+/// check_in's scratch as pointers (run time: check_into).
 struct check_scratch_ptrs {
   int *owner, *pos, *done, *ptr, *queue, *wait_next, *waits_on, *waits_at, *wait_head;
 };
