@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -242,6 +243,29 @@ TEST_CASE("verify_lowered: a tick far out of range voids the certificate instead
   const pt::verdict v = pt::verify_lowered(L.view(), &certified);
   CHECK_FALSE(certified);
   CHECK(v.ok());  // the simulation still proves it: ticks are only the certificate's data
+}
+
+TEST_CASE("verify_lowered: a hand-made program's declared slots and events are held to the limits before any table") {
+  pt::lowered_program L = lowered_1f1b(2, 2);
+  L.resources[1].activation_slots = 1 << 30;  // would size (and reset, per rank) a table of 2^33 entries
+  pt::verdict v = pt::verify_lowered(L.view());
+  CHECK(v.code == pt::errc::too_large);
+  CHECK(std::string(v.detail).find("limits::actions") != std::string::npos);
+  L = lowered_1f1b(2, 2);
+  L.resources[0].events = pt::limits::actions;  // each rank within, both together past the limit
+  L.resources[1].events = 1;
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::too_large);
+  L = lowered_1f1b(2, 2);
+  L.resources[0].gradient_slots = -1;
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::index_out_of_range);
+  L = lowered_1f1b(2, 2);
+  L.begin.pop_back();  // fewer begins than ranks + 1
+  CHECK(pt::verify_lowered(L.view()).code == pt::errc::index_out_of_range);
+  // generous but bounded declarations still verify: only the slots the ops use matter
+  L = lowered_1f1b(2, 2);
+  L.resources[1].activation_slots += 1000;
+  L.resources[0].events += 1000;
+  CHECK(pt::verify_lowered(L.view()).ok());
 }
 
 }  // namespace test_verify_lowered

@@ -24,6 +24,7 @@
 
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/core/sizes.hpp"
 #include "pipetype/detail/scratch.hpp"
 
 namespace pipetype {
@@ -131,10 +132,12 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
   for (int c = 0; c <= channels; ++c) send_begin[c] = 0, recv_begin[c] = 0;
   constexpr const char* race = "a buffer is used before the other stream's use of it is waited for";
   for (int r = 0; r < P; ++r) {
-    for (int e = 0; e < events; ++e) last_record[e] = -1;
-    for (int u = 0; u < 8 * slots; ++u) use[u] = -1;
+    // this rank's events and slots only (each within the scratch: the maxima above)
     const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
     const int nevents = res[r].events;
+    for (int e = 0; e < nevents; ++e) last_record[e] = -1;
+    for (int u = 0; u < 4 * nslots[0]; ++u) use[u] = -1;
+    for (int u = 0; u < 4 * nslots[1]; ++u) use[4 * slots + u] = -1;
     int known[stream_count] = {-1, -1};
     long long prev_phase = -1;
     int last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
@@ -417,6 +420,25 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
 /// fast proof every lowering's output takes) rather than by the simulation.
 constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr) {
   const int P = L.ranks, N = static_cast<int>(L.ops.size()), C = static_cast<int>(L.comms.size());
+  // A hand-made program's tables are sized by what it declares: held to pipetype::limits first
+  // (its ranks; events and slots, in all ranks together, at most limits::actions each), so
+  // that the scratch below and the per-rank resets stay bounded.
+  long long all_slots = 0, all_events = 0;
+  bool negative = P < 0 || static_cast<long long>(L.begin.size()) < static_cast<long long>(P) + 1 ||
+                  static_cast<long long>(L.resources.size()) < P;
+  for (int r = 0; r < P && !negative; ++r) {
+    const rank_resources& q = L.resources[static_cast<std::size_t>(r)];
+    negative = q.activation_slots < 0 || q.gradient_slots < 0 || q.events < 0;
+    all_slots += static_cast<long long>(q.activation_slots) + q.gradient_slots, all_events += q.events;
+  }
+  if (negative || P > limits::ranks || all_slots > limits::actions || all_events > limits::actions) {
+    verdict v;
+    v.code = negative ? errc::index_out_of_range : errc::too_large;
+    v.detail = negative ? "a negative rank count, slot count or event count, or fewer tables than ranks"
+                        : "more ranks than pipetype::limits::ranks, or more buffer slots or events in all ranks "
+                          "together than pipetype::limits::actions";
+    return v;
+  }
   int slots = 0, events = 0;
   for (int r = 0; r < P; ++r) {
     const rank_resources& q = L.resources[static_cast<std::size_t>(r)];
