@@ -77,13 +77,9 @@ namespace pipetype {
 
 namespace detail {
 
-// Passes 0–4 are written once, over tables named by members of a few structs: at run time those
-// members are pointers into scratch allocations (the wrappers below: lowering_tables_of,
-// lower_transfers, assign_slots, order_ends), and in make_plan they are arrays of a literal room
-// (plan.hpp, front_room). Every table is read by plain indexing — a block of fields at an offset,
-// never a pointer moved along — because g++'s constant evaluator builds new trees for every read
-// through a pointer (about 250 bytes each, kept until the evaluation ends) and almost none for an
-// element of an array named through a reference.
+// Passes 0–5 take their tables as pointers or arrays (the file's header says why); the run-time
+// wrappers (lowering_tables_of, lower_transfers, assign_slots, order_ends, lower_rank) hand them
+// pointers into scratch allocations, make_plan arrays of a literal room (plan.hpp, front_room).
 
 /// Stable counting sort: `order` gets the permutation that orders keys[ko ..][0, n) (each in
 /// [0, limit)) ascending; `start` has room for limit + 1 counts.
@@ -94,15 +90,6 @@ constexpr void counting_order_in(const Keys& keys, int ko, int n, int limit, Sta
   for (int i = 0; i < n; ++i) ++start[keys[ko + i] + 1];
   for (int i = 0; i < limit; ++i) start[i + 1] += start[i];
   for (int i = 0; i < n; ++i) order[start[keys[ko + i]]++] = i;
-}
-
-/// The same, returning the permutation.
-constexpr scratch<int> counting_order(const int* keys, int n, int limit) {
-  scratch<int> start(limit + 1, unset), order(n, unset);
-  int* sp = start.data();
-  int* op = order.data();
-  counting_order_in(keys, 0, n, limit, sp, op);
-  return order;
 }
 
 /// A binary min-heap of `size` keys at h[b ..]: add `key`.
@@ -171,7 +158,6 @@ constexpr lowering_shape lowering_shape_of(program_view p, const Ticks& tick) {
 
 /// What every pass reads: the program, its ticks and the positions they give each action.
 struct lowering_input : lowering_shape {
-  program_view p;
   const action* A = nullptr;
   const int* tick = nullptr;
   const int* beg = nullptr;
@@ -287,9 +273,8 @@ struct transfer_table {
   scratch<int> iv;  // struct of arrays, max_iv each: rank, alloc, free, pool, id
   scratch<int> x;   // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id, edge
   int max_iv = 0, niv = 0, max_x = 0, nx = 0;
-  int* xp = nullptr;  // x's data
   constexpr const int* iv_field(int f) const { return iv.data() + f * max_iv; }
-  constexpr const int* x_field(int f) const { return xp + f * max_x; }
+  constexpr const int* x_field(int f) const { return x.data() + f * max_x; }
   enum iv_fields { iv_rank, iv_alloc, iv_free, iv_pool, iv_id };
   enum x_fields { x_tick, x_pool, x_stage, x_mb, x_src, x_dst, x_sid, x_did, x_edge };
   /// Room for a program of shape `sh`: buffers and transfers at most.
@@ -368,9 +353,8 @@ constexpr void lower_transfers_in(const In& in, IV& iv, int max_iv, X& x, int ma
 constexpr transfer_table lower_transfers(const lowering_input& in) {
   const int max_iv = transfer_table::buffers_for(in), max_x = transfer_table::transfers_for(in);
   transfer_table tt{scratch<int>(5 * max_iv, unset), scratch<int>(9 * max_x, unset), max_iv, 0, max_x, 0};
-  tt.xp = tt.x.data();
   int* iv = tt.iv.data();
-  int* x = tt.xp;
+  int* x = tt.x.data();
   lower_transfers_in(in, iv, max_iv, x, max_x, tt.niv, tt.nx);
   return tt;
 }
@@ -378,8 +362,7 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
 /// Pass 3's result: the slot of every buffer, by pool · stride + id, and of every compute op.
 struct slot_table {
   scratch<int> of_buffer;  // [2 · stride]
-  scratch<int> own;        // compute's room
-  int* compute = nullptr;  // [3N]: input, incoming gradient, output per action (-1: none)
+  scratch<int> compute;    // [3N]: input, incoming gradient, output per action (-1: none)
   scratch<int> link;       // [N] with edges: the action's list in `lists` (-1: its three fields say it)
   std::vector<int> lists;  // lowered_view::slot_lists
   int stride = 0;          // 2 · max(S, E) · m + 2: the gradient pool's offset in of_buffer
@@ -391,8 +374,8 @@ struct slot_table {
 /// only after its last use — optimal for intervals, so a pool's size is its peak of live buffers
 /// (written to `res[r].activation_slots` / `gradient_slots`). Then each compute op's slots: one
 /// per list in its three fields, or (several inputs, gradients or outputs) a list in edge order.
-/// Writes slot_of [2·stride] (each buffer's), compute [3N] and, with edges, link [N] (filled
-/// with -1 by the caller) and lists; `w` is scratch: start [limit + 1], order [niv], base
+/// Writes slot_of [2·stride] (each buffer's), compute [3N] and, with edges, link [N] (-1: the
+/// action's three fields say it) and lists; `w` is scratch: start [limit + 1], order [niv], base
 /// [2P + 1], nslots, nbusy, nidle [2P], busy, idle [niv + 1] (long long).
 template <class In, class IV, class Slots, class Compute, class Link, class Work>
 constexpr void assign_slots_in(const In& in, const IV& iv, int max_iv, int niv, int stride, rank_resources* res,
@@ -400,6 +383,7 @@ constexpr void assign_slots_in(const In& in, const IV& iv, int max_iv, int niv, 
   const int P = in.P, N = in.N, m = in.m;
   fill_in(compute, 3 * N, -1), fill_in(slot_of, 2 * stride, -1), fill_in(w.busy, niv + 1, 0LL),
       fill_in(w.idle, niv + 1, 0LL);
+  if (in.graph) fill_in(link, N, -1);
   const int i_alloc = max_iv, i_free = 2 * max_iv, i_pool = 3 * max_iv, i_id = 4 * max_iv;
   {
     // Intervals in allocation order (a counting sort over positions), each coloured within its
@@ -492,11 +476,9 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
   const int P = in.P, N = in.N, niv = tt.niv;
   slot_table st{scratch<int>(2 * slot_table::stride_for(in), unset),
                 scratch<int>(3 * N, unset),
-                nullptr,
-                scratch<int>(in.graph ? N : 1, -1),
+                scratch<int>(in.graph ? N : 1, unset),
                 {},
                 slot_table::stride_for(in)};
-  st.compute = st.own.data();
   scratch<int> ints(in.limit() + 1 + niv + (2 * P + 1) + 3 * (2 * P), unset);
   scratch<long long> heaps(2 * (niv + 1), unset);
   struct {
@@ -506,8 +488,9 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
   w.start = ints.data(), w.order = w.start + in.limit() + 1, w.base = w.order + niv, w.nslots = w.base + 2 * P + 1,
   w.nbusy = w.nslots + 2 * P, w.nidle = w.nbusy + 2 * P, w.busy = heaps.data(), w.idle = w.busy + niv + 1;
   int* slot_of = st.of_buffer.data();
+  int* compute = st.compute.data();
   int* link = st.link.data();
-  assign_slots_in(in, tt.iv.data(), tt.max_iv, niv, st.stride, res, slot_of, st.compute, link, st.lists, w);
+  assign_slots_in(in, tt.iv.data(), tt.max_iv, niv, st.stride, res, slot_of, compute, link, st.lists, w);
   return st;
 }
 
@@ -609,8 +592,8 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
   } w{};
   w.start = ints.data(), w.order = w.start + starts, w.end_rank = w.order + 2 * nx + 2,
   w.end_of = w.end_rank + 2 * nx + 2, w.key = w.end_of + 2 * nx + 2, w.vote = w.key + 2 * nx + 2;
-  order_ends_in(in, tt.xp, tt.max_x, nx, st.of_buffer.data(), st.stride, groups, et.x, stride, et.send, et.rank_begin,
-                w);
+  order_ends_in(in, tt.x.data(), tt.max_x, nx, st.of_buffer.data(), st.stride, groups, et.x, stride, et.send,
+                et.rank_begin, w);
   return et;
 }
 
@@ -654,7 +637,7 @@ constexpr rank_input rank_input_of(const lowering_input& in, const transfer_tabl
                                    const end_table& et, const int* edge_comm) {
   rank_input v;
   v.A = in.A, v.tick = in.tick, v.beg = in.beg, v.P = in.P, v.N = in.N, v.graph = in.graph;
-  v.x = tt.xp, v.MX = tt.max_x, v.edge_comm = edge_comm, v.compute = st.compute, v.link = st.link.data(),
+  v.x = tt.x.data(), v.MX = tt.max_x, v.edge_comm = edge_comm, v.compute = st.compute.data(), v.link = st.link.data(),
   v.lists = st.lists.data(), v.rank_begin = et.rank_begin, v.ends = et.x, v.EX = et.stride, v.e_send = et.send;
   return v;
 }
@@ -877,7 +860,6 @@ constexpr lowering_tables lowering_tables_of(program_view p, const int* tick) {
 constexpr lowering_input lowering_input_of(program_view p, const int* tick, const lowering_tables& lt) {
   lowering_input in;
   static_cast<lowering_shape&>(in) = lt.shape;
-  in.p = p;
   in.A = p.actions.data();
   in.tick = tick;
   in.beg = p.begin.data();

@@ -309,11 +309,10 @@ constexpr checked_program<Cap> check_frozen(const frozen_program<Cap>& f, const 
   }
   const program_view p = f.view();
   using W = check_scratch_fixed<Cap.stages, Cap.stages * Cap.microbatches, Cap.ranks>;
-  W* w = new W;
+  scratch<W> room(1, unset);
   int* peaks = out.peak_units.data();
   const detail::check_result facts = detail::check_in(
-      p, f.actions, f.begin, f.stage_rank, {opt.mem_limit, opt.memory, opt.mem_limit_units}, out.tick, peaks, *w);
-  delete w;
+      p, f.actions, f.begin, f.stage_rank, {opt.mem_limit, opt.memory, opt.mem_limit_units}, out.tick, peaks, room[0]);
   out.result = facts.result;
   out.ticks = facts.ticks;
   if (out.result.ok() && p.split_backward() != Cap.split) {  // the executors trust Cap.split
@@ -407,27 +406,22 @@ constexpr lowered_front<Cap> lower_front(const frozen_program<Cap>& f, const che
   constexpr const char* undercounts = "the schedule's extent() undercounts the edges between stages on different ranks";
   const lowering_shape sh = lowering_shape_of(p, c.tick);
   if (sh.E > F::E || sh.T > F::A) return fault(undercounts);
-  R* w = new R;
-  lowering_tables_in(p, f.actions, f.begin, c.tick, sh, *w);
-  const static_lowering_input<Cap> in{sh,      f.actions, c.tick, f.begin,       w->owner, w->posF,       w->posG,
-                                      w->last, w->from,   w->to,  w->pred_begin, w->pred,  w->succ_begin, w->succ};
+  scratch<R> room(1, unset);
+  R& w = room[0];
+  lowering_tables_in(p, f.actions, f.begin, c.tick, sh, w);
+  const static_lowering_input<Cap> in{sh,     f.actions, c.tick, f.begin,      w.owner, w.posF,       w.posG,
+                                      w.last, w.from,    w.to,   w.pred_begin, w.pred,  w.succ_begin, w.succ};
   std::vector<comm_desc> comms;
-  lower_communicators_in(in, opt.comms, comms, out.edge_comm, w->pair);
+  lower_communicators_in(in, opt.comms, comms, out.edge_comm, w.pair);
   int niv = 0, nx = 0;
-  lower_transfers_in(in, w->iv, R::MIV, out.x, F::MX, niv, nx);
+  lower_transfers_in(in, w.iv, R::MIV, out.x, F::MX, niv, nx);
   const int stride = slot_table::stride_for(sh);
-  if (Cap.edges > 0)
-    for (int k = 0; k < sh.N; ++k) out.link[k] = -1;
   std::vector<int> lists;
-  assign_slots_in(in, w->iv, R::MIV, niv, stride, out.resources.data(), w->of_buffer, out.compute, out.link, lists, *w);
+  assign_slots_in(in, w.iv, R::MIV, niv, stride, out.resources.data(), w.of_buffer, out.compute, out.link, lists, w);
   // capacity_of bounds the transfers from a true extent()
-  if (nx > F::X || static_cast<int>(comms.size()) > Cap.comms) {
-    delete w;
-    return fault(undercounts);
-  }
-  order_ends_in(in, out.x, F::MX, nx, w->of_buffer, stride, resolve(opt.groups, p), out.ends, F::EX, out.end_send,
-                out.end_begin, *w);
-  delete w;
+  if (nx > F::X || static_cast<int>(comms.size()) > Cap.comms) return fault(undercounts);
+  order_ends_in(in, out.x, F::MX, nx, w.of_buffer, stride, resolve(opt.groups, p), out.ends, F::EX, out.end_send,
+                out.end_begin, w);
   out.ops = count_ops_in(sh, nx, out.ends, F::EX, out.end_begin);
   if (out.ops > Cap.ops) return fault(undercounts);
   if (static_cast<int>(lists.size()) > Cap.slot_lists) return fault("the plan's slot lists outgrew their capacity");
@@ -490,12 +484,10 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
                                   front.lists, front.end_begin, front.ends, front.end_send};
   int nout = 0;
   {
-    using W = rank_scratch_fixed<Cap.ops, Cap.ops>;
-    W* ws = new W;
+    scratch<rank_scratch_fixed<Cap.ops, Cap.ops>> room(1, unset);
     s.op_begin[0] = 0;
     for (int r = 0; r < in.P; ++r)
-      nout = lower_rank_in(in, r, *ws, s.resources[r], s.op_table, nout), s.op_begin[r + 1] = nout;
-    delete ws;
+      nout = lower_rank_in(in, r, room[0], s.resources[r], s.op_table, nout), s.op_begin[r + 1] = nout;
   }
   z.ops = nout;
   z.slot_lists = front.slot_lists;
@@ -524,12 +516,9 @@ template <plan_shape Cap>
 constexpr verdict verify_static(const static_plan<Cap>& s) {
   if (!s.rejection.ok()) return s.rejection;
   // scratch as arrays bounded by the capacities (a rank has fewer events and slots per pool than ops)
-  using scratch = verify_scratch_fixed<Cap.ops, Cap.ops, Cap.ops, 2 * Cap.comms, stream_count * Cap.ranks>;
-  scratch* w = new scratch;
-  const verdict v = verify_lowered_in(s.used.ranks, s.used.ops, s.used.comms, s.used.slot_lists, s.op_table, s.op_begin,
-                                      s.comm_table, s.resources, s.list_table, *w, Cap.ops, Cap.ops, nullptr);
-  delete w;
-  return v;
+  scratch<verify_scratch_fixed<Cap.ops, Cap.ops, Cap.ops, 2 * Cap.comms, stream_count * Cap.ranks>> room(1, unset);
+  return verify_lowered_in(s.used.ranks, s.used.ops, s.used.comms, s.used.slot_lists, s.op_table, s.op_begin,
+                           s.comm_table, s.resources, s.list_table, room[0], Cap.ops, Cap.ops, nullptr);
 }
 
 /// What error_of reads for a rejected plan (`value.rejection`).

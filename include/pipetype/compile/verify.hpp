@@ -427,15 +427,10 @@ constexpr check_result check_into(program_view p, const check_options& opt, int*
   const int S = p.stages > 0 ? p.stages : 0, P = p.ranks > 0 ? p.ranks : 0;
   const int n = S * (p.microbatches > 0 ? p.microbatches : 0);
   detail::scratch<int> ints(S + 1 + kind_count * n + 1 + 3 * n + 1 + 7 * P + 1 + 3 * n + 1, unset);
-  int* q = ints.data();
-  const auto take = [&](int k) {
-    int* at_q = q;
-    q += k;
-    return at_q;
-  };
-  w.owner = take(S + 1), w.pos = take(kind_count * n + 1), w.done = take(3 * n + 1), w.ptr = take(P),
-  w.queue = take(2 * P), w.wait_next = take(P), w.waits_on = take(P), w.waits_at = take(P),
-  w.wait_head = take(3 * n + 1);
+  pieces<int> q{ints.data()};
+  w.owner = q.next(S + 1), w.pos = q.next(kind_count * n + 1), w.done = q.next(3 * n + 1), w.ptr = q.next(P),
+  w.queue = q.next(2 * P), w.wait_next = q.next(P), w.waits_on = q.next(P), w.waits_at = q.next(P),
+  w.wait_head = q.next(3 * n + 1);
   return check_in(p, p.actions.data(), p.begin.data(), p.stage_rank.data(), opt, tick, peak_units, w);
 }
 

@@ -71,9 +71,9 @@ struct verify_scratch_fixed {
 };
 
 /// verify_lowered over tables and scratch given as arrays or pointers (the same code indexes
-/// either): P ranks, N ops, C communicators, NL slot-list entries; `bound` is what the scratch
-/// holds (events and slots per pool on a rank, channels, lanes), or -1 where it was sized from
-/// the tables themselves.
+/// either): P ranks, N ops, C communicators, NL slot-list entries. `event_bound` and
+/// `slot_bound` are the events and slots per pool on a rank that a fixed scratch holds (a rank
+/// declaring more is refused), or -1 where the scratch was sized from the tables themselves.
 template <class Ops, class Ints, class Comms, class Res, class Lists, class Scratch>
 constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops, const Ints& beg, const Comms& comms,
                                     const Res& res, const Lists& lists, Scratch& w, int event_bound, int slot_bound,
@@ -424,12 +424,16 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   // (its ranks; events and slots, in all ranks together, at most limits::actions each), so
   // that the scratch below and the per-rank resets stay bounded.
   long long all_slots = 0, all_events = 0;
+  int slots = 0, events = 0;  // the largest rank's, which size the scratch
   bool negative = P < 0 || static_cast<long long>(L.begin.size()) < static_cast<long long>(P) + 1 ||
                   static_cast<long long>(L.resources.size()) < P;
   for (int r = 0; r < P && !negative; ++r) {
     const rank_resources& q = L.resources[static_cast<std::size_t>(r)];
     negative = q.activation_slots < 0 || q.gradient_slots < 0 || q.events < 0;
     all_slots += static_cast<long long>(q.activation_slots) + q.gradient_slots, all_events += q.events;
+    slots = q.activation_slots > slots ? q.activation_slots : slots;
+    slots = q.gradient_slots > slots ? q.gradient_slots : slots;
+    events = q.events > events ? q.events : events;
   }
   if (negative || P > limits::ranks || all_slots > limits::actions || all_events > limits::actions) {
     verdict v;
@@ -439,31 +443,20 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
                           "together than pipetype::limits::actions";
     return v;
   }
-  int slots = 0, events = 0;
-  for (int r = 0; r < P; ++r) {
-    const rank_resources& q = L.resources[static_cast<std::size_t>(r)];
-    slots = q.activation_slots > slots ? q.activation_slots : slots;
-    slots = q.gradient_slots > slots ? q.gradient_slots : slots;
-    events = q.events > events ? q.events : events;
-  }
   const int channels = 2 * C, lanes = P * stream_count;
   // one block of ints: nine of N + 1, the events, the slots' uses, four of channels + 1, two of lanes + 1
   const int n1 = N + 1, c1 = channels + 1, l1 = lanes + 1;
   detail::scratch<int> ints(9 * n1 + (events + 1) + (8 * slots + 8) + 4 * c1 + 2 * l1, detail::unset);
   detail::scratch<char> chars(2 * n1, detail::unset);
   detail::scratch<signed char> dir(N + 2, detail::unset);
-  int* q = ints.data();
+  detail::pieces<int> q{ints.data()};
   detail::verify_scratch_ptrs w{};
-  const auto take = [&](int n) {
-    int* at = q;
-    q += n;
-    return at;
-  };
-  w.group_of = take(n1), w.waits_on = take(n1), w.group_end_of = take(n1), w.t_op = take(n1), w.t_ch = take(n1),
-  w.partner = take(n1), w.send_list = take(n1), w.recv_list = take(n1), w.lane_ops = take(n1);
-  w.last_record = take(events + 1), w.use = take(8 * slots + 8);
-  w.send_begin = take(c1), w.recv_begin = take(c1), w.send_fill = take(c1), w.recv_fill = take(c1);
-  w.lane_begin = take(l1), w.pc = take(l1);
+  w.group_of = q.next(n1), w.waits_on = q.next(n1), w.group_end_of = q.next(n1), w.t_op = q.next(n1),
+  w.t_ch = q.next(n1), w.partner = q.next(n1), w.send_list = q.next(n1), w.recv_list = q.next(n1),
+  w.lane_ops = q.next(n1);
+  w.last_record = q.next(events + 1), w.use = q.next(8 * slots + 8);
+  w.send_begin = q.next(c1), w.recv_begin = q.next(c1), w.send_fill = q.next(c1), w.recv_fill = q.next(c1);
+  w.lane_begin = q.next(l1), w.pc = q.next(l1);
   w.done = chars.data(), w.reached = chars.data() + n1, w.direction = dir.data();
   return detail::verify_lowered_in(P, N, C, static_cast<int>(L.slot_lists.size()), L.ops.data(), L.begin.data(),
                                    L.comms.data(), L.resources.data(), L.slot_lists.data(), w, -1, -1, by_certificate);

@@ -53,6 +53,18 @@ class scratch {
   T* data_;
 };
 
+/// Consecutive pieces of one allocation (a scratch sized for all of them): next(n) hands out
+/// the following n elements.
+template <class T>
+struct pieces {
+  T* at;
+  constexpr T* next(int n) noexcept {
+    T* piece = at;
+    at += n;
+    return piece;
+  }
+};
+
 /// Writes v to a[0, n) in order. A table that a pass then writes out of order (a block of
 /// fields, a sort's output) is filled first: g++ keeps a constant array as a sorted list of the
 /// elements written so far, so each write into its middle moves every later element.
