@@ -93,7 +93,8 @@ void BM_straight_line(benchmark::State& state) {
   std::vector<pt::bound_op> calls(static_cast<std::size_t>(sl.stage_calls));
   sl.bind(d, pools.data(), entries.data(), calls.data());
   const std::vector<float> batch = batch_of(plan);
-  const auto* b = reinterpret_cast<const std::byte*>(batch.data());
+  const pt::feed_tensor source{reinterpret_cast<const std::byte*>(batch.data()), 16 * sizeof(float)};
+  const pt::step_feed b{&source};
   {  // as many driver calls as the executor's step
     counting_driver ed;
     auto ex = executor_of(plan, model, ed);
@@ -142,7 +143,7 @@ void BM_flat_replay(benchmark::State& state) {
       op.fn = e.fn[c.kind == 'F' ? 0 : c.kind == 'B' ? 1 : c.kind == 'I' ? 2 : 3];
       op.obj = e.obj;
       op.microbatch = c.microbatch;
-      op.n_in = op.n_out = 16;
+      op.entry = &e;
       op.in = reinterpret_cast<std::byte*>(batch.data());
       f.c = static_cast<int>(stage_calls.size());
       stage_calls.push_back(op);
@@ -150,7 +151,7 @@ void BM_flat_replay(benchmark::State& state) {
     calls.push_back(f);
   }
   counting_driver d;
-  const auto* b = reinterpret_cast<const std::byte*>(batch.data());
+  const pt::step_feed b{};  // every op reads its `in`
   using ck = pc::record_driver::call_kind;
   for (auto _ : state)
     for (const flat& f : calls) switch (f.what) {

@@ -90,7 +90,7 @@ struct straight_line {
   /// Fills the stage calls' bound ops (what the executor's binding gives them) from the pools.
   void (*bind)(counting_driver& d, std::byte* const* pool, const pt::stage_entry* e, pt::bound_op* c);
   /// The step: driver calls with constant arguments, the stage calls through c[k].fn.
-  void (*step)(counting_driver& d, std::byte* const* pool, const pt::bound_op* c, const std::byte* batch);
+  void (*step)(counting_driver& d, std::byte* const* pool, const pt::bound_op* c, const pt::step_feed& feed);
 };
 const straight_line& straight_line_of(int which);
 

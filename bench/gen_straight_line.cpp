@@ -7,7 +7,7 @@
 // every stream, event, size, peer and communicator a constant, every buffer a pool's base plus a
 // constant offset, no loop, no dispatch — and bind_<case>, which fills the stage calls' bound
 // ops from the pools once, field for field what the executor bound (captured from the same
-// step). The stage calls are `c[k].fn(c[k].obj, c[k], batch)`, as in the executor's step, so the
+// step). The stage calls are `c[k].fn(c[k].obj, c[k], feed)`, as in the executor's step, so the
 // compute part costs the same in both and the difference is the issuing.
 #include "cuda_issue.hpp"
 
@@ -34,7 +34,7 @@ struct captured {
 std::vector<captured> stage_calls;
 
 template <int K>
-void capture(void*, const pt::bound_op& op, const std::byte*) {
+void capture(void*, const pt::bound_op& op, const pt::step_feed&) {
   stage_calls.push_back({op, K});
 }
 
@@ -94,19 +94,16 @@ void write_bind(std::ostream& out, const std::string& name, const std::vector<pt
     field("end", o.end != z.end, num(o.end));
     field("stage", o.stage != z.stage, num(o.stage));
     field("microbatch", o.microbatch != z.microbatch, num(o.microbatch));
-    field("n_in", o.n_in != z.n_in, num(o.n_in));
-    field("n_out", o.n_out != z.n_out, num(o.n_out));
     field("add_count", o.add_count != z.add_count, num(o.add_count));
     const std::string fn_entry = entry_of([](const pt::stage_entry& s) { return s.obj; }, o.obj);
     field("fn", true, "e[" + fn_entry + "].fn[" + num(stage_calls[k].fn_slot) + "]");
     field("obj", true, "e[" + fn_entry + "].obj");
+    field("entry", true, "&e[" + fn_entry + "]");
     ptr("in", o.in, z.in);
     ptr("out", o.out, z.out);
     ptr("grad_out", o.grad_out, z.grad_out);
     ptr("grad_in", o.grad_in, z.grad_in);
     ptr("stash", o.stash, z.stash);
-    field("n_stash", o.n_stash != z.n_stash, num(o.n_stash));
-    field("n_weight_grad", o.n_weight_grad != z.n_weight_grad, num(o.n_weight_grad));
     ptr("weight_grad", o.weight_grad, z.weight_grad);
     if (o.add != z.add)
       field("add", true, "e[" + entry_of([](const pt::stage_entry& s) { return s.add; }, o.add) + "].add");
@@ -122,6 +119,7 @@ void write_bind(std::ostream& out, const std::string& name, const std::vector<pt
     field("comm", o.comm != z.comm, num(o.comm));
     ptr("buf", o.buf, z.buf);
     field("bytes", o.bytes != z.bytes, num(o.bytes));
+    field("feed", o.feed != z.feed, num(o.feed));
   }
   out << "}\n\n";
 }
@@ -158,7 +156,7 @@ void write_step(std::ostream& out, const std::string& name, const std::vector<pc
              << c.peer << ", " << c.comm << ", " << c.stream << ");\n";
         break;
       case ck::compute:
-        body << indent << "c[" << k << "].fn(c[" << k << "].obj, c[" << k << "], batch);  // " << c.stage << c.kind
+        body << indent << "c[" << k << "].fn(c[" << k << "].obj, c[" << k << "], feed);  // " << c.stage << c.kind
              << c.microbatch << "\n";
         ++k;
         break;
@@ -169,7 +167,7 @@ void write_step(std::ostream& out, const std::string& name, const std::vector<pc
     throw std::runtime_error("gen_straight_line: the stage calls and the recorded computes differ");
   out << "void step_" << name
       << "([[maybe_unused]] counting_driver& d, [[maybe_unused]] std::byte* const* pool,\n"
-         "    [[maybe_unused]] const pt::bound_op* c, [[maybe_unused]] const std::byte* batch) {\n";
+         "    [[maybe_unused]] const pt::bound_op* c, [[maybe_unused]] const pt::step_feed& feed) {\n";
   for (std::size_t p = 0; p < used.size(); ++p)
     if (used[p]) out << "  std::byte* const p" << p << " = pool[" << p << "];\n";
   out << body.str() << "}\n\n";

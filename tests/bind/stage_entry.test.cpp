@@ -45,8 +45,10 @@ TEST_CASE("stage_entry: a stage_entry carries the stage's kinds, extents and ele
   REQUIRE(ea.size() == 1);
   const pt::stage_entry& e = ea[0];
   CHECK(e.obj == &a.stage<0>());
-  CHECK(e.in_elems == 8);
-  CHECK(e.in_size == sizeof(float));
+  CHECK(e.in.count == 1);
+  CHECK(e.in.t[0].elems == 8);
+  CHECK(e.in.t[0].size == sizeof(float));
+  CHECK(e.in_bytes() == 8 * sizeof(float));
   CHECK(e.out_bytes() == 3 * sizeof(double));
   CHECK(e.stash_bytes() == 5 * sizeof(int));
   CHECK(!e.split);
@@ -81,12 +83,13 @@ TEST_CASE("stage_entry: a bound op calls the stage with its typed context") {
   op.what = pt::kind::F;
   op.stage = 0;
   op.microbatch = 1;
-  op.n_in = 8;
-  op.n_out = 3;
+  op.entry = &e;
+  op.feed = 0;
   op.fn = e.fn[static_cast<int>(pt::kind::F)];
   op.obj = e.obj;
   op.out = reinterpret_cast<std::byte*>(out);
-  op.fn(op.obj, op, reinterpret_cast<const std::byte*>(batch));
+  const pt::feed_tensor source{reinterpret_cast<const std::byte*>(batch), 8 * sizeof(float)};
+  op.fn(op.obj, op, pt::step_feed{&source});
   CHECK(f.calls == 1);
   CHECK(out[0] == 8.0);  // 7 + microbatch 1
 }

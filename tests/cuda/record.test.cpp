@@ -472,3 +472,58 @@ TEST_CASE(
 
 }  // namespace test_record
 }  // namespace
+
+namespace {
+namespace test_record_sets {
+namespace pt = pipetype;
+namespace pc = pipetype::cuda;
+using ck = pc::record_driver::call_kind;
+
+// Several tensors per edge on the device executor: an activation moves the whole block (floats,
+// then the ids at the next 64 bytes), a gradient only the floats; a batch gives each source tensor
+// its own array, and one that does not fit is refused before any call.
+struct set_stage {
+  using input = pt::tensors<pt::tensor<float, 4>, pt::no_grad<pt::tensor<std::int32_t, 4>>>;
+  using output = input;
+  std::vector<const void*> seen;  // where the source read its ids, per forward
+  void forward(const pt::forward_ctx<set_stage>& c) {
+    if (c.stage == 0) seen.push_back(c.input.get<1>().data());
+  }
+  void backward(const pt::backward_ctx<set_stage>&) {}
+};
+
+TEST_CASE("cuda record: a set's activation moves its whole block, its gradient only the tensors with one") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 3));
+  REQUIRE(plan.ok());
+  std::vector<float> x(12);
+  std::vector<std::int32_t> ids(12);
+  for (int r = 0; r < 2; ++r) {
+    pt::uniform_chain<set_stage> model(std::vector<set_stage>(2));
+    pc::record_driver d;
+    pc::executor ex{pt::views_of(plan), pt::entries_of(model), d, {.rank = r, .comms = {0}}};
+    d.clear();
+    pt::batch bad;
+    bad.input(x);
+    CHECK_THROWS_AS(ex.step(bad), pt::shape_error);
+    CHECK(d.calls().empty());  // nothing issued
+    pt::batch b;
+    b.input(x).input(ids);
+    ex.step(b);
+    int sends = 0;
+    for (const pc::record_driver::call& c : d.calls()) {
+      if (c.what != ck::send && c.what != ck::recv) continue;
+      ++sends;
+      // rank 0 sends activations and receives gradients; rank 1 the other way round
+      const bool activation = (c.what == ck::send) == (r == 0);
+      CHECK(c.bytes == (activation ? 80u : 16u));
+    }
+    CHECK(sends == 6);
+    if (r == 0) {
+      REQUIRE(model.stage(0).seen.size() == 3);
+      for (std::size_t j = 0; j < 3; ++j) CHECK(model.stage(0).seen[j] == ids.data() + 4 * j);
+    }
+  }
+}
+
+}  // namespace test_record_sets
+}  // namespace

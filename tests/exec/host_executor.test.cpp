@@ -306,7 +306,8 @@ TEST_CASE("host executor: run-time extents are checked link by link at construct
   const auto plan = pt::build_plan(pt::make_schedule("1f1b", 2, 2));
   pt::uniform_chain<resize> bad(std::vector<resize>{{4, 6}, {5, 1}});
   CHECK_THROWS_WITH_AS(ph::executor(plan, bad),
-                       "pipetype::host: stage 0 gives 6 elements of 4 bytes but stage 1 takes 5 of 4", pt::shape_error);
+                       "pipetype::host: the edge 0 -> 1: stage 0 gives 6 elements but stage 1 takes 5",
+                       pt::shape_error);
   pt::uniform_chain<resize> good(std::vector<resize>{{4, 6}, {6, 1}});
   CHECK_NOTHROW(ph::executor(plan, good));
 }

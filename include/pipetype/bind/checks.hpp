@@ -3,7 +3,8 @@
 // Every executor runs these when it is built, and each failure is an exception naming the
 // place (the `who` prefix says which executor: "pipetype::host", "pipetype::cuda"):
 //   • the plan has as many stages as the model (per lane, when it has several);
-//   • stage s's output has as many bytes, of the same element size, as stage s+1's input;
+//   • stage s's output is what stage s+1 takes (each edge of a graph): as many tensors, each of
+//     the same element type, with as many elements, carrying a gradient or not alike;
 //   • a schedule that splits a stage's backward (I/W) meets a stage with backward_input and
 //     backward_weight;
 //   • determinism: a stage that accumulates its own weight gradients runs its B/W in microbatch
@@ -52,12 +53,28 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
                       (p.lanes > 1 ? " (" + std::to_string(p.lanes) + " lanes of " + std::to_string(L) + ")" : "") +
                       " but the model has " + std::to_string(entries.size()));
   auto link = [&](int from, int to) {
-    const stage_entry& a = entries[static_cast<std::size_t>(from)];
-    const stage_entry& b = entries[static_cast<std::size_t>(to)];
-    if (a.out_bytes() != b.in_bytes() || a.out_size != b.in_size)
-      throw shape_error(who + ": stage " + std::to_string(from) + " gives " + std::to_string(a.out_elems) +
-                        " elements of " + std::to_string(a.out_size) + " bytes but stage " + std::to_string(to) +
-                        " takes " + std::to_string(b.in_elems) + " of " + std::to_string(b.in_size));
+    const edge_shape& a = entries[static_cast<std::size_t>(from)].out;
+    const edge_shape& b = entries[static_cast<std::size_t>(to)].in;
+    const std::string edge = who + ": the edge " + std::to_string(from) + " -> " + std::to_string(to) + ": ";
+    if (a.count != b.count)
+      throw shape_error(edge + "stage " + std::to_string(from) + " gives " + std::to_string(a.count) +
+                        " tensors but stage " + std::to_string(to) + " takes " + std::to_string(b.count));
+    for (std::size_t k = 0; k < static_cast<std::size_t>(a.count); ++k) {
+      const tensor_place &x = a.t[k], &y = b.t[k];
+      const std::string at = a.count > 1 ? edge + "tensor " + std::to_string(k) + ": " : edge;
+      if (x.size != y.size || x.type != y.type)
+        throw shape_error(at + "stage " + std::to_string(from) + " gives elements of " + std::to_string(x.size) +
+                          " bytes, stage " + std::to_string(to) + " takes " +
+                          (x.size != y.size ? "elements of " + std::to_string(y.size) + " bytes" : "another type"));
+      if (x.elems != y.elems)
+        throw shape_error(at + "stage " + std::to_string(from) + " gives " + std::to_string(x.elems) +
+                          " elements but stage " + std::to_string(to) + " takes " + std::to_string(y.elems));
+      if (x.grad != y.grad)
+        throw shape_error(at + "stage " + std::to_string(from) +
+                          (x.grad ? " expects its gradient back but stage " + std::to_string(to) + " marks it no_grad"
+                                  : " marks it no_grad but stage " + std::to_string(to) + " sends its gradient back") +
+                          " (mark it no_grad on both sides, or on neither)");
+    }
   };
   if (!p.has_edges()) {
     for (int s = 0; s + 1 < L; ++s) link(s, s + 1);
@@ -70,11 +87,6 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
       throw shape_error(
           who + ": stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
           " stages, so its gradients are summed, but its output type has no += and the stage no add_grad_output");
-    // every source reads the same batch (one row per microbatch, the sources' inputs side by side)
-    if (p.lane_head(static_cast<int>(s)) && entries[s].in_size != entries.front().in_size)
-      throw shape_error(who + ": source stage " + std::to_string(s) + " takes elements of " +
-                        std::to_string(entries[s].in_size) + " bytes, stage 0 of " +
-                        std::to_string(entries.front().in_size) + ": the sources share one batch of one element type");
   }
 }
 

@@ -48,8 +48,6 @@ inline plan_views views_of(const runtime_plan& p) {
 
 namespace detail {
 
-constexpr std::size_t round_up64(std::size_t n) { return (n + 63) / 64 * 64; }
-
 /// Takes the lowest free slot of `busy` (growing it when none is free); returns its index.
 inline std::size_t take_lowest_free(std::vector<char>& busy) {
   const auto k = static_cast<std::size_t>(std::find(busy.begin(), busy.end(), 0) - busy.begin());
@@ -60,13 +58,14 @@ inline std::size_t take_lowest_free(std::vector<char>& busy) {
 
 inline std::string action_name(const lowered_op& o) { return to_text(action{o.what, o.stage, o.microbatch, false}); }
 
-/// One rank's buffer layout: the stride of its activation and gradient slots (the largest
-/// activation crossing into, out of or within the rank), its stash stride, and per op the stash
+/// One rank's buffer layout: the stride of its activation slots (the largest activation block
+/// crossing into, out of or within the rank) and of its gradient slots (the largest gradient
+/// block: only the tensors that carry one), its stash stride, and per op the stash
 /// slot it uses — live from F(s,j) to the last backward of (s,j) on the rank, lowest free first;
 /// a slot the first half of an overlapped pair frees stays taken through the second half (the
 /// halves may run at once on a device).
 struct rank_layout {
-  std::size_t stride = 0, stash_stride = 0;
+  std::size_t stride = 0, grad_stride = 0, stash_stride = 0;
   int stash_slots = 0;
   std::vector<int> op_stash;  // per lowered op of the rank; -1: none
 };
@@ -78,16 +77,19 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
   std::vector<char> here(S, 0);
   for (const lowered_op& o : ops)
     if (o.code == op_code::compute) here[static_cast<std::size_t>(o.stage)] = 1;
-  std::size_t act = 0, stash = 0;
+  std::size_t act = 0, grad = 0, stash = 0;
   for (std::size_t s = 0; s < S; ++s) {
     if (!here[s]) continue;
     const stage_entry& e = entries[s % L];
     const int si = static_cast<int>(s);
-    act = std::max({act, !p.lane_head(si) ? e.in_bytes() : 0, !p.lane_tail(si) ? e.out_bytes() : 0});
+    const bool head = p.lane_head(si), tail = p.lane_tail(si);
+    act = std::max({act, !head ? e.in.bytes : 0, !tail ? e.out.bytes : 0});
+    grad = std::max({grad, !head ? e.in.grad_bytes : 0, !tail ? e.out.grad_bytes : 0});
     stash = std::max(stash, e.stash_bytes());
   }
   rank_layout out;
   out.stride = round_up64(act);
+  out.grad_stride = round_up64(grad);
   out.stash_stride = round_up64(stash);
   out.op_stash.assign(ops.size(), -1);
   if (stash == 0) return out;
@@ -191,23 +193,43 @@ void sort_later(std::vector<H>& later, int L) {
   });
 }
 
-/// Where the sources read the batch: one row per microbatch holding each source's input, in
-/// stage order (a chain: stage 0's input alone).
+/// Where the sources read the batch. The step's feed lists every source's tensors (sources in
+/// stage order, each source's in declaration order); `first[s]` is source s's first (-1: not a
+/// source). A batch given as one array (step(span)) holds one row per microbatch with each
+/// source's input block side by side, in stage order: `offset[s]` is source s's block in the row,
+/// `row` the row's bytes (a chain of single tensors: stage 0's input alone, as before).
 struct batch_layout {
-  std::vector<std::size_t> offset;  // per model stage: its input's bytes into the row (sources)
+  std::vector<int> first;           // per model stage: its first tensor in the feed; -1: not a source
+  std::vector<std::size_t> offset;  // per model stage: its input block's bytes into the row (sources)
   std::size_t row = 0;              // bytes per microbatch
-  int sources = 0;
+  int sources = 0, tensors = 0;
 };
 inline batch_layout batch_layout_of(const program_view& p, const std::vector<stage_entry>& entries) {
   batch_layout b;
+  b.first.assign(entries.size(), -1);
   b.offset.assign(entries.size(), 0);
   for (std::size_t s = 0; s < entries.size(); ++s)
     if (p.lane_head(static_cast<int>(s))) {
+      b.first[s] = b.tensors;
+      b.tensors += entries[s].in.count;
       b.offset[s] = b.row;
-      b.row += entries[s].in_bytes();
+      b.row += entries[s].in.bytes;
       ++b.sources;
     }
   return b;
+}
+
+/// The feed of a batch given as one array (batch_layout's rows): per source tensor, its place.
+inline void feed_from_rows(const batch_layout& b, const std::vector<stage_entry>& entries, const std::byte* batch,
+                           std::vector<feed_tensor>& out) {
+  out.resize(static_cast<std::size_t>(b.tensors));
+  for (std::size_t s = 0; s < entries.size(); ++s) {
+    if (b.first[s] < 0) continue;
+    const edge_shape& sh = entries[s].in;
+    for (int k = 0; k < sh.count; ++k)
+      out[static_cast<std::size_t>(b.first[s] + k)] = {batch + b.offset[s] + sh.t[static_cast<std::size_t>(k)].offset,
+                                                       b.row};
+  }
 }
 
 /// The addresses a rank's compute ops list (a stage graph's fan-ins and fan-outs): the size of
@@ -236,8 +258,7 @@ void bind_compute(bound_op& b, const lowered_op& o, const stage_entry& e, int L,
   b.microbatch = o.microbatch;
   b.fn = e.fn[static_cast<int>(o.what)];
   b.obj = e.obj;
-  b.n_in = static_cast<std::uint32_t>(e.in_elems);
-  b.n_out = static_cast<std::uint32_t>(e.out_elems);
+  b.entry = &e;
   b.in = act_at(o.slot);
   if (o.what == kind::F) {
     b.out = act_at(o.out_slot);
@@ -246,9 +267,7 @@ void bind_compute(bound_op& b, const lowered_op& o, const stage_entry& e, int L,
     b.grad_in = grad_at(o.out_slot);
   }
   b.stash = stash;
-  b.n_stash = stash ? static_cast<std::uint32_t>(e.stash_elems) : 0;
-  b.batch_stride = batch.row;
-  b.batch_offset = batch.offset[static_cast<std::size_t>(o.stage % L)];
+  b.feed = batch.first[static_cast<std::size_t>(o.stage % L)];
   if (o.link < 0) return;
   const op_slots sl = l.slots_of(o);
   if (lists.size() + sl.in.size() + sl.grad.size() + sl.out.size() > lists.capacity())

@@ -3,12 +3,12 @@
 //
 // `entries_of(model)` turns each stage of a chain or uniform_chain into a `stage_entry`: a
 // pointer to the object, one function pointer per kind it offers (F, B and, for stages that
-// split their backward, I and W), its input / output / stash / weight-gradient extents and
-// element sizes, and — for stages that hand their weight gradients to pipetype — the function
-// that adds one into the stage's accumulator. A `bound_op` is one lowered op with its addresses
-// resolved; an executor calls `op.fn(op.obj, op, batch)` and the stage receives the typed
-// context of graph/stage.hpp. Nothing here allocates or knows an executor: the host executor
-// (exec/) and the device executor (cuda/) both bind through it.
+// split their backward, I and W), the shapes of its input and output (graph/tensors.hpp: one
+// tensor or a set, in bytes), its stash and weight-gradient extents and element sizes, and — for stages that hand their
+// weight gradients to pipetype — the function that adds one into the stage's accumulator. A `bound_op` is one lowered
+// op with its addresses resolved; an executor calls `op.fn(op.obj, op, feed)` and the stage receives the typed context
+// of graph/stage.hpp. Nothing here allocates or knows an executor: the host executor (exec/) and the device executor
+// (cuda/) both bind through it.
 #pragma once
 
 #include <cstddef>
@@ -33,12 +33,43 @@ struct shape_error : std::invalid_argument {
 };
 
 struct bound_op;
-using stage_fn = void (*)(void* stage, const bound_op& op, const std::byte* batch);
+struct step_feed;
+using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
+
+/// Where one tensor of the step's batch lies: microbatch j at `base + j · stride`.
+struct feed_tensor {
+  const std::byte* base = nullptr;
+  std::size_t stride = 0;
+};
+
+/// What a step hands every stage call besides its op: the batch, per source tensor (sources in
+/// stage order, each source's tensors in declaration order). Filled by the executor at step().
+struct step_feed {
+  const feed_tensor* inputs = nullptr;
+};
+
+/// What binding needs to know about one stage.
+struct stage_entry {
+  void* obj = nullptr;
+  stage_fn fn[kind_count] = {};  // by kind: F, B, I, W (nullptr: not provided)
+  add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
+  bool adds_on_stream = false;   // the stage adds them itself, on a stream (add_weight_grad)
+  edge_shape in, out;            // its input's and output's bytes per microbatch (a tensor, or a set)
+  std::size_t stash_elems = 0, weight_grad_elems = 0;
+  std::size_t stash_size = 0, weight_grad_size = 0;  // element sizes
+  bool split = false;
+  bool sums_outputs = false;    // its output type has += (or add_grad_output): a fan-out's gradients can be summed
+  bool sums_on_stream = false;  // the stage adds them itself, on a stream (add_grad_output)
+  constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
+  constexpr std::size_t in_bytes() const { return in.bytes; }
+  constexpr std::size_t out_bytes() const { return out.bytes; }
+  constexpr std::size_t stash_bytes() const { return stash_elems * stash_size; }
+};
 
 /// One lowered op with its addresses resolved. `wait` > 0: before the op, the rank's other
 /// stream must have completed `wait` of its ops; `record`: after the op, publish how many of
-/// this stream's ops have completed (`end`).
+/// this stream's ops have completed (`end`). A compute op's sizes are its stage's (`entry`).
 struct bound_op {
   // first cache line: what every op and a forward read
   op_code code = op_code::compute;
@@ -48,17 +79,16 @@ struct bound_op {
   int end = 0;  // position after this op (a group: after its transfers)
   int stage = -1;
   int microbatch = -1;
-  std::uint32_t n_in = 0, n_out = 0;  // elements
-  int add_count = 0;                  // after the op: add this many held weight gradients, in order
+  int add_count = 0;                   // after the op: add this many held weight gradients, in order
+  const stage_entry* entry = nullptr;  // the stage's shapes (compute ops)
   stage_fn fn = nullptr;
   void* obj = nullptr;
-  std::byte* in = nullptr;  // nullptr on stage 0: the batch, at microbatch · in_bytes
+  std::byte* in = nullptr;  // nullptr on a source: it reads the batch (feed)
   std::byte* out = nullptr;
   // then: backwards, weight gradients, transfers
-  std::byte* grad_out = nullptr;  // the gradient of this stage's output (from stage + 1)
-  std::byte* grad_in = nullptr;   // the gradient of this stage's input (to stage − 1)
+  std::byte* grad_out = nullptr;  // the gradient block of this stage's output (from stage + 1)
+  std::byte* grad_in = nullptr;   // the gradient block of this stage's input (to stage − 1)
   std::byte* stash = nullptr;
-  std::uint32_t n_stash = 0, n_weight_grad = 0;
   std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
   add_fn add = nullptr;
   int add_begin = 0;       // bound_rank::adds[add_begin .. + add_count)
@@ -69,8 +99,7 @@ struct bound_op {
   int comm = -1;
   std::byte* buf = nullptr;
   std::size_t bytes = 0;
-  // a source reads its slice of the batch: microbatch · batch_stride + batch_offset bytes in
-  std::size_t batch_offset = 0, batch_stride = 0;
+  int feed = -1;  // a source: its first tensor in step_feed::inputs
   // stages of a graph with several inputs or consumers (bind_compute): addresses in edge order,
   // in the bound rank's list pool; nullptr where `in`, `grad_in` and `grad_out` say it all
   int n_inputs = 1, n_grad_outs = 1;
@@ -79,118 +108,130 @@ struct bound_op {
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
 };
 
-/// What binding needs to know about one stage.
-struct stage_entry {
-  void* obj = nullptr;
-  stage_fn fn[kind_count] = {};  // by kind: F, B, I, W (nullptr: not provided)
-  add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
-  bool adds_on_stream = false;   // the stage adds them itself, on a stream (add_weight_grad)
-  std::size_t in_elems = 0, out_elems = 0, stash_elems = 0, weight_grad_elems = 0;
-  std::size_t in_size = 0, out_size = 0, stash_size = 0, weight_grad_size = 0;  // element sizes
-  bool split = false;
-  bool sums_outputs = false;    // its output type has += (or add_grad_output): a fan-out's gradients can be summed
-  bool sums_on_stream = false;  // the stage adds them itself, on a stream (add_grad_output)
-  constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
-  constexpr std::size_t in_bytes() const { return in_elems * in_size; }
-  constexpr std::size_t out_bytes() const { return out_elems * out_size; }
-  constexpr std::size_t stash_bytes() const { return stash_elems * stash_size; }
-};
-
 namespace detail {
 
 // The op's input: its slot, or on a source the microbatch's slice of the batch.
 template <class S>
-const input_t<S>* input_of(const bound_op& op, const std::byte* batch) {
-  const std::size_t stride = op.batch_stride ? op.batch_stride : op.n_in * sizeof(input_t<S>);
-  const std::byte* in = op.in ? op.in : batch + static_cast<std::size_t>(op.microbatch) * stride + op.batch_offset;
-  return reinterpret_cast<const input_t<S>*>(in);
+input_view_t<S> input_of(const bound_op& op, const step_feed& feed) {
+  using V = input_view_t<S>;
+  const edge_shape& sh = op.entry->in;
+  if (op.in) return view_at<V>(static_cast<const std::byte*>(op.in), sh, false);
+  if (op.feed < 0 || feed.inputs == nullptr) return V{};
+  const feed_tensor* f = feed.inputs + op.feed;
+  const auto j = static_cast<std::size_t>(op.microbatch);
+  return view_with<V>(sh, false, [&](std::size_t k) { return f[k].base + j * f[k].stride; });
 }
 
 template <class S>
-span_list<const input_t<S>> inputs_of(const bound_op& op, const std::byte* batch) {
-  if (op.in_list) return {op.in_list, op.n_inputs, op.n_in};
-  return std::span<const input_t<S>>(input_of<S>(op, batch), op.n_in);
+view_list<input_view_t<S>> inputs_of(const bound_op& op, const step_feed& feed) {
+  if (op.in_list) return {op.in_list, op.n_inputs, &op.entry->in, false};
+  return {input_of<S>(op, feed), 1};
 }
 
 template <class S>
-forward_ctx<S> make_forward(const bound_op& op, const std::byte* batch) {
-  using O = output_t<S>;
+forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed) {
+  const stage_entry& e = *op.entry;
   return {op.stage,
           op.microbatch,
-          {input_of<S>(op, batch), op.n_in},
-          {reinterpret_cast<O*>(op.out), op.out ? op.n_out : 0},
-          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
+          input_of<S>(op, feed),
+          view_at<output_view_t<S>>(op.out, e.out, false),
+          {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           op.stream,
-          inputs_of<S>(op, batch)};
+          inputs_of<S>(op, feed)};
 }
 template <class S>
-backward_ctx<S> make_backward(const bound_op& op, const std::byte* batch, bool input_part, bool weight_part) {
-  using I = input_t<S>;
-  using O = output_t<S>;
+backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed, bool input_part, bool weight_part) {
+  using GI = grad_input_view_t<S>;
+  const stage_entry& e = *op.entry;
   const bool gi = input_part && op.grad_in != nullptr;
   const bool wg = weight_part && op.weight_grad != nullptr;
-  const std::span<I> grad_in{reinterpret_cast<I*>(op.grad_in), gi ? op.n_in : 0};
+  const GI grad_in = view_at<GI>(gi ? op.grad_in : nullptr, e.in, true);
   return {op.stage,
           op.microbatch,
-          {input_of<S>(op, batch), op.n_in},
-          {reinterpret_cast<const O*>(op.grad_out), op.grad_out ? op.n_out : 0},
+          input_of<S>(op, feed),
+          view_at<grad_output_view_t<S>>(static_cast<const std::byte*>(op.grad_out), e.out, true),
           grad_in,
-          {reinterpret_cast<stash_t<S>*>(op.stash), op.n_stash},
-          {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? op.n_weight_grad : 0},
+          {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
+          {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? e.weight_grad_elems : 0},
           op.stream,
-          inputs_of<S>(op, batch),
-          op.grad_in_list && gi ? span_list<I>(op.grad_in_list, op.n_inputs, op.n_in) : span_list<I>(grad_in)};
+          inputs_of<S>(op, feed),
+          op.grad_in_list && gi ? view_list<GI>(op.grad_in_list, op.n_inputs, &e.in, true)
+                                : view_list<GI>(grad_in, gi ? 1 : 0)};
 }
 
+/// Every gradient-carrying tensor of the stage's output has `+=` (a fan-out's gradients are summed).
 template <class S>
-inline constexpr bool sums_outputs_v = requires(output_t<S>& a, const output_t<S>& b) {
-  a += b;
-};
+constexpr bool sums_outputs_impl() {
+  using X = typename S::output;
+  return []<std::size_t... K>(std::index_sequence<K...>) {
+    return ((!member_t<X, K>::grad || requires(typename tensor_t<X, K>::value_type & a,
+                                               const typename tensor_t<X, K>::value_type& b) { a += b; }) &&
+            ...);
+  }
+  (std::make_index_sequence<static_cast<std::size_t>(set_traits<X>::count)>{});
+}
+template <class S>
+inline constexpr bool sums_outputs_v = sums_outputs_impl<S>();
 
 // A fan-out's gradients, one per consumer edge: added into the first, in edge order, before the
 // backward (or backward_input) reads it; backward_weight then reads the sum there. The stage's
-// add_grad_output does the adding where it has one (on its stream), else `+=` on the host.
+// add_grad_output does the adding where it has one (on its stream), else `+=` on the host, per
+// gradient-carrying tensor.
 template <class S>
 void sum_grad_outputs(S& st, const bound_op& op) {
   if constexpr (adds_grad_output_on_stream<S> || sums_outputs_v<S>) {
-    using O = output_t<S>;
     if (op.n_grad_outs < 2 || op.grad_out_list == nullptr) return;
-    O* g = reinterpret_cast<O*>(op.grad_out);
+    const edge_shape& sh = op.entry->out;
     for (int k = 1; k < op.n_grad_outs; ++k) {
-      const O* x = reinterpret_cast<const O*>(op.grad_out_list[k]);
+      const std::byte* x = op.grad_out_list[k];
       if constexpr (adds_grad_output_on_stream<S>) {
-        st.add_grad_output(std::span<O>(g, op.n_out), std::span<const O>(x, op.n_out), op.stream);
+        st.add_grad_output(view_at<view_t<typename S::output, false>>(op.grad_out, sh, true),
+                           view_at<grad_output_view_t<S>>(x, sh, true), op.stream);
       } else {
-        for (std::uint32_t i = 0; i < op.n_out; ++i) g[i] += x[i];
+        using X = typename S::output;
+        [&]<std::size_t... K>(std::index_sequence<K...>) {
+          (
+              [&] {
+                using T = typename tensor_t<X, K>::value_type;
+                const tensor_place& p = sh.t[K];
+                if constexpr (member_t<X, K>::grad) {
+                  T* into = reinterpret_cast<T*>(op.grad_out + p.grad_offset);
+                  const T* from = reinterpret_cast<const T*>(x + p.grad_offset);
+                  for (std::size_t i = 0; i < p.elems; ++i) into[i] += from[i];
+                }
+              }(),
+              ...);
+        }
+        (std::make_index_sequence<static_cast<std::size_t>(set_traits<X>::count)>{});
       }
     }
   }
 }
 
 template <class S>
-void run_forward(void* s, const bound_op& op, const std::byte* batch) {
-  static_cast<S*>(s)->forward(make_forward<S>(op, batch));
+void run_forward(void* s, const bound_op& op, const step_feed& feed) {
+  static_cast<S*>(s)->forward(make_forward<S>(op, feed));
 }
 template <class S>
-void run_backward(void* s, const bound_op& op, const std::byte* batch) {
+void run_backward(void* s, const bound_op& op, const step_feed& feed) {
   S& st = *static_cast<S*>(s);
   sum_grad_outputs(st, op);
   if constexpr (has_full_backward<S>) {
-    st.backward(make_backward<S>(op, batch, true, true));
+    st.backward(make_backward<S>(op, feed, true, true));
   } else {
-    st.backward_input(make_backward<S>(op, batch, true, false));
-    st.backward_weight(make_backward<S>(op, batch, false, true));
+    st.backward_input(make_backward<S>(op, feed, true, false));
+    st.backward_weight(make_backward<S>(op, feed, false, true));
   }
 }
 template <class S>
-void run_backward_input(void* s, const bound_op& op, const std::byte* batch) {
+void run_backward_input(void* s, const bound_op& op, const step_feed& feed) {
   S& st = *static_cast<S*>(s);
   sum_grad_outputs(st, op);
-  st.backward_input(make_backward<S>(op, batch, true, false));
+  st.backward_input(make_backward<S>(op, feed, true, false));
 }
 template <class S>
-void run_backward_weight(void* s, const bound_op& op, const std::byte* batch) {
-  static_cast<S*>(s)->backward_weight(make_backward<S>(op, batch, false, true));
+void run_backward_weight(void* s, const bound_op& op, const step_feed& feed) {
+  static_cast<S*>(s)->backward_weight(make_backward<S>(op, feed, false, true));
 }
 template <class S>
 void add_weight_grad(void* s, const std::byte* g, void* stream) {
@@ -224,13 +265,11 @@ stage_entry entry_of(S& s) {
       throw shape_error("pipetype: a stage's weight_gradients() has " + std::to_string(s.weight_gradients().size()) +
                         " elements, its weight_grad " + std::to_string(e.weight_grad_elems));
   }
-  e.in_elems = input_extent(s);
-  e.out_elems = output_extent(s);
+  e.in = input_shape(s);
+  e.out = output_shape(s);
   e.stash_elems = stash_extent(s);
   e.sums_on_stream = adds_grad_output_on_stream<S>;
   e.sums_outputs = sums_outputs_v<S> || e.sums_on_stream;
-  e.in_size = sizeof(input_t<S>);
-  e.out_size = sizeof(output_t<S>);
   e.stash_size = sizeof(stash_t<S>);
   return e;
 }

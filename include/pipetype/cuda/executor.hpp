@@ -54,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipetype/bind/batch.hpp"
 #include "pipetype/bind/checks.hpp"
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/report.hpp"
@@ -187,17 +188,45 @@ class executor {
     }
     batch_ = pipetype::detail::batch_layout_of(p, entries_);
     batch_bytes_ = batch_.row;
+    microbatches_ = p.microbatches;
     bind(p, l, L);
   }
 
-  /// One step: `batch` is stage 0's input for every microbatch (microbatch j at j × its bytes),
-  /// read only on the rank that holds a lane's first stage (device memory with the CUDA driver).
+  /// One step: `b` holds every source tensor's array over all microbatches (bind/batch.hpp;
+  /// device memory with the CUDA driver), read only on the ranks that hold a source. A batch
+  /// that does not fit the plan is a shape_error before anything is issued.
+  void step(const pipetype::batch& b) {
+    feed(b);
+    run();
+  }
+  /// The shorthand for one array: `batch` is stage 0's input for every microbatch (microbatch j
+  /// at j × its bytes; a graph's sources side by side in one row per microbatch), read only on
+  /// the rank that holds a lane's first stage.
   void step(const void* batch) {
+    feed(batch);
+    run();
+  }
+  /// Checks `b` against the plan as step(b) does (shape_error), issuing nothing.
+  void check_batch(const pipetype::batch& b) const {
+    std::vector<feed_tensor> scratch;
+    pipetype::detail::feed_from_batch(batch_, entries_, microbatches_, b, scratch, "pipetype::cuda");
+  }
+
+ private:
+  void feed(const void* batch) {
+    pipetype::detail::feed_from_rows(batch_, entries_, static_cast<const std::byte*>(batch), inputs_);
+  }
+  void feed(const pipetype::batch& b) {
+    std::vector<feed_tensor> next;
+    pipetype::detail::feed_from_batch(batch_, entries_, microbatches_, b, next, "pipetype::cuda");
+    inputs_ = std::move(next);
+  }
+  void run() {
     // locals, so the compiler need not reload them after every driver call
     D& d = d_;
     const bound_op* const calls = calls_.data();
     const transfer* const tr = transfers_.data();
-    const auto* b = static_cast<const std::byte*>(batch);
+    const step_feed b{inputs_.data()};
     const issue_op* o = ops_.data();
     try {
       for (const issue_op* e = o + ops_.size(); o != e; ++o) {
@@ -231,6 +260,7 @@ class executor {
     failures_.clear();
   }
 
+ public:
   /// The same step for a plan known at compile time (`Plan` a constexpr plan with static storage,
   /// `Rank` this executor's rank), as straight-line code: one call after another, the kinds,
   /// streams, events and peers compile-time constants, only the addresses read from the binding.
@@ -242,8 +272,10 @@ class executor {
     if (rank_ != Rank || ops_.size() != P::issues.size() || transfers_.size() != P::transfers.size())
       throw std::logic_error("pipetype::cuda: step_unrolled<plan, " + std::to_string(Rank) +
                              ">: this executor was bound to rank " + std::to_string(rank_) + " of another plan");
+    feed(batch);
+    const step_feed f{inputs_.data()};
     const static_args a{d_,          calls_.data(), transfers_.data(), events_.data(),
-                        streams_[0], streams_[1],   streams_[2],       static_cast<const std::byte*>(batch)};
+                        streams_[0], streams_[1],   streams_[2],       &f};
     try {
       issue_all<P>(a, std::make_index_sequence<P::issues.size()>{});
       if (!later_.empty()) add_later();
@@ -258,7 +290,12 @@ class executor {
   /// streams, the step, join back), then instantiates it — or, when a graph was made before and
   /// only buffer addresses changed (a new `batch`), updates it in place. replay() launches it.
   void capture(const void* batch) requires captures_graphs<D> {
-    capture_.capture([&] { step(batch); });
+    feed(batch);
+    capture_.capture([&] { run(); });
+  }
+  void capture(const pipetype::batch& b) requires captures_graphs<D> {
+    feed(b);
+    capture_.capture([&] { run(); });
   }
   /// Launches the captured step (capture() first), ordered like an eager step: after everything
   /// already on the rank's streams (they join into the origin stream), and before whatever comes
@@ -312,7 +349,7 @@ class executor {
     typename D::event wait{}, record{};
   };
 
-  PIPETYPE_INLINE void compute(D& d, const bound_op& c, typename D::stream s, const std::byte* b) {
+  PIPETYPE_INLINE void compute(D& d, const bound_op& c, typename D::stream s, const step_feed& b) {
     if constexpr (observes_compute<D>) d.on_compute(s, kind_char(c.what), c.plan_stage, c.microbatch);
     c.fn(c.obj, c, b);
     for (int k = 0; k < c.add_count; ++k) c.add(c.obj, adds_[static_cast<std::size_t>(c.add_begin + k)], c.stream);
@@ -320,7 +357,7 @@ class executor {
   // One half of an overlapped F&B pair: the first forks the second compute stream off the
   // compute stream before it runs; the second runs there and joins back, then records on the
   // compute stream.
-  void issue_pair_half(D& d, const issue_op& o, const std::byte* b) {
+  void issue_pair_half(D& d, const issue_op& o, const step_feed& b) {
     const typename D::stream s = o.s;
     if (o.pair == 2) d.wait(s, pair_fork_);
     if (o.has_wait) d.wait(s, o.wait);
@@ -358,7 +395,7 @@ class executor {
     const transfer* tr;
     const typename D::event* ev;
     typename D::stream compute, comm, aux;
-    const std::byte* batch;
+    const step_feed* feed;
   };
   template <class P, std::size_t... I>
   PIPETYPE_INLINE void issue_all(const static_args a, std::index_sequence<I...>) {
@@ -375,7 +412,7 @@ class executor {
     if constexpr (X.wait >= 0) a.d.wait(s, a.ev[X.wait]);
     if constexpr (X.pair == 1) a.d.record(pair_fork_, s);  // after the first half's wait (see issue_pair_half)
     if constexpr (X.code == op_code::compute) {
-      compute(a.d, a.calls[X.index], s, a.batch);
+      compute(a.d, a.calls[X.index], s, *a.feed);
       if constexpr (X.pair == 2) {
         a.d.record(pair_join_, s);
         a.d.wait(a.compute, pair_join_);
@@ -401,15 +438,14 @@ class executor {
     const std::span<const lowered_op> ops = l.rank_ops(rank_);
     auto entry = [&](int s) -> const stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
     const pipetype::detail::rank_layout layout = pipetype::detail::layout_of(p, ops, entries_);
-    const std::size_t stride = layout.stride;
-    std::byte* acts = alloc(stride * static_cast<std::size_t>(res.activation_slots));
-    std::byte* grads = alloc(stride * static_cast<std::size_t>(res.gradient_slots));
+    std::byte* acts = alloc(layout.stride * static_cast<std::size_t>(res.activation_slots));
+    std::byte* grads = alloc(layout.grad_stride * static_cast<std::size_t>(res.gradient_slots));
     std::byte* stashes = alloc(layout.stash_stride * static_cast<std::size_t>(layout.stash_slots));
-    auto at = [stride](std::byte* pool, int slot) {
-      return slot < 0 ? nullptr : pool + stride * static_cast<std::size_t>(slot);
+    auto at = [](std::byte* pool, std::size_t stride, int slot) {
+      return slot < 0 || pool == nullptr ? nullptr : pool + stride * static_cast<std::size_t>(slot);
     };
-    auto act_at = [&](int slot) { return at(acts, slot); };
-    auto grad_at = [&](int slot) { return at(grads, slot); };
+    auto act_at = [&](int slot) { return at(acts, layout.stride, slot); };
+    auto grad_at = [&](int slot) { return at(grads, layout.grad_stride, slot); };
     lists_.reserve(pipetype::detail::list_pool_size(l, ops));
     const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, entries_);
     std::byte* wgrads = alloc(wg.bytes);
@@ -446,7 +482,7 @@ class executor {
         const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
         transfers_.push_back(
             {o.code == op_code::send, o.peer == c.rank_a ? 0 : 1, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
-             o.what == kind::F ? e.out_bytes() : e.in_bytes(), comms_[static_cast<std::size_t>(o.comm)]});
+             o.what == kind::F ? e.out.bytes : e.in.grad_bytes, comms_[static_cast<std::size_t>(o.comm)]});
         ops_.back().last = static_cast<std::uint32_t>(transfers_.size());
         std::string& label = labels_.back();  // "group: send activation 1F3 to rank 2; recv …"
         label += label == "group" ? ": " : "; ";
@@ -486,7 +522,6 @@ class executor {
         call.stream = x.pair == 2 ? aux_native : compute_native_;
         if (wg.slot[i] >= 0) {
           call.weight_grad = wg_at(wg.slot[i]);
-          call.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);
           call.add = e.add;
           call.add_begin = static_cast<int>(adds_.size());
           call.add_count = static_cast<int>(wg.adds[i].size());
@@ -533,6 +568,8 @@ class executor {
   std::vector<std::byte*> adds_;   // held weight gradients, per op's [add_begin, + add_count)
   std::vector<std::byte*> lists_;  // a stage graph's fan-in and fan-out addresses (bind_compute)
   pipetype::detail::batch_layout batch_;
+  std::vector<feed_tensor> inputs_;  // the step's feed: per source tensor, where its microbatches are
+  int microbatches_ = 0;
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;

@@ -327,11 +327,21 @@ class loopback_pipeline {
   /// One step of every rank, each on its thread; returns when all have issued theirs (with CUDA
   /// the work is then enqueued, not done). The first failure aborts the others and is rethrown.
   void step(const void* batch) { run(batch); }
+  /// The same with every source tensor's array (bind/batch.hpp), checked against the plan before
+  /// any rank starts (shape_error).
+  void step(const pipetype::batch& b) {
+    execs_.front()->check_batch(b);
+    run(b);
+  }
 
   /// Records one step of the whole pipeline into one graph (or updates the graph made before in
   /// place when only addresses changed); replay() launches it on the origin stream.
   void capture(const void* batch) requires captures_graphs<Base> {
     capture_.capture([&] { run(batch); });
+  }
+  void capture(const pipetype::batch& b) requires captures_graphs<Base> {
+    execs_.front()->check_batch(b);
+    capture_.capture([&] { run(b); });
   }
   /// Launches the pipeline's graph, ordered after everything already on the ranks' streams and
   /// before whatever comes next on them, like an eager step.
@@ -357,9 +367,10 @@ class loopback_pipeline {
     for (Model& m : models) out.push_back(pipetype::detail::entries_for(p, m, who));
     return out;
   }
-  void run(const void* batch) {
+  template <class B>  // const void* (one array) or const pipetype::batch&
+  void run(const B& batch) {
     errors_.assign(static_cast<std::size_t>(ranks_), nullptr);
-    auto job = [this, batch](int r) { serve(r, batch); };
+    auto job = [this, &batch](int r) { serve(r, batch); };
     threads_->run(job);
     const bool failed =
         std::any_of(errors_.begin(), errors_.end(), [](const std::exception_ptr& e) { return e != nullptr; });
@@ -405,7 +416,8 @@ class loopback_pipeline {
   }
 
   // Rank r's step, on its thread; a failure aborts the other ranks' rendezvous.
-  void serve(int r, const void* batch) noexcept {
+  template <class B>
+  void serve(int r, const B& batch) noexcept {
     std::exception_ptr err;
     try {
       links_[static_cast<std::size_t>(r)]->restart();

@@ -63,7 +63,7 @@ struct bound_rank {
   std::vector<std::byte*> lists;     // a stage graph's fan-in and fan-out addresses (bind_compute)
   std::vector<std::uint32_t> order;  // each unit (an op, or a group with its transfers) in lowered
                                      // order, as index · 2 + stream
-  std::size_t activation_stride = 0, stash_stride = 0;
+  std::size_t activation_stride = 0, gradient_stride = 0, stash_stride = 0;
   int stash_slots = 0;
 };
 
@@ -77,9 +77,16 @@ struct deferred_add {
 /// The whole program bound to stages and buffers.
 struct bound_program {
   int ranks = 0, stages = 0, microbatches = 0, comms = 0;
-  int sources = 1;                   // stages that read the batch
-  std::size_t batch_bytes = 0;       // per microbatch: the sources' inputs (a chain: stage 0's)
-  std::vector<stage_entry> entries;  // the model's stages; the plan's stage s runs entries[s % entries.size()]
+  int sources = 1;                       // stages that read the batch
+  std::size_t batch_bytes = 0;           // per microbatch: the sources' inputs (a chain: stage 0's)
+  pipetype::detail::batch_layout batch;  // where the sources' tensors are in a step's feed
+  std::vector<stage_entry> entries;      // the model's stages; the plan's stage s runs entries[s % entries.size()]
+                                         // (the bound ops point into it: a bound_program is moved, never copied)
+  bound_program() = default;
+  bound_program(bound_program&&) = default;
+  bound_program& operator=(bound_program&&) = default;
+  bound_program(const bound_program&) = delete;
+  bound_program& operator=(const bound_program&) = delete;
   std::vector<bound_rank> rank;
   std::vector<deferred_add> deferred;  // after a successful step, in this order
 };
@@ -98,6 +105,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   const pipetype::detail::batch_layout batch = pipetype::detail::batch_layout_of(p, entries);
   out.batch_bytes = batch.row;
   out.sources = batch.sources;
+  out.batch = batch;
 
   pipetype::detail::check_gradients(p, entries, opt.ordered_gradients, "pipetype::host");
   out.entries = std::move(entries);
@@ -115,15 +123,18 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     const std::span<const lowered_op> ops = l.rank_ops(r);
     const pipetype::detail::rank_layout layout = pipetype::detail::layout_of(p, ops, E);
     br.activation_stride = layout.stride;
+    br.gradient_stride = layout.grad_stride;
     br.stash_stride = layout.stash_stride;
     br.activations =
         pipetype::detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.activation_slots));
-    br.gradients = pipetype::detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.gradient_slots));
+    br.gradients = pipetype::detail::aligned_bytes(br.gradient_stride * static_cast<std::size_t>(res.gradient_slots));
     auto act_at = [&](int slot) {
       return slot < 0 ? nullptr : br.activations.data() + br.activation_stride * static_cast<std::size_t>(slot);
     };
     auto grad_at = [&](int slot) {
-      return slot < 0 ? nullptr : br.gradients.data() + br.activation_stride * static_cast<std::size_t>(slot);
+      return slot < 0 || br.gradients.data() == nullptr
+                 ? nullptr
+                 : br.gradients.data() + br.gradient_stride * static_cast<std::size_t>(slot);
     };
     const std::vector<int>& op_stash = layout.op_stash;
     br.stash_slots = layout.stash_slots;
@@ -167,7 +178,6 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
             batch, br.lists);
         if (wg.slot[i] >= 0) {
           b.weight_grad = br.weight_grads.data() + wg.offset[static_cast<std::size_t>(wg.slot[i])];
-          b.n_weight_grad = static_cast<std::uint32_t>(e.weight_grad_elems);
           b.add = e.add;
           b.add_begin = static_cast<int>(br.adds.size());
           b.add_count = static_cast<int>(wg.adds[i].size());
@@ -182,9 +192,10 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
         } else {
           b.peer = o.peer;
           b.comm = o.comm;
-          // an activation of F(stage), or the gradient B/I(stage) made for its input
+          // an activation of F(stage), or the gradient B/I(stage) made for its input (only the
+          // tensors that carry one: zero bytes when none does)
           const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
-          b.bytes = o.what == kind::F ? e.out_bytes() : e.in_bytes();
+          b.bytes = o.what == kind::F ? e.out.bytes : e.in.grad_bytes;
           b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
           labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") +
                            pipetype::detail::action_name(o));

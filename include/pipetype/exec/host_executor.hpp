@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "pipetype/bind/batch.hpp"
 #include "pipetype/bind/report.hpp"
 #include "pipetype/exec/binding.hpp"
 #include "pipetype/exec/channel.hpp"
@@ -120,12 +121,12 @@ class engine {
   const bound_program& program() const noexcept { return prog_; }
   const std::vector<op_time>& trace() const noexcept { return trace_; }
 
-  /// One step: every rank's streams on their own (parked) threads. `batch`: microbatches ×
-  /// batch_bytes.
-  void run(const std::byte* batch) {
+  /// One step: every rank's streams on their own (parked) threads, reading the batch through
+  /// `feed` (its arrays stay the caller's through the step).
+  void run(const step_feed& feed) {
     if (dirty_) fabric_.reset();  // a failed step may have left an abort and posted transfers
     dirty_ = false;
-    batch_ = batch;
+    feed_ = feed;
     aborted_.store(false);
     failures_.clear();
     primary_ = -1;
@@ -162,7 +163,7 @@ class engine {
     switch (op.code) {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
-        op.fn(op.obj, op, batch_);
+        op.fn(op.obj, op, feed_);
         for (int k = 0; k < op.add_count; ++k)
           op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
         s.computing.store(-1, std::memory_order_relaxed);
@@ -184,8 +185,8 @@ class engine {
   /// Walks rank r's program on the calling thread in the lowered order (both streams
   /// interleaved), with `t` for transfers. For benchmarks and single-rank checks.
   template <class Transport>
-  void walk_in_order(int r, Transport& t, const std::byte* batch) {
-    batch_ = batch;
+  void walk_in_order(int r, Transport& t, const step_feed& feed) {
+    feed_ = feed;
     const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
     s.progress[0].store(0, std::memory_order_relaxed);
@@ -375,7 +376,7 @@ class engine {
   std::vector<worker> workers_;              // per rank thread: the stream it walks
   std::vector<fabric::endpoint> endpoints_;  // per rank thread, reused every step
   bool dirty_ = false;                       // the last step failed: reset the fabric first
-  const std::byte* batch_ = nullptr;
+  step_feed feed_;
   std::atomic<bool> aborted_{false};
   std::mutex fail_mutex_;
   std::vector<failure> failures_;
@@ -394,7 +395,8 @@ class engine {
 template <stage_graph Model>
 class executor {
  public:
-  using batch_type = input_t<typename Model::first_stage>;
+  /// The element type of step(span)'s one array: stage 0's input's (a set: bytes, its blocks).
+  using batch_type = typename pipetype::detail::row_type<typename Model::first_stage::input>::type;
 
   /// A compile-time plan whose schedule splits backwards is checked against the stage types here
   /// (a compile error naming the stage): every stage type must offer the split, even one that the
@@ -408,24 +410,37 @@ class executor {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
 
-  /// One training step over all microbatches: `batch` holds microbatches × (stage 0's input
-  /// extent) elements, microbatch j at j · extent. Throws shape_error before anything runs if
-  /// the size is wrong, step_error if the step failed on some rank.
-  void step(std::span<const batch_type> batch) {
-    check_batch(batch);
-    engine_.run(reinterpret_cast<const std::byte*>(batch.data()));
+  /// One training step over all microbatches: `b` holds every source tensor's array
+  /// (bind/batch.hpp). Throws shape_error before anything runs if the batch does not fit the
+  /// plan, step_error if the step failed on some rank.
+  void step(const pipetype::batch& b) {
+    feed(b);
+    engine_.run(step_feed{inputs_.data()});
   }
-  /// Runs one step and keeps `batch` (its address: the caller keeps it alive) for replay(), as
-  /// the device executors capture a step into a graph: generic code drives every executor with
-  /// the same calls. The host executor has no graph; a replay is a step over the same batch.
+  /// The shorthand for one array: `batch` holds microbatches × (stage 0's input extent)
+  /// elements, microbatch j at j · extent (a graph's sources side by side in one row per
+  /// microbatch, in stage order).
+  void step(std::span<const batch_type> batch) {
+    feed(batch);
+    engine_.run(step_feed{inputs_.data()});
+  }
+  /// Runs one step and keeps the batch (its arrays' addresses: the caller keeps them alive) for
+  /// replay(), as the device executors capture a step into a graph: generic code drives every
+  /// executor with the same calls. The host executor has no graph; a replay is a step over the
+  /// same batch.
   void capture(std::span<const batch_type> batch) {
-    check_batch(batch);
-    captured_ = batch;
-    engine_.run(reinterpret_cast<const std::byte*>(batch.data()));
+    feed(batch);
+    captured_ = true;
+    engine_.run(step_feed{inputs_.data()});
+  }
+  void capture(const pipetype::batch& b) {
+    feed(b);
+    captured_ = true;
+    engine_.run(step_feed{inputs_.data()});
   }
   void replay() {
-    if (captured_.data() == nullptr) throw std::logic_error("pipetype::host: replay() before capture()");
-    engine_.run(reinterpret_cast<const std::byte*>(captured_.data()));
+    if (!captured_) throw std::logic_error("pipetype::host: replay() before capture()");
+    engine_.run(step_feed{inputs_.data()});
   }
 
   const bound_program& program() const noexcept { return engine_.program(); }
@@ -436,12 +451,21 @@ class executor {
   const std::vector<op_time>& trace() const noexcept { return engine_.trace(); }
   /// For benchmarks: walk rank r's program on this thread with a transport that moves nothing.
   void walk_rank(int r, std::span<const batch_type> batch) {
+    const bound_program& p = engine_.program();
+    pipetype::detail::feed_from_rows(p.batch, p.entries, reinterpret_cast<const std::byte*>(batch.data()), inputs_);
     detail::null_transport t;
-    engine_.walk_in_order(r, t, reinterpret_cast<const std::byte*>(batch.data()));
+    engine_.walk_in_order(r, t, step_feed{inputs_.data()});
   }
 
  private:
-  void check_batch(std::span<const batch_type> batch) const {
+  // A new feed replaces the captured one only once it is known to fit.
+  void feed(const pipetype::batch& b) {
+    const bound_program& p = engine_.program();
+    std::vector<feed_tensor> next;
+    pipetype::detail::feed_from_batch(p.batch, p.entries, p.microbatches, b, next, "pipetype::host");
+    inputs_ = std::move(next);
+  }
+  void feed(std::span<const batch_type> batch) {
     const bound_program& p = engine_.program();
     const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
     if (batch.size() != want)
@@ -450,10 +474,12 @@ class executor {
                         std::to_string(p.batch_bytes / sizeof(batch_type)) +
                         (p.sources > 1 ? " (its sources' inputs side by side), so " : " (stage 0's input), so ") +
                         std::to_string(want));
+    pipetype::detail::feed_from_rows(p.batch, p.entries, reinterpret_cast<const std::byte*>(batch.data()), inputs_);
   }
 
   detail::engine engine_;
-  std::span<const batch_type> captured_;
+  std::vector<feed_tensor> inputs_;  // the step's feed: per source tensor, where its microbatches are
+  bool captured_ = false;
 };
 
 template <class Plan, class Model>

@@ -31,15 +31,12 @@
 namespace pipetype {
 
 namespace detail {
-/// Stage `Index`'s output must be stage `Index + 1`'s input (the instantiation names both).
+/// Stage `Index`'s output must be stage `Index + 1`'s input, tensor by tensor (the instantiation
+/// names both; graph/stage.hpp's edge_tensor names the tensor).
 template <std::size_t Index, class Producer, class Consumer>
 struct chain_link {
-  static_assert(std::is_same_v<output_t<Producer>, input_t<Consumer>>,
-                "pipetype::chain: a stage's output element type differs from the next stage's input element type");
-  static_assert(Producer::output::is_dynamic || Consumer::input::is_dynamic ||
-                    Producer::output::extent == Consumer::input::extent,
-                "pipetype::chain: a stage's output extent differs from the next stage's input extent");
-  static constexpr bool value = true;
+  static constexpr bool value = edge_fits<false, static_cast<int>(Index), static_cast<int>(Index),
+                                          static_cast<int>(Index) + 1, Producer, Consumer>();
 };
 
 template <class... S, std::size_t... I>

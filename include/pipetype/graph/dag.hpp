@@ -366,17 +366,11 @@ struct dag_rejected {
   static constexpr bool value = Rule == dag_rule::ok;
 };
 
-/// Edge K's producer must give what its consumer takes (the instantiation names both stages).
+/// Edge K's producer must give what its consumer takes, tensor by tensor (the instantiation names
+/// both stages; graph/stage.hpp's edge_tensor names the tensor).
 template <int K, int From, int To, class Producer, class Consumer>
 struct dag_link {
-  static_assert(std::is_same_v<output_t<Producer>, input_t<Consumer>>,
-                "pipetype::dag: an edge's producer gives another element type than its consumer takes (edge K, "
-                "From -> To, in dag_link<K, From, To, ...>)");
-  static_assert(Producer::output::is_dynamic || Consumer::input::is_dynamic ||
-                    Producer::output::extent == Consumer::input::extent,
-                "pipetype::dag: an edge's producer gives another extent than its consumer takes (edge K, From -> "
-                "To, in dag_link<K, From, To, ...>)");
-  static constexpr bool value = true;
+  static constexpr bool value = edge_fits<true, K, From, To, Producer, Consumer>();
 };
 
 template <class Types, class Edges, std::size_t... K>

@@ -48,8 +48,14 @@
 // A chain's stage sees one input and one grad_input in these lists, the same spans as `input` and
 // `grad_input`: code written for a chain runs unchanged.
 //
+// Several tensors per edge: `input` and `output` may be a set, `pipetype::tensors<tensor<...>,
+// no_grad<tensor<...>>, ...>` (graph/tensors.hpp); the context's input, output, grad_input and
+// grad_output are then span_sets (`c.input.get<0>()`, `auto [h, ids] = c.input;`), and gradients
+// travel only for the tensors not marked no_grad. A stash and a weight_grad are one tensor.
+//
 // Sizes known only at run time: declare `tensor<T, pipetype::dynamic>` and give the stage a
-// member `std::size_t input_extent() const` (output_extent, stash_extent likewise).
+// member `std::size_t input_extent() const` (output_extent, stash_extent likewise; for a set,
+// `std::size_t input_extent(std::size_t k) const` gives tensor k's). Sizes are 64-bit.
 //
 // Optional members are found by name, so pipetype guards the spellings: a stage that uses a
 // stash (or ctx.weight_grad) it does not declare fails to compile with a sentence saying so, and
@@ -70,19 +76,9 @@
 #include <span>
 #include <type_traits>
 
+#include "pipetype/graph/tensors.hpp"
+
 namespace pipetype {
-
-/// An extent known only at run time (see the stage's *_extent() members).
-inline constexpr std::size_t dynamic = std::dynamic_extent;
-
-/// Element type and elements per microbatch of an activation (the product of `Extents`).
-template <class T, std::size_t... Extents>
-struct tensor {
-  static_assert(std::is_trivially_copyable_v<T>, "pipetype::tensor: elements travel as bytes");
-  using value_type = T;
-  static constexpr bool is_dynamic = ((Extents == dynamic) || ...);
-  static constexpr std::size_t extent = is_dynamic ? dynamic : (std::size_t{1} * ... * Extents);
-};
 
 namespace detail {
 template <class T>
@@ -125,11 +121,6 @@ struct undeclared_weight_grad {
   }
 };
 
-template <class T>
-struct is_tensor : std::false_type {};
-template <class T, std::size_t... E>
-struct is_tensor<tensor<T, E...>> : std::true_type {};
-
 template <class S>
 struct stash_of {
   using type = tensor<undeclared_stash, 0>;
@@ -150,7 +141,8 @@ struct weight_grad_of<S> {
 };
 }  // namespace detail
 
-/// Element types of a stage's input, output and stash.
+/// Element types of a stage's input and output (a single tensor's; a set has one per tensor:
+/// detail::tensor_t<S::input, K>), stash and weight gradient.
 template <class S>
 using input_t = typename S::input::value_type;
 template <class S>
@@ -164,54 +156,47 @@ using weight_grad_tensor_t = typename detail::weight_grad_of<S>::type;
 template <class S>
 using weight_grad_t = typename weight_grad_tensor_t<S>::value_type;
 
-/// The spans of a stage's inputs (or of the gradients it writes for them), one per incoming edge,
-/// in edge order: `list[k]` is a span of `extent` elements. Valid for the call only.
+/// What a stage's context holds for its input and output: a std::span for a single tensor, a
+/// span_set for a set (graph/tensors.hpp). `grad_input_view_t` is the gradient it writes for its
+/// input (an empty span for each no_grad tensor); `grad_output_view_t` the one it receives.
+template <class S>
+using input_view_t = detail::view_t<typename S::input, true>;
+template <class S>
+using output_view_t = detail::view_t<typename S::output, false>;
+template <class S>
+using grad_input_view_t = detail::view_t<typename S::input, false>;
+template <class S>
+using grad_output_view_t = detail::view_t<typename S::output, true>;
+
+/// The spans of a stage's inputs (a single tensor's), one per incoming edge: kept for code that
+/// names the type; view_list is the general form.
 template <class T>
-class span_list {
-  using byte_ptr = std::conditional_t<std::is_const_v<T>, const std::byte*, std::byte*>;
-
- public:
-  constexpr span_list() = default;
-  /// One span.
-  constexpr span_list(std::span<T> one) noexcept : one_(one.data()), count_(one.empty() ? 0 : 1), extent_(one.size()) {}
-  /// `count` spans of `extent` elements at the addresses `at[0 .. count)`.
-  span_list(byte_ptr const* at, int count, std::size_t extent) noexcept : at_(at), count_(count), extent_(extent) {}
-
-  constexpr int size() const noexcept { return count_; }
-  constexpr bool empty() const noexcept { return count_ == 0; }
-  std::span<T> operator[](int k) const noexcept { return {at_ ? reinterpret_cast<T*>(at_[k]) : one_, extent_}; }
-
- private:
-  byte_ptr const* at_ = nullptr;
-  T* one_ = nullptr;
-  int count_ = 0;
-  std::size_t extent_ = 0;
-};
+using span_list = view_list<std::span<T>>;
 
 template <class S>
 struct forward_ctx {
   int stage = 0;       // the stage's index in the model's chain (DualPipe: the same in both directions)
   int microbatch = 0;  // 0 .. m-1
-  std::span<const input_t<S>> input;
-  std::span<output_t<S>> output;  // empty on the last stage
+  input_view_t<S> input;
+  output_view_t<S> output;  // empty on the last stage
   std::span<stash_t<S>> stash;
-  void* stream = nullptr;                // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
-  span_list<const input_t<S>> inputs{};  // every input, in edge order (inputs[0] is input)
+  void* stream = nullptr;               // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
+  view_list<input_view_t<S>> inputs{};  // every input, in edge order (inputs[0] is input)
 };
 
 template <class S>
 struct backward_ctx {
   int stage = 0;
   int microbatch = 0;
-  std::span<const input_t<S>> input;
-  std::span<const output_t<S>> grad_output;  // empty on the last stage
-  std::span<input_t<S>> grad_input;          // empty on stage 0 and in backward_weight
+  input_view_t<S> input;
+  grad_output_view_t<S> grad_output;  // empty on the last stage
+  grad_input_view_t<S> grad_input;    // empty on stage 0 and in backward_weight
   std::span<stash_t<S>> stash;
-  std::span<weight_grad_t<S>> weight_grad;  // this microbatch's weight gradient, to be written
-                                            // (stages that declare `weight_grad`; not in backward_input)
-  void* stream = nullptr;                   // the CUDA executor: the cudaStream_t to launch on
-  span_list<const input_t<S>> inputs{};     // every input, in edge order (inputs[0] is input)
-  span_list<input_t<S>> grad_inputs{};      // the gradient for each, in edge order (empty as grad_input is)
+  std::span<weight_grad_t<S>> weight_grad;        // this microbatch's weight gradient, to be written
+                                                  // (stages that declare `weight_grad`; not in backward_input)
+  void* stream = nullptr;                         // the CUDA executor: the cudaStream_t to launch on
+  view_list<input_view_t<S>> inputs{};            // every input, in edge order (inputs[0] is input)
+  view_list<grad_input_view_t<S>> grad_inputs{};  // the gradient for each, in edge order (empty as grad_input is)
 };
 
 template <class S>
@@ -249,14 +234,14 @@ concept adds_weight_grad_on_stream = has_weight_grad<S> &&
 ///   void add_grad_output(std::span<T> into, std::span<const T> g, void* stream);
 /// pipetype calls it for each gradient after the first, in edge order (see the top of this file).
 template <class S>
-concept adds_grad_output_on_stream = requires(S& s, std::span<output_t<S>> into, std::span<const output_t<S>> g,
-                                              void* stream) {
+concept adds_grad_output_on_stream = requires(S& s, detail::view_t<typename S::output, false> into,
+                                              grad_output_view_t<S> g, void* stream) {
   s.add_grad_output(into, g, stream);
 };
 
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.
 template <class S>
-concept stage = detail::is_tensor<typename S::input>::value && detail::is_tensor<typename S::output>::value &&
+concept stage = detail::is_tensor_set_v<typename S::input> && detail::is_tensor_set_v<typename S::output> &&
     detail::is_tensor<stash_tensor_t<S>>::value && detail::is_tensor<weight_grad_tensor_t<S>>::value &&
     (!requires { typename S::weight_grad; } || has_weight_grad<S>)&&requires(S& s, const forward_ctx<S>& f) {
   s.forward(f);
@@ -276,16 +261,22 @@ constexpr bool diagnose_stage() {
                   "pipetype::stage: the stage has no `using input = pipetype::tensor<T, N...>;` (what it takes per "
                   "microbatch)");
     return false;
-  } else if constexpr (!is_tensor<typename S::input>::value) {
-    static_assert(always_false_stage_v<S>, "pipetype::stage: the stage's `input` is not a pipetype::tensor<T, N...>");
+  } else if constexpr (!is_tensor_set_v<typename S::input>) {
+    static_assert(
+        always_false_stage_v<S>,
+        "pipetype::stage: the stage's `input` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
+        "of 1 to 8 tensor<...> or no_grad<tensor<...>>");
     return false;
   } else if constexpr (!requires { typename S::output; }) {
     static_assert(always_false_stage_v<S>,
                   "pipetype::stage: the stage has no `using output = pipetype::tensor<T, N...>;` (what it gives per "
                   "microbatch)");
     return false;
-  } else if constexpr (!is_tensor<typename S::output>::value) {
-    static_assert(always_false_stage_v<S>, "pipetype::stage: the stage's `output` is not a pipetype::tensor<T, N...>");
+  } else if constexpr (!is_tensor_set_v<typename S::output>) {
+    static_assert(
+        always_false_stage_v<S>,
+        "pipetype::stage: the stage's `output` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
+        "of 1 to 8 tensor<...> or no_grad<tensor<...>>");
     return false;
   } else if constexpr (!is_tensor<stash_tensor_t<S>>::value) {
     static_assert(always_false_stage_v<S>, "pipetype::stage: the stage's `stash` is not a pipetype::tensor<T, N...>");
@@ -332,25 +323,117 @@ constexpr bool diagnose_stage() {
 
 }  // namespace detail
 
-/// Elements per microbatch of a stage's input, output and stash: the tensor's extent, or the
-/// stage's member *_extent() when the tensor is dynamic.
+namespace detail {
+
+/// Tensor `Tensor` of an edge From -> To (a chain's link, or a dag's edge `Edge`): what the
+/// producer gives (member `Out` of its output) against what the consumer takes (member `In` of
+/// its input). The instantiation names the edge and the tensor.
+template <bool Dag, int Edge, int From, int To, int Tensor, class Out, class In>
+struct edge_tensor {
+  using P = typename Out::tensor_type;
+  using C = typename In::tensor_type;
+  static_assert(Dag || std::is_same_v<typename P::value_type, typename C::value_type>,
+                "pipetype::chain: a stage's output element type differs from the next stage's input element type "
+                "(tensor Tensor of the link From -> To in edge_tensor<..., From, To, Tensor, ...>)");
+  static_assert(!Dag || std::is_same_v<typename P::value_type, typename C::value_type>,
+                "pipetype::dag: an edge's producer gives another element type than its consumer takes (tensor Tensor "
+                "of edge Edge, From -> To, in edge_tensor<true, Edge, From, To, Tensor, ...>)");
+  static constexpr bool extent_ok = P::is_dynamic || C::is_dynamic || P::extent == C::extent;
+  static_assert(Dag || extent_ok,
+                "pipetype::chain: a stage's output extent differs from the next stage's input extent (tensor Tensor "
+                "of the link From -> To in edge_tensor<..., From, To, Tensor, ...>)");
+  static_assert(!Dag || extent_ok,
+                "pipetype::dag: an edge's producer gives another extent than its consumer takes (tensor Tensor of "
+                "edge Edge, From -> To, in edge_tensor<true, Edge, From, To, Tensor, ...>)");
+  static_assert(Out::grad == In::grad,
+                "pipetype: a tensor of an edge is no_grad on one side only: the producer expects its gradient back "
+                "exactly when the consumer sends one (tensor Tensor of the edge From -> To in edge_tensor<..., From, "
+                "To, Tensor, ...>; mark it no_grad on both sides or on neither)");
+  static constexpr bool value = true;
+};
+
+/// The producer's output against the consumer's input, tensor by tensor.
+template <bool Dag, int Edge, int From, int To, class Producer, class Consumer>
+constexpr bool edge_fits() {
+  using O = typename Producer::output;
+  using I = typename Consumer::input;
+  constexpr bool same_count = set_traits<O>::count == set_traits<I>::count;
+  static_assert(same_count,
+                "pipetype: an edge's producer gives another number of tensors than its consumer takes "
+                "(the edge From -> To in edge_fits<..., From, To, ...>)");
+  if constexpr (same_count) return []<std::size_t... K>(std::index_sequence<K...>) {
+      return (edge_tensor<Dag, Edge, From, To, static_cast<int>(K), member_t<O, K>, member_t<I, K>>::value && ...);
+    }
+  (std::make_index_sequence<static_cast<std::size_t>(set_traits<O>::count)>{});
+  else return false;
+}
+
+}  // namespace detail
+
+namespace detail {
+/// Elements per microbatch of tensor k of a declared input/output `X` of stage `s`: the tensor's
+/// extent, or the stage's member `extent_of(s, k)` when the tensor is dynamic.
+template <class X, class S, class Member>
+constexpr std::size_t set_extent(const S& s, std::size_t k, Member member) {
+  std::size_t n = 0;
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    ((K == k ? (n = tensor_t<X, K>::is_dynamic ? member(s, k) : tensor_t<X, K>::extent, 0) : 0), ...);
+  }
+  (std::make_index_sequence<static_cast<std::size_t>(set_traits<X>::count)>{});
+  return n;
+}
+template <class X>
+constexpr bool any_dynamic() {
+  return []<std::size_t... K>(std::index_sequence<K...>) { return (tensor_t<X, K>::is_dynamic || ...); }
+  (std::make_index_sequence<static_cast<std::size_t>(set_traits<X>::count)>{});
+}
+}  // namespace detail
+
+/// Elements per microbatch of tensor k of a stage's input (k = 0: a single tensor's): the tensor's
+/// extent, or the stage's member input_extent() (a set: input_extent(k)) when it is dynamic.
 template <stage S>
-constexpr std::size_t input_extent(const S& s) {
-  if constexpr (!S::input::is_dynamic)
-    return S::input::extent;
-  else if constexpr (requires { s.input_extent(); })
-    return s.input_extent();
+constexpr std::size_t input_extent(const S& s, std::size_t k = 0) {
+  using X = typename S::input;
+  if constexpr (!detail::any_dynamic<X>())
+    return detail::set_extent<X>(s, k, [](const S&, std::size_t) { return std::size_t{0}; });
+  else if constexpr (requires { s.input_extent(k); })
+    return detail::set_extent<X>(s, k, [](const S& stage_obj, std::size_t tensor_index) {
+      return std::size_t(stage_obj.input_extent(tensor_index));
+    });
+  else if constexpr (detail::set_traits<X>::single && requires { s.input_extent(); })
+    return detail::set_extent<X>(s, k,
+                                 [](const S& stage_obj, std::size_t) { return std::size_t(stage_obj.input_extent()); });
   else
-    static_assert(sizeof(S) == 0, "pipetype::stage: a dynamic input needs a member input_extent()");
+    static_assert(
+        sizeof(S) == 0,
+        "pipetype::stage: a dynamic input needs a member input_extent() (a set: input_extent(std::size_t k))");
+}
+/// The same for the stage's output (output_extent() / output_extent(k)).
+template <stage S>
+constexpr std::size_t output_extent(const S& s, std::size_t k = 0) {
+  using X = typename S::output;
+  if constexpr (!detail::any_dynamic<X>())
+    return detail::set_extent<X>(s, k, [](const S&, std::size_t) { return std::size_t{0}; });
+  else if constexpr (requires { s.output_extent(k); })
+    return detail::set_extent<X>(s, k, [](const S& stage_obj, std::size_t tensor_index) {
+      return std::size_t(stage_obj.output_extent(tensor_index));
+    });
+  else if constexpr (detail::set_traits<X>::single && requires { s.output_extent(); })
+    return detail::set_extent<X>(
+        s, k, [](const S& stage_obj, std::size_t) { return std::size_t(stage_obj.output_extent()); });
+  else
+    static_assert(
+        sizeof(S) == 0,
+        "pipetype::stage: a dynamic output needs a member output_extent() (a set: output_extent(std::size_t k))");
+}
+/// The bytes of a stage's input and output per microbatch (graph/tensors.hpp's edge_shape).
+template <stage S>
+constexpr edge_shape input_shape(const S& s) {
+  return detail::shape_of<typename S::input>([&](std::size_t tensor_index) { return input_extent(s, tensor_index); });
 }
 template <stage S>
-constexpr std::size_t output_extent(const S& s) {
-  if constexpr (!S::output::is_dynamic)
-    return S::output::extent;
-  else if constexpr (requires { s.output_extent(); })
-    return s.output_extent();
-  else
-    static_assert(sizeof(S) == 0, "pipetype::stage: a dynamic output needs a member output_extent()");
+constexpr edge_shape output_shape(const S& s) {
+  return detail::shape_of<typename S::output>([&](std::size_t tensor_index) { return output_extent(s, tensor_index); });
 }
 template <stage S>
 constexpr std::size_t stash_extent(const S& s) {

@@ -1,0 +1,18 @@
+// The twin: the ids are no_grad on both sides.
+#include <cstdint>
+#include <pipetype/pipetype.hpp>
+namespace pt = pipetype;
+struct a {
+  using input = pt::tensor<float, 4>;
+  using output = pt::tensors<pt::tensor<float, 4>, pt::no_grad<pt::tensor<std::int32_t, 4>>>;
+  void forward(const pt::forward_ctx<a>&) {}
+  void backward(const pt::backward_ctx<a>&) {}
+};
+struct b {
+  using input = pt::tensors<pt::tensor<float, 4>, pt::no_grad<pt::tensor<std::int32_t, 4>>>;
+  using output = pt::tensor<float, 1>;
+  void forward(const pt::forward_ctx<b>&) {}
+  void backward(const pt::backward_ctx<b>&) {}
+};
+pt::chain<a, b> model;
+int main() { return model.size() == 2 ? 0 : 1; }
