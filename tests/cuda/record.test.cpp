@@ -525,5 +525,45 @@ TEST_CASE("cuda record: a set's activation moves its whole block, its gradient o
   }
 }
 
+// A sink on the device executor: its targets come from the batch, its losses go to the executor's
+// loss array (the driver's memory: host memory with the record driver), its backward gets the
+// loss scaling's factor.
+struct scored {
+  using input = pt::tensor<float, 2>;
+  using output = pt::tensor<float, 2>;
+  using target = pt::tensor<std::int32_t, 1>;
+  float seen_scale = -1;
+  void forward(const pt::forward_ctx<scored>& c) {
+    if (c.loss) *c.loss = static_cast<float>(c.target[0]) + 0.5f;
+  }
+  void backward(const pt::backward_ctx<scored>& c) {
+    if (!c.target.empty()) seen_scale = c.loss_scale;
+  }
+};
+
+TEST_CASE("cuda record: a sink reads its targets and writes its losses into the executor's loss array") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("gpipe", 2, 4));
+  REQUIRE(plan.ok());
+  std::vector<float> x(8);
+  const std::vector<std::int32_t> labels{7, 8, 9, 10};
+  for (int r = 0; r < 2; ++r) {
+    pt::uniform_chain<scored> model(std::vector<scored>(2));
+    pc::record_driver d;
+    pc::executor ex{pt::views_of(plan), pt::entries_of(model), d, {.rank = r, .comms = {0}}};
+    CHECK_THROWS_AS(ex.step(x.data()), pt::shape_error);  // one array has no targets
+    pt::batch b;
+    b.input(x).target(labels).scale(pt::loss_scaling::sum());
+    ex.step(b);
+    CHECK(ex.loss_scale() == 1.0);
+    if (r == 0) {
+      CHECK(ex.losses() == nullptr);  // no sink here
+      continue;
+    }
+    REQUIRE(ex.losses() != nullptr);
+    for (int j = 0; j < 4; ++j) CHECK(ex.losses()[j] == static_cast<float>(labels[static_cast<std::size_t>(j)]) + 0.5f);
+    CHECK(model.stage(1).seen_scale == 1.0f);
+  }
+}
+
 }  // namespace test_record_sets
 }  // namespace

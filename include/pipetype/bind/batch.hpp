@@ -1,12 +1,21 @@
 // pipetype/bind/batch.hpp — the data of one step, as every executor takes it.
 //
-// A batch lists the inputs of the model's sources, one array per tensor, each holding all
-// microbatches (microbatch j at j × the tensor's elements):
+// A batch lists the inputs of the model's sources and the targets of its sinks, one array per
+// tensor, each holding all microbatches (microbatch j at j × the tensor's elements):
 //
 //   pipetype::batch b;
 //   b.input(ids);        // the first source's first tensor (sources in stage order, each
 //   b.input(positions);  // source's tensors in declaration order)
-//   ex.step(b);
+//   b.target(labels);    // the sinks' targets likewise (sinks in stage order)
+//   b.scale(pipetype::loss_scaling::per(tokens));  // how the losses make the objective
+//   const pipetype::step_losses& l = ex.step(b);   // what each sink wrote, per microbatch
+//
+// Loss scaling. Each sink writes one loss per microbatch (ctx.loss). The step's objective is
+// f · Σ losses, with f from the batch's loss_scaling: mean() (the default) f = 1/m, so the
+// objective is the mean over microbatches; sum() f = 1; per(n) f = 1/n, e.g. when each loss is a
+// sum over tokens and n counts the step's tokens. A sink's backward gets f as ctx.loss_scale, the
+// gradient of the objective with respect to its loss, and seeds its backward with it; then the
+// weight gradients are those of the objective, as an unpipelined run over the whole batch gives.
 //
 // The arrays are the caller's (host memory for the host executor, device memory for the CUDA
 // executor) and must stay alive through the step (and through replays of a captured step). An
@@ -30,6 +39,44 @@
 
 namespace pipetype {
 
+/// How a step's microbatch losses make its objective: f · Σ_j loss_j (see the top of this file).
+class loss_scaling {
+ public:
+  /// f = 1/m: the mean over microbatches (the default).
+  static constexpr loss_scaling mean() noexcept { return loss_scaling(0); }
+  /// f = 1.
+  static constexpr loss_scaling sum() noexcept { return loss_scaling(1); }
+  /// f = 1/n (n > 0): e.g. losses that sum over tokens, n the step's tokens.
+  static constexpr loss_scaling per(double n) noexcept { return loss_scaling(2, n); }
+  /// f for a step of `microbatches` microbatches; NaN for per(n) with n not positive.
+  constexpr double factor(int microbatches) const noexcept {
+    return how_ == 0 ? 1.0 / microbatches : how_ == 1 ? 1.0 : n_ > 0 ? 1.0 / n_ : __builtin_nan("");
+  }
+
+ private:
+  constexpr explicit loss_scaling(int how, double n = 0) noexcept : how_(how), n_(n) {}
+  int how_ = 0;
+  double n_ = 0;
+};
+
+/// A step's losses: what each sink wrote for each microbatch (NaN where it wrote nothing), and
+/// the objective they make.
+struct step_losses {
+  std::vector<float> values;  // sinks × microbatches: sink k's loss of microbatch j at k · microbatches + j
+  int sinks = 0, microbatches = 0;
+  double scale = 0;  // f: d objective / d loss_j
+  float at(int sink, int microbatch) const {
+    return values.at(static_cast<std::size_t>(sink) * static_cast<std::size_t>(microbatches) +
+                     static_cast<std::size_t>(microbatch));
+  }
+  /// f · Σ losses, summed in double in (sink, microbatch) order.
+  double objective() const noexcept {
+    double t = 0;
+    for (const float v : values) t += static_cast<double>(v);
+    return t * scale;
+  }
+};
+
 class batch {
  public:
   /// One array of a tensor over all microbatches: the type, elements and where they are.
@@ -43,16 +90,36 @@ class batch {
   /// microbatches' elements.
   template <class R>
   batch& input(const R& all) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(all))>>;
-    inputs_.push_back(
-        {reinterpret_cast<const std::byte*>(std::data(all)), std::size(all), sizeof(T), detail::type_id<T>});
+    return add(inputs_, all);
+  }
+  /// The next sink target tensor (sinks in stage order, each sink's tensors in declaration order).
+  template <class R>
+  batch& target(const R& all) {
+    return add(targets_, all);
+  }
+  /// How the losses make the step's objective (loss_scaling::mean() unless set).
+  batch& scale(loss_scaling how) noexcept {
+    scaling_ = how;
     return *this;
   }
   const std::vector<array>& inputs() const noexcept { return inputs_; }
-  void clear() noexcept { inputs_.clear(); }
+  const std::vector<array>& targets() const noexcept { return targets_; }
+  loss_scaling scaling() const noexcept { return scaling_; }
+  void clear() noexcept {
+    inputs_.clear();
+    targets_.clear();
+    scaling_ = loss_scaling::mean();
+  }
 
  private:
-  std::vector<array> inputs_;
+  template <class R>
+  batch& add(std::vector<array>& to, const R& all) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(all))>>;
+    to.push_back({reinterpret_cast<const std::byte*>(std::data(all)), std::size(all), sizeof(T), detail::type_id<T>});
+    return *this;
+  }
+  std::vector<array> inputs_, targets_;
+  loss_scaling scaling_ = loss_scaling::mean();
 };
 
 namespace detail {
@@ -68,26 +135,28 @@ struct row_type<tensor<T, E...>> {
   using type = T;
 };
 
-/// The feed of `b` for a plan of `microbatches` whose sources are laid out as `layout` says;
-/// shape_error (prefixed `who`) when it does not fit.
-inline void feed_from_batch(const batch_layout& layout, const std::vector<stage_entry>& entries, int microbatches,
-                            const batch& b, std::vector<feed_tensor>& out, const std::string& who) {
-  const std::vector<batch::array>& in = b.inputs();
-  if (static_cast<int>(in.size()) != layout.tensors)
-    throw shape_error(who + ": the batch has " + std::to_string(in.size()) + " input arrays; the model's " +
-                      std::to_string(layout.sources) + " source" + (layout.sources == 1 ? "" : "s") + " take " +
-                      std::to_string(layout.tensors) + " (one per tensor, sources in stage order)");
+/// The places of `arrays` (what = "input" or "target") for the tensors `shape_of(s)` of the stages
+/// whose first tensor is `first[s]` (-1: none), `count` tensors in all; shape_error (prefixed
+/// `who`) when they do not fit.
+template <class ShapeOf>
+void feed_arrays(const std::vector<batch::array>& arrays, const std::vector<int>& first, int count, int stages_with,
+                 const char* what, const char* stage_kind, ShapeOf shape_of, int microbatches,
+                 std::vector<feed_tensor>& out, const std::string& who) {
+  if (static_cast<int>(arrays.size()) != count)
+    throw shape_error(who + ": the batch has " + std::to_string(arrays.size()) + " " + what + " arrays; the model's " +
+                      std::to_string(stages_with) + " " + stage_kind + (stages_with == 1 ? "" : "s") + " take " +
+                      std::to_string(count) + " (one per tensor, " + stage_kind + "s in stage order)");
   const auto m = static_cast<std::size_t>(microbatches);
-  out.resize(in.size());
-  for (std::size_t s = 0; s < entries.size(); ++s) {
-    if (layout.first[s] < 0) continue;
-    const edge_shape& sh = entries[s].in;
+  out.resize(arrays.size());
+  for (std::size_t s = 0; s < first.size(); ++s) {
+    if (first[s] < 0) continue;
+    const edge_shape& sh = shape_of(s);
     for (std::size_t k = 0; k < static_cast<std::size_t>(sh.count); ++k) {
-      const batch::array& a = in[static_cast<std::size_t>(layout.first[s]) + k];
+      const std::size_t i = static_cast<std::size_t>(first[s]) + k;
+      const batch::array& a = arrays[i];
       const tensor_place& p = sh.t[k];
-      const std::string at = who + ": the batch's input array " +
-                             std::to_string(layout.first[s] + static_cast<int>(k)) + " (source stage " +
-                             std::to_string(s) + ", tensor " + std::to_string(k) + ")";
+      const std::string at = who + ": the batch's " + what + " array " + std::to_string(i) + " (" + stage_kind +
+                             " stage " + std::to_string(s) + ", tensor " + std::to_string(k) + ")";
       if (a.size != p.size || a.type != p.type)
         throw shape_error(at + " has elements of " + std::to_string(a.size) + " bytes" +
                           (a.size == p.size ? " but of another type" : "") + "; the stage takes elements of " +
@@ -95,9 +164,27 @@ inline void feed_from_batch(const batch_layout& layout, const std::vector<stage_
       if (a.elems != p.elems * m)
         throw shape_error(at + " has " + std::to_string(a.elems) + " elements; the plan has " + std::to_string(m) +
                           " microbatches of " + std::to_string(p.elems) + ", so " + std::to_string(p.elems * m));
-      out[static_cast<std::size_t>(layout.first[s]) + k] = {a.data, p.bytes()};
+      out[i] = {a.data, p.bytes()};
     }
   }
+}
+
+/// The feed of `b`'s inputs and targets for a plan of `microbatches` whose sources and sinks are
+/// laid out as `layout` says; shape_error (prefixed `who`) when it does not fit.
+inline void feed_from_batch(const batch_layout& layout, const std::vector<stage_entry>& entries, int microbatches,
+                            const batch& b, std::vector<feed_tensor>& inputs, std::vector<feed_tensor>& targets,
+                            const std::string& who) {
+  int with_targets = 0;
+  for (const int t : layout.target_first) with_targets += t >= 0;
+  feed_arrays(
+      b.inputs(), layout.first, layout.tensors, layout.sources, "input", "source",
+      [&](std::size_t s) -> const edge_shape& { return entries[s].in; }, microbatches, inputs, who);
+  feed_arrays(
+      b.targets(), layout.target_first, layout.targets, with_targets, "target", "sink",
+      [&](std::size_t s) -> const edge_shape& { return entries[s].target; }, microbatches, targets, who);
+  const double f = b.scaling().factor(microbatches);
+  if (!(f > 0) || !(f < __builtin_inf()))
+    throw shape_error(who + ": the batch's loss_scaling::per(n) needs n > 0 (the count its losses are divided by)");
 }
 
 }  // namespace detail

@@ -198,17 +198,25 @@ void sort_later(std::vector<H>& later, int L) {
 /// source). A batch given as one array (step(span)) holds one row per microbatch with each
 /// source's input block side by side, in stage order: `offset[s]` is source s's block in the row,
 /// `row` the row's bytes (a chain of single tensors: stage 0's input alone, as before).
+///
+/// The sinks (stages without a consumer: a chain's last, a graph's losses) write one loss per
+/// microbatch, sink by sink in stage order (`sink[s]`), and read their targets from the feed's
+/// target tensors, sinks in stage order, each sink's in declaration order (`target_first[s]`).
 struct batch_layout {
   std::vector<int> first;           // per model stage: its first tensor in the feed; -1: not a source
   std::vector<std::size_t> offset;  // per model stage: its input block's bytes into the row (sources)
+  std::vector<int> sink;            // per model stage: its index among the sinks; -1: not a sink
+  std::vector<int> target_first;    // per model stage: its first target tensor; -1: none
   std::size_t row = 0;              // bytes per microbatch
-  int sources = 0, tensors = 0;
+  int sources = 0, tensors = 0, sinks = 0, targets = 0;
 };
 inline batch_layout batch_layout_of(const program_view& p, const std::vector<stage_entry>& entries) {
   batch_layout b;
   b.first.assign(entries.size(), -1);
   b.offset.assign(entries.size(), 0);
-  for (std::size_t s = 0; s < entries.size(); ++s)
+  b.sink.assign(entries.size(), -1);
+  b.target_first.assign(entries.size(), -1);
+  for (std::size_t s = 0; s < entries.size(); ++s) {
     if (p.lane_head(static_cast<int>(s))) {
       b.first[s] = b.tensors;
       b.tensors += entries[s].in.count;
@@ -216,6 +224,14 @@ inline batch_layout batch_layout_of(const program_view& p, const std::vector<sta
       b.row += entries[s].in.bytes;
       ++b.sources;
     }
+    if (p.lane_tail(static_cast<int>(s))) {
+      b.sink[s] = b.sinks++;
+      if (entries[s].target.count > 0) {
+        b.target_first[s] = b.targets;
+        b.targets += entries[s].target.count;
+      }
+    }
+  }
   return b;
 }
 
@@ -267,7 +283,10 @@ void bind_compute(bound_op& b, const lowered_op& o, const stage_entry& e, int L,
     b.grad_in = grad_at(o.out_slot);
   }
   b.stash = stash;
-  b.feed = batch.first[static_cast<std::size_t>(o.stage % L)];
+  const auto model_stage = static_cast<std::size_t>(o.stage % L);
+  b.feed = batch.first[model_stage];
+  b.sink = batch.sink[model_stage];
+  b.target = batch.target_first[model_stage];
   if (o.link < 0) return;
   const op_slots sl = l.slots_of(o);
   if (lists.size() + sl.in.size() + sl.grad.size() + sl.out.size() > lists.capacity())

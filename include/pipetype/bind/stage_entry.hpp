@@ -43,10 +43,15 @@ struct feed_tensor {
   std::size_t stride = 0;
 };
 
-/// What a step hands every stage call besides its op: the batch, per source tensor (sources in
-/// stage order, each source's tensors in declaration order). Filled by the executor at step().
+/// What a step hands every stage call besides its op, filled by the executor at step(): the
+/// batch, per source tensor (sources in stage order, each source's tensors in declaration order)
+/// and per sink target tensor (likewise), and where the sinks write their losses.
 struct step_feed {
   const feed_tensor* inputs = nullptr;
+  const feed_tensor* targets = nullptr;
+  float* losses = nullptr;  // sinks × microbatches: sink k's loss of microbatch j at k · microbatches + j
+  float loss_scale = 0;     // d objective / d loss_j (batch::scale)
+  int microbatches = 0;
 };
 
 /// What binding needs to know about one stage.
@@ -56,6 +61,7 @@ struct stage_entry {
   add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
   bool adds_on_stream = false;   // the stage adds them itself, on a stream (add_weight_grad)
   edge_shape in, out;            // its input's and output's bytes per microbatch (a tensor, or a set)
+  edge_shape target;             // a sink's targets per microbatch (no tensors: none declared)
   std::size_t stash_elems = 0, weight_grad_elems = 0;
   std::size_t stash_size = 0, weight_grad_size = 0;  // element sizes
   bool split = false;
@@ -99,7 +105,9 @@ struct bound_op {
   int comm = -1;
   std::byte* buf = nullptr;
   std::size_t bytes = 0;
-  int feed = -1;  // a source: its first tensor in step_feed::inputs
+  int feed = -1;    // a source: its first tensor in step_feed::inputs
+  int sink = -1;    // a sink: its index among the sinks (step_feed::losses)
+  int target = -1;  // a sink with a target: its first tensor in step_feed::targets
   // stages of a graph with several inputs or consumers (bind_compute): addresses in edge order,
   // in the bound rank's list pool; nullptr where `in`, `grad_in` and `grad_out` say it all
   int n_inputs = 1, n_grad_outs = 1;
@@ -128,6 +136,20 @@ view_list<input_view_t<S>> inputs_of(const bound_op& op, const step_feed& feed) 
   return {input_of<S>(op, feed), 1};
 }
 
+// A sink's targets for the op's microbatch (empty without a target or a feed of them).
+template <class S>
+target_view_t<S> target_view_of(const bound_op& op, const step_feed& feed) {
+  if constexpr (!has_target<S>) {
+    return {};
+  } else {
+    using V = target_view_t<S>;
+    if (op.target < 0 || feed.targets == nullptr) return V{};
+    const feed_tensor* f = feed.targets + op.target;
+    const auto j = static_cast<std::size_t>(op.microbatch);
+    return view_with<V>(op.entry->target, false, [&](std::size_t k) { return f[k].base + j * f[k].stride; });
+  }
+}
+
 template <class S>
 forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed) {
   const stage_entry& e = *op.entry;
@@ -137,7 +159,9 @@ forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed) {
           view_at<output_view_t<S>>(op.out, e.out, false),
           {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           op.stream,
-          inputs_of<S>(op, feed)};
+          inputs_of<S>(op, feed),
+          target_view_of<S>(op, feed),
+          op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr};
 }
 template <class S>
 backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed, bool input_part, bool weight_part) {
@@ -156,7 +180,9 @@ backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed, bool in
           op.stream,
           inputs_of<S>(op, feed),
           op.grad_in_list && gi ? view_list<GI>(op.grad_in_list, op.n_inputs, &e.in, true)
-                                : view_list<GI>(grad_in, gi ? 1 : 0)};
+                                : view_list<GI>(grad_in, gi ? 1 : 0),
+          target_view_of<S>(op, feed),
+          op.sink >= 0 ? feed.loss_scale : 0.0f};
 }
 
 /// Every gradient-carrying tensor of the stage's output has `+=` (a fan-out's gradients are summed).
@@ -267,6 +293,7 @@ stage_entry entry_of(S& s) {
   }
   e.in = input_shape(s);
   e.out = output_shape(s);
+  e.target = target_shape(s);
   e.stash_elems = stash_extent(s);
   e.sums_on_stream = adds_grad_output_on_stream<S>;
   e.sums_outputs = sums_outputs_v<S> || e.sums_on_stream;

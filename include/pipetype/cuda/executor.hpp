@@ -208,25 +208,41 @@ class executor {
   }
   /// Checks `b` against the plan as step(b) does (shape_error), issuing nothing.
   void check_batch(const pipetype::batch& b) const {
-    std::vector<feed_tensor> scratch;
-    pipetype::detail::feed_from_batch(batch_, entries_, microbatches_, b, scratch, "pipetype::cuda");
+    std::vector<feed_tensor> in, tg;
+    pipetype::detail::feed_from_batch(batch_, entries_, microbatches_, b, in, tg, "pipetype::cuda");
   }
+  /// Where the sinks on this rank write their losses: sinks × microbatches floats (sink k's
+  /// microbatch j at k · microbatches + j) in memory from the driver (device memory with the CUDA
+  /// driver), written by the sinks' kernels during the step; read them once the step's work is
+  /// done. nullptr when the model has no sink on this rank.
+  float* losses() const noexcept { return losses_; }
+  /// The loss scaling's factor of the last step (d objective / d loss_j, batch::scale).
+  double loss_scale() const noexcept { return scale_; }
 
  private:
   void feed(const void* batch) {
+    if (batch_.targets > 0)
+      throw shape_error("pipetype::cuda: the model's sinks take targets; give step() a pipetype::batch with them");
     pipetype::detail::feed_from_rows(batch_, entries_, static_cast<const std::byte*>(batch), inputs_);
+    targets_.clear();
+    scale_ = 1.0 / microbatches_;
   }
   void feed(const pipetype::batch& b) {
-    std::vector<feed_tensor> next;
-    pipetype::detail::feed_from_batch(batch_, entries_, microbatches_, b, next, "pipetype::cuda");
-    inputs_ = std::move(next);
+    std::vector<feed_tensor> in, tg;
+    pipetype::detail::feed_from_batch(batch_, entries_, microbatches_, b, in, tg, "pipetype::cuda");
+    inputs_ = std::move(in);
+    targets_ = std::move(tg);
+    scale_ = b.scaling().factor(microbatches_);
+  }
+  step_feed feed_of() const noexcept {
+    return {inputs_.data(), targets_.data(), losses_, static_cast<float>(scale_), microbatches_};
   }
   void run() {
     // locals, so the compiler need not reload them after every driver call
     D& d = d_;
     const bound_op* const calls = calls_.data();
     const transfer* const tr = transfers_.data();
-    const step_feed b{inputs_.data()};
+    const step_feed b = feed_of();
     const issue_op* o = ops_.data();
     try {
       for (const issue_op* e = o + ops_.size(); o != e; ++o) {
@@ -273,7 +289,7 @@ class executor {
       throw std::logic_error("pipetype::cuda: step_unrolled<plan, " + std::to_string(Rank) +
                              ">: this executor was bound to rank " + std::to_string(rank_) + " of another plan");
     feed(batch);
-    const step_feed f{inputs_.data()};
+    const step_feed f = feed_of();
     const static_args a{d_,          calls_.data(), transfers_.data(), events_.data(),
                         streams_[0], streams_[1],   streams_[2],       &f};
     try {
@@ -441,6 +457,13 @@ class executor {
     std::byte* acts = alloc(layout.stride * static_cast<std::size_t>(res.activation_slots));
     std::byte* grads = alloc(layout.grad_stride * static_cast<std::size_t>(res.gradient_slots));
     std::byte* stashes = alloc(layout.stash_stride * static_cast<std::size_t>(layout.stash_slots));
+    bool sinks_here = false;
+    for (const lowered_op& o : ops)
+      sinks_here =
+          sinks_here || (o.code == op_code::compute && batch_.sink[static_cast<std::size_t>(o.stage % L)] >= 0);
+    if (sinks_here)
+      losses_ = reinterpret_cast<float*>(
+          alloc(sizeof(float) * static_cast<std::size_t>(batch_.sinks) * static_cast<std::size_t>(p.microbatches)));
     auto at = [](std::byte* pool, std::size_t stride, int slot) {
       return slot < 0 || pool == nullptr ? nullptr : pool + stride * static_cast<std::size_t>(slot);
     };
@@ -568,7 +591,10 @@ class executor {
   std::vector<std::byte*> adds_;   // held weight gradients, per op's [add_begin, + add_count)
   std::vector<std::byte*> lists_;  // a stage graph's fan-in and fan-out addresses (bind_compute)
   pipetype::detail::batch_layout batch_;
-  std::vector<feed_tensor> inputs_;  // the step's feed: per source tensor, where its microbatches are
+  std::vector<feed_tensor> inputs_;   // the step's feed: per source tensor, where its microbatches are
+  std::vector<feed_tensor> targets_;  // per sink target tensor
+  float* losses_ = nullptr;           // sinks × microbatches, from the driver
+  double scale_ = 0;
   int microbatches_ = 0;
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;

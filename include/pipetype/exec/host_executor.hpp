@@ -410,38 +410,41 @@ class executor {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
 
-  /// One training step over all microbatches: `b` holds every source tensor's array
-  /// (bind/batch.hpp). Throws shape_error before anything runs if the batch does not fit the
-  /// plan, step_error if the step failed on some rank.
-  void step(const pipetype::batch& b) {
+  /// One training step over all microbatches: `b` holds every source tensor's array and every
+  /// sink target's (bind/batch.hpp). Returns what the sinks wrote as their losses. Throws
+  /// shape_error before anything runs if the batch does not fit the plan, step_error if the step
+  /// failed on some rank.
+  const step_losses& step(const pipetype::batch& b) {
     feed(b);
-    engine_.run(step_feed{inputs_.data()});
+    return run();
   }
   /// The shorthand for one array: `batch` holds microbatches × (stage 0's input extent)
   /// elements, microbatch j at j · extent (a graph's sources side by side in one row per
-  /// microbatch, in stage order).
-  void step(std::span<const batch_type> batch) {
+  /// microbatch, in stage order); no targets, the mean as loss scaling.
+  const step_losses& step(std::span<const batch_type> batch) {
     feed(batch);
-    engine_.run(step_feed{inputs_.data()});
+    return run();
   }
   /// Runs one step and keeps the batch (its arrays' addresses: the caller keeps them alive) for
   /// replay(), as the device executors capture a step into a graph: generic code drives every
   /// executor with the same calls. The host executor has no graph; a replay is a step over the
   /// same batch.
-  void capture(std::span<const batch_type> batch) {
+  const step_losses& capture(std::span<const batch_type> batch) {
     feed(batch);
     captured_ = true;
-    engine_.run(step_feed{inputs_.data()});
+    return run();
   }
-  void capture(const pipetype::batch& b) {
+  const step_losses& capture(const pipetype::batch& b) {
     feed(b);
     captured_ = true;
-    engine_.run(step_feed{inputs_.data()});
+    return run();
   }
-  void replay() {
+  const step_losses& replay() {
     if (!captured_) throw std::logic_error("pipetype::host: replay() before capture()");
-    engine_.run(step_feed{inputs_.data()});
+    return run();
   }
+  /// The last step's losses (the same step() returned).
+  const step_losses& losses() const noexcept { return losses_; }
 
   const bound_program& program() const noexcept { return engine_.program(); }
   /// How every thread that had not finished ended the last step (empty when it succeeded; the
@@ -454,19 +457,23 @@ class executor {
     const bound_program& p = engine_.program();
     pipetype::detail::feed_from_rows(p.batch, p.entries, reinterpret_cast<const std::byte*>(batch.data()), inputs_);
     detail::null_transport t;
-    engine_.walk_in_order(r, t, step_feed{inputs_.data()});
+    engine_.walk_in_order(r, t, feed_of());
   }
 
  private:
   // A new feed replaces the captured one only once it is known to fit.
   void feed(const pipetype::batch& b) {
     const bound_program& p = engine_.program();
-    std::vector<feed_tensor> next;
-    pipetype::detail::feed_from_batch(p.batch, p.entries, p.microbatches, b, next, "pipetype::host");
-    inputs_ = std::move(next);
+    std::vector<feed_tensor> in, tg;
+    pipetype::detail::feed_from_batch(p.batch, p.entries, p.microbatches, b, in, tg, "pipetype::host");
+    inputs_ = std::move(in);
+    targets_ = std::move(tg);
+    scale_ = b.scaling().factor(p.microbatches);
   }
   void feed(std::span<const batch_type> batch) {
     const bound_program& p = engine_.program();
+    if (p.batch.targets > 0)
+      throw shape_error("pipetype::host: the model's sinks take targets; give step() a pipetype::batch with them");
     const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
     if (batch.size() != want)
       throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) +
@@ -475,10 +482,28 @@ class executor {
                         (p.sources > 1 ? " (its sources' inputs side by side), so " : " (stage 0's input), so ") +
                         std::to_string(want));
     pipetype::detail::feed_from_rows(p.batch, p.entries, reinterpret_cast<const std::byte*>(batch.data()), inputs_);
+    targets_.clear();
+    scale_ = pipetype::loss_scaling::mean().factor(p.microbatches);
+  }
+  step_feed feed_of() {
+    const bound_program& p = engine_.program();
+    losses_.sinks = p.batch.sinks;
+    losses_.microbatches = p.microbatches;
+    losses_.scale = scale_;
+    losses_.values.assign(static_cast<std::size_t>(p.batch.sinks) * static_cast<std::size_t>(p.microbatches),
+                          __builtin_nanf(""));
+    return {inputs_.data(), targets_.data(), losses_.values.data(), static_cast<float>(scale_), p.microbatches};
+  }
+  const step_losses& run() {
+    engine_.run(feed_of());
+    return losses_;
   }
 
   detail::engine engine_;
-  std::vector<feed_tensor> inputs_;  // the step's feed: per source tensor, where its microbatches are
+  std::vector<feed_tensor> inputs_;   // the step's feed: per source tensor, where its microbatches are
+  std::vector<feed_tensor> targets_;  // per sink target tensor
+  double scale_ = 0;                  // the loss scaling's factor
+  step_losses losses_;
   bool captured_ = false;
 };
 

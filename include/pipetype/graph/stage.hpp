@@ -19,6 +19,14 @@
 //              empty on the last stage: the gradient comes from its own loss), grad_input (to be
 //              written; empty on stage 0 and in backward_weight), stash (what forward left)
 //
+// Sinks and losses. A sink (a stage whose output nobody reads: a chain's last, a graph's losses)
+// may declare `using target = tensor<...>` (or a tensors<...> set): the batch gives its targets
+// (bind/batch.hpp) and both contexts hold this microbatch's as `target`. Its forward writes the
+// microbatch's loss to `*ctx.loss`; its backward seeds the gradient with `ctx.loss_scale`, the
+// gradient of the step's objective with respect to that loss (the batch's loss_scaling), so the
+// weight gradients are the objective's. step() returns the losses. On a stage that is no sink
+// (a uniform_chain's stages share one type) `target` is empty, `loss` nullptr, `loss_scale` 0.
+//
 //   struct block {
 //     using input  = pipetype::tensor<float, 4, 64>;    // 4 rows × 64 features per microbatch
 //     using output = pipetype::tensor<float, 4, 64>;
@@ -131,6 +139,15 @@ struct stash_of<S> {
   using type = typename S::stash;
 };
 template <class S>
+struct target_of {  // a stage without a target: no tensor
+  using type = tensor<std::byte, 0>;
+};
+template <class S>
+requires requires { typename S::target; }
+struct target_of<S> {
+  using type = typename S::target;
+};
+template <class S>
 struct weight_grad_of {
   using type = tensor<undeclared_weight_grad, 0>;
 };
@@ -155,6 +172,18 @@ template <class S>
 using weight_grad_tensor_t = typename detail::weight_grad_of<S>::type;
 template <class S>
 using weight_grad_t = typename weight_grad_tensor_t<S>::value_type;
+
+/// A sink's targets per microbatch (`using target = tensor<...>` or a tensors<...> set), which
+/// the batch gives (bind/batch.hpp) and its forward and backward read. A stage without one has
+/// the empty tensor<std::byte, 0>.
+template <class S>
+concept has_target = requires {
+  typename S::target;
+};
+template <class S>
+using target_tensor_t = typename detail::target_of<S>::type;
+template <class S>
+using target_view_t = detail::view_t<target_tensor_t<S>, true>;
 
 /// What a stage's context holds for its input and output: a std::span for a single tensor, a
 /// span_set for a set (graph/tensors.hpp). `grad_input_view_t` is the gradient it writes for its
@@ -182,6 +211,9 @@ struct forward_ctx {
   std::span<stash_t<S>> stash;
   void* stream = nullptr;               // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
   view_list<input_view_t<S>> inputs{};  // every input, in edge order (inputs[0] is input)
+  target_view_t<S> target{};            // a sink: this microbatch's targets (its `using target`); else empty
+  float* loss = nullptr;  // a sink: where its forward writes this microbatch's loss (device memory on a device
+                          // executor: write it from a kernel on `stream`); nullptr on the other stages
 };
 
 template <class S>
@@ -197,6 +229,9 @@ struct backward_ctx {
   void* stream = nullptr;                         // the CUDA executor: the cudaStream_t to launch on
   view_list<input_view_t<S>> inputs{};            // every input, in edge order (inputs[0] is input)
   view_list<grad_input_view_t<S>> grad_inputs{};  // the gradient for each, in edge order (empty as grad_input is)
+  target_view_t<S> target{};                      // a sink: this microbatch's targets; else empty
+  float loss_scale = 0;  // a sink: d(the step's objective)/d(this microbatch's loss), the seed of its backward
+                         // (the batch's loss_scaling: 1/m for the mean, the default); 0 on the other stages
 };
 
 template <class S>
@@ -242,7 +277,8 @@ concept adds_grad_output_on_stream = requires(S& s, detail::view_t<typename S::o
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.
 template <class S>
 concept stage = detail::is_tensor_set_v<typename S::input> && detail::is_tensor_set_v<typename S::output> &&
-    detail::is_tensor<stash_tensor_t<S>>::value && detail::is_tensor<weight_grad_tensor_t<S>>::value &&
+    detail::is_tensor_set_v<target_tensor_t<S>> && detail::is_tensor<stash_tensor_t<S>>::value &&
+    detail::is_tensor<weight_grad_tensor_t<S>>::value &&
     (!requires { typename S::weight_grad; } || has_weight_grad<S>)&&requires(S& s, const forward_ctx<S>& f) {
   s.forward(f);
 }
@@ -276,6 +312,12 @@ constexpr bool diagnose_stage() {
     static_assert(
         always_false_stage_v<S>,
         "pipetype::stage: the stage's `output` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
+        "of 1 to 8 tensor<...> or no_grad<tensor<...>>");
+    return false;
+  } else if constexpr (!is_tensor_set_v<target_tensor_t<S>>) {
+    static_assert(
+        always_false_stage_v<S>,
+        "pipetype::stage: the stage's `target` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
         "of 1 to 8 tensor<...> or no_grad<tensor<...>>");
     return false;
   } else if constexpr (!is_tensor<stash_tensor_t<S>>::value) {
@@ -389,44 +431,84 @@ constexpr bool any_dynamic() {
 }
 }  // namespace detail
 
+namespace detail {
+/// Tensor k's elements per microbatch of a declared input, output or target `X` of stage `s`: its
+/// extent, or, when it is dynamic, the stage's member: `indexed(s, k)` (a set's form, k the
+/// tensor) when that is callable, else `whole(s)` (a single tensor's). `known` says whether a
+/// dynamic tensor has a member to ask.
+template <class X, class S, class Indexed, class Whole>
+struct declared {
+  static constexpr bool by_index = std::is_invocable_v<Indexed, const S&, std::size_t>;
+  static constexpr bool by_whole = set_traits<X>::single && std::is_invocable_v<Whole, const S&>;
+  static constexpr bool known = !any_dynamic<X>() || by_index || by_whole;
+  static constexpr std::size_t extent(const S& s, std::size_t k, Indexed indexed, Whole whole) {
+    if constexpr (by_index)
+      return set_extent<X>(s, k, indexed);
+    else if constexpr (by_whole)
+      return set_extent<X>(s, k, [&](const S& stage_obj, std::size_t) { return whole(stage_obj); });
+    else
+      return set_extent<X>(s, k, [](const S&, std::size_t) { return std::size_t{0}; });
+  }
+};
+template <class X, class S, class Indexed, class Whole>
+constexpr std::size_t declared_extent(const S& s, std::size_t k, Indexed indexed, Whole whole) {
+  return declared<X, S, Indexed, Whole>::extent(s, k, indexed, whole);
+}
+inline constexpr auto input_by_index =
+    [](const auto& stage_obj, std::size_t tensor_index) -> decltype(std::size_t(stage_obj.input_extent(tensor_index))) {
+  return std::size_t(stage_obj.input_extent(tensor_index));
+};
+inline constexpr auto input_whole = [](const auto& stage_obj) -> decltype(std::size_t(stage_obj.input_extent())) {
+  return std::size_t(stage_obj.input_extent());
+};
+inline constexpr auto output_by_index =
+    [](const auto& stage_obj,
+       std::size_t tensor_index) -> decltype(std::size_t(stage_obj.output_extent(tensor_index))) {
+  return std::size_t(stage_obj.output_extent(tensor_index));
+};
+inline constexpr auto output_whole = [](const auto& stage_obj) -> decltype(std::size_t(stage_obj.output_extent())) {
+  return std::size_t(stage_obj.output_extent());
+};
+inline constexpr auto target_by_index =
+    [](const auto& stage_obj,
+       std::size_t tensor_index) -> decltype(std::size_t(stage_obj.target_extent(tensor_index))) {
+  return std::size_t(stage_obj.target_extent(tensor_index));
+};
+inline constexpr auto target_whole = [](const auto& stage_obj) -> decltype(std::size_t(stage_obj.target_extent())) {
+  return std::size_t(stage_obj.target_extent());
+};
+}  // namespace detail
+
 /// Elements per microbatch of tensor k of a stage's input (k = 0: a single tensor's): the tensor's
 /// extent, or the stage's member input_extent() (a set: input_extent(k)) when it is dynamic.
 template <stage S>
 constexpr std::size_t input_extent(const S& s, std::size_t k = 0) {
-  using X = typename S::input;
-  if constexpr (!detail::any_dynamic<X>())
-    return detail::set_extent<X>(s, k, [](const S&, std::size_t) { return std::size_t{0}; });
-  else if constexpr (requires { s.input_extent(k); })
-    return detail::set_extent<X>(s, k, [](const S& stage_obj, std::size_t tensor_index) {
-      return std::size_t(stage_obj.input_extent(tensor_index));
-    });
-  else if constexpr (detail::set_traits<X>::single && requires { s.input_extent(); })
-    return detail::set_extent<X>(s, k,
-                                 [](const S& stage_obj, std::size_t) { return std::size_t(stage_obj.input_extent()); });
-  else
-    static_assert(
-        sizeof(S) == 0,
-        "pipetype::stage: a dynamic input needs a member input_extent() (a set: input_extent(std::size_t k))");
+  using D = detail::declared<typename S::input, S, decltype(detail::input_by_index), decltype(detail::input_whole)>;
+  static_assert(D::known,
+                "pipetype::stage: a dynamic input needs a member input_extent() (a set: input_extent(std::size_t k))");
+  return D::extent(s, k, detail::input_by_index, detail::input_whole);
 }
 /// The same for the stage's output (output_extent() / output_extent(k)).
 template <stage S>
 constexpr std::size_t output_extent(const S& s, std::size_t k = 0) {
-  using X = typename S::output;
-  if constexpr (!detail::any_dynamic<X>())
-    return detail::set_extent<X>(s, k, [](const S&, std::size_t) { return std::size_t{0}; });
-  else if constexpr (requires { s.output_extent(k); })
-    return detail::set_extent<X>(s, k, [](const S& stage_obj, std::size_t tensor_index) {
-      return std::size_t(stage_obj.output_extent(tensor_index));
-    });
-  else if constexpr (detail::set_traits<X>::single && requires { s.output_extent(); })
-    return detail::set_extent<X>(
-        s, k, [](const S& stage_obj, std::size_t) { return std::size_t(stage_obj.output_extent()); });
-  else
-    static_assert(
-        sizeof(S) == 0,
-        "pipetype::stage: a dynamic output needs a member output_extent() (a set: output_extent(std::size_t k))");
+  using D = detail::declared<typename S::output, S, decltype(detail::output_by_index), decltype(detail::output_whole)>;
+  static_assert(
+      D::known,
+      "pipetype::stage: a dynamic output needs a member output_extent() (a set: output_extent(std::size_t k))");
+  return D::extent(s, k, detail::output_by_index, detail::output_whole);
 }
-/// The bytes of a stage's input and output per microbatch (graph/tensors.hpp's edge_shape).
+/// The same for a sink's target (target_extent() / target_extent(k)); none: no tensor.
+template <stage S>
+constexpr std::size_t target_extent(const S& s, std::size_t k = 0) {
+  using X = target_tensor_t<S>;
+  using D = detail::declared<X, S, decltype(detail::target_by_index), decltype(detail::target_whole)>;
+  static_assert(
+      D::known,
+      "pipetype::stage: a dynamic target needs a member target_extent() (a set: target_extent(std::size_t k))");
+  return D::extent(s, k, detail::target_by_index, detail::target_whole);
+}
+/// The bytes of a stage's input, output and target per microbatch (graph/tensors.hpp's edge_shape;
+/// a stage without a target: no tensors).
 template <stage S>
 constexpr edge_shape input_shape(const S& s) {
   return detail::shape_of<typename S::input>([&](std::size_t tensor_index) { return input_extent(s, tensor_index); });
@@ -434,6 +516,14 @@ constexpr edge_shape input_shape(const S& s) {
 template <stage S>
 constexpr edge_shape output_shape(const S& s) {
   return detail::shape_of<typename S::output>([&](std::size_t tensor_index) { return output_extent(s, tensor_index); });
+}
+template <stage S>
+constexpr edge_shape target_shape(const S& s) {
+  if constexpr (!has_target<S>)
+    return edge_shape{};
+  else
+    return detail::shape_of<target_tensor_t<S>>(
+        [&](std::size_t tensor_index) { return target_extent(s, tensor_index); });
 }
 template <stage S>
 constexpr std::size_t stash_extent(const S& s) {
