@@ -565,5 +565,40 @@ TEST_CASE("cuda record: a sink reads its targets and writes its losses into the 
   }
 }
 
+// Varying tensors on the device executor: each transfer moves its microbatch's bytes.
+struct tokens {
+  using input = pt::varying<pt::tensor<float, 8>>;  // 2 floats per token, 4 tokens at most
+  using output = input;
+  void forward(const pt::forward_ctx<tokens>&) {}
+  void backward(const pt::backward_ctx<tokens>&) {}
+};
+
+TEST_CASE("cuda record: a transfer of varying tensors moves its microbatch's bytes") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("gpipe", 2, 3));
+  REQUIRE(plan.ok());
+  const std::vector<float> x(3 * 8);
+  const std::vector<std::size_t> lens{4, 1, 0};
+  for (int r = 0; r < 2; ++r) {
+    pt::uniform_chain<tokens> model(std::vector<tokens>(2));
+    pc::record_driver d;
+    pc::executor ex{pt::views_of(plan), pt::entries_of(model), d, {.rank = r, .comms = {0}}};
+    pt::batch b;
+    b.input(x).lengths(lens, 4);
+    d.clear();
+    ex.step(b);
+    std::vector<std::size_t> act, grad;
+    for (const pc::record_driver::call& c : d.calls())
+      if (c.what == ck::send || c.what == ck::recv) ((c.what == ck::send) == (r == 0) ? act : grad).push_back(c.bytes);
+    CHECK(act == std::vector<std::size_t>{32, 8, 0});   // gpipe: forwards in microbatch order
+    CHECK(grad == std::vector<std::size_t>{32, 8, 0});  // and its backwards too
+    d.clear();
+    pt::batch full;  // no lengths: the whole slot
+    full.input(x);
+    ex.step(full);
+    for (const pc::record_driver::call& c : d.calls())
+      if (c.what == ck::send || c.what == ck::recv) CHECK(c.bytes == 32);
+  }
+}
+
 }  // namespace test_record_sets
 }  // namespace

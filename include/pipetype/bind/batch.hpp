@@ -97,6 +97,17 @@ class batch {
   batch& target(const R& all) {
     return add(targets_, all);
   }
+  /// Per microbatch, its length (a sequence length), for the tensors declared varying<...>: a
+  /// varying tensor of declared (most) extent E holds E · length / max_length elements in that
+  /// microbatch, the first of its slot, and only those travel. Each length at most max_length; E
+  /// a multiple of max_length. Without lengths every microbatch is full.
+  template <class R>
+  batch& lengths(const R& per_microbatch, std::size_t max_length) {
+    lengths_.assign(std::begin(per_microbatch), std::end(per_microbatch));
+    max_length_ = max_length;
+    has_lengths_ = true;
+    return *this;
+  }
   /// How the losses make the step's objective (loss_scaling::mean() unless set).
   batch& scale(loss_scaling how) noexcept {
     scaling_ = how;
@@ -105,9 +116,15 @@ class batch {
   const std::vector<array>& inputs() const noexcept { return inputs_; }
   const std::vector<array>& targets() const noexcept { return targets_; }
   loss_scaling scaling() const noexcept { return scaling_; }
+  bool has_lengths() const noexcept { return has_lengths_; }
+  const std::vector<std::size_t>& lengths() const noexcept { return lengths_; }
+  std::size_t max_length() const noexcept { return max_length_; }
   void clear() noexcept {
     inputs_.clear();
     targets_.clear();
+    lengths_.clear();
+    max_length_ = 0;
+    has_lengths_ = false;
     scaling_ = loss_scaling::mean();
   }
 
@@ -119,6 +136,9 @@ class batch {
     return *this;
   }
   std::vector<array> inputs_, targets_;
+  std::vector<std::size_t> lengths_;
+  std::size_t max_length_ = 0;
+  bool has_lengths_ = false;
   loss_scaling scaling_ = loss_scaling::mean();
 };
 
@@ -169,6 +189,34 @@ void feed_arrays(const std::vector<batch::array>& arrays, const std::vector<int>
   }
 }
 
+/// The batch's lengths fit: one per microbatch, none above the maximum, and every varying tensor's
+/// declared extent a multiple of the maximum (so that each length holds whole elements).
+inline void check_lengths(const batch& b, const std::vector<stage_entry>& entries, int microbatches,
+                          const std::string& who) {
+  if (!b.has_lengths()) return;
+  const std::size_t most = b.max_length();
+  if (most == 0) throw shape_error(who + ": the batch's lengths have a maximum length of 0");
+  if (b.lengths().size() != static_cast<std::size_t>(microbatches))
+    throw shape_error(who + ": the batch has " + std::to_string(b.lengths().size()) + " lengths; the plan has " +
+                      std::to_string(microbatches) + " microbatches");
+  for (std::size_t j = 0; j < b.lengths().size(); ++j)
+    if (b.lengths()[j] > most)
+      throw shape_error(who + ": the batch's length of microbatch " + std::to_string(j) + " is " +
+                        std::to_string(b.lengths()[j]) + ", above the maximum " + std::to_string(most));
+  const char* names[] = {"input", "output", "target"};
+  for (std::size_t s = 0; s < entries.size(); ++s) {
+    const edge_shape* shapes[] = {&entries[s].in, &entries[s].out, &entries[s].target};
+    for (int w = 0; w < 3; ++w)
+      for (int k = 0; k < shapes[w]->count; ++k) {
+        const tensor_place& p = shapes[w]->t[static_cast<std::size_t>(k)];
+        if (p.varies && p.elems % most != 0)
+          throw shape_error(who + ": stage " + std::to_string(s) + "'s " + names[w] + " tensor " + std::to_string(k) +
+                            " varies and holds at most " + std::to_string(p.elems) +
+                            " elements, which is no multiple of the batch's maximum length " + std::to_string(most));
+      }
+  }
+}
+
 /// The feed of `b`'s inputs and targets for a plan of `microbatches` whose sources and sinks are
 /// laid out as `layout` says; shape_error (prefixed `who`) when it does not fit.
 inline void feed_from_batch(const batch_layout& layout, const std::vector<stage_entry>& entries, int microbatches,
@@ -185,6 +233,7 @@ inline void feed_from_batch(const batch_layout& layout, const std::vector<stage_
   const double f = b.scaling().factor(microbatches);
   if (!(f > 0) || !(f < __builtin_inf()))
     throw shape_error(who + ": the batch's loss_scaling::per(n) needs n > 0 (the count its losses are divided by)");
+  check_lengths(b, entries, microbatches, who);
 }
 
 }  // namespace detail

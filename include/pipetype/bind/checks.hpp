@@ -74,6 +74,10 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
                           (x.grad ? " expects its gradient back but stage " + std::to_string(to) + " marks it no_grad"
                                   : " marks it no_grad but stage " + std::to_string(to) + " sends its gradient back") +
                           " (mark it no_grad on both sides, or on neither)");
+      if (x.varies != y.varies)
+        throw shape_error(at + "stage " + std::to_string(from) +
+                          (x.varies ? " marks it varying" : " does not mark it varying") + " but stage " +
+                          std::to_string(to) + (y.varies ? " does" : " does not"));
     }
   };
   if (!p.has_edges()) {

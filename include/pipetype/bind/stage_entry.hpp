@@ -52,6 +52,8 @@ struct step_feed {
   float* losses = nullptr;  // sinks × microbatches: sink k's loss of microbatch j at k · microbatches + j
   float loss_scale = 0;     // d objective / d loss_j (batch::scale)
   int microbatches = 0;
+  const std::size_t* lengths = nullptr;  // per microbatch, its length (varying tensors); nullptr: all full
+  std::size_t max_length = 0;            // the length a varying tensor's declared extent holds
 };
 
 /// What binding needs to know about one stage.
@@ -62,6 +64,7 @@ struct stage_entry {
   bool adds_on_stream = false;   // the stage adds them itself, on a stream (add_weight_grad)
   edge_shape in, out;            // its input's and output's bytes per microbatch (a tensor, or a set)
   edge_shape target;             // a sink's targets per microbatch (no tensors: none declared)
+  bool varies = false;           // some tensor of in, out or target varies per microbatch (varying<...>)
   std::size_t stash_elems = 0, weight_grad_elems = 0;
   std::size_t stash_size = 0, weight_grad_size = 0;  // element sizes
   bool split = false;
@@ -86,7 +89,7 @@ struct bound_op {
   int stage = -1;
   int microbatch = -1;
   int add_count = 0;                   // after the op: add this many held weight gradients, in order
-  const stage_entry* entry = nullptr;  // the stage's shapes (compute ops)
+  const stage_entry* entry = nullptr;  // the stage's shapes (compute ops; a transfer: its data's stage)
   stage_fn fn = nullptr;
   void* obj = nullptr;
   std::byte* in = nullptr;  // nullptr on a source: it reads the batch (feed)
@@ -118,70 +121,101 @@ struct bound_op {
 
 namespace detail {
 
-// The op's input: its slot, or on a source the microbatch's slice of the batch.
-template <class S>
-input_view_t<S> input_of(const bound_op& op, const step_feed& feed) {
-  using V = input_view_t<S>;
-  const edge_shape& sh = op.entry->in;
-  if (op.in) return view_at<V>(static_cast<const std::byte*>(op.in), sh, false);
-  if (op.feed < 0 || feed.inputs == nullptr) return V{};
-  const feed_tensor* f = feed.inputs + op.feed;
-  const auto j = static_cast<std::size_t>(op.microbatch);
+/// The shapes one stage call sees: its stage's, or for a microbatch with a length (varying
+/// tensors, batch::lengths) those of that length.
+struct call_shapes {
+  const edge_shape& in;
+  const edge_shape& out;
+  const edge_shape& target;
+};
+
+/// Calls f(call_shapes) with the shapes of op's microbatch.
+template <class F>
+void with_shapes(const bound_op& op, const step_feed& feed, F f) {
+  const stage_entry& e = *op.entry;
+  if (e.varies && feed.lengths) [[unlikely]] {
+    const std::size_t n = feed.lengths[op.microbatch], most = feed.max_length;
+    const edge_shape in = shape_at(e.in, n, most), out = shape_at(e.out, n, most), target = shape_at(e.target, n, most);
+    f(call_shapes{in, out, target});
+  } else {
+    f(call_shapes{e.in, e.out, e.target});
+  }
+}
+
+/// The bytes a transfer op moves for its microbatch: an activation's block, or a gradient's
+/// (only the tensors that carry one), at the microbatch's length when its tensors vary.
+inline std::size_t transfer_bytes(const bound_op& x, const step_feed& feed) {
+  if (x.entry == nullptr || !x.entry->varies || feed.lengths == nullptr) return x.bytes;
+  const std::size_t n = feed.lengths[x.microbatch], most = feed.max_length;
+  return x.what == kind::F ? shape_at(x.entry->out, n, most).bytes : shape_at(x.entry->in, n, most).grad_bytes;
+}
+
+// A source's input or a sink's targets: per tensor, the microbatch's slice of the batch.
+template <class V>
+V view_of_feed(const feed_tensor* f, const edge_shape& sh, int microbatch) {
+  const auto j = static_cast<std::size_t>(microbatch);
   return view_with<V>(sh, false, [&](std::size_t k) { return f[k].base + j * f[k].stride; });
 }
 
+// The op's input: its slot, or on a source the microbatch's slice of the batch.
 template <class S>
-view_list<input_view_t<S>> inputs_of(const bound_op& op, const step_feed& feed) {
-  if (op.in_list) return {op.in_list, op.n_inputs, &op.entry->in, false};
-  return {input_of<S>(op, feed), 1};
+input_view_t<S> input_of(const bound_op& op, const step_feed& feed, const edge_shape& sh) {
+  using V = input_view_t<S>;
+  if (op.in) return view_at<V>(static_cast<const std::byte*>(op.in), sh, false);
+  if (op.feed < 0 || feed.inputs == nullptr) return V{};
+  return view_of_feed<V>(feed.inputs + op.feed, sh, op.microbatch);
+}
+
+template <class S>
+view_list<input_view_t<S>> inputs_of(const bound_op& op, const step_feed& feed, const edge_shape& sh) {
+  if (op.in_list) return {op.in_list, op.n_inputs, &sh, false};
+  return {input_of<S>(op, feed, sh), 1};
 }
 
 // A sink's targets for the op's microbatch (empty without a target or a feed of them).
 template <class S>
-target_view_t<S> target_view_of(const bound_op& op, const step_feed& feed) {
+target_view_t<S> target_view_of(const bound_op& op, const step_feed& feed, const edge_shape& sh) {
   if constexpr (!has_target<S>) {
     return {};
   } else {
-    using V = target_view_t<S>;
-    if (op.target < 0 || feed.targets == nullptr) return V{};
-    const feed_tensor* f = feed.targets + op.target;
-    const auto j = static_cast<std::size_t>(op.microbatch);
-    return view_with<V>(op.entry->target, false, [&](std::size_t k) { return f[k].base + j * f[k].stride; });
+    if (op.target < 0 || feed.targets == nullptr) return {};
+    return view_of_feed<target_view_t<S>>(feed.targets + op.target, sh, op.microbatch);
   }
 }
 
 template <class S>
-forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed) {
+forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed, const call_shapes& sh) {
   const stage_entry& e = *op.entry;
   return {op.stage,
           op.microbatch,
-          input_of<S>(op, feed),
-          view_at<output_view_t<S>>(op.out, e.out, false),
+          input_of<S>(op, feed, sh.in),
+          view_at<output_view_t<S>>(op.out, sh.out, false),
           {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           op.stream,
-          inputs_of<S>(op, feed),
-          target_view_of<S>(op, feed),
+          inputs_of<S>(op, feed, sh.in),
+          target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr};
 }
 template <class S>
-backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed, bool input_part, bool weight_part) {
+backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed, const call_shapes& sh, bool input_part,
+                              bool weight_part) {
   using GI = grad_input_view_t<S>;
   const stage_entry& e = *op.entry;
   const bool gi = input_part && op.grad_in != nullptr;
   const bool wg = weight_part && op.weight_grad != nullptr;
-  const GI grad_in = view_at<GI>(gi ? op.grad_in : nullptr, e.in, true);
+  const GI grad_in = view_at<GI>(gi ? op.grad_in : nullptr, sh.in, true);
   return {op.stage,
           op.microbatch,
-          input_of<S>(op, feed),
-          view_at<grad_output_view_t<S>>(static_cast<const std::byte*>(op.grad_out), e.out, true),
+          input_of<S>(op, feed, sh.in),
+          view_at<grad_output_view_t<S>>(static_cast<const std::byte*>(op.grad_out), sh.out, true),
           grad_in,
           {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? e.weight_grad_elems : 0},
           op.stream,
-          inputs_of<S>(op, feed),
-          op.grad_in_list && gi ? view_list<GI>(op.grad_in_list, op.n_inputs, &e.in, true)
+          inputs_of<S>(op, feed, sh.in),
+          op.grad_in_list && gi ? view_list<GI>(op.grad_in_list, op.n_inputs, &sh.in, true)
                                 : view_list<GI>(grad_in, gi ? 1 : 0),
-          target_view_of<S>(op, feed),
+          target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 ? feed.loss_scale : 0.0f};
 }
 
@@ -204,10 +238,9 @@ inline constexpr bool sums_outputs_v = sums_outputs_impl<S>();
 // add_grad_output does the adding where it has one (on its stream), else `+=` on the host, per
 // gradient-carrying tensor.
 template <class S>
-void sum_grad_outputs(S& st, const bound_op& op) {
+void sum_grad_outputs(S& st, const bound_op& op, const edge_shape& sh) {
   if constexpr (adds_grad_output_on_stream<S> || sums_outputs_v<S>) {
     if (op.n_grad_outs < 2 || op.grad_out_list == nullptr) return;
-    const edge_shape& sh = op.entry->out;
     for (int k = 1; k < op.n_grad_outs; ++k) {
       const std::byte* x = op.grad_out_list[k];
       if constexpr (adds_grad_output_on_stream<S>) {
@@ -236,28 +269,34 @@ void sum_grad_outputs(S& st, const bound_op& op) {
 
 template <class S>
 void run_forward(void* s, const bound_op& op, const step_feed& feed) {
-  static_cast<S*>(s)->forward(make_forward<S>(op, feed));
+  with_shapes(op, feed, [&](const call_shapes& sh) { static_cast<S*>(s)->forward(make_forward<S>(op, feed, sh)); });
 }
 template <class S>
 void run_backward(void* s, const bound_op& op, const step_feed& feed) {
   S& st = *static_cast<S*>(s);
-  sum_grad_outputs(st, op);
-  if constexpr (has_full_backward<S>) {
-    st.backward(make_backward<S>(op, feed, true, true));
-  } else {
-    st.backward_input(make_backward<S>(op, feed, true, false));
-    st.backward_weight(make_backward<S>(op, feed, false, true));
-  }
+  with_shapes(op, feed, [&](const call_shapes& sh) {
+    sum_grad_outputs(st, op, sh.out);
+    if constexpr (has_full_backward<S>) {
+      st.backward(make_backward<S>(op, feed, sh, true, true));
+    } else {
+      st.backward_input(make_backward<S>(op, feed, sh, true, false));
+      st.backward_weight(make_backward<S>(op, feed, sh, false, true));
+    }
+  });
 }
 template <class S>
 void run_backward_input(void* s, const bound_op& op, const step_feed& feed) {
   S& st = *static_cast<S*>(s);
-  sum_grad_outputs(st, op);
-  st.backward_input(make_backward<S>(op, feed, true, false));
+  with_shapes(op, feed, [&](const call_shapes& sh) {
+    sum_grad_outputs(st, op, sh.out);
+    st.backward_input(make_backward<S>(op, feed, sh, true, false));
+  });
 }
 template <class S>
 void run_backward_weight(void* s, const bound_op& op, const step_feed& feed) {
-  static_cast<S*>(s)->backward_weight(make_backward<S>(op, feed, false, true));
+  with_shapes(op, feed, [&](const call_shapes& sh) {
+    static_cast<S*>(s)->backward_weight(make_backward<S>(op, feed, sh, false, true));
+  });
 }
 template <class S>
 void add_weight_grad(void* s, const std::byte* g, void* stream) {
@@ -294,6 +333,7 @@ stage_entry entry_of(S& s) {
   e.in = input_shape(s);
   e.out = output_shape(s);
   e.target = target_shape(s);
+  e.varies = e.in.varies || e.out.varies || e.target.varies;
   e.stash_elems = stash_extent(s);
   e.sums_on_stream = adds_grad_output_on_stream<S>;
   e.sums_outputs = sums_outputs_v<S> || e.sums_on_stream;

@@ -47,6 +47,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -226,6 +227,7 @@ class executor {
     pipetype::detail::feed_from_rows(batch_, entries_, static_cast<const std::byte*>(batch), inputs_);
     targets_.clear();
     scale_ = 1.0 / microbatches_;
+    max_length_ = 0;
   }
   void feed(const pipetype::batch& b) {
     std::vector<feed_tensor> in, tg;
@@ -233,9 +235,14 @@ class executor {
     inputs_ = std::move(in);
     targets_ = std::move(tg);
     scale_ = b.scaling().factor(microbatches_);
+    lengths_ = b.lengths();
+    max_length_ = b.has_lengths() ? b.max_length() : 0;
   }
   step_feed feed_of() const noexcept {
-    return {inputs_.data(), targets_.data(), losses_, static_cast<float>(scale_), microbatches_};
+    return {inputs_.data(), targets_.data(),
+            losses_,        static_cast<float>(scale_),
+            microbatches_,  max_length_ > 0 ? lengths_.data() : nullptr,
+            max_length_};
   }
   void run() {
     // locals, so the compiler need not reload them after every driver call
@@ -258,9 +265,9 @@ class executor {
           d.group_start();
           for (const transfer *x = tr + o->index, *end = tr + o->last; x != end; ++x) {
             if (x->send)
-              d.send(x->buf, x->bytes, x->peer, x->c, s);
+              d.send(x->buf, bytes_of(*x, b), x->peer, x->c, s);
             else
-              d.recv(x->buf, x->bytes, x->peer, x->c, s);
+              d.recv(x->buf, bytes_of(*x, b), x->peer, x->c, s);
           }
           d.group_end();
         }
@@ -347,7 +354,12 @@ class executor {
     void* buf = nullptr;
     std::size_t bytes = 0;
     typename D::comm c{};
+    const bound_op* varies = nullptr;  // tensors that vary per microbatch: its bytes (transfer_bytes)
   };
+  // A transfer's bytes this step (its microbatch's, when its tensors vary and the batch has lengths).
+  static std::size_t bytes_of(const transfer& x, const step_feed& f) noexcept {
+    return x.varies && f.lengths ? pipetype::detail::transfer_bytes(*x.varies, f) : x.bytes;
+  }
   struct later_add {
     add_fn add = nullptr;
     void* obj = nullptr;
@@ -444,9 +456,9 @@ class executor {
   PIPETYPE_INLINE void transfer_static(const static_args& a, typename D::stream s) {
     const transfer& t = a.tr[K];
     if constexpr (P::transfers[K].send)
-      a.d.send(t.buf, t.bytes, P::transfers[K].peer, t.c, s);
+      a.d.send(t.buf, bytes_of(t, *a.feed), P::transfers[K].peer, t.c, s);
     else
-      a.d.recv(t.buf, t.bytes, P::transfers[K].peer, t.c, s);
+      a.d.recv(t.buf, bytes_of(t, *a.feed), P::transfers[K].peer, t.c, s);
   }
 
   void bind(const program_view& p, const lowered_view& l, int L) {
@@ -505,7 +517,15 @@ class executor {
         const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
         transfers_.push_back(
             {o.code == op_code::send, o.peer == c.rank_a ? 0 : 1, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
-             o.what == kind::F ? e.out.bytes : e.in.grad_bytes, comms_[static_cast<std::size_t>(o.comm)]});
+             o.what == kind::F ? e.out.bytes : e.in.grad_bytes, comms_[static_cast<std::size_t>(o.comm)], nullptr});
+        if (e.varies) {  // its bytes per microbatch: an op that says which (kept in varying_)
+          bound_op& v = varying_.emplace_back();
+          v.what = o.what;
+          v.microbatch = o.microbatch;
+          v.entry = &e;
+          v.bytes = transfers_.back().bytes;
+          transfers_.back().varies = &v;
+        }
         ops_.back().last = static_cast<std::uint32_t>(transfers_.size());
         std::string& label = labels_.back();  // "group: send activation 1F3 to rank 2; recv …"
         label += label == "group" ? ": " : "; ";
@@ -591,10 +611,13 @@ class executor {
   std::vector<std::byte*> adds_;   // held weight gradients, per op's [add_begin, + add_count)
   std::vector<std::byte*> lists_;  // a stage graph's fan-in and fan-out addresses (bind_compute)
   pipetype::detail::batch_layout batch_;
+  std::deque<bound_op> varying_;      // per transfer of varying tensors: what transfer_bytes reads
   std::vector<feed_tensor> inputs_;   // the step's feed: per source tensor, where its microbatches are
   std::vector<feed_tensor> targets_;  // per sink target tensor
   float* losses_ = nullptr;           // sinks × microbatches, from the driver
   double scale_ = 0;
+  std::vector<std::size_t> lengths_;  // per microbatch (varying tensors), when max_length_ > 0
+  std::size_t max_length_ = 0;
   int microbatches_ = 0;
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;

@@ -196,6 +196,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           // tensors that carry one: zero bytes when none does)
           const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
           b.bytes = o.what == kind::F ? e.out.bytes : e.in.grad_bytes;
+          b.entry = &e;  // a transfer of varying tensors moves its microbatch's bytes (transfer_bytes)
           b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
           labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") +
                            pipetype::detail::action_name(o));

@@ -170,12 +170,12 @@ class engine {
         break;
       case op_code::group:
         t.group_begin();
-        for (int k = i + 1; k < op.end; ++k) post(t, list[k], br.labels[st][static_cast<std::size_t>(k)]);
+        for (int k = i + 1; k < op.end; ++k) post(t, list[k], br.labels[st][static_cast<std::size_t>(k)], feed_);
         t.group_end();
         break;
       case op_code::send:
       case op_code::recv:
-        post(t, op, br.labels[st][static_cast<std::size_t>(i)]);
+        post(t, op, br.labels[st][static_cast<std::size_t>(i)], feed_);
         break;
     }
     if (op.record) publish(s, st, op.end);
@@ -196,11 +196,12 @@ class engine {
 
  private:
   template <class Transport>
-  static void post(Transport& t, const bound_op& x, std::string_view label) {
+  static void post(Transport& t, const bound_op& x, std::string_view label, const step_feed& feed) {
+    const std::size_t bytes = pipetype::detail::transfer_bytes(x, feed);
     if (x.code == op_code::send)
-      t.send(x.comm, x.peer, std::span<const std::byte>(x.buf, x.bytes), label);
+      t.send(x.comm, x.peer, std::span<const std::byte>(x.buf, bytes), label);
     else
-      t.recv(x.comm, x.peer, std::span<std::byte>(x.buf, x.bytes), label);
+      t.recv(x.comm, x.peer, std::span<std::byte>(x.buf, bytes), label);
   }
 
   // An event record: publish this stream's progress; wake the other stream if it sleeps. The
@@ -469,6 +470,8 @@ class executor {
     inputs_ = std::move(in);
     targets_ = std::move(tg);
     scale_ = b.scaling().factor(p.microbatches);
+    lengths_ = b.lengths();
+    max_length_ = b.has_lengths() ? b.max_length() : 0;
   }
   void feed(std::span<const batch_type> batch) {
     const bound_program& p = engine_.program();
@@ -484,6 +487,7 @@ class executor {
     pipetype::detail::feed_from_rows(p.batch, p.entries, reinterpret_cast<const std::byte*>(batch.data()), inputs_);
     targets_.clear();
     scale_ = pipetype::loss_scaling::mean().factor(p.microbatches);
+    max_length_ = 0;
   }
   step_feed feed_of() {
     const bound_program& p = engine_.program();
@@ -492,7 +496,13 @@ class executor {
     losses_.scale = scale_;
     losses_.values.assign(static_cast<std::size_t>(p.batch.sinks) * static_cast<std::size_t>(p.microbatches),
                           __builtin_nanf(""));
-    return {inputs_.data(), targets_.data(), losses_.values.data(), static_cast<float>(scale_), p.microbatches};
+    return {inputs_.data(),
+            targets_.data(),
+            losses_.values.data(),
+            static_cast<float>(scale_),
+            p.microbatches,
+            max_length_ > 0 ? lengths_.data() : nullptr,
+            max_length_};
   }
   const step_losses& run() {
     engine_.run(feed_of());
@@ -503,6 +513,8 @@ class executor {
   std::vector<feed_tensor> inputs_;   // the step's feed: per source tensor, where its microbatches are
   std::vector<feed_tensor> targets_;  // per sink target tensor
   double scale_ = 0;                  // the loss scaling's factor
+  std::vector<std::size_t> lengths_;  // per microbatch (varying tensors), when max_length_ > 0
+  std::size_t max_length_ = 0;
   step_losses losses_;
   bool captured_ = false;
 };

@@ -391,6 +391,10 @@ struct edge_tensor {
                 "pipetype: a tensor of an edge is no_grad on one side only: the producer expects its gradient back "
                 "exactly when the consumer sends one (tensor Tensor of the edge From -> To in edge_tensor<..., From, "
                 "To, Tensor, ...>; mark it no_grad on both sides or on neither)");
+  static_assert(
+      Out::varies == In::varies,
+      "pipetype: a tensor of an edge is varying on one side only: both sides must agree that its extent "
+      "varies per microbatch (tensor Tensor of the edge From -> To in edge_tensor<..., From, To, Tensor, ...>)");
   static constexpr bool value = true;
 };
 

@@ -49,6 +49,15 @@ struct no_grad {
   using type = Tensor;
 };
 
+/// A tensor whose extent varies per microbatch (a sequence length): its declared extent E is the
+/// most it holds; when a step's batch gives lengths (batch::lengths(lens, max)), microbatch j
+/// holds E · lens[j] / max elements, the first ones of its slot, and only those travel. Combines
+/// with no_grad either way round: no_grad<varying<tensor<...>>>.
+template <class Tensor>
+struct varying {
+  using type = Tensor;
+};
+
 /// A set of tensors travelling over one edge together: each a tensor<...> or a no_grad<tensor<...>>.
 template <class... Members>
 struct tensors {};
@@ -63,18 +72,23 @@ struct is_tensor : std::false_type {};
 template <class T, std::size_t... E>
 struct is_tensor<tensor<T, E...>> : std::true_type {};
 
-/// One member of a set: its tensor and whether a gradient flows back over it.
+/// One member of a set: its tensor, whether a gradient flows back over it and whether its extent
+/// varies per microbatch.
 template <class M>
 struct member_of {
   using tensor_type = M;
-  static constexpr bool grad = true;
+  static constexpr bool grad = true, varies = false;
   static constexpr bool valid = is_tensor<M>::value;
 };
 template <class M>
-struct member_of<no_grad<M>> {
-  using tensor_type = M;
+struct member_of<no_grad<M>> : member_of<M> {
   static constexpr bool grad = false;
-  static constexpr bool valid = is_tensor<M>::value;
+  static constexpr bool valid = member_of<M>::valid && member_of<M>::grad;  // no no_grad<no_grad<...>>
+};
+template <class M>
+struct member_of<varying<M>> : member_of<M> {
+  static constexpr bool varies = true;
+  static constexpr bool valid = member_of<M>::valid && !member_of<M>::varies;
 };
 
 /// What a stage's `input`/`output` declares, as a list of members. `single`: a plain tensor (its
@@ -90,6 +104,12 @@ struct set_traits<tensor<T, E...>> {
   static constexpr bool valid = true, single = true;
   static constexpr int count = 1;
   using members = std::tuple<member_of<tensor<T, E...>>>;
+};
+template <class T, std::size_t... E>
+struct set_traits<varying<tensor<T, E...>>> {
+  static constexpr bool valid = true, single = true;
+  static constexpr int count = 1;
+  using members = std::tuple<member_of<varying<tensor<T, E...>>>>;
 };
 template <class... M>
 struct set_traits<tensors<M...>> {
@@ -130,6 +150,7 @@ class span_set {
 struct tensor_place {
   std::size_t elems = 0, size = 0, offset = 0, grad_offset = 0;
   bool grad = true;
+  bool varies = false;         // its extent varies per microbatch (varying<...>): `elems` is the most
   const void* type = nullptr;  // the element type's identity (detail::type_id)
   constexpr std::size_t bytes() const { return elems * size; }
 };
@@ -138,6 +159,7 @@ struct tensor_place {
 /// gradient block (only the tensors that carry one). 64-bit throughout.
 struct edge_shape {
   int count = 0;
+  bool varies = false;  // some tensor's extent varies per microbatch
   std::array<tensor_place, max_set_tensors> t{};
   std::size_t bytes = 0, grad_bytes = 0;
 };
@@ -178,12 +200,26 @@ constexpr edge_shape shape_of(Extent extent) {
   s.count = set_traits<X>::count;
   [&]<std::size_t... K>(std::index_sequence<K...>) {
     ((s.t[K] = tensor_place{extent(K), sizeof(typename tensor_t<X, K>::value_type), 0, 0, member_t<X, K>::grad,
-                            type_id<typename tensor_t<X, K>::value_type>}),
+                            member_t<X, K>::varies, type_id<typename tensor_t<X, K>::value_type>}),
      ...);
+    s.varies = (member_t<X, K>::varies || ...);
   }
   (std::make_index_sequence<static_cast<std::size_t>(set_traits<X>::count)>{});
   pack(s);
   return s;
+}
+
+/// The shape of microbatch j of a shape with varying tensors: each varying tensor holds
+/// elems · length / max_length elements (max_length > 0, elems a multiple of it: checked with the
+/// batch), the blocks packed again, so that only the actual bytes travel.
+constexpr edge_shape shape_at(const edge_shape& s, std::size_t length, std::size_t max_length) {
+  edge_shape a = s;
+  for (int k = 0; k < a.count; ++k) {
+    tensor_place& p = a.t[static_cast<std::size_t>(k)];
+    if (p.varies) p.elems = p.elems / max_length * length;
+  }
+  pack(a);
+  return a;
 }
 
 /// The context's view of a declared `X`: std::span<T> for a single tensor, span_set of spans
