@@ -1,0 +1,269 @@
+// examples/gpt/gpt.cpp — a GPT-2-style decoder trained through pipetype on host threads.
+//
+//   gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
+//       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--json] [--dump DIR]
+//
+// The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
+// causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
+// plan's stages of whole blocks (stage.hpp). It trains on the repository's own docs as a
+// character-level corpus, with Adam. The first step's gradients are compared with an unpipelined
+// run of the same microbatches (layers.hpp's reference_step): bitwise equal under every schedule.
+// --seq-lens gives the microbatches' sequence lengths (cycled over the microbatches; each at most
+// T): each microbatch then computes and moves only its tokens. --dump writes the initial weights,
+// the first batch, its loss and the pipelined run's gradients as .npy files, for
+// tests/pytorch/check_gpt_dump.py to check against PyTorch's autograd. --json prints one line:
+// grads_match_reference, max_abs_grad_diff, loss_first, loss_last, the step times.
+#include <pipetype/host.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../cli.hpp"
+#include "layers.hpp"
+#include "stage.hpp"
+
+#ifndef GPT_CORPUS_DIR
+#define GPT_CORPUS_DIR "docs"
+#endif
+
+namespace {
+
+namespace pt = pipetype;
+namespace ph = pipetype::host;
+
+struct args {
+  std::string schedule = "1f1b";
+  int ranks = 4, microbatches = 8, chunks = 0, steps = 200;
+  gpt::gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
+  float lr = 3e-3f;
+  std::vector<int> seq_lens;
+  bool json = false;
+  std::string dump, corpus = GPT_CORPUS_DIR;
+};
+
+constexpr const char* usage =
+    "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
+    "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--json]\n"
+    "           [--dump DIR] [--corpus DIR]\n"
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto\n"
+    "--seq-lens: the microbatches' sequence lengths, each in [1, T], cycled over the microbatches\n"
+    "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"
+    "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"
+    "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n";
+
+constexpr examples::cli cli{"gpt", usage};
+
+args parse(int argc, char** argv) {
+  args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    cli.help(f);
+    if (f == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) cli.fail(f.rfind("--", 0) == 0 ? f + " needs a value" : "unknown argument '" + f + "'");
+    const std::string v = argv[++i];
+    if (f == "--schedule")
+      a.schedule = v;
+    else if (f == "--ranks")
+      a.ranks = cli.whole(f, v, 1, 64);
+    else if (f == "--microbatches")
+      a.microbatches = cli.whole(f, v, 1, 1024);
+    else if (f == "--chunks")
+      a.chunks = cli.whole(f, v, 1, 16);
+    else if (f == "--layers")
+      a.model.layers = cli.whole(f, v, 1, 128);
+    else if (f == "--heads")
+      a.model.heads = cli.whole(f, v, 1, 64);
+    else if (f == "--width")
+      a.model.width = cli.whole(f, v, 1, 4096);
+    else if (f == "--seq")
+      a.model.seq = cli.whole(f, v, 1, 4096);
+    else if (f == "--rows")
+      a.model.rows = cli.whole(f, v, 1, 1024);
+    else if (f == "--steps")
+      a.steps = cli.whole(f, v, 1, 1000000);
+    else if (f == "--lr")
+      a.lr = cli.rate(f, v, 1);
+    else if (f == "--seq-lens") {
+      std::size_t at = 0;
+      while (at <= v.size()) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        a.seq_lens.push_back(cli.whole(f, v.substr(at, comma - at), 1, 4096));
+        at = comma + 1;
+      }
+    } else if (f == "--dump" || f == "--corpus") {
+      if (v.empty()) cli.fail(f + " needs a directory");
+      (f == "--dump" ? a.dump : a.corpus) = v;
+    } else
+      cli.fail("unknown argument '" + f + "'\n" + usage);
+  }
+  if (a.model.width % a.model.heads != 0)
+    cli.fail("--width " + std::to_string(a.model.width) + " is no multiple of --heads " +
+             std::to_string(a.model.heads));
+  for (const int t : a.seq_lens)
+    if (t > a.model.seq)
+      cli.fail("--seq-lens: a length of " + std::to_string(t) + " is above --seq " + std::to_string(a.model.seq));
+  if (!a.dump.empty())
+    for (const int t : a.seq_lens)
+      if (t != a.model.seq) cli.fail("--dump writes full-length microbatches; drop --seq-lens or give only T");
+  return a;
+}
+
+pt::runtime_plan make(args& a) {
+  const pt::schedule_info* info = pt::find_schedule(a.schedule);
+  if (info) a.chunks = pt::default_chunks(*info, a.chunks);
+  if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, a.chunks)) cli.fail(e);
+  try {
+    pt::runtime_plan plan = pt::build_plan(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks));
+    if (!plan.ok()) cli.fail("the schedule was rejected: " + pt::explain(plan.result));
+    return plan;
+  } catch (const std::invalid_argument& e) {
+    cli.fail(e.what());
+  }
+}
+
+gpt::char_corpus read_docs(const std::string& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".md") files.push_back(e.path());
+  if (ec || files.empty()) cli.fail("--corpus " + dir + ": no .md files to read");
+  std::sort(files.begin(), files.end());
+  return gpt::read_corpus(files);
+}
+
+/// Step `step`'s microbatches, and the batch pipetype reads them from: each microbatch's ids and
+/// targets first in its slot of rows·T, its length in the batch's lengths.
+struct step_data {
+  std::vector<gpt::microbatch> mbs;
+  std::vector<float> no_hidden;  // the first stage takes no hidden states
+  std::vector<std::int32_t> ids, targets;
+  std::vector<std::size_t> lens;
+  std::size_t tokens = 0;
+  pt::batch batch;
+};
+
+void draw(step_data& d, const gpt::char_corpus& corpus, const args& a, int step) {
+  const gpt::gpt_config& c = a.model;
+  const std::size_t slot = gpt::token_capacity(c);
+  d.mbs.clear();
+  d.lens.clear();
+  d.ids.assign(slot * static_cast<std::size_t>(a.microbatches), 0);
+  d.targets.assign(d.ids.size(), 0);
+  d.tokens = 0;
+  for (int j = 0; j < a.microbatches; ++j) {
+    const int t = a.seq_lens.empty() ? c.seq : a.seq_lens[static_cast<std::size_t>(j) % a.seq_lens.size()];
+    d.mbs.push_back(
+        gpt::draw_microbatch(corpus, c.rows, t, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(j)));
+    const gpt::microbatch& mb = d.mbs.back();
+    std::copy(mb.ids.begin(), mb.ids.end(),
+              d.ids.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(j)));
+    std::copy(mb.targets.begin(), mb.targets.end(),
+              d.targets.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(j)));
+    d.lens.push_back(static_cast<std::size_t>(t));
+    d.tokens += mb.ids.size();
+  }
+  d.batch.clear();
+  d.batch.input(d.no_hidden).input(d.ids).target(d.targets);
+  d.batch.lengths(d.lens, static_cast<std::size_t>(c.seq));
+  d.batch.scale(pt::loss_scaling::per(static_cast<double>(d.tokens)));
+}
+
+double since_ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  args a = parse(argc, argv);
+  const pt::runtime_plan plan = make(a);
+  const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
+  const gpt::char_corpus corpus = read_docs(a.corpus);
+  a.model.vocab = corpus.vocab_size();
+  const gpt::gpt_config& c = a.model;
+  if (c.layers < S)
+    cli.fail("--layers " + std::to_string(c.layers) + " cannot fill the plan's " + std::to_string(S) +
+             " stages with whole blocks");
+
+  const gpt::model_params<float> initial = gpt::init_model(c, 1234);
+  std::vector<gpt::stage> stages;
+  for (int s = 0; s < S; ++s) stages.emplace_back(c, s, S, initial);
+  pt::uniform_chain<gpt::stage> model(std::move(stages));
+  ph::executor ex{plan, model, {.deadline = std::chrono::seconds(120)}};
+
+  if (!a.json)
+    std::printf(
+        "gpt: %d layers, %d heads, width %d, vocab %d, seq %d; %s on %d ranks, %d stages, %d microbatches of %d rows\n",
+        c.layers, c.heads, c.width, c.vocab, c.seq, a.schedule.c_str(), plan.compute().ranks, S, m, c.rows);
+
+  step_data d;
+  double loss_first = 0, loss_last = 0, max_diff = 0;
+  bool grads_match = false;
+  std::vector<double> step_ms;
+  double reference_ms = 0;
+  for (int step = 1; step <= a.steps; ++step) {
+    draw(d, corpus, a, step);
+    const auto t0 = std::chrono::steady_clock::now();
+    const pt::step_losses& l = ex.step(d.batch);
+    step_ms.push_back(since_ms(t0));
+    const double loss = l.objective();
+    if (step == 1) {
+      loss_first = loss;
+      // the same microbatches one after the other, unpipelined, from the same parameters
+      gpt::model_params<float> ref_grads;
+      const auto r0 = std::chrono::steady_clock::now();
+      gpt::reference_step<float>(c, initial, d.mbs, ref_grads);
+      reference_ms = since_ms(r0);
+      gpt::model_params<float> grads = gpt::zero_params<float>(c);
+      for (const gpt::stage& s : model.stages()) s.gather(grads, true);
+      grads_match = true;
+      for (int part = 0; part <= c.layers + 1; ++part) {
+        const std::vector<float>& x = gpt::part_vector(grads, part);
+        const std::vector<float>& y = gpt::part_vector(ref_grads, part);
+        grads_match = grads_match && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+        for (std::size_t i = 0; i < x.size(); ++i)
+          max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
+      }
+      if (!a.dump.empty()) gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss);
+    }
+    loss_last = loss;
+    for (gpt::stage& s : model.stages()) s.adam(a.lr, step);
+    if (!a.json && (step == 1 || step % 10 == 0 || step == a.steps))
+      std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
+  }
+  const double ms = median(step_ms);
+  if (a.json) {
+    std::printf(
+        "{\"schedule\": \"%s\", \"ranks\": %d, \"stages\": %d, \"microbatches\": %d, \"layers\": %d, \"steps\": %d, "
+        "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
+        "\"step_ms\": %.4f, \"reference_step_ms\": %.4f}\n",
+        a.schedule.c_str(), plan.compute().ranks, S, m, c.layers, a.steps, loss_first, loss_last,
+        grads_match ? "true" : "false", max_diff, ms, reference_ms);
+  } else {
+    std::printf("first step's gradients %s the unpipelined run's (max |diff| %.3g)\n",
+                grads_match ? "are bitwise" : "DIFFER from", max_diff);
+    std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,
+                reference_ms);
+    if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
+  }
+  return grads_match ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "gpt: %s\n", e.what());
+  return 1;
+}

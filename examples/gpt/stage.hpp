@@ -1,0 +1,187 @@
+// examples/gpt/stage.hpp — the decoder of layers.hpp cut into pipeline stages of whole blocks.
+//
+// Stage i of S holds blocks [i·L/S, (i+1)·L/S), the first stage the embedding before them, the
+// last ln_f, the LM head and the loss after them. What travels between stages is one set of
+// tensors (docs/04_host_execution.md, "Several tensors per edge"):
+//
+//   hidden states  varying<tensor<float, dynamic>>                    [rows, t, C], gradient back
+//   token ids      no_grad<varying<tensor<std::int32_t, dynamic>>>    [rows, t], the first stage's input
+//
+// both varying: a microbatch of sequence length t ≤ T holds rows·t tokens (the batch's lengths),
+// so a short microbatch moves and computes only its share. The first stage's input holds no hidden
+// states (extent 0) and the others' no ids (extent 0): one stage type serves every position, as a
+// uniform_chain needs. The sink reads its targets (`using target`), writes the sum of its tokens'
+// cross-entropy as the microbatch's loss, and seeds its backward with ctx.loss_scale (the batch
+// says per(tokens of the step), so the objective is the mean over every token, as PyTorch's
+// cross_entropy with reduction "mean" over the whole batch).
+//
+// Each stage keeps its parameters in one flat vector, the embedding's, then each block's, then the
+// head's (layers.hpp's part layouts back to back), and hands pipetype each microbatch's weight
+// gradient in the same layout (weight_grad): pipetype adds them in microbatch order, as the
+// unpipelined reference_step does, so every schedule's gradients are bitwise the reference's.
+// The backward is split (backward_input, backward_weight) so that the zero-bubble schedules run
+// it; everything a microbatch's backward needs, including the gradients I leaves for W, lives in
+// its stash, so DualPipe's two directions may run one stage object at once.
+#pragma once
+
+#include <pipetype/pipetype.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "layers.hpp"
+
+namespace gpt {
+
+namespace pt = pipetype;
+
+class stage {
+ public:
+  using input = pt::tensors<pt::varying<pt::tensor<float, pt::dynamic>>,
+                            pt::no_grad<pt::varying<pt::tensor<std::int32_t, pt::dynamic>>>>;
+  using output = input;
+  using target = pt::varying<pt::tensor<std::int32_t, pt::dynamic>>;
+  using stash = pt::tensor<float, pt::dynamic>;
+  using weight_grad = pt::tensor<float, pt::dynamic>;
+
+  /// Stage `index` of `stages`, its parameters taken from the whole model's `params`.
+  stage(const gpt_config& c, int index, int stages, const model_params<float>& params)
+      : c_(c), first_(index == 0), last_(index == stages - 1) {
+    if (c.layers < stages)
+      throw std::invalid_argument("gpt: " + std::to_string(c.layers) + " layers cannot fill " + std::to_string(stages) +
+                                  " stages of whole blocks (give --layers at least the plan's stages)");
+    block0_ = index * c.layers / stages;
+    blocks_ = (index + 1) * c.layers / stages - block0_;
+    auto take = [&](const std::vector<float>& part) { params_.insert(params_.end(), part.begin(), part.end()); };
+    if (first_) take(params.embedding);
+    for (int k = 0; k < blocks_; ++k) take(params.blocks[static_cast<std::size_t>(block0_ + k)]);
+    if (last_) take(params.head);
+    grads_.assign(params_.size(), 0.0f);
+    m_.assign(params_.size(), 0.0f);
+    v_.assign(params_.size(), 0.0f);
+    const std::size_t A = activation_floats(c);
+    acts_ = 0;
+    grad_buf_ = acts_ + A * static_cast<std::size_t>(blocks_ + 1);
+    emb_stash_ = grad_buf_ + 2 * A;
+    block_stash_ = emb_stash_ + (first_ ? embedding_stash_floats(c) : 0);
+    head_stash_ = block_stash_ + static_cast<std::size_t>(blocks_) * block_stash_floats(c);
+    stash_size_ = head_stash_ + (last_ ? head_stash_floats(c) : 0);
+  }
+
+  // sizes pipetype asks for (the most: a microbatch of length T)
+  std::size_t input_extent(std::size_t k) const {
+    return k == 0 ? (first_ ? 0 : activation_floats(c_)) : (first_ ? token_capacity(c_) : 0);
+  }
+  std::size_t output_extent(std::size_t k) const { return k == 0 ? activation_floats(c_) : 0; }
+  std::size_t target_extent() const { return token_capacity(c_); }
+  std::size_t stash_extent() const { return stash_size_; }
+  std::size_t weight_grad_extent() const { return params_.size(); }
+  std::span<float> weight_gradients() { return grads_; }
+
+  void forward(const pt::forward_ctx<stage>& c) {
+    const auto [hidden, ids] = c.input;
+    const int t = length(first_ ? ids.size() : hidden.size() / width());
+    float* s = c.stash.data();
+    const float* x = hidden.data();
+    if (first_) {
+      embedding_forward(c_, param(0), ids.data(), act(s, 0), static_cast<float*>(nullptr), t);
+      x = act(s, 0);
+    }
+    for (int k = 0; k < blocks_; ++k) {
+      float* y = k == blocks_ - 1 && !last_ ? c.output.get<0>().data() : act(s, k + 1);
+      block_forward(c_, param(block_offset(k)), x, y,
+                    s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
+      x = y;
+    }
+    if (last_)
+      *c.loss = static_cast<float>(head_forward(c_, param(head_offset()), x, c.target.data(), s + head_stash_, t));
+  }
+
+  void backward_input(const pt::backward_ctx<stage>& c) {
+    const auto [hidden, ids] = c.input;
+    const int t = length(first_ ? ids.size() : hidden.size() / width());
+    float* s = c.stash.data();
+    float* bufs[2] = {s + grad_buf_, s + grad_buf_ + activation_floats(c_)};
+    int next = 0;  // the buffer the next gradient goes to
+    const float* g = c.grad_output.get<0>().data();
+    if (last_) {
+      head_backward_input(c_, param(head_offset()), act(s, blocks_), c.loss_scale, bufs[next], s + head_stash_, t);
+      g = bufs[next];
+      next ^= 1;
+    }
+    for (int k = blocks_ - 1; k >= 0; --k) {
+      float* gin = k == 0 && !first_ ? c.grad_input.get<0>().data() : bufs[next];
+      block_backward_input(c_, param(block_offset(k)), block_input(c, k), g, gin,
+                           s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
+      g = gin;
+      next ^= 1;
+    }
+    if (first_) embedding_backward_input(c_, param(0), ids.data(), g, s + emb_stash_, t);
+  }
+
+  void backward_weight(const pt::backward_ctx<stage>& c) {
+    const auto [hidden, ids] = c.input;
+    const int t = length(first_ ? ids.size() : hidden.size() / width());
+    float* s = c.stash.data();
+    float* wg = c.weight_grad.data();
+    if (first_) embedding_backward_weight(c_, param(0), ids.data(), s + emb_stash_, wg, t);
+    for (int k = 0; k < blocks_; ++k)
+      block_backward_weight(c_, param(block_offset(k)), block_input(c, k),
+                            s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_),
+                            wg + block_offset(k), t);
+    if (last_) head_backward_weight(c_, param(head_offset()), act(s, blocks_), s + head_stash_, wg + head_offset(), t);
+  }
+
+  /// Adam on this stage's parameters with its summed gradients, which it then zeroes.
+  void adam(float lr, int step) {
+    const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      m_[i] = b1 * m_[i] + (1 - b1) * grads_[i];
+      v_[i] = b2 * v_[i] + (1 - b2) * grads_[i] * grads_[i];
+      params_[i] -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
+    }
+    std::fill(grads_.begin(), grads_.end(), 0.0f);
+  }
+
+  /// This stage's share of the model (parameters or gradients), written into `into` by part.
+  void gather(model_params<float>& into, bool gradients) const {
+    const std::vector<float>& v = gradients ? grads_ : params_;
+    auto put = [&](std::vector<float>& part, std::size_t at) {
+      std::copy(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + part.size()),
+                part.begin());
+    };
+    if (first_) put(into.embedding, 0);
+    for (int k = 0; k < blocks_; ++k) put(into.blocks[static_cast<std::size_t>(block0_ + k)], block_offset(k));
+    if (last_) put(into.head, head_offset());
+  }
+
+ private:
+  std::size_t width() const { return static_cast<std::size_t>(c_.width); }
+  int length(std::size_t tokens) const { return static_cast<int>(tokens / static_cast<std::size_t>(c_.rows)); }
+  std::size_t block_offset(int k) const {
+    return (first_ ? embedding_params(c_) : 0) + static_cast<std::size_t>(k) * block_params(c_);
+  }
+  std::size_t head_offset() const { return block_offset(blocks_); }
+  const float* param(std::size_t at) const { return params_.data() + at; }
+  float* act(float* s, int k) const { return s + acts_ + static_cast<std::size_t>(k) * activation_floats(c_); }
+  // block k's input: the stage's input for the first block past the embedding, else the stash's copy
+  const float* block_input(const pt::backward_ctx<stage>& c, int k) const {
+    return k == 0 && !first_ ? c.input.get<0>().data() : act(c.stash.data(), k);
+  }
+
+  gpt_config c_;
+  bool first_, last_;
+  int block0_ = 0, blocks_ = 0;
+  std::vector<float> params_, grads_, m_, v_;
+  // the stash: blocks + 1 activations, two gradient buffers, then the parts' own stashes
+  std::size_t acts_ = 0, grad_buf_ = 0, emb_stash_ = 0, block_stash_ = 0, head_stash_ = 0, stash_size_ = 0;
+};
+
+}  // namespace gpt
