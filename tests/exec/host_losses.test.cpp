@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int width = 3;
+constexpr std::size_t width = 3;
 
 // h' = w ⊙ h; hands its weight gradient g ⊙ h to pipetype.
 struct lin {
@@ -32,13 +32,13 @@ struct lin {
   float acc[width] = {};
   std::span<float> weight_gradients() { return acc; }
   void forward(const pt::forward_ctx<lin>& c) {
-    for (int i = 0; i < width; ++i) c.output[i] = w[i] * c.input[i];
+    for (std::size_t i = 0; i < width; ++i) c.output[i] = w[i] * c.input[i];
   }
   void backward_input(const pt::backward_ctx<lin>& c) {
     for (std::size_t i = 0; i < c.grad_input.size(); ++i) c.grad_input[i] = w[i] * c.grad_output[i];
   }
   void backward_weight(const pt::backward_ctx<lin>& c) {
-    for (int i = 0; i < width; ++i) c.weight_grad[i] = c.grad_output[i] * c.input[i];
+    for (std::size_t i = 0; i < width; ++i) c.weight_grad[i] = c.grad_output[i] * c.input[i];
   }
 };
 
@@ -55,12 +55,12 @@ struct mse {
       return;
     }
     float l = 0;
-    for (int i = 0; i < width; ++i) l += 0.5f * (c.input[i] - c.target[i]) * (c.input[i] - c.target[i]);
+    for (std::size_t i = 0; i < width; ++i) l += 0.5f * (c.input[i] - c.target[i]) * (c.input[i] - c.target[i]);
     *c.loss = l;
   }
   void backward_input(const pt::backward_ctx<mse>& c) {
     if (c.target.size() != width || c.loss_scale == 0) ++faults;
-    for (int i = 0; i < width; ++i) c.grad_input[i] = c.loss_scale * (c.input[i] - c.target[i]);
+    for (std::size_t i = 0; i < width; ++i) c.grad_input[i] = c.loss_scale * (c.input[i] - c.target[i]);
   }
   void backward_weight(const pt::backward_ctx<mse>&) {}
 };
@@ -72,7 +72,7 @@ struct data {
 };
 data make_data(int m) {
   data d;
-  for (int j = 0; j < m * width; ++j) {
+  for (int j = 0; j < m * static_cast<int>(width); ++j) {
     d.x.push_back(static_cast<float>(j % 4 - 1));
     d.t.push_back(static_cast<float>((5 * j) % 3));
   }
@@ -89,18 +89,18 @@ reference reference_of(const data& d, int m, float f) {
   reference r;
   for (int j = 0; j < m; ++j) {
     float h[4][width];
-    for (int i = 0; i < width; ++i) h[0][i] = d.x[static_cast<std::size_t>(j * width + i)];
+    for (std::size_t i = 0; i < width; ++i) h[0][i] = d.x[static_cast<std::size_t>(j) * width + i];
     for (int s = 0; s < 3; ++s)
-      for (int i = 0; i < width; ++i) h[s + 1][i] = l.w[i] * h[s][i];
+      for (std::size_t i = 0; i < width; ++i) h[s + 1][i] = l.w[i] * h[s][i];
     float loss = 0, g[width];
-    for (int i = 0; i < width; ++i) {
-      const float e = h[3][i] - d.t[static_cast<std::size_t>(j * width + i)];
+    for (std::size_t i = 0; i < width; ++i) {
+      const float e = h[3][i] - d.t[static_cast<std::size_t>(j) * width + i];
       loss += 0.5f * e * e;
       g[i] = f * e;
     }
     r.losses.push_back(loss);
     for (int s = 2; s >= 0; --s)
-      for (int i = 0; i < width; ++i) {
+      for (std::size_t i = 0; i < width; ++i) {
         r.g[s][i] += g[i] * h[s][i];
         g[i] *= l.w[i];
       }
@@ -139,7 +139,7 @@ TEST_CASE("host losses: step() returns each microbatch's loss, and gradients are
       double objective = 0;
       for (const float v : r.losses) objective += v;
       CHECK(l.objective() == doctest::Approx(objective * f));
-      for (int i = 0; i < width; ++i) {
+      for (std::size_t i = 0; i < width; ++i) {
         CHECK(model.stage<0>().acc[i] == doctest::Approx(r.g[0][i]));
         CHECK(model.stage<1>().acc[i] == doctest::Approx(r.g[1][i]));
         CHECK(model.stage<2>().acc[i] == doctest::Approx(r.g[2][i]));

@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int width = 4;
+constexpr std::size_t width = 4;
 using edge = pt::tensors<pt::tensor<float, width>, pt::no_grad<pt::tensor<std::int32_t, width>>>;
 
 std::atomic<int> faults{0};  // what a stage saw that it should not have (checked after the step)
@@ -40,7 +40,7 @@ struct mid {
     const auto [h, ids] = c.input;
     const auto [o, oids] = c.output;
     if (h.size() != width || ids.size() != width || o.size() != width || oids.size() != width) ++faults;
-    for (int i = 0; i < width; ++i) {
+    for (std::size_t i = 0; i < width; ++i) {
       o[i] = w[i] * h[i] + static_cast<float>(ids[i]);
       oids[i] = ids[i];
     }
@@ -55,7 +55,7 @@ struct mid {
     const auto [h, ids] = c.input;
     const auto g = c.grad_output.get<0>();
     if (!c.grad_input.get<0>().empty()) ++faults;  // W writes no input gradient
-    for (int i = 0; i < width; ++i) c.weight_grad[i] = g[i] * h[i];
+    for (std::size_t i = 0; i < width; ++i) c.weight_grad[i] = g[i] * h[i];
   }
 };
 
@@ -70,7 +70,7 @@ struct sink {
     const auto [h, ids] = c.input;
     const auto [gi, none] = c.grad_input;
     if (!none.empty() || gi.size() != width) ++faults;
-    for (int i = 0; i < width; ++i) gi[i] = static_cast<float>(ids[i]);
+    for (std::size_t i = 0; i < width; ++i) gi[i] = static_cast<float>(ids[i]);
   }
   void backward_weight(const pt::backward_ctx<sink>&) {}
 };
@@ -79,7 +79,7 @@ using model_t = pt::chain<mid, mid, sink>;
 
 model_t make_model() {
   model_t m;
-  for (int i = 0; i < width; ++i) {
+  for (std::size_t i = 0; i < width; ++i) {
     m.stage<0>().w[i] = static_cast<float>(i + 1);
     m.stage<1>().w[i] = static_cast<float>(2 - i);
   }
@@ -93,19 +93,20 @@ struct data {
 data make_data(int m) {
   data d;
   for (int j = 0; j < m; ++j)
-    for (int i = 0; i < width; ++i) {
-      d.x.push_back(static_cast<float>((j + 2 * i) % 5 - 2));
-      d.ids.push_back((3 * j + i) % 7 - 3);
+    for (std::size_t i = 0; i < width; ++i) {
+      const int k = static_cast<int>(i);
+      d.x.push_back(static_cast<float>((j + 2 * k) % 5 - 2));
+      d.ids.push_back((3 * j + k) % 7 - 3);
     }
   return d;
 }
 
 // The gradients of Σ_j Σ_i h2 ⊙ ids, by hand: h1 = w0 x + ids, h2 = w1 h1 + ids.
 void expected(const model_t& m, const data& d, int microbatches, float* g0, float* g1) {
-  for (int i = 0; i < width; ++i) g0[i] = g1[i] = 0;
+  for (std::size_t i = 0; i < width; ++i) g0[i] = g1[i] = 0;
   for (int j = 0; j < microbatches; ++j)
-    for (int i = 0; i < width; ++i) {
-      const std::size_t k = static_cast<std::size_t>(j * width + i);
+    for (std::size_t i = 0; i < width; ++i) {
+      const std::size_t k = static_cast<std::size_t>(j) * width + i;
       const float ids = static_cast<float>(d.ids[k]);
       const float h1 = m.stage<0>().w[i] * d.x[k] + ids;
       g1[i] += ids * h1;
@@ -131,7 +132,7 @@ TEST_CASE("host tensor sets: ids ride with the hidden states, only the hidden st
     CHECK(faults.load() == 0);
     float g0[width], g1[width];
     expected(model, d, m, g0, g1);
-    for (int i = 0; i < width; ++i) {
+    for (std::size_t i = 0; i < width; ++i) {
       CHECK(model.stage<0>().acc[i] == g0[i]);
       CHECK(model.stage<1>().acc[i] == g1[i]);
     }
@@ -190,13 +191,13 @@ TEST_CASE("host tensor sets: a batch that does not fit is one sentence, nothing 
         "has 4 microbatches of 4, so 16",
         pt::shape_error);
   }
-  for (int i = 0; i < width; ++i) CHECK(model.stage<0>().acc[i] == 0);  // nothing ran
+  for (std::size_t i = 0; i < width; ++i) CHECK(model.stage<0>().acc[i] == 0);  // nothing ran
   pt::batch b;
   b.input(d.x).input(d.ids);
   ex.step(b);
   float g0[width], g1[width];
   expected(model, d, m, g0, g1);
-  for (int i = 0; i < width; ++i) CHECK(model.stage<0>().acc[i] == g0[i]);
+  for (std::size_t i = 0; i < width; ++i) CHECK(model.stage<0>().acc[i] == g0[i]);
   CHECK(faults.load() == 0);
 }
 
