@@ -6,7 +6,7 @@
 //                    [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE]
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
-//                    [--layout STRING] [--edges A>B,C>D,...]
+//                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -40,7 +40,9 @@
 // stage graph of the p stages instead of the chain (skip connections, towers: graph/dag.hpp);
 // the one-stage-per-rank schedules run over it (the others skip), verified, simulated and lowered over
 // every edge; a --file states its graph with an `edges` line. The run-time path
-// is the same code make_plan runs at compile time (build_plan, simulate).
+// is the same code make_plan runs at compile time (build_plan, simulate). --forward-only keeps
+// only the schedule's forwards (forward_only_of: an evaluation or inference plan): no backward is
+// needed, no gradient travels, and an activation lives only until its consumer's F has read it.
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -92,6 +94,7 @@ struct args {
   std::string layout_text;  // --layout
   pt::layer_layout layout;
   std::vector<pt::stage_edge> edges;  // --edges
+  bool forward_only = false;          // --forward-only
   bool has_layout() const { return !layout_text.empty(); }
 };
 
@@ -102,6 +105,7 @@ constexpr const char* usage =
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
+    "         [--forward-only]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void die(const std::string& msg) {
@@ -165,6 +169,10 @@ args parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::cout << "pipetype-explore: look at a pipeline schedule (docs/00_quickstart.md)\n" << usage;
       std::exit(0);
+    }
+    if (flag == "--forward-only") {
+      a.forward_only = true;
+      continue;
     }
     if (k + 1 >= argc) usage_error("missing value after " + flag);
     const std::string v = argv[++k];
@@ -399,6 +407,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   // the limit counts activations of a rank's whole share of the model: v chunk activations each
   o.mem_limit_units = static_cast<int>(a.mem_limit * o.memory.unit * chunks);
   o.groups = a.groups;
+  if (a.forward_only) prog = pt::forward_only_of(std::move(prog));
   r.plan = pt::build_plan(std::move(prog), o);
   if (r.plan.ok()) {
     const pt::cost_model c = per_stage(a, r.plan.compute(), chunks);

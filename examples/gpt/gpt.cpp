@@ -1,18 +1,22 @@
 // examples/gpt/gpt.cpp — a GPT-2-style decoder trained through pipetype on host threads.
 //
 //   gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
-//       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--json] [--dump DIR]
+//       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--eval] [--json] [--dump DIR]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
 // plan's stages of whole blocks (stage.hpp). It trains on the repository's own docs as a
-// character-level corpus, with Adam. The first step's gradients are compared with an unpipelined
-// run of the same microbatches (layers.hpp's reference_step): bitwise equal under every schedule.
+// character-level corpus (the last tenth held back), with Adam. --eval then reports the loss on
+// held-back text under the schedule's forward-only plan (forward_only_of: no backward, no
+// gradient, no stash kept), checked against the unpipelined forward of the same microbatches. The first step's
+// gradients are compared with an unpipelined run of the same microbatches (layers.hpp's reference_step): bitwise equal
+// under every schedule.
 // --seq-lens gives the microbatches' sequence lengths (cycled over the microbatches; each at most
 // T): each microbatch then computes and moves only its tokens. --dump writes the initial weights,
 // the first batch, its loss and the pipelined run's gradients as .npy files, for
 // tests/pytorch/check_gpt_dump.py to check against PyTorch's autograd. --json prints one line:
-// grads_match_reference, max_abs_grad_diff, loss_first, loss_last, the step times.
+// grads_match_reference, max_abs_grad_diff, loss_first, loss_last, the step times (and with --eval
+// eval_loss, eval_matches_reference).
 #include <pipetype/host.hpp>
 
 #include <algorithm>
@@ -45,14 +49,15 @@ struct args {
   gpt::gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
   std::vector<int> seq_lens;
-  bool json = false;
+  bool json = false, eval = false;
   std::string dump, corpus = GPT_CORPUS_DIR;
 };
 
 constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
-    "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--json]\n"
-    "           [--dump DIR] [--corpus DIR]\n"
+    "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
+    "           [--json] [--dump DIR] [--corpus DIR]\n"
+    "--eval: after training, the loss on held-back text under the forward-only plan\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto\n"
     "--seq-lens: the microbatches' sequence lengths, each in [1, T], cycled over the microbatches\n"
     "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"
@@ -66,8 +71,8 @@ args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     cli.help(f);
-    if (f == "--json") {
-      a.json = true;
+    if (f == "--json" || f == "--eval") {
+      (f == "--json" ? a.json : a.eval) = true;
       continue;
     }
     if (i + 1 >= argc) cli.fail(f.rfind("--", 0) == 0 ? f + " needs a value" : "unknown argument '" + f + "'");
@@ -194,8 +199,13 @@ int main(int argc, char** argv) try {
   args a = parse(argc, argv);
   const pt::runtime_plan plan = make(a);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
-  const gpt::char_corpus corpus = read_docs(a.corpus);
-  a.model.vocab = corpus.vocab_size();
+  // the last tenth of the text held back for --eval
+  const gpt::char_corpus all = read_docs(a.corpus);
+  gpt::char_corpus corpus = all, held = all;
+  const auto cut = static_cast<std::ptrdiff_t>(all.ids.size() / 10 * 9);
+  corpus.ids.assign(all.ids.begin(), all.ids.begin() + cut);
+  held.ids.assign(all.ids.begin() + cut, all.ids.end());
+  a.model.vocab = all.vocab_size();
   const gpt::gpt_config& c = a.model;
   if (c.layers < S)
     cli.fail("--layers " + std::to_string(c.layers) + " cannot fill the plan's " + std::to_string(S) +
@@ -248,21 +258,46 @@ int main(int argc, char** argv) try {
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
   }
   const double ms = median(step_ms);
+
+  // --eval: held-back text through the schedule's forward-only plan, against the unpipelined forward
+  double eval_loss = 0;
+  bool eval_matches = true;
+  if (a.eval) {
+    const pt::runtime_plan eval_plan =
+        pt::build_plan(pt::forward_only_of(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks)));
+    if (!eval_plan.ok()) cli.fail("the forward-only plan was rejected: " + pt::explain(eval_plan.result));
+    ph::executor ev{eval_plan, model, {.deadline = std::chrono::seconds(120)}};
+    draw(d, held, a, 0);
+    const pt::step_losses& l = ev.step(d.batch);
+    eval_loss = l.objective();
+    gpt::model_params<float> now = gpt::zero_params<float>(c);
+    for (const gpt::stage& s : model.stages()) s.gather(now, false);
+    const std::vector<double> sums = gpt::reference_forward<float>(c, now, d.mbs);
+    for (std::size_t j = 0; j < sums.size(); ++j)
+      eval_matches = eval_matches && static_cast<float>(sums[j]) == l.at(0, static_cast<int>(j));
+  }
+
   if (a.json) {
     std::printf(
         "{\"schedule\": \"%s\", \"ranks\": %d, \"stages\": %d, \"microbatches\": %d, \"layers\": %d, \"steps\": %d, "
         "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
-        "\"step_ms\": %.4f, \"reference_step_ms\": %.4f}\n",
+        "\"step_ms\": %.4f, \"reference_step_ms\": %.4f",
         a.schedule.c_str(), plan.compute().ranks, S, m, c.layers, a.steps, loss_first, loss_last,
         grads_match ? "true" : "false", max_diff, ms, reference_ms);
+    if (a.eval)
+      std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
+    std::printf("}\n");
   } else {
+    if (a.eval)
+      std::printf("held-back text under the forward-only plan: loss %.4f (%s the unpipelined forward's)\n", eval_loss,
+                  eval_matches ? "bitwise" : "DIFFERENT from");
     std::printf("first step's gradients %s the unpipelined run's (max |diff| %.3g)\n",
                 grads_match ? "are bitwise" : "DIFFER from", max_diff);
     std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,
                 reference_ms);
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match ? 0 : 1;
+  return grads_match && eval_matches ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "gpt: %s\n", e.what());
   return 1;

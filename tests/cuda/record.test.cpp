@@ -600,5 +600,34 @@ TEST_CASE("cuda record: a transfer of varying tensors moves its microbatch's byt
   }
 }
 
+TEST_CASE("cuda record: a forward-only plan issues forwards and activation transfers only") {
+  const pt::runtime_plan plan = pt::build_plan(pt::forward_only_of(pt::make_schedule("1f1b", 2, 4)));
+  REQUIRE(plan.ok());
+  std::vector<float> x(8);
+  const std::vector<std::int32_t> labels{1, 2, 3, 4};
+  int transfers = 0;
+  for (int r = 0; r < 2; ++r) {
+    pt::uniform_chain<scored> model(std::vector<scored>(2));
+    pc::record_driver d;
+    pc::executor ex{pt::views_of(plan), pt::entries_of(model), d, {.rank = r, .comms = {0}}};
+    pt::batch b;
+    b.input(x).target(labels);
+    d.clear();
+    ex.step(b);
+    for (const pc::record_driver::call& c : d.calls()) {
+      if (c.what == ck::compute) CHECK(c.kind == 'F');
+      if (c.what == ck::send || c.what == ck::recv) {
+        ++transfers;
+        CHECK(c.bytes == 2 * sizeof(float));  // an activation
+        CHECK((c.what == ck::send) == (r == 0));
+      }
+    }
+    if (r == 1)
+      for (int j = 0; j < 4; ++j)
+        CHECK(ex.losses()[j] == static_cast<float>(labels[static_cast<std::size_t>(j)]) + 0.5f);
+  }
+  CHECK(transfers == 8);  // each microbatch's activation, sent and received
+}
+
 }  // namespace test_record_sets
 }  // namespace

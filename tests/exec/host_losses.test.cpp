@@ -179,5 +179,30 @@ TEST_CASE("host losses: missing targets and a bad scaling are one sentence, and 
   CHECK(!std::isnan(l.at(0, 1)));
 }
 
+TEST_CASE("host losses: a forward-only plan computes the sinks' losses and no gradient") {
+  const int m = 4;
+  const data d = make_data(m);
+  for (const char* name : {"1f1b", "zb-h1", "interleaved-1f1b"}) {
+    CAPTURE(name);
+    const int ranks = std::string(name) == "interleaved-1f1b" ? 2 : 4;
+    const pt::program training = pt::make_schedule(name, ranks, m, 4 / ranks);
+    const pt::runtime_plan eval_plan = pt::build_plan(pt::forward_only_of(training));
+    REQUIRE(eval_plan.ok());
+    model_t model;
+    faults = 0;
+    ph::executor eval{eval_plan, model, {.deadline = 20s}};
+    pt::batch b;
+    b.input(d.x).target(d.t);
+    const std::vector<float> evaluated = eval.step(b).values;
+    CHECK(faults.load() == 0);
+    for (std::size_t i = 0; i < width; ++i) CHECK(model.stage<0>().acc[i] == 0);  // no backward ran
+    const reference r = reference_of(d, m, 1.0f / m);
+    CHECK(evaluated == r.losses);
+    // the training plan's forwards give the same losses, bit for bit
+    ph::executor train{pt::build_plan(training), model, {.deadline = 20s}};
+    CHECK(train.step(b).values == evaluated);
+  }
+}
+
 }  // namespace test_host_losses
 }  // namespace

@@ -5,7 +5,8 @@
 //                  pair time) after the earliest moment any of them could start, the forward
 //                  chain of a microbatch up to the rank's first stage, with transfer latencies;
 //   critical path  max over microbatches j of the dependency chain F(0..S−1, j) → B/I(S−1..0, j)
-//                  → W(0, j) within each lane, each crossing between ranks adding its latency.
+//                  → W(0, j) within each lane, each crossing between ranks adding its latency
+//                  (a forward-only program: the forward chain alone).
 // The zero-bubble paper (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) bounds its
 // schedules by the first (p·(F+B+W)-style busiest-rank work) and the second (the first and last
 // microbatch's chain). `gap = makespan / bound − 1` says how far a schedule is from it; 0 means
@@ -93,6 +94,12 @@ constexpr makespan_bound makespan_lower_bound(program_view p, const C& c = {}) {
   std::vector<char> split(static_cast<std::size_t>(S) * static_cast<std::size_t>(m), 0);
   for (const action& a : p.actions)
     if (a.what == kind::I) split[detail::key(a.stage, a.microbatch, m)] = 1;
+  if (is_forward_only(p)) {  // no backward: each microbatch's path ends with its last forward
+    for (const action& a : p.actions)
+      out.critical_path = std::max(out.critical_path, ready[detail::key(a.stage, a.microbatch, m)] +
+                                                          static_cast<double>(c.time(F(a.stage, a.microbatch))));
+    return out;
+  }
   if (p.has_edges()) {  // the longest path: forwards down every edge, input backwards back up them
     std::vector<double> back(static_cast<std::size_t>(S) * static_cast<std::size_t>(m), 0);
     for (std::size_t k = order.size(); k-- > 0;) {

@@ -110,6 +110,7 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
   // up to O(ranks²) (a chain's backwards move one rank per sweep).
   std::size_t remaining = p.actions.size();
   std::vector<char> started(static_cast<std::size_t>(P), 0);
+  const bool forwards_only = is_forward_only(p);  // an activation lives only through its F
   std::vector<int> ready;
   ready.reserve(static_cast<std::size_t>(P));
   for (int r = P - 1; r >= 0; --r)
@@ -151,8 +152,10 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
         if (is_input_backward(x.what)) gend[q] = t0 + dur, produced(n + q);
         if (x.what == kind::I) iend[q] = t0 + dur, produced(2 * n + q);
         live[ru] += mem.delta(x.what) * (p.has_edges() ? inputs_held(links.pred_begin.data(), x.stage) : 1);
-        live_after[k + d] = live[ru];
         if (live[ru] > stats[ru].peak_units) stats[ru].peak_units = live[ru];
+        if (forwards_only)
+          live[ru] -= mem.delta(kind::F) * (p.has_edges() ? inputs_held(links.pred_begin.data(), x.stage) : 1);
+        live_after[k + d] = live[ru];
       }
       if (!started[ru]) {
         started[ru] = 1;

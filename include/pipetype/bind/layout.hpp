@@ -106,6 +106,10 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
     const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
     if (o.what == kind::F) stash_slot[q] = static_cast<int>(take_lowest_free(busy));
     out.op_stash[i] = stash_slot[q];
+    if (o.what == kind::F && last_use[q] < 0) {  // forward-only: no backward reads it; free after the F
+      busy[static_cast<std::size_t>(stash_slot[q])] = 0;
+      continue;
+    }
     if (held >= 0) {  // this is the pair's second half: both halves have their slots now
       busy[static_cast<std::size_t>(held)] = 0;
       held = -1;

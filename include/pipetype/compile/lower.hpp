@@ -220,6 +220,8 @@ constexpr void lowering_tables_in(program_view p, const Acts& A, const Ints& beg
     else
       posG[q] = a.what != kind::W ? ps : posG[q], last[q] = ps > last[q] ? ps : last[q];
   }
+  // a forward-only program: the F itself is its input's last reader
+  for (int q = 0; q < n; ++q) last[q] = last[q] < 0 ? posF[q] : last[q];
 }
 
 /// Pass 1: the communicator of each crossing edge e (`edge_comm[e]`, -1 when both stages share a
@@ -334,6 +336,7 @@ constexpr void lower_transfers_in(const In& in, IV& iv, int max_iv, X& x, int ma
     const int j0 = in.first_mb(u), j1 = in.end_mb(u);
     for (int j = j0; j < j1; ++j) {
       const int q = e * m + j, made = in.posG[c * m + j], use = last[u * m + j], t = (made - 1) / 2 + 1;
+      if (made < 0) continue;  // forward-only: no gradient
       if (from == to)
         iv[niv] = from, iv[i_alloc + niv] = made, iv[i_free + niv] = use, iv[i_pool + niv] = 1, iv[i_id + niv] = 2 * q,
         ++niv;

@@ -241,12 +241,15 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
       if (pos[at_q] != -1) return fail(at(errc::duplicate_action, r, a, k - beg[r]));
       pos[at_q] = k - beg[r];
     }
+  // a program of forwards only (evaluation, inference) needs each F and nothing else
+  bool forwards_only = N > 0;
+  for (int k = 0; k < N && forwards_only; ++k) forwards_only = A[k].what == kind::F;
   for (int s = 0; s < S; ++s)
     for (int j = 0; j < m; ++j) {
       if (!p.runs_through(s, j)) continue;
       const int q = s * m + j;
       const bool f = pos[q] >= 0, b = pos[oB + q] >= 0, i = pos[oI + q] >= 0, wt = pos[oW + q] >= 0;
-      if (f && b && !i && !wt) continue;  // the common case
+      if (f && (b || forwards_only) && !i && !wt) continue;  // the common case
       const int r = owner[s] != -1 ? owner[s] : (s < nplaced ? placed[s] : -1);
       if (!f) return fail(at(errc::missing_action, r, action{kind::F, s, j, false}, -1, "no forward"));
       if (b && (i || wt)) return fail(at(errc::mixed_backward, r, action{i ? kind::I : kind::W, s, j, false}, -1));
@@ -412,6 +415,7 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
         if (peak > limit)
           return fail(at(errc::memory_limit_exceeded, r, A[k], k - beg[r], "activations above the limit"));
       }
+      if (forwards_only) live -= delta[static_cast<int>(kind::F)] * held;  // nothing waits for a backward
     }
     peak_units[r] = peak;
   }

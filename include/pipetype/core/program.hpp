@@ -108,6 +108,17 @@ struct program_view {
   }
 };
 
+/// True when a program has actions and every one is a forward: a forward-only program
+/// (evaluation, inference). verify then needs only each (stage, microbatch)'s F, the lowering
+/// sends no gradient and frees each input once its F has read it, so about one activation per
+/// edge is in flight; the executors run it like any other plan (the sinks still write losses).
+constexpr bool is_forward_only(program_view p) noexcept {
+  if (p.actions.empty()) return false;
+  for (const action& a : p.actions)
+    if (a.what != kind::F) return false;
+  return true;
+}
+
 struct program {
   const char* name = "";
   int ranks = 0;
@@ -401,4 +412,25 @@ constexpr std::vector<int> stage_owners(program_view p) {
 }
 
 }  // namespace detail
+/// The forward-only program of `p` (evaluation, inference): each rank's F actions in the order
+/// `p` runs them, overlapped pairs split, its stage graph, placement and lanes kept. Any
+/// training schedule gives one: `forward_only_of(make_one_f_one_b(4, 8))`, or as a type,
+/// `forward_only<one_f_one_b<ranks<4>, microbatches<8>>>` (core/schedule.hpp).
+constexpr program forward_only_of(program p) {
+  std::vector<action> kept;
+  std::vector<int> begin{0};
+  for (int r = 0; r < p.ranks; ++r) {
+    for (int k = p.begin[static_cast<std::size_t>(r)]; k < p.begin[static_cast<std::size_t>(r) + 1]; ++k) {
+      action a = p.actions[static_cast<std::size_t>(k)];
+      if (a.what != kind::F) continue;
+      a.overlapped = false;
+      kept.push_back(a);
+    }
+    begin.push_back(static_cast<int>(kept.size()));
+  }
+  p.actions = std::move(kept);
+  p.begin = std::move(begin);
+  return p;
+}
+
 }  // namespace pipetype

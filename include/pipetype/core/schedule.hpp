@@ -46,6 +46,14 @@ concept schedule = requires {
   { S::generate() } -> std::same_as<program>;
 };
 
+/// The forward-only schedule of schedule S (core/program.hpp's forward_only_of): its F actions in
+/// its order, for evaluation and inference plans.
+///   constexpr auto eval = pipetype::make_plan<pipetype::forward_only<pipetype::one_f_one_b<...>>>();
+template <schedule S>
+struct forward_only {
+  static constexpr program generate() { return forward_only_of(S::generate()); }
+};
+
 /// Wraps a constexpr callable returning a program as a schedule type:
 ///   using mine = pipetype::from_function<[] { ...; return std::move(b).build(); }>;
 template <auto Fn>
