@@ -58,18 +58,19 @@ struct step_feed {
 
 /// What binding needs to know about one stage.
 struct stage_entry {
+  // first: what every call reads besides the shapes (one cache line), then the shapes
   void* obj = nullptr;
   stage_fn fn[kind_count] = {};  // by kind: F, B, I, W (nullptr: not provided)
   add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
-  bool adds_on_stream = false;   // the stage adds them itself, on a stream (add_weight_grad)
-  edge_shape in, out;            // its input's and output's bytes per microbatch (a tensor, or a set)
-  edge_shape target;             // a sink's targets per microbatch (no tensors: none declared)
-  bool varies = false;           // some tensor of in, out or target varies per microbatch (varying<...>)
   std::size_t stash_elems = 0, weight_grad_elems = 0;
   std::size_t stash_size = 0, weight_grad_size = 0;  // element sizes
+  bool adds_on_stream = false;                       // the stage adds them itself, on a stream (add_weight_grad)
   bool split = false;
   bool sums_outputs = false;    // its output type has += (or add_grad_output): a fan-out's gradients can be summed
   bool sums_on_stream = false;  // the stage adds them itself, on a stream (add_grad_output)
+  bool varies = false;          // some tensor of in, out or target varies per microbatch (varying<...>)
+  edge_shape in, out;           // its input's and output's bytes per microbatch (a tensor, or a set)
+  edge_shape target;            // a sink's targets per microbatch (no tensors: none declared)
   constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
   constexpr std::size_t in_bytes() const { return in.bytes; }
   constexpr std::size_t out_bytes() const { return out.bytes; }
@@ -129,23 +130,29 @@ struct call_shapes {
   const edge_shape& target;
 };
 
+// The shapes of a microbatch with a length (out of line: the common call has none).
+template <class F>
+[[gnu::noinline]] void with_lengths(const bound_op& op, const step_feed& feed, F& f) {
+  const stage_entry& e = *op.entry;
+  const std::size_t n = feed.lengths[op.microbatch], most = feed.max_length;
+  const edge_shape in = shape_at(e.in, n, most), out = shape_at(e.out, n, most), target = shape_at(e.target, n, most);
+  f(call_shapes{in, out, target});
+}
+
 /// Calls f(call_shapes) with the shapes of op's microbatch.
 template <class F>
-void with_shapes(const bound_op& op, const step_feed& feed, F f) {
+[[gnu::always_inline]] inline void with_shapes(const bound_op& op, const step_feed& feed, F f) {
   const stage_entry& e = *op.entry;
-  if (e.varies && feed.lengths) [[unlikely]] {
-    const std::size_t n = feed.lengths[op.microbatch], most = feed.max_length;
-    const edge_shape in = shape_at(e.in, n, most), out = shape_at(e.out, n, most), target = shape_at(e.target, n, most);
-    f(call_shapes{in, out, target});
-  } else {
+  if (feed.lengths && e.varies) [[unlikely]]  // (the feed first: it is at hand, the entry may not be)
+    with_lengths(op, feed, f);
+  else
     f(call_shapes{e.in, e.out, e.target});
-  }
 }
 
 /// The bytes a transfer op moves for its microbatch: an activation's block, or a gradient's
 /// (only the tensors that carry one), at the microbatch's length when its tensors vary.
 inline std::size_t transfer_bytes(const bound_op& x, const step_feed& feed) {
-  if (x.entry == nullptr || !x.entry->varies || feed.lengths == nullptr) return x.bytes;
+  if (feed.lengths == nullptr || x.entry == nullptr || !x.entry->varies) return x.bytes;  // (the feed first)
   const std::size_t n = feed.lengths[x.microbatch], most = feed.max_length;
   return x.what == kind::F ? shape_at(x.entry->out, n, most).bytes : shape_at(x.entry->in, n, most).grad_bytes;
 }
@@ -159,17 +166,20 @@ V view_of_feed(const feed_tensor* f, const edge_shape& sh, int microbatch) {
 
 // The op's input: its slot, or on a source the microbatch's slice of the batch.
 template <class S>
-input_view_t<S> input_of(const bound_op& op, const step_feed& feed, const edge_shape& sh) {
+[[gnu::always_inline]] inline input_view_t<S> input_of(const bound_op& op, const step_feed& feed,
+                                                       const edge_shape& sh) {
   using V = input_view_t<S>;
-  if (op.in) return view_at<V>(static_cast<const std::byte*>(op.in), sh, false);
+  if (op.in) [[likely]]
+    return view_at<V>(static_cast<const std::byte*>(op.in), sh, false);
   if (op.feed < 0 || feed.inputs == nullptr) return V{};
   return view_of_feed<V>(feed.inputs + op.feed, sh, op.microbatch);
 }
 
-template <class S>
-view_list<input_view_t<S>> inputs_of(const bound_op& op, const step_feed& feed, const edge_shape& sh) {
+// Every input, in edge order: `one` (the op's input) unless the op has several.
+template <class V>
+[[gnu::always_inline]] inline view_list<V> inputs_of(const bound_op& op, const edge_shape& sh, V one) {
   if (op.in_list) return {op.in_list, op.n_inputs, &sh, false};
-  return {input_of<S>(op, feed, sh), 1};
+  return {one, 1};
 }
 
 // A sink's targets for the op's microbatch (empty without a target or a feed of them).
@@ -184,35 +194,38 @@ target_view_t<S> target_view_of(const bound_op& op, const step_feed& feed, const
 }
 
 template <class S>
-forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed, const call_shapes& sh) {
+[[gnu::always_inline]] inline forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed,
+                                                          const call_shapes& sh) {
   const stage_entry& e = *op.entry;
+  const input_view_t<S> in = input_of<S>(op, feed, sh.in);
   return {op.stage,
           op.microbatch,
-          input_of<S>(op, feed, sh.in),
+          in,
           view_at<output_view_t<S>>(op.out, sh.out, false),
           {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           op.stream,
-          inputs_of<S>(op, feed, sh.in),
+          inputs_of(op, sh.in, in),
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr};
 }
 template <class S>
-backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed, const call_shapes& sh, bool input_part,
-                              bool weight_part) {
+[[gnu::always_inline]] inline backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed,
+                                                            const call_shapes& sh, bool input_part, bool weight_part) {
   using GI = grad_input_view_t<S>;
   const stage_entry& e = *op.entry;
   const bool gi = input_part && op.grad_in != nullptr;
   const bool wg = weight_part && op.weight_grad != nullptr;
   const GI grad_in = view_at<GI>(gi ? op.grad_in : nullptr, sh.in, true);
+  const input_view_t<S> in = input_of<S>(op, feed, sh.in);
   return {op.stage,
           op.microbatch,
-          input_of<S>(op, feed, sh.in),
+          in,
           view_at<grad_output_view_t<S>>(static_cast<const std::byte*>(op.grad_out), sh.out, true),
           grad_in,
           {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? e.weight_grad_elems : 0},
           op.stream,
-          inputs_of<S>(op, feed, sh.in),
+          inputs_of(op, sh.in, in),
           op.grad_in_list && gi ? view_list<GI>(op.grad_in_list, op.n_inputs, &sh.in, true)
                                 : view_list<GI>(grad_in, gi ? 1 : 0),
           target_view_of<S>(op, feed, sh.target),

@@ -358,7 +358,7 @@ class executor {
   };
   // A transfer's bytes this step (its microbatch's, when its tensors vary and the batch has lengths).
   static std::size_t bytes_of(const transfer& x, const step_feed& f) noexcept {
-    return x.varies && f.lengths ? pipetype::detail::transfer_bytes(*x.varies, f) : x.bytes;
+    return f.lengths && x.varies ? pipetype::detail::transfer_bytes(*x.varies, f) : x.bytes;
   }
   struct later_add {
     add_fn add = nullptr;

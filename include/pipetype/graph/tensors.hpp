@@ -268,6 +268,8 @@ constexpr V view_with(const edge_shape& s, bool grad, At at) {
 /// gradient block (grad = true). `base` nullptr: empty spans.
 template <class V, class Byte>
 constexpr V view_at(Byte* base, const edge_shape& s, bool grad) {
+  if constexpr (!is_span_set<V>::value)  // one tensor: at the block's start, with a gradient
+    return base ? V{reinterpret_cast<typename V::element_type*>(base), s.t[0].elems} : V{};
   return view_with<V>(s, grad, [&](std::size_t tensor_index) -> Byte* {
     if (base == nullptr) return nullptr;
     const tensor_place& p = s.t[tensor_index];
