@@ -52,7 +52,10 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
     throw shape_error(who + ": the plan has " + std::to_string(p.stages) + " stages" +
                       (p.lanes > 1 ? " (" + std::to_string(p.lanes) + " lanes of " + std::to_string(L) + ")" : "") +
                       " but the model has " + std::to_string(entries.size()));
+  // a model part (bind/part.hpp) holds some stages: an edge to one it does not hold is not seen here
+  auto held = [&](int s) { return entries[static_cast<std::size_t>(s)].obj != nullptr; };
   auto link = [&](int from, int to) {
+    if (!held(from) || !held(to)) return;
     const edge_shape& a = entries[static_cast<std::size_t>(from)].out;
     const edge_shape& b = entries[static_cast<std::size_t>(to)].in;
     const std::string edge = who + ": the edge " + std::to_string(from) + " -> " + std::to_string(to) + ": ";
@@ -87,12 +90,14 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
   for (const stage_edge& e : p.lane_edges()) link(e.from, e.to);
   const std::vector<int> consumers = consumers_of(p);
   for (std::size_t s = 0; s < entries.size(); ++s) {
-    if (consumers[s] > 1 && !entries[s].sums_outputs)
+    if (consumers[s] > 1 && held(static_cast<int>(s)) && !entries[s].sums_outputs)
       throw shape_error(
           who + ": stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
           " stages, so its gradients are summed, but its output type has no += and the stage no add_grad_output");
   }
 }
+
+inline void check_graph(const program_view& p, const stage_dag& g, const std::string& who);
 
 /// The stages of `model`, once the plan is known to run the model's own stage graph: a dag's
 /// edges, in its order (the order of a fan-in's inputs and of a fan-out's gradient sum), or a
@@ -106,7 +111,12 @@ std::vector<stage_entry> entries_for(const program_view& p, M& model, const std:
   static_assert(has_topology<M>,
                 "pipetype: the model must say its stage graph (a member topology() giving a stage_dag), so that the "
                 "executor can check that the plan runs it");
-  const stage_dag g = std::as_const(model).topology();
+  check_graph(p, std::as_const(model).topology(), who);
+  return entries_of(model);
+}
+
+/// The plan runs the stage graph `g` (see entries_for).
+inline void check_graph(const program_view& p, const stage_dag& g, const std::string& who) {
   const std::span<const stage_edge> lane = p.lane_edges();
   // a plan without edges runs the chain of its lane length (check_model compares the stage counts)
   const bool same = is_chain(g) ? !p.has_edges() : std::equal(g.edges.begin(), g.edges.end(), lane.begin(), lane.end());
@@ -120,7 +130,6 @@ std::vector<stage_entry> entries_for(const program_view& p, M& model, const std:
                       " but the model's is " + (is_chain(g) ? "a chain" : edges(g.edges)) +
                       " (the same edges, in the same order)");
   }
-  return entries_of(model);
 }
 
 /// An I or W action meets a stage that cannot split its backward.
@@ -140,7 +149,8 @@ inline void check_gradients(const program_view& p, const std::vector<stage_entry
   std::vector<int> last_weight_mb(static_cast<std::size_t>(p.stages), -1);
   for (const action& a : p.actions) {
     const stage_entry& e = entries[static_cast<std::size_t>(a.stage % L)];
-    auto where = [&] {  // for a message only
+    if (e.obj == nullptr) continue;  // a stage another rank holds (a model part)
+    auto where = [&] {               // for a message only
       return "stage " + std::to_string(a.stage) + ", microbatch " + std::to_string(a.microbatch) + ", action " +
              to_text(a);
     };

@@ -58,6 +58,27 @@ inline std::size_t take_lowest_free(std::vector<char>& busy) {
 
 inline std::string action_name(const lowered_op& o) { return to_text(action{o.what, o.stage, o.microbatch, false}); }
 
+/// The plan stage whose shape sizes transfer op `o` on its own rank: the stage there that made
+/// the data (a send: an activation's producer, a gradient's consumer, whose backward made it) or
+/// reads it (a receive: an activation's consumer, a gradient's producer). Its block is the
+/// stage's output when o sends an activation or receives a gradient, else its input
+/// (transfer_bytes): the same bytes as the other end's when the edge fits, and a model part
+/// (bind/part.hpp) holds this one.
+inline int transfer_stage(const program_view& p, const lowered_op& o) {
+  if (o.code == op_code::send) return o.stage;
+  const bool act = o.what == kind::F;
+  if (p.has_edges()) {
+    const stage_edge& e = p.edges[static_cast<std::size_t>(o.link)];
+    return act ? e.to : e.from;
+  }
+  return act ? o.stage + 1 : o.stage - 1;
+}
+/// The bytes transfer op `o` moves at full length, from its transfer_stage's entry `e`.
+inline std::size_t full_transfer_bytes(const lowered_op& o, const stage_entry& e) {
+  const bool act = o.what == kind::F, out = act == (o.code == op_code::send);
+  return act ? (out ? e.out.bytes : e.in.bytes) : (out ? e.out.grad_bytes : e.in.grad_bytes);
+}
+
 /// One rank's buffer layout: the stride of its activation slots (the largest activation block
 /// crossing into, out of or within the rank) and of its gradient slots (the largest gradient
 /// block: only the tensors that carry one), its stash stride, and per op the stash
@@ -221,6 +242,7 @@ inline batch_layout batch_layout_of(const program_view& p, const std::vector<sta
   b.sink.assign(entries.size(), -1);
   b.target_first.assign(entries.size(), -1);
   for (std::size_t s = 0; s < entries.size(); ++s) {
+    if (entries[s].obj == nullptr) continue;  // a stage another rank holds (a model part)
     if (p.lane_head(static_cast<int>(s))) {
       b.first[s] = b.tensors;
       b.tensors += entries[s].in.count;
@@ -229,7 +251,7 @@ inline batch_layout batch_layout_of(const program_view& p, const std::vector<sta
       ++b.sources;
     }
     if (p.lane_tail(static_cast<int>(s))) {
-      b.sink[s] = b.sinks++;
+      b.sink[s] = b.sinks++;  // (the sinks this rank holds)
       if (entries[s].target.count > 0) {
         b.target_first[s] = b.targets;
         b.targets += entries[s].target.count;

@@ -151,10 +151,14 @@ template <class F>
 
 /// The bytes a transfer op moves for its microbatch: an activation's block, or a gradient's
 /// (only the tensors that carry one), at the microbatch's length when its tensors vary.
+/// `x.entry` is the stage that sizes it on its rank (bind/layout.hpp's transfer_stage): its output
+/// when x sends an activation or receives a gradient, else its input.
 inline std::size_t transfer_bytes(const bound_op& x, const step_feed& feed) {
   if (feed.lengths == nullptr || x.entry == nullptr || !x.entry->varies) return x.bytes;  // (the feed first)
   const std::size_t n = feed.lengths[x.microbatch], most = feed.max_length;
-  return x.what == kind::F ? shape_at(x.entry->out, n, most).bytes : shape_at(x.entry->in, n, most).grad_bytes;
+  const bool act = x.what == kind::F, out = act == (x.code == op_code::send);
+  const edge_shape sh = shape_at(out ? x.entry->out : x.entry->in, n, most);
+  return act ? sh.bytes : sh.grad_bytes;
 }
 
 // A source's input or a sink's targets: per tensor, the microbatch's slice of the batch.

@@ -58,6 +58,7 @@
 #include "pipetype/bind/batch.hpp"
 #include "pipetype/bind/checks.hpp"
 #include "pipetype/bind/layout.hpp"
+#include "pipetype/bind/part.hpp"
 #include "pipetype/bind/report.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
@@ -152,6 +153,14 @@ class executor {
                  std::move(opt)) {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
+  /// Binds one rank of `plan` to that rank's part of the model (bind/part.hpp): only the stages the
+  /// plan runs there, checked before anything is allocated (shape_error naming the stage).
+  /// Example, given plan, part, driver, comms:
+  ///   pipetype::cuda::executor ex{plan, part, driver, {.rank = 1, .comms = comms}};
+  template <class Plan>
+  executor(const Plan& plan, const model_part& part, D& driver, executor_options<D> opt = {})
+      : executor(views_of(plan), entries_of_part(views_of(plan).compute, part, rank_of(driver, opt.rank)), driver,
+                 std::move(opt)) {}
   /// The same from stages erased already (entries_of, or entries made by hand).
   executor(const plan_views& v, std::vector<stage_entry> entries, D& driver, executor_options<D> opt = {})
       : d_(driver), rank_(rank_of(driver, opt.rank)), entries_(std::move(entries)), comms_(std::move(opt.comms)) {
@@ -180,7 +189,7 @@ class executor {
     if constexpr (!host_memory<D>) {
       const std::vector<int> consumers = pipetype::detail::consumers_of(p);
       for (std::size_t s = 0; s < consumers.size(); ++s)
-        if (consumers[s] > 1 && !entries_[s].sums_on_stream)
+        if (consumers[s] > 1 && entries_[s].obj != nullptr && !entries_[s].sums_on_stream)
           throw std::invalid_argument(
               "pipetype::cuda: stage " + std::to_string(s) + " feeds " + std::to_string(consumers[s]) +
               " stages, whose gradients are summed before its backward, and has no add_grad_output(std::span<T> "
@@ -513,13 +522,14 @@ class executor {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const lowered_op& o = ops[i];
       if (o.code == op_code::send || o.code == op_code::recv) {
-        const stage_entry& e = entry(o.stage);
+        const stage_entry& e = entry(pipetype::detail::transfer_stage(p, o));  // its end on this rank
         const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
         transfers_.push_back(
             {o.code == op_code::send, o.peer == c.rank_a ? 0 : 1, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
-             o.what == kind::F ? e.out.bytes : e.in.grad_bytes, comms_[static_cast<std::size_t>(o.comm)], nullptr});
+             pipetype::detail::full_transfer_bytes(o, e), comms_[static_cast<std::size_t>(o.comm)], nullptr});
         if (e.varies) {  // its bytes per microbatch: an op that says which (kept in varying_)
           bound_op& v = varying_.emplace_back();
+          v.code = o.code;
           v.what = o.what;
           v.microbatch = o.microbatch;
           v.entry = &e;
@@ -577,6 +587,11 @@ class executor {
 
   std::byte* alloc(std::size_t n) { return n ? static_cast<std::byte*>(d_.allocate(n)) : nullptr; }
 
+  static std::vector<stage_entry> entries_of_part(const program_view& p, const model_part& part, int rank) {
+    pipetype::detail::check_graph(p, part.topology(), "pipetype::cuda");
+    if (rank >= 0 && rank < p.ranks) pipetype::detail::check_part(p, part, rank, "pipetype::cuda");
+    return part.entries();
+  }
   static int rank_of(const D& d, int rank) {
     if (rank >= 0) return rank;
     if constexpr (requires { d.rank(); })
