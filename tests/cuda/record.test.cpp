@@ -535,6 +535,7 @@ struct scored {
   float seen_scale = -1;
   void forward(const pt::forward_ctx<scored>& c) {
     if (c.loss) *c.loss = static_cast<float>(c.target[0]) + 0.5f;
+    if (c.loss && !c.output.empty()) c.output[1] = 3.0f * static_cast<float>(c.microbatch);  // kept outputs
   }
   void backward(const pt::backward_ctx<scored>& c) {
     if (!c.target.empty()) seen_scale = c.loss_scale;
@@ -627,6 +628,29 @@ TEST_CASE("cuda record: a forward-only plan issues forwards and activation trans
         CHECK(ex.losses()[j] == static_cast<float>(labels[static_cast<std::size_t>(j)]) + 0.5f);
   }
   CHECK(transfers == 8);  // each microbatch's activation, sent and received
+}
+
+TEST_CASE("cuda record: with keep_outputs the sinks write their outputs where outputs() says") {
+  const pt::runtime_plan plan = pt::build_plan(pt::forward_only_of(pt::make_schedule("gpipe", 2, 3)));
+  std::vector<float> x(6);
+  const std::vector<std::int32_t> labels{1, 2, 3};
+  for (int r = 0; r < 2; ++r) {
+    pt::uniform_chain<scored> model(std::vector<scored>(2));
+    pc::record_driver d;
+    pc::executor ex{pt::views_of(plan), pt::entries_of(model), d, {.rank = r, .comms = {0}, .keep_outputs = true}};
+    pt::batch b;
+    b.input(x).target(labels);
+    ex.step(b);
+    if (r == 0) {
+      CHECK(ex.outputs() == nullptr);  // no sink here
+      continue;
+    }
+    REQUIRE(ex.outputs() != nullptr);
+    for (int j = 0; j < 3; ++j) {
+      const auto* out = reinterpret_cast<const float*>(ex.outputs() + ex.output_offset(0, j));
+      CHECK(out[1] == 3.0f * static_cast<float>(j));
+    }
+  }
 }
 
 }  // namespace test_record_sets

@@ -57,6 +57,7 @@ struct mse {
     float l = 0;
     for (std::size_t i = 0; i < width; ++i) l += 0.5f * (c.input[i] - c.target[i]) * (c.input[i] - c.target[i]);
     *c.loss = l;
+    if (!c.output.empty()) c.output[0] = 2 * l;  // kept only when the executor keeps outputs
   }
   void backward_input(const pt::backward_ctx<mse>& c) {
     if (c.target.size() != width || c.loss_scale == 0) ++faults;
@@ -202,6 +203,35 @@ TEST_CASE("host losses: a forward-only plan computes the sinks' losses and no gr
     ph::executor train{pt::build_plan(training), model, {.deadline = 20s}};
     CHECK(train.step(b).values == evaluated);
   }
+}
+
+TEST_CASE("host losses: with keep_outputs a sink's outputs are read after the step") {
+  const int m = 4;
+  const data d = make_data(m);
+  const pt::runtime_plan plan = pt::build_plan(pt::forward_only_of(pt::make_schedule("1f1b", 4, m)));
+  model_t model;
+  faults = 0;
+  ph::executor ex{plan, model, {.deadline = 20s, .keep_outputs = true}};
+  pt::batch b;
+  b.input(d.x).target(d.t);
+  const std::vector<float> losses = ex.step(b).values;
+  for (int j = 0; j < m; ++j) {
+    const std::span<const float> out = ex.output<float>(0, j);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0] == 2 * losses[static_cast<std::size_t>(j)]);
+    CHECK(ex.output(0, j).size() == sizeof(float));  // as bytes
+  }
+  CHECK_THROWS_WITH_AS(ex.output<int>(0, 0), "pipetype::host: output(): tensor 0 has elements of another type",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ex.output(1, 0), "pipetype::host: output(): no sink 1, microbatch 0 (1 sinks, 4 microbatches)",
+                       std::invalid_argument);
+  model_t other;
+  ph::executor plain{plan, other, {.deadline = 20s}};
+  plain.step(b);
+  CHECK_THROWS_WITH_AS(plain.output(0, 0),
+                       "pipetype::host: output(): the executor keeps no outputs (executor_options::keep_outputs)",
+                       std::invalid_argument);
+  CHECK(faults.load() == 0);
 }
 
 }  // namespace test_host_losses

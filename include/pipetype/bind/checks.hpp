@@ -30,6 +30,7 @@ namespace pipetype {
 
 struct binding_options {
   bool ordered_gradients = true;  // require weight gradients in microbatch order (determinism)
+  bool keep_outputs = false;      // the sinks write their outputs where the executor keeps them (outputs_of)
 };
 
 namespace detail {

@@ -261,6 +261,26 @@ inline batch_layout batch_layout_of(const program_view& p, const std::vector<sta
   return b;
 }
 
+/// Where the sinks' outputs are kept (binding_options::keep_outputs): sink k's output of
+/// microbatch j at (k · microbatches + j) · stride bytes into one block, the stride the largest
+/// held sink's output block. A sink's output is otherwise nobody's, and not written.
+struct output_layout {
+  std::size_t stride = 0, bytes = 0;
+  std::size_t at(int sink, int microbatch, int microbatches) const {
+    return (static_cast<std::size_t>(sink) * static_cast<std::size_t>(microbatches) +
+            static_cast<std::size_t>(microbatch)) *
+           stride;
+  }
+};
+inline output_layout output_layout_of(const batch_layout& b, const std::vector<stage_entry>& entries,
+                                      int microbatches) {
+  output_layout o;
+  for (std::size_t s = 0; s < entries.size(); ++s)
+    if (b.sink[s] >= 0) o.stride = std::max(o.stride, round_up64(entries[s].out.bytes));
+  o.bytes = o.stride * static_cast<std::size_t>(b.sinks) * static_cast<std::size_t>(microbatches);
+  return o;
+}
+
 /// The feed of a batch given as one array (batch_layout's rows): per source tensor, its place.
 inline void feed_from_rows(const batch_layout& b, const std::vector<stage_entry>& entries, const std::byte* batch,
                            std::vector<feed_tensor>& out) {

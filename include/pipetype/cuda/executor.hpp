@@ -135,6 +135,7 @@ struct executor_options {
   int rank = -1;                          // the plan's rank this executor runs; -1: the driver's rank()
   std::vector<typename D::comm> comms{};  // per lowered communicator; empty: 0, 1, ... (integer comms)
   bool ordered_gradients = true;          // see bind/checks.hpp
+  bool keep_outputs = false;              // the sinks write their outputs where outputs() says (inference)
 };
 
 template <device_driver D>
@@ -163,7 +164,11 @@ class executor {
                  std::move(opt)) {}
   /// The same from stages erased already (entries_of, or entries made by hand).
   executor(const plan_views& v, std::vector<stage_entry> entries, D& driver, executor_options<D> opt = {})
-      : d_(driver), rank_(rank_of(driver, opt.rank)), entries_(std::move(entries)), comms_(std::move(opt.comms)) {
+      : d_(driver),
+        rank_(rank_of(driver, opt.rank)),
+        entries_(std::move(entries)),
+        comms_(std::move(opt.comms)),
+        keep_outputs_(opt.keep_outputs) {
     const program_view& p = v.compute;
     const lowered_view& l = v.lowered;
     if (rank_ < 0 || rank_ >= p.ranks)
@@ -226,6 +231,13 @@ class executor {
   /// driver), written by the sinks' kernels during the step; read them once the step's work is
   /// done. nullptr when the model has no sink on this rank.
   float* losses() const noexcept { return losses_; }
+  /// Where the sinks on this rank keep their outputs (executor_options::keep_outputs; nullptr
+  /// otherwise): sink k's output block of microbatch j at output_offset(k, j) bytes, in memory from
+  /// the driver (device memory with the CUDA driver), written by the sinks' kernels during the step.
+  std::byte* outputs() const noexcept { return outputs_; }
+  std::size_t output_offset(int sink, int microbatch) const noexcept {
+    return outputs_at_.at(sink, microbatch, microbatches_);
+  }
   /// The loss scaling's factor of the last step (d objective / d loss_j, batch::scale).
   double loss_scale() const noexcept { return scale_; }
 
@@ -485,6 +497,10 @@ class executor {
     if (sinks_here)
       losses_ = reinterpret_cast<float*>(
           alloc(sizeof(float) * static_cast<std::size_t>(batch_.sinks) * static_cast<std::size_t>(p.microbatches)));
+    if (sinks_here && keep_outputs_) {
+      outputs_at_ = pipetype::detail::output_layout_of(batch_, entries_, p.microbatches);
+      outputs_ = alloc(outputs_at_.bytes);
+    }
     auto at = [](std::byte* pool, std::size_t stride, int slot) {
       return slot < 0 || pool == nullptr ? nullptr : pool + stride * static_cast<std::size_t>(slot);
     };
@@ -573,6 +589,8 @@ class executor {
                                        st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr,
                                        l, batch_, lists_);
         call.stream = x.pair == 2 ? aux_native : compute_native_;
+        if (outputs_ && o.what == kind::F && call.sink >= 0)  // a sink's output, kept
+          call.out = outputs_ + outputs_at_.at(call.sink, o.microbatch, p.microbatches);
         if (wg.slot[i] >= 0) {
           call.weight_grad = wg_at(wg.slot[i]);
           call.add = e.add;
@@ -630,6 +648,9 @@ class executor {
   std::vector<feed_tensor> inputs_;   // the step's feed: per source tensor, where its microbatches are
   std::vector<feed_tensor> targets_;  // per sink target tensor
   float* losses_ = nullptr;           // sinks × microbatches, from the driver
+  bool keep_outputs_ = false;
+  std::byte* outputs_ = nullptr;  // the sinks' kept outputs (keep_outputs)
+  pipetype::detail::output_layout outputs_at_;
   double scale_ = 0;
   std::vector<std::size_t> lengths_;  // per microbatch (varying tensors), when max_length_ > 0
   std::size_t max_length_ = 0;

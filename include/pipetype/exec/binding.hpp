@@ -88,7 +88,9 @@ struct bound_program {
   bound_program(const bound_program&) = delete;
   bound_program& operator=(const bound_program&) = delete;
   std::vector<bound_rank> rank;
-  std::vector<deferred_add> deferred;  // after a successful step, in this order
+  std::vector<deferred_add> deferred;          // after a successful step, in this order
+  pipetype::detail::output_layout outputs_at;  // the sinks' kept outputs (binding_options::keep_outputs)
+  pipetype::detail::aligned_bytes outputs;
 };
 
 /// Binds the lowered program of `v` to the stages in `entries` (one per stage, in chain order).
@@ -110,6 +112,10 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   pipetype::detail::check_gradients(p, entries, opt.ordered_gradients, "pipetype::host");
   out.entries = std::move(entries);
   const std::vector<stage_entry>& E = out.entries;
+  if (opt.keep_outputs) {
+    out.outputs_at = pipetype::detail::output_layout_of(batch, E, p.microbatches);
+    out.outputs = pipetype::detail::aligned_bytes(out.outputs_at.bytes);
+  }
 
   out.rank.resize(static_cast<std::size_t>(p.ranks));
   struct held_later {
@@ -176,6 +182,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
             b, o, e, L, act_at, grad_at,
             op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr, l,
             batch, br.lists);
+        if (opt.keep_outputs && o.what == kind::F && b.sink >= 0)  // a sink's output, kept
+          b.out = out.outputs.data() + out.outputs_at.at(b.sink, o.microbatch, p.microbatches);
         if (wg.slot[i] >= 0) {
           b.weight_grad = br.weight_grads.data() + wg.offset[static_cast<std::size_t>(wg.slot[i])];
           b.add = e.add;

@@ -30,6 +30,7 @@
 // long, so a step allocates nothing unless it is traced.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,6 +43,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "pipetype/bind/batch.hpp"
@@ -78,6 +80,7 @@ struct executor_options {
   std::chrono::milliseconds deadline{std::chrono::seconds(30)};  // the longest any wait may block
   bool ordered_gradients = true;                                 // see binding.hpp
   bool trace = false;                                            // record each op's start and end
+  bool keep_outputs = false;  // the sinks write their outputs, read after the step with output() (inference)
 };
 
 namespace detail {
@@ -406,7 +409,7 @@ class executor {
   template <class Plan>
   executor(const Plan& plan, Model& model, const executor_options& opt = {})
       : engine_(bind(views_of(plan), pipetype::detail::entries_for(views_of(plan).compute, model, "pipetype::host"),
-                     {opt.ordered_gradients}),
+                     {opt.ordered_gradients, opt.keep_outputs}),
                 opt) {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
@@ -446,6 +449,35 @@ class executor {
   }
   /// The last step's losses (the same step() returned).
   const step_losses& losses() const noexcept { return losses_; }
+  /// Tensor k of sink `sink`'s output of microbatch j in the last step, as elements of T (the
+  /// tensor's element type; std::byte reads any), at the microbatch's length when it varies.
+  /// Needs executor_options::keep_outputs (the sinks write their outputs there, evaluation or
+  /// inference); std::invalid_argument otherwise, or for a sink, microbatch or tensor out of
+  /// range, or another element type.
+  template <class T = std::byte>
+  std::span<const T> output(int sink, int microbatch, int tensor = 0) const {
+    const bound_program& p = engine_.program();
+    auto bad = [](const std::string& why) { return std::invalid_argument("pipetype::host: output(): " + why); };
+    if (p.outputs.data() == nullptr) throw bad("the executor keeps no outputs (executor_options::keep_outputs)");
+    if (sink < 0 || sink >= p.batch.sinks || microbatch < 0 || microbatch >= p.microbatches)
+      throw bad("no sink " + std::to_string(sink) + ", microbatch " + std::to_string(microbatch) + " (" +
+                std::to_string(p.batch.sinks) + " sinks, " + std::to_string(p.microbatches) + " microbatches)");
+    const auto s =
+        static_cast<std::size_t>(std::find(p.batch.sink.begin(), p.batch.sink.end(), sink) - p.batch.sink.begin());
+    const edge_shape& full = p.entries[s].out;
+    const edge_shape sh =
+        max_length_ > 0 && full.varies
+            ? pipetype::detail::shape_at(full, lengths_[static_cast<std::size_t>(microbatch)], max_length_)
+            : full;
+    if (tensor < 0 || tensor >= sh.count)
+      throw bad("sink stage " + std::to_string(s) + "'s output has " + std::to_string(sh.count) + " tensors");
+    const tensor_place& t = sh.t[static_cast<std::size_t>(tensor)];
+    if constexpr (!std::is_same_v<T, std::byte>)
+      if (t.type != pipetype::detail::type_id<T>)
+        throw bad("tensor " + std::to_string(tensor) + " has elements of another type");
+    const std::byte* at = p.outputs.data() + p.outputs_at.at(sink, microbatch, p.microbatches) + t.offset;
+    return {reinterpret_cast<const T*>(at), std::is_same_v<T, std::byte> ? t.bytes() : t.elems};
+  }
 
   const bound_program& program() const noexcept { return engine_.program(); }
   /// How every thread that had not finished ended the last step (empty when it succeeded; the
