@@ -42,6 +42,14 @@ TEST_CASE("forward-only: every built-in schedule's forwards make a plan without 
         CHECK(!op.overlapped);
       }
     }
+    // PyTorch's compute+comms file of it: every SEND_F waited for, its order NCCL-safe, torch loads it
+    if (plan.compute().lanes == 1) {
+      const pt::schedule_file file = pt::file_of(plan.compute(), plan.lowered());
+      CHECK(pt::verify_transfers(plan.compute(), file.view()).ok());
+      const pt::schedule_file read = pt::read_schedule(pt::to_csv(plan.compute(), plan.lowered()));
+      REQUIRE(read.error.ok());
+      CHECK(pt::torch_load_note(read, pt::to_program(read).view(), pt::csv_format::compute_comms) == "");
+    }
     // the simulated step has only forwards, and its bound is the forward chain's
     const pt::timeline t = pt::simulate(plan.compute(), pt::costs{.f = 1, .b = 2});
     CHECK(t.makespan() <= pt::simulate(trained.compute(), pt::costs{.f = 1, .b = 2}).makespan());

@@ -234,5 +234,25 @@ TEST_CASE("host losses: with keep_outputs a sink's outputs are read after the st
   CHECK(faults.load() == 0);
 }
 
+TEST_CASE("host losses: replay() runs the captured batch, and walk_rank lends the sinks a loss cell") {
+  const int m = 4;
+  const data d = make_data(m), other = make_data(m + 1);
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 4, m));
+  model_t model;
+  ph::executor ex{plan, model, {.deadline = 20s}};
+  pt::batch a;
+  a.input(d.x).target(d.t);
+  const std::vector<float> captured = ex.capture(a).values;
+  std::vector<float> x2(other.x.begin(), other.x.begin() + m * static_cast<int>(width)), t2(x2.size(), 7.0f);
+  pt::batch b;
+  b.input(x2).target(t2).scale(pt::loss_scaling::sum());
+  const std::vector<float> stepped = ex.step(b).values;
+  CHECK(stepped != captured);
+  const pt::step_losses& again = ex.replay();
+  CHECK(again.values == captured);
+  CHECK(again.scale == doctest::Approx(1.0 / m));    // the captured batch's scaling, not the last step's
+  for (int r = 0; r < 4; ++r) ex.walk_rank(r, d.x);  // the sink writes *c.loss: a scratch cell
+}
+
 }  // namespace test_host_losses
 }  // namespace

@@ -191,6 +191,10 @@ TEST_CASE("host tensor sets: a batch that does not fit is one sentence, nothing 
         "has 4 microbatches of 4, so 16",
         pt::shape_error);
   }
+  CHECK_THROWS_WITH_AS(ex.step(std::span<const std::byte>()),
+                       "pipetype::host: step() got one array, but source stage 0 takes a set of 2 tensors: give it a "
+                       "pipetype::batch (one array per tensor)",
+                       pt::shape_error);
   for (std::size_t i = 0; i < width; ++i) CHECK(model.stage<0>().acc[i] == 0);  // nothing ran
   pt::batch b;
   b.input(d.x).input(d.ids);

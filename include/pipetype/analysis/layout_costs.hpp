@@ -40,6 +40,7 @@ constexpr cost_model layout_costs(const layer_layout& layout, costs per_layer, l
 constexpr std::vector<double> layout_peak_activations(program_view p, const layer_layout& layout,
                                                       layer_weights weights = {}, memory_model mem = {}) {
   std::vector<double> peak(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), 0.0);
+  const bool forwards_only = is_forward_only(p);  // an activation lives only through its F
   for (int r = 0; r < p.ranks; ++r) {
     double live = 0, most = 0;
     for (const action& a : p.rank_actions(r)) {
@@ -47,6 +48,7 @@ constexpr std::vector<double> layout_peak_activations(program_view p, const laye
           a.stage >= 0 && a.stage < layout.size() ? weights.of(layout.stages[static_cast<std::size_t>(a.stage)]) : 0.0;
       live += w * mem.delta(a.what) / mem.unit;
       if (live > most) most = live;
+      if (forwards_only) live -= w * mem.delta(a.what) / mem.unit;
     }
     peak[static_cast<std::size_t>(r)] = most;
   }

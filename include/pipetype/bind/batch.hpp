@@ -100,7 +100,10 @@ class batch {
   /// Per microbatch, its length (a sequence length), for the tensors declared varying<...>: a
   /// varying tensor of declared (most) extent E holds E · length / max_length elements in that
   /// microbatch, the first of its slot, and only those travel. Each length at most max_length; E
-  /// a multiple of max_length. Without lengths every microbatch is full.
+  /// a multiple of max_length. Without lengths every microbatch is full. Every rank of a step
+  /// must see the same lengths: a process that runs one rank (a device executor, a model part)
+  /// gives its step the step's lengths even when it holds no source, or its transfers' byte
+  /// counts would differ from its peers' (NCCL needs them equal).
   template <class R>
   batch& lengths(const R& per_microbatch, std::size_t max_length) {
     lengths_.assign(std::begin(per_microbatch), std::end(per_microbatch));
@@ -187,6 +190,19 @@ void feed_arrays(const std::vector<batch::array>& arrays, const std::vector<int>
       out[i] = {a.data, p.bytes()};
     }
   }
+}
+
+/// A batch given as one array (step(span)) fits the model: its sinks take no targets, and each
+/// source takes one tensor (a set's tensors would sit at unaligned places in a packed row).
+inline void check_one_array(const batch_layout& layout, const std::vector<stage_entry>& entries,
+                            const std::string& who) {
+  if (layout.targets > 0)
+    throw shape_error(who + ": the model's sinks take targets; give step() a pipetype::batch with them");
+  for (std::size_t s = 0; s < entries.size(); ++s)
+    if (layout.first[s] >= 0 && entries[s].in.count > 1)
+      throw shape_error(who + ": step() got one array, but source stage " + std::to_string(s) + " takes a set of " +
+                        std::to_string(entries[s].in.count) +
+                        " tensors: give it a pipetype::batch (one array per tensor)");
 }
 
 /// The batch's lengths fit: one per microbatch, none above the maximum, and every varying tensor's

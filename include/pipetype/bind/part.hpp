@@ -11,6 +11,9 @@
 //
 // The executor checks the part against the plan before it allocates anything: it must hold
 // every stage the plan runs on the rank and no other (one sentence naming the stage otherwise).
+// Its batch lists the inputs of the sources it holds and the targets of the sinks it holds (a
+// one-array batch: a row of its sources only), and the step's lengths whether it holds a source
+// or not: every rank must size a microbatch's transfers alike (batch::lengths).
 // Edges between two held stages are checked as a whole model's are; an edge to a stage on
 // another rank cannot be seen from here, so each transfer is sized by its end on this rank (the
 // stage that sends it, or the stage that reads it), which is what the other rank's end must match.

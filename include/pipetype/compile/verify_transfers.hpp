@@ -172,12 +172,13 @@ constexpr verdict verify_transfers(program_view p, step_view f, p2p_streams stre
     x.microbatch = j;
     return at_step(e, r, x, -1, why);
   };
+  const bool forwards_only = is_forward_only(p);  // evaluation, inference: no gradient travels
   for (int s = 0; s < S; ++s) {
     const int rs = p.stage_rank[static_cast<std::size_t>(s)];
     for (int j = 0; j < M; ++j) {
       if (!p.runs_through(s, j)) continue;
       const bool fwd = !p.lane_tail(s) && p.stage_rank[static_cast<std::size_t>(s + 1)] != rs;
-      const bool bwd = !p.lane_head(s) && p.stage_rank[static_cast<std::size_t>(s - 1)] != rs;
+      const bool bwd = !forwards_only && !p.lane_head(s) && p.stage_rank[static_cast<std::size_t>(s - 1)] != rs;
       if (fwd) {
         const int rn = p.stage_rank[static_cast<std::size_t>(s + 1)];
         const int snd = slot(0, s, j), rcv = slot(1, s + 1, j);

@@ -234,6 +234,7 @@ class executor {
   /// Where the sinks on this rank keep their outputs (executor_options::keep_outputs; nullptr
   /// otherwise): sink k's output block of microbatch j at output_offset(k, j) bytes, in memory from
   /// the driver (device memory with the CUDA driver), written by the sinks' kernels during the step.
+  /// A block of varying tensors is packed at its microbatch's length (graph/tensors.hpp's shape_at).
   std::byte* outputs() const noexcept { return outputs_; }
   std::size_t output_offset(int sink, int microbatch) const noexcept {
     return outputs_at_.at(sink, microbatch, microbatches_);
@@ -243,8 +244,7 @@ class executor {
 
  private:
   void feed(const void* batch) {
-    if (batch_.targets > 0)
-      throw shape_error("pipetype::cuda: the model's sinks take targets; give step() a pipetype::batch with them");
+    pipetype::detail::check_one_array(batch_, entries_, "pipetype::cuda");
     pipetype::detail::feed_from_rows(batch_, entries_, static_cast<const std::byte*>(batch), inputs_);
     targets_.clear();
     scale_ = 1.0 / microbatches_;

@@ -90,6 +90,7 @@ struct bound_program {
   std::vector<bound_rank> rank;
   std::vector<deferred_add> deferred;          // after a successful step, in this order
   pipetype::detail::output_layout outputs_at;  // the sinks' kept outputs (binding_options::keep_outputs)
+  bool keeps_outputs = false;
   pipetype::detail::aligned_bytes outputs;
 };
 
@@ -112,6 +113,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   pipetype::detail::check_gradients(p, entries, opt.ordered_gradients, "pipetype::host");
   out.entries = std::move(entries);
   const std::vector<stage_entry>& E = out.entries;
+  out.keeps_outputs = opt.keep_outputs;
   if (opt.keep_outputs) {
     out.outputs_at = pipetype::detail::output_layout_of(batch, E, p.microbatches);
     out.outputs = pipetype::detail::aligned_bytes(out.outputs_at.bytes);

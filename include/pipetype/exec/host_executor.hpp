@@ -435,16 +435,19 @@ class executor {
   /// same batch.
   const step_losses& capture(std::span<const batch_type> batch) {
     feed(batch);
-    captured_ = true;
+    captured_ = now_;
+    has_capture_ = true;
     return run();
   }
   const step_losses& capture(const pipetype::batch& b) {
     feed(b);
-    captured_ = true;
+    captured_ = now_;
+    has_capture_ = true;
     return run();
   }
   const step_losses& replay() {
-    if (!captured_) throw std::logic_error("pipetype::host: replay() before capture()");
+    if (!has_capture_) throw std::logic_error("pipetype::host: replay() before capture()");
+    now_ = captured_;  // the captured batch, whatever stepped since
     return run();
   }
   /// The last step's losses (the same step() returned).
@@ -458,7 +461,7 @@ class executor {
   std::span<const T> output(int sink, int microbatch, int tensor = 0) const {
     const bound_program& p = engine_.program();
     auto bad = [](const std::string& why) { return std::invalid_argument("pipetype::host: output(): " + why); };
-    if (p.outputs.data() == nullptr) throw bad("the executor keeps no outputs (executor_options::keep_outputs)");
+    if (!p.keeps_outputs) throw bad("the executor keeps no outputs (executor_options::keep_outputs)");
     if (sink < 0 || sink >= p.batch.sinks || microbatch < 0 || microbatch >= p.microbatches)
       throw bad("no sink " + std::to_string(sink) + ", microbatch " + std::to_string(microbatch) + " (" +
                 std::to_string(p.batch.sinks) + " sinks, " + std::to_string(p.microbatches) + " microbatches)");
@@ -466,8 +469,8 @@ class executor {
         static_cast<std::size_t>(std::find(p.batch.sink.begin(), p.batch.sink.end(), sink) - p.batch.sink.begin());
     const edge_shape& full = p.entries[s].out;
     const edge_shape sh =
-        max_length_ > 0 && full.varies
-            ? pipetype::detail::shape_at(full, lengths_[static_cast<std::size_t>(microbatch)], max_length_)
+        now_.max_length > 0 && full.varies
+            ? pipetype::detail::shape_at(full, now_.lengths[static_cast<std::size_t>(microbatch)], now_.max_length)
             : full;
     if (tensor < 0 || tensor >= sh.count)
       throw bad("sink stage " + std::to_string(s) + "'s output has " + std::to_string(sh.count) + " tensors");
@@ -485,7 +488,8 @@ class executor {
   const std::vector<failure>& failures() const noexcept { return engine_.failures(); }
   /// Per op, its start and end in the last step (executor_options::trace).
   const std::vector<op_time>& trace() const noexcept { return engine_.trace(); }
-  /// For benchmarks: walk rank r's program on this thread with a transport that moves nothing.
+  /// For benchmarks: walk rank r's program on this thread with a transport that moves nothing (the
+  /// sinks read the last step's targets and write their losses to a scratch array).
   void walk_rank(int r, std::span<const batch_type> batch) {
     const auto* b = reinterpret_cast<const std::byte*>(batch.data());
     if (b != walked_ || walk_inputs_.empty()) {  // the feed of a new batch (a benchmark walks one again and again)
@@ -494,7 +498,15 @@ class executor {
       walked_ = b;
     }
     detail::null_transport t;
-    engine_.walk_in_order(r, t, step_feed{walk_inputs_.data()});
+    // the sinks read the last step's targets (none before a step with targets) and write their
+    // losses to a scratch array
+    const bound_program& p = engine_.program();
+    const std::size_t cells = static_cast<std::size_t>(p.batch.sinks) * static_cast<std::size_t>(p.microbatches);
+    if (walk_losses_.size() != cells) walk_losses_.assign(cells, 0.0f);
+    const bool targets = now_.targets.size() == static_cast<std::size_t>(p.batch.targets) && p.batch.targets > 0;
+    engine_.walk_in_order(r, t,
+                          step_feed{walk_inputs_.data(), targets ? now_.targets.data() : nullptr, walk_losses_.data(),
+                                    1.0f, p.microbatches});
   }
 
  private:
@@ -503,17 +515,16 @@ class executor {
     const bound_program& p = engine_.program();
     std::vector<feed_tensor> in, tg;
     pipetype::detail::feed_from_batch(p.batch, p.entries, p.microbatches, b, in, tg, "pipetype::host");
-    rows_ = nullptr;
-    inputs_ = std::move(in);
-    targets_ = std::move(tg);
-    scale_ = b.scaling().factor(p.microbatches);
-    lengths_ = b.lengths();
-    max_length_ = b.has_lengths() ? b.max_length() : 0;
+    now_.rows = nullptr;
+    now_.inputs = std::move(in);
+    now_.targets = std::move(tg);
+    now_.scale = b.scaling().factor(p.microbatches);
+    now_.lengths = b.lengths();
+    now_.max_length = b.has_lengths() ? b.max_length() : 0;
   }
   void feed(std::span<const batch_type> batch) {
     const bound_program& p = engine_.program();
-    if (p.batch.targets > 0)
-      throw shape_error("pipetype::host: the model's sinks take targets; give step() a pipetype::batch with them");
+    pipetype::detail::check_one_array(p.batch, p.entries, "pipetype::host");
     const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
     if (batch.size() != want)
       throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) +
@@ -522,27 +533,24 @@ class executor {
                         (p.sources > 1 ? " (its sources' inputs side by side), so " : " (stage 0's input), so ") +
                         std::to_string(want));
     const auto* rows = reinterpret_cast<const std::byte*>(batch.data());
-    if (rows != rows_ || inputs_.size() != static_cast<std::size_t>(p.batch.tensors))  // else: the feed of last step
-      pipetype::detail::feed_from_rows(p.batch, p.entries, rows, inputs_);
-    rows_ = rows;
-    targets_.clear();
-    scale_ = pipetype::loss_scaling::mean().factor(p.microbatches);
-    max_length_ = 0;
+    if (rows != now_.rows || now_.inputs.size() != static_cast<std::size_t>(p.batch.tensors))  // else: last step's
+      pipetype::detail::feed_from_rows(p.batch, p.entries, rows, now_.inputs);
+    now_.rows = rows;
+    now_.targets.clear();
+    now_.scale = pipetype::loss_scaling::mean().factor(p.microbatches);
+    now_.max_length = 0;
   }
   step_feed feed_of() {
     const bound_program& p = engine_.program();
     losses_.sinks = p.batch.sinks;
     losses_.microbatches = p.microbatches;
-    losses_.scale = scale_;
+    losses_.scale = now_.scale;
     losses_.values.assign(static_cast<std::size_t>(p.batch.sinks) * static_cast<std::size_t>(p.microbatches),
                           __builtin_nanf(""));
-    return {inputs_.data(),
-            targets_.data(),
-            losses_.values.data(),
-            static_cast<float>(scale_),
-            p.microbatches,
-            max_length_ > 0 ? lengths_.data() : nullptr,
-            max_length_};
+    return {now_.inputs.data(),    now_.targets.data(),
+            losses_.values.data(), static_cast<float>(now_.scale),
+            p.microbatches,        now_.max_length > 0 ? now_.lengths.data() : nullptr,
+            now_.max_length};
   }
   const step_losses& run() {
     engine_.run(feed_of());
@@ -550,16 +558,21 @@ class executor {
   }
 
   detail::engine engine_;
-  std::vector<feed_tensor> inputs_;   // the step's feed: per source tensor, where its microbatches are
-  std::vector<feed_tensor> targets_;  // per sink target tensor
-  double scale_ = 0;                  // the loss scaling's factor
-  std::vector<std::size_t> lengths_;  // per microbatch (varying tensors), when max_length_ > 0
-  std::size_t max_length_ = 0;
+  // a step's feed as the executor keeps it: this step's, and the captured one replay() runs
+  struct fed {
+    std::vector<feed_tensor> inputs;   // per source tensor, where its microbatches are
+    std::vector<feed_tensor> targets;  // per sink target tensor
+    double scale = 0;                  // the loss scaling's factor
+    std::vector<std::size_t> lengths;  // per microbatch (varying tensors), when max_length > 0
+    std::size_t max_length = 0;
+    const std::byte* rows = nullptr;  // the one-array batch inputs was made from (nullptr: a pipetype::batch)
+  };
+  fed now_, captured_;
   step_losses losses_;
-  bool captured_ = false;
+  bool has_capture_ = false;
   std::vector<feed_tensor> walk_inputs_;  // walk_rank's feed, of the batch at walked_
   const std::byte* walked_ = nullptr;
-  const std::byte* rows_ = nullptr;  // the one-array batch inputs_ was made from (nullptr: a pipetype::batch)
+  std::vector<float> walk_losses_;
 };
 
 template <class Plan, class Model>

@@ -14,7 +14,8 @@
 // buffers, valid for the call only:
 //
 //   forward:   input (stage 0: the microbatch's slice of the batch given to step()),
-//              output (empty on the last stage, which computes its loss), stash
+//              output (empty on the last stage, which computes its loss, unless the executor
+//              keeps the sinks' outputs: executor_options::keep_outputs), stash
 //   backward:  input (the same values forward saw), grad_output (the gradient of the output;
 //              empty on the last stage: the gradient comes from its own loss), grad_input (to be
 //              written; empty on stage 0 and in backward_weight), stash (what forward left)
@@ -207,7 +208,7 @@ struct forward_ctx {
   int stage = 0;       // the stage's index in the model's chain (DualPipe: the same in both directions)
   int microbatch = 0;  // 0 .. m-1
   input_view_t<S> input;
-  output_view_t<S> output;  // empty on the last stage
+  output_view_t<S> output;  // empty on the last stage (unless the executor keeps outputs)
   std::span<stash_t<S>> stash;
   void* stream = nullptr;               // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
   view_list<input_view_t<S>> inputs{};  // every input, in edge order (inputs[0] is input)
@@ -301,7 +302,7 @@ constexpr bool diagnose_stage() {
     static_assert(
         always_false_stage_v<S>,
         "pipetype::stage: the stage's `input` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
-        "of 1 to 8 tensor<...> or no_grad<tensor<...>>");
+        "of 1 to 8 tensor<...>, no_grad<...> or varying<...>");
     return false;
   } else if constexpr (!requires { typename S::output; }) {
     static_assert(always_false_stage_v<S>,
@@ -312,13 +313,13 @@ constexpr bool diagnose_stage() {
     static_assert(
         always_false_stage_v<S>,
         "pipetype::stage: the stage's `output` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
-        "of 1 to 8 tensor<...> or no_grad<tensor<...>>");
+        "of 1 to 8 tensor<...>, no_grad<...> or varying<...>");
     return false;
   } else if constexpr (!is_tensor_set_v<target_tensor_t<S>>) {
     static_assert(
         always_false_stage_v<S>,
         "pipetype::stage: the stage's `target` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
-        "of 1 to 8 tensor<...> or no_grad<tensor<...>>");
+        "of 1 to 8 tensor<...>, no_grad<...> or varying<...>");
     return false;
   } else if constexpr (!is_tensor<stash_tensor_t<S>>::value) {
     static_assert(always_false_stage_v<S>, "pipetype::stage: the stage's `stash` is not a pipetype::tensor<T, N...>");

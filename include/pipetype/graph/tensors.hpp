@@ -58,7 +58,8 @@ struct varying {
   using type = Tensor;
 };
 
-/// A set of tensors travelling over one edge together: each a tensor<...> or a no_grad<tensor<...>>.
+/// A set of tensors travelling over one edge together: each a tensor<...>, a no_grad<...> or a
+/// varying<...> of one (or both: no_grad<varying<tensor<...>>>).
 template <class... Members>
 struct tensors {};
 

@@ -544,6 +544,7 @@ inline schedule_file file_of(program_view p, lowered_view L) {
     };
     std::vector<pending> tick_transfers;
     std::vector<step> send_b;                                              // WAIT_SEND_B at the end, in send order
+    std::vector<step> sent_f;                                              // every SEND_F, in send order
     std::vector<char> waits_f(static_cast<std::size_t>(p.stages * M), 0);  // a SEND_F awaiting its wait
     auto flush = [&] {
       std::sort(tick_transfers.begin(), tick_transfers.end(), [](const pending& a, const pending& b) {
@@ -580,7 +581,7 @@ inline schedule_file file_of(program_view p, lowered_view L) {
         s.op = act ? (send ? step_kind::send_f : step_kind::recv_f) : (send ? step_kind::send_b : step_kind::recv_b);
         s.stage = send ? o.stage : act ? o.stage + 1 : o.stage - 1;  // PyTorch names a receive by its consumer
         s.microbatch = o.microbatch;
-        if (send && act) waits_f[static_cast<std::size_t>(o.stage * M + o.microbatch)] = 1;
+        if (send && act) waits_f[static_cast<std::size_t>(o.stage * M + o.microbatch)] = 1, sent_f.push_back(s);
         if (send && !act) send_b.push_back({step_kind::wait_send_b, kind::F, o.stage, o.microbatch, false});
         const int lo = r < o.peer ? r : o.peer, hi = r < o.peer ? o.peer : r;
         const bool upward = send ? r < o.peer : o.peer < r;  // travels from the lower rank to the higher
@@ -601,6 +602,10 @@ inline schedule_file file_of(program_view p, lowered_view L) {
       after_compute(a);
     }
     flush();
+    // a SEND_F no backward of this rank follows (a forward-only plan): its wait ends the row
+    for (const step& s : sent_f)
+      if (waits_f[static_cast<std::size_t>(s.stage * M + s.microbatch)])
+        f.steps.push_back({step_kind::wait_send_f, kind::F, s.stage, s.microbatch, false});
     f.steps.insert(f.steps.end(), send_b.begin(), send_b.end());
     int cell = 0;  // the cells as the row prints (a pair is one)
     for (std::size_t k = static_cast<std::size_t>(f.begin.back()); k < f.steps.size(); ++k) {

@@ -261,6 +261,10 @@ inline step_trace trace_of(std::span<const op_time> measured, const trace_option
   std::vector<int> live;
   int group = -1;
   out.ranks = std::max(o.ranks, 0);
+  // a forward-only step (evaluation, inference): an activation lives only through its F
+  const bool forwards_only = std::all_of(measured.begin(), measured.end(), [](const op_time& x) {
+    return x.code != op_code::compute || x.what == kind::F;
+  });
   for (const op_time& e : measured) {
     if (e.rank < 0) continue;  // not an op of any rank
     out.ranks = std::max(out.ranks, e.rank + 1);
@@ -271,6 +275,7 @@ inline step_trace trace_of(std::span<const op_time> measured, const trace_option
         int& l = live[static_cast<std::size_t>(e.rank)];
         l += o.memory.delta(e.what);
         const double now = o.activation_scale * l / o.memory.unit;
+        if (forwards_only) l -= o.memory.delta(e.what);
         out.computes.push_back(
             {e.rank, action{e.what, e.stage, e.microbatch, false}, {}, false, ms * e.start, ms * e.end, now, now});
         break;
