@@ -55,10 +55,10 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
                       " but the model has " + std::to_string(entries.size()));
   // a model part (bind/part.hpp) holds some stages: an edge to one it does not hold is not seen here
   auto held = [&](int s) { return entries[static_cast<std::size_t>(s)].obj != nullptr; };
-  auto link = [&](int from, int to) {
+  auto link = [&](int from, int to, int position) {  // position: the edge's among `to`'s incoming edges
     if (!held(from) || !held(to)) return;
     const edge_shape& a = entries[static_cast<std::size_t>(from)].out;
-    const edge_shape& b = entries[static_cast<std::size_t>(to)].in;
+    const edge_shape& b = entries[static_cast<std::size_t>(to)].in_over(position);
     const std::string edge = who + ": the edge " + std::to_string(from) + " -> " + std::to_string(to) + ": ";
     if (a.count != b.count)
       throw shape_error(edge + "stage " + std::to_string(from) + " gives " + std::to_string(a.count) +
@@ -84,11 +84,23 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
                           std::to_string(to) + (y.varies ? " does" : " does not"));
     }
   };
+  // a stage with per-edge inputs has one type per incoming edge, no more, no fewer
+  std::vector<int> incoming(entries.size(), 0);
+  if (!p.has_edges())
+    for (int s = 1; s < L; ++s) incoming[static_cast<std::size_t>(s)] = 1;
+  for (const stage_edge& e : p.lane_edges()) ++incoming[static_cast<std::size_t>(e.to)];
+  for (std::size_t s = 0; s < entries.size(); ++s)
+    if (held(static_cast<int>(s)) && !entries[s].in_edges.empty() &&
+        static_cast<int>(entries[s].in_edges.size()) != incoming[s])
+      throw shape_error(who + ": stage " + std::to_string(s) + " declares " +
+                        std::to_string(entries[s].in_edges.size()) + " per-edge inputs, but the stage graph gives it " +
+                        std::to_string(incoming[s]) + " incoming edges");
   if (!p.has_edges()) {
-    for (int s = 0; s + 1 < L; ++s) link(s, s + 1);
+    for (int s = 0; s + 1 < L; ++s) link(s, s + 1, 0);
     return;
   }
-  for (const stage_edge& e : p.lane_edges()) link(e.from, e.to);
+  std::vector<int> seen(entries.size(), 0);  // incoming edges met so far, per stage
+  for (const stage_edge& e : p.lane_edges()) link(e.from, e.to, seen[static_cast<std::size_t>(e.to)]++);
   const std::vector<int> consumers = consumers_of(p);
   for (std::size_t s = 0; s < entries.size(); ++s) {
     if (consumers[s] > 1 && held(static_cast<int>(s)) && !entries[s].sums_outputs)

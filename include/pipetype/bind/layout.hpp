@@ -73,10 +73,20 @@ inline int transfer_stage(const program_view& p, const lowered_op& o) {
   }
   return act ? o.stage + 1 : o.stage - 1;
 }
-/// The bytes transfer op `o` moves at full length, from its transfer_stage's entry `e`.
-inline std::size_t full_transfer_bytes(const lowered_op& o, const stage_entry& e) {
+/// Where transfer op `o`'s edge comes into its consumer: its position among the consumer's
+/// incoming edges, in edge order (0 in a chain) — what picks a per-edge input's shape.
+inline int transfer_edge_input(const program_view& p, const lowered_op& o) {
+  if (!p.has_edges() || o.link < 0) return 0;
+  const int to = p.edges[static_cast<std::size_t>(o.link)].to;
+  int k = 0;
+  for (int i = 0; i < o.link; ++i) k += p.edges[static_cast<std::size_t>(i)].to == to ? 1 : 0;
+  return k;
+}
+/// The bytes transfer op `o` moves at full length, from its transfer_stage's entry `e` (`k`: its
+/// transfer_edge_input).
+inline std::size_t full_transfer_bytes(const lowered_op& o, const stage_entry& e, int k = 0) {
   const bool act = o.what == kind::F, out = act == (o.code == op_code::send);
-  return act ? (out ? e.out.bytes : e.in.bytes) : (out ? e.out.grad_bytes : e.in.grad_bytes);
+  return act ? (out ? e.out.bytes : e.in_over(k).bytes) : (out ? e.out.grad_bytes : e.in_over(k).grad_bytes);
 }
 
 /// One rank's buffer layout: the stride of its activation slots (the largest activation block
@@ -106,6 +116,7 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
     const bool head = p.lane_head(si), tail = p.lane_tail(si);
     act = std::max({act, !head ? e.in.bytes : 0, !tail ? e.out.bytes : 0});
     grad = std::max({grad, !head ? e.in.grad_bytes : 0, !tail ? e.out.grad_bytes : 0});
+    for (const edge_shape& x : e.in_edges) act = std::max(act, x.bytes), grad = std::max(grad, x.grad_bytes);
     stash = std::max(stash, e.stash_bytes());
   }
   rank_layout out;

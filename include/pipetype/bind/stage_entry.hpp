@@ -11,6 +11,7 @@
 // (cuda/) both bind through it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -66,11 +67,14 @@ struct stage_entry {
   std::size_t stash_size = 0, weight_grad_size = 0;  // element sizes
   bool adds_on_stream = false;                       // the stage adds them itself, on a stream (add_weight_grad)
   bool split = false;
-  bool sums_outputs = false;    // its output type has += (or add_grad_output): a fan-out's gradients can be summed
-  bool sums_on_stream = false;  // the stage adds them itself, on a stream (add_grad_output)
-  bool varies = false;          // some tensor of in, out or target varies per microbatch (varying<...>)
-  edge_shape in, out;           // its input's and output's bytes per microbatch (a tensor, or a set)
-  edge_shape target;            // a sink's targets per microbatch (no tensors: none declared)
+  bool sums_outputs = false;         // its output type has += (or add_grad_output): a fan-out's gradients can be summed
+  bool sums_on_stream = false;       // the stage adds them itself, on a stream (add_grad_output)
+  bool varies = false;               // some tensor of in, out or target varies per microbatch (varying<...>)
+  edge_shape in, out;                // its input's and output's bytes per microbatch (a tensor, or a set)
+  edge_shape target;                 // a sink's targets per microbatch (no tensors: none declared)
+  std::vector<edge_shape> in_edges;  // per-edge inputs (per_edge<...>): one shape per incoming edge; else empty
+  /// The input block over incoming edge k (edge order).
+  const edge_shape& in_over(int k) const { return in_edges.empty() ? in : in_edges[static_cast<std::size_t>(k)]; }
   constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
   constexpr std::size_t in_bytes() const { return in.bytes; }
   constexpr std::size_t out_bytes() const { return out.bytes; }
@@ -109,9 +113,10 @@ struct bound_op {
   int comm = -1;
   std::byte* buf = nullptr;
   std::size_t bytes = 0;
-  int feed = -1;    // a source: its first tensor in step_feed::inputs
-  int sink = -1;    // a sink: its index among the sinks (step_feed::losses)
-  int target = -1;  // a sink with a target: its first tensor in step_feed::targets
+  int edge_input = 0;  // a transfer into or out of its stage's input: the incoming edge's position (per-edge inputs)
+  int feed = -1;       // a source: its first tensor in step_feed::inputs
+  int sink = -1;       // a sink: its index among the sinks (step_feed::losses)
+  int target = -1;     // a sink with a target: its first tensor in step_feed::targets
   // stages of a graph with several inputs or consumers (bind_compute): addresses in edge order,
   // in the bound rank's list pool; nullptr where `in`, `grad_in` and `grad_out` say it all
   int n_inputs = 1, n_grad_outs = 1;
@@ -128,6 +133,7 @@ struct call_shapes {
   const edge_shape& in;
   const edge_shape& out;
   const edge_shape& target;
+  const edge_shape* in_edges = nullptr;  // per-edge inputs: one per incoming edge
 };
 
 // The shapes of a microbatch with a length (out of line: the common call has none).
@@ -136,7 +142,9 @@ template <class F>
   const stage_entry& e = *op.entry;
   const std::size_t n = feed.lengths[op.microbatch], most = feed.max_length;
   const edge_shape in = shape_at(e.in, n, most), out = shape_at(e.out, n, most), target = shape_at(e.target, n, most);
-  f(call_shapes{in, out, target});
+  std::array<edge_shape, max_edge_inputs> edges{};
+  for (std::size_t k = 0; k < e.in_edges.size() && k < edges.size(); ++k) edges[k] = shape_at(e.in_edges[k], n, most);
+  f(call_shapes{in, out, target, e.in_edges.empty() ? nullptr : edges.data()});
 }
 
 /// Calls f(call_shapes) with the shapes of op's microbatch.
@@ -146,7 +154,7 @@ template <class F>
   if (feed.lengths && e.varies) [[unlikely]]  // (the feed first: it is at hand, the entry may not be)
     with_lengths(op, feed, f);
   else
-    f(call_shapes{e.in, e.out, e.target});
+    f(call_shapes{e.in, e.out, e.target, e.in_edges.empty() ? nullptr : e.in_edges.data()});
 }
 
 /// The bytes a transfer op moves for its microbatch: an activation's block, or a gradient's
@@ -157,7 +165,7 @@ inline std::size_t transfer_bytes(const bound_op& x, const step_feed& feed) {
   if (feed.lengths == nullptr || x.entry == nullptr || !x.entry->varies) return x.bytes;  // (the feed first)
   const std::size_t n = feed.lengths[x.microbatch], most = feed.max_length;
   const bool act = x.what == kind::F, out = act == (x.code == op_code::send);
-  const edge_shape sh = shape_at(out ? x.entry->out : x.entry->in, n, most);
+  const edge_shape sh = shape_at(out ? x.entry->out : x.entry->in_over(x.edge_input), n, most);
   return act ? sh.bytes : sh.grad_bytes;
 }
 
@@ -180,10 +188,29 @@ template <class S>
 }
 
 // Every input, in edge order: `one` (the op's input) unless the op has several.
-template <class V>
-[[gnu::always_inline]] inline view_list<V> inputs_of(const bound_op& op, const edge_shape& sh, V one) {
-  if (op.in_list) return {op.in_list, op.n_inputs, &sh, false};
-  return {one, 1};
+template <class S>
+[[gnu::always_inline]] inline inputs_view_t<S> inputs_of(const bound_op& op, const call_shapes& sh,
+                                                         input_view_t<S> one) {
+  if constexpr (has_per_edge_inputs<S>) {  // one type per incoming edge
+    if (op.in_list) return {op.in_list, op.n_inputs, sh.in_edges, false};
+    return {&op.in, op.in ? 1 : 0, sh.in_edges, false};
+  } else {
+    if (op.in_list) return {op.in_list, op.n_inputs, &sh.in, false};
+    return {one, 1};
+  }
+}
+// The gradients a backward writes for its inputs, in edge order (none: `wanted` false).
+template <class S>
+[[gnu::always_inline]] inline grad_inputs_view_t<S> grad_inputs_of(const bound_op& op, const call_shapes& sh,
+                                                                   grad_input_view_t<S> one, bool wanted) {
+  if constexpr (has_per_edge_inputs<S>) {
+    if (!wanted) return {};
+    if (op.grad_in_list) return {op.grad_in_list, op.n_inputs, sh.in_edges, true};
+    return {&op.grad_in, op.grad_in ? 1 : 0, sh.in_edges, true};
+  } else {
+    if (op.grad_in_list && wanted) return {op.grad_in_list, op.n_inputs, &sh.in, true};
+    return {one, wanted ? 1 : 0};
+  }
 }
 
 // A sink's targets for the op's microbatch (empty without a target or a feed of them).
@@ -208,7 +235,7 @@ template <class S>
           view_at<output_view_t<S>>(op.out, sh.out, false),
           {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           op.stream,
-          inputs_of(op, sh.in, in),
+          inputs_of<S>(op, sh, in),
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr};
 }
@@ -229,9 +256,8 @@ template <class S>
           {reinterpret_cast<stash_t<S>*>(op.stash), op.stash ? e.stash_elems : 0},
           {reinterpret_cast<weight_grad_t<S>*>(op.weight_grad), wg ? e.weight_grad_elems : 0},
           op.stream,
-          inputs_of(op, sh.in, in),
-          op.grad_in_list && gi ? view_list<GI>(op.grad_in_list, op.n_inputs, &sh.in, true)
-                                : view_list<GI>(grad_in, gi ? 1 : 0),
+          inputs_of<S>(op, sh, in),
+          grad_inputs_of<S>(op, sh, grad_in, gi),
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 ? feed.loss_scale : 0.0f};
 }
@@ -327,6 +353,37 @@ void add_weight_grad(void* s, const std::byte* g, void* stream) {
   }
 }
 
+// A per-edge-input stage's shapes, one per incoming edge: each type's static extents, or the
+// stage's input_extent(edge, k) for a dynamic one.
+template <class S>
+std::vector<edge_shape> per_edge_shapes(const S& s) {
+  std::vector<edge_shape> out;
+  if constexpr (has_per_edge_inputs<S>) {
+    using T = typename per_edge_traits<typename S::inputs>::types;
+    [&]<std::size_t... E>(std::index_sequence<E...>) {
+      (
+          [&] {
+            using X = std::tuple_element_t<E, T>;
+            constexpr bool asks = requires { s.input_extent(E, std::size_t{0}); };
+            static_assert(!any_dynamic<X>() || asks,
+                          "pipetype::stage: a dynamic per-edge input needs a member "
+                          "std::size_t input_extent(std::size_t edge, std::size_t k) const");
+            out.push_back(shape_of<X>([&](std::size_t tensor_index) {
+              return set_extent<X>(s, tensor_index, [](const S& stage_obj, std::size_t k) {
+                if constexpr (asks)
+                  return std::size_t(stage_obj.input_extent(E, k));
+                else
+                  return std::size_t{0};
+              });
+            }));
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<std::tuple_size_v<T>>{});
+  }
+  return out;
+}
+
 template <stage S>
 stage_entry entry_of(S& s) {
   stage_entry e;
@@ -350,6 +407,7 @@ stage_entry entry_of(S& s) {
   e.in = input_shape(s);
   e.out = output_shape(s);
   e.target = target_shape(s);
+  e.in_edges = per_edge_shapes(s);
   e.varies = e.in.varies || e.out.varies || e.target.varies;
   e.stash_elems = stash_extent(s);
   e.sums_on_stream = adds_grad_output_on_stream<S>;

@@ -205,7 +205,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           // an activation of F(stage), or the gradient B/I(stage) made for its input (only the
           // tensors that carry one: zero bytes when none does), sized by its end on this rank
           const stage_entry& e = E[static_cast<std::size_t>(pipetype::detail::transfer_stage(p, o)) % E.size()];
-          b.bytes = pipetype::detail::full_transfer_bytes(o, e);
+          b.edge_input = pipetype::detail::transfer_edge_input(p, o);
+          b.bytes = pipetype::detail::full_transfer_bytes(o, e, b.edge_input);
           b.entry = &e;  // a transfer of varying tensors moves its microbatch's bytes (transfer_bytes)
           b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
           labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") +

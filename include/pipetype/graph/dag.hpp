@@ -368,16 +368,28 @@ struct dag_rejected {
 
 /// Edge K's producer must give what its consumer takes, tensor by tensor (the instantiation names
 /// both stages; graph/stage.hpp's edge_tensor names the tensor).
-template <int K, int From, int To, class Producer, class Consumer>
+template <int K, int From, int To, class Producer, class Consumer, int Pos = 0>
 struct dag_link {
-  static constexpr bool value = edge_fits<true, K, From, To, Producer, Consumer>();
+  static_assert(per_edge_count<Consumer>() == 0 || Pos < per_edge_count<Consumer>(),
+                "pipetype::dag: a stage with per-edge inputs (per_edge<...>) has more incoming edges than input types "
+                "(edge K, From -> To, in dag_link<K, From, To, ...>)");
+  static constexpr bool value = edge_fits<true, K, From, To, Producer, Consumer, Pos>();
 };
+
+/// Edge K's position among its consumer's incoming edges (edge order).
+template <class Edges>
+constexpr int pred_position(std::size_t k) {
+  int pos = 0;
+  for (std::size_t i = 0; i < k; ++i) pos += Edges::at(i).to == Edges::at(k).to ? 1 : 0;
+  return pos;
+}
 
 template <class Types, class Edges, std::size_t... K>
 constexpr bool dag_links(std::index_sequence<K...>) {
   return (dag_link<static_cast<int>(K), Edges::at(K).from, Edges::at(K).to,
                    std::tuple_element_t<static_cast<std::size_t>(Edges::at(K).from), Types>,
-                   std::tuple_element_t<static_cast<std::size_t>(Edges::at(K).to), Types>>::value &&
+                   std::tuple_element_t<static_cast<std::size_t>(Edges::at(K).to), Types>,
+                   pred_position<Edges>(K)>::value &&
           ...);
 }
 

@@ -37,8 +37,13 @@
 //   };
 //
 // Stage graphs (graph/dag.hpp). A stage with several incoming edges takes one input per edge,
-// each of its `input` type, and a stage with several outgoing edges gives one output that every
-// consumer reads. The contexts list them in edge order (the order the edges are declared):
+// each of its `input` type — or, when its edges carry different types (an image tower and a token
+// tower into one head), declares `using inputs = pipetype::per_edge<A, B, ...>;` (one type per
+// incoming edge, in edge order; its `input` is then A) and reads them as `inputs.get<K>()`,
+// writing gradients to `grad_inputs.get<K>()` (a dynamic one sized by a member
+// `std::size_t input_extent(std::size_t edge, std::size_t k) const`). A stage with several
+// outgoing edges gives one output that every consumer reads. The contexts list them in edge order
+// (the order the edges are declared):
 //
 //   forward:   inputs[k]: the input over the stage's k-th incoming edge (inputs[0] is `input`;
 //              a source's one input is its slice of the batch)
@@ -139,6 +144,39 @@ requires requires { typename S::stash; }
 struct stash_of<S> {
   using type = typename S::stash;
 };
+/// The input a stage declares: `input`, or the first of `inputs` (per_edge<...>); no `type`
+/// when it declares neither (then it is no stage).
+template <class S>
+struct input_decl {};
+template <class S>
+requires requires { typename S::input; }
+struct input_decl<S> {
+  using type = typename S::input;
+};
+template <class S>
+requires(!requires { typename S::input; }) && requires { typename per_edge_traits<typename S::inputs>::types; }
+struct input_decl<S> {
+  using type = std::tuple_element_t<0, typename per_edge_traits<typename S::inputs>::types>;
+};
+template <class S>
+using input_decl_t = typename input_decl<S>::type;
+
+/// How many per-edge input types S declares (0: none, or `inputs` is no per_edge<...>).
+template <class S>
+constexpr int per_edge_count() {
+  if constexpr (requires { typename S::inputs; })
+    return per_edge_traits<typename S::inputs>::count;
+  else
+    return 0;
+}
+template <class S>
+constexpr bool per_edge_invalid() {
+  if constexpr (requires { typename S::inputs; })
+    return !per_edge_traits<typename S::inputs>::valid;
+  else
+    return false;
+}
+
 template <class S>
 struct target_of {  // a stage without a target: no tensor
   using type = tensor<std::byte, 0>;
@@ -162,7 +200,7 @@ struct weight_grad_of<S> {
 /// Element types of a stage's input and output (a single tensor's; a set has one per tensor:
 /// detail::tensor_t<S::input, K>), stash and weight gradient.
 template <class S>
-using input_t = typename S::input::value_type;
+using input_t = typename detail::input_decl_t<S>::value_type;
 template <class S>
 using output_t = typename S::output::value_type;
 template <class S>
@@ -190,11 +228,43 @@ using target_view_t = detail::view_t<target_tensor_t<S>, true>;
 /// span_set for a set (graph/tensors.hpp). `grad_input_view_t` is the gradient it writes for its
 /// input (an empty span for each no_grad tensor); `grad_output_view_t` the one it receives.
 template <class S>
-using input_view_t = detail::view_t<typename S::input, true>;
+using input_view_t = detail::view_t<detail::input_decl_t<S>, true>;
 template <class S>
 using output_view_t = detail::view_t<typename S::output, false>;
 template <class S>
-using grad_input_view_t = detail::view_t<typename S::input, false>;
+using grad_input_view_t = detail::view_t<detail::input_decl_t<S>, false>;
+
+/// A stage whose incoming edges carry types of their own: `using inputs = per_edge<A, B, ...>;`
+/// (graph/tensors.hpp), one per incoming edge in edge order.
+template <class S>
+concept has_per_edge_inputs = requires {
+  typename S::inputs;
+};
+
+namespace detail {
+template <class P, bool Const>
+struct edge_views_of;
+template <class... X, bool Const>
+struct edge_views_of<per_edge<X...>, Const> {
+  using type = edge_views<Const, X...>;
+};
+template <class S, bool Const>
+struct inputs_view {
+  using type = view_list<view_t<input_decl_t<S>, Const>>;
+};
+template <class S, bool Const>
+requires has_per_edge_inputs<S>
+struct inputs_view<S, Const> {
+  using type = typename edge_views_of<typename S::inputs, Const>::type;
+};
+}  // namespace detail
+
+/// What a stage's context holds for all its inputs (`inputs`) and the gradients it writes for them
+/// (`grad_inputs`): a view_list of its one input type, or, with per-edge inputs, edge_views.
+template <class S>
+using inputs_view_t = typename detail::inputs_view<S, true>::type;
+template <class S>
+using grad_inputs_view_t = typename detail::inputs_view<S, false>::type;
 template <class S>
 using grad_output_view_t = detail::view_t<typename S::output, true>;
 
@@ -210,11 +280,11 @@ struct forward_ctx {
   input_view_t<S> input;
   output_view_t<S> output;  // empty on the last stage (unless the executor keeps outputs)
   std::span<stash_t<S>> stash;
-  void* stream = nullptr;               // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
-  view_list<input_view_t<S>> inputs{};  // every input, in edge order (inputs[0] is input)
-  target_view_t<S> target{};            // a sink: this microbatch's targets (its `using target`); else empty
-  float* loss = nullptr;  // a sink: where its forward writes this microbatch's loss (device memory on a device
-                          // executor: write it from a kernel on `stream`); nullptr on the other stages
+  void* stream = nullptr;     // the CUDA executor: the cudaStream_t to launch on (host executor: nullptr)
+  inputs_view_t<S> inputs{};  // every input, in edge order (inputs[0], or get<0>() with per-edge inputs, is input)
+  target_view_t<S> target{};  // a sink: this microbatch's targets (its `using target`); else empty
+  float* loss = nullptr;      // a sink: where its forward writes this microbatch's loss (device memory on a device
+                              // executor: write it from a kernel on `stream`); nullptr on the other stages
 };
 
 template <class S>
@@ -225,12 +295,12 @@ struct backward_ctx {
   grad_output_view_t<S> grad_output;  // empty on the last stage
   grad_input_view_t<S> grad_input;    // empty on stage 0 and in backward_weight
   std::span<stash_t<S>> stash;
-  std::span<weight_grad_t<S>> weight_grad;        // this microbatch's weight gradient, to be written
-                                                  // (stages that declare `weight_grad`; not in backward_input)
-  void* stream = nullptr;                         // the CUDA executor: the cudaStream_t to launch on
-  view_list<input_view_t<S>> inputs{};            // every input, in edge order (inputs[0] is input)
-  view_list<grad_input_view_t<S>> grad_inputs{};  // the gradient for each, in edge order (empty as grad_input is)
-  target_view_t<S> target{};                      // a sink: this microbatch's targets; else empty
+  std::span<weight_grad_t<S>> weight_grad;  // this microbatch's weight gradient, to be written
+                                            // (stages that declare `weight_grad`; not in backward_input)
+  void* stream = nullptr;                   // the CUDA executor: the cudaStream_t to launch on
+  inputs_view_t<S> inputs{};                // every input, in edge order (inputs[0] or get<0>() is input)
+  grad_inputs_view_t<S> grad_inputs{};      // the gradient for each, in edge order (empty as grad_input is)
+  target_view_t<S> target{};                // a sink: this microbatch's targets; else empty
   float loss_scale = 0;  // a sink: d(the step's objective)/d(this microbatch's loss), the seed of its backward
                          // (the batch's loss_scaling: 1/m for the mean, the default); 0 on the other stages
 };
@@ -277,10 +347,12 @@ concept adds_grad_output_on_stream = requires(S& s, detail::view_t<typename S::o
 
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.
 template <class S>
-concept stage = detail::is_tensor_set_v<typename S::input> && detail::is_tensor_set_v<typename S::output> &&
-    detail::is_tensor_set_v<target_tensor_t<S>> && detail::is_tensor<stash_tensor_t<S>>::value &&
-    detail::is_tensor<weight_grad_tensor_t<S>>::value &&
-    (!requires { typename S::weight_grad; } || has_weight_grad<S>)&&requires(S& s, const forward_ctx<S>& f) {
+concept stage =
+    detail::is_tensor_set_v<detail::input_decl_t<S>> &&
+    (!has_per_edge_inputs<S> || detail::per_edge_traits<typename S::inputs>::valid) &&
+    detail::is_tensor_set_v<typename S::output>&& detail::is_tensor_set_v<target_tensor_t<S>>&& detail::is_tensor<
+        stash_tensor_t<S>>::value&& detail::is_tensor<weight_grad_tensor_t<S>>::value
+    && (!requires { typename S::weight_grad; } || has_weight_grad<S>)&&requires(S& s, const forward_ctx<S>& f) {
   s.forward(f);
 }
 &&(has_full_backward<S> || has_split_backward<S>);
@@ -293,12 +365,17 @@ template <class S>
 constexpr bool diagnose_stage() {
   constexpr bool has_bi = requires(S & s, const backward_ctx<S>& c) { s.backward_input(c); };
   constexpr bool has_bw = requires(S & s, const backward_ctx<S>& c) { s.backward_weight(c); };
-  if constexpr (!requires { typename S::input; }) {
+  if constexpr (per_edge_invalid<S>()) {
+    static_assert(always_false_stage_v<S>,
+                  "pipetype::stage: the stage's `inputs` is not a pipetype::per_edge<...> of 1 to 8 tensor<...> or "
+                  "tensors<...>, one per incoming edge");
+    return false;
+  } else if constexpr (!requires { typename input_decl<S>::type; }) {
     static_assert(always_false_stage_v<S>,
                   "pipetype::stage: the stage has no `using input = pipetype::tensor<T, N...>;` (what it takes per "
                   "microbatch)");
     return false;
-  } else if constexpr (!is_tensor_set_v<typename S::input>) {
+  } else if constexpr (!is_tensor_set_v<input_decl_t<S>>) {
     static_assert(
         always_false_stage_v<S>,
         "pipetype::stage: the stage's `input` is not a pipetype::tensor<T, N...> nor a pipetype::tensors<...> "
@@ -399,11 +476,23 @@ struct edge_tensor {
   static constexpr bool value = true;
 };
 
-/// The producer's output against the consumer's input, tensor by tensor.
-template <bool Dag, int Edge, int From, int To, class Producer, class Consumer>
+/// The input type of stage S over its incoming edge number `Pos` (edge order): its per-edge
+/// input, or its one input.
+template <class S, int Pos, bool PerEdge = (per_edge_count<S>() > 0)>
+struct input_for_edge {
+  using type = input_decl_t<S>;
+};
+template <class S, int Pos>
+struct input_for_edge<S, Pos, true> {
+  using type = std::tuple_element_t<(Pos < per_edge_traits<typename S::inputs>::count ? Pos : 0),
+                                    typename per_edge_traits<typename S::inputs>::types>;
+};
+
+/// The producer's output against the consumer's input (for that edge), tensor by tensor.
+template <bool Dag, int Edge, int From, int To, class Producer, class Consumer, int Pos = 0>
 constexpr bool edge_fits() {
   using O = typename Producer::output;
-  using I = typename Consumer::input;
+  using I = typename input_for_edge<Consumer, Pos>::type;
   constexpr bool same_count = set_traits<O>::count == set_traits<I>::count;
   static_assert(same_count,
                 "pipetype: an edge's producer gives another number of tensors than its consumer takes "
@@ -488,7 +577,12 @@ inline constexpr auto target_whole = [](const auto& stage_obj) -> decltype(std::
 /// extent, or the stage's member input_extent() (a set: input_extent(k)) when it is dynamic.
 template <stage S>
 constexpr std::size_t input_extent(const S& s, std::size_t k = 0) {
-  using D = detail::declared<typename S::input, S, decltype(detail::input_by_index), decltype(detail::input_whole)>;
+  if constexpr (has_per_edge_inputs<S> && requires { s.input_extent(std::size_t{0}, k); })  // edge 0's
+    return detail::set_extent<detail::input_decl_t<S>>(s, k, [](const S& stage_obj, std::size_t tensor_index) {
+      return std::size_t(stage_obj.input_extent(std::size_t{0}, tensor_index));
+    });
+  using D =
+      detail::declared<detail::input_decl_t<S>, S, decltype(detail::input_by_index), decltype(detail::input_whole)>;
   static_assert(D::known,
                 "pipetype::stage: a dynamic input needs a member input_extent() (a set: input_extent(std::size_t k))");
   return D::extent(s, k, detail::input_by_index, detail::input_whole);
@@ -516,7 +610,8 @@ constexpr std::size_t target_extent(const S& s, std::size_t k = 0) {
 /// a stage without a target: no tensors).
 template <stage S>
 constexpr edge_shape input_shape(const S& s) {
-  return detail::shape_of<typename S::input>([&](std::size_t tensor_index) { return input_extent(s, tensor_index); });
+  return detail::shape_of<detail::input_decl_t<S>>(
+      [&](std::size_t tensor_index) { return input_extent(s, tensor_index); });
 }
 template <stage S>
 constexpr edge_shape output_shape(const S& s) {

@@ -66,6 +66,15 @@ struct tensors {};
 /// The most tensors one set may hold.
 inline constexpr int max_set_tensors = 8;
 
+/// One input type per incoming edge, in edge order, for a stage of a graph whose inputs differ
+/// (an image tower and a token tower into one head): `using inputs = pipetype::per_edge<A, B>;`
+/// with each a tensor<...> or a tensors<...> set. The stage's `input` is then the first.
+template <class... X>
+struct per_edge {};
+
+/// The most incoming edges with types of their own (per_edge) a stage may have.
+inline constexpr int max_edge_inputs = 8;
+
 namespace detail {
 
 template <class T>
@@ -127,6 +136,18 @@ using tensor_t = typename member_t<X, K>::tensor_type;
 
 template <class X>
 inline constexpr bool is_tensor_set_v = set_traits<X>::valid;
+
+template <class P>
+struct per_edge_traits {
+  static constexpr bool valid = false;
+  static constexpr int count = 0;
+};
+template <class... X>
+struct per_edge_traits<per_edge<X...>> {
+  static constexpr bool valid = sizeof...(X) > 0 && sizeof...(X) <= max_edge_inputs && (is_tensor_set_v<X> && ...);
+  static constexpr int count = static_cast<int>(sizeof...(X));
+  using types = std::tuple<X...>;
+};
 
 }  // namespace detail
 
@@ -279,6 +300,37 @@ constexpr V view_at(Byte* base, const edge_shape& s, bool grad) {
 }
 
 }  // namespace detail
+
+/// The inputs of a stage whose incoming edges carry types of their own (per_edge<X...>), or the
+/// gradients it writes for them: `v.get<K>()` is the view of the K-th incoming edge's (a std::span
+/// for a single tensor, a span_set for a set; empty when the stage has fewer edges). Valid for the
+/// call only.
+template <bool Const, class... X>
+class edge_views {
+  using byte_ptr = std::conditional_t<Const, const std::byte*, std::byte*>;
+
+ public:
+  constexpr edge_views() = default;
+  /// `count` blocks at the addresses `at[0 .. count)`, of shapes `shapes[0 .. count)` (grad:
+  /// gradient blocks).
+  edge_views(byte_ptr const* at, int count, const edge_shape* shapes, bool grad) noexcept
+      : at_(at), count_(count), shapes_(shapes), grad_(grad) {}
+
+  constexpr int size() const noexcept { return count_; }
+  constexpr bool empty() const noexcept { return count_ == 0; }
+  template <std::size_t K>
+  detail::view_t<std::tuple_element_t<K, std::tuple<X...>>, Const> get() const noexcept {
+    using V = detail::view_t<std::tuple_element_t<K, std::tuple<X...>>, Const>;
+    if (at_ == nullptr || static_cast<int>(K) >= count_) return V{};
+    return detail::view_at<V>(at_[K], shapes_[K], grad_);
+  }
+
+ private:
+  byte_ptr const* at_ = nullptr;
+  int count_ = 0;
+  const edge_shape* shapes_ = nullptr;
+  bool grad_ = false;
+};
 
 /// A stage's inputs (or the gradients it writes for them), one per incoming edge, in edge order:
 /// `list[k]` is the view of the k-th (a std::span for a single tensor, a span_set for a set).
