@@ -133,7 +133,8 @@ struct call_shapes {
   const edge_shape& in;
   const edge_shape& out;
   const edge_shape& target;
-  const edge_shape* in_edges = nullptr;  // per-edge inputs: one per incoming edge
+  const edge_shape* in_edges = nullptr;  // per-edge inputs at a microbatch's length (nullptr: the entry's)
+  const edge_shape* edges_of(const stage_entry& e) const { return in_edges ? in_edges : e.in_edges.data(); }
 };
 
 // The shapes of a microbatch with a length (out of line: the common call has none).
@@ -154,7 +155,7 @@ template <class F>
   if (feed.lengths && e.varies) [[unlikely]]  // (the feed first: it is at hand, the entry may not be)
     with_lengths(op, feed, f);
   else
-    f(call_shapes{e.in, e.out, e.target, e.in_edges.empty() ? nullptr : e.in_edges.data()});
+    f(call_shapes{e.in, e.out, e.target});  // (per-edge inputs: the entry's, read where they are used)
 }
 
 /// The bytes a transfer op moves for its microbatch: an activation's block, or a gradient's
@@ -192,8 +193,8 @@ template <class S>
 [[gnu::always_inline]] inline inputs_view_t<S> inputs_of(const bound_op& op, const call_shapes& sh,
                                                          input_view_t<S> one) {
   if constexpr (has_per_edge_inputs<S>) {  // one type per incoming edge
-    if (op.in_list) return {op.in_list, op.n_inputs, sh.in_edges, false};
-    return {&op.in, op.in ? 1 : 0, sh.in_edges, false};
+    if (op.in_list) return {op.in_list, op.n_inputs, sh.edges_of(*op.entry), false};
+    return {&op.in, op.in ? 1 : 0, sh.edges_of(*op.entry), false};
   } else {
     if (op.in_list) return {op.in_list, op.n_inputs, &sh.in, false};
     return {one, 1};
@@ -205,8 +206,8 @@ template <class S>
                                                                    grad_input_view_t<S> one, bool wanted) {
   if constexpr (has_per_edge_inputs<S>) {
     if (!wanted) return {};
-    if (op.grad_in_list) return {op.grad_in_list, op.n_inputs, sh.in_edges, true};
-    return {&op.grad_in, op.grad_in ? 1 : 0, sh.in_edges, true};
+    if (op.grad_in_list) return {op.grad_in_list, op.n_inputs, sh.edges_of(*op.entry), true};
+    return {&op.grad_in, op.grad_in ? 1 : 0, sh.edges_of(*op.entry), true};
   } else {
     if (op.grad_in_list && wanted) return {op.grad_in_list, op.n_inputs, &sh.in, true};
     return {one, wanted ? 1 : 0};
