@@ -354,35 +354,37 @@ void add_weight_grad(void* s, const std::byte* g, void* stream) {
   }
 }
 
-// A per-edge-input stage's shapes, one per incoming edge: each type's static extents, or the
-// stage's input_extent(edge, k) for a dynamic one.
+// A per-edge-input stage's shape over incoming edge E: its type's static extents, or the stage's
+// input_extent(E, k) for a dynamic one. (One function per edge: clang 14 crashes on a pack
+// expanded through nested lambdas.)
+template <class S, std::size_t E>
+edge_shape per_edge_shape(const S& s) {
+  using X = std::tuple_element_t<E, typename per_edge_traits<typename S::inputs>::types>;
+  constexpr bool asks = requires(const S& stage_obj) { stage_obj.input_extent(E, std::size_t{0}); };
+  static_assert(!any_dynamic<X>() || asks,
+                "pipetype::stage: a dynamic per-edge input needs a member "
+                "std::size_t input_extent(std::size_t edge, std::size_t k) const");
+  return shape_of<X>([&](std::size_t tensor_index) {
+    return set_extent<X>(s, tensor_index, [](const S& stage_obj, std::size_t k) {
+      if constexpr (asks)
+        return std::size_t(stage_obj.input_extent(E, k));
+      else
+        return std::size_t{0};
+    });
+  });
+}
+template <class S, std::size_t... E>
+std::vector<edge_shape> per_edge_shapes_of(const S& s, std::index_sequence<E...>) {
+  return {per_edge_shape<S, E>(s)...};
+}
+// A per-edge-input stage's shapes, one per incoming edge (none for the others).
 template <class S>
 std::vector<edge_shape> per_edge_shapes(const S& s) {
-  std::vector<edge_shape> out;
-  if constexpr (has_per_edge_inputs<S>) {
-    using T = typename per_edge_traits<typename S::inputs>::types;
-    [&]<std::size_t... E>(std::index_sequence<E...>) {
-      (
-          [&] {
-            using X = std::tuple_element_t<E, T>;
-            constexpr bool asks = requires { s.input_extent(E, std::size_t{0}); };
-            static_assert(!any_dynamic<X>() || asks,
-                          "pipetype::stage: a dynamic per-edge input needs a member "
-                          "std::size_t input_extent(std::size_t edge, std::size_t k) const");
-            out.push_back(shape_of<X>([&](std::size_t tensor_index) {
-              return set_extent<X>(s, tensor_index, [](const S& stage_obj, std::size_t k) {
-                if constexpr (asks)
-                  return std::size_t(stage_obj.input_extent(E, k));
-                else
-                  return std::size_t{0};
-              });
-            }));
-          }(),
-          ...);
-    }
-    (std::make_index_sequence<std::tuple_size_v<T>>{});
-  }
-  return out;
+  if constexpr (has_per_edge_inputs<S>)
+    return per_edge_shapes_of(
+        s, std::make_index_sequence<std::tuple_size_v<typename per_edge_traits<typename S::inputs>::types>>{});
+  else
+    return {};
 }
 
 template <stage S>
