@@ -99,8 +99,8 @@ inline void check_model(const program_view& p, const std::vector<stage_entry>& e
     for (int s = 0; s + 1 < L; ++s) link(s, s + 1, 0);
     return;
   }
-  std::vector<int> seen(entries.size(), 0);  // incoming edges met so far, per stage
-  for (const stage_edge& e : p.lane_edges()) link(e.from, e.to, seen[static_cast<std::size_t>(e.to)]++);
+  const std::vector<int> position = edge_input_positions(p);  // lane 0's edges come first
+  for (std::size_t k = 0; k < p.lane_edges().size(); ++k) link(p.edges[k].from, p.edges[k].to, position[k]);
   const std::vector<int> consumers = consumers_of(p);
   for (std::size_t s = 0; s < entries.size(); ++s) {
     if (consumers[s] > 1 && held(static_cast<int>(s)) && !entries[s].sums_outputs)

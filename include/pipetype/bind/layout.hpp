@@ -73,20 +73,10 @@ inline int transfer_stage(const program_view& p, const lowered_op& o) {
   }
   return act ? o.stage + 1 : o.stage - 1;
 }
-/// Where transfer op `o`'s edge comes into its consumer: its position among the consumer's
-/// incoming edges, in edge order (0 in a chain) — what picks a per-edge input's shape.
-inline int transfer_edge_input(const program_view& p, const lowered_op& o) {
-  if (!p.has_edges() || o.link < 0) return 0;
-  const int to = p.edges[static_cast<std::size_t>(o.link)].to;
-  int k = 0;
-  for (int i = 0; i < o.link; ++i) k += p.edges[static_cast<std::size_t>(i)].to == to ? 1 : 0;
-  return k;
-}
 /// The bytes transfer op `o` moves at full length, from its transfer_stage's entry `e` (`k`: its
 /// transfer_edge_input).
 inline std::size_t full_transfer_bytes(const lowered_op& o, const stage_entry& e, int k = 0) {
-  const bool act = o.what == kind::F, out = act == (o.code == op_code::send);
-  return act ? (out ? e.out.bytes : e.in_over(k).bytes) : (out ? e.out.grad_bytes : e.in_over(k).grad_bytes);
+  return transfer_bytes_of(transfer_block(e, o.what, o.code, k), o.what);
 }
 
 /// One rank's buffer layout: the stride of its activation slots (the largest activation block

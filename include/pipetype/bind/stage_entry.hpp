@@ -158,16 +158,37 @@ template <class F>
     f(call_shapes{e.in, e.out, e.target});  // (per-edge inputs: the entry's, read where they are used)
 }
 
-/// The bytes a transfer op moves for its microbatch: an activation's block, or a gradient's
-/// (only the tensors that carry one), at the microbatch's length when its tensors vary.
-/// `x.entry` is the stage that sizes it on its rank (bind/layout.hpp's transfer_stage): its output
-/// when x sends an activation or receives a gradient, else its input.
+/// Per edge of `p` (none for a chain), its position among its consumer's incoming edges, in edge
+/// order: what picks a per-edge input's shape for a transfer over it. One pass over the edges.
+inline std::vector<int> edge_input_positions(const program_view& p) {
+  std::vector<int> pos(p.edges.size(), 0), seen(static_cast<std::size_t>(p.stages > 0 ? p.stages : 0), 0);
+  for (std::size_t e = 0; e < p.edges.size(); ++e) pos[e] = seen[static_cast<std::size_t>(p.edges[e].to)]++;
+  return pos;
+}
+/// The position (edge_input_positions) of transfer op `o`'s edge: 0 in a chain.
+inline int transfer_edge_input(const std::vector<int>& positions, const lowered_op& o) {
+  return o.link >= 0 && static_cast<std::size_t>(o.link) < positions.size()
+             ? positions[static_cast<std::size_t>(o.link)]
+             : 0;
+}
+/// The block a transfer moves, from the entry `e` of the stage that sizes it on its rank
+/// (bind/layout.hpp's transfer_stage): that stage's output when it sends an activation or
+/// receives a gradient, else its input over incoming edge k.
+inline const edge_shape& transfer_block(const stage_entry& e, kind what, op_code code, int k) {
+  const bool act = what == kind::F;
+  return act == (code == op_code::send) ? e.out : e.in_over(k);
+}
+/// The bytes of a transfer of block `sh`: all of an activation's, a gradient's tensors that carry one.
+constexpr std::size_t transfer_bytes_of(const edge_shape& sh, kind what) {
+  return what == kind::F ? sh.bytes : sh.grad_bytes;
+}
+
+/// The bytes a transfer op moves for its microbatch, at the microbatch's length when its tensors
+/// vary (`x.entry`: the stage that sizes it on its rank).
 inline std::size_t transfer_bytes(const bound_op& x, const step_feed& feed) {
   if (feed.lengths == nullptr || x.entry == nullptr || !x.entry->varies) return x.bytes;  // (the feed first)
   const std::size_t n = feed.lengths[x.microbatch], most = feed.max_length;
-  const bool act = x.what == kind::F, out = act == (x.code == op_code::send);
-  const edge_shape sh = shape_at(out ? x.entry->out : x.entry->in_over(x.edge_input), n, most);
-  return act ? sh.bytes : sh.grad_bytes;
+  return transfer_bytes_of(shape_at(transfer_block(*x.entry, x.what, x.code, x.edge_input), n, most), x.what);
 }
 
 // A source's input or a sink's targets: per tensor, the microbatch's slice of the batch.

@@ -483,6 +483,7 @@ class executor {
   }
 
   void bind(const program_view& p, const lowered_view& l, int L) {
+    const std::vector<int> edge_inputs = pipetype::detail::edge_input_positions(p);  // per-edge inputs' positions
     const rank_resources& res = l.resources[static_cast<std::size_t>(rank_)];
     const std::span<const lowered_op> ops = l.rank_ops(rank_);
     auto entry = [&](int s) -> const stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
@@ -540,17 +541,17 @@ class executor {
       if (o.code == op_code::send || o.code == op_code::recv) {
         const stage_entry& e = entry(pipetype::detail::transfer_stage(p, o));  // its end on this rank
         const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
-        transfers_.push_back({o.code == op_code::send, o.peer == c.rank_a ? 0 : 1,
-                              o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
-                              pipetype::detail::full_transfer_bytes(o, e, pipetype::detail::transfer_edge_input(p, o)),
-                              comms_[static_cast<std::size_t>(o.comm)], nullptr});
+        transfers_.push_back(
+            {o.code == op_code::send, o.peer == c.rank_a ? 0 : 1, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
+             pipetype::detail::full_transfer_bytes(o, e, pipetype::detail::transfer_edge_input(edge_inputs, o)),
+             comms_[static_cast<std::size_t>(o.comm)], nullptr});
         if (e.varies) {  // its bytes per microbatch: an op that says which (kept in varying_)
           bound_op& v = varying_.emplace_back();
           v.code = o.code;
           v.what = o.what;
           v.microbatch = o.microbatch;
           v.entry = &e;
-          v.edge_input = pipetype::detail::transfer_edge_input(p, o);
+          v.edge_input = pipetype::detail::transfer_edge_input(edge_inputs, o);
           v.bytes = transfers_.back().bytes;
           transfers_.back().varies = &v;
         }

@@ -106,6 +106,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   const int L = p.lane_length();  // the model's stages (the plan's, unless it has several lanes)
   pipetype::detail::check_model(p, entries, "pipetype::host");
   const pipetype::detail::batch_layout batch = pipetype::detail::batch_layout_of(p, entries);
+  const std::vector<int> edge_inputs = pipetype::detail::edge_input_positions(p);  // per-edge inputs' positions
   out.batch_bytes = batch.row;
   out.sources = batch.sources;
   out.batch = batch;
@@ -205,7 +206,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           // an activation of F(stage), or the gradient B/I(stage) made for its input (only the
           // tensors that carry one: zero bytes when none does), sized by its end on this rank
           const stage_entry& e = E[static_cast<std::size_t>(pipetype::detail::transfer_stage(p, o)) % E.size()];
-          b.edge_input = pipetype::detail::transfer_edge_input(p, o);
+          b.edge_input = pipetype::detail::transfer_edge_input(edge_inputs, o);
           b.bytes = pipetype::detail::full_transfer_bytes(o, e, b.edge_input);
           b.entry = &e;  // a transfer of varying tensors moves its microbatch's bytes (transfer_bytes)
           b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
