@@ -252,5 +252,48 @@ inline void feed_from_batch(const batch_layout& layout, const std::vector<stage_
   check_lengths(b, entries, microbatches, who);
 }
 
+/// A step's feed as an executor keeps it: where the batch's arrays are, its loss scaling and its
+/// lengths. Both executors fill it from a pipetype::batch or from one array, and hand the stage
+/// calls its view.
+struct batch_feed {
+  std::vector<feed_tensor> inputs;   // per source tensor, where its microbatches are
+  std::vector<feed_tensor> targets;  // per sink target tensor
+  double scale = 0;                  // the loss scaling's factor
+  std::vector<std::size_t> lengths;  // per microbatch (varying tensors), when max_length > 0
+  std::size_t max_length = 0;
+  const std::byte* rows = nullptr;  // the one array `inputs` was made from (nullptr: a pipetype::batch)
+
+  /// The feed of `b`; shape_error (prefixed `who`), and nothing changed, when it does not fit.
+  void take(const batch& b, const batch_layout& layout, const std::vector<stage_entry>& entries, int microbatches,
+            const std::string& who) {
+    std::vector<feed_tensor> in, tg;
+    feed_from_batch(layout, entries, microbatches, b, in, tg, who);
+    rows = nullptr;
+    inputs = std::move(in);
+    targets = std::move(tg);
+    scale = b.scaling().factor(microbatches);
+    lengths = b.lengths();
+    max_length = b.has_lengths() ? b.max_length() : 0;
+  }
+  /// The feed of one array (step(span), which check_one_array accepted): no targets, the mean,
+  /// every microbatch full; the places are kept when it is the last step's array.
+  void take_rows(const std::byte* array, const batch_layout& layout, const std::vector<stage_entry>& entries,
+                 int microbatches) {
+    if (array != rows || inputs.size() != static_cast<std::size_t>(layout.tensors))
+      feed_from_rows(layout, entries, array, inputs);
+    rows = array;
+    targets.clear();
+    scale = loss_scaling::mean().factor(microbatches);
+    max_length = 0;
+  }
+  /// What the stage calls read: this feed, the sinks writing their losses to `losses`.
+  step_feed view(float* losses, int microbatches) const noexcept {
+    return {inputs.data(), targets.data(),
+            losses,        static_cast<float>(scale),
+            microbatches,  max_length > 0 ? lengths.data() : nullptr,
+            max_length};
+  }
+};
+
 }  // namespace detail
 }  // namespace pipetype

@@ -240,31 +240,15 @@ class executor {
     return outputs_at_.at(sink, microbatch, microbatches_);
   }
   /// The loss scaling's factor of the last step (d objective / d loss_j, batch::scale).
-  double loss_scale() const noexcept { return scale_; }
+  double loss_scale() const noexcept { return fed_.scale; }
 
  private:
   void feed(const void* batch) {
     pipetype::detail::check_one_array(batch_, entries_, "pipetype::cuda");
-    pipetype::detail::feed_from_rows(batch_, entries_, static_cast<const std::byte*>(batch), inputs_);
-    targets_.clear();
-    scale_ = 1.0 / microbatches_;
-    max_length_ = 0;
+    fed_.take_rows(static_cast<const std::byte*>(batch), batch_, entries_, microbatches_);
   }
-  void feed(const pipetype::batch& b) {
-    std::vector<feed_tensor> in, tg;
-    pipetype::detail::feed_from_batch(batch_, entries_, microbatches_, b, in, tg, "pipetype::cuda");
-    inputs_ = std::move(in);
-    targets_ = std::move(tg);
-    scale_ = b.scaling().factor(microbatches_);
-    lengths_ = b.lengths();
-    max_length_ = b.has_lengths() ? b.max_length() : 0;
-  }
-  step_feed feed_of() const noexcept {
-    return {inputs_.data(), targets_.data(),
-            losses_,        static_cast<float>(scale_),
-            microbatches_,  max_length_ > 0 ? lengths_.data() : nullptr,
-            max_length_};
-  }
+  void feed(const pipetype::batch& b) { fed_.take(b, batch_, entries_, microbatches_, "pipetype::cuda"); }
+  step_feed feed_of() const noexcept { return fed_.view(losses_, microbatches_); }
   void run() {
     // locals, so the compiler need not reload them after every driver call
     D& d = d_;
@@ -647,16 +631,12 @@ class executor {
   std::vector<std::byte*> adds_;   // held weight gradients, per op's [add_begin, + add_count)
   std::vector<std::byte*> lists_;  // a stage graph's fan-in and fan-out addresses (bind_compute)
   pipetype::detail::batch_layout batch_;
+  pipetype::detail::batch_feed fed_;  // the step's feed
   std::deque<bound_op> varying_;      // per transfer of varying tensors: what transfer_bytes reads
-  std::vector<feed_tensor> inputs_;   // the step's feed: per source tensor, where its microbatches are
-  std::vector<feed_tensor> targets_;  // per sink target tensor
   float* losses_ = nullptr;           // sinks × microbatches, from the driver
   bool keep_outputs_ = false;
   std::byte* outputs_ = nullptr;  // the sinks' kept outputs (keep_outputs)
   pipetype::detail::output_layout outputs_at_;
-  double scale_ = 0;
-  std::vector<std::size_t> lengths_;  // per microbatch (varying tensors), when max_length_ > 0
-  std::size_t max_length_ = 0;
   int microbatches_ = 0;
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;

@@ -510,21 +510,14 @@ class executor {
   }
 
  private:
-  // A new feed replaces the captured one only once it is known to fit.
+  // A new feed replaces the last one only once it is known to fit.
   void feed(const pipetype::batch& b) {
     const bound_program& p = engine_.program();
-    std::vector<feed_tensor> in, tg;
-    pipetype::detail::feed_from_batch(p.batch, p.entries, p.microbatches, b, in, tg, "pipetype::host");
-    now_.rows = nullptr;
-    now_.inputs = std::move(in);
-    now_.targets = std::move(tg);
-    now_.scale = b.scaling().factor(p.microbatches);
-    now_.lengths = b.lengths();
-    now_.max_length = b.has_lengths() ? b.max_length() : 0;
+    now_.take(b, p.batch, p.entries, p.microbatches, "pipetype::host");
   }
   void feed(std::span<const batch_type> batch) {
     const bound_program& p = engine_.program();
-    pipetype::detail::check_one_array(p.batch, p.entries, "pipetype::host");
+    pipetype::detail::check_one_array(p.batch, p.entries, "pipetype::host");  // (before the size: the better reason)
     const std::size_t want = p.batch_bytes / sizeof(batch_type) * static_cast<std::size_t>(p.microbatches);
     if (batch.size() != want)
       throw shape_error("pipetype::host: step() got a batch of " + std::to_string(batch.size()) +
@@ -532,13 +525,7 @@ class executor {
                         std::to_string(p.batch_bytes / sizeof(batch_type)) +
                         (p.sources > 1 ? " (its sources' inputs side by side), so " : " (stage 0's input), so ") +
                         std::to_string(want));
-    const auto* rows = reinterpret_cast<const std::byte*>(batch.data());
-    if (rows != now_.rows || now_.inputs.size() != static_cast<std::size_t>(p.batch.tensors))  // else: last step's
-      pipetype::detail::feed_from_rows(p.batch, p.entries, rows, now_.inputs);
-    now_.rows = rows;
-    now_.targets.clear();
-    now_.scale = pipetype::loss_scaling::mean().factor(p.microbatches);
-    now_.max_length = 0;
+    now_.take_rows(reinterpret_cast<const std::byte*>(batch.data()), p.batch, p.entries, p.microbatches);
   }
   step_feed feed_of() {
     const bound_program& p = engine_.program();
@@ -547,10 +534,7 @@ class executor {
     losses_.scale = now_.scale;
     losses_.values.assign(static_cast<std::size_t>(p.batch.sinks) * static_cast<std::size_t>(p.microbatches),
                           __builtin_nanf(""));
-    return {now_.inputs.data(),    now_.targets.data(),
-            losses_.values.data(), static_cast<float>(now_.scale),
-            p.microbatches,        now_.max_length > 0 ? now_.lengths.data() : nullptr,
-            now_.max_length};
+    return now_.view(losses_.values.data(), p.microbatches);
   }
   const step_losses& run() {
     engine_.run(feed_of());
@@ -558,16 +542,8 @@ class executor {
   }
 
   detail::engine engine_;
-  // a step's feed as the executor keeps it: this step's, and the captured one replay() runs
-  struct fed {
-    std::vector<feed_tensor> inputs;   // per source tensor, where its microbatches are
-    std::vector<feed_tensor> targets;  // per sink target tensor
-    double scale = 0;                  // the loss scaling's factor
-    std::vector<std::size_t> lengths;  // per microbatch (varying tensors), when max_length > 0
-    std::size_t max_length = 0;
-    const std::byte* rows = nullptr;  // the one-array batch inputs was made from (nullptr: a pipetype::batch)
-  };
-  fed now_, captured_;
+  // a step's feed: this step's, and the captured one replay() runs
+  pipetype::detail::batch_feed now_, captured_;
   step_losses losses_;
   bool has_capture_ = false;
   std::vector<feed_tensor> walk_inputs_;  // walk_rank's feed, of the batch at walked_
