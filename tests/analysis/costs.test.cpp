@@ -89,6 +89,13 @@ TEST_CASE("costs: times and scales that would make simulated figures infinite ar
   pt::cost_model piled;
   for (int s = 0; s < 6; ++s) piled.stage_scale(0, 1e6);
   CHECK(std::string(piled.error()).starts_with("cost_model: its scales multiply"));
+  pt::cost_model met;  // a stage's and a microbatch's scales meet in one action
+  for (int k = 0; k < 3; ++k) met.stage_scale(2, 1e6).microbatch(1, 1e6);
+  CHECK(std::string(met.error()).starts_with("cost_model: its scales multiply"));
+  // scales of different stages never meet: 655 stages of weight 2 (an uneven layout) stay finite
+  pt::cost_model layout;
+  for (int s = 0; s < 655; ++s) layout.stage_scale(s, 2);
+  CHECK(layout.error() == nullptr);
   CHECK(pt::scaled_costs(pt::costs{}, {0, 1}, {1, 0.5}, {2, 1}).error() == nullptr);
 }
 

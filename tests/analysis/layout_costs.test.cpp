@@ -51,5 +51,12 @@ TEST_CASE("layout_costs: an uneven split simulates longer than the even one, and
   }
 }
 
+TEST_CASE("layout_costs: a layout of many heavy stages stays within the cost bounds (its weights never meet)") {
+  // the fuzzer's find: 657 stages, 655 of weight 2, once refused as if their scales multiplied
+  const pt::layer_layout l = pt::parse_layout("(t|)*2 (tt|)*655");
+  REQUIRE(l.ok());
+  CHECK(pt::layout_costs(l, pt::costs{.f = 1e9, .b = 2e9, .comm = 1e9}).error() == nullptr);
+}
+
 }  // namespace test_layout_costs
 }  // namespace

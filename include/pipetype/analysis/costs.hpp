@@ -147,11 +147,18 @@ class cost_model {
 
   /// Why this model cannot be simulated with finite results, or nullptr: its base times as
   /// cost_error says, every time it sets in [0, cost_bounds::max_time], every scale in
-  /// [min_scale, max_scale], and its scales above 1 multiplying to at most max_growth (so no
-  /// action, however many of them match, takes an infinite time).
+  /// [min_scale, max_scale], and the scales above 1 that can meet in one action multiplying to at
+  /// most max_growth (so no action takes an infinite time). An action meets its stage's scales
+  /// and its microbatch's: the bound is the largest stage's product times the largest
+  /// microbatch's (scales of different stages never meet, as an uneven layout's many weights).
   constexpr const char* error() const noexcept {
     if (const char* e = cost_error(base_)) return e;
-    double growth = 1;
+    std::vector<double> by_stage, by_microbatch;  // the growth each stage's, each microbatch's scales make
+    auto grow = [](std::vector<double>& by, int key, double g) {
+      if (by.size() <= static_cast<std::size_t>(key)) by.resize(static_cast<std::size_t>(key) + 1, 1.0);
+      by[static_cast<std::size_t>(key)] *= g;
+    };
+    double all = 1;  // scales that meet every action (none is made so; counted against each)
     for (const rule& r : rules_) {
       if (!r.scale) {
         if (!detail::time_in_bounds(r.value))
@@ -162,10 +169,19 @@ class cost_model {
       if (!detail::scale_in_bounds(r.value, true))
         return "cost_model: a scale (a microbatch's or a stage's, or 1 / a rank's speed) must be 0 or a finite number "
                "in [1e-6, 1e6] (pipetype::cost_bounds)";
-      growth *= r.value > 1 ? r.value : 1;
-      if (growth > cost_bounds::max_growth)
-        return "cost_model: its scales multiply an action's time by more than 1e30 (pipetype::cost_bounds::max_growth)";
+      const double g = r.value > 1 ? r.value : 1;
+      if (r.stage >= 0 && r.microbatch < 0)
+        grow(by_stage, r.stage, g);
+      else if (r.microbatch >= 0 && r.stage < 0)
+        grow(by_microbatch, r.microbatch, g);
+      else
+        all *= g;
     }
+    double stage_most = 1, microbatch_most = 1;
+    for (const double g : by_stage) stage_most = g > stage_most ? g : stage_most;
+    for (const double g : by_microbatch) microbatch_most = g > microbatch_most ? g : microbatch_most;
+    if (!(all * stage_most * microbatch_most <= cost_bounds::max_growth))  // (an overflow to inf: refused too)
+      return "cost_model: its scales multiply an action's time by more than 1e30 (pipetype::cost_bounds::max_growth)";
     return nullptr;
   }
 
