@@ -491,21 +491,16 @@ class executor {
   /// For benchmarks: walk rank r's program on this thread with a transport that moves nothing (the
   /// sinks read the last step's targets and write their losses to a scratch array).
   void walk_rank(int r, std::span<const batch_type> batch) {
-    const auto* b = reinterpret_cast<const std::byte*>(batch.data());
-    if (b != walked_ || walk_inputs_.empty()) {  // the feed of a new batch (a benchmark walks one again and again)
-      const bound_program& p = engine_.program();
-      pipetype::detail::feed_from_rows(p.batch, p.entries, b, walk_inputs_);
-      walked_ = b;
-    }
-    detail::null_transport t;
-    // the sinks read the last step's targets (none before a step with targets) and write their
-    // losses to a scratch array
     const bound_program& p = engine_.program();
+    // the array's places (kept while a benchmark walks the same one), the last step's targets,
+    // and a scratch array for the sinks' losses
+    walk_.take_rows(reinterpret_cast<const std::byte*>(batch.data()), p.batch, p.entries, p.microbatches);
     const std::size_t cells = static_cast<std::size_t>(p.batch.sinks) * static_cast<std::size_t>(p.microbatches);
     if (walk_losses_.size() != cells) walk_losses_.assign(cells, 0.0f);
     const bool targets = now_.targets.size() == static_cast<std::size_t>(p.batch.targets) && p.batch.targets > 0;
+    detail::null_transport t;
     engine_.walk_in_order(r, t,
-                          step_feed{walk_inputs_.data(), targets ? now_.targets.data() : nullptr, walk_losses_.data(),
+                          step_feed{walk_.inputs.data(), targets ? now_.targets.data() : nullptr, walk_losses_.data(),
                                     1.0f, p.microbatches});
   }
 
@@ -546,8 +541,7 @@ class executor {
   pipetype::detail::batch_feed now_, captured_;
   step_losses losses_;
   bool has_capture_ = false;
-  std::vector<feed_tensor> walk_inputs_;  // walk_rank's feed, of the batch at walked_
-  const std::byte* walked_ = nullptr;
+  pipetype::detail::batch_feed walk_;  // walk_rank's feed
   std::vector<float> walk_losses_;
 };
 
