@@ -8,9 +8,14 @@
 # What runs (ctest -L gpu, plus the record-driver tests):
 #   - NCCL grouped self send/recv on a one-rank communicator; the device executor on a one-rank
 #     plan, eager and captured into a graph (replayed, then updated for a new batch);
+#   - the stage API a transformer needs, on two loopback ranks: an edge of two tensors (one at each
+#     microbatch's length, one without a gradient), a sink reading its targets and writing its
+#     losses, a batch missing a target refused;
 #   - examples/cuda_mlp: every schedule on 4 ranks over the loopback transport on this GPU, eager
-#     and as one whole-pipeline graph, gradients checked against the unpipelined run (≤ 1e-5);
-#     the NCCL path (non-blocking world communicator, splits) on a one-rank world.
+#     and as one whole-pipeline graph, from a pipetype::batch (inputs and targets), gradients of the
+#     mean loss checked against the unpipelined run (≤ 1e-5) and the losses the sinks wrote against
+#     its losses; the NCCL path (non-blocking world communicator, splits, the rank's model part only)
+#     on a one-rank world.
 # Then the table: per schedule, host µs to issue a step eagerly and to launch its graph, device
 # ms per step both ways, and the unpipelined run's time (every kernel one after the other on one
 # stream: the sum of the stage kernels plus launch gaps). Finishes in a few minutes. Exits non-zero,
@@ -51,8 +56,9 @@ echo "|---|---|"
 echo "| device | ${device} |"
 echo "| CUDA / NCCL tests | ${passed} |"
 echo "| GPU: NCCL self send/recv, one-rank executor eager + graph | $(status 'gpu: NCCL self') |"
-echo "| GPU: cuda_mlp loopback p=4, every schedule, eager + graph | $(status 'gpu: cuda_mlp loopback') |"
-echo "| GPU: cuda_mlp over NCCL, one-rank world | $(status 'gpu: cuda_mlp over NCCL') |"
+echo "| GPU: loopback p=2, set edge + lengths + targets + losses | $(status 'gpu: loopback set edge') |"
+echo "| GPU: cuda_mlp loopback p=4, every schedule, eager + graph, batch + losses | $(status 'gpu: cuda_mlp loopback') |"
+echo "| GPU: cuda_mlp over NCCL, one-rank world, model part | $(status 'gpu: cuda_mlp over NCCL') |"
 echo
 echo "| schedule (p=4, m=8, loopback) | rel err | host µs/step eager | host µs/step graph | device ms/step eager | device ms/step graph | unpipelined ms |"
 echo "|---|---|---|---|---|---|---|"

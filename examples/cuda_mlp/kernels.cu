@@ -5,7 +5,7 @@
 // thread per output element, fp32, the same summation order, and the _rn intrinsics (__fmul_rn,
 // __fadd_rn, ...) so nvcc does not fuse a multiply and an add into an FMA the host never does.
 // The reductions (loss, sum of squares, checksum) use cub::DeviceReduce::TransformReduce into a
-// device double, with scratch storage `reducer` allocates once.
+// device double (the loss then rounded to the float the executor keeps), with scratch storage `reducer` allocates once.
 #include "kernels.hpp"
 
 #include <cuda_runtime.h>
@@ -81,10 +81,10 @@ __global__ void dense_backward_weight_kernel(const float* x, const float* g, flo
   }
 }
 
-__global__ void mse_grad_kernel(const float* y, const float* t, float* dy, int n) {
+__global__ void mse_grad_kernel(const float* y, const float* t, float* dy, int n, float scale) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n) return;
-  dy[i] = __fdiv_rn(__fsub_rn(y[i], t[i]), static_cast<float>(n));
+  dy[i] = __fmul_rn(__fdiv_rn(__fsub_rn(y[i], t[i]), static_cast<float>(n)), scale);
 }
 
 __global__ void add_kernel(float* acc, const float* x, std::size_t n) {
@@ -93,8 +93,8 @@ __global__ void add_kernel(float* acc, const float* x, std::size_t n) {
     acc[i] = __fadd_rn(acc[i], x[i]);
 }
 
-// The mean after the sum, as mlp.hpp (sum / double(act)).
-__global__ void divide_kernel(double* out, double n) { *out = __ddiv_rn(*out, n); }
+// The mean after the sum, as mlp.hpp (sum / double(act)), rounded to the float the executor keeps.
+__global__ void mean_kernel(const double* sum, float* out, double n) { *out = static_cast<float>(__ddiv_rn(*sum, n)); }
 
 // ---- reduction transforms (applied by CUB to each element before summing) ---------------------
 
@@ -173,9 +173,9 @@ void dense_backward_weight(const float* x, const float* g, float* dw, float* db,
   check_launch("dense_backward_weight_kernel");
 }
 
-void mse_grad(const float* y, const float* t, float* dy, int n, void* stream) {
+void mse_grad(const float* y, const float* t, float* dy, int n, float scale, void* stream) {
   if (n <= 0) return;
-  mse_grad_kernel<<<blocks_for(n), block, 0, as_stream(stream)>>>(y, t, dy, n);
+  mse_grad_kernel<<<blocks_for(n), block, 0, as_stream(stream)>>>(y, t, dy, n, scale);
   check_launch("mse_grad_kernel");
 }
 
@@ -196,23 +196,31 @@ void copy(float* dst, const float* src, std::size_t n, void* stream) {
 reducer::reducer(std::size_t max_n) : max_n_(max_n) {
   bytes_ = std::max({bytes_mse(max_n), bytes_square(max_n), bytes_widen(max_n), std::size_t{1}});
   check("reducer: cudaMalloc", cudaMalloc(&scratch_, bytes_));
+  if (const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&sum_), sizeof(double)); e != cudaSuccess) {
+    cudaFree(scratch_);
+    fail("reducer: cudaMalloc", e);
+  }
 }
 
-reducer::~reducer() {
-  if (scratch_) cudaFree(scratch_);  // an error here cannot be reported from a destructor
+reducer::~reducer() {  // an error here cannot be reported from a destructor
+  if (scratch_) cudaFree(scratch_);
+  if (sum_) cudaFree(sum_);
 }
 
 reducer::reducer(reducer&& other) noexcept
     : max_n_(std::exchange(other.max_n_, 0)),
       bytes_(std::exchange(other.bytes_, 0)),
-      scratch_(std::exchange(other.scratch_, nullptr)) {}
+      scratch_(std::exchange(other.scratch_, nullptr)),
+      sum_(std::exchange(other.sum_, nullptr)) {}
 
 reducer& reducer::operator=(reducer&& other) noexcept {
   if (this != &other) {
     if (scratch_) cudaFree(scratch_);
+    if (sum_) cudaFree(sum_);
     max_n_ = std::exchange(other.max_n_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
     scratch_ = std::exchange(other.scratch_, nullptr);
+    sum_ = std::exchange(other.sum_, nullptr);
   }
   return *this;
 }
@@ -229,17 +237,17 @@ void check_fits(const char* what, std::size_t n, std::size_t max_n, std::size_t 
 }
 }  // namespace
 
-void reducer::mse_loss(const float* y, const float* t, int n, double* out, void* stream) {
+void reducer::mse_loss(const float* y, const float* t, int n, float* out, void* stream) {
   if (n <= 0) throw std::invalid_argument("cuda_mlp::gpu::reducer::mse_loss: n must be positive");
   const auto count = static_cast<std::size_t>(n);
   std::size_t bytes = bytes_mse(count);
   check_fits("mse_loss", count, max_n_, bytes, bytes_);
   bytes = bytes_;
   check("mse_loss (cub::DeviceReduce::TransformReduce)",
-        transform_sum(scratch_, bytes, thrust::counting_iterator<std::size_t>(0), out, count,
+        transform_sum(scratch_, bytes, thrust::counting_iterator<std::size_t>(0), sum_, count,
                       half_squared_difference{y, t}, as_stream(stream)));
-  divide_kernel<<<1, 1, 0, as_stream(stream)>>>(out, static_cast<double>(n));
-  check_launch("divide_kernel (mse_loss)");
+  mean_kernel<<<1, 1, 0, as_stream(stream)>>>(sum_, out, static_cast<double>(n));
+  check_launch("mean_kernel (mse_loss)");
 }
 
 void reducer::sum_squares(const float* x, std::size_t n, double* out, void* stream) {

@@ -33,8 +33,9 @@ void dense_backward_input(const float* w, const float* g, float* dx, int rows, i
 /// element, so the result is deterministic). Writes, does not accumulate.
 void dense_backward_weight(const float* x, const float* g, float* dw, float* db, int rows, int width, void* stream);
 
-/// The MSE gradient: dy[i] = (y[i] − t[i]) / n, for i < n.
-void mse_grad(const float* y, const float* t, float* dy, int n, void* stream);
+/// The MSE gradient seeded with the loss's scale (ctx.loss_scale): dy[i] = (y[i] − t[i]) / n · scale,
+/// for i < n.
+void mse_grad(const float* y, const float* t, float* dy, int n, float scale, void* stream);
 
 /// acc[i] += x[i], for i < n.
 void add(float* acc, const float* x, std::size_t n, void* stream);
@@ -42,7 +43,7 @@ void add(float* acc, const float* x, std::size_t n, void* stream);
 /// dst[i] = src[i], for i < n (cudaMemcpyAsync, device to device).
 void copy(float* dst, const float* src, std::size_t n, void* stream);
 
-/// Reductions into one device double, with CUB. The scratch CUB needs is allocated once, in the
+/// Reductions into one device double (the loss: a float), with CUB. The scratch CUB needs is allocated once, in the
 /// constructor, for inputs of up to `max_n` elements; no call allocates (a larger n throws
 /// std::invalid_argument). A reducer must not be used on two streams at once (one scratch).
 /// Each sum is in double, in CUB's (deterministic, but not sequential) order.
@@ -58,8 +59,9 @@ class reducer {
   reducer(reducer&& other) noexcept;
   reducer& operator=(reducer&& other) noexcept;
 
-  /// *out = Σ_i 0.5·(y[i] − t[i])² / n (the difference in float, then squared in double, as mlp.hpp).
-  void mse_loss(const float* y, const float* t, int n, double* out, void* stream);
+  /// *out = Σ_i 0.5·(y[i] − t[i])² / n (the difference in float, then squared and summed in double, as
+  /// mlp.hpp; the mean rounded to float, as a sink's ctx.loss holds it).
+  void mse_loss(const float* y, const float* t, int n, float* out, void* stream);
   /// *out = Σ_i x[i]² (for gradient norms).
   void sum_squares(const float* x, std::size_t n, double* out, void* stream);
   /// *out = Σ_i x[i] (transfer checksums).
@@ -72,6 +74,7 @@ class reducer {
   std::size_t max_n_ = 0;
   std::size_t bytes_ = 0;
   void* scratch_ = nullptr;  // device memory, cudaMalloc'ed once
+  double* sum_ = nullptr;    // one device double: mse_loss's sum before the mean
 };
 
 }  // namespace cuda_mlp::gpu

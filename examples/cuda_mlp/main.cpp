@@ -13,7 +13,11 @@
 // GPU), each on its own thread; `--graph` also captures the whole pipeline's step as one CUDA
 // graph and replays it. NCCL: one process per rank and GPU, the ranks found from the launcher's
 // variables (pipetype/cuda/launch.hpp), communicators split per lowered edge, non-blocking with a
-// deadline; the ranks' gradients are summed by an all-reduce so every rank checks every stage.
+// deadline; each process builds only the stages the plan puts on its rank (pipetype::stages_on,
+// a model_part) and checks their gradients against its own unpipelined run of the whole model.
+// Each step's data is a pipetype::batch: the inputs and the last stage's targets, in device memory;
+// the last stage writes each microbatch's loss where the executor says (losses()), and the loss
+// is the mean over microbatches (the batch's default scaling, so gradients are the mean's).
 //
 // For each schedule it prints the loss, the largest gradient difference relative to the largest
 // gradient (must be ≤ 1e-5; 0 means bitwise equal), the gradient norm (CUB), and host µs and
@@ -118,28 +122,51 @@ options parse(int argc, char** argv) {
 // The inputs and targets of mlp::make_batch, on the device.
 struct device_batch {
   cuda_mlp::device_array<float> inputs, targets;
-  cuda_mlp::device_array<double> losses;
-  device_batch(int m, std::uint64_t step) {
+  int microbatches = 0;
+  device_batch(int m, std::uint64_t step) : microbatches(m) {
     const mlp::batch b = mlp::make_batch(m, step);
     inputs = cuda_mlp::device_array<float>(b.inputs.size());
     inputs.upload(b.inputs);
     targets = cuda_mlp::device_array<float>(b.targets.size());
     targets.upload(b.targets);
-    losses = cuda_mlp::device_array<double>(static_cast<std::size_t>(m));
   }
-  double mean_loss() const {
-    const std::vector<double> l = losses.download();
-    double s = 0;
-    for (double x : l) s += x;
-    return s / double(l.size());
+  /// The step's batch for a rank that holds the source (`input`) and/or the sink (`target`).
+  pt::batch batch(bool input = true, bool target = true) const {
+    pt::batch b;
+    if (input) b.input(std::span<const float>(inputs.data(), inputs.size()));
+    if (target) b.target(std::span<const float>(targets.data(), targets.size()));
+    return b;
   }
 };
 
-void attach(pt::uniform_chain<cuda_mlp::stage>& model, device_batch& b) {
-  for (cuda_mlp::stage& s : model.stages()) s.set_targets(b.targets.data(), s.last() ? b.losses.data() : nullptr);
+std::vector<float> download(const float* device, std::size_t n) {
+  std::vector<float> h(n);
+  cuda_mlp::check(cudaMemcpy(h.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+  return h;
 }
 
-// All stages' gradients of `models`, summed (host).
+// Σ_j of the losses `ex` wrote in the last step (its one sink's cells), into `sum`; returns how many.
+template <class Executor>
+int add_losses(const Executor& ex, int microbatches, double& sum) {
+  if (ex.losses() == nullptr) return 0;
+  const std::vector<float> l = download(ex.losses(), static_cast<std::size_t>(microbatches));
+  int n = 0;
+  for (int j = 0; j < microbatches; ++j)
+    if (ex.writes_loss(0, j)) {
+      sum += l[static_cast<std::size_t>(j)];
+      ++n;
+    }
+  return n;
+}
+
+// The gradients of `stages`, one vector each (host).
+std::vector<std::vector<float>> gradients(const std::vector<cuda_mlp::stage*>& stages) {
+  std::vector<std::vector<float>> out;
+  for (const cuda_mlp::stage* s : stages) out.push_back(s->gradients());
+  return out;
+}
+
+// Every stage's gradients of `models` (one model per rank, or one shared), summed (host).
 std::vector<std::vector<float>> gradients(std::vector<pt::uniform_chain<cuda_mlp::stage>>& models) {
   std::vector<std::vector<float>> out;
   for (int k = 0; k < models.front().size(); ++k) {
@@ -166,9 +193,10 @@ double rel_error(const std::vector<std::vector<float>>& a, const std::vector<std
   return scale > 0 ? diff / scale : diff;
 }
 
-double norm_of(pt::uniform_chain<cuda_mlp::stage>& model, cudaStream_t s) {
-  cuda_mlp::device_array<double> sq(static_cast<std::size_t>(model.size()));
-  for (int k = 0; k < model.size(); ++k) model.stage(k).gradient_sum_squares(sq.data() + k, s);
+// The gradient norm of `stages`, reduced on the device (CUB).
+double norm_of(const std::vector<cuda_mlp::stage*>& stages, cudaStream_t s) {
+  cuda_mlp::device_array<double> sq(stages.size());
+  for (std::size_t k = 0; k < stages.size(); ++k) stages[k]->gradient_sum_squares(sq.data() + k, s);
   cuda_mlp::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   double t = 0;
   for (double x : sq.download()) t += x;
@@ -196,19 +224,25 @@ struct stream_holder {
   ~stream_holder() { (void)cudaStreamDestroy(s); }
 };
 
-// The unpipelined reference's gradients, its gradient norm (CUB, on the device) and its device
-// time per step (every kernel one after the other on one stream: the sum of the stage kernels,
-// plus launch gaps).
-std::vector<std::vector<float>> reference(const options& o, int S, device_batch& b, double& serial_ms, double& norm) {
-  std::vector<pt::uniform_chain<cuda_mlp::stage>> ref;
-  ref.push_back(cuda_mlp::make_model(o.layers, S));
-  attach(ref.front(), b);
+// The unpipelined reference's gradients of the model stages `which` (all when empty), their norm
+// (CUB, on the device), its mean loss and its device time per step (every kernel one after the
+// other on one stream: the sum of the stage kernels, plus launch gaps).
+std::vector<std::vector<float>> reference(const options& o, int S, const device_batch& b, const std::vector<int>& which,
+                                          double& serial_ms, double& norm, double& loss) {
+  pt::uniform_chain<cuda_mlp::stage> ref = cuda_mlp::make_model(o.layers, S);
+  cuda_mlp::device_array<float> losses(static_cast<std::size_t>(o.microbatches));
   stream_holder s;
   const auto t0 = clock_type::now();
-  cuda_mlp::reference_step(ref.front(), b.inputs.data(), o.microbatches, s.s);
+  cuda_mlp::reference_step(ref, b.inputs.data(), b.targets.data(), losses.data(), o.microbatches, s.s);
   serial_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-  norm = norm_of(ref.front(), s.s);
-  return gradients(ref);
+  std::vector<cuda_mlp::stage*> stages;
+  for (int k = 0; k < S; ++k)
+    if (which.empty() || std::find(which.begin(), which.end(), k) != which.end()) stages.push_back(&ref.stage(k));
+  norm = norm_of(stages, s.s);
+  loss = 0;
+  for (float l : losses.download()) loss += l;
+  loss /= o.microbatches;
+  return gradients(stages);
 }
 
 // The norm of host gradients, to check the device's (CUB) against.
@@ -219,12 +253,15 @@ double host_norm(const std::vector<std::vector<float>>& g) {
   return std::sqrt(t);
 }
 
-// Checks a pipelined run's gradients against the reference: relative error ≤ 1e-5, and the
-// device-reduced norm agrees with the host's.
-void judge(result& r, const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
+// Checks a pipelined run's gradients against the reference: relative error ≤ 1e-5, the
+// device-reduced norm agrees with the host's, and the loss the sinks wrote is the reference's
+// (`loss_ref`; NaN: this rank writes no loss).
+void judge(result& r, const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref,
+           double loss_ref) {
   r.rel_err = rel_error(got, ref, r.bitwise);
   const double hn = host_norm(got);
-  r.ok = r.rel_err <= 1e-5 && std::fabs(hn - r.norm) <= 1e-5 * std::max(1.0, hn);
+  r.ok = r.rel_err <= 1e-5 && std::fabs(hn - r.norm) <= 1e-5 * std::max(1.0, hn) &&
+         (std::isnan(loss_ref) || std::fabs(r.loss - loss_ref) <= 1e-6 * std::max(1.0, std::fabs(loss_ref)));
 }
 
 result run_loopback(const options& o, const std::string& name) {
@@ -234,13 +271,11 @@ result run_loopback(const options& o, const std::string& name) {
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
   const pt::program_view pv = plan.compute();
   const int S = pv.lane_length();
-  device_batch b(o.microbatches, 0);
+  const device_batch b(o.microbatches, 0);
+  const pt::batch batch = b.batch();
   // a model per rank when a model stage runs on two ranks (DualPipe), else one shared
   std::vector<pt::uniform_chain<cuda_mlp::stage>> models;
-  for (int k = 0; k < (pv.lanes > 1 ? o.ranks : 1); ++k) {
-    models.push_back(cuda_mlp::make_model(o.layers, S));
-    attach(models.back(), b);
-  }
+  for (int k = 0; k < (pv.lanes > 1 ? o.ranks : 1); ++k) models.push_back(cuda_mlp::make_model(o.layers, S));
   std::vector<std::unique_ptr<pc::runtime_driver>> drivers;
   std::vector<pc::runtime_driver*> ptrs;
   for (int k = 0; k < o.ranks; ++k) {
@@ -251,22 +286,34 @@ result run_loopback(const options& o, const std::string& name) {
   auto sync = [&] {
     for (auto& d : drivers) d->synchronize();
   };
+  // the step's mean loss, from what the ranks' sinks wrote (each microbatch's on one rank)
+  auto loss = [&] {
+    double sum = 0;
+    int n = 0;
+    for (int k = 0; k < o.ranks; ++k) n += add_losses(pipe.rank(k), o.microbatches, sum);
+    if (n != o.microbatches)
+      throw std::logic_error(name + ": " + std::to_string(n) + " losses written for " + std::to_string(o.microbatches) +
+                             " microbatches");
+    return sum / o.microbatches;
+  };
   // one checked step
-  pipe.step(b.inputs.data());
+  pipe.step(batch);
   sync();
-  r.loss = b.mean_loss();
-  const auto ref = reference(o, S, b, r.serial_ms, r.norm);
-  judge(r, gradients(models), ref);
+  r.loss = loss();
+  double loss_ref = 0;
+  const auto ref = reference(o, S, b, {}, r.serial_ms, r.norm, loss_ref);
+  judge(r, gradients(models), ref, loss_ref);
   time_steps(
-      o.steps, [&] { pipe.step(b.inputs.data()); }, sync, r.host_us, r.device_ms);
+      o.steps, [&] { pipe.step(batch); }, sync, r.host_us, r.device_ms);
   if (o.graph) {  // the whole pipeline as one graph: capture, check one replay, time replays
     for (auto& m : models)
       for (cuda_mlp::stage& s : m.stages()) s.zero_gradients();
-    pipe.capture(b.inputs.data());
+    pipe.capture(batch);
     pipe.replay();
     cuda_mlp::check(cudaStreamSynchronize(pipe.origin_stream()), "cudaStreamSynchronize");
     result g = r;
-    judge(g, gradients(models), ref);
+    g.loss = loss();
+    judge(g, gradients(models), ref, loss_ref);
     r.ok = r.ok && g.ok;
     time_steps(
         o.steps, [&] { pipe.replay(); },
@@ -277,7 +324,8 @@ result run_loopback(const options& o, const std::string& name) {
 }
 
 // One schedule over NCCL: `d` is this process's driver, connected once (the world communicator)
-// and split again for each plan.
+// and split again for each plan. The process builds only its rank's stages (a model_part), gives
+// its step only the arrays of the source and sink it holds, and checks those stages.
 result run_nccl(const options& o, const std::string& name, const pc::launch_info& who, pc::runtime_driver& d,
                 const ncclUniqueId& id) {
   result r;
@@ -285,32 +333,51 @@ result run_nccl(const options& o, const std::string& name, const pc::launch_info
   const pt::runtime_plan plan =
       pt::build_plan(pt::make_schedule(name, who.world, o.microbatches), {.groups = o.groups});
   if (!plan.ok()) throw std::invalid_argument(name + ": " + pt::describe(plan.result));
-  const int S = plan.compute().lane_length();
+  const pt::program_view pv = plan.compute();
+  const int S = pv.lane_length();
   const std::vector<ncclComm_t> comms = d.connect(id, who.world, plan.lowered());
-  device_batch b(o.microbatches, 0);
-  std::vector<pt::uniform_chain<cuda_mlp::stage>> model;
-  model.push_back(cuda_mlp::make_model(o.layers, S));
-  attach(model.front(), b);
+  const device_batch b(o.microbatches, 0);
+  // this rank's stages only (DualPipe puts two on each rank, one per direction)
+  const std::vector<int> mine = pt::stages_on(pv, who.rank);
+  std::vector<cuda_mlp::stage> held;
+  held.reserve(mine.size());
+  pt::model_part part{S};
+  for (const int k : mine) part.hold(k, held.emplace_back(cuda_mlp::make_stage(o.layers, S, k)));
+  const bool source = part.holds(0), sink = part.holds(S - 1);
+  const pt::batch batch = b.batch(source, sink);
   auto ex = std::make_unique<pc::executor<pc::runtime_driver>>(
-      plan, model.front(), d, pc::executor_options<pc::runtime_driver>{.rank = who.rank, .comms = comms});
-  ex->step(b.inputs.data());
+      plan, part, d, pc::executor_options<pc::runtime_driver>{.rank = who.rank, .comms = comms});
+  ex->step(batch);
   d.synchronize();
-  r.loss = b.mean_loss();  // this rank's share: non-zero only where the last stage runs
-  // every rank's gradients (zeros for the stages it does not run) summed over the world
+  double sum = 0;
+  const int written = add_losses(*ex, o.microbatches, sum);
+  r.loss = sum / o.microbatches;  // this rank's share: non-zero only where the last stage runs
+  // Under DualPipe a model stage runs on two ranks, each adding its half of the microbatches: sum
+  // every model stage's gradients over the world (zeros from the ranks that do not hold it).
+  std::vector<cuda_mlp::device_array<float>> sums;
+  for (int k = 0; k < S; ++k) sums.emplace_back(cuda_mlp::weight_grad_extent(o.layers, S, k));
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const std::span<float> g = held[i].weight_gradients();
+    cuda_mlp::check(
+        cudaMemcpy(sums[static_cast<std::size_t>(mine[i])].data(), g.data(), g.size_bytes(), cudaMemcpyDeviceToDevice),
+        "cudaMemcpy");
+  }
   stream_holder s;
   pc::check_nccl(ncclGroupStart(), "ncclGroupStart");
-  for (cuda_mlp::stage& st : model.front().stages()) {
-    const std::span<float> g = st.weight_gradients();
+  for (cuda_mlp::device_array<float>& g : sums)
     pc::check_nccl(ncclAllReduce(g.data(), g.data(), g.size(), ncclFloat, ncclSum, d.world(), s.s), "ncclAllReduce");
-  }
   const ncclResult_t end = ncclGroupEnd();
   if (end != ncclInProgress) pc::check_nccl(end, "ncclGroupEnd");
   d.settle(d.world(), "ncclAllReduce");
   cuda_mlp::check(cudaStreamSynchronize(s.s), "cudaStreamSynchronize");
-  const auto ref = reference(o, S, b, r.serial_ms, r.norm);
-  judge(r, gradients(model), ref);
+  std::vector<std::vector<float>> got;
+  for (const int k : mine) got.push_back(sums[static_cast<std::size_t>(k)].download());
+  double loss_ref = 0;
+  const auto ref = reference(o, S, b, mine, r.serial_ms, r.norm, loss_ref);
+  // the whole loss where this rank writes every microbatch's (one rank, or DualPipeV's rank 0)
+  judge(r, got, ref, written == o.microbatches ? loss_ref : std::nan(""));
   time_steps(
-      o.steps, [&] { ex->step(b.inputs.data()); }, [&] { d.synchronize(); }, r.host_us, r.device_ms);
+      o.steps, [&] { ex->step(batch); }, [&] { d.synchronize(); }, r.host_us, r.device_ms);
   ex.reset();
   d.release(comms);  // this plan's communicators; the world stays for the next schedule
   return r;

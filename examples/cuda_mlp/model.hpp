@@ -2,17 +2,20 @@
 //
 // The same model (layers of width 32, tanh between them, MSE loss against a fixed teacher, 8 rows
 // per microbatch, the same initial weights) with every stage call launching kernels (kernels.cu)
-// on the stream pipetype hands it. A stage owns its parameters and gradients in device memory;
-// its stash keeps each layer's output and pre-activation gradient per microbatch, like mlp.hpp.
-// It declares a weight_grad and `add_weight_grad(span, stream)`, so the device executor adds the
-// microbatches' weight gradients in microbatch order on the stream: every schedule accumulates
-// the same sums in the same order as the unpipelined run (reference_step below).
+// on the stream pipetype hands it. The last stage is the sink: it declares `using target`, so the
+// step's batch carries the targets (pipetype::batch, device memory), writes each microbatch's loss
+// to ctx.loss from a kernel, and seeds its backward with ctx.loss_scale (1/m: the mean). A stage owns its parameters
+// and gradients in device memory; its stash keeps each layer's output and pre-activation gradient per microbatch, like
+// mlp.hpp. It declares a weight_grad and `add_weight_grad(span, stream)`, so the device executor adds the microbatches'
+// weight gradients in microbatch order on the stream: every schedule accumulates the same sums in the same order as the
+// unpipelined run (reference_step below).
 //
 // Host-compiled (g++): kernels.hpp is CUDA-free; device memory comes from the CUDA runtime.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <pipetype/bind/batch.hpp>
 #include <pipetype/graph/chain.hpp>
 #include <pipetype/graph/stage.hpp>
 
@@ -78,6 +81,7 @@ class stage {
  public:
   using input = pipetype::tensor<float, rows, width>;
   using output = pipetype::tensor<float, rows, width>;
+  using target = pipetype::tensor<float, rows, width>;             // the teacher's outputs (last stage)
   using stash = pipetype::tensor<float, pipetype::dynamic>;        // 2 · layers · act
   using weight_grad = pipetype::tensor<float, pipetype::dynamic>;  // layers · layer_grads
 
@@ -112,13 +116,6 @@ class stage {
     check(cudaMemset(grads_.data(), 0, grads_.size() * sizeof(float)), "cudaMemset");
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
-  /// Targets of every microbatch (device, microbatch j at j · act) and the device doubles the
-  /// last stage writes each microbatch's loss into.
-  void set_targets(const float* targets, double* losses) {
-    targets_ = targets;
-    losses_ = losses;
-  }
-
   void forward(const pipetype::forward_ctx<stage>& c) {
     const float* x = c.input.data();
     for (std::size_t l = 0; l < layers_; ++l) {
@@ -127,7 +124,7 @@ class stage {
       x = y;
     }
     if (!c.output.empty()) gpu::copy(c.output.data(), x, act, c.stream);
-    if (last_ && losses_) red_.mse_loss(x, target(c.microbatch), int(act), losses_ + c.microbatch, c.stream);
+    if (c.loss != nullptr) red_.mse_loss(x, c.target.data(), int(act), c.loss, c.stream);
   }
 
   // I: every layer's pre-activation gradient (into the stash, for W) and the input's gradient.
@@ -136,7 +133,7 @@ class stage {
     const float* dy = c.grad_output.data();
     if (last_) {
       const float* y = L ? c.stash.data() + (L - 1) * act : c.input.data();
-      gpu::mse_grad(y, target(c.microbatch), scratch_.data(), int(act), c.stream);
+      gpu::mse_grad(y, c.target.data(), scratch_.data(), int(act), c.loss_scale, c.stream);
       dy = scratch_.data();
     }
     for (std::size_t l = L; l-- > 0;) {
@@ -166,35 +163,45 @@ class stage {
  private:
   const float* w(std::size_t l) const { return params_.data() + l * layer_grads; }
   const float* b(std::size_t l) const { return params_.data() + l * layer_grads + width * width; }
-  const float* target(int microbatch) const { return targets_ + static_cast<std::size_t>(microbatch) * act; }
 
   std::size_t layers_;
   bool last_;
   device_array<float> params_, grads_, scratch_;
   gpu::reducer red_;
-  const float* targets_ = nullptr;
-  double* losses_ = nullptr;
 };
 
 static_assert(pipetype::stage<stage> && pipetype::adds_weight_grad_on_stream<stage>);
 
-/// `layers` layers over `stages` stages, as mlp::make_model splits them.
+/// Stage i of `layers` layers over `stages` stages, as mlp::make_model splits them (what a process
+/// that runs one rank builds for each stage the plan puts there: pipetype::stages_on).
+inline stage make_stage(int layers, int stages, int i, std::uint64_t seed = 7) {
+  const int lo = i * layers / stages, hi = (i + 1) * layers / stages;
+  return stage(lo, hi - lo, i + 1 == stages, seed);
+}
+
+/// The weight-gradient elements of make_stage(layers, stages, i) (without building it).
+inline std::size_t weight_grad_extent(int layers, int stages, int i) {
+  const int lo = i * layers / stages, hi = (i + 1) * layers / stages;
+  return static_cast<std::size_t>(hi - lo) * layer_grads;
+}
+
+/// All `stages` stages of `layers` layers.
 inline pipetype::uniform_chain<stage> make_model(int layers, int stages, std::uint64_t seed = 7) {
   std::vector<stage> s;
   s.reserve(static_cast<std::size_t>(stages));
-  for (int i = 0; i < stages; ++i) {
-    const int lo = i * layers / stages, hi = (i + 1) * layers / stages;
-    s.emplace_back(lo, hi - lo, i + 1 == stages, seed);
-  }
+  for (int i = 0; i < stages; ++i) s.push_back(make_stage(layers, stages, i, seed));
   return pipetype::uniform_chain<stage>(std::move(s));
 }
 
 /// The unpipelined reference on one stream: every microbatch forward through all stages, then
-/// backward, one after the other, each microbatch's weight gradients added at once.
-inline void reference_step(pipetype::uniform_chain<stage>& model, const float* inputs, int microbatches,
-                           cudaStream_t stream) {
+/// backward, one after the other, each microbatch's weight gradients added at once. `inputs` and
+/// `targets` as the batch holds them (device, microbatch j at j · act); the last stage writes
+/// microbatch j's loss to losses[j] (device) and seeds its backward with 1/m, as a batch's mean.
+inline void reference_step(pipetype::uniform_chain<stage>& model, const float* inputs, const float* targets,
+                           float* losses, int microbatches, cudaStream_t stream) {
   const int S = model.size();
   void* s = stream;
+  const float scale = static_cast<float>(pipetype::loss_scaling::mean().factor(microbatches));
   device_array<float> acts((static_cast<std::size_t>(S) + 1) * act), grad(act), grad_in(act);
   std::vector<device_array<float>> stash;
   std::size_t wg_max = 1;
@@ -205,17 +212,23 @@ inline void reference_step(pipetype::uniform_chain<stage>& model, const float* i
   device_array<float> wg(wg_max);
   auto a = [&](int k) { return acts.data() + static_cast<std::size_t>(k) * act; };
   for (int j = 0; j < microbatches; ++j) {
+    const std::span<const float> target(targets + static_cast<std::size_t>(j) * act, act);
     check(cudaMemcpyAsync(a(0), inputs + static_cast<std::size_t>(j) * act, act * sizeof(float),
                           cudaMemcpyDeviceToDevice, stream),
           "cudaMemcpyAsync");
     for (int k = 0; k < S; ++k) {
       stage& st = model.stage(k);
-      st.forward({k,
-                  j,
-                  {a(k), act},
-                  k + 1 < S ? std::span<float>(a(k + 1), act) : std::span<float>{},
-                  {stash[static_cast<std::size_t>(k)].data(), st.stash_extent()},
-                  s});
+      pipetype::forward_ctx<stage> c{k,
+                                     j,
+                                     {a(k), act},
+                                     k + 1 < S ? std::span<float>(a(k + 1), act) : std::span<float>{},
+                                     {stash[static_cast<std::size_t>(k)].data(), st.stash_extent()},
+                                     s};
+      if (k + 1 == S) {
+        c.target = target;
+        c.loss = losses + j;
+      }
+      st.forward(c);
     }
     for (int k = S; k-- > 0;) {
       stage& st = model.stage(k);
@@ -227,6 +240,10 @@ inline void reference_step(pipetype::uniform_chain<stage>& model, const float* i
                                       {stash[static_cast<std::size_t>(k)].data(), st.stash_extent()},
                                       {},
                                       s};
+      if (k + 1 == S) {
+        c.target = target;
+        c.loss_scale = scale;
+      }
       st.backward_input(c);
       c.grad_input = {};
       c.weight_grad = {wg.data(), st.weight_grad_extent()};

@@ -566,6 +566,45 @@ TEST_CASE("cuda record: a sink reads its targets and writes its losses into the 
   }
 }
 
+// `scored` with a weight_grad (pipetype adds it), as DualPipe needs of a stage it runs on two ranks.
+struct scored_w : scored {
+  using weight_grad = pt::tensor<float, 4>;
+  float grads[4] = {};
+  std::span<float> weight_gradients() { return grads; }
+  void forward(const pt::forward_ctx<scored_w>& c) {
+    if (c.loss) *c.loss = static_cast<float>(c.target[0]) + 0.5f;
+  }
+  void backward(const pt::backward_ctx<scored_w>&) {}
+  void backward_input(const pt::backward_ctx<scored_w>&) {}
+  void backward_weight(const pt::backward_ctx<scored_w>&) {}
+};
+
+TEST_CASE("cuda record: under DualPipe each microbatch's loss is written by exactly one rank, as writes_loss says") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("dualpipe", 2, 4));
+  REQUIRE(plan.ok());
+  std::vector<float> x(8);
+  const std::vector<std::int32_t> labels{7, 8, 9, 10};
+  std::vector<int> writers(4, 0);
+  for (int r = 0; r < 2; ++r) {
+    pt::uniform_chain<scored_w> model(std::vector<scored_w>(2));
+    pc::record_driver d;
+    pc::executor ex{pt::views_of(plan), pt::entries_of(model), d, {.rank = r}};
+    pt::batch b;
+    b.input(x).target(labels);
+    ex.step(b);
+    REQUIRE(ex.losses() != nullptr);  // both ranks hold the sink (one lane's each)
+    CHECK_FALSE(ex.writes_loss(0, -1));
+    CHECK_FALSE(ex.writes_loss(0, 4));
+    CHECK_FALSE(ex.writes_loss(1, 0));  // one sink
+    for (int j = 0; j < 4; ++j)
+      if (ex.writes_loss(0, j)) {
+        ++writers[static_cast<std::size_t>(j)];
+        CHECK(ex.losses()[j] == static_cast<float>(labels[static_cast<std::size_t>(j)]) + 0.5f);
+      }
+  }
+  CHECK(writers == std::vector<int>{1, 1, 1, 1});
+}
+
 // Varying tensors on the device executor: each transfer moves its microbatch's bytes.
 struct tokens {
   using input = pt::varying<pt::tensor<float, 8>>;  // 2 floats per token, 4 tokens at most

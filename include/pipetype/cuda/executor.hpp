@@ -229,8 +229,16 @@ class executor {
   /// Where the sinks on this rank write their losses: sinks × microbatches floats (sink k's
   /// microbatch j at k · microbatches + j) in memory from the driver (device memory with the CUDA
   /// driver), written by the sinks' kernels during the step; read them once the step's work is
-  /// done. nullptr when the model has no sink on this rank.
+  /// done. nullptr when the model has no sink on this rank. Only the cells this rank's forwards
+  /// write are the step's (writes_loss): under DualPipe(V) a sink runs on two ranks, each for its
+  /// half of the microbatches, and the other cells keep whatever they held.
   float* losses() const noexcept { return losses_; }
+  /// Whether this rank runs sink k's forward of microbatch j, and so writes losses()[k · m + j].
+  bool writes_loss(int sink, int microbatch) const noexcept {
+    const std::size_t at =
+        static_cast<std::size_t>(sink) * static_cast<std::size_t>(microbatches_) + static_cast<std::size_t>(microbatch);
+    return sink >= 0 && microbatch >= 0 && microbatch < microbatches_ && at < loss_written_.size() && loss_written_[at];
+  }
   /// Where the sinks on this rank keep their outputs (executor_options::keep_outputs; nullptr
   /// otherwise): sink k's output block of microbatch j at output_offset(k, j) bytes, in memory from
   /// the driver (device memory with the CUDA driver), written by the sinks' kernels during the step.
@@ -479,9 +487,17 @@ class executor {
     for (const lowered_op& o : ops)
       sinks_here =
           sinks_here || (o.code == op_code::compute && batch_.sink[static_cast<std::size_t>(o.stage % L)] >= 0);
-    if (sinks_here)
-      losses_ = reinterpret_cast<float*>(
-          alloc(sizeof(float) * static_cast<std::size_t>(batch_.sinks) * static_cast<std::size_t>(p.microbatches)));
+    if (sinks_here) {
+      const std::size_t cells = static_cast<std::size_t>(batch_.sinks) * static_cast<std::size_t>(p.microbatches);
+      losses_ = reinterpret_cast<float*>(alloc(sizeof(float) * cells));
+      loss_written_.assign(cells, false);
+      for (const lowered_op& o : ops) {
+        if (o.code != op_code::compute || o.what != kind::F) continue;
+        if (const int k = batch_.sink[static_cast<std::size_t>(o.stage % L)]; k >= 0)
+          loss_written_[static_cast<std::size_t>(k) * static_cast<std::size_t>(p.microbatches) +
+                        static_cast<std::size_t>(o.microbatch)] = true;
+      }
+    }
     if (sinks_here && keep_outputs_) {
       outputs_at_ = pipetype::detail::output_layout_of(batch_, entries_, p.microbatches);
       outputs_ = alloc(outputs_at_.bytes);
@@ -634,6 +650,7 @@ class executor {
   pipetype::detail::batch_feed fed_;  // the step's feed
   std::deque<bound_op> varying_;      // per transfer of varying tensors: what transfer_bytes reads
   float* losses_ = nullptr;           // sinks × microbatches, from the driver
+  std::vector<bool> loss_written_;    // per cell of losses_: a forward on this rank writes it
   bool keep_outputs_ = false;
   std::byte* outputs_ = nullptr;  // the sinks' kept outputs (keep_outputs)
   pipetype::detail::output_layout outputs_at_;
