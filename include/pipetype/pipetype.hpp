@@ -9,6 +9,7 @@
 
 #include "pipetype/core/action.hpp"
 #include "pipetype/core/memory.hpp"
+#include "pipetype/core/mesh.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/sizes.hpp"
@@ -39,9 +40,11 @@
 #include "pipetype/schedules/zb_h2.hpp"
 #include "pipetype/schedules/zb_v.hpp"
 
+#include "pipetype/compile/collectives.hpp"
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lower.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/mesh_program.hpp"
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/compile/verify_lowered.hpp"

@@ -1,6 +1,6 @@
 // expect: _NCCL_DEADLOCK_>, pipetype::at_rank<0>, pipetype::at_stage<0>, pipetype::at_microbatch<0>, pipetype::at_op<2>, pipetype::
 // expect: "each NCCL send or receive blocks its rank\\?'s one communication stream until its partner is reached \(FIFO per peer\), and this one\\?'s partner never is"
-// expect: "post both ends of every transfer in matching groups, in the same order on every rank"
+// expect: "post both ends of every transfer in matching groups, and every communicator\\?'s collectives, in the same order on every rank"
 // expect: in_schedule<pipetype::from_text<?
 // A rejected compute+comms schedule (PyTorch's format): rank 0's stream blocks in 0RECV_B0
 // (its action 2) before it sends 0F0, which rank 1 needs before it can send that gradient back.

@@ -32,6 +32,8 @@ struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
 struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
 struct _INVALID_LANES_ {};          struct _BAD_EXTENT_ {};
 struct _TOO_LARGE_ {};               struct _INVALID_GRAPH_ {};
+struct _BAD_MESH_ {};                struct _COLLECTIVE_MISPLACED_ {};
+struct _COLLECTIVE_MISMATCH_ {};
 // clang-format on
 
 template <class What>
@@ -156,6 +158,18 @@ struct errc_tag<errc::too_large> {
 template <>
 struct errc_tag<errc::invalid_graph> {
   using type = _INVALID_GRAPH_;
+};
+template <>
+struct errc_tag<errc::bad_mesh> {
+  using type = _BAD_MESH_;
+};
+template <>
+struct errc_tag<errc::collective_misplaced> {
+  using type = _COLLECTIVE_MISPLACED_;
+};
+template <>
+struct errc_tag<errc::collective_mismatch> {
+  using type = _COLLECTIVE_MISMATCH_;
 };
 
 /// Append Fact to error<...> E when Keep.

@@ -40,6 +40,10 @@ enum class errc : std::uint8_t {
   bad_extent,               // a schedule's extent() disagrees with the program it generates
   too_large,                // a size past pipetype::limits (core/sizes.hpp), refused before any table is made
   invalid_graph,            // the stage graph breaks a rule of graph/dag.hpp (detail says which; stage: where)
+  bad_mesh,                 // a pp × dp mesh with a side below 1, or not the world it should cover (core/mesh.hpp)
+  collective_misplaced,     // a REDUCE_GRAD / UNSHARD / RESHARD / TIE where the step would be wrong
+                            // (compile/collectives.hpp)
+  collective_mismatch,      // members of a communicator issue different collectives (compile/mesh_program.hpp)
 };
 
 /// One link of a deadlock's wait-for cycle: `rank` stopped at its action `at_*` (`index` in its
@@ -51,6 +55,13 @@ struct wait_link {
   char needs_kind = '?';
   int needs_stage = -1, needs_microbatch = -1;
   int from = -1;
+  // a mesh step's ops that are no compute action (compile/mesh_program.hpp): their names
+  // ("all-reduce", "group", ...) in place of the kinds, and the communicator the wait is on
+  // (nullptr, not "": g++ 12 cannot copy-list-initialize an array of aggregates whose pointer
+  // member defaults to a string literal, and verdict holds such an array)
+  const char* at_name = nullptr;
+  const char* needs_name = nullptr;
+  int comm = -1;
 };
 
 /// The links a verdict keeps; a longer cycle keeps its first max_cycle and counts the rest.
@@ -118,6 +129,12 @@ constexpr const char* errc_name(errc e) noexcept {
       return "program too large";
     case errc::invalid_graph:
       return "invalid stage graph";
+    case errc::bad_mesh:
+      return "bad mesh";
+    case errc::collective_misplaced:
+      return "collective misplaced";
+    case errc::collective_mismatch:
+      return "collective mismatch";
   }
   return "unknown";
 }
@@ -156,7 +173,8 @@ constexpr const char* how_to_fix(errc e) noexcept {
     case errc::transfer_mismatch:
       return "issue the sends and receives of each channel in the same order at both ends";
     case errc::nccl_deadlock:
-      return "post both ends of every transfer in matching groups, in the same order on every rank";
+      return "post both ends of every transfer in matching groups, and every communicator's collectives, in the same "
+             "order on every rank";
     case errc::event_misuse:
       return "record each event before it is waited on, and wait before a stream touches a buffer the other used";
     case errc::invalid_lanes:
@@ -168,6 +186,13 @@ constexpr const char* how_to_fix(errc e) noexcept {
     case errc::invalid_graph:
       return "give every edge two existing stages, break the cycle, and let every stage be fed by a source and reach a "
              "loss (docs/10)";
+    case errc::bad_mesh:
+      return "give the mesh at least one pipeline rank and one replica, with pp x dp equal to the world's ranks";
+    case errc::collective_misplaced:
+      return "place each REDUCE_GRAD after its stage's last B or W, each compute between an UNSHARD and a RESHARD of "
+             "its stage, and the ties in increasing order before their stages' REDUCE_GRAD (place_collectives does)";
+    case errc::collective_mismatch:
+      return "issue the same collectives in the same order on every member of a communicator";
   }
   return "";
 }
@@ -203,14 +228,31 @@ struct sentence {
   }
 };
 
+/// An op of a cycle: a compute action as 1B0; a mesh op by its name and what it is of
+/// ("all-reduce of stage 1", "group").
+template <int Capacity>
+constexpr void write_op(sentence<Capacity>& out, int stage, char kind, int microbatch, const char* name) {
+  if (name && *name) {
+    out << name;
+    if (stage >= 0) out << " of stage " << stage;
+    if (microbatch >= 0) out << " microbatch " << microbatch;
+    return;
+  }
+  out << stage << kind << microbatch;
+}
+
 /// The wait-for cycle of a deadlock: "rank 0 at 0B0 (index 1) waits for 1B0 from rank 1; ...".
 template <int Capacity>
 constexpr void write_cycle(sentence<Capacity>& out, const verdict& v) {
   const int kept = v.cycle_length < max_cycle ? v.cycle_length : max_cycle;
   for (int i = 0; i < kept; ++i) {
     const wait_link& w = v.cycle[i];
-    out << (i ? "; " : "") << "rank " << w.rank << " at " << w.at_stage << w.at_kind << w.at_microbatch << " (index "
-        << w.index << ") waits for " << w.needs_stage << w.needs_kind << w.needs_microbatch << " from rank " << w.from;
+    out << (i ? "; " : "") << "rank " << w.rank << " at ";
+    write_op(out, w.at_stage, w.at_kind, w.at_microbatch, w.at_name);
+    out << " (index " << w.index << ") waits for ";
+    write_op(out, w.needs_stage, w.needs_kind, w.needs_microbatch, w.needs_name);
+    out << " from rank " << w.from;
+    if (w.comm >= 0) out << " on communicator " << w.comm;
   }
   if (v.cycle_length > kept) out << "; and " << (v.cycle_length - kept) << " more";
 }

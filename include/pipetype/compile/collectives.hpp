@@ -1,0 +1,374 @@
+// pipetype/compile/collectives.hpp — the data-parallel and tied-weight actions of a step.
+//
+// A plan over a mesh (core/mesh.hpp) adds to each rank's compute actions the collectives that
+// data parallelism and tied weights need, with PyTorch's names where it has them:
+//
+//   REDUCE_GRAD(s)   the stage's gradient reduction over its DP group: an all-reduce, or with a
+//                    sharded optimizer (FSDP / ZeRO) a reduce-scatter. Right after the stage's
+//                    last backward that touches its weights (B or W, not I): the rule of
+//                    PyTorch's _add_reduce_grad and of Megatron-LM's last-microbatch grad sync.
+//   UNSHARD(s)       sharded only: the all-gather of the stage's parameters over its DP group,
+//   RESHARD(s)       and their release (no communication). Placed as PyTorch's
+//                    _add_unshard_reshard does: at each compute action the rank looks ahead to
+//                    its next `window` distinct stages (3: one forward, one backward, one
+//                    prefetching), releases the unsharded stages outside them and gathers the
+//                    missing ones in order; the step ends with every stage released.
+//   TIE(t)           tie group t (stages holding one tied parameter, e.g. the embedding and the
+//                    LM head): the all-reduce of the tied gradient among the ranks of a replica
+//                    that hold its stages (`reduce_tied`). A rank issues its ties in increasing
+//                    t — one global order, so no two ranks wait on each other across tie
+//                    groups (DeepSpeed PR#7208 hung when tie keys were reduced in rank-dependent
+//                    order) — after the last backward of every tied stage it holds, and before
+//                    those stages' REDUCE_GRAD: the tied gradient is then equal on both ends
+//                    before any replica reduces or shards it, so a reduce-scatter sees the same
+//                    numbers at both ends (Megatron-LM#844: the DP reduce-scatter ran before the
+//                    embedding all-reduce and the embedding gradients came out wrong).
+//
+// Collectives live beside the compute program, not in it: per rank, in issue order, each after
+// one of the rank's compute actions (`after`, its index in the rank's list; −1: before the
+// first). Generators and the single-replica analyses never see them. place_collectives() is the
+// pass that writes them; a user may write them instead (add(), or the text notation), and
+// check_collectives() says whether they are placed so that the step is correct: every compute
+// action on an unsharded stage, each stage's REDUCE_GRAD once and after its last weight
+// backward, ties after their stages' backwards and before their REDUCE_GRAD, at most `window`
+// stages unsharded at once, nothing sharded at the end. Whether they can hang is the mesh
+// proof's question (compile/verify_mesh.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pipetype/core/program.hpp"
+#include "pipetype/core/verdict.hpp"
+
+namespace pipetype {
+
+enum class collective_kind : std::uint8_t { reduce_grad, unshard, reshard, reduce_tied };
+
+/// PyTorch's name of a collective action (REDUCE_GRAD, UNSHARD, RESHARD), TIE for a tie group's.
+constexpr const char* collective_name(collective_kind k) noexcept {
+  switch (k) {
+    case collective_kind::reduce_grad:
+      return "REDUCE_GRAD";
+    case collective_kind::unshard:
+      return "UNSHARD";
+    case collective_kind::reshard:
+      return "RESHARD";
+    case collective_kind::reduce_tied:
+      return "TIE";
+  }
+  return "?";
+}
+
+struct collective {
+  collective_kind what = collective_kind::reduce_grad;
+  int stage = -1;  // the plan stage (reduce_tied: -1; the tie group names its stages)
+  int tie = -1;    // reduce_tied: the tie group's index
+  int after = -1;  // issued after the rank's compute action at this index; -1: before the first
+
+  friend constexpr bool operator==(const collective&, const collective&) = default;
+};
+
+/// How a mesh reduces gradients and holds parameters.
+struct dp_options {
+  int dp = 1;          // replicas (the mesh's dp)
+  bool shard = false;  // FSDP / ZeRO-3: reduce-scatter, and parameters gathered (UNSHARD) only while used
+  int window = 3;      // sharded: stages a rank keeps unsharded at once (PyTorch's max_active_stages)
+  std::vector<std::vector<int>> ties{};  // tie groups: each the plan stages that hold one tied parameter
+};
+
+/// Each rank's collectives in issue order (CSR over the pipeline's ranks, as program is).
+struct collective_program {
+  int ranks = 0;
+  std::vector<int> begin;  // [ranks + 1]
+  std::vector<collective> ops;
+
+  std::span<const collective> rank_ops(int r) const {
+    const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(r)]);
+    const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(r) + 1]);
+    return std::span<const collective>(ops).subspan(b, e - b);
+  }
+};
+
+namespace detail {
+
+/// Index of the last action of `stage` on a rank's list that touches its weights (B or W), or of
+/// its last action at all when it has none of those (a forward-only plan has no reduction): −1 when
+/// the stage has no action there.
+inline int last_weight_backward(std::span<const action> acts, int stage) {
+  int last = -1;
+  for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
+    const action& a = acts[static_cast<std::size_t>(i)];
+    if (a.stage == stage && (a.what == kind::B || a.what == kind::W)) last = i;
+  }
+  return last;
+}
+
+/// The distinct stages of a rank's actions, in order of first appearance.
+inline std::vector<int> stages_in_order(std::span<const action> acts) {
+  std::vector<int> out;
+  for (const action& a : acts)
+    if (std::find(out.begin(), out.end(), a.stage) == out.end()) out.push_back(a.stage);
+  return out;
+}
+
+inline verdict collective_error(errc code, int rank, const collective& c, int index, const char* why) {
+  verdict v;
+  v.code = code;
+  v.rank = rank;
+  v.stage = c.stage;
+  v.index = index;
+  v.op = collective_name(c.what);
+  v.detail = why;
+  return v;
+}
+
+}  // namespace detail
+
+/// The collectives of a mesh step for program `p` (the passes described at the top of this
+/// file): UNSHARD/RESHARD when sharded, each tie group's reduction, each stage's REDUCE_GRAD.
+/// With dp = 1 and no tie groups, none. A stage with no B or W (a forward-only plan) has no
+/// REDUCE_GRAD; a tie group needs backwards too.
+inline collective_program place_collectives(program_view p, const dp_options& o) {
+  collective_program out;
+  out.ranks = p.ranks;
+  out.begin.assign(static_cast<std::size_t>(p.ranks) + 1, 0);
+  for (int r = 0; r < p.ranks; ++r) {
+    const std::span<const action> acts = p.rank_actions(r);
+    const int n = static_cast<int>(acts.size());
+    std::vector<collective> mine;
+    // UNSHARD / RESHARD: before action k, the window of the next `window` distinct stages from k
+    if (o.shard && o.dp > 1) {
+      std::vector<int> active;  // unsharded now, in the order gathered
+      for (int k = 0; k < n; ++k) {
+        std::vector<int> want;
+        for (int i = k; i < n && static_cast<int>(want.size()) < std::max(1, o.window); ++i) {
+          const int s = acts[static_cast<std::size_t>(i)].stage;
+          if (std::find(want.begin(), want.end(), s) == want.end()) want.push_back(s);
+        }
+        for (auto it = active.begin(); it != active.end();)
+          if (std::find(want.begin(), want.end(), *it) == want.end()) {
+            mine.push_back({collective_kind::reshard, *it, -1, k - 1});
+            it = active.erase(it);
+          } else {
+            ++it;
+          }
+        for (const int s : want)
+          if (std::find(active.begin(), active.end(), s) == active.end()) {
+            mine.push_back({collective_kind::unshard, s, -1, k - 1});
+            active.push_back(s);
+          }
+      }
+      for (const int s : active) mine.push_back({collective_kind::reshard, s, -1, n - 1});
+    }
+    // ties and REDUCE_GRAD: after each stage's last weight backward; a tied stage's reduction
+    // waits for the ties of this rank, which all go after the last backward of any tied stage here
+    std::vector<int> tied_here;  // the tie groups with a stage on this rank, increasing
+    int ties_after = -1;
+    for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
+      for (const int s : o.ties[static_cast<std::size_t>(t)]) {
+        const int last = detail::last_weight_backward(acts, s);
+        if (last < 0) continue;
+        if (tied_here.empty() || tied_here.back() != t) tied_here.push_back(t);
+        ties_after = std::max(ties_after, last);
+      }
+    auto tied = [&](int s) {
+      for (const int t : tied_here)
+        for (const int x : o.ties[static_cast<std::size_t>(t)])
+          if (x == s) return true;
+      return false;
+    };
+    std::vector<collective> reductions;
+    for (const int s : detail::stages_in_order(acts)) {
+      const int last = detail::last_weight_backward(acts, s);
+      if (last < 0 || o.dp <= 1) continue;
+      reductions.push_back({collective_kind::reduce_grad, s, -1, tied(s) ? ties_after : last});
+    }
+    for (const int t : tied_here) reductions.push_back({collective_kind::reduce_tied, -1, t, ties_after});
+    // in position order; at one position the ties first, then the reductions in stage order
+    std::stable_sort(reductions.begin(), reductions.end(), [](const collective& a, const collective& b) {
+      if (a.after != b.after) return a.after < b.after;
+      return a.what == collective_kind::reduce_tied && b.what != collective_kind::reduce_tied;
+    });
+    // merge: the gathers before action k come after the reductions placed after action k − 1
+    std::vector<collective> merged;
+    std::size_t i = 0, j = 0;
+    while (i < mine.size() || j < reductions.size()) {
+      const bool take_reduction = j < reductions.size() && (i == mine.size() || reductions[j].after <= mine[i].after);
+      merged.push_back(take_reduction ? reductions[j++] : mine[i++]);
+    }
+    out.ops.insert(out.ops.end(), merged.begin(), merged.end());
+    out.begin[static_cast<std::size_t>(r) + 1] = static_cast<int>(out.ops.size());
+  }
+  return out;
+}
+
+/// Ok, or the first collective placed so that the step would be wrong (rules at the top of this
+/// file): errc::collective_misplaced naming the rank, the collective and its index in the rank's
+/// collectives.
+inline verdict check_collectives(program_view p, const collective_program& c, const dp_options& o) {
+  if (c.ranks != p.ranks || static_cast<int>(c.begin.size()) != p.ranks + 1) {
+    verdict v;
+    v.code = errc::collective_misplaced;
+    v.detail = "the collectives are not given per rank of the program";
+    return v;
+  }
+  for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
+    for (const int s : o.ties[static_cast<std::size_t>(t)])
+      if (s < 0 || s >= p.stages) {
+        verdict v;
+        v.code = errc::collective_misplaced;
+        v.stage = s;
+        v.index = t;
+        v.op = "TIE";
+        v.detail = "a tie group names a stage the program does not have";
+        return v;
+      }
+  for (int r = 0; r < p.ranks; ++r) {
+    const std::span<const action> acts = p.rank_actions(r);
+    const std::span<const collective> ops = c.rank_ops(r);
+    const int n = static_cast<int>(acts.size());
+    const std::vector<int> stages = detail::stages_in_order(acts);
+    auto holds = [&](int s) { return std::find(stages.begin(), stages.end(), s) != stages.end(); };
+    std::vector<int> active, reduced, tied_done;
+    int prev_after = -1;
+    std::size_t next = 0;
+    // walk the compute actions, issuing the collectives placed before each
+    for (int k = -1; k < n; ++k) {
+      if (k >= 0) {
+        const action& a = acts[static_cast<std::size_t>(k)];
+        auto at_action = [&](const char* why) {
+          verdict v;
+          v.code = errc::collective_misplaced;
+          v.rank = r;
+          v.stage = a.stage;
+          v.microbatch = a.microbatch;
+          v.kind = kind_char(a.what);
+          v.index = k;
+          v.detail = why;
+          return v;
+        };
+        if (o.shard && o.dp > 1 && std::find(active.begin(), active.end(), a.stage) == active.end())
+          return at_action("a compute action on a sharded stage (no UNSHARD of it before, or a RESHARD since)");
+        if (std::find(reduced.begin(), reduced.end(), a.stage) != reduced.end() &&
+            (a.what == kind::B || a.what == kind::W))
+          return at_action("a weight backward after its stage's REDUCE_GRAD: the reduction misses its gradient");
+      }
+      for (; next < ops.size() && ops[next].after == k; ++next) {
+        const collective& x = ops[next];
+        const int at = static_cast<int>(next);
+        if (x.after < prev_after || x.after < -1 || x.after >= n)
+          return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                          "collectives out of order (their `after` must not decrease) or after an "
+                                          "action the rank does not have");
+        prev_after = x.after;
+        if (x.what != collective_kind::reduce_tied && !holds(x.stage))
+          return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                          "a collective of a stage the rank does not run");
+        switch (x.what) {
+          case collective_kind::unshard:
+            if (!o.shard)
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "an UNSHARD without sharded parameters (dp_options::shard)");
+            if (std::find(active.begin(), active.end(), x.stage) != active.end())
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "an UNSHARD of a stage that is unsharded already");
+            active.push_back(x.stage);
+            if (static_cast<int>(active.size()) > std::max(1, o.window))
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "more stages unsharded at once than the window allows");
+            break;
+          case collective_kind::reshard: {
+            const auto it = std::find(active.begin(), active.end(), x.stage);
+            if (it == active.end())
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "a RESHARD of a stage that is not unsharded");
+            active.erase(it);
+            break;
+          }
+          case collective_kind::reduce_grad: {
+            if (std::find(reduced.begin(), reduced.end(), x.stage) != reduced.end())
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "a second REDUCE_GRAD of the stage");
+            const int last = detail::last_weight_backward(acts, x.stage);
+            if (x.after < last)
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "a REDUCE_GRAD before the stage's last weight backward (B or W)");
+            for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
+              const std::vector<int>& g = o.ties[static_cast<std::size_t>(t)];
+              if (std::find(g.begin(), g.end(), x.stage) != g.end() &&
+                  std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end())
+                return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                                "a tied stage's REDUCE_GRAD before its tie group's reduction");
+            }
+            reduced.push_back(x.stage);
+            break;
+          }
+          case collective_kind::reduce_tied: {
+            if (x.tie < 0 || x.tie >= static_cast<int>(o.ties.size()))
+              return detail::collective_error(errc::collective_misplaced, r, x, at, "a tie group that does not exist");
+            if (!tied_done.empty() && tied_done.back() >= x.tie)
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "tie groups out of their one global order (increasing index)");
+            bool mine = false;
+            for (const int s : o.ties[static_cast<std::size_t>(x.tie)]) {
+              if (!holds(s)) continue;
+              mine = true;
+              if (x.after < detail::last_weight_backward(acts, s))
+                return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                                "a tie group's reduction before the last backward of its stage");
+            }
+            if (!mine)
+              return detail::collective_error(errc::collective_misplaced, r, x, at,
+                                              "a tie group's reduction on a rank that holds none of its stages");
+            tied_done.push_back(x.tie);
+            break;
+          }
+        }
+      }
+    }
+    if (next < ops.size())
+      return detail::collective_error(errc::collective_misplaced, r, ops[next], static_cast<int>(next),
+                                      "collectives out of order (their `after` must not decrease) or after an "
+                                      "action the rank does not have");
+    if (!active.empty()) {
+      verdict v;
+      v.code = errc::collective_misplaced;
+      v.rank = r;
+      v.stage = active.front();
+      v.op = "UNSHARD";
+      v.detail = "a stage still unsharded at the end of the step (no RESHARD)";
+      return v;
+    }
+    if (o.dp > 1)
+      for (const int s : stages)
+        if (detail::last_weight_backward(acts, s) >= 0 &&
+            std::find(reduced.begin(), reduced.end(), s) == reduced.end()) {
+          verdict v;
+          v.code = errc::collective_misplaced;
+          v.rank = r;
+          v.stage = s;
+          v.op = "REDUCE_GRAD";
+          v.detail = "a stage with weight backwards and no REDUCE_GRAD: its replicas' gradients would differ";
+          return v;
+        }
+    for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
+      bool held = false;
+      for (const int s : o.ties[static_cast<std::size_t>(t)]) held = held || detail::last_weight_backward(acts, s) >= 0;
+      if (held && std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end()) {
+        verdict v;
+        v.code = errc::collective_misplaced;
+        v.rank = r;
+        v.index = t;
+        v.op = "TIE";
+        v.detail = "a rank holding a tied stage without its tie group's reduction";
+        return v;
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace pipetype

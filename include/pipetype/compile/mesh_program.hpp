@@ -1,0 +1,576 @@
+// pipetype/compile/mesh_program.hpp — a whole mesh step, op by op, and its proof.
+//
+// lower_mesh() takes one verified pipeline plan (its compute program and lowered program), a
+// mesh (core/mesh.hpp) and the step's collectives (compile/collectives.hpp), and writes what
+// every global rank issues: its pipeline rank's lowered ops, on its replica's communicators,
+// with the collectives inserted where they were placed, on a third stream of their own:
+//
+//   stream 0  compute   the stage calls, in the pipeline's order; a RESHARD releases there
+//   stream 1  comm      the pipeline's NCCL groups of sends and recvs
+//   stream 2  dp        the collectives: all-reduce (REDUCE_GRAD, TIE), reduce-scatter
+//                       (REDUCE_GRAD, sharded), all-gather (UNSHARD)
+//
+// Events order them, as the pipeline's own streams are ordered: a reduction waits for an event
+// recorded after its stage's last backward on the compute stream; a stage's first compute after
+// an UNSHARD waits for the gather's event; a gather waits for the event of the stage's previous
+// RESHARD (it overwrites what that released). A step ends when every op, collectives included,
+// has completed.
+//
+// Communicators (mesh_comm): each replica's copy of every pipeline communicator (its two ranks
+// mapped into the replica), one per DP group (pipeline rank r's replicas), and one per tie group
+// and replica that spans two ranks or more (a tie group within one rank needs none: its sum is
+// local).
+//
+// verify_mesh() proves that the step completes under NCCL's semantics on every communicator at
+// once: every member of a communicator issues the same collectives on it in the same order (the
+// k-th on each member must be the same operation of the same stage, or `collective_mismatch`);
+// a collective holds its stream until every member has reached it; point-to-point is a blocking
+// rendezvous, FIFO per communicator and direction, progressing with its group; a wait holds its
+// stream until the latest record of that event issued before it on the rank has completed. It
+// runs every (rank, stream) lane as far as it can; if some stop for good, it names the wait-for
+// cycle across ranks, streams and communicators (`nccl_deadlock`). The pipeline's own proof
+// (verify_lowered) still covers each replica alone; this one covers their composition.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "pipetype/compile/collectives.hpp"
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/core/mesh.hpp"
+#include "pipetype/core/program.hpp"
+
+namespace pipetype {
+
+enum class mesh_op_code : std::uint8_t {
+  compute,
+  send,
+  recv,
+  group,
+  record,          // cudaEventRecord(event, stream): no work
+  wait,            // cudaStreamWaitEvent(stream, event): no work
+  all_reduce,      // REDUCE_GRAD, or a tie group's reduction
+  reduce_scatter,  // REDUCE_GRAD with sharded parameters
+  all_gather,      // UNSHARD
+  release,         // RESHARD: the gathered parameters freed (no communication)
+};
+
+/// The third stream of a mesh rank (after stream_id::compute = 0 and stream_id::comm = 1).
+inline constexpr int dp_stream = 2;
+inline constexpr int mesh_stream_count = 3;
+
+constexpr bool is_collective(mesh_op_code c) noexcept {
+  return c == mesh_op_code::all_reduce || c == mesh_op_code::reduce_scatter || c == mesh_op_code::all_gather;
+}
+
+constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
+  switch (c) {
+    case mesh_op_code::compute:
+      return "compute";
+    case mesh_op_code::send:
+      return "send";
+    case mesh_op_code::recv:
+      return "recv";
+    case mesh_op_code::group:
+      return "group";
+    case mesh_op_code::record:
+      return "record";
+    case mesh_op_code::wait:
+      return "wait";
+    case mesh_op_code::all_reduce:
+      return "all-reduce";
+    case mesh_op_code::reduce_scatter:
+      return "reduce-scatter";
+    case mesh_op_code::all_gather:
+      return "all-gather";
+    case mesh_op_code::release:
+      return "release";
+  }
+  return "?";
+}
+
+struct mesh_op {
+  mesh_op_code code = mesh_op_code::compute;
+  int stream = 0;           // 0 compute, 1 comm, 2 dp
+  kind what = kind::F;      // compute: the action's kind; send/recv: F activation, B gradient
+  bool overlapped = false;  // compute: runs together with the next compute op
+  int stage = -1;           // compute, transfers, REDUCE_GRAD, UNSHARD, RESHARD: the stage
+  int microbatch = -1;      // compute and transfers
+  int peer = -1;            // send/recv: the other global rank
+  int comm = -1;            // send/recv and collectives: the mesh communicator
+  int tie = -1;             // a tie group's all-reduce: the group
+  int event = -1;           // record/wait ops: the event
+  int wait_event = -1;      // a pipeline op's own wait (lowered.hpp)
+  int record_event = -1;    // a pipeline op's own record
+  int source = -1;          // the index of the pipeline op (in its rank's lowered list) it copies; -1: added
+
+  friend constexpr bool operator==(const mesh_op&, const mesh_op&) = default;
+};
+
+enum class mesh_comm_kind : std::uint8_t { pipeline, data_parallel, tie };
+
+struct mesh_comm {
+  mesh_comm_kind what = mesh_comm_kind::pipeline;
+  int index = -1;            // pipeline: its lowered communicator; data_parallel: the pipeline rank; tie: the group
+  int replica = -1;          // pipeline and tie: the replica; data_parallel: -1
+  std::vector<int> members;  // global ranks, increasing
+
+  friend bool operator==(const mesh_comm&, const mesh_comm&) = default;
+};
+
+struct mesh_program {
+  mesh shape{};
+  std::vector<int> begin;  // [size + 1]: global rank g's ops are ops[begin[g] .. begin[g+1])
+  std::vector<mesh_op> ops;
+  std::vector<mesh_comm> comms;
+  std::vector<int> events;  // per global rank: its event pool's size
+
+  std::span<const mesh_op> rank_ops(int g) const {
+    const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);
+    const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(g) + 1]);
+    return std::span<const mesh_op>(ops).subspan(b, e - b);
+  }
+  /// The communicator id of a DP group (pipeline rank r), or −1 when the mesh has one replica.
+  int dp_comm(int r) const {
+    for (std::size_t c = 0; c < comms.size(); ++c)
+      if (comms[c].what == mesh_comm_kind::data_parallel && comms[c].index == r) return static_cast<int>(c);
+    return -1;
+  }
+};
+
+/// Every global rank's ops for `p` lowered as `l`, on mesh `m`, with the collectives `c` of
+/// options `o` (see the top of this file). `p` must be the program `l` was lowered from, with
+/// m.pp ranks, and `c` placed for it (check_collectives); throws std::invalid_argument otherwise.
+inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
+                               const dp_options& o) {
+  if (!check_mesh(m).ok() || p.ranks != m.pp || l.ranks != m.pp)
+    throw std::invalid_argument("pipetype::lower_mesh: the mesh's pipeline ranks (pp = " + std::to_string(m.pp) +
+                                ") are not the plan's " + std::to_string(p.ranks));
+  if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::lower_mesh: collectives of another program");
+  mesh_program out;
+  out.shape = m;
+  const int C = static_cast<int>(l.comms.size());
+  // communicators: the replicas' pipeline communicators, the DP groups, the tie groups
+  for (int d = 0; d < m.dp; ++d)
+    for (int k = 0; k < C; ++k) {
+      const comm_desc& cd = l.comms[static_cast<std::size_t>(k)];
+      std::vector<int> members{m.global(cd.rank_a, d), m.global(cd.rank_b, d)};
+      std::sort(members.begin(), members.end());
+      out.comms.push_back({mesh_comm_kind::pipeline, k, d, std::move(members)});
+    }
+  std::vector<int> dp_comm(static_cast<std::size_t>(m.pp), -1);
+  if (m.dp > 1)
+    for (int r = 0; r < m.pp; ++r) {
+      std::vector<int> members;
+      for (int d = 0; d < m.dp; ++d) members.push_back(m.global(r, d));
+      std::sort(members.begin(), members.end());
+      dp_comm[static_cast<std::size_t>(r)] = static_cast<int>(out.comms.size());
+      out.comms.push_back({mesh_comm_kind::data_parallel, r, -1, std::move(members)});
+    }
+  // tie_comm[t · dp + d]
+  std::vector<int> tie_comm(o.ties.size() * static_cast<std::size_t>(m.dp), -1);
+  for (std::size_t t = 0; t < o.ties.size(); ++t) {
+    std::vector<int> ranks;
+    for (const int s : o.ties[t])
+      if (s >= 0 && s < p.stages && p.stage_rank[static_cast<std::size_t>(s)] >= 0)
+        ranks.push_back(p.stage_rank[static_cast<std::size_t>(s)]);
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    if (ranks.size() < 2) continue;  // local: no communicator
+    for (int d = 0; d < m.dp; ++d) {
+      std::vector<int> members;
+      for (const int r : ranks) members.push_back(m.global(r, d));
+      std::sort(members.begin(), members.end());
+      tie_comm[t * static_cast<std::size_t>(m.dp) + static_cast<std::size_t>(d)] = static_cast<int>(out.comms.size());
+      out.comms.push_back({mesh_comm_kind::tie, static_cast<int>(t), d, std::move(members)});
+    }
+  }
+  // each global rank's ops
+  out.begin.assign(static_cast<std::size_t>(m.size()) + 1, 0);
+  out.events.assign(static_cast<std::size_t>(m.size()), 0);
+  for (int g = 0; g < m.size(); ++g) {
+    const int r = m.pipeline_rank(g), d = m.replica(g);
+    const std::span<const lowered_op> ops = l.rank_ops(r);
+    const std::span<const action> acts = p.rank_actions(r);
+    const std::span<const collective> coll = c.rank_ops(r);
+    int events = l.resources[static_cast<std::size_t>(r)].events;
+    std::vector<int> gathered(static_cast<std::size_t>(p.stages), -1);  // a gather's event, until a compute waits
+    std::vector<int> released(static_cast<std::size_t>(p.stages), -1);  // the last RESHARD's event
+    std::size_t next = 0;                                               // the next collective
+    std::vector<mesh_op> mine;
+    // the collectives placed after action k (k = −1: before the first), ordered after what ran
+    auto issue_collectives = [&](int k) {
+      int after_compute = -1;  // the event recorded after action k on the compute stream, lazily
+      auto after_k = [&] {     // the dp stream waits for it once
+        if (k < 0 || after_compute >= 0) return;
+        after_compute = events++;
+        mine.push_back({mesh_op_code::record, 0, kind::F, false, -1, -1, -1, -1, -1, after_compute});
+        mine.push_back({mesh_op_code::wait, dp_stream, kind::F, false, -1, -1, -1, -1, -1, after_compute});
+      };
+      for (; next < coll.size() && coll[next].after == k; ++next) {
+        const collective& x = coll[next];
+        mesh_op op{};
+        op.stream = dp_stream;
+        op.stage = x.stage;
+        switch (x.what) {
+          case collective_kind::reduce_grad:
+            if (m.dp <= 1) continue;
+            after_k();
+            op.code = o.shard ? mesh_op_code::reduce_scatter : mesh_op_code::all_reduce;
+            op.comm = dp_comm[static_cast<std::size_t>(r)];
+            mine.push_back(op);
+            break;
+          case collective_kind::reduce_tied: {
+            const std::size_t at =
+                static_cast<std::size_t>(x.tie) * static_cast<std::size_t>(m.dp) + static_cast<std::size_t>(d);
+            if (x.tie < 0 || at >= tie_comm.size() || tie_comm[at] < 0) continue;  // local
+            after_k();
+            op.code = mesh_op_code::all_reduce;
+            op.comm = tie_comm[at];
+            op.tie = x.tie;
+            op.stage = -1;
+            mine.push_back(op);
+            break;
+          }
+          case collective_kind::unshard: {
+            if (m.dp <= 1) continue;
+            const auto s = static_cast<std::size_t>(x.stage);
+            if (released[s] >= 0) {
+              mine.push_back({mesh_op_code::wait, dp_stream, kind::F, false, -1, -1, -1, -1, -1, released[s]});
+              released[s] = -1;
+            }
+            op.code = mesh_op_code::all_gather;
+            op.comm = dp_comm[static_cast<std::size_t>(r)];
+            mine.push_back(op);
+            gathered[s] = events++;
+            mine.push_back({mesh_op_code::record, dp_stream, kind::F, false, -1, -1, -1, -1, -1, gathered[s]});
+            break;
+          }
+          case collective_kind::reshard: {
+            if (m.dp <= 1) continue;
+            const auto s = static_cast<std::size_t>(x.stage);
+            op.code = mesh_op_code::release;
+            op.stream = 0;
+            mine.push_back(op);
+            released[s] = events++;
+            mine.push_back({mesh_op_code::record, 0, kind::F, false, -1, -1, -1, -1, -1, released[s]});
+            break;
+          }
+        }
+      }
+    };
+    issue_collectives(-1);
+    int deferred = -1;  // the first action of an overlapped pair, whose collectives wait for the second
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const lowered_op& x = ops[static_cast<std::size_t>(i)];
+      mesh_op op{};
+      op.code = x.code == op_code::compute ? mesh_op_code::compute
+                : x.code == op_code::send  ? mesh_op_code::send
+                : x.code == op_code::recv  ? mesh_op_code::recv
+                                           : mesh_op_code::group;
+      op.stream = static_cast<int>(x.stream);
+      op.what = x.what;
+      op.overlapped = x.overlapped;
+      op.stage = x.stage;
+      op.microbatch = x.microbatch;
+      op.peer = x.peer >= 0 ? m.global(x.peer, d) : -1;
+      op.comm = x.comm >= 0 ? d * C + x.comm : -1;
+      op.wait_event = x.wait_event;
+      op.record_event = x.record_event;
+      op.source = i;
+      int k = -1;  // the compute action this op runs
+      if (x.code == op_code::compute) {
+        for (int a = 0; a < static_cast<int>(acts.size()) && k < 0; ++a)
+          if (acts[static_cast<std::size_t>(a)].what == x.what && acts[static_cast<std::size_t>(a)].stage == x.stage &&
+              acts[static_cast<std::size_t>(a)].microbatch == x.microbatch)
+            k = a;
+        if (x.stage >= 0 && x.stage < p.stages && gathered[static_cast<std::size_t>(x.stage)] >= 0) {
+          mine.push_back(
+              {mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[static_cast<std::size_t>(x.stage)]});
+          gathered[static_cast<std::size_t>(x.stage)] = -1;
+        }
+      }
+      mine.push_back(op);
+      // an overlapped pair's two computes stay together: what follows its first goes after both
+      if (k >= 0 && x.overlapped) {
+        deferred = k;
+      } else if (k >= 0) {
+        if (deferred >= 0) issue_collectives(deferred), deferred = -1;
+        issue_collectives(k);
+      }
+    }
+    if (next != coll.size())
+      throw std::invalid_argument("pipetype::lower_mesh: rank " + std::to_string(r) +
+                                  "'s collectives are not in the order of its actions (check_collectives)");
+    out.ops.insert(out.ops.end(), mine.begin(), mine.end());
+    out.begin[static_cast<std::size_t>(g) + 1] = static_cast<int>(out.ops.size());
+    out.events[static_cast<std::size_t>(g)] = events;
+  }
+  return out;
+}
+
+namespace detail {
+
+/// An op as a verdict names it: a collective by the action it carries out (PyTorch's names), a
+/// transfer as SEND_F / RECV_B, the others by their op.
+constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
+  switch (o.code) {
+    case mesh_op_code::all_reduce:
+      return o.tie >= 0 ? "TIE" : "REDUCE_GRAD";
+    case mesh_op_code::reduce_scatter:
+      return "REDUCE_GRAD";
+    case mesh_op_code::all_gather:
+      return "UNSHARD";
+    case mesh_op_code::release:
+      return "RESHARD";
+    case mesh_op_code::send:
+      return o.what == kind::F ? "SEND_F" : "SEND_B";
+    case mesh_op_code::recv:
+      return o.what == kind::F ? "RECV_F" : "RECV_B";
+    default:
+      return mesh_op_name(o.code);
+  }
+}
+
+inline verdict mesh_error(errc code, const mesh_program& mp, int g, int i, const char* why) {
+  const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
+  verdict v;
+  v.code = code;
+  v.rank = g;
+  v.stage = o.stage;
+  v.microbatch = o.microbatch;
+  v.kind = o.code == mesh_op_code::compute ? kind_char(o.what) : '?';
+  v.op = o.code == mesh_op_code::compute ? "" : mesh_action_name(o);
+  v.index = i - mp.begin[static_cast<std::size_t>(g)];
+  v.detail = why;
+  return v;
+}
+
+inline wait_link mesh_link(const mesh_program& mp, int g, int at, int needs, int from) {
+  const mesh_op& a = mp.ops[static_cast<std::size_t>(at)];
+  const mesh_op& b = mp.ops[static_cast<std::size_t>(needs)];
+  wait_link w;
+  w.rank = g;
+  w.index = at - mp.begin[static_cast<std::size_t>(g)];
+  w.at_kind = a.code == mesh_op_code::compute ? kind_char(a.what) : '?';
+  w.at_stage = a.stage;
+  w.at_microbatch = a.microbatch;
+  w.at_name = a.code == mesh_op_code::compute ? nullptr : mesh_action_name(a);
+  w.needs_kind = b.code == mesh_op_code::compute ? kind_char(b.what) : '?';
+  w.needs_stage = b.stage;
+  w.needs_microbatch = b.microbatch;
+  w.needs_name = b.code == mesh_op_code::compute ? nullptr : mesh_action_name(b);
+  w.from = from;
+  w.comm = is_collective(b.code) || b.code == mesh_op_code::send || b.code == mesh_op_code::recv ? b.comm : -1;
+  return w;
+}
+
+}  // namespace detail
+
+/// Ok when every op of `mp` completes under NCCL's semantics (the top of this file), or the
+/// first reason it cannot: a malformed op (`index_out_of_range`, `event_misuse`), a transfer
+/// whose ends disagree (`transfer_mismatch`), members of a communicator issuing different
+/// collectives (`collective_mismatch`), or a wait-for cycle (`nccl_deadlock`, with the cycle).
+inline verdict verify_mesh(const mesh_program& mp) {
+  const int G = mp.shape.size(), N = static_cast<int>(mp.ops.size()), C = static_cast<int>(mp.comms.size());
+  if (static_cast<int>(mp.begin.size()) != G + 1 || static_cast<int>(mp.events.size()) != G) {
+    verdict v;
+    v.code = errc::index_out_of_range;
+    v.detail = "a mesh program without one op list and one event pool per rank";
+    return v;
+  }
+  auto member = [&](int comm, int g) {
+    const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(comm)].members;
+    return std::binary_search(ms.begin(), ms.end(), g);
+  };
+  std::vector<int> waits_on(static_cast<std::size_t>(N), -1), group_of(static_cast<std::size_t>(N), -1),
+      group_end(static_cast<std::size_t>(N), -1), partner(static_cast<std::size_t>(N), -1),
+      coll_pos(static_cast<std::size_t>(N), -1), rank_of(static_cast<std::size_t>(N), -1);
+  // transfers per (comm, from, to) in issue order; collectives per (comm, member) in issue order
+  std::map<std::tuple<int, int, int>, std::vector<int>> sends, recvs;
+  std::vector<std::vector<std::vector<int>>> colls(static_cast<std::size_t>(C));
+  for (int c = 0; c < C; ++c)
+    colls[static_cast<std::size_t>(c)].resize(mp.comms[static_cast<std::size_t>(c)].members.size());
+  for (int g = 0; g < G; ++g) {
+    const int b = mp.begin[static_cast<std::size_t>(g)], e = mp.begin[static_cast<std::size_t>(g) + 1];
+    std::vector<int> last_record(static_cast<std::size_t>(mp.events[static_cast<std::size_t>(g)]), -1);
+    auto event_ok = [&](int ev) { return ev >= 0 && ev < static_cast<int>(last_record.size()); };
+    for (int i = b; i < e; ++i) {
+      const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
+      rank_of[static_cast<std::size_t>(i)] = g;
+      if (o.stream < 0 || o.stream >= mesh_stream_count)
+        return detail::mesh_error(errc::index_out_of_range, mp, g, i, "a stream outside the rank's three");
+      const int wait = o.code == mesh_op_code::wait ? o.event : o.wait_event;
+      if (wait >= 0 || o.code == mesh_op_code::wait) {
+        if (!event_ok(wait) || last_record[static_cast<std::size_t>(wait)] < 0)
+          return detail::mesh_error(errc::event_misuse, mp, g, i, "a wait on an event never recorded before it");
+        waits_on[static_cast<std::size_t>(i)] = last_record[static_cast<std::size_t>(wait)];
+      }
+      if (o.code == mesh_op_code::group) {
+        if (o.stream != static_cast<int>(stream_id::comm))
+          return detail::mesh_error(errc::nccl_deadlock, mp, g, i, "a group off the communication stream");
+        int j = i;
+        while (j + 1 < e && (mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::send ||
+                             mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::recv))
+          ++j;
+        for (int k = i; k <= j; ++k)
+          group_of[static_cast<std::size_t>(k)] = i, group_end[static_cast<std::size_t>(k)] = j;
+      } else if (o.code == mesh_op_code::send || o.code == mesh_op_code::recv) {
+        if (group_of[static_cast<std::size_t>(i)] < 0)
+          group_of[static_cast<std::size_t>(i)] = i, group_end[static_cast<std::size_t>(i)] = i;  // a group of one
+        if (o.comm < 0 || o.comm >= C || o.peer < 0 || o.peer >= G || !member(o.comm, g) || !member(o.comm, o.peer))
+          return detail::mesh_error(errc::transfer_mismatch, mp, g, i,
+                                    "rank or peer is not a member of the transfer's communicator");
+        const bool sending = o.code == mesh_op_code::send;
+        (sending ? sends : recvs)[{o.comm, sending ? g : o.peer, sending ? o.peer : g}].push_back(i);
+      } else if (is_collective(o.code)) {  // (on any stream: lower_mesh uses the dp stream, NCCL allows any)
+        if (o.comm < 0 || o.comm >= C || !member(o.comm, g))
+          return detail::mesh_error(errc::collective_mismatch, mp, g, i,
+                                    "a collective on a communicator the rank is not a member of");
+        const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(o.comm)].members;
+        const auto at = static_cast<std::size_t>(std::lower_bound(ms.begin(), ms.end(), g) - ms.begin());
+        std::vector<int>& mine = colls[static_cast<std::size_t>(o.comm)][at];
+        coll_pos[static_cast<std::size_t>(i)] = static_cast<int>(mine.size());
+        mine.push_back(i);
+      }
+      const int rec = o.code == mesh_op_code::record ? o.event : o.record_event;
+      if (rec >= 0 || o.code == mesh_op_code::record) {
+        if (!event_ok(rec)) return detail::mesh_error(errc::event_misuse, mp, g, i, "an event outside the rank's pool");
+        last_record[static_cast<std::size_t>(rec)] = i;
+      }
+    }
+  }
+  // point-to-point: the k-th send matches the k-th recv of its channel and carries the same data
+  for (const auto& [key, s] : sends) {
+    const auto it = recvs.find(key);
+    const std::size_t nr = it == recvs.end() ? 0 : it->second.size();
+    for (std::size_t k = 0; k < std::min(s.size(), nr); ++k) {
+      const int si = s[k], ri = it->second[k];
+      const mesh_op &a = mp.ops[static_cast<std::size_t>(si)], &bo = mp.ops[static_cast<std::size_t>(ri)];
+      if (a.what != bo.what || a.stage != bo.stage || a.microbatch != bo.microbatch)
+        return detail::mesh_error(errc::transfer_mismatch, mp, rank_of[static_cast<std::size_t>(ri)], ri,
+                                  "the recv matches (FIFO per communicator and peer) a send of other data");
+      partner[static_cast<std::size_t>(si)] = ri, partner[static_cast<std::size_t>(ri)] = si;
+    }
+    if (s.size() > nr)
+      return detail::mesh_error(errc::transfer_mismatch, mp, rank_of[static_cast<std::size_t>(s[nr])], s[nr],
+                                "a send with no matching recv");
+  }
+  for (const auto& [key, rv] : recvs) {
+    const auto it = sends.find(key);
+    const std::size_t ns = it == sends.end() ? 0 : it->second.size();
+    if (rv.size() > ns)
+      return detail::mesh_error(errc::transfer_mismatch, mp, rank_of[static_cast<std::size_t>(rv[ns])], rv[ns],
+                                "a recv with no matching send");
+  }
+  // collectives: every member issues the same sequence on each communicator
+  for (int c = 0; c < C; ++c) {
+    const std::vector<std::vector<int>>& per = colls[static_cast<std::size_t>(c)];
+    if (per.empty()) continue;
+    std::size_t most = 0;
+    for (const std::vector<int>& q : per) most = std::max(most, q.size());
+    for (std::size_t k = 0; k < most; ++k)
+      for (std::size_t u = 0; u < per.size(); ++u) {
+        if (k >= per[u].size()) {  // member u stops short: name a member that issues the k-th
+          std::size_t v = 0;
+          while (k >= per[v].size()) ++v;
+          return detail::mesh_error(errc::collective_mismatch, mp, mp.comms[static_cast<std::size_t>(c)].members[v],
+                                    per[v][k], "a collective that another member of its communicator never issues");
+        }
+        const mesh_op &a = mp.ops[static_cast<std::size_t>(per[0][k])],
+                      &x = mp.ops[static_cast<std::size_t>(per[u][k])];
+        if (a.code != x.code || a.stage != x.stage || a.tie != x.tie)
+          return detail::mesh_error(errc::collective_mismatch, mp, mp.comms[static_cast<std::size_t>(c)].members[u],
+                                    per[u][k],
+                                    "members of a communicator issue different collectives at one position (each "
+                                    "must issue the same sequence on it)");
+      }
+  }
+  // progress: run every (rank, stream) lane as far as it can
+  const int lanes = G * mesh_stream_count;
+  std::vector<std::vector<int>> lane(static_cast<std::size_t>(lanes));
+  for (int i = 0; i < N; ++i)
+    lane[static_cast<std::size_t>(rank_of[static_cast<std::size_t>(i)] * mesh_stream_count +
+                                  mp.ops[static_cast<std::size_t>(i)].stream)]
+        .push_back(i);
+  std::vector<std::size_t> pc(static_cast<std::size_t>(lanes), 0);
+  std::vector<char> done(static_cast<std::size_t>(N), 0), reached(static_cast<std::size_t>(N), 0);
+  // what holds op i back: an op that must complete (or be reached, for rendezvous), or −1 when none
+  auto blocker = [&](int i) -> int {
+    const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
+    const int w = waits_on[static_cast<std::size_t>(i)];
+    if (w >= 0 && !done[static_cast<std::size_t>(w)]) return w;
+    if (o.code == mesh_op_code::group || o.code == mesh_op_code::send || o.code == mesh_op_code::recv) {
+      const int g0 = group_of[static_cast<std::size_t>(i)], e = group_end[static_cast<std::size_t>(i)];
+      reached[static_cast<std::size_t>(g0)] = 1;
+      for (int j = g0; j <= e; ++j) {
+        const mesh_op& t = mp.ops[static_cast<std::size_t>(j)];
+        if (t.code != mesh_op_code::send && t.code != mesh_op_code::recv) continue;
+        const int q = partner[static_cast<std::size_t>(j)];
+        if (!reached[static_cast<std::size_t>(group_of[static_cast<std::size_t>(q)])]) return q;
+      }
+      return -1;
+    }
+    if (is_collective(o.code)) {
+      reached[static_cast<std::size_t>(i)] = 1;
+      for (const std::vector<int>& q : colls[static_cast<std::size_t>(o.comm)]) {
+        const int peer_op = q[static_cast<std::size_t>(coll_pos[static_cast<std::size_t>(i)])];
+        if (!reached[static_cast<std::size_t>(peer_op)]) return peer_op;
+      }
+    }
+    return -1;
+  };
+  int remaining = N;
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int l = 0; l < lanes; ++l) {
+      std::vector<int>& q = lane[static_cast<std::size_t>(l)];
+      while (pc[static_cast<std::size_t>(l)] < q.size()) {
+        const int i = q[pc[static_cast<std::size_t>(l)]];
+        if (blocker(i) >= 0) break;
+        const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
+        const int n = o.code == mesh_op_code::group || o.code == mesh_op_code::send || o.code == mesh_op_code::recv
+                          ? group_end[static_cast<std::size_t>(i)] - group_of[static_cast<std::size_t>(i)] + 1
+                          : 1;
+        for (int j = 0; j < n; ++j) done[static_cast<std::size_t>(i + j)] = 1;
+        pc[static_cast<std::size_t>(l)] += static_cast<std::size_t>(n);
+        remaining -= n;
+        progressed = true;
+      }
+    }
+    if (progressed) continue;
+    // stalled: follow who-waits-for-whom from the first stopped lane until a lane repeats
+    auto head = [&](int l) { return lane[static_cast<std::size_t>(l)][pc[static_cast<std::size_t>(l)]]; };
+    auto lane_of = [&](int i) {
+      return rank_of[static_cast<std::size_t>(i)] * mesh_stream_count + mp.ops[static_cast<std::size_t>(i)].stream;
+    };
+    int l = 0;
+    while (pc[static_cast<std::size_t>(l)] >= lane[static_cast<std::size_t>(l)].size()) ++l;
+    std::vector<int> seen(static_cast<std::size_t>(lanes), -1), path;
+    while (seen[static_cast<std::size_t>(l)] < 0) {
+      seen[static_cast<std::size_t>(l)] = static_cast<int>(path.size());
+      path.push_back(l);
+      l = lane_of(blocker(head(l)));
+    }
+    verdict v = detail::mesh_error(errc::nccl_deadlock, mp, l / mesh_stream_count, head(l),
+                                   "this op can never complete: ranks and streams wait on each other in a cycle "
+                                   "across their communicators");
+    for (std::size_t k = static_cast<std::size_t>(seen[static_cast<std::size_t>(l)]); k < path.size(); ++k) {
+      const int at = head(path[k]), needs = blocker(at);
+      if (v.cycle_length < max_cycle)
+        v.cycle[v.cycle_length] =
+            detail::mesh_link(mp, path[k] / mesh_stream_count, at, needs, rank_of[static_cast<std::size_t>(needs)]);
+      ++v.cycle_length;
+    }
+    return v;
+  }
+  return {};
+}
+
+}  // namespace pipetype

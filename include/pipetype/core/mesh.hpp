@@ -1,0 +1,74 @@
+// pipetype/core/mesh.hpp — pp × dp ranks: a pipeline replicated for data parallelism.
+//
+// A mesh runs `dp` replicas of one pipeline plan of `pp` ranks. Every replica runs the same
+// per-rank programs on its own microbatches; pipeline rank r of every replica holds the same
+// stages, so the replicas of r form r's data-parallel group (the ranks that reduce r's gradients
+// and, sharded, gather its parameters). A global rank g is a (pipeline rank r, replica d) pair,
+// numbered one of two ways:
+//   dp_inner (the default)  g = r · dp + d   a pipeline rank's replicas are consecutive (the
+//                                            order Megatron-LM and torchtitan use: DP inside PP,
+//                                            so a DP group's all-reduce stays within a node)
+//   pp_inner                g = d · pp + r   a replica's pipeline ranks are consecutive
+//
+//   constexpr pipetype::mesh m{.pp = 4, .dp = 2};                 // 8 ranks, DP inside
+//   static_assert(m.global(1, 1) == 3 && m.replica(3) == 1);
+//   using M = pipetype::mesh_t<4, 2, pipetype::mesh_order::pp_inner>;   // the same as a type
+//
+// check_mesh(m, world) is the one sentence for a mesh that is empty, too large, or not the
+// world it is meant to cover.
+#pragma once
+
+#include <cstdint>
+
+#include "pipetype/core/sizes.hpp"
+#include "pipetype/core/verdict.hpp"
+
+namespace pipetype {
+
+/// How a mesh numbers its global ranks (see the top of this file).
+enum class mesh_order : std::uint8_t { dp_inner, pp_inner };
+
+struct mesh {
+  int pp = 1;  // pipeline ranks per replica
+  int dp = 1;  // replicas
+  mesh_order order = mesh_order::dp_inner;
+
+  constexpr int size() const noexcept { return pp * dp; }
+  /// The global rank of pipeline rank r in replica d.
+  constexpr int global(int r, int d) const noexcept { return order == mesh_order::dp_inner ? r * dp + d : d * pp + r; }
+  /// The pipeline rank of global rank g.
+  constexpr int pipeline_rank(int g) const noexcept { return order == mesh_order::dp_inner ? g / dp : g % pp; }
+  /// The replica of global rank g.
+  constexpr int replica(int g) const noexcept { return order == mesh_order::dp_inner ? g % dp : g / pp; }
+
+  friend constexpr bool operator==(const mesh&, const mesh&) = default;
+};
+
+/// A mesh as a type, for plans that are types.
+template <int PP, int DP, mesh_order Order = mesh_order::dp_inner>
+struct mesh_t {
+  static_assert(PP >= 1 && DP >= 1, "pipetype::mesh_t: a mesh needs at least one pipeline rank and one replica");
+  static_assert(static_cast<long long>(PP) * DP <= limits::ranks,
+                "pipetype::mesh_t: pp × dp is more ranks than pipetype::limits::ranks");
+  static constexpr mesh value{PP, DP, Order};
+};
+
+/// Ok, or why `m` cannot run: a non-positive side, more ranks than pipetype::limits::ranks, or
+/// (world ≥ 0) pp · dp not equal to the world's ranks.
+constexpr verdict check_mesh(const mesh& m, int world = -1) noexcept {
+  verdict v;
+  if (m.pp < 1 || m.dp < 1) {
+    v.code = errc::bad_mesh;
+    v.detail = "a mesh needs at least one pipeline rank (pp) and one replica (dp)";
+  } else if (static_cast<long long>(m.pp) * m.dp > limits::ranks) {
+    v.code = errc::too_large;
+    v.detail = "pp × dp is more ranks than pipetype::limits::ranks";
+  } else if (world >= 0 && m.pp * m.dp != world) {
+    v.code = errc::bad_mesh;
+    v.detail = world % m.pp != 0 ? "the world's ranks are not a multiple of the pipeline's ranks (pp)"
+                                 : "pp × dp is not the world's number of ranks";
+  }
+  return v;
+}
+
+}  // namespace pipetype
