@@ -1,6 +1,7 @@
 // The mesh (core/mesh.hpp), the collectives' passes and checks (compile/collectives.hpp), and the
 // mesh step's lowering and proof (compile/mesh_program.hpp), against an independent oracle.
 #include <pipetype/compile/collectives.hpp>
+#include <pipetype/compile/mesh_costs.hpp>
 #include <pipetype/compile/mesh_program.hpp>
 #include <pipetype/core/mesh.hpp>
 #include <pipetype/pipetype.hpp>
@@ -247,7 +248,8 @@ TEST_CASE("mesh program: every built-in schedule over dp = 2, plain, sharded and
   int proved = 0;
   for (const pt::schedule_info& info : pt::schedule_infos) {
     const std::string name(info.name);
-    for (const auto& [p, m] : {std::pair{2, 4}, std::pair{4, 8}}) {
+    for (const std::pair<int, int>& size : {std::pair{2, 4}, std::pair{4, 8}}) {
+      const int p = size.first, m = size.second;  // (not a structured binding: CAPTURE's lambda reads p)
       if (pt::schedule_error(name, p, m, 0)) continue;
       const pt::runtime_plan plan = plan_of(name, p, m);
       if (!meshable(plan)) continue;
@@ -409,4 +411,51 @@ TEST_CASE("mesh program: a deadlock names its cycle across ranks and communicato
 }
 
 }  // namespace test_mesh_program
+}  // namespace
+
+namespace {  // a second block of this file's names (unity build: still its own namespace)
+namespace test_mesh_costs {
+
+namespace pt = pipetype;
+
+pt::runtime_plan plan_named(const std::string& name, int p, int m) {
+  return pt::build_plan(pt::make_schedule(name, p, m));
+}
+
+TEST_CASE("mesh costs: without collectives a replica's step is the pipeline simulator's, on every rank of the mesh") {
+  for (const char* name : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "looped-bfs", "dualpipe-v"}) {
+    CAPTURE(name);
+    const pt::runtime_plan plan = plan_named(name, 4, 8);
+    REQUIRE(plan.ok());
+    const pt::collective_program none = pt::place_collectives(plan.compute(), {});
+    const pt::costs c{.f = 1, .b = 2};
+    const pt::mesh_timeline t =
+        pt::simulate_mesh(pt::lower_mesh(plan.compute(), plan.lowered(), {.pp = 4, .dp = 2}, none, {.dp = 2}), c, {});
+    CHECK(t.completed);
+    CHECK(t.makespan == doctest::Approx(pt::simulate(plan.compute(), c).makespan()));
+  }
+}
+
+TEST_CASE("mesh costs: a reduction hidden behind compute costs nothing, one at the end shows whole") {
+  const pt::runtime_plan plan = plan_named("1f1b", 4, 8);
+  const pt::program_view p = plan.compute();
+  const pt::dp_options o{.dp = 2};
+  const pt::collective_program c = pt::place_collectives(p, o);
+  const pt::costs cost{.f = 1, .b = 2};
+  // 1F1B: rank 3 (the last stage) finishes its backwards first; rank 0 last. Rank 0's reduction
+  // always shows; with bytes such that one all-reduce takes 5 time units: 2(n−1)/n = 1 at n = 2
+  const pt::mesh_costs d{.param_bytes = {5}, .bandwidth = 1};
+  const double exposed = pt::exposed_dp(p, plan.lowered(), {.pp = 4, .dp = 2}, c, o, cost, d);
+  CHECK(exposed == doctest::Approx(5));
+  // sharded: the gathers before the first forward show too (each stage's all-gather: 2.5)
+  const pt::dp_options s{.dp = 2, .shard = true};
+  const double sharded = pt::exposed_dp(p, plan.lowered(), {.pp = 4, .dp = 2}, pt::place_collectives(p, s), s, cost, d);
+  CHECK(sharded == doctest::Approx(5));  // 2.5 before the first forward, 2.5 for the reduce-scatter at the end
+  // a collective that cannot complete (a member that never arrives): completed = false, not a hang
+  pt::mesh_program mp = pt::lower_mesh(p, plan.lowered(), {.pp = 4, .dp = 2}, c, o);
+  mp.comms[static_cast<std::size_t>(mp.dp_comm(0))].members.push_back(99);
+  CHECK_FALSE(pt::simulate_mesh(mp, cost, d).completed);
+}
+
+}  // namespace test_mesh_costs
 }  // namespace

@@ -317,6 +317,24 @@ inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, co
 
 namespace detail {
 
+/// The group op at i and the transfers right after it (before e) are one NCCL group: marks
+/// group_of (its head) and group_end (its last op) for each.
+inline void mark_group(const mesh_program& mp, int i, int e, std::vector<int>& group_of, std::vector<int>& group_end) {
+  int j = i;
+  while (j + 1 < e && (mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::send ||
+                       mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::recv))
+    ++j;
+  for (int k = i; k <= j; ++k) group_of[static_cast<std::size_t>(k)] = i, group_end[static_cast<std::size_t>(k)] = j;
+}
+
+/// Each (rank, stream) lane's ops in issue order, lane g · mesh_stream_count + stream.
+inline std::vector<std::vector<int>> lanes_of(const mesh_program& mp, const std::vector<int>& rank_of) {
+  std::vector<std::vector<int>> lane(static_cast<std::size_t>(mp.shape.size() * mesh_stream_count));
+  for (std::size_t i = 0; i < mp.ops.size(); ++i)
+    lane[static_cast<std::size_t>(rank_of[i] * mesh_stream_count + mp.ops[i].stream)].push_back(static_cast<int>(i));
+  return lane;
+}
+
 /// An op as a verdict names it: a collective by the action it carries out (PyTorch's names), a
 /// transfer as SEND_F / RECV_B, the others by their op.
 constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
@@ -415,12 +433,7 @@ inline verdict verify_mesh(const mesh_program& mp) {
       if (o.code == mesh_op_code::group) {
         if (o.stream != static_cast<int>(stream_id::comm))
           return detail::mesh_error(errc::nccl_deadlock, mp, g, i, "a group off the communication stream");
-        int j = i;
-        while (j + 1 < e && (mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::send ||
-                             mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::recv))
-          ++j;
-        for (int k = i; k <= j; ++k)
-          group_of[static_cast<std::size_t>(k)] = i, group_end[static_cast<std::size_t>(k)] = j;
+        detail::mark_group(mp, i, e, group_of, group_end);
       } else if (o.code == mesh_op_code::send || o.code == mesh_op_code::recv) {
         if (group_of[static_cast<std::size_t>(i)] < 0)
           group_of[static_cast<std::size_t>(i)] = i, group_end[static_cast<std::size_t>(i)] = i;  // a group of one
@@ -494,11 +507,7 @@ inline verdict verify_mesh(const mesh_program& mp) {
   }
   // progress: run every (rank, stream) lane as far as it can
   const int lanes = G * mesh_stream_count;
-  std::vector<std::vector<int>> lane(static_cast<std::size_t>(lanes));
-  for (int i = 0; i < N; ++i)
-    lane[static_cast<std::size_t>(rank_of[static_cast<std::size_t>(i)] * mesh_stream_count +
-                                  mp.ops[static_cast<std::size_t>(i)].stream)]
-        .push_back(i);
+  const std::vector<std::vector<int>> lane = detail::lanes_of(mp, rank_of);
   std::vector<std::size_t> pc(static_cast<std::size_t>(lanes), 0);
   std::vector<char> done(static_cast<std::size_t>(N), 0), reached(static_cast<std::size_t>(N), 0);
   // what holds op i back: an op that must complete (or be reached, for rendezvous), or −1 when none
@@ -530,7 +539,7 @@ inline verdict verify_mesh(const mesh_program& mp) {
   while (remaining > 0) {
     bool progressed = false;
     for (int l = 0; l < lanes; ++l) {
-      std::vector<int>& q = lane[static_cast<std::size_t>(l)];
+      const std::vector<int>& q = lane[static_cast<std::size_t>(l)];
       while (pc[static_cast<std::size_t>(l)] < q.size()) {
         const int i = q[pc[static_cast<std::size_t>(l)]];
         if (blocker(i) >= 0) break;
