@@ -94,14 +94,14 @@ struct collective_program {
 
 namespace detail {
 
-/// Index of the last action of `stage` on a rank's list that touches its weights (B or W), or of
-/// its last action at all when it has none of those (a forward-only plan has no reduction): −1 when
-/// the stage has no action there.
-inline int last_weight_backward(std::span<const action> acts, int stage) {
-  int last = -1;
+/// Per plan stage (of `stages`), the index in a rank's list of its last action that touches the
+/// stage's weights (B or W); −1 for a stage with none there (not on the rank, or forward-only).
+inline std::vector<int> last_weight_backwards(std::span<const action> acts, int stages) {
+  std::vector<int> last(static_cast<std::size_t>(stages > 0 ? stages : 0), -1);
   for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
     const action& a = acts[static_cast<std::size_t>(i)];
-    if (a.stage == stage && (a.what == kind::B || a.what == kind::W)) last = i;
+    if ((a.what == kind::B || a.what == kind::W) && a.stage >= 0 && a.stage < stages)
+      last[static_cast<std::size_t>(a.stage)] = i;
   }
   return last;
 }
@@ -114,15 +114,47 @@ inline std::vector<int> stages_in_order(std::span<const action> acts) {
   return out;
 }
 
-inline verdict collective_error(errc code, int rank, const collective& c, int index, const char* why) {
+/// errc::collective_misplaced at `rank` (−1: none), naming `stage` and the action `op` (index:
+/// the collective's in the rank's collectives, or a tie group's; −1: none).
+inline verdict misplaced(int rank, int stage, const char* op, int index, const char* why) {
   verdict v;
-  v.code = code;
+  v.code = errc::collective_misplaced;
   v.rank = rank;
-  v.stage = c.stage;
+  v.stage = stage;
   v.index = index;
-  v.op = collective_name(c.what);
+  v.op = op;
   v.detail = why;
   return v;
+}
+
+inline verdict collective_error(int rank, const collective& c, int index, const char* why) {
+  return misplaced(rank, c.stage, collective_name(c.what), index, why);
+}
+
+/// Before each action k of a rank's list, the next `window` distinct stages it runs from k on, in
+/// the order they come (PyTorch's _add_unshard_reshard looks ahead so): one cursor per stage the
+/// rank holds over that stage's positions, so each k costs the rank's stages, not a scan ahead.
+inline std::vector<std::vector<int>> lookahead_windows(std::span<const action> acts, int window) {
+  const std::vector<int> held = stages_in_order(acts);
+  std::vector<std::vector<int>> at(held.size());  // each held stage's positions
+  for (int i = 0; i < static_cast<int>(acts.size()); ++i)
+    at[static_cast<std::size_t>(std::find(held.begin(), held.end(), acts[static_cast<std::size_t>(i)].stage) -
+                                held.begin())]
+        .push_back(i);
+  std::vector<std::size_t> cursor(held.size(), 0);
+  std::vector<std::vector<int>> out(acts.size());
+  std::vector<std::pair<int, int>> next;  // (next position, stage)
+  for (int k = 0; k < static_cast<int>(acts.size()); ++k) {
+    next.clear();
+    for (std::size_t h = 0; h < held.size(); ++h) {
+      while (cursor[h] < at[h].size() && at[h][cursor[h]] < k) ++cursor[h];
+      if (cursor[h] < at[h].size()) next.push_back({at[h][cursor[h]], held[h]});
+    }
+    std::sort(next.begin(), next.end());
+    const std::size_t w = std::min(next.size(), static_cast<std::size_t>(std::max(1, window)));
+    for (std::size_t q = 0; q < w; ++q) out[static_cast<std::size_t>(k)].push_back(next[q].second);
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -142,12 +174,9 @@ inline collective_program place_collectives(program_view p, const dp_options& o)
     // UNSHARD / RESHARD: before action k, the window of the next `window` distinct stages from k
     if (o.shard && o.dp > 1) {
       std::vector<int> active;  // unsharded now, in the order gathered
+      const std::vector<std::vector<int>> windows = detail::lookahead_windows(acts, o.window);
       for (int k = 0; k < n; ++k) {
-        std::vector<int> want;
-        for (int i = k; i < n && static_cast<int>(want.size()) < std::max(1, o.window); ++i) {
-          const int s = acts[static_cast<std::size_t>(i)].stage;
-          if (std::find(want.begin(), want.end(), s) == want.end()) want.push_back(s);
-        }
+        const std::vector<int>& want = windows[static_cast<std::size_t>(k)];
         for (auto it = active.begin(); it != active.end();)
           if (std::find(want.begin(), want.end(), *it) == want.end()) {
             mine.push_back({collective_kind::reshard, *it, -1, k - 1});
@@ -165,11 +194,13 @@ inline collective_program place_collectives(program_view p, const dp_options& o)
     }
     // ties and REDUCE_GRAD: after each stage's last weight backward; a tied stage's reduction
     // waits for the ties of this rank, which all go after the last backward of any tied stage here
+    const std::vector<int> last_wb = detail::last_weight_backwards(acts, p.stages);
+    auto last_of = [&](int s) { return s >= 0 && s < p.stages ? last_wb[static_cast<std::size_t>(s)] : -1; };
     std::vector<int> tied_here;  // the tie groups with a stage on this rank, increasing
     int ties_after = -1;
     for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
       for (const int s : o.ties[static_cast<std::size_t>(t)]) {
-        const int last = detail::last_weight_backward(acts, s);
+        const int last = last_of(s);
         if (last < 0) continue;
         if (tied_here.empty() || tied_here.back() != t) tied_here.push_back(t);
         ties_after = std::max(ties_after, last);
@@ -182,7 +213,7 @@ inline collective_program place_collectives(program_view p, const dp_options& o)
     };
     std::vector<collective> reductions;
     for (const int s : detail::stages_in_order(acts)) {
-      const int last = detail::last_weight_backward(acts, s);
+      const int last = last_of(s);
       if (last < 0 || o.dp <= 1) continue;
       reductions.push_back({collective_kind::reduce_grad, s, -1, tied(s) ? ties_after : last});
     }
@@ -209,29 +240,20 @@ inline collective_program place_collectives(program_view p, const dp_options& o)
 /// file): errc::collective_misplaced naming the rank, the collective and its index in the rank's
 /// collectives.
 inline verdict check_collectives(program_view p, const collective_program& c, const dp_options& o) {
-  if (c.ranks != p.ranks || static_cast<int>(c.begin.size()) != p.ranks + 1) {
-    verdict v;
-    v.code = errc::collective_misplaced;
-    v.detail = "the collectives are not given per rank of the program";
-    return v;
-  }
+  if (c.ranks != p.ranks || static_cast<int>(c.begin.size()) != p.ranks + 1)
+    return detail::misplaced(-1, -1, "", -1, "the collectives are not given per rank of the program");
   for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
     for (const int s : o.ties[static_cast<std::size_t>(t)])
-      if (s < 0 || s >= p.stages) {
-        verdict v;
-        v.code = errc::collective_misplaced;
-        v.stage = s;
-        v.index = t;
-        v.op = "TIE";
-        v.detail = "a tie group names a stage the program does not have";
-        return v;
-      }
+      if (s < 0 || s >= p.stages)
+        return detail::misplaced(-1, s, "TIE", t, "a tie group names a stage the program does not have");
   for (int r = 0; r < p.ranks; ++r) {
     const std::span<const action> acts = p.rank_actions(r);
     const std::span<const collective> ops = c.rank_ops(r);
     const int n = static_cast<int>(acts.size());
     const std::vector<int> stages = detail::stages_in_order(acts);
     auto holds = [&](int s) { return std::find(stages.begin(), stages.end(), s) != stages.end(); };
+    const std::vector<int> last_wb = detail::last_weight_backwards(acts, p.stages);
+    auto last_of = [&](int s) { return s >= 0 && s < p.stages ? last_wb[static_cast<std::size_t>(s)] : -1; };
     std::vector<int> active, reduced, tied_done;
     int prev_after = -1;
     std::size_t next = 0;
@@ -260,47 +282,40 @@ inline verdict check_collectives(program_view p, const collective_program& c, co
         const collective& x = ops[next];
         const int at = static_cast<int>(next);
         if (x.after < prev_after || x.after < -1 || x.after >= n)
-          return detail::collective_error(errc::collective_misplaced, r, x, at,
+          return detail::collective_error(r, x, at,
                                           "collectives out of order (their `after` must not decrease) or after an "
                                           "action the rank does not have");
         prev_after = x.after;
         if (x.what != collective_kind::reduce_tied && !holds(x.stage))
-          return detail::collective_error(errc::collective_misplaced, r, x, at,
-                                          "a collective of a stage the rank does not run");
+          return detail::collective_error(r, x, at, "a collective of a stage the rank does not run");
         switch (x.what) {
           case collective_kind::unshard:
             if (!o.shard)
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
-                                              "an UNSHARD without sharded parameters (dp_options::shard)");
+              return detail::collective_error(r, x, at, "an UNSHARD without sharded parameters (dp_options::shard)");
             if (std::find(active.begin(), active.end(), x.stage) != active.end())
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
-                                              "an UNSHARD of a stage that is unsharded already");
+              return detail::collective_error(r, x, at, "an UNSHARD of a stage that is unsharded already");
             active.push_back(x.stage);
             if (static_cast<int>(active.size()) > std::max(1, o.window))
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
-                                              "more stages unsharded at once than the window allows");
+              return detail::collective_error(r, x, at, "more stages unsharded at once than the window allows");
             break;
           case collective_kind::reshard: {
             const auto it = std::find(active.begin(), active.end(), x.stage);
             if (it == active.end())
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
-                                              "a RESHARD of a stage that is not unsharded");
+              return detail::collective_error(r, x, at, "a RESHARD of a stage that is not unsharded");
             active.erase(it);
             break;
           }
           case collective_kind::reduce_grad: {
             if (std::find(reduced.begin(), reduced.end(), x.stage) != reduced.end())
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
-                                              "a second REDUCE_GRAD of the stage");
-            const int last = detail::last_weight_backward(acts, x.stage);
-            if (x.after < last)
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
+              return detail::collective_error(r, x, at, "a second REDUCE_GRAD of the stage");
+            if (x.after < last_of(x.stage))
+              return detail::collective_error(r, x, at,
                                               "a REDUCE_GRAD before the stage's last weight backward (B or W)");
             for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
               const std::vector<int>& g = o.ties[static_cast<std::size_t>(t)];
               if (std::find(g.begin(), g.end(), x.stage) != g.end() &&
                   std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end())
-                return detail::collective_error(errc::collective_misplaced, r, x, at,
+                return detail::collective_error(r, x, at,
                                                 "a tied stage's REDUCE_GRAD before its tie group's reduction");
             }
             reduced.push_back(x.stage);
@@ -308,20 +323,19 @@ inline verdict check_collectives(program_view p, const collective_program& c, co
           }
           case collective_kind::reduce_tied: {
             if (x.tie < 0 || x.tie >= static_cast<int>(o.ties.size()))
-              return detail::collective_error(errc::collective_misplaced, r, x, at, "a tie group that does not exist");
+              return detail::collective_error(r, x, at, "a tie group that does not exist");
             if (!tied_done.empty() && tied_done.back() >= x.tie)
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
-                                              "tie groups out of their one global order (increasing index)");
+              return detail::collective_error(r, x, at, "tie groups out of their one global order (increasing index)");
             bool mine = false;
             for (const int s : o.ties[static_cast<std::size_t>(x.tie)]) {
               if (!holds(s)) continue;
               mine = true;
-              if (x.after < detail::last_weight_backward(acts, s))
-                return detail::collective_error(errc::collective_misplaced, r, x, at,
+              if (x.after < last_of(s))
+                return detail::collective_error(r, x, at,
                                                 "a tie group's reduction before the last backward of its stage");
             }
             if (!mine)
-              return detail::collective_error(errc::collective_misplaced, r, x, at,
+              return detail::collective_error(r, x, at,
                                               "a tie group's reduction on a rank that holds none of its stages");
             tied_done.push_back(x.tie);
             break;
@@ -330,42 +344,23 @@ inline verdict check_collectives(program_view p, const collective_program& c, co
       }
     }
     if (next < ops.size())
-      return detail::collective_error(errc::collective_misplaced, r, ops[next], static_cast<int>(next),
+      return detail::collective_error(r, ops[next], static_cast<int>(next),
                                       "collectives out of order (their `after` must not decrease) or after an "
                                       "action the rank does not have");
-    if (!active.empty()) {
-      verdict v;
-      v.code = errc::collective_misplaced;
-      v.rank = r;
-      v.stage = active.front();
-      v.op = "UNSHARD";
-      v.detail = "a stage still unsharded at the end of the step (no RESHARD)";
-      return v;
-    }
+    if (!active.empty())
+      return detail::misplaced(r, active.front(), "UNSHARD", -1,
+                               "a stage still unsharded at the end of the step (no RESHARD)");
     if (o.dp > 1)
       for (const int s : stages)
-        if (detail::last_weight_backward(acts, s) >= 0 &&
-            std::find(reduced.begin(), reduced.end(), s) == reduced.end()) {
-          verdict v;
-          v.code = errc::collective_misplaced;
-          v.rank = r;
-          v.stage = s;
-          v.op = "REDUCE_GRAD";
-          v.detail = "a stage with weight backwards and no REDUCE_GRAD: its replicas' gradients would differ";
-          return v;
-        }
+        if (last_of(s) >= 0 && std::find(reduced.begin(), reduced.end(), s) == reduced.end())
+          return detail::misplaced(r, s, "REDUCE_GRAD", -1,
+                                   "a stage with weight backwards and no REDUCE_GRAD: its replicas' gradients would "
+                                   "differ");
     for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
       bool held = false;
-      for (const int s : o.ties[static_cast<std::size_t>(t)]) held = held || detail::last_weight_backward(acts, s) >= 0;
-      if (held && std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end()) {
-        verdict v;
-        v.code = errc::collective_misplaced;
-        v.rank = r;
-        v.index = t;
-        v.op = "TIE";
-        v.detail = "a rank holding a tied stage without its tie group's reduction";
-        return v;
-      }
+      for (const int s : o.ties[static_cast<std::size_t>(t)]) held = held || last_of(s) >= 0;
+      if (held && std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end())
+        return detail::misplaced(r, -1, "TIE", t, "a rank holding a tied stage without its tie group's reduction");
     }
   }
   return {};

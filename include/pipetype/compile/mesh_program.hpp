@@ -198,6 +198,12 @@ inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, co
     const int r = m.pipeline_rank(g), d = m.replica(g);
     const std::span<const lowered_op> ops = l.rank_ops(r);
     const std::span<const action> acts = p.rank_actions(r);
+    std::map<std::tuple<int, int, int>, int> action_at;  // (kind, stage, microbatch) → its index in acts
+    for (int a = 0; a < static_cast<int>(acts.size()); ++a)
+      action_at.emplace(
+          std::tuple{static_cast<int>(acts[static_cast<std::size_t>(a)].what), acts[static_cast<std::size_t>(a)].stage,
+                     acts[static_cast<std::size_t>(a)].microbatch},
+          a);
     const std::span<const collective> coll = c.rank_ops(r);
     int events = l.resources[static_cast<std::size_t>(r)].events;
     std::vector<int> gathered(static_cast<std::size_t>(p.stages), -1);  // a gather's event, until a compute waits
@@ -286,10 +292,8 @@ inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, co
       op.source = i;
       int k = -1;  // the compute action this op runs
       if (x.code == op_code::compute) {
-        for (int a = 0; a < static_cast<int>(acts.size()) && k < 0; ++a)
-          if (acts[static_cast<std::size_t>(a)].what == x.what && acts[static_cast<std::size_t>(a)].stage == x.stage &&
-              acts[static_cast<std::size_t>(a)].microbatch == x.microbatch)
-            k = a;
+        if (const auto it = action_at.find({static_cast<int>(x.what), x.stage, x.microbatch}); it != action_at.end())
+          k = it->second;
         if (x.stage >= 0 && x.stage < p.stages && gathered[static_cast<std::size_t>(x.stage)] >= 0) {
           mine.push_back(
               {mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[static_cast<std::size_t>(x.stage)]});
@@ -325,14 +329,6 @@ inline void mark_group(const mesh_program& mp, int i, int e, std::vector<int>& g
                        mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::recv))
     ++j;
   for (int k = i; k <= j; ++k) group_of[static_cast<std::size_t>(k)] = i, group_end[static_cast<std::size_t>(k)] = j;
-}
-
-/// Each (rank, stream) lane's ops in issue order, lane g · mesh_stream_count + stream.
-inline std::vector<std::vector<int>> lanes_of(const mesh_program& mp, const std::vector<int>& rank_of) {
-  std::vector<std::vector<int>> lane(static_cast<std::size_t>(mp.shape.size() * mesh_stream_count));
-  for (std::size_t i = 0; i < mp.ops.size(); ++i)
-    lane[static_cast<std::size_t>(rank_of[i] * mesh_stream_count + mp.ops[i].stream)].push_back(static_cast<int>(i));
-  return lane;
 }
 
 /// An op as a verdict names it: a collective by the action it carries out (PyTorch's names), a
@@ -389,13 +385,20 @@ inline wait_link mesh_link(const mesh_program& mp, int g, int at, int needs, int
   return w;
 }
 
-}  // namespace detail
+/// What the proof and the timing both read of a mesh program: per op its rank, the op its wait
+/// refers to (the latest record of that event issued before it on the rank), its NCCL group (head
+/// and last op: a lone transfer is a group of one), its transfer's partner (FIFO per communicator
+/// and direction), its position among its rank's collectives on its communicator; per
+/// communicator and member those collectives; per (rank, stream) lane its ops in issue order.
+struct mesh_index {
+  std::vector<int> rank_of, waits_on, group_of, group_end, partner, coll_pos;
+  std::vector<std::vector<std::vector<int>>> colls;  // [communicator][member, in members' order]
+  std::vector<std::vector<int>> lanes;               // [g · mesh_stream_count + stream]
+};
 
-/// Ok when every op of `mp` completes under NCCL's semantics (the top of this file), or the
-/// first reason it cannot: a malformed op (`index_out_of_range`, `event_misuse`), a transfer
-/// whose ends disagree (`transfer_mismatch`), members of a communicator issuing different
-/// collectives (`collective_mismatch`), or a wait-for cycle (`nccl_deadlock`, with the cycle).
-inline verdict verify_mesh(const mesh_program& mp) {
+/// Builds `x`, checking every rule but progress on the way (verify_mesh's list): the first op that
+/// breaks one, as its verdict.
+inline verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   const int G = mp.shape.size(), N = static_cast<int>(mp.ops.size()), C = static_cast<int>(mp.comms.size());
   if (static_cast<int>(mp.begin.size()) != G + 1 || static_cast<int>(mp.events.size()) != G) {
     verdict v;
@@ -407,54 +410,56 @@ inline verdict verify_mesh(const mesh_program& mp) {
     const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(comm)].members;
     return std::binary_search(ms.begin(), ms.end(), g);
   };
-  std::vector<int> waits_on(static_cast<std::size_t>(N), -1), group_of(static_cast<std::size_t>(N), -1),
-      group_end(static_cast<std::size_t>(N), -1), partner(static_cast<std::size_t>(N), -1),
-      coll_pos(static_cast<std::size_t>(N), -1), rank_of(static_cast<std::size_t>(N), -1);
-  // transfers per (comm, from, to) in issue order; collectives per (comm, member) in issue order
-  std::map<std::tuple<int, int, int>, std::vector<int>> sends, recvs;
-  std::vector<std::vector<std::vector<int>>> colls(static_cast<std::size_t>(C));
+  const auto n = static_cast<std::size_t>(N);
+  x.rank_of.assign(n, -1), x.waits_on.assign(n, -1), x.group_of.assign(n, -1), x.group_end.assign(n, -1);
+  x.partner.assign(n, -1), x.coll_pos.assign(n, -1);
+  x.colls.assign(static_cast<std::size_t>(C), {});
   for (int c = 0; c < C; ++c)
-    colls[static_cast<std::size_t>(c)].resize(mp.comms[static_cast<std::size_t>(c)].members.size());
+    x.colls[static_cast<std::size_t>(c)].resize(mp.comms[static_cast<std::size_t>(c)].members.size());
+  x.lanes.assign(static_cast<std::size_t>(G * mesh_stream_count), {});
+  // transfers per (comm, from, to) in issue order
+  std::map<std::tuple<int, int, int>, std::vector<int>> sends, recvs;
   for (int g = 0; g < G; ++g) {
     const int b = mp.begin[static_cast<std::size_t>(g)], e = mp.begin[static_cast<std::size_t>(g) + 1];
     std::vector<int> last_record(static_cast<std::size_t>(mp.events[static_cast<std::size_t>(g)]), -1);
     auto event_ok = [&](int ev) { return ev >= 0 && ev < static_cast<int>(last_record.size()); };
     for (int i = b; i < e; ++i) {
       const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
-      rank_of[static_cast<std::size_t>(i)] = g;
+      x.rank_of[static_cast<std::size_t>(i)] = g;
       if (o.stream < 0 || o.stream >= mesh_stream_count)
-        return detail::mesh_error(errc::index_out_of_range, mp, g, i, "a stream outside the rank's three");
+        return mesh_error(errc::index_out_of_range, mp, g, i, "a stream outside the rank's three");
+      x.lanes[static_cast<std::size_t>(g * mesh_stream_count + o.stream)].push_back(i);
       const int wait = o.code == mesh_op_code::wait ? o.event : o.wait_event;
       if (wait >= 0 || o.code == mesh_op_code::wait) {
         if (!event_ok(wait) || last_record[static_cast<std::size_t>(wait)] < 0)
-          return detail::mesh_error(errc::event_misuse, mp, g, i, "a wait on an event never recorded before it");
-        waits_on[static_cast<std::size_t>(i)] = last_record[static_cast<std::size_t>(wait)];
+          return mesh_error(errc::event_misuse, mp, g, i, "a wait on an event never recorded before it");
+        x.waits_on[static_cast<std::size_t>(i)] = last_record[static_cast<std::size_t>(wait)];
       }
       if (o.code == mesh_op_code::group) {
         if (o.stream != static_cast<int>(stream_id::comm))
-          return detail::mesh_error(errc::nccl_deadlock, mp, g, i, "a group off the communication stream");
-        detail::mark_group(mp, i, e, group_of, group_end);
+          return mesh_error(errc::nccl_deadlock, mp, g, i, "a group off the communication stream");
+        mark_group(mp, i, e, x.group_of, x.group_end);
       } else if (o.code == mesh_op_code::send || o.code == mesh_op_code::recv) {
-        if (group_of[static_cast<std::size_t>(i)] < 0)
-          group_of[static_cast<std::size_t>(i)] = i, group_end[static_cast<std::size_t>(i)] = i;  // a group of one
+        if (x.group_of[static_cast<std::size_t>(i)] < 0)  // a group of one
+          x.group_of[static_cast<std::size_t>(i)] = i, x.group_end[static_cast<std::size_t>(i)] = i;
         if (o.comm < 0 || o.comm >= C || o.peer < 0 || o.peer >= G || !member(o.comm, g) || !member(o.comm, o.peer))
-          return detail::mesh_error(errc::transfer_mismatch, mp, g, i,
-                                    "rank or peer is not a member of the transfer's communicator");
+          return mesh_error(errc::transfer_mismatch, mp, g, i,
+                            "rank or peer is not a member of the transfer's communicator");
         const bool sending = o.code == mesh_op_code::send;
         (sending ? sends : recvs)[{o.comm, sending ? g : o.peer, sending ? o.peer : g}].push_back(i);
       } else if (is_collective(o.code)) {  // (on any stream: lower_mesh uses the dp stream, NCCL allows any)
         if (o.comm < 0 || o.comm >= C || !member(o.comm, g))
-          return detail::mesh_error(errc::collective_mismatch, mp, g, i,
-                                    "a collective on a communicator the rank is not a member of");
+          return mesh_error(errc::collective_mismatch, mp, g, i,
+                            "a collective on a communicator the rank is not a member of");
         const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(o.comm)].members;
         const auto at = static_cast<std::size_t>(std::lower_bound(ms.begin(), ms.end(), g) - ms.begin());
-        std::vector<int>& mine = colls[static_cast<std::size_t>(o.comm)][at];
-        coll_pos[static_cast<std::size_t>(i)] = static_cast<int>(mine.size());
+        std::vector<int>& mine = x.colls[static_cast<std::size_t>(o.comm)][at];
+        x.coll_pos[static_cast<std::size_t>(i)] = static_cast<int>(mine.size());
         mine.push_back(i);
       }
       const int rec = o.code == mesh_op_code::record ? o.event : o.record_event;
       if (rec >= 0 || o.code == mesh_op_code::record) {
-        if (!event_ok(rec)) return detail::mesh_error(errc::event_misuse, mp, g, i, "an event outside the rank's pool");
+        if (!event_ok(rec)) return mesh_error(errc::event_misuse, mp, g, i, "an event outside the rank's pool");
         last_record[static_cast<std::size_t>(rec)] = i;
       }
     }
@@ -467,24 +472,24 @@ inline verdict verify_mesh(const mesh_program& mp) {
       const int si = s[k], ri = it->second[k];
       const mesh_op &a = mp.ops[static_cast<std::size_t>(si)], &bo = mp.ops[static_cast<std::size_t>(ri)];
       if (a.what != bo.what || a.stage != bo.stage || a.microbatch != bo.microbatch)
-        return detail::mesh_error(errc::transfer_mismatch, mp, rank_of[static_cast<std::size_t>(ri)], ri,
-                                  "the recv matches (FIFO per communicator and peer) a send of other data");
-      partner[static_cast<std::size_t>(si)] = ri, partner[static_cast<std::size_t>(ri)] = si;
+        return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(ri)], ri,
+                          "the recv matches (FIFO per communicator and peer) a send of other data");
+      x.partner[static_cast<std::size_t>(si)] = ri, x.partner[static_cast<std::size_t>(ri)] = si;
     }
     if (s.size() > nr)
-      return detail::mesh_error(errc::transfer_mismatch, mp, rank_of[static_cast<std::size_t>(s[nr])], s[nr],
-                                "a send with no matching recv");
+      return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(s[nr])], s[nr],
+                        "a send with no matching recv");
   }
   for (const auto& [key, rv] : recvs) {
     const auto it = sends.find(key);
     const std::size_t ns = it == sends.end() ? 0 : it->second.size();
     if (rv.size() > ns)
-      return detail::mesh_error(errc::transfer_mismatch, mp, rank_of[static_cast<std::size_t>(rv[ns])], rv[ns],
-                                "a recv with no matching send");
+      return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(rv[ns])], rv[ns],
+                        "a recv with no matching send");
   }
   // collectives: every member issues the same sequence on each communicator
   for (int c = 0; c < C; ++c) {
-    const std::vector<std::vector<int>>& per = colls[static_cast<std::size_t>(c)];
+    const std::vector<std::vector<int>>& per = x.colls[static_cast<std::size_t>(c)];
     if (per.empty()) continue;
     std::size_t most = 0;
     for (const std::vector<int>& q : per) most = std::max(most, q.size());
@@ -493,93 +498,143 @@ inline verdict verify_mesh(const mesh_program& mp) {
         if (k >= per[u].size()) {  // member u stops short: name a member that issues the k-th
           std::size_t v = 0;
           while (k >= per[v].size()) ++v;
-          return detail::mesh_error(errc::collective_mismatch, mp, mp.comms[static_cast<std::size_t>(c)].members[v],
-                                    per[v][k], "a collective that another member of its communicator never issues");
+          return mesh_error(errc::collective_mismatch, mp, mp.comms[static_cast<std::size_t>(c)].members[v], per[v][k],
+                            "a collective that another member of its communicator never issues");
         }
         const mesh_op &a = mp.ops[static_cast<std::size_t>(per[0][k])],
-                      &x = mp.ops[static_cast<std::size_t>(per[u][k])];
-        if (a.code != x.code || a.stage != x.stage || a.tie != x.tie)
-          return detail::mesh_error(errc::collective_mismatch, mp, mp.comms[static_cast<std::size_t>(c)].members[u],
-                                    per[u][k],
-                                    "members of a communicator issue different collectives at one position (each "
-                                    "must issue the same sequence on it)");
+                      &o = mp.ops[static_cast<std::size_t>(per[u][k])];
+        if (a.code != o.code || a.stage != o.stage || a.tie != o.tie)
+          return mesh_error(errc::collective_mismatch, mp, mp.comms[static_cast<std::size_t>(c)].members[u], per[u][k],
+                            "members of a communicator issue different collectives at one position (each must "
+                            "issue the same sequence on it)");
       }
   }
-  // progress: run every (rank, stream) lane as far as it can
-  const int lanes = G * mesh_stream_count;
-  const std::vector<std::vector<int>> lane = detail::lanes_of(mp, rank_of);
-  std::vector<std::size_t> pc(static_cast<std::size_t>(lanes), 0);
-  std::vector<char> done(static_cast<std::size_t>(N), 0), reached(static_cast<std::size_t>(N), 0);
-  // what holds op i back: an op that must complete (or be reached, for rendezvous), or −1 when none
-  auto blocker = [&](int i) -> int {
-    const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
-    const int w = waits_on[static_cast<std::size_t>(i)];
-    if (w >= 0 && !done[static_cast<std::size_t>(w)]) return w;
-    if (o.code == mesh_op_code::group || o.code == mesh_op_code::send || o.code == mesh_op_code::recv) {
-      const int g0 = group_of[static_cast<std::size_t>(i)], e = group_end[static_cast<std::size_t>(i)];
-      reached[static_cast<std::size_t>(g0)] = 1;
-      for (int j = g0; j <= e; ++j) {
-        const mesh_op& t = mp.ops[static_cast<std::size_t>(j)];
-        if (t.code != mesh_op_code::send && t.code != mesh_op_code::recv) continue;
-        const int q = partner[static_cast<std::size_t>(j)];
-        if (!reached[static_cast<std::size_t>(group_of[static_cast<std::size_t>(q)])]) return q;
-      }
-      return -1;
+  return {};
+}
+
+/// Running a mesh program's lanes: how far each lane is, when each op started and ended, and when
+/// each rendezvous op (a group head, a collective) was reached (−1: not yet).
+struct mesh_run {
+  std::vector<std::size_t> pc;
+  std::vector<double> clock, reach, start, end;
+  std::vector<char> done;
+  double makespan = 0;
+  bool completed = false;
+};
+
+/// What holds op i back: an op that must complete first (its wait's record) or be reached first
+/// (a rendezvous partner: another group's transfer, another member's collective); −1 when none.
+/// Reaching i at time `at` is recorded on the way, as a rendezvous needs.
+inline int mesh_blocker(const mesh_program& mp, const mesh_index& x, mesh_run& run, int i, double at) {
+  const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
+  const int w = x.waits_on[static_cast<std::size_t>(i)];
+  if (w >= 0 && !run.done[static_cast<std::size_t>(w)]) return w;
+  if (o.code == mesh_op_code::group || o.code == mesh_op_code::send || o.code == mesh_op_code::recv) {
+    const int g0 = x.group_of[static_cast<std::size_t>(i)], e = x.group_end[static_cast<std::size_t>(i)];
+    if (run.reach[static_cast<std::size_t>(g0)] < 0) run.reach[static_cast<std::size_t>(g0)] = at;
+    for (int j = g0; j <= e; ++j) {
+      const mesh_op& t = mp.ops[static_cast<std::size_t>(j)];
+      if (t.code != mesh_op_code::send && t.code != mesh_op_code::recv) continue;
+      const int q = x.partner[static_cast<std::size_t>(j)];
+      if (run.reach[static_cast<std::size_t>(x.group_of[static_cast<std::size_t>(q)])] < 0) return q;
     }
-    if (is_collective(o.code)) {
-      reached[static_cast<std::size_t>(i)] = 1;
-      for (const std::vector<int>& q : colls[static_cast<std::size_t>(o.comm)]) {
-        const int peer_op = q[static_cast<std::size_t>(coll_pos[static_cast<std::size_t>(i)])];
-        if (!reached[static_cast<std::size_t>(peer_op)]) return peer_op;
-      }
+  } else if (is_collective(o.code)) {
+    if (run.reach[static_cast<std::size_t>(i)] < 0) run.reach[static_cast<std::size_t>(i)] = at;
+    for (const std::vector<int>& q : x.colls[static_cast<std::size_t>(o.comm)]) {
+      const int peer_op = q[static_cast<std::size_t>(x.coll_pos[static_cast<std::size_t>(i)])];
+      if (run.reach[static_cast<std::size_t>(peer_op)] < 0) return peer_op;
     }
-    return -1;
-  };
-  int remaining = N;
+  }
+  return -1;
+}
+
+/// Runs every lane as far as it can: an op starts when its lane is free, its wait's op has ended
+/// and (a rendezvous) the last of its partners has arrived, and takes duration[i] (a group: its
+/// head's, for the whole group). `run.completed` says whether every op ran.
+inline void run_mesh(const mesh_program& mp, const mesh_index& x, const std::vector<double>& duration, mesh_run& run) {
+  const std::size_t N = mp.ops.size(), L = x.lanes.size();
+  run.pc.assign(L, 0), run.clock.assign(L, 0);
+  run.reach.assign(N, -1), run.start.assign(N, 0), run.end.assign(N, 0), run.done.assign(N, 0);
+  run.makespan = 0;
+  std::size_t remaining = N;
   while (remaining > 0) {
     bool progressed = false;
-    for (int l = 0; l < lanes; ++l) {
-      const std::vector<int>& q = lane[static_cast<std::size_t>(l)];
-      while (pc[static_cast<std::size_t>(l)] < q.size()) {
-        const int i = q[pc[static_cast<std::size_t>(l)]];
-        if (blocker(i) >= 0) break;
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::vector<int>& q = x.lanes[l];
+      while (run.pc[l] < q.size()) {
+        const int i = q[run.pc[l]];
+        const int w = x.waits_on[static_cast<std::size_t>(i)];
+        const double at = std::max(run.clock[l], w >= 0 ? run.end[static_cast<std::size_t>(w)] : 0.0);
+        if (mesh_blocker(mp, x, run, i, at) >= 0) break;
         const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
-        const int n = o.code == mesh_op_code::group || o.code == mesh_op_code::send || o.code == mesh_op_code::recv
-                          ? group_end[static_cast<std::size_t>(i)] - group_of[static_cast<std::size_t>(i)] + 1
-                          : 1;
-        for (int j = 0; j < n; ++j) done[static_cast<std::size_t>(i + j)] = 1;
-        pc[static_cast<std::size_t>(l)] += static_cast<std::size_t>(n);
-        remaining -= n;
+        double begin = at;  // a rendezvous begins when its last partner arrives
+        int n = 1;
+        if (o.code == mesh_op_code::group || o.code == mesh_op_code::send || o.code == mesh_op_code::recv) {
+          const int g0 = x.group_of[static_cast<std::size_t>(i)], e = x.group_end[static_cast<std::size_t>(i)];
+          for (int j = g0; j <= e; ++j)
+            if (const int pj = x.partner[static_cast<std::size_t>(j)]; pj >= 0)
+              begin = std::max(begin, run.reach[static_cast<std::size_t>(x.group_of[static_cast<std::size_t>(pj)])]);
+          n = e - g0 + 1;
+        } else if (is_collective(o.code)) {
+          for (const std::vector<int>& mq : x.colls[static_cast<std::size_t>(o.comm)])
+            begin = std::max(begin, run.reach[static_cast<std::size_t>(
+                                        mq[static_cast<std::size_t>(x.coll_pos[static_cast<std::size_t>(i)])])]);
+        }
+        const double finish = begin + duration[static_cast<std::size_t>(i)];
+        for (int j = 0; j < n; ++j) {
+          const auto k = static_cast<std::size_t>(i + j);
+          run.start[k] = begin, run.end[k] = finish, run.done[k] = 1;
+        }
+        run.clock[l] = finish;
+        run.makespan = std::max(run.makespan, finish);
+        run.pc[l] += static_cast<std::size_t>(n);
+        remaining -= static_cast<std::size_t>(n);
         progressed = true;
       }
     }
-    if (progressed) continue;
-    // stalled: follow who-waits-for-whom from the first stopped lane until a lane repeats
-    auto head = [&](int l) { return lane[static_cast<std::size_t>(l)][pc[static_cast<std::size_t>(l)]]; };
-    auto lane_of = [&](int i) {
-      return rank_of[static_cast<std::size_t>(i)] * mesh_stream_count + mp.ops[static_cast<std::size_t>(i)].stream;
-    };
-    int l = 0;
-    while (pc[static_cast<std::size_t>(l)] >= lane[static_cast<std::size_t>(l)].size()) ++l;
-    std::vector<int> seen(static_cast<std::size_t>(lanes), -1), path;
-    while (seen[static_cast<std::size_t>(l)] < 0) {
-      seen[static_cast<std::size_t>(l)] = static_cast<int>(path.size());
-      path.push_back(l);
-      l = lane_of(blocker(head(l)));
-    }
-    verdict v = detail::mesh_error(errc::nccl_deadlock, mp, l / mesh_stream_count, head(l),
-                                   "this op can never complete: ranks and streams wait on each other in a cycle "
-                                   "across their communicators");
-    for (std::size_t k = static_cast<std::size_t>(seen[static_cast<std::size_t>(l)]); k < path.size(); ++k) {
-      const int at = head(path[k]), needs = blocker(at);
-      if (v.cycle_length < max_cycle)
-        v.cycle[v.cycle_length] =
-            detail::mesh_link(mp, path[k] / mesh_stream_count, at, needs, rank_of[static_cast<std::size_t>(needs)]);
-      ++v.cycle_length;
-    }
-    return v;
+    if (!progressed) return;
   }
-  return {};
+  run.completed = true;
+}
+
+}  // namespace detail
+
+/// Ok when every op of `mp` completes under NCCL's semantics (the top of this file), or the
+/// first reason it cannot: a malformed op (`index_out_of_range`, `event_misuse`), a transfer
+/// whose ends disagree (`transfer_mismatch`), members of a communicator issuing different
+/// collectives (`collective_mismatch`), or a wait-for cycle (`nccl_deadlock`, with the cycle).
+inline verdict verify_mesh(const mesh_program& mp) {
+  detail::mesh_index x;
+  if (verdict v = detail::index_mesh(mp, x); !v.ok()) return v;
+  detail::mesh_run run;
+  detail::run_mesh(mp, x, std::vector<double>(mp.ops.size(), 0.0), run);
+  if (run.completed) return {};
+  // stalled: follow who-waits-for-whom from the first stopped lane until a lane repeats
+  const int lanes = static_cast<int>(x.lanes.size());
+  auto head = [&](int l) { return x.lanes[static_cast<std::size_t>(l)][run.pc[static_cast<std::size_t>(l)]]; };
+  auto blocker = [&](int i) { return detail::mesh_blocker(mp, x, run, i, 0); };
+  auto lane_of = [&](int i) {
+    return x.rank_of[static_cast<std::size_t>(i)] * mesh_stream_count + mp.ops[static_cast<std::size_t>(i)].stream;
+  };
+  int l = 0;
+  while (run.pc[static_cast<std::size_t>(l)] >= x.lanes[static_cast<std::size_t>(l)].size()) ++l;
+  std::vector<int> seen(static_cast<std::size_t>(lanes), -1), path;
+  while (seen[static_cast<std::size_t>(l)] < 0) {
+    seen[static_cast<std::size_t>(l)] = static_cast<int>(path.size());
+    path.push_back(l);
+    l = lane_of(blocker(head(l)));
+  }
+  verdict v = detail::mesh_error(errc::nccl_deadlock, mp, l / mesh_stream_count, head(l),
+                                 "this op can never complete: ranks and streams wait on each other in a cycle "
+                                 "across their communicators");
+  for (std::size_t k = static_cast<std::size_t>(seen[static_cast<std::size_t>(l)]); k < path.size(); ++k) {
+    const int at = head(path[k]), needs = blocker(at);
+    if (v.cycle_length < max_cycle)
+      v.cycle[v.cycle_length] =
+          detail::mesh_link(mp, path[k] / mesh_stream_count, at, needs, x.rank_of[static_cast<std::size_t>(needs)]);
+    ++v.cycle_length;
+  }
+  return v;
 }
 
 }  // namespace pipetype
