@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,14 @@ struct bound_op;
 struct step_feed;
 using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
+/// A stage's array as bytes (weight_gradients(), parameters(), tied_gradients(tie)).
+using bytes_fn = std::span<std::byte> (*)(void* stage, int tie);
+/// Sums n arrays of the stage's weight-gradient type elementwise over [begin, end), in the order
+/// given; writes the sum to parts [keep_begin, keep_end) and zero to the others.
+using reduce_fn = void (*)(std::byte* const* parts, int n, std::size_t begin, std::size_t end, int keep_begin,
+                           int keep_end);
+/// Fills [begin, end) of an array of the stage's parameter type with NaN (a floating type; no-op else).
+using poison_fn = void (*)(std::byte* array, std::size_t begin, std::size_t end);
 
 /// Where one tensor of the step's batch lies: microbatch j at `base + j · stride`.
 struct feed_tensor {
@@ -73,6 +82,13 @@ struct stage_entry {
   edge_shape in, out;                // its input's and output's bytes per microbatch (a tensor, or a set)
   edge_shape target;                 // a sink's targets per microbatch (no tensors: none declared)
   std::vector<edge_shape> in_edges;  // per-edge inputs (per_edge<...>): one shape per incoming edge; else empty
+  // data parallelism (exec/mesh_binding.hpp); nullptr where the stage lacks the member
+  bytes_fn weight_grads_of = nullptr;  // weight_gradients()
+  bytes_fn params_of = nullptr;        // parameters()
+  bytes_fn tied_of = nullptr;          // tied_gradients(tie)
+  reduce_fn reduce = nullptr;          // over weight_grad's element type
+  poison_fn poison = nullptr;          // over parameters()' element type
+  std::size_t param_size = 0;          // parameters()' element size
   /// The input block over incoming edge k (edge order).
   const edge_shape& in_over(int k) const { return in_edges.empty() ? in : in_edges[static_cast<std::size_t>(k)]; }
   constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
@@ -81,14 +97,15 @@ struct stage_entry {
   constexpr std::size_t stash_bytes() const { return stash_elems * stash_size; }
 };
 
-/// One lowered op with its addresses resolved. `wait` > 0: before the op, the rank's other
-/// stream must have completed `wait` of its ops; `record`: after the op, publish how many of
+/// One lowered op with its addresses resolved. `wait` > 0: before the op, the rank's stream
+/// `wait_on` must have completed `wait` of its ops; `record`: after the op, publish how many of
 /// this stream's ops have completed (`end`). A compute op's sizes are its stage's (`entry`).
 struct bound_op {
   // first cache line: what every op and a forward read
   op_code code = op_code::compute;
   kind what = kind::F;
   bool record = false;
+  std::uint8_t wait_on = 0;  // the stream `wait` counts ops of (a pipeline's: the other one)
   int wait = 0;
   int end = 0;  // position after this op (a group: after its transfers)
   int stage = -1;
@@ -375,6 +392,36 @@ void add_weight_grad(void* s, const std::byte* g, void* stream) {
   }
 }
 
+template <class T>
+std::span<std::byte> as_bytes_span(std::span<T> x) {
+  return {reinterpret_cast<std::byte*>(x.data()), x.size_bytes()};
+}
+template <class S>
+std::span<std::byte> weight_grads_bytes(void* s, int) {
+  return as_bytes_span(std::span<weight_grad_t<S>>(static_cast<S*>(s)->weight_gradients()));
+}
+template <class S>
+std::span<std::byte> params_bytes(void* s, int) {
+  return as_bytes_span(static_cast<S*>(s)->parameters());
+}
+template <class S>
+std::span<std::byte> tied_bytes(void* s, int tie) {
+  return as_bytes_span(std::span<weight_grad_t<S>>(static_cast<S*>(s)->tied_gradients(tie)));
+}
+template <class T>
+void reduce_parts(std::byte* const* parts, int n, std::size_t begin, std::size_t end, int keep_begin, int keep_end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    T v = reinterpret_cast<const T*>(parts[0])[i];
+    for (int k = 1; k < n; ++k) v += reinterpret_cast<const T*>(parts[k])[i];
+    for (int k = 0; k < n; ++k) reinterpret_cast<T*>(parts[k])[i] = k >= keep_begin && k < keep_end ? v : T{};
+  }
+}
+template <class T>
+void poison_range(std::byte* array, std::size_t begin, std::size_t end) {
+  if constexpr (std::is_floating_point_v<T>)
+    for (std::size_t i = begin; i < end; ++i) reinterpret_cast<T*>(array)[i] = std::numeric_limits<T>::quiet_NaN();
+}
+
 // A per-edge-input stage's shape over incoming edge E: its type's static extents, or the stage's
 // input_extent(E, k) for a dynamic one. (One function per edge: clang 14 crashes on a pack
 // expanded through nested lambdas.)
@@ -427,6 +474,18 @@ stage_entry entry_of(S& s) {
     if (s.weight_gradients().size() != e.weight_grad_elems)
       throw shape_error("pipetype: a stage's weight_gradients() has " + std::to_string(s.weight_gradients().size()) +
                         " elements, its weight_grad " + std::to_string(e.weight_grad_elems));
+  }
+  if constexpr (has_weight_grad<S>) {
+    e.weight_grads_of = &weight_grads_bytes<S>;
+    if constexpr (requires(weight_grad_t<S> & a, const weight_grad_t<S>& b) { a += b; })
+      e.reduce = &reduce_parts<weight_grad_t<S>>;
+  }
+  if constexpr (has_tied_gradients<S>) e.tied_of = &tied_bytes<S>;
+  if constexpr (has_parameters<S>) {
+    using P = typename decltype(s.parameters())::element_type;
+    e.params_of = &params_bytes<S>;
+    e.poison = &poison_range<P>;
+    e.param_size = sizeof(P);
   }
   e.in = input_shape(s);
   e.out = output_shape(s);

@@ -22,7 +22,10 @@
 
 namespace pipetype {
 
-enum class op_code : std::uint8_t { compute, send, recv, group };
+/// `collective` appears only in an executor's bound mesh program (exec/mesh_binding.hpp): a
+/// data-parallel stream's collective, release, or an event's record or wait; a lowered
+/// pipeline program never holds one.
+enum class op_code : std::uint8_t { compute, send, recv, group, collective };
 
 /// Streams of one rank. The compute stream runs the user's stage code; the communication
 /// stream runs the NCCL groups. Events order one after the other where data or a buffer is shared.

@@ -18,8 +18,8 @@
 //
 // Communicators (mesh_comm): each replica's copy of every pipeline communicator (its two ranks
 // mapped into the replica), one per DP group (pipeline rank r's replicas), and one per tie group
-// and replica that spans two ranks or more (a tie group within one rank needs none: its sum is
-// local).
+// and replica that spans two ranks or more. A tie group within one rank needs none: its sum is a
+// `local_sum` on the dp stream, ordered by events as an all-reduce would be.
 //
 // verify_mesh() proves that the step completes under NCCL's semantics on every communicator at
 // once: every member of a communicator issues the same collectives on it in the same order (the
@@ -59,6 +59,7 @@ enum class mesh_op_code : std::uint8_t {
   reduce_scatter,  // REDUCE_GRAD with sharded parameters
   all_gather,      // UNSHARD
   release,         // RESHARD: the gathered parameters freed (no communication)
+  local_sum,       // a tie group held by one rank: its stages' tied gradients summed there (no communication)
 };
 
 /// The third stream of a mesh rank (after stream_id::compute = 0 and stream_id::comm = 1).
@@ -91,6 +92,8 @@ constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
       return "all-gather";
     case mesh_op_code::release:
       return "release";
+    case mesh_op_code::local_sum:
+      return "local sum";
   }
   return "?";
 }
@@ -235,9 +238,9 @@ inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, co
           case collective_kind::reduce_tied: {
             const std::size_t at =
                 static_cast<std::size_t>(x.tie) * static_cast<std::size_t>(m.dp) + static_cast<std::size_t>(d);
-            if (x.tie < 0 || at >= tie_comm.size() || tie_comm[at] < 0) continue;  // local
+            if (x.tie < 0 || at >= tie_comm.size()) continue;
             after_k();
-            op.code = mesh_op_code::all_reduce;
+            op.code = tie_comm[at] < 0 ? mesh_op_code::local_sum : mesh_op_code::all_reduce;  // one rank: local
             op.comm = tie_comm[at];
             op.tie = x.tie;
             op.stage = -1;
@@ -337,6 +340,8 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
   switch (o.code) {
     case mesh_op_code::all_reduce:
       return o.tie >= 0 ? "TIE" : "REDUCE_GRAD";
+    case mesh_op_code::local_sum:
+      return "TIE";
     case mesh_op_code::reduce_scatter:
       return "REDUCE_GRAD";
     case mesh_op_code::all_gather:

@@ -18,6 +18,7 @@
 // world it is meant to cover.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "pipetype/core/sizes.hpp"
@@ -43,6 +44,21 @@ struct mesh {
 
   friend constexpr bool operator==(const mesh&, const mesh&) = default;
 };
+
+/// Replica d's shard of a sharded tensor of n elements over dp replicas: [begin, end). Shards are
+/// ⌈n / dp⌉ elements (NCCL's reduce-scatter and all-gather move equal counts), the last ones shorter
+/// or empty when dp does not divide n.
+struct shard_range {
+  std::size_t begin = 0, end = 0;
+  constexpr std::size_t size() const noexcept { return end - begin; }
+  friend constexpr bool operator==(const shard_range&, const shard_range&) = default;
+};
+constexpr shard_range shard_of(std::size_t n, int dp, int d) noexcept {
+  const auto parts = static_cast<std::size_t>(dp < 1 ? 1 : dp);
+  const std::size_t chunk = (n + parts - 1) / parts;
+  const std::size_t b = chunk * static_cast<std::size_t>(d < 0 ? 0 : d);
+  return {b < n ? b : n, b + chunk < n ? b + chunk : n};
+}
 
 /// A mesh as a type, for plans that are types.
 template <int PP, int DP, mesh_order Order = mesh_order::dp_inner>

@@ -23,6 +23,7 @@
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/mesh_program.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype {
@@ -56,8 +57,8 @@ using pipetype::stage_entry;
 
 /// One rank's bound program: an op list per stream, and the buffers they point into.
 struct bound_rank {
-  std::vector<bound_op> ops[stream_count];        // by stream: compute, comm
-  std::vector<std::string> labels[stream_count];  // per op: "act 1F3", for error messages
+  std::vector<bound_op> ops[mesh_stream_count];        // by stream: compute, comm (and a mesh's dp)
+  std::vector<std::string> labels[mesh_stream_count];  // per op: "act 1F3", for error messages
   pipetype::detail::aligned_bytes activations, gradients, stashes, weight_grads;
   std::vector<std::byte*> adds;      // held weight gradients to add, per op's [add_begin, +add_count)
   std::vector<std::byte*> lists;     // a stage graph's fan-in and fan-out addresses (bind_compute)
@@ -93,6 +94,63 @@ struct bound_program {
   bool keeps_outputs = false;
   pipetype::detail::aligned_bytes outputs;
 };
+
+}  // namespace host
+
+namespace detail {
+
+/// Appends ops to one rank's stream lists in issue order: resolves each event wait as CUDA does
+/// when the wait is issued (to the position the event's latest record published on its stream),
+/// marks records, and ends each group after its transfers (a record on a group is published
+/// then). The order of units (an op, or a group with its transfers) is kept for walk_in_order on
+/// the pipeline's two streams.
+class op_lists {
+ public:
+  op_lists(host::bound_rank& br, int events) : br_(br), last_(static_cast<std::size_t>(events > 0 ? events : 0) + 1) {}
+
+  void add(bound_op b, int st, std::string label, int wait_event, int record_event) {
+    auto& list = br_.ops[st];
+    if (wait_event >= 0) {
+      const rec& w = last_.at(static_cast<std::size_t>(wait_event));
+      if (w.stream < 0) throw std::invalid_argument("pipetype::host: a wait on an event never recorded");
+      b.wait = w.stream != st ? w.end : 0;  // the same stream is ordered already
+      b.wait_on = static_cast<std::uint8_t>(w.stream);
+    }
+    const bool transfer = b.code == op_code::send || b.code == op_code::recv;
+    if (b.code == op_code::group) {
+      group_open_ = static_cast<int>(list.size());
+      group_event_ = record_event;
+    } else if (!transfer) {
+      group_open_ = -1;  // anything but a transfer ends the group
+    }
+    list.push_back(b);
+    br_.labels[st].push_back(std::move(label));
+    const int end_pos = static_cast<int>(list.size());
+    if (b.code != op_code::group) list.back().end = end_pos;
+    if (group_open_ >= 0) list[static_cast<std::size_t>(group_open_)].end = end_pos;
+    if ((!transfer || group_open_ < 0) && st < stream_count)
+      br_.order.push_back(static_cast<std::uint32_t>(list.size() - 1) * 2 + static_cast<std::uint32_t>(st));
+    if (group_open_ < 0) group_event_ = -1;
+    if (record_event >= 0) {
+      list.back().record = true;
+      last_.at(static_cast<std::size_t>(record_event)) = {st, end_pos};
+    }
+    if (group_open_ >= 0 && group_event_ >= 0) last_[static_cast<std::size_t>(group_event_)].end = end_pos;
+  }
+
+ private:
+  struct rec {
+    int stream = -1, end = 0;
+  };
+  host::bound_rank& br_;
+  std::vector<rec> last_;  // per event: where its latest record published
+  int group_open_ = -1;    // the open group's index in the comm list
+  int group_event_ = -1;   // the event the open group records, if any
+};
+
+}  // namespace detail
+
+namespace host {
 
 /// Binds the lowered program of `v` to the stages in `entries` (one per stage, in chain order).
 inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries, const binding_options& opt = {}) {
@@ -155,18 +213,9 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     for (const pipetype::detail::weight_grad_plan::held& h : wg.later)
       later.push_back({h.stage, h.microbatch, br.weight_grads.data() + wg.offset[static_cast<std::size_t>(h.slot)]});
 
-    // events: the position each record publishes, per event, as CUDA resolves a wait at call time
-    struct rec {
-      int stream = -1, end = 0;
-    };
-    std::vector<rec> last_record(static_cast<std::size_t>(res.events > 0 ? res.events : 0) + 1);
-    int group_open = -1;   // index in the comm list of the open group
-    int group_event = -1;  // the event the open group records, if any
+    pipetype::detail::op_lists lists(br, res.events);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const lowered_op& o = ops[i];
-      const int st = static_cast<int>(o.stream);
-      auto& list = br.ops[st];
-      auto& labels = br.labels[st];
       bound_op b;
       b.code = o.code;
       b.what = o.what;
@@ -174,11 +223,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       b.plan_stage = o.stage;
       b.microbatch = o.microbatch;
       b.index = static_cast<int>(i);
-      if (o.wait_event >= 0) {
-        const rec& w = last_record.at(static_cast<std::size_t>(o.wait_event));
-        if (w.stream < 0) throw std::invalid_argument("pipetype::host: a wait on an event never recorded");
-        b.wait = w.stream != st ? w.end : 0;  // the same stream is ordered already
-      }
+      std::string label;
       if (o.code == op_code::compute) {
         const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
         pipetype::detail::bind_compute(
@@ -194,41 +239,22 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
           b.add_count = static_cast<int>(wg.adds[i].size());
           for (int g : wg.adds[i]) br.adds.push_back(br.weight_grads.data() + wg.offset[static_cast<std::size_t>(g)]);
         }
-        group_open = -1;
-        labels.push_back(pipetype::detail::action_name(o));
+        label = pipetype::detail::action_name(o);
+      } else if (o.code == op_code::group) {
+        label = "group";
       } else {
-        if (o.code == op_code::group) {
-          group_open = static_cast<int>(list.size());
-          labels.emplace_back("group");
-        } else {
-          b.peer = o.peer;
-          b.comm = o.comm;
-          // an activation of F(stage), or the gradient B/I(stage) made for its input (only the
-          // tensors that carry one: zero bytes when none does), sized by its end on this rank
-          const stage_entry& e = E[static_cast<std::size_t>(pipetype::detail::transfer_stage(p, o)) % E.size()];
-          b.edge_input = pipetype::detail::transfer_edge_input(edge_inputs, o);
-          b.bytes = pipetype::detail::full_transfer_bytes(o, e, b.edge_input);
-          b.entry = &e;  // a transfer of varying tensors moves its microbatch's bytes (transfer_bytes)
-          b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
-          labels.push_back(std::string(o.what == kind::F ? "activation " : "gradient ") +
-                           pipetype::detail::action_name(o));
-        }
+        b.peer = o.peer;
+        b.comm = o.comm;
+        // an activation of F(stage), or the gradient B/I(stage) made for its input (only the
+        // tensors that carry one: zero bytes when none does), sized by its end on this rank
+        const stage_entry& e = E[static_cast<std::size_t>(pipetype::detail::transfer_stage(p, o)) % E.size()];
+        b.edge_input = pipetype::detail::transfer_edge_input(edge_inputs, o);
+        b.bytes = pipetype::detail::full_transfer_bytes(o, e, b.edge_input);
+        b.entry = &e;  // a transfer of varying tensors moves its microbatch's bytes (transfer_bytes)
+        b.buf = o.what == kind::F ? act_at(o.slot) : grad_at(o.slot);
+        label = std::string(o.what == kind::F ? "activation " : "gradient ") + pipetype::detail::action_name(o);
       }
-      list.push_back(b);
-      // the op's (or its group's) end position; a record on a group is published after its transfers
-      const int end_pos = static_cast<int>(list.size());
-      if (o.code != op_code::group) list.back().end = end_pos;
-      if (group_open >= 0) list[static_cast<std::size_t>(group_open)].end = end_pos;
-      if (o.code == op_code::compute || o.code == op_code::group || group_open < 0)
-        br.order.push_back(static_cast<std::uint32_t>(list.size() - 1) * 2 + static_cast<std::uint32_t>(st));
-      if (o.code == op_code::group) group_event = o.record_event;
-      if (group_open < 0) group_event = -1;
-      if (o.record_event >= 0) {
-        list.back().record = true;
-        last_record.at(static_cast<std::size_t>(o.record_event)) = {st, end_pos};
-      }
-      // a record on a group is published after the group's last transfer
-      if (group_open >= 0 && group_event >= 0) last_record[static_cast<std::size_t>(group_event)].end = end_pos;
+      lists.add(b, static_cast<int>(o.stream), std::move(label), o.wait_event, o.record_event);
     }
   }
   // later lanes' weight gradients: per model stage, chain by chain, in microbatch order

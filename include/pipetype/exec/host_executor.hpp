@@ -50,6 +50,7 @@
 #include "pipetype/bind/report.hpp"
 #include "pipetype/exec/binding.hpp"
 #include "pipetype/exec/channel.hpp"
+#include "pipetype/exec/mesh_binding.hpp"
 #include "pipetype/exec/rank_threads.hpp"
 #include "pipetype/graph/chain.hpp"
 
@@ -87,8 +88,8 @@ namespace detail {
 
 /// Per rank: how far each stream got (events), and where its threads are (diagnostics).
 struct alignas(64) rank_sync {
-  std::atomic<int> progress[stream_count] = {};  // ops completed, published at records
-  std::atomic<int> computing{-1};                // position of the compute op whose stage call is running
+  std::atomic<int> progress[mesh_stream_count] = {};  // per stream: ops completed, published at records
+  std::atomic<int> computing{-1};                     // position of the compute op whose stage call is running
   std::atomic<int> waiters{0};
   std::mutex m;
   std::condition_variable cv;
@@ -104,14 +105,17 @@ struct null_transport {
 
 class engine {
  public:
-  engine(bound_program prog, const executor_options& opt)
+  /// A pipeline's program, or (with `mesh`) a mesh's: every global rank's lists, and what they
+  /// point into (exec/mesh_binding.hpp).
+  explicit engine(bound_program prog, const executor_options& opt, std::unique_ptr<mesh_state> mesh = nullptr)
       : prog_(std::move(prog)),
         opt_(opt),
+        mesh_(std::move(mesh)),
         sync_(std::make_unique<rank_sync[]>(static_cast<std::size_t>(prog_.ranks))),
         fabric_(prog_.ranks, prog_.comms,
                 pipetype::detail::positive_deadline(opt.deadline, "pipetype::host: executor_options::deadline")) {
     for (int r = 0; r < prog_.ranks; ++r)
-      for (int st = 0; st < stream_count; ++st)
+      for (int st = 0; st < mesh_stream_count; ++st)
         if (!prog_.rank[static_cast<std::size_t>(r)].ops[st].empty()) {
           workers_.push_back({r, st});
           endpoints_.push_back(fabric_.at(r));
@@ -122,21 +126,27 @@ class engine {
   engine& operator=(const engine&) = delete;
 
   const bound_program& program() const noexcept { return prog_; }
+  const mesh_state* mesh() const noexcept { return mesh_.get(); }
   const std::vector<op_time>& trace() const noexcept { return trace_; }
 
   /// One step: every rank's streams on their own (parked) threads, reading the batch through
   /// `feed` (its arrays stay the caller's through the step).
-  void run(const step_feed& feed) {
-    if (dirty_) fabric_.reset();  // a failed step may have left an abort and posted transfers
+  void run(const step_feed& feed) { run(std::span<const step_feed>(&feed, 1)); }
+  /// A mesh's step: replica d's ranks read feeds[d].
+  void run(std::span<const step_feed> feeds) {
+    if (dirty_) {  // a failed step may have left an abort, posted transfers and half-met collectives
+      fabric_.reset();
+      if (mesh_) mesh_->fabric->reset();
+    }
     dirty_ = false;
-    feed_ = feed;
+    feeds_.assign(feeds.begin(), feeds.end());
     aborted_.store(false);
     failures_.clear();
     primary_ = -1;
     stage_exc_ = nullptr;
     for (int r = 0; r < prog_.ranks; ++r) {
       rank_sync& s = sync_[static_cast<std::size_t>(r)];
-      for (int st = 0; st < stream_count; ++st) s.progress[st].store(0, std::memory_order_relaxed);
+      for (int st = 0; st < mesh_stream_count; ++st) s.progress[st].store(0, std::memory_order_relaxed);
       s.computing.store(-1, std::memory_order_relaxed);
     }
     if (opt_.trace) prepare_trace();
@@ -161,24 +171,29 @@ class engine {
     const bound_op* list = br.ops[st].data();
     const bound_op& op = list[i];
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
-    if (op.wait > 0 && s.progress[1 - st].load(std::memory_order_acquire) < op.wait) wait_for(r, 1 - st, op.wait, op);
+    const step_feed& feed = feeds_[static_cast<std::size_t>(replica_of(r))];
+    if (op.wait > 0 && s.progress[op.wait_on].load(std::memory_order_acquire) < op.wait)
+      wait_for(r, st, op.wait_on, op.wait, op);
     if (started) *started = std::chrono::steady_clock::now();  // a traced op starts once its wait is over
     switch (op.code) {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
-        op.fn(op.obj, op, feed_);
+        op.fn(op.obj, op, feed);
         for (int k = 0; k < op.add_count; ++k)
           op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
         s.computing.store(-1, std::memory_order_relaxed);
         break;
       case op_code::group:
         t.group_begin();
-        for (int k = i + 1; k < op.end; ++k) post(t, list[k], br.labels[st][static_cast<std::size_t>(k)], feed_);
+        for (int k = i + 1; k < op.end; ++k) post(t, list[k], br.labels[st][static_cast<std::size_t>(k)], feed);
         t.group_end();
         break;
       case op_code::send:
       case op_code::recv:
-        post(t, op, br.labels[st][static_cast<std::size_t>(i)], feed_);
+        post(t, op, br.labels[st][static_cast<std::size_t>(i)], feed);
+        break;
+      case op_code::collective:  // a mesh's: a collective, a release, or only an event's record or wait
+        if (op.fn) op.fn(op.obj, op, feed);
         break;
     }
     if (op.record) publish(s, st, op.end);
@@ -189,7 +204,7 @@ class engine {
   /// interleaved), with `t` for transfers. For benchmarks and single-rank checks.
   template <class Transport>
   void walk_in_order(int r, Transport& t, const step_feed& feed) {
-    feed_ = feed;
+    feeds_.assign(1, feed);
     const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
     s.progress[0].store(0, std::memory_order_relaxed);
@@ -219,7 +234,7 @@ class engine {
   }
   static constexpr std::chrono::microseconds recheck{100};
 
-  [[gnu::noinline]] void wait_for(int r, int other, int value, const bound_op& op) {
+  [[gnu::noinline]] void wait_for(int r, int st, int other, int value, const bound_op& op) {
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
     // a short yielding spin first: the other stream is often microseconds away, and a blocked
     // thread takes tens of microseconds to wake
@@ -238,13 +253,16 @@ class engine {
     s.waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (aborted_.load()) throw aborted_error("aborted");
     if (!ok)
-      throw timeout_error(
-          "pipetype::host: rank " + std::to_string(r) + ": the " + stream_name(1 - other) + " stream waited " +
-          std::to_string(opt_.deadline.count()) + " ms for the " + stream_name(other) + " stream before " +
-          (op.code == op_code::compute ? to_text(action{op.what, op.plan_stage, op.microbatch, false}) : "a group"));
+      throw timeout_error("pipetype::host: rank " + std::to_string(r) + ": the " + stream_name(st) + " stream waited " +
+                          std::to_string(opt_.deadline.count()) + " ms for the " + stream_name(other) +
+                          " stream before " +
+                          (op.code == op_code::compute ? to_text(action{op.what, op.plan_stage, op.microbatch, false})
+                           : op.code == op_code::group ? std::string("a group")
+                                                       : std::string("its next op")));
   }
 
-  static const char* stream_name(int st) { return st == 0 ? "compute" : "communication"; }
+  static const char* stream_name(int st) { return st == 0 ? "compute" : st == 1 ? "communication" : "data-parallel"; }
+  int replica_of(int r) const noexcept { return mesh_ ? mesh_->replica_of[static_cast<std::size_t>(r)] : 0; }
 
   void thread_main(int k) {
     const int r = workers_[static_cast<std::size_t>(k)].rank, st = workers_[static_cast<std::size_t>(k)].stream;
@@ -257,7 +275,8 @@ class engine {
     const bool compute_stream = st == 0;
     try {
       fabric::endpoint& ep = endpoints_[static_cast<std::size_t>(k)];
-      op_time* trace = opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(2 * r + st)] : nullptr;
+      op_time* trace =
+          opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(mesh_stream_count * r + st)] : nullptr;
       while (i < n) {
         if (aborted_.load(std::memory_order_relaxed)) throw aborted_error("aborted");
         auto start = t0_;
@@ -340,6 +359,7 @@ class engine {
   void abort_all(const std::string& reason) {
     aborted_.store(true);
     fabric_.abort(reason);
+    if (mesh_) mesh_->fabric->abort(reason);
     for (int r = 0; r < prog_.ranks; ++r) {
       rank_sync& s = sync_[static_cast<std::size_t>(r)];
       { std::lock_guard lock(s.m); }
@@ -349,10 +369,10 @@ class engine {
 
   void prepare_trace() {
     trace_.clear();
-    trace_begin_.assign(static_cast<std::size_t>(2 * prog_.ranks) + 1, 0);
+    trace_begin_.assign(static_cast<std::size_t>(mesh_stream_count * prog_.ranks) + 1, 0);
     for (int r = 0; r < prog_.ranks; ++r)
-      for (int st = 0; st < stream_count; ++st) {
-        trace_begin_[static_cast<std::size_t>(2 * r + st)] = trace_.size();
+      for (int st = 0; st < mesh_stream_count; ++st) {
+        trace_begin_[static_cast<std::size_t>(mesh_stream_count * r + st)] = trace_.size();
         for (const bound_op& op : prog_.rank[static_cast<std::size_t>(r)].ops[st]) {
           op_time t;
           t.rank = r;
@@ -372,6 +392,7 @@ class engine {
 
   bound_program prog_;
   executor_options opt_;
+  std::unique_ptr<mesh_state> mesh_;  // a mesh's replicas, collectives and calls (nullptr: a pipeline)
   std::unique_ptr<rank_sync[]> sync_;
   fabric fabric_;
   struct worker {
@@ -380,7 +401,7 @@ class engine {
   std::vector<worker> workers_;              // per rank thread: the stream it walks
   std::vector<fabric::endpoint> endpoints_;  // per rank thread, reused every step
   bool dirty_ = false;                       // the last step failed: reset the fabric first
-  step_feed feed_;
+  std::vector<step_feed> feeds_;             // by replica (a pipeline: one)
   std::atomic<bool> aborted_{false};
   std::mutex fail_mutex_;
   std::vector<failure> failures_;

@@ -83,12 +83,23 @@
 // pipetype adds it into weight_gradients() in microbatch order, holding early ones back when the
 // schedule runs backwards out of order (looped BFS). Either way every schedule gives bitwise the
 // same gradients.
+//
+// Data parallelism (a mesh executor, docs/12_data_parallel.md) reduces what pipetype can see: a
+// stage there hands its weight gradients to pipetype (weight_grad and weight_gradients()), whose
+// REDUCE_GRAD sums over the replicas. Two more optional members serve the rest:
+//   std::span<P> parameters();              FSDP (sharded) gathers them before the stage runs
+//                                           (UNSHARD) and releases the shards a replica does
+//                                           not own after (RESHARD)
+//   std::span<T> tied_gradients(int tie);   a stage in tie group `tie` (dp_options::ties): the
+//                                           part of weight_gradients() that holds the tied
+//                                           parameter's gradient, summed over the group's stages
 #pragma once
 
 #include <concepts>
 #include <cstddef>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include "pipetype/graph/tensors.hpp"
 
@@ -343,6 +354,21 @@ template <class S>
 concept adds_grad_output_on_stream = requires(S& s, detail::view_t<typename S::output, false> into,
                                               grad_output_view_t<S> g, void* stream) {
   s.add_grad_output(into, g, stream);
+};
+
+/// A stage whose parameters pipetype may gather and release (FSDP; see the top of this file).
+template <class S>
+concept has_parameters = requires(S& s) {
+  typename std::remove_cvref_t<decltype(s.parameters())>::element_type;
+}
+&&std::same_as<std::remove_cvref_t<decltype(std::declval<S&>().parameters())>,
+               std::span<typename std::remove_cvref_t<decltype(std::declval<S&>().parameters())>::element_type>> &&
+    !std::is_const_v<typename std::remove_cvref_t<decltype(std::declval<S&>().parameters())>::element_type>;
+
+/// A stage that says which part of its weight gradients a tie group's parameter holds.
+template <class S>
+concept has_tied_gradients = has_weight_grad<S> && requires(S& s, int tie) {
+  { s.tied_gradients(tie) } -> std::convertible_to<std::span<weight_grad_t<S>>>;
 };
 
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.

@@ -290,6 +290,8 @@ inline step_trace trace_of(std::span<const op_time> measured, const trace_option
         ++out.comms[static_cast<std::size_t>(group)].transfers;
         ends.push_back({e.what, e.stage, e.microbatch, e.rank, group, e.code == op_code::send});
         break;
+      case op_code::collective:  // a mesh step's data-parallel stream: not drawn yet (docs/12)
+        break;
     }
   }
   // pair each send with its receive: one transfer per (kind, producing stage, microbatch)

@@ -49,6 +49,9 @@ inline std::string to_text(const lowered_op& o, std::span<const int> slot_lists 
     case op_code::group:
       s += "group (tick " + std::to_string(o.tick) + ")";
       break;
+    case op_code::collective:  // (never lowered: a bound mesh program's)
+      s += "collective";
+      break;
   }
   if (o.record_event >= 0)
     s += o.code == op_code::group ? " [record e" + std::to_string(o.record_event) + " when it ends]"

@@ -1,0 +1,229 @@
+// pipetype/exec/mesh_binding.hpp — a mesh step bound to its replicas' stages, for host threads.
+//
+// bind_mesh() binds each replica's pipeline program to that replica's model (binding.hpp: its
+// buffers, its stages' entry points), then writes every global rank's op lists from the proven
+// mesh program (compile/mesh_program.hpp), one bound op per mesh op: the pipeline's ops as the
+// replica bound them, on the replica's copies of the communicators; on the data-parallel stream
+// each collective as a call into the mesh's `collectives` (collective.hpp), which carries the
+// member's arrays (a stage's weight_gradients(), parameters() or tied_gradients(tie)); a RESHARD
+// as a release on the compute stream; an event's record or wait as an op that does nothing else.
+// Events resolve as in binding.hpp, now over three streams. Nothing is decided here either: the
+// bound ops are the mesh program's, in its order.
+//
+// Refused, with one sentence each (shape_error for the model, std::invalid_argument for the
+// plan): a mesh that is not the plan's (pp) or the options' (dp); a plan with several lanes
+// (DualPipe: not over a mesh yet); collectives check_collectives or verify_mesh reject; a stage
+// whose gradients pipetype cannot see (no weight_grad) when replicas reduce them; a sharded stage
+// without parameters(); a tied stage without tied_gradients(tie), or tied arrays of different sizes.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipetype/bind/layout.hpp"
+#include "pipetype/compile/collectives.hpp"
+#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/core/mesh.hpp"
+#include "pipetype/exec/binding.hpp"
+#include "pipetype/exec/collective.hpp"
+
+namespace pipetype::host {
+
+/// What a bound mesh program keeps beside its op lists: the lists point into it.
+struct mesh_state {
+  mesh shape{};
+  dp_options options{};
+  mesh_program program;                 // the proven program the lists were written from
+  std::vector<bound_program> replicas;  // replica d's pipeline bound to its model (buffers, entries)
+  std::deque<collective_call> calls;    // the data-parallel stream's ops' objects
+  std::unique_ptr<collectives> fabric;
+  std::vector<int> replica_of;  // per global rank
+};
+
+struct mesh_binding_options {
+  binding_options bind{};
+  std::chrono::milliseconds deadline{std::chrono::seconds(30)};
+  bool poison_released = true;  // a release (RESHARD) fills the parameters a replica does not own with NaN
+};
+
+namespace detail {
+
+inline void run_collective_call(void* obj, const bound_op&, const step_feed&) {
+  collective_call& c = *static_cast<collective_call*>(obj);
+  c.fabric->run(c);
+}
+
+/// The stage's array a collective of kind `what` works on, as its bytes and element size.
+inline std::span<std::byte> collective_array(const stage_entry& e, mesh_op_code what, int tie, int stage,
+                                             std::size_t& size) {
+  const std::string at = "pipetype::host: stage " + std::to_string(stage);
+  if (what == mesh_op_code::all_gather || what == mesh_op_code::release) {
+    if (!e.params_of)
+      throw shape_error(at +
+                        " has no parameters() for FSDP (dp_options::shard) to gather and release: give it "
+                        "`std::span<T> parameters()`");
+    size = e.param_size;
+    return e.params_of(e.obj, tie);
+  }
+  if (!e.weight_grads_of || !e.reduce)
+    throw shape_error(at +
+                      " hands no weight gradients to pipetype, so the replicas could not reduce them: declare "
+                      "`using weight_grad = pipetype::tensor<T, N>;` and `std::span<T> weight_gradients();` (a "
+                      "stage without parameters: N = 0 and an empty span)");
+  size = e.weight_grad_size;
+  if (tie < 0) return e.weight_grads_of(e.obj, tie);
+  if (!e.tied_of)
+    throw shape_error(at + " is in tie group " + std::to_string(tie) +
+                      " but has no `std::span<T> tied_gradients(int tie)` saying where the tied gradient is");
+  return e.tied_of(e.obj, tie);
+}
+
+}  // namespace detail
+
+/// Binds the mesh step of plan `v` on mesh `m` with collectives `c` (placed for options `o`) to
+/// each replica's stages (`entries[d]`, one list per replica), filling `st`; returns every global
+/// rank's op lists.
+inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_options& o, const collective_program& c,
+                               std::vector<std::vector<stage_entry>> entries, const mesh_binding_options& opt,
+                               mesh_state& st) {
+  const program_view& p = v.compute;
+  const lowered_view& l = v.lowered;
+  const std::string who = "pipetype::host: ";
+  if (const verdict mv = check_mesh(m); !mv.ok()) throw std::invalid_argument(who + describe(mv));
+  if (m.pp != p.ranks)
+    throw std::invalid_argument(who + "the mesh has " + std::to_string(m.pp) + " pipeline ranks (pp), the plan " +
+                                std::to_string(p.ranks));
+  if (o.dp != m.dp)
+    throw std::invalid_argument(who + "dp_options::dp is " + std::to_string(o.dp) + " but the mesh has " +
+                                std::to_string(m.dp) + " replicas");
+  if (static_cast<int>(entries.size()) != m.dp)
+    throw std::invalid_argument(who + "the mesh has " + std::to_string(m.dp) + " replicas but " +
+                                std::to_string(entries.size()) + " models were given (one per replica)");
+  if (p.lanes > 1)
+    throw std::invalid_argument(who + "a plan of " + std::to_string(p.lanes) +
+                                " lanes (DualPipe) does not run over a mesh yet: each stage lives on two ranks of a "
+                                "replica, whose copies would need a reduction of their own");
+  if (const verdict cv = check_collectives(p, c, o); !cv.ok()) throw std::invalid_argument(who + describe(cv));
+  st.shape = m;
+  st.options = o;
+  st.program = lower_mesh(p, l, m, c, o);
+  if (const verdict pv = verify_mesh(st.program); !pv.ok()) throw std::invalid_argument(who + describe(pv));
+  const mesh_program& mp = st.program;
+
+  st.replicas.clear();
+  for (int d = 0; d < m.dp; ++d)
+    st.replicas.push_back(bind(v, std::move(entries[static_cast<std::size_t>(d)]), opt.bind));
+  std::vector<std::vector<int>> members;
+  for (const mesh_comm& mc : mp.comms)
+    members.push_back(mc.what == mesh_comm_kind::pipeline ? std::vector<int>{} : mc.members);
+  st.fabric = std::make_unique<collectives>(std::move(members), opt.deadline);
+  st.calls.clear();
+  st.replica_of.assign(static_cast<std::size_t>(m.size()), 0);
+
+  bound_program out;
+  out.ranks = m.size();
+  out.stages = p.stages;
+  out.microbatches = p.microbatches;
+  out.comms = static_cast<int>(mp.comms.size());
+  out.sources = st.replicas.front().sources;
+  out.batch_bytes = st.replicas.front().batch_bytes;
+  out.batch = st.replicas.front().batch;
+  out.rank.resize(static_cast<std::size_t>(m.size()));
+  const int L = p.lane_length();
+  for (int g = 0; g < m.size(); ++g) {
+    const int r = m.pipeline_rank(g), d = m.replica(g);
+    st.replica_of[static_cast<std::size_t>(g)] = d;
+    const bound_program& rep = st.replicas[static_cast<std::size_t>(d)];
+    const bound_rank& br = rep.rank[static_cast<std::size_t>(r)];
+    const std::vector<stage_entry>& E = rep.entries;
+    // where each lowered op of the pipeline rank was bound: (stream, position)
+    std::vector<std::pair<int, int>> where(l.rank_ops(r).size(), {-1, -1});
+    for (int s = 0; s < stream_count; ++s)
+      for (std::size_t k = 0; k < br.ops[s].size(); ++k)
+        where.at(static_cast<std::size_t>(br.ops[s][k].index)) = {s, static_cast<int>(k)};
+    bound_rank& nr = out.rank[static_cast<std::size_t>(g)];
+    nr.adds = br.adds;  // the ops' add_begin index these
+    pipetype::detail::op_lists lists(nr, mp.events[static_cast<std::size_t>(g)]);
+    for (const mesh_op& o2 : mp.rank_ops(g)) {
+      bound_op b;
+      std::string label;
+      int wait_event = o2.wait_event, record_event = o2.record_event;
+      if (o2.source >= 0) {  // the pipeline's op, as the replica bound it
+        const auto [s, k] = where.at(static_cast<std::size_t>(o2.source));
+        b = br.ops[s][static_cast<std::size_t>(k)];
+        label = br.labels[s][static_cast<std::size_t>(k)];
+        b.wait = 0;
+        b.record = false;
+        if (b.code == op_code::send || b.code == op_code::recv) {
+          b.comm = o2.comm;
+          b.peer = o2.peer;
+        }
+      } else {
+        b.code = op_code::collective;
+        b.stage = o2.stage >= 0 ? o2.stage % L : -1;
+        b.plan_stage = o2.stage;
+        if (o2.code == mesh_op_code::record || o2.code == mesh_op_code::wait) {
+          (o2.code == mesh_op_code::record ? record_event : wait_event) = o2.event;
+          label = std::string(o2.code == mesh_op_code::record ? "record" : "wait") + " e" + std::to_string(o2.event);
+        } else {
+          collective_call& call = st.calls.emplace_back();
+          call.what = o2.code;
+          call.comm = o2.comm;
+          call.rank = g;
+          call.stage = o2.stage;
+          call.tie = o2.tie;
+          call.fabric = st.fabric.get();
+          if (o2.comm >= 0) {
+            const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(o2.comm)].members;
+            call.members = static_cast<int>(ms.size());
+            call.member = static_cast<int>(std::lower_bound(ms.begin(), ms.end(), g) - ms.begin());
+          } else if (o2.code == mesh_op_code::release) {
+            call.members = m.dp;  // the DP group's shards: replica d owns shard d
+            call.member = d;
+          }
+          // the stages whose arrays it works on: its stage, or the tie group's stages on this rank
+          std::vector<int> stages;
+          if (o2.tie >= 0) {
+            for (const int s : o.ties.at(static_cast<std::size_t>(o2.tie)))
+              if (p.stage_rank[static_cast<std::size_t>(s)] == r) stages.push_back(s);
+            std::sort(stages.begin(), stages.end());
+          } else {
+            stages.push_back(o2.stage);
+          }
+          for (const int s : stages) {
+            const stage_entry& e = E[static_cast<std::size_t>(s % L) % E.size()];
+            std::size_t size = 0;
+            const std::span<std::byte> a = detail::collective_array(e, o2.code, o2.tie, s, size);
+            const std::size_t elems = size ? a.size() / size : 0;
+            if (!call.parts.empty() && elems != call.elems)
+              throw shape_error(who + "tie group " + std::to_string(o2.tie) + "'s tied gradients differ in size: " +
+                                std::to_string(call.elems) + " elements on stage " + std::to_string(stages.front()) +
+                                ", " + std::to_string(elems) + " on stage " + std::to_string(s));
+            call.parts.push_back(a.data());
+            call.elems = elems;
+            call.size = size;
+            call.reduce = e.reduce;
+            if (opt.poison_released) call.poison = e.poison;
+          }
+          const char* name = pipetype::detail::mesh_action_name(o2);
+          call.label = std::string(name) + "(" + std::to_string(o2.tie >= 0 ? o2.tie : o2.stage) + ")" +
+                       (o2.comm >= 0 ? " on communicator " + std::to_string(o2.comm) : std::string());
+          label = call.label;
+          b.fn = &detail::run_collective_call;
+          b.obj = &call;
+        }
+      }
+      lists.add(b, o2.stream, std::move(label), wait_event, record_event);
+    }
+  }
+  return out;
+}
+
+}  // namespace pipetype::host

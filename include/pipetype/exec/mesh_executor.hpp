@@ -1,0 +1,157 @@
+// pipetype/exec/mesh_executor.hpp — a pp × dp mesh step on host threads: pipeline and data
+// parallelism, with every collective where the proof put it.
+// Example, given a, b, global_batch (two models of one chain type, each with its own parameters):
+//   const auto plan = pipetype::build_plan(pipetype::make_schedule("1f1b", 2, 4));
+//   std::vector replicas{&a, &b};                                          // one model per replica
+//   pipetype::host::mesh_executor ex{plan, pipetype::mesh{.pp = 2, .dp = 2}, pipetype::dp_options{.dp = 2}, replicas};
+//   ex.step(global_batch);  // a pipetype::batch of 2 · 4 microbatches: replica d takes [4d, 4d + 4)
+//
+// The executor places the step's collectives (place_collectives, or the caller's), checks them
+// (check_collectives), lowers the mesh (lower_mesh), proves it (verify_mesh) and binds every
+// global rank's ops to its replica's model (mesh_binding.hpp); then each step runs pp · dp ranks
+// of three streams each (compute, communication, data-parallel) on parked threads, as the
+// pipeline executor runs its ranks (host_executor.hpp: same waits, same fabric, same faults).
+//
+// The global batch holds dp · m microbatches; replica d runs microbatches [d·m, (d+1)·m) and the
+// loss scaling is the global batch's (mean(): 1/(dp·m)), so the reduced gradient is the
+// objective's over the whole batch and is scaled once. What each stage's weight_gradients()
+// holds after a step, on every replica (collective.hpp has the arithmetic):
+//   plain   Σ_d (Σ_j g_{d,j}): each replica's microbatches summed in order, then the replicas'
+//           sums added in replica order — bitwise the same on every replica, and bitwise what an
+//           unpipelined run gets that sums the same microbatches in that order;
+//   sharded the same numbers on the shard the replica owns (shard_of(n, dp, d)), 0 elsewhere;
+//           parameters() is gathered before the stage runs and, with poison_released, NaN
+//           outside the owned shard once released (the optimizer updates the owned shard; the
+//           next step's gather brings the rest);
+//   tied    the tie group's stages' tied_gradients(tie) summed (ranks in order, a rank's stages
+//           in order) before the replicas reduce: every copy of a tied parameter gets the same
+//           gradient.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipetype/bind/batch.hpp"
+#include "pipetype/bind/checks.hpp"
+#include "pipetype/exec/host_executor.hpp"
+#include "pipetype/exec/mesh_binding.hpp"
+
+namespace pipetype::host {
+
+struct mesh_options {
+  executor_options exec{};      // deadline, trace, ordered_gradients (keep_outputs: not over a mesh)
+  bool poison_released = true;  // RESHARD fills the parameters a replica does not own with NaN
+};
+
+template <stage_graph Model>
+class mesh_executor {
+ public:
+  /// The collectives placed by place_collectives(plan, o).
+  template <class Plan>
+  mesh_executor(const Plan& plan, const mesh& m, const dp_options& o, std::span<Model* const> replicas,
+                const mesh_options& opt = {})
+      : mesh_executor(plan, m, o, place_collectives(views_of(plan).compute, o), replicas, opt) {}
+
+  /// The caller's collectives `c` (checked with check_collectives, then proven with the rest).
+  template <class Plan>
+  mesh_executor(const Plan& plan, const mesh& m, const dp_options& o, const collective_program& c,
+                std::span<Model* const> replicas, const mesh_options& opt = {}) {
+    static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
+    if (opt.exec.keep_outputs)
+      throw std::invalid_argument(
+          "pipetype::host: mesh_executor keeps no outputs (executor_options::keep_outputs): evaluate with a "
+          "forward-only plan on an executor per replica");
+    const plan_views v = views_of(plan);
+    std::vector<std::vector<stage_entry>> entries;
+    for (std::size_t d = 0; d < replicas.size(); ++d) {
+      if (replicas[d] == nullptr)
+        throw std::invalid_argument("pipetype::host: replica " + std::to_string(d) + " is null");
+      for (std::size_t e = 0; e < d; ++e)
+        if (replicas[e] == replicas[d])
+          throw std::invalid_argument("pipetype::host: replicas " + std::to_string(e) + " and " + std::to_string(d) +
+                                      " are one model; each replica needs its own parameters and gradients");
+      entries.push_back(pipetype::detail::entries_for(v.compute, *replicas[d], "pipetype::host"));
+    }
+    auto st = std::make_unique<mesh_state>();
+    bound_program prog =
+        bind_mesh(v, m, o, c, std::move(entries),
+                  {{opt.exec.ordered_gradients, false},
+                   pipetype::detail::positive_deadline(opt.exec.deadline, "pipetype::host: executor_options::deadline"),
+                   opt.poison_released},
+                  *st);
+    engine_ = std::make_unique<detail::engine>(std::move(prog), opt.exec, std::move(st));
+  }
+
+  /// One step over the global batch `b` (dp · m microbatches of every array; see the top of this
+  /// file). Returns every microbatch's losses, replica by replica (microbatch d·m + j is replica
+  /// d's j). shape_error before anything runs if the batch does not fit; step_error if the step
+  /// failed on some rank (failures() lists how every thread ended).
+  const step_losses& step(const pipetype::batch& b) {
+    const mesh_state& st = state();
+    const bound_program& rep = st.replicas.front();
+    const int m = rep.microbatches, D = st.shape.dp;
+    pipetype::detail::batch_feed whole;
+    whole.take(b, rep.batch, rep.entries, D * m, "pipetype::host");
+    const std::size_t sinks = static_cast<std::size_t>(rep.batch.sinks);
+    feeds_.assign(static_cast<std::size_t>(D), whole);
+    replica_losses_.resize(static_cast<std::size_t>(D));
+    views_.clear();
+    for (int d = 0; d < D; ++d) {
+      pipetype::detail::batch_feed& f = feeds_[static_cast<std::size_t>(d)];
+      const std::size_t skip = static_cast<std::size_t>(d) * static_cast<std::size_t>(m);
+      for (feed_tensor& t : f.inputs) t.base += t.stride * skip;
+      for (feed_tensor& t : f.targets) t.base += t.stride * skip;
+      if (f.max_length > 0)
+        f.lengths.assign(whole.lengths.begin() + static_cast<std::ptrdiff_t>(skip),
+                         whole.lengths.begin() + static_cast<std::ptrdiff_t>(skip) + m);
+      std::vector<float>& l = replica_losses_[static_cast<std::size_t>(d)];
+      l.assign(sinks * static_cast<std::size_t>(m), __builtin_nanf(""));
+      views_.push_back(f.view(l.data(), m));
+    }
+    engine_->run(views_);
+    losses_.sinks = rep.batch.sinks;
+    losses_.microbatches = D * m;
+    losses_.scale = whole.scale;
+    losses_.values.assign(sinks * static_cast<std::size_t>(D * m), 0.0f);
+    for (std::size_t k = 0; k < sinks; ++k)
+      for (int d = 0; d < D; ++d)
+        for (int j = 0; j < m; ++j)
+          losses_.values[k * static_cast<std::size_t>(D * m) + static_cast<std::size_t>(d * m + j)] =
+              replica_losses_[static_cast<std::size_t>(d)]
+                             [k * static_cast<std::size_t>(m) + static_cast<std::size_t>(j)];
+    return losses_;
+  }
+
+  /// The last step's losses (the same step() returned).
+  const step_losses& losses() const noexcept { return losses_; }
+  /// The mesh step the executor runs (for listings, the cost model and the tests).
+  const mesh_program& program() const noexcept { return state().program; }
+  const mesh& shape() const noexcept { return state().shape; }
+  /// How every thread that had not finished ended the last step (empty when it succeeded).
+  const std::vector<failure>& failures() const noexcept { return engine_->failures(); }
+  /// Per op of every global rank, its start and end in the last step (executor_options::trace).
+  const std::vector<op_time>& trace() const noexcept { return engine_->trace(); }
+
+ private:
+  const mesh_state& state() const noexcept { return *engine_->mesh(); }
+
+  std::unique_ptr<detail::engine> engine_;
+  std::vector<pipetype::detail::batch_feed> feeds_;
+  std::vector<step_feed> views_;
+  std::vector<std::vector<float>> replica_losses_;
+  step_losses losses_;
+};
+
+template <class Plan, class Model>
+mesh_executor(const Plan&, const mesh&, const dp_options&, const std::vector<Model*>&, const mesh_options& = {})
+    -> mesh_executor<Model>;
+template <class Plan, class Model>
+mesh_executor(const Plan&, const mesh&, const dp_options&, const collective_program&, const std::vector<Model*>&,
+              const mesh_options& = {}) -> mesh_executor<Model>;
+
+}  // namespace pipetype::host
