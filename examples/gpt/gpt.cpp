@@ -2,6 +2,7 @@
 //
 //   gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
 //       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--eval] [--json] [--dump DIR]
+//       [--dp D] [--fsdp] [--tie-embeddings]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
@@ -17,6 +18,13 @@
 // tests/pytorch/check_gpt_dump.py to check against PyTorch's autograd. --json prints one line:
 // grads_match_reference, max_abs_grad_diff, loss_first, loss_last, the step times (and with --eval
 // eval_loss, eval_matches_reference).
+// --dp D trains D data-parallel replicas of the pipeline (a pp × dp mesh on host threads,
+// docs/12_data_parallel.md): each step draws D·M microbatches, replica d takes [d·M, (d+1)·M), and
+// the gradient reduction runs where the plan placed it. --fsdp shards it (reduce-scatter, the
+// parameters gathered before use and released after); --tie-embeddings ties lm_head.weight to
+// wte.weight, whose gradients one tie-group all-reduce sums. The first step's gradients are then
+// compared with reference_step_dp (each replica's microbatches in order, replicas in order), and
+// --json adds dp, fsdp, tied, replicas_agree and tied_copies_equal.
 #include <pipetype/host.hpp>
 
 #include <algorithm>
@@ -24,9 +32,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,7 +55,8 @@ namespace ph = pipetype::host;
 
 struct args {
   std::string schedule = "1f1b";
-  int ranks = 4, microbatches = 8, chunks = 0, steps = 200;
+  int ranks = 4, microbatches = 8, chunks = 0, steps = 200, dp = 1;
+  bool fsdp = false, tie = false;
   gpt::gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
   std::vector<int> seq_lens;
@@ -56,13 +67,15 @@ struct args {
 constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
-    "           [--json] [--dump DIR] [--corpus DIR]\n"
+    "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--tie-embeddings]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto\n"
     "--seq-lens: the microbatches' sequence lengths, each in [1, T], cycled over the microbatches\n"
     "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"
     "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"
-    "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n";
+    "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"
+    "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"
+    "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n";
 
 constexpr examples::cli cli{"gpt", usage};
 
@@ -71,8 +84,8 @@ args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     cli.help(f);
-    if (f == "--json" || f == "--eval") {
-      (f == "--json" ? a.json : a.eval) = true;
+    if (f == "--json" || f == "--eval" || f == "--fsdp" || f == "--tie-embeddings") {
+      (f == "--json" ? a.json : f == "--eval" ? a.eval : f == "--fsdp" ? a.fsdp : a.tie) = true;
       continue;
     }
     if (i + 1 >= argc) cli.fail(f.rfind("--", 0) == 0 ? f + " needs a value" : "unknown argument '" + f + "'");
@@ -81,6 +94,8 @@ args parse(int argc, char** argv) {
       a.schedule = v;
     else if (f == "--ranks")
       a.ranks = cli.whole(f, v, 1, 64);
+    else if (f == "--dp")
+      a.dp = cli.whole(f, v, 1, 16);
     else if (f == "--microbatches")
       a.microbatches = cli.whole(f, v, 1, 1024);
     else if (f == "--chunks")
@@ -163,10 +178,11 @@ void draw(step_data& d, const gpt::char_corpus& corpus, const args& a, int step)
   const std::size_t slot = gpt::token_capacity(c);
   d.mbs.clear();
   d.lens.clear();
-  d.ids.assign(slot * static_cast<std::size_t>(a.microbatches), 0);
+  const int count = a.microbatches * a.dp;  // every replica's, replica d's after replica d − 1's
+  d.ids.assign(slot * static_cast<std::size_t>(count), 0);
   d.targets.assign(d.ids.size(), 0);
   d.tokens = 0;
-  for (int j = 0; j < a.microbatches; ++j) {
+  for (int j = 0; j < count; ++j) {
     const int t = a.seq_lens.empty() ? c.seq : a.seq_lens[static_cast<std::size_t>(j) % a.seq_lens.size()];
     d.mbs.push_back(
         gpt::draw_microbatch(corpus, c.rows, t, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(j)));
@@ -211,26 +227,73 @@ int main(int argc, char** argv) try {
     cli.fail("--layers " + std::to_string(c.layers) + " cannot fill the plan's " + std::to_string(S) +
              " stages with whole blocks");
 
-  const gpt::model_params<float> initial = gpt::init_model(c, 1234);
-  std::vector<gpt::stage> stages;
-  for (int s = 0; s < S; ++s) stages.emplace_back(c, s, S, initial);
-  pt::uniform_chain<gpt::stage> model(std::move(stages));
-  ph::executor ex{plan, model, {.deadline = std::chrono::seconds(120)}};
+  if (a.tie && S < 2) cli.fail("--tie-embeddings needs at least two stages (the embedding's and the LM head's)");
+  gpt::model_params<float> initial = gpt::init_model(c, 1234);
+  if (a.tie)  // one parameter, two copies: the LM head starts as the token embedding
+    std::copy(gpt::tied_in_embedding(initial.embedding, c).begin(), gpt::tied_in_embedding(initial.embedding, c).end(),
+              gpt::tied_in_head(initial.head, c).begin());
+  // one model per replica, each with its own parameters, gradients and optimizer state
+  std::deque<pt::uniform_chain<gpt::stage>> models;
+  std::vector<pt::uniform_chain<gpt::stage>*> replicas;
+  for (int r = 0; r < a.dp; ++r) {
+    std::vector<gpt::stage> stages;
+    for (int s = 0; s < S; ++s) stages.emplace_back(c, s, S, initial);
+    replicas.push_back(&models.emplace_back(std::move(stages)));
+  }
+  pt::uniform_chain<gpt::stage>& model = models.front();
+  const bool meshed = a.dp > 1 || a.fsdp || a.tie;
+  std::optional<ph::executor<pt::uniform_chain<gpt::stage>>> ex;
+  std::optional<ph::mesh_executor<pt::uniform_chain<gpt::stage>>> mex;
+  const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
+  try {
+    if (meshed) {
+      pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
+      if (a.tie) o.ties = {{0, S - 1}};
+      mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas, ph::mesh_options{.exec = run_options});
+    } else {
+      ex.emplace(plan, model, run_options);
+    }
+  } catch (const std::invalid_argument& e) {
+    cli.fail(e.what());
+  }
 
   if (!a.json)
     std::printf(
-        "gpt: %d layers, %d heads, width %d, vocab %d, seq %d; %s on %d ranks, %d stages, %d microbatches of %d rows\n",
-        c.layers, c.heads, c.width, c.vocab, c.seq, a.schedule.c_str(), plan.compute().ranks, S, m, c.rows);
+        "gpt: %d layers, %d heads, width %d, vocab %d, seq %d; %s on %d ranks, %d stages, %d microbatches of %d "
+        "rows%s\n",
+        c.layers, c.heads, c.width, c.vocab, c.seq, a.schedule.c_str(), plan.compute().ranks, S, m, c.rows,
+        meshed ? (" × " + std::to_string(a.dp) + " replicas" + (a.fsdp ? " (FSDP)" : "") +
+                  (a.tie ? ", tied embeddings" : ""))
+                     .c_str()
+               : "");
+
+  // FSDP: each replica holds its own shard of every stage's gradients (and, once released, of its
+  // parameters); replica 0 takes the others' shards to hold the whole
+  auto gather_shards = [&](bool gradients) {
+    if (!a.fsdp || a.dp < 2) return;
+    for (int s = 0; s < S; ++s) {
+      gpt::stage& to = models.front().stages()[static_cast<std::size_t>(s)];
+      const std::span<float> dst = gradients ? to.weight_gradients() : to.parameters();
+      for (int r = 1; r < a.dp; ++r) {
+        gpt::stage& from = models[static_cast<std::size_t>(r)].stages()[static_cast<std::size_t>(s)];
+        const std::span<float> src = gradients ? from.weight_gradients() : from.parameters();
+        const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
+        std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin),
+                  src.begin() + static_cast<std::ptrdiff_t>(own.end),
+                  dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
+      }
+    }
+  };
 
   step_data d;
   double loss_first = 0, loss_last = 0, max_diff = 0;
-  bool grads_match = false;
+  bool grads_match = false, replicas_agree = true, tied_equal = true;
   std::vector<double> step_ms;
   double reference_ms = 0;
   for (int step = 1; step <= a.steps; ++step) {
     draw(d, corpus, a, step);
     const auto t0 = std::chrono::steady_clock::now();
-    const pt::step_losses& l = ex.step(d.batch);
+    const pt::step_losses& l = meshed ? mex->step(d.batch) : ex->step(d.batch);
     step_ms.push_back(since_ms(t0));
     const double loss = l.objective();
     if (step == 1) {
@@ -238,8 +301,17 @@ int main(int argc, char** argv) try {
       // the same microbatches one after the other, unpipelined, from the same parameters
       gpt::model_params<float> ref_grads;
       const auto r0 = std::chrono::steady_clock::now();
-      gpt::reference_step<float>(c, initial, d.mbs, ref_grads);
+      gpt::reference_step_dp<float>(c, initial, d.mbs, a.dp, a.tie, ref_grads);
       reference_ms = since_ms(r0);
+      if (!a.fsdp)  // every replica holds the whole reduced gradient, bitwise
+        for (int r = 1; r < a.dp; ++r)
+          for (int s = 0; s < S; ++s) {
+            const std::span<float> x =
+                models[static_cast<std::size_t>(r)].stages()[static_cast<std::size_t>(s)].weight_gradients();
+            const std::span<float> y = model.stages()[static_cast<std::size_t>(s)].weight_gradients();
+            replicas_agree = replicas_agree && std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
+          }
+      gather_shards(true);
       gpt::model_params<float> grads = gpt::zero_params<float>(c);
       for (const gpt::stage& s : model.stages()) s.gather(grads, true);
       grads_match = true;
@@ -250,14 +322,20 @@ int main(int argc, char** argv) try {
         for (std::size_t i = 0; i < x.size(); ++i)
           max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
       }
-      if (!a.dump.empty()) gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss);
+      if (!a.dump.empty()) gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, a.tie);
     }
     loss_last = loss;
-    for (gpt::stage& s : model.stages()) s.adam(a.lr, step);
+    for (pt::uniform_chain<gpt::stage>& md : models)
+      for (gpt::stage& s : md.stages()) s.adam(a.lr, step);
     if (!a.json && (step == 1 || step % 10 == 0 || step == a.steps))
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
   }
   const double ms = median(step_ms);
+  gather_shards(false);  // the whole model on replica 0, for --eval and the tied copies
+  if (a.tie) {
+    const std::span<float> x = model.stages().front().tied_parameters(), y = model.stages().back().tied_parameters();
+    tied_equal = std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
+  }
 
   // --eval: held-back text through the schedule's forward-only plan, against the unpipelined forward
   double eval_loss = 0;
@@ -267,7 +345,9 @@ int main(int argc, char** argv) try {
         pt::build_plan(pt::forward_only_of(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks)));
     if (!eval_plan.ok()) cli.fail("the forward-only plan was rejected: " + pt::explain(eval_plan.result));
     ph::executor ev{eval_plan, model, {.deadline = std::chrono::seconds(120)}};
-    draw(d, held, a, 0);
+    args one = a;  // one replica's microbatches
+    one.dp = 1;
+    draw(d, held, one, 0);
     const pt::step_losses& l = ev.step(d.batch);
     eval_loss = l.objective();
     gpt::model_params<float> now = gpt::zero_params<float>(c);
@@ -284,6 +364,10 @@ int main(int argc, char** argv) try {
         "\"step_ms\": %.4f, \"reference_step_ms\": %.4f",
         a.schedule.c_str(), plan.compute().ranks, S, m, c.layers, a.steps, loss_first, loss_last,
         grads_match ? "true" : "false", max_diff, ms, reference_ms);
+    if (meshed)
+      std::printf(", \"dp\": %d, \"fsdp\": %s, \"tied\": %s, \"replicas_agree\": %s, \"tied_copies_equal\": %s", a.dp,
+                  a.fsdp ? "true" : "false", a.tie ? "true" : "false", replicas_agree ? "true" : "false",
+                  tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
     std::printf("}\n");
@@ -293,11 +377,15 @@ int main(int argc, char** argv) try {
                   eval_matches ? "bitwise" : "DIFFERENT from");
     std::printf("first step's gradients %s the unpipelined run's (max |diff| %.3g)\n",
                 grads_match ? "are bitwise" : "DIFFER from", max_diff);
+    if (meshed && !a.fsdp && a.dp > 1)
+      std::printf("every replica's gradients %s\n", replicas_agree ? "are bitwise the same" : "DIFFER");
+    if (a.tie)
+      std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
     std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,
                 reference_ms);
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && eval_matches ? 0 : 1;
+  return grads_match && eval_matches && replicas_agree && tied_equal ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "gpt: %s\n", e.what());
   return 1;

@@ -923,13 +923,15 @@ std::vector<double> reference_forward(const gpt_config& c, const model_params<R>
 
 /// One unpipelined training step's gradients. Runs microbatch j = 0..m−1 one after the other
 /// (embedding, blocks, head forward; head, blocks in reverse, embedding backward), with loss_scale =
-/// 1/(Σ_j rows·t_j) so that the loss is the mean cross-entropy over every token of the step. Each
+/// 1/(Σ_j rows·t_j) so that the loss is the mean cross-entropy over every token of the step (or
+/// 1/scale_tokens: the step is a replica's share of a larger batch). Each
 /// part's per-microbatch weight gradient is written into a temporary and added into `grads`
 /// (zeroed first, resized to the parameters' shapes) in microbatch order. Returns the per-microbatch
 /// loss sums (loss = Σ sums · loss_scale).
 template <class R>
 std::vector<double> reference_step(const gpt_config& c, const model_params<R>& params,
-                                   std::span<const microbatch> batch, model_params<R>& grads) {
+                                   std::span<const microbatch> batch, model_params<R>& grads,
+                                   std::size_t scale_tokens = 0) {
   validate(c);
   const std::size_t L = detail::z(c.layers);
   if (params.blocks.size() != L || params.embedding.size() != embedding_params(c) ||
@@ -940,7 +942,7 @@ std::vector<double> reference_step(const gpt_config& c, const model_params<R>& p
     detail::check_microbatch(c, mb);
     tokens += detail::z(c.rows) * detail::z(mb.t);
   }
-  const R loss_scale = R(1) / R(static_cast<double>(tokens));
+  const R loss_scale = R(1) / R(static_cast<double>(scale_tokens > 0 ? scale_tokens : tokens));
   grads = zero_params<R>(c);
   model_params<R> tmp = zero_params<R>(c);
   detail::runner<R> run(c);
@@ -960,6 +962,50 @@ std::vector<double> reference_step(const gpt_config& c, const model_params<R>& p
     add_into<R>(grads.embedding, tmp.embedding);
     for (std::size_t i = 0; i < L; ++i) add_into<R>(grads.blocks[i], tmp.blocks[i]);
     add_into<R>(grads.head, tmp.head);
+  }
+  return sums;
+}
+
+/// The tied parameter's two copies: wte.weight in the embedding part, lm_head.weight in the head's.
+template <class R>
+std::span<R> tied_in_embedding(std::vector<R>& embedding, const gpt_config& c) {
+  return std::span<R>(embedding).first(detail::z(c.vocab) * detail::z(c.width));
+}
+template <class R>
+std::span<R> tied_in_head(std::vector<R>& head, const gpt_config& c) {
+  return std::span<R>(head).subspan(2 * detail::z(c.width), detail::z(c.vocab) * detail::z(c.width));
+}
+
+/// The unpipelined step of `replicas` data-parallel replicas, as a mesh sums it: replica d's
+/// microbatches are batch[d·m, (d+1)·m), each replica's gradients summed in microbatch order
+/// (reference_step, scaled by the whole batch's tokens); with `tied`, a replica's wte and lm_head
+/// gradients are both set to their sum (wte's first); then the replicas' sums are added in replica
+/// order, from replica 0's. Returns the per-microbatch loss sums of the whole batch.
+template <class R>
+std::vector<double> reference_step_dp(const gpt_config& c, const model_params<R>& params,
+                                      std::span<const microbatch> batch, int replicas, bool tied,
+                                      model_params<R>& grads) {
+  if (replicas < 1 || batch.size() % detail::z(replicas) != 0)
+    throw std::invalid_argument("reference_step_dp: the batch does not split into the replicas");
+  std::size_t tokens = 0;
+  for (const microbatch& mb : batch) tokens += detail::z(c.rows) * detail::z(mb.t);
+  const std::size_t m = batch.size() / detail::z(replicas);
+  std::vector<double> sums;
+  model_params<R> one;
+  for (int d = 0; d < replicas; ++d) {
+    const std::vector<double> s = reference_step<R>(c, params, batch.subspan(detail::z(d) * m, m), one, tokens);
+    sums.insert(sums.end(), s.begin(), s.end());
+    if (tied) {
+      const std::span<R> e = tied_in_embedding(one.embedding, c), h = tied_in_head(one.head, c);
+      for (std::size_t i = 0; i < e.size(); ++i) e[i] = h[i] = e[i] + h[i];
+    }
+    if (d == 0) {
+      grads = one;
+      continue;
+    }
+    add_into<R>(grads.embedding, one.embedding);
+    for (std::size_t i = 0; i < grads.blocks.size(); ++i) add_into<R>(grads.blocks[i], one.blocks[i]);
+    add_into<R>(grads.head, one.head);
   }
   return sums;
 }
@@ -1055,8 +1101,11 @@ inline microbatch draw_microbatch(const char_corpus& corpus, int rows, int t, st
 ///   DIR/batch/input_ids.npy, DIR/batch/targets.npy   int64 [m·rows, T] (microbatch j = rows j·rows…)
 ///   DIR/loss.npy             float32 scalar: the mean cross-entropy over all m·rows·T tokens
 ///   DIR/config.json          n_layer, n_head, n_embd, vocab_size, seq_len, microbatches, rows, tied
+/// With `tied` (the LM head's weight is wte.weight), lm_head.weight is not written: wte.weight's
+/// gradient is then the tied parameter's, the sum of both uses.
 inline void write_dump(const std::filesystem::path& dir, const gpt_config& c, const model_params<float>& params,
-                       std::span<const microbatch> batch, const model_params<float>& grads, double loss) {
+                       std::span<const microbatch> batch, const model_params<float>& grads, double loss,
+                       bool tied = false) {
   validate(c);
   if (batch.empty()) throw std::invalid_argument("write_dump: no microbatch");
   for (const microbatch& mb : batch)
@@ -1067,6 +1116,7 @@ inline void write_dump(const std::filesystem::path& dir, const gpt_config& c, co
   fs::create_directories(dir / "batch");
   for (const model_tensor& mt : model_tensors(c)) {
     const tensor_info& t = mt.tensor;
+    if (tied && t.name == "lm_head.weight") continue;
     const std::vector<float>& p = part_vector(params, mt.part);
     const std::vector<float>& g = part_vector(grads, mt.part);
     npy::write(dir / "weights" / (t.name + ".npy"), std::span<const float>(p).subspan(t.offset, t.size), t.shape);
@@ -1090,7 +1140,7 @@ inline void write_dump(const std::filesystem::path& dir, const gpt_config& c, co
       .add("seq_len", c.seq)
       .add("microbatches", static_cast<int>(batch.size()))
       .add("rows", c.rows)
-      .add("tied", false)
+      .add("tied", tied)
       .write(dir / "config.json");
 }
 

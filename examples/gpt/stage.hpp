@@ -19,6 +19,8 @@
 // head's (layers.hpp's part layouts back to back), and hands pipetype each microbatch's weight
 // gradient in the same layout (weight_grad): pipetype adds them in microbatch order, as the
 // unpipelined reference_step does, so every schedule's gradients are bitwise the reference's.
+// Over a mesh (--dp) it also hands pipetype its parameters (FSDP gathers and releases them) and,
+// with tied embeddings, where wte.weight's or lm_head.weight's gradient lies (tied_gradients).
 // The backward is split (backward_input, backward_weight) so that the zero-bubble schedules run
 // it; everything a microbatch's backward needs, including the gradients I leaves for W, lives in
 // its stash, so DualPipe's two directions may run one stage object at once.
@@ -83,6 +85,13 @@ class stage {
   std::size_t stash_extent() const { return stash_size_; }
   std::size_t weight_grad_extent() const { return params_.size(); }
   std::span<float> weight_gradients() { return grads_; }
+  /// For FSDP (a mesh executor with dp_options::shard): gathered before the stage runs.
+  std::span<float> parameters() { return params_; }
+  /// Tie group 0, the tied embedding (--tie-embeddings): wte.weight's gradient on the first
+  /// stage, lm_head.weight's on the last.
+  std::span<float> tied_gradients(int) { return tied_part(grads_); }
+  /// The tied copy's parameters (wte.weight on the first stage, lm_head.weight on the last).
+  std::span<float> tied_parameters() { return tied_part(params_); }
 
   void forward(const pt::forward_ctx<stage>& c) {
     const auto [hidden, ids] = c.input;
@@ -169,6 +178,11 @@ class stage {
     return (first_ ? embedding_params(c_) : 0) + static_cast<std::size_t>(k) * block_params(c_);
   }
   std::size_t head_offset() const { return block_offset(blocks_); }
+  std::span<float> tied_part(std::vector<float>& v) const {
+    if (first_ == last_) throw std::logic_error("gpt: a tied copy lives on the first or the last of several stages");
+    return std::span<float>(v).subspan(first_ ? 0 : head_offset() + 2 * width(),
+                                       static_cast<std::size_t>(c_.vocab) * width());
+  }
   const float* param(std::size_t at) const { return params_.data() + at; }
   float* act(float* s, int k) const { return s + acts_ + static_cast<std::size_t>(k) * activation_floats(c_); }
   // block k's input: the stage's input for the first block past the embedding, else the stash's copy
