@@ -7,6 +7,7 @@
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
+//                    [--dp D [--fsdp] --param-mb X --dp-gbps B]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -43,6 +44,13 @@
 // is the same code make_plan runs at compile time (build_plan, simulate). --forward-only keeps
 // only the schedule's forwards (forward_only_of: an evaluation or inference plan): no backward is
 // needed, no gradient travels, and an activation lives only until its consumer's F has read it.
+// --dp D runs the plan as D data-parallel replicas (a pp × dp mesh, docs/12_data_parallel.md):
+// each stage's gradient reduction placed after its last backward (--fsdp: reduce-scatter, with the
+// parameters gathered before use and released after), the whole step lowered, proved deadlock-free
+// across every communicator and simulated; --param-mb X is a rank share's parameters in MB (a
+// chunk holds X/v), --dp-gbps B the bus bandwidth in GB/s, and one time unit is 1 ms (as --trace
+// draws it). It reports exposed_dp: how much longer the step is than the same plan without its
+// collectives.
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -52,6 +60,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -95,6 +104,9 @@ struct args {
   pt::layer_layout layout;
   std::vector<pt::stage_edge> edges;  // --edges
   bool forward_only = false;          // --forward-only
+  int dp = 1;                         // --dp
+  bool fsdp = false;                  // --fsdp
+  double param_mb = 0, dp_gbps = 0;   // --param-mb, --dp-gbps
   bool has_layout() const { return !layout_text.empty(); }
 };
 
@@ -105,7 +117,7 @@ constexpr const char* usage =
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
-    "         [--forward-only]\n"
+    "         [--forward-only] [--dp D [--fsdp] --param-mb X --dp-gbps B]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void die(const std::string& msg) {
@@ -170,8 +182,8 @@ args parse(int argc, char** argv) {
       std::cout << "pipetype-explore: look at a pipeline schedule (docs/00_quickstart.md)\n" << usage;
       std::exit(0);
     }
-    if (flag == "--forward-only") {
-      a.forward_only = true;
+    if (flag == "--forward-only" || flag == "--fsdp") {
+      (flag == "--fsdp" ? a.fsdp : a.forward_only) = true;
       continue;
     }
     if (k + 1 >= argc) usage_error("missing value after " + flag);
@@ -240,6 +252,10 @@ args parse(int argc, char** argv) {
       if (!a.layout.ok())
         usage_error("--layout '" + v + "': column " + std::to_string(a.layout.error.column) + ": " +
                     a.layout.error.detail);
+    } else if (flag == "--dp") {
+      a.dp = static_cast<int>(to_number(flag, v, true));
+    } else if (flag == "--param-mb" || flag == "--dp-gbps") {
+      (flag == "--param-mb" ? a.param_mb : a.dp_gbps) = to_number(flag, v, false);
     } else if (flag == "--svg" || flag == "--trace") {
       if (v.empty()) usage_error(flag + " needs a file name");
       (flag == "--svg" ? a.svg : a.trace) = v;
@@ -252,6 +268,14 @@ args parse(int argc, char** argv) {
   // I and W given without B: a full backward is their sum
   if (!a.cost_b_given && a.costs.i >= 0 && a.costs.w >= 0) a.costs.b = a.costs.i + a.costs.w;
   if (a.ranks < 1) usage_error("--ranks must be at least 1");
+  if (a.dp < 1 || 1LL * a.dp * a.ranks > pt::limits::ranks)
+    usage_error("--dp needs at least 1 replica, and --ranks × --dp at most " + std::to_string(pt::limits::ranks) +
+                " ranks (pipetype::limits)");
+  if (a.dp > 1 && !(a.dp_gbps > 0))
+    usage_error("--dp needs --dp-gbps B, the data-parallel bus bandwidth in GB/s (B > 0)");
+  if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0))
+    usage_error("--fsdp, --param-mb and --dp-gbps describe data parallelism: give --dp D (D ≥ 2) too");
+  if (a.dp > 1 && a.forward_only) usage_error("--dp reduces gradients: a --forward-only plan has none");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
   if (a.ranks > pt::limits::ranks || a.microbatches > pt::limits::microbatches || a.chunks > 64)
     usage_error("--ranks is at most " + std::to_string(pt::limits::ranks) + ", --microbatches at most " +
@@ -418,6 +442,45 @@ result evaluate(pt::program prog, const args& a, int chunks) {
   return r;
 }
 
+/// The step of `r` over --dp replicas: its collectives placed, the mesh lowered and proved, and
+/// its makespan with and without them (compile/mesh_costs.hpp).
+struct dp_figures {
+  std::string error;  // why the plan cannot run over the mesh ("" when it can)
+  double makespan = 0, without = 0, exposed = 0;
+  int collectives = 0, communicators = 0;
+};
+dp_figures dp_of(const result& r, const args& a) {
+  dp_figures out;
+  const pt::program_view p = r.plan.compute();
+  if (p.lanes > 1) {
+    out.error = "a plan of " + std::to_string(p.lanes) + " lanes (DualPipe) does not run over a mesh yet";
+    return out;
+  }
+  const pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
+  const pt::mesh m{p.ranks, a.dp};
+  const pt::collective_program c = pt::place_collectives(p, o);
+  if (const pt::verdict v = pt::check_collectives(p, c, o); !v.ok()) return out.error = pt::describe(v), out;
+  const pt::mesh_program mp = pt::lower_mesh(p, r.plan.lowered(), m, c, o);
+  if (const pt::verdict v = pt::verify_mesh(mp); !v.ok()) return out.error = pt::describe(v), out;
+  // a chunk holds 1/v of a rank share's parameters; bytes per time unit (1 ms) from GB/s
+  const pt::mesh_costs d{.param_bytes = {a.param_mb * 1e6 / r.chunks}, .bandwidth = a.dp_gbps * 1e6};
+  const pt::cost_model costs = per_stage(a, p, r.chunks);
+  out.makespan = pt::simulate_mesh(mp, costs, d).makespan;
+  out.exposed = pt::exposed_dp(p, r.plan.lowered(), m, c, o, costs, d);
+  out.without = out.makespan - out.exposed;
+  for (const pt::mesh_op& op : mp.ops) out.collectives += pt::is_collective(op.code);
+  out.communicators = static_cast<int>(mp.comms.size());
+  return out;
+}
+std::string dp_json(const dp_figures& f, const args& a) {
+  std::string out = ", \"dp\": {\"replicas\": " + std::to_string(a.dp) + ", \"fsdp\": " + (a.fsdp ? "true" : "false") +
+                    ", \"param_mb\": " + num(a.param_mb) + ", \"gbps\": " + num(a.dp_gbps);
+  if (!f.error.empty()) return out + ", \"error\": " + json_string(f.error) + "}";
+  return out + ", \"makespan\": " + num(f.makespan) + ", \"makespan_without\": " + num(f.without) +
+         ", \"exposed_dp\": " + num(f.exposed) + ", \"collectives\": " + std::to_string(f.collectives) +
+         ", \"communicators\": " + std::to_string(f.communicators) + "}";
+}
+
 /// The simulated step of `r` as drawable events (activations per rank share, as the report).
 pt::step_trace trace_of(const result& r, const args& a) {
   pt::trace_options o;
@@ -498,7 +561,7 @@ int print_all(const args& a) {
         out += ", \"makespan\": " + num(r.t.makespan()) + ", \"lower_bound\": " + num(r.bound.value()) +
                ", \"gap\": " + num(r.bound.gap(r.t.makespan())) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
                ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) +
-               ", \"peak_activations_max\": " + num(peak_max(r));
+               ", \"peak_activations_max\": " + num(peak_max(r)) + (a.dp > 1 ? dp_json(dp_of(r, a), a) : "");
       else
         out += ", \"error\": " + json_string(pt::describe(r.plan.result)) +
                ", \"fix\": " + json_string(pt::how_to_fix(r.plan.result.code));
@@ -524,8 +587,8 @@ int print_all(const args& a) {
     for (std::size_t k = 0; k < xs->size(); ++k) std::printf("%s%g", k ? "," : " ", (*xs)[k]);
     std::printf("\n");
   }
-  std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s\n", "schedule", "chunks", "stages", "makespan", "gap", "rank span",
-              "bubble", "peak act");
+  std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s%s\n", "schedule", "chunks", "stages", "makespan", "gap",
+              "rank span", "bubble", "peak act", a.dp > 1 ? "  exposed DP" : "");
   bool graph = false;
   for (const auto& [name, r] : rows) {
     graph = graph || r.plan.compute().has_edges();
@@ -533,11 +596,24 @@ int print_all(const args& a) {
       std::printf("%-18s rejected: %s\n", name.c_str(), pt::explain(r.plan.result).c_str());
       continue;
     }
-    std::printf("%-18s %6d %6d %10g %7.1f%% %10g %7.1f%% %10g\n", name.c_str(), r.chunks, r.plan.compute().stages,
+    std::printf("%-18s %6d %6d %10g %7.1f%% %10g %7.1f%% %10g", name.c_str(), r.chunks, r.plan.compute().stages,
                 r.t.makespan(), 100 * r.bound.gap(r.t.makespan()), r.t.max_rank_span(), 100 * r.t.bubble_fraction(),
                 peak_max(r));
+    if (a.dp > 1) {
+      const dp_figures f = dp_of(r, a);
+      if (f.error.empty())
+        std::printf("  %10g", f.exposed);
+      else
+        std::printf("  (no mesh: %s)", f.error.c_str());
+    }
+    std::printf("\n");
   }
   for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
+  if (a.dp > 1)
+    std::printf(
+        "exposed DP: the step over %d replicas%s (%g MB of parameters per rank share at %g GB/s, 1 time unit = 1 ms) "
+        "less the same plan without its collectives\n",
+        a.dp, a.fsdp ? " with FSDP" : "", a.param_mb, a.dp_gbps);
   if (graph) std::printf("(over the --edges graph: verified, lowered and proved deadlock-free over every edge)\n");
   return 0;
 }
@@ -679,6 +755,14 @@ int main(int argc, char** argv) {
 
   const pt::timeline& t = r.t;
   const int P = plan.compute().ranks;
+  std::optional<dp_figures> dp;
+  if (a.dp > 1) {
+    dp = dp_of(r, a);
+    if (!dp->error.empty() && !a.json()) {
+      std::cerr << "pipetype-explore: --dp " << a.dp << ": " << dp->error << "\n";
+      return 2;
+    }
+  }
   const std::vector<double> peaks = peaks_of(a, plan, chunks);
   std::vector<double> busy;
   for (int k = 0; k < P; ++k) busy.push_back(t.busy(k));
@@ -720,7 +804,8 @@ int main(int argc, char** argv) {
               << ", \"events\": "
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.events); })
               << ", \"groups\": "
-              << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}}\n";
+              << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}"
+              << (dp ? dp_json(*dp, a) : std::string()) << "}\n";
     return finish_output();
   }
   std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs per %s F=%g B=%g I=%g W=%g comm=%g)\n\n",
@@ -769,5 +854,12 @@ int main(int argc, char** argv) {
   std::printf(
       "\nlowered: %zu ops on %zu communicator%s (one per stage edge that crosses ranks); proved deadlock-free\n",
       plan.lowered().ops.size(), nc, nc == 1 ? "" : "s");
+  if (dp)
+    std::printf(
+        "\ndata parallel: %d replicas%s, %g MB of parameters per rank share at %g GB/s (1 time unit = 1 ms): %d "
+        "collectives on %d communicators, proved deadlock-free with the transfers; step %g, %g without its "
+        "collectives: exposed_dp %g\n",
+        a.dp, a.fsdp ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators, dp->makespan,
+        dp->without, dp->exposed);
   return finish_output();
 }
