@@ -82,14 +82,15 @@ TEST_CASE("collectives: reduce-scatter keeps each member's shard of the sums, al
   for (int k = 0; k < 3; ++k) {
     const pt::shard_range own = pt::shard_of(n, 3, k);
     for (std::size_t i = 0; i < n; ++i)
-      CHECK(x[static_cast<std::size_t>(k)][i] ==
-            (i >= own.begin && i < own.end ? static_cast<float>(30 + 3 * i) : 0.0f));
+      CHECK(x[static_cast<std::size_t>(k)][i] == (i >= own.begin && i < own.end
+                                                      ? static_cast<float>(30 + 3 * i)
+                                                      : static_cast<float>(10 * static_cast<std::size_t>(k) + i)));
   }
   std::vector<ph::collective_call> ag;
   for (int k = 0; k < 3; ++k)
     ag.push_back(call_of(f, pt::mesh_op_code::all_gather, k, 3, {x[static_cast<std::size_t>(k)].data()}, n));
   for (const std::string& e : meet(f, ag)) CHECK(e.empty());
-  for (std::size_t k = 0; k < 3; ++k)
+  for (std::size_t k = 0; k < 3; ++k)  // the gather overwrites every part with its owner's sums
     for (std::size_t i = 0; i < n; ++i) CHECK(x[k][i] == static_cast<float>(30 + 3 * i));
   CHECK(pt::shard_of(7, 3, 2) == pt::shard_range{6, 7});
   CHECK(pt::shard_of(2, 3, 2) == pt::shard_range{2, 2});  // more replicas than elements: empty shards

@@ -1,13 +1,15 @@
 // The host executor over a pp × dp mesh (exec/mesh_executor.hpp): every schedule that runs over a
 // mesh gives, on every replica, bitwise the gradients of an unpipelined run over the same dp · m
 // microbatches summed in the documented order (each replica's in microbatch order, then the
-// replicas' sums in replica order), plain, sharded (FSDP: on each replica's own shard, the
+// replicas' sums in replica order), plain, sharded (FSDP: on each replica's own shard, its own
+// partial sums elsewhere, the
 // parameters gathered again after their release) and with a tie group; faults end the step on
 // every rank and the next step runs; bad input is one sentence.
 #include <pipetype/host.hpp>
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -103,6 +105,7 @@ data make_data(int microbatches) {
 struct reference {
   std::vector<float> losses;
   float g[3][2 * width] = {};
+  std::vector<std::array<std::array<float, 2 * width>, 3>> part;  // per replica: its own sums (tied: summed)
 };
 reference reference_of(const data& x, int D, int m, bool tied) {
   const lin l;
@@ -131,6 +134,9 @@ reference reference_of(const data& x, int D, int m, bool tied) {
     }
     if (tied)
       for (std::size_t i = 0; i < width; ++i) acc[0][i] = acc[2][i] = acc[0][i] + acc[2][i];
+    auto& mine = r.part.emplace_back();
+    for (int s = 0; s < 3; ++s)
+      for (std::size_t i = 0; i < 2 * width; ++i) mine[static_cast<std::size_t>(s)][i] = acc[s][i];
     for (int s = 0; s < 3; ++s)
       for (std::size_t i = 0; i < 2 * width; ++i) r.g[s][i] = d == 0 ? acc[s][i] : r.g[s][i] + acc[s][i];
   }
@@ -183,7 +189,9 @@ TEST_CASE("host mesh: every schedule over dp replicas gives bitwise the referenc
                 for (int st = 0; st < 3; ++st)
                   for (std::size_t i = 0; i < 2 * width; ++i) {
                     const bool mine = !shard || (i >= own.begin && i < own.end);
-                    CHECK(got[st][i] == (mine ? r.g[st][i] : 0.0f));
+                    // outside its shard a replica keeps its own partial sums
+                    CHECK(got[st][i] ==
+                          (mine ? r.g[st][i] : r.part[static_cast<std::size_t>(d)][static_cast<std::size_t>(st)][i]));
                   }
                 if (shard) {  // released: what the replica does not own is NaN, its own shard intact
                   const lin fresh;

@@ -38,10 +38,27 @@ struct bound_op;
 struct step_feed;
 using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
+/// An element type as a collective library names it (NCCL's ncclFloat32, ...); `other`: one that
+/// only moves as bytes (a gather), not one a device collective can sum.
+enum class elem_kind : std::uint8_t { other, f32, f64, i32, i64 };
+template <class T>
+constexpr elem_kind elem_kind_of() noexcept {
+  if constexpr (std::is_same_v<T, float>)
+    return elem_kind::f32;
+  else if constexpr (std::is_same_v<T, double>)
+    return elem_kind::f64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return elem_kind::i32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return elem_kind::i64;
+  else
+    return elem_kind::other;
+}
+
 /// A stage's array as bytes (weight_gradients(), parameters(), tied_gradients(tie)).
 using bytes_fn = std::span<std::byte> (*)(void* stage, int tie);
 /// Sums n arrays of the stage's weight-gradient type elementwise over [begin, end), in the order
-/// given; writes the sum to parts [keep_begin, keep_end) and zero to the others.
+/// given; writes the sum to parts [keep_begin, keep_end) and leaves the others as they were.
 using reduce_fn = void (*)(std::byte* const* parts, int n, std::size_t begin, std::size_t end, int keep_begin,
                            int keep_end);
 /// Fills [begin, end) of an array of the stage's parameter type with NaN (a floating type; no-op else).
@@ -83,12 +100,13 @@ struct stage_entry {
   edge_shape target;                 // a sink's targets per microbatch (no tensors: none declared)
   std::vector<edge_shape> in_edges;  // per-edge inputs (per_edge<...>): one shape per incoming edge; else empty
   // data parallelism (exec/mesh_binding.hpp); nullptr where the stage lacks the member
-  bytes_fn weight_grads_of = nullptr;  // weight_gradients()
-  bytes_fn params_of = nullptr;        // parameters()
-  bytes_fn tied_of = nullptr;          // tied_gradients(tie)
-  reduce_fn reduce = nullptr;          // over weight_grad's element type
-  poison_fn poison = nullptr;          // over parameters()' element type
-  std::size_t param_size = 0;          // parameters()' element size
+  bytes_fn weight_grads_of = nullptr;      // weight_gradients()
+  bytes_fn params_of = nullptr;            // parameters()
+  bytes_fn tied_of = nullptr;              // tied_gradients(tie)
+  reduce_fn reduce = nullptr;              // over weight_grad's element type
+  poison_fn poison = nullptr;              // over parameters()' element type
+  std::size_t param_size = 0;              // parameters()' element size
+  elem_kind grad_kind = elem_kind::other;  // weight_grad's element type, for a device's collectives
   /// The input block over incoming edge k (edge order).
   const edge_shape& in_over(int k) const { return in_edges.empty() ? in : in_edges[static_cast<std::size_t>(k)]; }
   constexpr std::size_t weight_grad_bytes() const { return weight_grad_elems * weight_grad_size; }
@@ -413,13 +431,40 @@ void reduce_parts(std::byte* const* parts, int n, std::size_t begin, std::size_t
   for (std::size_t i = begin; i < end; ++i) {
     T v = reinterpret_cast<const T*>(parts[0])[i];
     for (int k = 1; k < n; ++k) v += reinterpret_cast<const T*>(parts[k])[i];
-    for (int k = 0; k < n; ++k) reinterpret_cast<T*>(parts[k])[i] = k >= keep_begin && k < keep_end ? v : T{};
+    for (int k = keep_begin; k < keep_end; ++k) reinterpret_cast<T*>(parts[k])[i] = v;
   }
 }
 template <class T>
 void poison_range(std::byte* array, std::size_t begin, std::size_t end) {
   if constexpr (std::is_floating_point_v<T>)
     for (std::size_t i = begin; i < end; ++i) reinterpret_cast<T*>(array)[i] = std::numeric_limits<T>::quiet_NaN();
+}
+
+/// The stage's array a mesh step's collective works on — `params`: parameters() (a gather, a
+/// release); else weight_gradients(), or with tie ≥ 0 tied_gradients(tie) — as bytes, with its
+/// element size in `size`; shape_error (prefixed `who`) naming what the stage lacks.
+inline std::span<std::byte> collective_array(const stage_entry& e, bool params, int tie, int stage, std::size_t& size,
+                                             const std::string& who) {
+  const std::string at = who + ": stage " + std::to_string(stage);
+  if (params) {
+    if (!e.params_of)
+      throw shape_error(at +
+                        " has no parameters() for FSDP (dp_options::shard) to gather and release: give it "
+                        "`std::span<T> parameters()`");
+    size = e.param_size;
+    return e.params_of(e.obj, tie);
+  }
+  if (!e.weight_grads_of || !e.reduce)
+    throw shape_error(at +
+                      " hands no weight gradients to pipetype, so the replicas could not reduce them: declare "
+                      "`using weight_grad = pipetype::tensor<T, N>;` and `std::span<T> weight_gradients();` (a "
+                      "stage without parameters: N = 0 and an empty span)");
+  size = e.weight_grad_size;
+  if (tie < 0) return e.weight_grads_of(e.obj, tie);
+  if (!e.tied_of)
+    throw shape_error(at + " is in tie group " + std::to_string(tie) +
+                      " but has no `std::span<T> tied_gradients(int tie)` saying where the tied gradient is");
+  return e.tied_of(e.obj, tie);
 }
 
 // A per-edge-input stage's shape over incoming edge E: its type's static extents, or the stage's
@@ -479,6 +524,7 @@ stage_entry entry_of(S& s) {
     e.weight_grads_of = &weight_grads_bytes<S>;
     if constexpr (requires(weight_grad_t<S> & a, const weight_grad_t<S>& b) { a += b; })
       e.reduce = &reduce_parts<weight_grad_t<S>>;
+    e.grad_kind = elem_kind_of<weight_grad_t<S>>();
   }
   if constexpr (has_tied_gradients<S>) e.tied_of = &tied_bytes<S>;
   if constexpr (has_parameters<S>) {

@@ -132,7 +132,8 @@ struct mesh_program {
   std::vector<int> begin;  // [size + 1]: global rank g's ops are ops[begin[g] .. begin[g+1])
   std::vector<mesh_op> ops;
   std::vector<mesh_comm> comms;
-  std::vector<int> events;  // per global rank: its event pool's size
+  std::vector<int> events;             // per global rank: its event pool's size
+  std::vector<std::vector<int>> ties;  // the tie groups' stages (dp_options::ties), for the executors
 
   std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);
@@ -158,6 +159,7 @@ inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, co
   if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::lower_mesh: collectives of another program");
   mesh_program out;
   out.shape = m;
+  out.ties = o.ties;
   const int C = static_cast<int>(l.comms.size());
   // communicators: the replicas' pipeline communicators, the DP groups, the tie groups
   for (int d = 0; d < m.dp; ++d)
@@ -640,6 +642,29 @@ inline verdict verify_mesh(const mesh_program& mp) {
     ++v.cycle_length;
   }
   return v;
+}
+
+/// The proven mesh step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`):
+/// check_mesh, check_collectives, lower_mesh, verify_mesh; std::invalid_argument with one
+/// sentence (prefixed `who`) otherwise. What the executors bind each global rank from.
+inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
+                               const dp_options& o, const std::string& who = "pipetype") {
+  if (const verdict mv = check_mesh(m); !mv.ok()) throw std::invalid_argument(who + ": " + describe(mv));
+  if (m.pp != p.ranks)
+    throw std::invalid_argument(who + ": the mesh has " + std::to_string(m.pp) + " pipeline ranks (pp), the plan " +
+                                std::to_string(p.ranks));
+  if (o.dp != m.dp)
+    throw std::invalid_argument(who + ": dp_options::dp is " + std::to_string(o.dp) + " but the mesh has " +
+                                std::to_string(m.dp) + " replicas");
+  if (const verdict cv = check_collectives(p, c, o); !cv.ok()) throw std::invalid_argument(who + ": " + describe(cv));
+  mesh_program mp = lower_mesh(p, l, m, c, o);
+  if (const verdict v = verify_mesh(mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
+  return mp;
+}
+/// The same with the collectives place_collectives(p, o) writes.
+inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const dp_options& o,
+                               const std::string& who = "pipetype") {
+  return build_mesh(p, l, m, place_collectives(p, o), o, who);
 }
 
 }  // namespace pipetype

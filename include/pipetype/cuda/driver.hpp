@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <stdexcept>
 
+#include "pipetype/bind/stage_entry.hpp"
+
 namespace pipetype::cuda {
 
 /// A device call failed: which rank, which call, what the library said — and, from the executor,
@@ -68,6 +70,22 @@ concept host_memory = requires {
 template <class D>
 concept copies = requires(D& d, typename D::stream s, void* p, const void* cp, std::size_t n) {
   d.copy(p, cp, n, s);
+};
+
+/// Drivers that issue a mesh step's collectives (compile/mesh_program.hpp), each in place on
+/// `count` elements of kind `t` per member, on communicator `c` and stream `s`:
+///   all_reduce(buf, count, t, c, s)       ncclAllReduce(buf, buf, count, t, ncclSum, c, s)
+///   reduce_scatter(buf, count, t, c, s)   buf holds members · count; member k keeps the sums of
+///                                         its part: ncclReduceScatter(buf, buf + k·count, count, …)
+///   all_gather(buf, count, c, s)          buf holds members · count bytes; member k's part goes
+///                                         to every member: ncclAllGather(buf + k·count, buf, …)
+/// (k: the member's rank in `c`, which the driver knows.)
+template <class D>
+concept issues_collectives = requires(D& d, void* p, std::size_t n, elem_kind t, typename D::comm c,
+                                      typename D::stream s) {
+  d.all_reduce(p, n, t, c, s);
+  d.reduce_scatter(p, n, t, c, s);
+  d.all_gather(p, n, c, s);
 };
 
 /// Drivers may also observe each compute op just before the stage is called (the record driver

@@ -44,6 +44,7 @@
 // graph/stage.hpp); a device driver refuses such a stage without that member.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,8 @@
 #include "pipetype/bind/report.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/core/mesh.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/cuda/capture.hpp"
 #include "pipetype/cuda/driver.hpp"
@@ -162,15 +165,43 @@ class executor {
   executor(const Plan& plan, const model_part& part, D& driver, executor_options<D> opt = {})
       : executor(views_of(plan), entries_of_part(views_of(plan).compute, part, rank_of(driver, opt.rank)), driver,
                  std::move(opt)) {}
-  /// The same from stages erased already (entries_of, or entries made by hand).
-  executor(const plan_views& v, std::vector<stage_entry> entries, D& driver, executor_options<D> opt = {})
+  /// Binds global rank `opt.rank` (default: the driver's rank()) of the mesh step `mp` —
+  /// build_mesh(plan.compute(), plan.lowered(), mesh, dp_options) — to the stages of its replica's
+  /// `model`: its pipeline rank's ops on its replica's communicators, and the collectives where
+  /// the proof placed them, on a data-parallel stream of their own (docs/12_data_parallel.md).
+  /// `opt.comms[c]` is mesh communicator c (runtime_driver::connect(id, world, mp)).
+  /// Example, given plan, mp, model, driver, comms:
+  ///   pipetype::cuda::executor ex{plan, mp, model, driver, {.rank = 3, .comms = comms}};
+  template <class Plan, stage_graph Model>
+  executor(const Plan& plan, const mesh_program& mp, Model& model, D& driver,
+           executor_options<D> opt = {}) requires issues_collectives<D> && copies<D>
+      : executor(views_of(plan), pipetype::detail::entries_for(views_of(plan).compute, model, "pipetype::cuda"), driver,
+                 std::move(opt), &mp) {
+    static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
+  }
+  /// The same with the global rank's part of its replica's model (bind/part.hpp).
+  template <class Plan>
+  executor(const Plan& plan, const mesh_program& mp, const model_part& part, D& driver,
+           executor_options<D> opt = {}) requires issues_collectives<D> && copies<D>
+      : executor(views_of(plan),
+                 entries_of_part(views_of(plan).compute, part, mp.shape.pipeline_rank(rank_of(driver, opt.rank))),
+                 driver, std::move(opt), &mp) {}
+  /// The same from stages erased already (entries_of, or entries made by hand); `mp`: a mesh
+  /// step's program, `opt.rank` then a global rank.
+  executor(const plan_views& v, std::vector<stage_entry> entries, D& driver, executor_options<D> opt = {},
+           const mesh_program* mp = nullptr)
       : d_(driver),
-        rank_(rank_of(driver, opt.rank)),
+        global_(rank_of(driver, opt.rank)),
+        rank_(mp ? mp->shape.pipeline_rank(global_) : global_),
         entries_(std::move(entries)),
         comms_(std::move(opt.comms)),
-        keep_outputs_(opt.keep_outputs) {
+        keep_outputs_(opt.keep_outputs),
+        mesh_(mp) {
     const program_view& p = v.compute;
     const lowered_view& l = v.lowered;
+    if (mp && (global_ < 0 || global_ >= mp->shape.size() || mp->shape.pp != p.ranks))
+      throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(global_) + " is not in the mesh's " +
+                                  std::to_string(mp->shape.size()) + " ranks, or the mesh is not the plan's");
     if (rank_ < 0 || rank_ >= p.ranks)
       throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank_) + " is not in the plan's " +
                                   std::to_string(p.ranks) + " ranks");
@@ -185,12 +216,14 @@ class executor {
               " declares a weight_grad but has no add_weight_grad(std::span<const T> g, void* stream): on a device "
               "pipetype cannot add weight gradients itself; give the stage that member (launch the add on "
               "`stream`) or accumulate in the stage and drop weight_grad");
+    const std::size_t ncomms = mp ? mp->comms.size() : l.comms.size();
     if constexpr (std::is_integral_v<typename D::comm>)
       if (comms_.empty())
-        for (std::size_t c = 0; c < l.comms.size(); ++c) comms_.push_back(static_cast<typename D::comm>(c));
-    if (comms_.size() < l.comms.size())
-      throw std::invalid_argument("pipetype::cuda: the plan uses " + std::to_string(l.comms.size()) +
-                                  " communicators, " + std::to_string(comms_.size()) + " given");
+        for (std::size_t c = 0; c < ncomms; ++c) comms_.push_back(static_cast<typename D::comm>(c));
+    if (comms_.size() < ncomms)
+      throw std::invalid_argument("pipetype::cuda: the " + std::string(mp ? "mesh step" : "plan") + " uses " +
+                                  std::to_string(ncomms) + " communicators, " + std::to_string(comms_.size()) +
+                                  " given");
     if constexpr (!host_memory<D>) {
       const std::vector<int> consumers = pipetype::detail::consumers_of(p);
       for (std::size_t s = 0; s < consumers.size(); ++s)
@@ -274,6 +307,8 @@ class executor {
         if (o->has_wait) d.wait(s, o->wait);
         if (o->code == op_code::compute) {
           compute(d, calls[o->index], s, b);
+        } else if (o->code == op_code::collective) {  // a mesh step's (or only its record or wait)
+          if (o->index != no_collective) collective(d, colls_[o->index], s);
         } else {
           d.group_start();
           for (const transfer *x = tr + o->index, *end = tr + o->last; x != end; ++x) {
@@ -305,7 +340,7 @@ class executor {
   template <const auto& Plan, int Rank>
   void step_unrolled(const void* batch) {
     using P = detail::static_program<Plan, Rank>;
-    if (rank_ != Rank || ops_.size() != P::issues.size() || transfers_.size() != P::transfers.size())
+    if (mesh_ || rank_ != Rank || ops_.size() != P::issues.size() || transfers_.size() != P::transfers.size())
       throw std::logic_error("pipetype::cuda: step_unrolled<plan, " + std::to_string(Rank) +
                              ">: this executor was bound to rank " + std::to_string(rank_) + " of another plan");
     feed(batch);
@@ -379,12 +414,23 @@ class executor {
     const std::byte* grad = nullptr;
     int stage = -1, microbatch = -1;
   };
+  // One collective of a mesh step, bound: the stage's array (device memory), its elements and
+  // kind, the communicator, and (sharded) this member's shard and each member's part in staging_.
+  struct coll {
+    mesh_op_code what = mesh_op_code::all_reduce;
+    std::byte* array = nullptr;
+    std::size_t n = 0, size = 0, chunk = 0;
+    elem_kind t = elem_kind::other;
+    typename D::comm c{};
+    shard_range own{};
+  };
+  static constexpr std::uint32_t no_collective = 0xffffffffu;
   // One op as issued: its stream and events resolved to the driver's handles.
   struct issue_op {
     op_code code = op_code::compute;
     bool has_wait = false, has_record = false;
     std::uint8_t pair = 0;    // an overlapped F&B pair: 1 its first half, 2 its second (on streams_[2])
-    std::uint32_t index = 0;  // compute: calls_[index]; group: transfers_[index, last)
+    std::uint32_t index = 0;  // compute: calls_[index]; group: transfers_[index, last); collective: colls_[index]
     std::uint32_t last = 0;
     typename D::stream s{};
     typename D::event wait{}, record{};
@@ -420,11 +466,46 @@ class executor {
   }
   // The step's end: each stream waits for the other's last op, so the next step's first ops
   // (a recv into a slot, a compute over one) come after every use in this step.
+  // A mesh step's data-parallel stream joins in: the compute stream waits for it (the next
+  // step's adds come after this step's reductions) and it for the compute stream (the next
+  // gathers after this step's computes).
   PIPETYPE_INLINE void fence(D& d) {
     d.record(fence_[0], streams_[0]);
     d.record(fence_[1], streams_[1]);
     d.wait(streams_[1], fence_[0]);
     d.wait(streams_[0], fence_[1]);
+    if (dp_ > 0) [[unlikely]] {
+      d.record(fence_[2], streams_[dp_]);
+      d.wait(streams_[0], fence_[2]);
+      d.wait(streams_[dp_], fence_[0]);
+    }
+  }
+  // One collective of a mesh step, as lowered: in place on the stage's array, or (sharded)
+  // through the staging buffer that holds every member's part (NCCL's in-place forms need
+  // members · count elements, which a stage's array of n need not be).
+  void collective(D& d, const coll& x, typename D::stream s) {
+    if constexpr (issues_collectives<D> && copies<D>) {
+      const std::size_t own = x.own.begin * x.size, own_bytes = x.own.size() * x.size;
+      switch (x.what) {
+        case mesh_op_code::all_reduce:
+          d.all_reduce(x.array, x.n, x.t, x.c, s);
+          break;
+        case mesh_op_code::reduce_scatter:
+          d.copy(staging_, x.array, x.n * x.size, s);
+          d.reduce_scatter(staging_, x.chunk, x.t, x.c, s);
+          if (own_bytes) d.copy(x.array + own, staging_ + own, own_bytes, s);
+          break;
+        case mesh_op_code::all_gather:
+          if (own_bytes) d.copy(staging_ + own, x.array + own, own_bytes, s);
+          d.all_gather(staging_, x.chunk * x.size, x.c, s);
+          d.copy(x.array, staging_, x.n * x.size, s);
+          break;
+        default:
+          break;
+      }
+    } else {
+      (void)d, (void)x, (void)s;
+    }
   }
   void add_later() {
     for (const later_add& a : later_) a.add(a.obj, a.grad, compute_native_);  // later lanes', in order
@@ -483,6 +564,10 @@ class executor {
     std::byte* acts = alloc(layout.stride * static_cast<std::size_t>(res.activation_slots));
     std::byte* grads = alloc(layout.grad_stride * static_cast<std::size_t>(res.gradient_slots));
     std::byte* stashes = alloc(layout.stash_stride * static_cast<std::size_t>(layout.stash_slots));
+    for (const lowered_op& o : ops)
+      if (o.code == op_code::compute &&
+          std::find(stages_here_.begin(), stages_here_.end(), o.stage) == stages_here_.end())
+        stages_here_.push_back(o.stage);
     bool sinks_here = false;
     for (const lowered_op& o : ops)
       sinks_here =
@@ -514,8 +599,9 @@ class executor {
     for (const pipetype::detail::weight_grad_plan::held& h : wg.later)
       later_.push_back({entry(h.stage).add, entry(h.stage).obj, wg_at(h.slot), h.stage, h.microbatch});
     pipetype::detail::sort_later(later_, L);
-    // events and streams, once
-    for (int e = 0; e < res.events; ++e) events_.push_back(d_.make_event());
+    // events and streams, once (a mesh step's rank has the mesh program's events: the pipeline's and more)
+    const int nevents = mesh_ ? mesh_->events[static_cast<std::size_t>(global_)] : res.events;
+    for (int e = 0; e < nevents; ++e) events_.push_back(d_.make_event());
     streams_[0] = d_.make_stream();
     streams_[1] = d_.make_stream();
     compute_native_ = d_.native(streams_[0]);
@@ -530,21 +616,43 @@ class executor {
       pair_join_ = d_.make_event();
     }
     void* const aux_native = pairs ? d_.native(streams_[2]) : nullptr;
+    if (mesh_) {  // a mesh step's data-parallel stream, after the others
+      dp_ = nstreams_;
+      streams_[nstreams_++] = d_.make_stream();
+      fence_[2] = d_.make_event();
+    }
     if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join with each stream
       capture_.open(d_);
       for (int k = 0; k < nstreams_; ++k) capture_.add(d_, streams_[k]);
     }
     bool second_half = false;  // the next compute op is the second half of a pair
-    // the issue list
-    for (std::size_t i = 0; i < ops.size(); ++i) {
+    // the issue list: the rank's lowered ops, or (a mesh step) its mesh program's, whose ops copy
+    // lowered ones (`source`) on the replica's communicators or are the mesh's own
+    const std::span<const mesh_op> mesh_ops = mesh_ ? mesh_->rank_ops(global_) : std::span<const mesh_op>{};
+    const std::size_t count = mesh_ ? mesh_ops.size() : ops.size();
+    std::size_t staging = 0;  // the largest sharded collective's parts, all members'
+    for (std::size_t k = 0; k < count; ++k) {
+      const mesh_op* m = mesh_ ? &mesh_ops[k] : nullptr;
+      if (m && m->source < 0) {
+        bind_mesh_op(*m, L, staging);
+        continue;
+      }
+      const std::size_t i = m ? static_cast<std::size_t>(m->source) : k;
       const lowered_op& o = ops[i];
+      const int wait_event = m ? m->wait_event : o.wait_event, record_event = m ? m->record_event : o.record_event;
       if (o.code == op_code::send || o.code == op_code::recv) {
         const stage_entry& e = entry(pipetype::detail::transfer_stage(p, o));  // its end on this rank
-        const comm_desc& c = l.comms[static_cast<std::size_t>(o.comm)];
+        const int cid = m ? m->comm : o.comm;
+        // the peer's rank in the communicator: its place among the members (a pipeline's rank_a is 0)
+        int peer = o.peer == l.comms[static_cast<std::size_t>(o.comm)].rank_a ? 0 : 1;
+        if (m) {
+          const std::vector<int>& ms = mesh_->comms[static_cast<std::size_t>(cid)].members;
+          peer = static_cast<int>(std::lower_bound(ms.begin(), ms.end(), m->peer) - ms.begin());
+        }
         transfers_.push_back(
-            {o.code == op_code::send, o.peer == c.rank_a ? 0 : 1, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
+            {o.code == op_code::send, peer, o.what == kind::F ? act_at(o.slot) : grad_at(o.slot),
              pipetype::detail::full_transfer_bytes(o, e, pipetype::detail::transfer_edge_input(edge_inputs, o)),
-             comms_[static_cast<std::size_t>(o.comm)], nullptr});
+             comms_[static_cast<std::size_t>(cid)], nullptr});
         if (e.varies) {  // its bytes per microbatch: an op that says which (kept in varying_)
           bound_op& v = varying_.emplace_back();
           v.code = o.code;
@@ -566,10 +674,10 @@ class executor {
       issue_op x;
       x.code = o.code;
       x.s = streams_[static_cast<int>(o.stream)];
-      x.has_wait = o.wait_event >= 0;
-      x.has_record = o.record_event >= 0;
-      if (x.has_wait) x.wait = events_[static_cast<std::size_t>(o.wait_event)];
-      if (x.has_record) x.record = events_[static_cast<std::size_t>(o.record_event)];
+      x.has_wait = wait_event >= 0;
+      x.has_record = record_event >= 0;
+      if (x.has_wait) x.wait = events_[static_cast<std::size_t>(wait_event)];
+      if (x.has_record) x.record = events_[static_cast<std::size_t>(record_event)];
       if (o.code == op_code::group) {
         x.index = x.last = static_cast<std::uint32_t>(transfers_.size());
         labels_.emplace_back("group");
@@ -604,6 +712,71 @@ class executor {
       }
       ops_.push_back(x);
     }
+    if (staging) staging_ = alloc(staging);
+  }
+
+  // An op of a mesh step's own (no lowered op behind it): an event's record or wait, a collective
+  // on the data-parallel stream, or a release (nothing on a device: the proof keeps every compute
+  // of the stage after its next gather).
+  void bind_mesh_op(const mesh_op& m, int L, std::size_t& staging) {
+    issue_op x;
+    x.code = op_code::collective;
+    x.index = no_collective;
+    x.s = m.stream == dp_stream ? streams_[dp_] : streams_[m.stream];
+    const std::string at = "pipetype::cuda: rank " + std::to_string(global_);
+    switch (m.code) {
+      case mesh_op_code::record:
+      case mesh_op_code::wait:
+        (m.code == mesh_op_code::record ? x.has_record : x.has_wait) = true;
+        (m.code == mesh_op_code::record ? x.record : x.wait) = events_.at(static_cast<std::size_t>(m.event));
+        labels_.push_back(std::string(m.code == mesh_op_code::record ? "record e" : "wait e") +
+                          std::to_string(m.event));
+        ops_.push_back(x);
+        return;
+      case mesh_op_code::release:
+        return;
+      case mesh_op_code::local_sum:
+        throw std::invalid_argument(at + ": tie group " + std::to_string(m.tie) +
+                                    " has all its stages on this rank: their sum would need a device add pipetype "
+                                    "does not have (place the tied stages on different ranks)");
+      default:
+        break;
+    }
+    int stage = m.stage;  // the stage whose array it works on: its own, or the tie group's one on this rank
+    if (m.tie >= 0) {
+      int held = 0;
+      for (const int s : mesh_->ties.at(static_cast<std::size_t>(m.tie)))
+        if (std::find(stages_here_.begin(), stages_here_.end(), s) != stages_here_.end()) stage = s, ++held;
+      if (held != 1)
+        throw std::invalid_argument(at + ": tie group " + std::to_string(m.tie) + " has " + std::to_string(held) +
+                                    " stages on this rank; a device executor reduces one tied array per rank");
+    }
+    const stage_entry& e = entries_[static_cast<std::size_t>(stage % L)];
+    std::size_t size = 0;
+    const std::span<std::byte> a =
+        pipetype::detail::collective_array(e, m.code == mesh_op_code::all_gather, m.tie, stage, size, "pipetype::cuda");
+    coll c;
+    c.what = m.code;
+    c.array = a.data();
+    c.size = size;
+    c.n = size ? a.size() / size : 0;
+    c.t = m.code == mesh_op_code::all_gather ? elem_kind::other : e.grad_kind;
+    if (m.code != mesh_op_code::all_gather && c.t == elem_kind::other)
+      throw shape_error(at + ": stage " + std::to_string(stage) +
+                        "'s weight_grad elements are no type NCCL sums from here (float, double, int32, int64)");
+    c.c = comms_[static_cast<std::size_t>(m.comm)];
+    const std::vector<int>& ms = mesh_->comms[static_cast<std::size_t>(m.comm)].members;
+    const int members = static_cast<int>(ms.size());
+    const int me = static_cast<int>(std::lower_bound(ms.begin(), ms.end(), global_) - ms.begin());
+    c.chunk = (c.n + static_cast<std::size_t>(members) - 1) / static_cast<std::size_t>(members);
+    c.own = shard_of(c.n, members, me);
+    if (m.code != mesh_op_code::all_reduce)
+      staging = std::max(staging, static_cast<std::size_t>(members) * c.chunk * c.size);
+    x.index = static_cast<std::uint32_t>(colls_.size());
+    colls_.push_back(c);
+    labels_.push_back(std::string(pipetype::detail::mesh_action_name(m)) + "(" +
+                      std::to_string(m.tie >= 0 ? m.tie : m.stage) + ") on communicator " + std::to_string(m.comm));
+    ops_.push_back(x);
   }
 
   std::byte* alloc(std::size_t n) { return n ? static_cast<std::byte*>(d_.allocate(n)) : nullptr; }
@@ -636,7 +809,8 @@ class executor {
   }
 
   D& d_;
-  int rank_;
+  int global_;  // a mesh step's global rank (a pipeline's: its rank)
+  int rank_;    // the pipeline rank
   std::vector<stage_entry> entries_;
   std::vector<typename D::comm> comms_;
   std::vector<issue_op> ops_;
@@ -658,11 +832,16 @@ class executor {
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;
-  typename D::stream streams_[3]{};  // compute, comm, and the second compute stream of F&B pairs
+  typename D::stream streams_[4]{};  // compute, comm, the second compute stream of F&B pairs, a mesh's dp stream
   int nstreams_ = 2;
-  typename D::event fence_[2]{};                 // the step's end (fence)
+  int dp_ = 0;                                   // the data-parallel stream's index (0: none)
+  typename D::event fence_[3]{};                 // the step's end (fence)
   typename D::event pair_fork_{}, pair_join_{};  // F&B pairs
   std::size_t batch_bytes_ = 0;
+  const mesh_program* mesh_ = nullptr;                      // a mesh step's program (nullptr: a pipeline)
+  std::vector<int> stages_here_;                            // the plan stages this rank runs (a mesh's tie groups)
+  std::vector<coll> colls_;                                 // a mesh step's collectives
+  std::byte* staging_ = nullptr;                            // the sharded collectives' parts, all members'
   [[no_unique_address]] detail::capture_for<D> capture_{};  // whole-step graphs (captures_graphs drivers)
 };
 

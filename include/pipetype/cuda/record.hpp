@@ -44,7 +44,10 @@ class record_driver {
     instantiate,
     update,
     launch,
-    destroy
+    destroy,
+    all_reduce,
+    reduce_scatter,
+    all_gather
   };
   struct call {
     call_kind what = call_kind::allocate;
@@ -91,6 +94,15 @@ class record_driver {
     c.src = src;
     note(c);
   }
+  // a mesh step's collectives: written down (their peers are other drivers); `bytes` the count
+  // per member in elements (all_gather: bytes), `kind` the element kind as a digit ('0' + elem_kind)
+  void all_reduce(void* p, std::size_t n, elem_kind t, comm c, stream s) {
+    note({call_kind::all_reduce, s, -1, c, -1, n, p, static_cast<char>('0' + static_cast<int>(t))});
+  }
+  void reduce_scatter(void* p, std::size_t n, elem_kind t, comm c, stream s) {
+    note({call_kind::reduce_scatter, s, -1, c, -1, n, p, static_cast<char>('0' + static_cast<int>(t))});
+  }
+  void all_gather(void* p, std::size_t n, comm c, stream s) { note({call_kind::all_gather, s, -1, c, -1, n, p}); }
   void on_compute(stream s, char kind, int stage, int microbatch) {
     note({call_kind::compute, s, -1, -1, -1, 0, nullptr, kind, stage, microbatch});
   }
@@ -144,6 +156,6 @@ class record_driver {
 };
 
 static_assert(device_driver<record_driver> && observes_compute<record_driver> && captures_graphs<record_driver> &&
-              host_memory<record_driver> && copies<record_driver>);
+              host_memory<record_driver> && copies<record_driver> && issues_collectives<record_driver>);
 
 }  // namespace pipetype::cuda

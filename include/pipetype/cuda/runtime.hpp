@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/mesh_program.hpp"
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/cuda/launch.hpp"
 
@@ -140,6 +141,21 @@ class runtime_driver {
     note(c);
     check_queued(ncclRecv(p, n, ncclUint8, peer, c, s), "ncclRecv", c);
   }
+  // a mesh step's collectives, in place (driver.hpp: issues_collectives)
+  void all_reduce(void* p, std::size_t n, elem_kind t, comm c, stream s) {
+    live();
+    issued(ncclAllReduce(p, p, n, nccl_type(t), ncclSum, c, s), "ncclAllReduce", c);
+  }
+  void reduce_scatter(void* p, std::size_t n, elem_kind t, comm c, stream s) {
+    live();
+    auto* own = static_cast<std::byte*>(p) + static_cast<std::size_t>(rank_in(c)) * n * size_of(t);
+    issued(ncclReduceScatter(p, own, n, nccl_type(t), ncclSum, c, s), "ncclReduceScatter", c);
+  }
+  void all_gather(void* p, std::size_t n, comm c, stream s) {
+    live();
+    const auto* own = static_cast<const std::byte*>(p) + static_cast<std::size_t>(rank_in(c)) * n;
+    issued(ncclAllGather(own, p, n, ncclUint8, c, s), "ncclAllGather", c);
+  }
   /// cudaMemcpyAsync device to device: the loopback transport's transfers (loopback.hpp).
   void copy(void* dst, const void* src, std::size_t n, stream s) {
     check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
@@ -203,35 +219,24 @@ class runtime_driver {
   /// call's `id` and `world`; a later call with another `world` is refused), the splits per call
   /// (release() them when the plan is done).
   std::vector<comm> connect(const ncclUniqueId& id, int world, const lowered_view& l) {
-    if (aborted_) throw device_error("pipetype::cuda: rank " + std::to_string(rank_) + ": connect after an abort");
-    if (!world_) {
-      ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-      cfg.blocking = opt_.nonblocking ? 0 : 1;
-      ncclComm_t w = nullptr;
-      const ncclResult_t r = ncclCommInitRankConfig(&w, world, id, rank_, &cfg);
-      if (w) comms_.push_back(w);
-      if (r != ncclInProgress) check(r, "ncclCommInitRankConfig", w);
-      settle(w, "ncclCommInitRankConfig");
-      world_ = w;
-    }
-    if (world != world_size_ && world_size_ > 0)
-      throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank_) + ": connect: the world has " +
-                                  std::to_string(world_size_) + " ranks, not " + std::to_string(world));
-    world_size_ = world;
+    join(id, world);
     std::vector<comm> out;
     for (std::size_t c = 0; c < l.comms.size(); ++c) {
       const comm_desc& d = l.comms[c];
-      const bool member = d.rank_a == rank_ || d.rank_b == rank_;
-      ncclComm_t sub = nullptr;
-      const ncclResult_t rs =
-          ncclCommSplit(world_, member ? static_cast<int>(c) : NCCL_SPLIT_NOCOLOR, rank_, &sub, nullptr);
-      if (rs != ncclInProgress) check(rs, "ncclCommSplit", world_);
-      settle(world_, "ncclCommSplit");  // a non-blocking split writes `sub` when it completes
-      if (sub) {
-        comms_.push_back(sub);
-        settle(sub, "ncclCommSplit");
-      }
-      out.push_back(sub);
+      out.push_back(split(d.rank_a == rank_ || d.rank_b == rank_, static_cast<int>(c)));
+    }
+    return out;
+  }
+  /// The same for a mesh step (compile/mesh_program.hpp: build_mesh), this driver's rank its
+  /// global rank: one communicator per mesh communicator (each replica's copies of the pipeline's,
+  /// the DP groups', the tie groups'), split from the world in id order with key = global rank, so
+  /// that a member's rank in each is its place among the communicator's members.
+  std::vector<comm> connect(const ncclUniqueId& id, int world, const mesh_program& mp) {
+    join(id, world);
+    std::vector<comm> out;
+    for (std::size_t c = 0; c < mp.comms.size(); ++c) {
+      const std::vector<int>& ms = mp.comms[c].members;
+      out.push_back(split(std::binary_search(ms.begin(), ms.end(), rank_), static_cast<int>(c)));
     }
     return out;
   }
@@ -273,6 +278,66 @@ class runtime_driver {
   int device() const noexcept { return device_; }
 
  private:
+  // The world communicator, once (the first call's id and world; another world size is refused).
+  void join(const ncclUniqueId& id, int world) {
+    if (aborted_) throw device_error("pipetype::cuda: rank " + std::to_string(rank_) + ": connect after an abort");
+    if (!world_) {
+      ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+      cfg.blocking = opt_.nonblocking ? 0 : 1;
+      ncclComm_t w = nullptr;
+      const ncclResult_t r = ncclCommInitRankConfig(&w, world, id, rank_, &cfg);
+      if (w) comms_.push_back(w);
+      if (r != ncclInProgress) check(r, "ncclCommInitRankConfig", w);
+      settle(w, "ncclCommInitRankConfig");
+      world_ = w;
+    }
+    if (world != world_size_ && world_size_ > 0)
+      throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(rank_) + ": connect: the world has " +
+                                  std::to_string(world_size_) + " ranks, not " + std::to_string(world));
+    world_size_ = world;
+  }
+  // One split of the world (collective over it): this rank's communicator of color `color`, or
+  // nullptr when it is no member.
+  ncclComm_t split(bool member, int color) {
+    ncclComm_t sub = nullptr;
+    const ncclResult_t rs = ncclCommSplit(world_, member ? color : NCCL_SPLIT_NOCOLOR, rank_, &sub, nullptr);
+    if (rs != ncclInProgress) check(rs, "ncclCommSplit", world_);
+    settle(world_, "ncclCommSplit");  // a non-blocking split writes `sub` when it completes
+    if (sub) {
+      comms_.push_back(sub);
+      settle(sub, "ncclCommSplit");
+    }
+    return sub;
+  }
+  static ncclDataType_t nccl_type(elem_kind t) {
+    switch (t) {
+      case elem_kind::f32:
+        return ncclFloat32;
+      case elem_kind::f64:
+        return ncclFloat64;
+      case elem_kind::i32:
+        return ncclInt32;
+      case elem_kind::i64:
+        return ncclInt64;
+      case elem_kind::other:
+        break;
+    }
+    throw device_error(
+        "pipetype::cuda: a collective over elements NCCL cannot sum from here (float, double, int32, "
+        "int64)");
+  }
+  static std::size_t size_of(elem_kind t) { return t == elem_kind::f64 || t == elem_kind::i64 ? 8 : 4; }
+  int rank_in(ncclComm_t c) {
+    int k = 0;
+    check(ncclCommUserRank(c, &k), "ncclCommUserRank", c);
+    return k;
+  }
+  // A collective outside a group: on a non-blocking communicator it may return ncclInProgress,
+  // settled before anything else touches its stream.
+  void issued(ncclResult_t r, const char* call, ncclComm_t c) {
+    if (r == ncclInProgress) return settle(c, call);
+    check(r, call, c);
+  }
   void check(cudaError_t e, const char* call) const {
     if (e != cudaSuccess)
       throw device_error("pipetype::cuda: rank " + std::to_string(rank_) + ": " + call +

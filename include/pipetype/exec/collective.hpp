@@ -15,7 +15,8 @@
 //                   order); every array of every member receives the sum;
 //   reduce-scatter  the same sums, each written only to the member owning the element's shard
 //                   (core/mesh.hpp shard_of: member k owns ⌈n/members⌉ elements from k·⌈n/members⌉);
-//                   the elements a member does not own become 0;
+//                   outside its shard a member keeps its own partial sums (as the device
+//                   executor, which copies only its shard back from NCCL's in-place result);
 //   all-gather      member k's shard of its array is copied into every member's array.
 // A `local_sum` (a tie group within one rank) is the all-reduce of one member; a `release` (FSDP's
 // RESHARD) fills what the member does not own with NaN when asked to (collective_call::poison),

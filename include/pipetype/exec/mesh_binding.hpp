@@ -60,31 +60,6 @@ inline void run_collective_call(void* obj, const bound_op&, const step_feed&) {
   c.fabric->run(c);
 }
 
-/// The stage's array a collective of kind `what` works on, as its bytes and element size.
-inline std::span<std::byte> collective_array(const stage_entry& e, mesh_op_code what, int tie, int stage,
-                                             std::size_t& size) {
-  const std::string at = "pipetype::host: stage " + std::to_string(stage);
-  if (what == mesh_op_code::all_gather || what == mesh_op_code::release) {
-    if (!e.params_of)
-      throw shape_error(at +
-                        " has no parameters() for FSDP (dp_options::shard) to gather and release: give it "
-                        "`std::span<T> parameters()`");
-    size = e.param_size;
-    return e.params_of(e.obj, tie);
-  }
-  if (!e.weight_grads_of || !e.reduce)
-    throw shape_error(at +
-                      " hands no weight gradients to pipetype, so the replicas could not reduce them: declare "
-                      "`using weight_grad = pipetype::tensor<T, N>;` and `std::span<T> weight_gradients();` (a "
-                      "stage without parameters: N = 0 and an empty span)");
-  size = e.weight_grad_size;
-  if (tie < 0) return e.weight_grads_of(e.obj, tie);
-  if (!e.tied_of)
-    throw shape_error(at + " is in tie group " + std::to_string(tie) +
-                      " but has no `std::span<T> tied_gradients(int tie)` saying where the tied gradient is");
-  return e.tied_of(e.obj, tie);
-}
-
 }  // namespace detail
 
 /// Binds the mesh step of plan `v` on mesh `m` with collectives `c` (placed for options `o`) to
@@ -96,26 +71,17 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
   const program_view& p = v.compute;
   const lowered_view& l = v.lowered;
   const std::string who = "pipetype::host: ";
-  if (const verdict mv = check_mesh(m); !mv.ok()) throw std::invalid_argument(who + describe(mv));
-  if (m.pp != p.ranks)
-    throw std::invalid_argument(who + "the mesh has " + std::to_string(m.pp) + " pipeline ranks (pp), the plan " +
-                                std::to_string(p.ranks));
-  if (o.dp != m.dp)
-    throw std::invalid_argument(who + "dp_options::dp is " + std::to_string(o.dp) + " but the mesh has " +
-                                std::to_string(m.dp) + " replicas");
-  if (static_cast<int>(entries.size()) != m.dp)
-    throw std::invalid_argument(who + "the mesh has " + std::to_string(m.dp) + " replicas but " +
-                                std::to_string(entries.size()) + " models were given (one per replica)");
   if (p.lanes > 1)
     throw std::invalid_argument(who + "a plan of " + std::to_string(p.lanes) +
                                 " lanes (DualPipe) does not run over a mesh yet: each stage lives on two ranks of a "
                                 "replica, whose copies would need a reduction of their own");
-  if (const verdict cv = check_collectives(p, c, o); !cv.ok()) throw std::invalid_argument(who + describe(cv));
   st.shape = m;
   st.options = o;
-  st.program = lower_mesh(p, l, m, c, o);
-  if (const verdict pv = verify_mesh(st.program); !pv.ok()) throw std::invalid_argument(who + describe(pv));
+  st.program = build_mesh(p, l, m, c, o, "pipetype::host");
   const mesh_program& mp = st.program;
+  if (static_cast<int>(entries.size()) != m.dp && m.dp >= 1)
+    throw std::invalid_argument(who + "the mesh has " + std::to_string(m.dp) + " replicas but " +
+                                std::to_string(entries.size()) + " models were given (one per replica)");
 
   st.replicas.clear();
   for (int d = 0; d < m.dp; ++d)
@@ -191,7 +157,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           // the stages whose arrays it works on: its stage, or the tie group's stages on this rank
           std::vector<int> stages;
           if (o2.tie >= 0) {
-            for (const int s : o.ties.at(static_cast<std::size_t>(o2.tie)))
+            for (const int s : mp.ties.at(static_cast<std::size_t>(o2.tie)))
               if (p.stage_rank[static_cast<std::size_t>(s)] == r) stages.push_back(s);
             std::sort(stages.begin(), stages.end());
           } else {
@@ -200,7 +166,9 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           for (const int s : stages) {
             const stage_entry& e = E[static_cast<std::size_t>(s % L) % E.size()];
             std::size_t size = 0;
-            const std::span<std::byte> a = detail::collective_array(e, o2.code, o2.tie, s, size);
+            const std::span<std::byte> a = pipetype::detail::collective_array(
+                e, o2.code == mesh_op_code::all_gather || o2.code == mesh_op_code::release, o2.tie, s, size,
+                "pipetype::host");
             const std::size_t elems = size ? a.size() / size : 0;
             if (!call.parts.empty() && elems != call.elems)
               throw shape_error(who + "tie group " + std::to_string(o2.tie) + "'s tied gradients differ in size: " +

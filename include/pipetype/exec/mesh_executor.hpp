@@ -19,7 +19,8 @@
 //   plain   Σ_d (Σ_j g_{d,j}): each replica's microbatches summed in order, then the replicas'
 //           sums added in replica order — bitwise the same on every replica, and bitwise what an
 //           unpipelined run gets that sums the same microbatches in that order;
-//   sharded the same numbers on the shard the replica owns (shard_of(n, dp, d)), 0 elsewhere;
+//   sharded the same numbers on the shard the replica owns (shard_of(n, dp, d)); elsewhere the
+//           replica's own partial sums;
 //           parameters() is gathered before the stage runs and, with poison_released, NaN
 //           outside the owned shard once released (the optimizer updates the owned shard; the
 //           next step's gather brings the rest);

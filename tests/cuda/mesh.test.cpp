@@ -1,0 +1,283 @@
+// The device executor over a pp × dp mesh, through the record driver: each global rank issues its
+// mesh program — the pipeline's calls on its replica's communicators and the collectives on a
+// data-parallel stream, each reduction after an event recorded behind its stage's last weight
+// backward, each gather before the stage's next compute — every member of a communicator issues
+// the same collectives in the same order, the sharded ones go through a staging buffer allocated
+// once, and a stage's own collectives stay on its compute stream in the plan's order. CPU only.
+#include <pipetype/cuda/executor.hpp>
+#include <pipetype/cuda/record.hpp>
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_cuda_mesh {
+
+namespace pt = pipetype;
+namespace pc = pipetype::cuda;
+using call = pc::record_driver::call;
+using ck = pc::record_driver::call_kind;
+
+namespace {
+
+constexpr std::size_t grad_elems = 7;  // no multiple of 2: the shards differ in size
+
+// A stage that launches nothing and whose arrays pipetype reduces and gathers. With `tp` set, its
+// forward issues a "tensor-parallel" all-reduce of its own on the stream its context carries.
+struct quiet {
+  using input = pt::tensor<float, 16>;
+  using output = pt::tensor<float, 16>;
+  using weight_grad = pt::tensor<float, grad_elems>;
+  float grads[grad_elems] = {}, params[grad_elems] = {};
+  pc::record_driver* tp = nullptr;
+  float tp_buf[4] = {};
+  std::span<float> weight_gradients() { return grads; }
+  std::span<float> parameters() { return params; }
+  std::span<float> tied_gradients(int) { return std::span<float>(grads).first(3); }
+  void forward(const pt::forward_ctx<quiet>& c) {
+    if (tp)  // the record driver's native stream is its id + 1
+      tp->all_reduce(tp_buf, 4, pt::elem_kind::f32, 99,
+                     static_cast<int>(reinterpret_cast<std::uintptr_t>(c.stream)) - 1);
+  }
+  void backward(const pt::backward_ctx<quiet>&) {}
+  void backward_input(const pt::backward_ctx<quiet>&) {}
+  void backward_weight(const pt::backward_ctx<quiet>&) {}
+};
+using model_t = pt::uniform_chain<quiet>;
+
+struct mesh_run {
+  pt::mesh_program mp;
+  std::vector<std::unique_ptr<pc::record_driver>> drivers;
+  std::vector<std::unique_ptr<model_t>> models;  // one per global rank (its replica's stages)
+  std::vector<std::vector<call>> bind, step;
+};
+
+mesh_run run_mesh(const pt::runtime_plan& plan, const pt::mesh& m, const pt::dp_options& o) {
+  mesh_run out;
+  out.mp = pt::build_mesh(plan.compute(), plan.lowered(), m, o);
+  const int L = plan.compute().lane_length();
+  std::vector<float> batch(16 * static_cast<std::size_t>(plan.compute().microbatches));
+  for (int g = 0; g < m.size(); ++g) {
+    out.drivers.push_back(std::make_unique<pc::record_driver>());
+    out.models.push_back(std::make_unique<model_t>(std::vector<quiet>(static_cast<std::size_t>(L))));
+    pc::record_driver& d = *out.drivers.back();
+    pc::executor ex{plan, out.mp, *out.models.back(), d, {.rank = g}};
+    out.bind.push_back(d.calls());
+    d.clear();
+    ex.step(batch.data());
+    out.step.push_back(d.calls());
+  }
+  return out;
+}
+
+bool collective_call(const call& c) {
+  return c.what == ck::all_reduce || c.what == ck::reduce_scatter || c.what == ck::all_gather;
+}
+
+}  // namespace
+
+TEST_CASE("cuda mesh: every member issues the same collectives per communicator, on the data-parallel stream") {
+  struct scheduled {
+    const char* name;
+    int ranks, chunks;
+  };
+  for (const scheduled s : {scheduled{"1f1b", 2, 1}, {"interleaved-1f1b", 2, 2}, {"zb-h1", 2, 1}, {"gpipe", 3, 1}})
+    for (const bool shard : {false, true})
+      for (const pt::mesh_order order : {pt::mesh_order::dp_inner, pt::mesh_order::pp_inner}) {
+        CAPTURE(s.name);
+        CAPTURE(shard);
+        const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(s.name, s.ranks, 4, s.chunks));
+        REQUIRE(plan.ok());
+        const pt::mesh m{s.ranks, 2, order};
+        const mesh_run run = run_mesh(plan, m, {.dp = 2, .shard = shard});
+        // per communicator, each member's collectives as (kind, count)
+        std::map<int, std::vector<std::vector<std::pair<ck, std::size_t>>>> per_comm;
+        for (int g = 0; g < m.size(); ++g) {
+          const std::vector<call>& calls = run.step[static_cast<std::size_t>(g)];
+          CHECK(std::none_of(calls.begin(), calls.end(), [](const call& c) {
+            return c.what == ck::allocate || c.what == ck::make_stream || c.what == ck::make_event;
+          }));
+          std::map<int, std::vector<std::pair<ck, std::size_t>>> mine;
+          int reductions = 0;
+          for (const call& c : calls) {
+            if (!collective_call(c)) continue;
+            CHECK(c.stream == 2);  // compute 0, comm 1, then the data-parallel stream
+            mine[c.comm].push_back({c.what, c.bytes});
+            reductions += c.what != ck::all_gather;
+          }
+          CHECK(reductions == plan.compute().stages / s.ranks);  // one REDUCE_GRAD per stage held
+          for (auto& [comm, seq] : mine) per_comm[comm].push_back(seq);
+        }
+        for (const auto& [comm, members] : per_comm) {
+          CAPTURE(comm);
+          REQUIRE(members.size() == 2);  // a DP group of two replicas
+          CHECK(members[0] == members[1]);
+        }
+      }
+}
+
+TEST_CASE("cuda mesh: a reduction waits for its stage's last backward, a compute for its stage's gather") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("interleaved-1f1b", 2, 4, 2));
+  REQUIRE(plan.ok());
+  std::ptrdiff_t allocations[2] = {};
+  for (const bool shard : {false, true}) {
+    CAPTURE(shard);
+    const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .shard = shard, .window = 1});
+    for (int g = 0; g < 4; ++g) {
+      CAPTURE(g);
+      const std::vector<call>& calls = run.step[static_cast<std::size_t>(g)];
+      model_t& model = *run.models[static_cast<std::size_t>(g)];
+      std::map<int, std::size_t> recorded;  // event → the call index of its latest record
+      int last_compute_stage = -1;
+      std::map<std::size_t, int> compute_before_record;  // record call → the stage of the compute before it
+      std::vector<int> gathered_event(4, -1);            // per stage: the event after its gather, not yet waited
+      for (std::size_t k = 0; k < calls.size(); ++k) {
+        const call& c = calls[k];
+        if (c.what == ck::compute) last_compute_stage = c.stage;
+        if (c.what == ck::record) {
+          recorded[c.event] = k;
+          if (c.stream == 0) compute_before_record[k] = last_compute_stage;
+        }
+        if (c.what == ck::all_reduce || c.what == ck::reduce_scatter) {
+          // the wait on the dp stream just before it (or before the staging copy) refers to a
+          // record on the compute stream right after a backward of the stage whose gradients it reduces
+          std::size_t w = k;
+          while (w > 0 && calls[w].what != ck::wait) --w;
+          REQUIRE(calls[w].what == ck::wait);
+          CHECK(calls[w].stream == 2);
+          const std::size_t rec = recorded.at(calls[w].event);
+          CHECK(calls[rec].stream == 0);
+          const int stage = compute_before_record.at(rec);
+          const std::span<const float> grads = model.stages()[static_cast<std::size_t>(stage)].grads;
+          if (!shard) {
+            CHECK(c.ptr == grads.data());
+            CHECK(c.bytes == grad_elems);
+          } else {  // staging ← the gradients, reduce-scatter of ⌈7/2⌉ = 4 per member, the own shard back
+            CHECK(calls[k - 1].what == ck::copy);
+            CHECK(calls[k - 1].src == grads.data());
+            CHECK(calls[k - 1].bytes == grad_elems * sizeof(float));
+            CHECK(c.bytes == 4);
+            CHECK(c.ptr == calls[k - 1].ptr);
+            const int replica = run.mp.shape.replica(g);
+            const pt::shard_range own = pt::shard_of(grad_elems, 2, replica);
+            CHECK(calls[k + 1].what == ck::copy);
+            CHECK(calls[k + 1].ptr == grads.data() + own.begin);
+            CHECK(calls[k + 1].bytes == own.size() * sizeof(float));
+          }
+        }
+        if (c.what == ck::all_gather) {
+          CHECK(c.bytes == 4 * sizeof(float));
+          REQUIRE(k + 2 < calls.size());
+          CHECK(calls[k + 1].what == ck::copy);  // the gathered parameters into the stage's array
+          CHECK(calls[k + 2].what == ck::record);
+          CHECK(calls[k + 2].stream == 2);
+          for (int s = 0; s < 4; ++s)
+            if (calls[k + 1].ptr == model.stages()[static_cast<std::size_t>(s)].params)
+              gathered_event[static_cast<std::size_t>(s)] = calls[k + 2].event;
+        }
+        if (c.what == ck::compute && c.stage >= 0 && gathered_event[static_cast<std::size_t>(c.stage)] >= 0) {
+          // the stage's first compute after its gather waits for the gather's event
+          const auto waited =
+              std::find_if(calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(k), [&](const call& x) {
+                return x.what == ck::wait && x.stream == 0 &&
+                       x.event == gathered_event[static_cast<std::size_t>(c.stage)];
+              });
+          CHECK(waited != calls.begin() + static_cast<std::ptrdiff_t>(k));
+          gathered_event[static_cast<std::size_t>(c.stage)] = -1;
+        }
+      }
+      // the step's fence takes the data-parallel stream in: compute waits for it, it for compute
+      const auto n = calls.size();
+      REQUIRE(n >= 7);
+      CHECK(calls[n - 3].what == ck::record);
+      CHECK(calls[n - 3].stream == 2);
+      CHECK(calls[n - 2].what == ck::wait);
+      CHECK(calls[n - 2].stream == 0);
+      CHECK(calls[n - 1].what == ck::wait);
+      CHECK(calls[n - 1].stream == 2);
+    }
+    // the staging buffer: allocated once, at bind, only when sharded, for both members' parts
+    const std::vector<call>& bind = run.bind.front();
+    allocations[shard ? 1 : 0] =
+        std::count_if(bind.begin(), bind.end(), [](const call& c) { return c.what == ck::allocate; });
+    if (shard)
+      CHECK(std::any_of(bind.begin(), bind.end(),
+                        [](const call& c) { return c.what == ck::allocate && c.bytes == 2 * 4 * sizeof(float); }));
+  }
+  CHECK(allocations[1] == allocations[0] + 1);
+}
+
+TEST_CASE("cuda mesh: a tie group's all-reduce on its tied arrays comes before their stages' reductions") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .ties = {{0, 1}}});
+  for (int g = 0; g < 4; ++g) {
+    const std::vector<call>& calls = run.step[static_cast<std::size_t>(g)];
+    std::vector<const call*> colls;
+    for (const call& c : calls)
+      if (collective_call(c)) colls.push_back(&c);
+    REQUIRE(colls.size() == 2);
+    const int r = run.mp.shape.pipeline_rank(g);
+    const float* tied = run.models[static_cast<std::size_t>(g)]->stages()[static_cast<std::size_t>(r)].grads;
+    CHECK(colls[0]->ptr == tied);  // TIE(0): the tied part, 3 elements, on the tie group's communicator
+    CHECK(colls[0]->bytes == 3);
+    CHECK(run.mp.comms[static_cast<std::size_t>(colls[0]->comm)].what == pt::mesh_comm_kind::tie);
+    CHECK(colls[1]->bytes == grad_elems);  // then REDUCE_GRAD over the DP group
+    CHECK(run.mp.comms[static_cast<std::size_t>(colls[1]->comm)].what == pt::mesh_comm_kind::data_parallel);
+  }
+}
+
+TEST_CASE("cuda mesh: what a device cannot do is one sentence") {
+  // zb-v places stages 0 and 3 on rank 0: their tie would be a local sum, which needs a device add
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("zb-v", 2, 4));
+  REQUIRE(plan.ok());
+  const pt::mesh_program mp = pt::build_mesh(plan.compute(), plan.lowered(), {2, 2}, {.dp = 2, .ties = {{0, 3}}});
+  model_t model(std::vector<quiet>(4));
+  pc::record_driver d;
+  CHECK_THROWS_WITH_AS((pc::executor{plan, mp, model, d, {.rank = 0}}),
+                       "pipetype::cuda: rank 0: tie group 0 has all its stages on this rank: their sum would need a "
+                       "device add pipetype does not have (place the tied stages on different ranks)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS((pc::executor{plan, mp, model, d, {.rank = 4}}),
+                       "pipetype::cuda: rank 4 is not in the mesh's 4 ranks, or the mesh is not the plan's",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pt::build_mesh(plan.compute(), plan.lowered(), {2, 2}, {.dp = 3}),
+                       "pipetype: dp_options::dp is 3 but the mesh has 2 replicas", std::invalid_argument);
+}
+
+TEST_CASE("cuda mesh: a stage's own collectives stay on its compute stream, in the plan's order on every peer") {
+  // two tensor-parallel peers of one pipeline rank run the same rank program: the collectives their
+  // stages issue on ctx.stream come out in the same order, on the compute stream, never on the
+  // plan's communication or data-parallel streams
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("interleaved-1f1b", 2, 4, 2));
+  const pt::mesh_program mp = pt::build_mesh(plan.compute(), plan.lowered(), {2, 2}, {.dp = 2});
+  std::vector<std::vector<call>> tp_calls;
+  for (int peer = 0; peer < 2; ++peer) {
+    pc::record_driver d, tp;
+    model_t model(std::vector<quiet>(4));
+    for (quiet& q : model.stages()) q.tp = &tp;
+    pc::executor ex{plan, mp, model, d, {.rank = 1}};
+    std::vector<float> batch(16 * 4);
+    ex.step(batch.data());
+    for (const call& c : tp.calls()) CHECK(c.stream == 0);  // the compute stream (ex.compute_stream())
+    CHECK(ex.compute_stream() == 0);
+    tp_calls.push_back(tp.calls());
+  }
+  REQUIRE(tp_calls[0].size() == 2 * 4);  // rank 1's two stages, four forwards each
+  REQUIRE(tp_calls[0].size() == tp_calls[1].size());
+  for (std::size_t k = 0; k < tp_calls[0].size(); ++k) {
+    CHECK(tp_calls[0][k].what == tp_calls[1][k].what);
+    CHECK(tp_calls[0][k].comm == tp_calls[1][k].comm);
+  }
+}
+
+}  // namespace test_cuda_mesh
+}  // namespace
