@@ -449,6 +449,10 @@ struct dp_figures {
   double makespan = 0, without = 0, exposed = 0;
   int collectives = 0, communicators = 0;
 };
+// A --file's own collectives (its UNSHARD, RESHARD, REDUCE_GRAD), used instead of placing them.
+std::optional<pt::collective_program> file_collectives;
+bool file_shards = false;  // the file gathers (UNSHARD): FSDP
+
 dp_figures dp_of(const result& r, const args& a) {
   dp_figures out;
   const pt::program_view p = r.plan.compute();
@@ -456,9 +460,9 @@ dp_figures dp_of(const result& r, const args& a) {
     out.error = "a plan of " + std::to_string(p.lanes) + " lanes (DualPipe) does not run over a mesh yet";
     return out;
   }
-  const pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
+  const pt::dp_options o{.dp = a.dp, .shard = a.fsdp || (file_collectives && file_shards)};
   const pt::mesh m{p.ranks, a.dp};
-  const pt::collective_program c = pt::place_collectives(p, o);
+  const pt::collective_program c = file_collectives ? *file_collectives : pt::place_collectives(p, o);
   if (const pt::verdict v = pt::check_collectives(p, c, o); !v.ok()) return out.error = pt::describe(v), out;
   const pt::mesh_program mp = pt::lower_mesh(p, r.plan.lowered(), m, c, o);
   if (const pt::verdict v = pt::verify_mesh(mp); !v.ok()) return out.error = pt::describe(v), out;
@@ -652,6 +656,7 @@ struct file_facts {
   bool read = false;
   pt::notation form = pt::notation::current;
   int transfers = 0, waits = 0, markers = 0;
+  bool collectives = false;                   // its UNSHARD, RESHARD and REDUCE_GRAD were checked (check_collectives)
   const char* torch_format = "compute_only";  // as torch would be asked to load it
   bool torch_loads = false;                   // torch 2.15's loader takes it as pipetype reads it
   bool transfer_verdict = false;              // the file's transfers were rejected (its computes verify)
@@ -700,6 +705,11 @@ int main(int argc, char** argv) {
     ff.read = true;
     ff.form = file.form;
     ff.transfers = file.transfers, ff.waits = file.waits, ff.markers = file.markers;
+    if (pt::has_collectives(file)) {  // read as collectives, checked once the plan is (below)
+      file_collectives = pt::collectives_of(file, prog.ranks);
+      for (const pt::collective& x : file_collectives->ops)
+        file_shards = file_shards || x.what == pt::collective_kind::unshard;
+    }
     // what torch 2.15 would do: its loader's own rules, and a compute program it can validate
     const pt::csv_format fmt = file.has_transfers() ? pt::csv_format::compute_comms : pt::csv_format::compute_only;
     ff.torch_format = file.has_transfers() ? "compute_comms" : "compute_only";
@@ -753,6 +763,19 @@ int main(int argc, char** argv) {
     return finish_output();
   }
 
+  // a file's data-parallel markers: placed so that the step is right (PyTorch's window of 3)
+  if (file_collectives) {
+    const pt::dp_options o{.dp = a.dp > 1 ? a.dp : 2, .shard = file_shards};
+    if (const pt::verdict v = pt::check_collectives(plan.compute(), *file_collectives, o); !v.ok()) {
+      const std::string msg = "schedule " + name + " rejected: " + pt::describe(v);
+      if (a.json())
+        std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
+                  << ", \"fix\": " << json_string(pt::how_to_fix(v.code)) << torch_json(ff) << "}\n";
+      std::cerr << "pipetype-explore: " << msg << "\n";
+      return 2;
+    }
+    ff.collectives = true;
+  }
   const pt::timeline& t = r.t;
   const int P = plan.compute().ranks;
   std::optional<dp_figures> dp;
@@ -781,6 +804,7 @@ int main(int argc, char** argv) {
       std::cout << ", \"notation\": \"" << pt::notation_name(ff.form)
                 << "\", \"file\": {\"transfers\": " << ff.transfers << ", \"waits\": " << ff.waits
                 << ", \"markers\": " << ff.markers
+                << ", \"collectives_checked\": " << (ff.collectives ? "true" : "false")
                 << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
                 << pt::p2p_streams_name(a.p2p) << "\"}" << torch_json(ff);
     if (plan.compute().has_edges()) {  // the model's graph, as the text's `stage graph:` line
@@ -823,7 +847,13 @@ int main(int argc, char** argv) {
           "; its %d transfers and %d send waits, as written, complete under NCCL's rules (blocking rendezvous, "
           "FIFO per peer; %s streams)",
           ff.transfers, ff.waits, pt::p2p_streams_name(a.p2p));
-    if (ff.markers > 0) std::printf("; %d markers (UNSHARD, RESHARD, REDUCE_GRAD, ...) kept, not modelled", ff.markers);
+    if (ff.collectives)
+      std::printf(
+          "; its %d data-parallel markers (UNSHARD, RESHARD, REDUCE_GRAD) are placed as a step needs them "
+          "(check_collectives%s)",
+          ff.markers, a.dp > 1 ? "; --dp runs them" : "");
+    else if (ff.markers > 0)
+      std::printf("; %d markers kept", ff.markers);
     if (ff.torch_loads)
       std::printf("\ntorch 2.15 loads it as written (format=\"%s\")", ff.torch_format);
     else
@@ -859,7 +889,7 @@ int main(int argc, char** argv) {
         "\ndata parallel: %d replicas%s, %g MB of parameters per rank share at %g GB/s (1 time unit = 1 ms): %d "
         "collectives on %d communicators, proved deadlock-free with the transfers; step %g, %g without its "
         "collectives: exposed_dp %g\n",
-        a.dp, a.fsdp ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators, dp->makespan,
-        dp->without, dp->exposed);
+        a.dp, a.fsdp || file_shards ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators,
+        dp->makespan, dp->without, dp->exposed);
   return finish_output();
 }

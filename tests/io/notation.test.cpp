@@ -420,5 +420,70 @@ TEST_CASE("notation: a marker naming a stage no action has is refused at its lin
   CHECK(pt::verify(ok.view()).ok());
 }
 
+TEST_CASE("notation: PyTorch's own UNSHARD, RESHARD and REDUCE_GRAD are read as collectives, placed as a step needs") {
+  // torch's generated files (_add_unshard_reshard with its window of 3, _add_reduce_grad) pass our
+  // checks, and their mesh step over two replicas proves
+  for (const char* name : {"pytorch/interleaved_p2_m4_comms.csv", "pytorch/interleaved_p2_m4_comms_deferred.csv",
+                           "pytorch/looped_bfs_p4_m8_comms_deferred.csv", "pytorch/dualpipev_p2_m4_comms.csv"}) {
+    CAPTURE(name);
+    const pt::schedule_file f = pt::read_schedule(read_data(name));
+    REQUIRE(f.error.ok());
+    REQUIRE(pt::has_collectives(f));
+    pt::program prog = pt::to_program(f);
+    prog.source_error = {};  // (the deferred files' transfers need a stream per peer: not this test's question)
+    REQUIRE(pt::verify(prog.view()).ok());
+    const pt::collective_program c = pt::collectives_of(f, prog.ranks);
+    bool shard = false;
+    int reductions = 0;
+    for (const pt::collective& x : c.ops) {
+      shard = shard || x.what == pt::collective_kind::unshard;
+      reductions += x.what == pt::collective_kind::reduce_grad;
+    }
+    CHECK(reductions == prog.stages);
+    const pt::dp_options o{.dp = 2, .shard = shard};
+    CHECK_MESSAGE(pt::check_collectives(prog.view(), c, o).ok(),
+                  pt::describe(pt::check_collectives(prog.view(), c, o)));
+    const pt::runtime_plan built = pt::build_plan(prog);
+    REQUIRE(built.ok());
+    CHECK(pt::verify_mesh(pt::lower_mesh(built.compute(), built.lowered(), {prog.ranks, 2}, c, o)).ok());
+  }
+}
+
+TEST_CASE("notation: a file's misplaced REDUCE_GRAD or missing UNSHARD is one sentence") {
+  // rank 0's REDUCE_GRAD moved before its last backward
+  const std::string early =
+      "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0B3\n"
+      "1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3,1REDUCE_GRAD,1WAIT_REDUCE_GRAD\n";
+  const pt::schedule_file f = pt::read_schedule(early);
+  const pt::verdict v = pt::check_collectives(pt::to_program(f).view(), pt::collectives_of(f), {.dp = 2});
+  CHECK(v.code == pt::errc::collective_misplaced);
+  CHECK(pt::describe(v).find("a REDUCE_GRAD before the stage's last weight backward (B or W)") != std::string::npos);
+  // a sharded file whose rank 1 computes stage 1 before gathering it
+  const std::string ungathered = "0UNSHARD,0F0,0B0,0REDUCE_GRAD,0RESHARD\n1F0,1UNSHARD,1B0,1REDUCE_GRAD,1RESHARD\n";
+  const pt::schedule_file g = pt::read_schedule(ungathered);
+  const pt::program q = pt::to_program(g);
+  const pt::verdict w = pt::check_collectives(q.view(), pt::collectives_of(g), {.dp = 2, .shard = true});
+  CHECK(w.code == pt::errc::collective_misplaced);
+  CHECK(w.rank == 1);
+}
+
+TEST_CASE("notation: a mesh step's collectives are written where they were placed, and read back the same") {
+  for (const bool shard : {false, true}) {
+    CAPTURE(shard);
+    const pt::runtime_plan built = pt::build_plan(pt::make_schedule("interleaved-1f1b", 2, 4, 2));
+    const pt::dp_options o{.dp = 2, .shard = shard, .window = 2};
+    const pt::collective_program c = pt::place_collectives(built.compute(), o);
+    const std::string csv = pt::to_csv(built.compute(), built.lowered(), c);
+    const pt::schedule_file f = pt::read_schedule(csv);
+    REQUIRE(f.error.ok());
+    const pt::collective_program back = pt::collectives_of(f, built.compute().ranks);
+    CHECK(back.begin == c.begin);
+    CHECK(back.ops == c.ops);
+    CHECK(pt::check_collectives(pt::to_program(f).view(), back, o).ok());
+    CHECK(pt::torch_load_note(f, pt::to_program(f).view(), pt::csv_format::compute_comms).empty());
+    CHECK(pt::verify_transfers(pt::to_program(f).view(), f.view(), pt::p2p_streams::shared).ok());
+  }
+}
+
 }  // namespace test_notation
 }  // namespace

@@ -9,7 +9,7 @@
 //                                                              the bare (0F7;7B3) is read too
 //   <stage>SEND_F<mb>, RECV_F, SEND_B, RECV_B                  a transfer (compute+comms files)
 //   <stage>WAIT_SEND_F<mb>, WAIT_SEND_B                        the compute stream waits for a send
-//   <stage>UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD     markers: kept, never modelled
+//   <stage>UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD     data-parallel markers (below)
 //   (empty)                                                    idle: changes nothing
 // Older PyTorch files (before about October 2024) wrote `B` for backward-for-inputs next to `W`
 // and `BW` for a full backward; `notation::automatic` (the default) reads a file as that older
@@ -34,6 +34,14 @@
 //                                       1F0,1B0,1F1,1B1)">;
 //   constexpr auto plan = pipetype::make_plan<mine>();
 //
+// Data-parallel markers: `collectives_of(file)` reads UNSHARD, RESHARD and REDUCE_GRAD as the
+// collectives of a mesh step (compile/collectives.hpp), each after the compute action before it
+// on its row (WAIT_REDUCE_GRAD is PyTorch's wait for the reduction and adds nothing), so that
+// check_collectives says whether the file computes only on unsharded stages, reduces each stage
+// after its last weight backward and keeps to a window; `to_csv(program, lowered, collectives)`
+// writes a mesh step's collectives so (a tie group's reduction has no PyTorch name and is not
+// written).
+//
 // pipetype reads more than torch's loader does (spaces, comments, blank lines, fused and bare
 // cells); `torch_load_note(file, program, format)` says where torch 2.15 would read a file
 // otherwise or refuse it (docs/07_pytorch.md).
@@ -48,11 +56,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "pipetype/compile/collectives.hpp"
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/verify.hpp"
@@ -518,7 +528,9 @@ inline schedule_file file_of(program_view p) {
   return f;
 }
 
-/// pipetype's lowered program as PyTorch's compute+comms file. PyTorch issues each SEND/RECV as
+/// pipetype's lowered program as PyTorch's compute+comms file (with `coll`, a mesh step's: its
+/// UNSHARD, RESHARD and REDUCE_GRAD where they were placed, instead of a REDUCE_GRAD after each
+/// stage's last weight gradient). PyTorch issues each SEND/RECV as
 /// its own NCCL operation on one process group, so one lock-step tick's transfers (one NCCL group,
 /// or one per peer, on a communicator per edge in pipetype) are written in an order both ends of
 /// every rank pair agree on and that completes one transfer at a time: by rank pair (lower pair
@@ -529,7 +541,7 @@ inline schedule_file file_of(program_view p) {
 /// (PyTorch's own placement), and REDUCE_GRAD, WAIT_REDUCE_GRAD follow a stage's last weight
 /// gradient, so PyTorch scales and reduces gradients as for its own schedules. Every file this
 /// writes passes verify_transfers (tests/io/notation.test.cpp).
-inline schedule_file file_of(program_view p, lowered_view L) {
+inline schedule_file file_of(program_view p, lowered_view L, const collective_program* coll = nullptr) {
   schedule_file f;
   f.rows = p.ranks;
   f.lanes = p.lanes > 1 ? p.lanes : 0;
@@ -546,6 +558,23 @@ inline schedule_file file_of(program_view p, lowered_view L) {
     std::vector<step> send_b;                                              // WAIT_SEND_B at the end, in send order
     std::vector<step> sent_f;                                              // every SEND_F, in send order
     std::vector<char> waits_f(static_cast<std::size_t>(p.stages * M), 0);  // a SEND_F awaiting its wait
+    // with `coll`: its collectives of this rank, each written once the compute it follows is
+    int done = -1;  // the rank's compute actions written so far, less one
+    std::size_t next_coll = 0;
+    auto write_collectives = [&] {
+      if (!coll) return;
+      const std::span<const collective> mine = coll->rank_ops(r);
+      for (; next_coll < mine.size() && mine[next_coll].after <= done; ++next_coll) {
+        const collective& x = mine[next_coll];
+        if (x.what == collective_kind::reduce_tied) continue;  // no PyTorch name
+        const step_kind k = x.what == collective_kind::unshard   ? step_kind::unshard
+                            : x.what == collective_kind::reshard ? step_kind::reshard
+                                                                 : step_kind::reduce_grad;
+        f.steps.push_back({k, kind::F, x.stage, -1, false});
+        if (k == step_kind::reduce_grad) f.steps.push_back({step_kind::wait_reduce_grad, kind::F, x.stage, -1, false});
+      }
+    };
+    write_collectives();  // those before the first compute
     auto flush = [&] {
       std::sort(tick_transfers.begin(), tick_transfers.end(), [](const pending& a, const pending& b) {
         if (a.lo != b.lo || a.hi != b.hi) return a.lo != b.lo ? a.lo < b.lo : a.hi < b.hi;
@@ -561,7 +590,7 @@ inline schedule_file file_of(program_view p, lowered_view L) {
         waits_f[static_cast<std::size_t>(a.stage * M + a.microbatch)] = 0;
         f.steps.push_back({step_kind::wait_send_f, kind::F, a.stage, a.microbatch, false});
       }
-      if ((a.what == kind::B || a.what == kind::W) && --grads_left[static_cast<std::size_t>(a.stage)] == 0) {
+      if (!coll && (a.what == kind::B || a.what == kind::W) && --grads_left[static_cast<std::size_t>(a.stage)] == 0) {
         f.steps.push_back({step_kind::reduce_grad, kind::F, a.stage, -1, false});
         f.steps.push_back({step_kind::wait_reduce_grad, kind::F, a.stage, -1, false});
       }
@@ -592,6 +621,7 @@ inline schedule_file file_of(program_view p, lowered_view L) {
       tick = -1;
       const action a{o.what, o.stage, o.microbatch, o.overlapped};
       f.steps.push_back(compute_step(a));
+      ++done;
       if (a.overlapped) {
         first_half = a;
         in_pair = true;
@@ -600,6 +630,7 @@ inline schedule_file file_of(program_view p, lowered_view L) {
       if (in_pair) after_compute(first_half);
       in_pair = false;
       after_compute(a);
+      write_collectives();
     }
     flush();
     // a SEND_F no backward of this rank follows (a forward-only plan): its wait ends the row
@@ -747,6 +778,44 @@ inline std::string to_csv(program_view p) {
 inline std::string to_csv(program_view p, lowered_view L) {
   detail::refuse_lanes(p);
   return to_csv(file_of(p, L).view());
+}
+/// The same for a mesh step: each rank's row carries its collectives `c` (PyTorch's UNSHARD,
+/// RESHARD, REDUCE_GRAD with its WAIT_REDUCE_GRAD) where they were placed; every replica runs
+/// the same rows.
+inline std::string to_csv(program_view p, lowered_view L, const collective_program& c) {
+  detail::refuse_lanes(p);
+  if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::to_csv: collectives of another program");
+  return to_csv(file_of(p, L, &c).view());
+}
+
+/// The collectives a file writes (see the top of this file): per row, its UNSHARD, RESHARD and
+/// REDUCE_GRAD in order, each after the row's compute action before it (−1: none yet); the
+/// rows past `ranks` (when given) are left out, as to_program leaves them.
+inline collective_program collectives_of(const schedule_file& f, int ranks = 0) {
+  collective_program c;
+  c.ranks = ranks > 0 ? ranks : f.rows;
+  c.begin.push_back(0);
+  for (int r = 0; r < c.ranks; ++r) {
+    int k = -1;  // the row's compute actions so far, less one
+    if (r < f.rows)
+      for (int i = f.begin[static_cast<std::size_t>(r)]; i < f.begin[static_cast<std::size_t>(r) + 1]; ++i) {
+        const step& s = f.steps[static_cast<std::size_t>(i)];
+        if (s.op == step_kind::compute) ++k;
+        if (s.op == step_kind::unshard || s.op == step_kind::reshard || s.op == step_kind::reduce_grad)
+          c.ops.push_back({s.op == step_kind::unshard   ? collective_kind::unshard
+                           : s.op == step_kind::reshard ? collective_kind::reshard
+                                                        : collective_kind::reduce_grad,
+                           s.stage, -1, k});
+      }
+    c.begin.push_back(static_cast<int>(c.ops.size()));
+  }
+  return c;
+}
+/// Whether a file writes data-parallel collectives at all (UNSHARD, RESHARD or REDUCE_GRAD).
+inline bool has_collectives(const schedule_file& f) {
+  for (const step& s : f.steps)
+    if (s.op == step_kind::unshard || s.op == step_kind::reshard || s.op == step_kind::reduce_grad) return true;
+  return false;
 }
 
 }  // namespace pipetype
