@@ -426,7 +426,8 @@ class runtime_driver {
   std::vector<cudaEvent_t> events_;
 };
 
-static_assert(device_driver<runtime_driver> && captures_graphs<runtime_driver> && copies<runtime_driver>);
+static_assert(device_driver<runtime_driver> && captures_graphs<runtime_driver> && copies<runtime_driver> &&
+              issues_collectives<runtime_driver>);
 
 /// NCCL's unique id on every rank of `l`: from NCCL_COMM_ID when it is set (each rank computes it;
 /// rank 0 starts the root in ncclCommInitRank), else through `id_file` (rank 0 makes it and
