@@ -45,6 +45,7 @@
 #include "pipetype/compile/lower.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/mesh_costs.hpp"
+#include "pipetype/compile/mesh_plan.hpp"
 #include "pipetype/compile/mesh_program.hpp"
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/compile/verify.hpp"

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "pipetype/core/program.hpp"
@@ -85,7 +86,7 @@ struct collective_program {
   std::vector<int> begin;  // [ranks + 1]
   std::vector<collective> ops;
 
-  std::span<const collective> rank_ops(int r) const {
+  constexpr std::span<const collective> rank_ops(int r) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(r)]);
     const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(r) + 1]);
     return std::span<const collective>(ops).subspan(b, e - b);
@@ -96,7 +97,7 @@ namespace detail {
 
 /// Per plan stage (of `stages`), the index in a rank's list of its last action that touches the
 /// stage's weights (B or W); −1 for a stage with none there (not on the rank, or forward-only).
-inline std::vector<int> last_weight_backwards(std::span<const action> acts, int stages) {
+constexpr std::vector<int> last_weight_backwards(std::span<const action> acts, int stages) {
   std::vector<int> last(static_cast<std::size_t>(stages > 0 ? stages : 0), -1);
   for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
     const action& a = acts[static_cast<std::size_t>(i)];
@@ -107,7 +108,7 @@ inline std::vector<int> last_weight_backwards(std::span<const action> acts, int 
 }
 
 /// The distinct stages of a rank's actions, in order of first appearance.
-inline std::vector<int> stages_in_order(std::span<const action> acts) {
+constexpr std::vector<int> stages_in_order(std::span<const action> acts) {
   std::vector<int> out;
   for (const action& a : acts)
     if (std::find(out.begin(), out.end(), a.stage) == out.end()) out.push_back(a.stage);
@@ -116,7 +117,7 @@ inline std::vector<int> stages_in_order(std::span<const action> acts) {
 
 /// errc::collective_misplaced at `rank` (−1: none), naming `stage` and the action `op` (index:
 /// the collective's in the rank's collectives, or a tie group's; −1: none).
-inline verdict misplaced(int rank, int stage, const char* op, int index, const char* why) {
+constexpr verdict misplaced(int rank, int stage, const char* op, int index, const char* why) {
   verdict v;
   v.code = errc::collective_misplaced;
   v.rank = rank;
@@ -127,14 +128,14 @@ inline verdict misplaced(int rank, int stage, const char* op, int index, const c
   return v;
 }
 
-inline verdict collective_error(int rank, const collective& c, int index, const char* why) {
+constexpr verdict collective_error(int rank, const collective& c, int index, const char* why) {
   return misplaced(rank, c.stage, collective_name(c.what), index, why);
 }
 
 /// Before each action k of a rank's list, the next `window` distinct stages it runs from k on, in
 /// the order they come (PyTorch's _add_unshard_reshard looks ahead so): one cursor per stage the
 /// rank holds over that stage's positions, so each k costs the rank's stages, not a scan ahead.
-inline std::vector<std::vector<int>> lookahead_windows(std::span<const action> acts, int window) {
+constexpr std::vector<std::vector<int>> lookahead_windows(std::span<const action> acts, int window) {
   const std::vector<int> held = stages_in_order(acts);
   std::vector<std::vector<int>> at(held.size());  // each held stage's positions
   for (int i = 0; i < static_cast<int>(acts.size()); ++i)
@@ -163,7 +164,7 @@ inline std::vector<std::vector<int>> lookahead_windows(std::span<const action> a
 /// file): UNSHARD/RESHARD when sharded, each tie group's reduction, each stage's REDUCE_GRAD.
 /// With dp = 1 and no tie groups, none. A stage with no B or W (a forward-only plan) has no
 /// REDUCE_GRAD; a tie group needs backwards too.
-inline collective_program place_collectives(program_view p, const dp_options& o) {
+constexpr collective_program place_collectives(program_view p, const dp_options& o) {
   collective_program out;
   out.ranks = p.ranks;
   out.begin.assign(static_cast<std::size_t>(p.ranks) + 1, 0);
@@ -218,11 +219,17 @@ inline collective_program place_collectives(program_view p, const dp_options& o)
       reductions.push_back({collective_kind::reduce_grad, s, -1, tied(s) ? ties_after : last});
     }
     for (const int t : tied_here) reductions.push_back({collective_kind::reduce_tied, -1, t, ties_after});
-    // in position order; at one position the ties first, then the reductions in stage order
-    std::stable_sort(reductions.begin(), reductions.end(), [](const collective& a, const collective& b) {
-      if (a.after != b.after) return a.after < b.after;
-      return a.what == collective_kind::reduce_tied && b.what != collective_kind::reduce_tied;
+    // in position order; at one position the ties first, then the reductions in stage order (a
+    // stable sort, by their places in the list: std::stable_sort is no constexpr)
+    std::vector<std::pair<collective, int>> order;
+    for (std::size_t k = 0; k < reductions.size(); ++k) order.push_back({reductions[k], static_cast<int>(k)});
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+      if (a.first.after != b.first.after) return a.first.after < b.first.after;
+      const bool ta = a.first.what == collective_kind::reduce_tied, tb = b.first.what == collective_kind::reduce_tied;
+      if (ta != tb) return ta;
+      return a.second < b.second;
     });
+    for (std::size_t k = 0; k < order.size(); ++k) reductions[k] = order[k].first;
     // merge: the gathers before action k come after the reductions placed after action k − 1
     std::vector<collective> merged;
     std::size_t i = 0, j = 0;
@@ -239,7 +246,7 @@ inline collective_program place_collectives(program_view p, const dp_options& o)
 /// Ok, or the first collective placed so that the step would be wrong (rules at the top of this
 /// file): errc::collective_misplaced naming the rank, the collective and its index in the rank's
 /// collectives.
-inline verdict check_collectives(program_view p, const collective_program& c, const dp_options& o) {
+constexpr verdict check_collectives(program_view p, const collective_program& c, const dp_options& o) {
   if (c.ranks != p.ranks || static_cast<int>(c.begin.size()) != p.ranks + 1)
     return detail::misplaced(-1, -1, "", -1, "the collectives are not given per rank of the program");
   for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)

@@ -34,11 +34,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "pipetype/compile/collectives.hpp"
@@ -135,13 +134,13 @@ struct mesh_program {
   std::vector<int> events;             // per global rank: its event pool's size
   std::vector<std::vector<int>> ties;  // the tie groups' stages (dp_options::ties), for the executors
 
-  std::span<const mesh_op> rank_ops(int g) const {
+  constexpr std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);
     const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(g) + 1]);
     return std::span<const mesh_op>(ops).subspan(b, e - b);
   }
   /// The communicator id of a DP group (pipeline rank r), or −1 when the mesh has one replica.
-  int dp_comm(int r) const {
+  constexpr int dp_comm(int r) const {
     for (std::size_t c = 0; c < comms.size(); ++c)
       if (comms[c].what == mesh_comm_kind::data_parallel && comms[c].index == r) return static_cast<int>(c);
     return -1;
@@ -151,8 +150,8 @@ struct mesh_program {
 /// Every global rank's ops for `p` lowered as `l`, on mesh `m`, with the collectives `c` of
 /// options `o` (see the top of this file). `p` must be the program `l` was lowered from, with
 /// m.pp ranks, and `c` placed for it (check_collectives); throws std::invalid_argument otherwise.
-inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
-                               const dp_options& o) {
+constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
+                                  const dp_options& o) {
   if (!check_mesh(m).ok() || p.ranks != m.pp || l.ranks != m.pp)
     throw std::invalid_argument("pipetype::lower_mesh: the mesh's pipeline ranks (pp = " + std::to_string(m.pp) +
                                 ") are not the plan's " + std::to_string(p.ranks));
@@ -203,12 +202,21 @@ inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, co
     const int r = m.pipeline_rank(g), d = m.replica(g);
     const std::span<const lowered_op> ops = l.rank_ops(r);
     const std::span<const action> acts = p.rank_actions(r);
-    std::map<std::tuple<int, int, int>, int> action_at;  // (kind, stage, microbatch) → its index in acts
-    for (int a = 0; a < static_cast<int>(acts.size()); ++a)
-      action_at.emplace(
-          std::tuple{static_cast<int>(acts[static_cast<std::size_t>(a)].what), acts[static_cast<std::size_t>(a)].stage,
-                     acts[static_cast<std::size_t>(a)].microbatch},
-          a);
+    // (kind, stage, microbatch) → its index in acts
+    const auto key = [&](kind k, int s, int j) {
+      return (static_cast<std::size_t>(k) * static_cast<std::size_t>(p.stages) + static_cast<std::size_t>(s)) *
+                 static_cast<std::size_t>(p.microbatches) +
+             static_cast<std::size_t>(j);
+    };
+    const auto known = [&](int s, int j) { return s >= 0 && s < p.stages && j >= 0 && j < p.microbatches; };
+    std::vector<int> action_at(static_cast<std::size_t>(kind_count) * static_cast<std::size_t>(p.stages) *
+                                   static_cast<std::size_t>(p.microbatches),
+                               -1);
+    for (int a = 0; a < static_cast<int>(acts.size()); ++a) {
+      const action& x = acts[static_cast<std::size_t>(a)];
+      if (known(x.stage, x.microbatch) && action_at[key(x.what, x.stage, x.microbatch)] < 0)
+        action_at[key(x.what, x.stage, x.microbatch)] = a;
+    }
     const std::span<const collective> coll = c.rank_ops(r);
     int events = l.resources[static_cast<std::size_t>(r)].events;
     std::vector<int> gathered(static_cast<std::size_t>(p.stages), -1);  // a gather's event, until a compute waits
@@ -297,8 +305,7 @@ inline mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, co
       op.source = i;
       int k = -1;  // the compute action this op runs
       if (x.code == op_code::compute) {
-        if (const auto it = action_at.find({static_cast<int>(x.what), x.stage, x.microbatch}); it != action_at.end())
-          k = it->second;
+        if (known(x.stage, x.microbatch)) k = action_at[key(x.what, x.stage, x.microbatch)];
         if (x.stage >= 0 && x.stage < p.stages && gathered[static_cast<std::size_t>(x.stage)] >= 0) {
           mine.push_back(
               {mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[static_cast<std::size_t>(x.stage)]});
@@ -328,7 +335,8 @@ namespace detail {
 
 /// The group op at i and the transfers right after it (before e) are one NCCL group: marks
 /// group_of (its head) and group_end (its last op) for each.
-inline void mark_group(const mesh_program& mp, int i, int e, std::vector<int>& group_of, std::vector<int>& group_end) {
+constexpr void mark_group(const mesh_program& mp, int i, int e, std::vector<int>& group_of,
+                          std::vector<int>& group_end) {
   int j = i;
   while (j + 1 < e && (mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::send ||
                        mp.ops[static_cast<std::size_t>(j) + 1].code == mesh_op_code::recv))
@@ -359,7 +367,7 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
   }
 }
 
-inline verdict mesh_error(errc code, const mesh_program& mp, int g, int i, const char* why) {
+constexpr verdict mesh_error(errc code, const mesh_program& mp, int g, int i, const char* why) {
   const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
   verdict v;
   v.code = code;
@@ -373,7 +381,7 @@ inline verdict mesh_error(errc code, const mesh_program& mp, int g, int i, const
   return v;
 }
 
-inline wait_link mesh_link(const mesh_program& mp, int g, int at, int needs, int from) {
+constexpr wait_link mesh_link(const mesh_program& mp, int g, int at, int needs, int from) {
   const mesh_op& a = mp.ops[static_cast<std::size_t>(at)];
   const mesh_op& b = mp.ops[static_cast<std::size_t>(needs)];
   wait_link w;
@@ -403,9 +411,47 @@ struct mesh_index {
   std::vector<std::vector<int>> lanes;               // [g · mesh_stream_count + stream]
 };
 
+/// One end of a transfer: its channel (communicator, sender, receiver) and op, ordered by channel
+/// and then by op (a rank's ops are in issue order).
+struct channel_end {
+  int comm = -1, from = -1, to = -1, op = -1;
+  constexpr bool same_channel(const channel_end& o) const noexcept {
+    return comm == o.comm && from == o.from && to == o.to;
+  }
+  friend constexpr bool operator<(const channel_end& a, const channel_end& b) noexcept {
+    if (a.comm != b.comm) return a.comm < b.comm;
+    if (a.from != b.from) return a.from < b.from;
+    if (a.to != b.to) return a.to < b.to;
+    return a.op < b.op;
+  }
+};
+/// Where each channel's run of sorted ends begins, and the end (one past the last run).
+constexpr std::vector<std::size_t> channel_runs(const std::vector<channel_end>& ends) {
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < ends.size(); ++k)
+    if (k == 0 || !ends[k].same_channel(ends[k - 1])) out.push_back(k);
+  out.push_back(ends.size());
+  return out;
+}
+/// The run of `ends` on `e`'s channel ([b, b) when there is none).
+constexpr std::pair<std::size_t, std::size_t> channel_of(const std::vector<channel_end>& ends,
+                                                         const std::vector<std::size_t>& runs, const channel_end& e) {
+  std::size_t lo = 0, hi = runs.size() - 1;  // runs are in channel order: a binary search
+  const channel_end key{e.comm, e.from, e.to, -1};
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    if (ends[runs[mid]] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo + 1 < runs.size() && ends[runs[lo]].same_channel(e)) return {runs[lo], runs[lo + 1]};
+  return {0, 0};
+}
+
 /// Builds `x`, checking every rule but progress on the way (verify_mesh's list): the first op that
 /// breaks one, as its verdict.
-inline verdict index_mesh(const mesh_program& mp, mesh_index& x) {
+constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   const int G = mp.shape.size(), N = static_cast<int>(mp.ops.size()), C = static_cast<int>(mp.comms.size());
   if (static_cast<int>(mp.begin.size()) != G + 1 || static_cast<int>(mp.events.size()) != G) {
     verdict v;
@@ -424,8 +470,8 @@ inline verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   for (int c = 0; c < C; ++c)
     x.colls[static_cast<std::size_t>(c)].resize(mp.comms[static_cast<std::size_t>(c)].members.size());
   x.lanes.assign(static_cast<std::size_t>(G * mesh_stream_count), {});
-  // transfers per (comm, from, to) in issue order
-  std::map<std::tuple<int, int, int>, std::vector<int>> sends, recvs;
+  // transfers per channel (comm, from, to), in issue order once sorted
+  std::vector<channel_end> sends, recvs;
   for (int g = 0; g < G; ++g) {
     const int b = mp.begin[static_cast<std::size_t>(g)], e = mp.begin[static_cast<std::size_t>(g) + 1];
     std::vector<int> last_record(static_cast<std::size_t>(mp.events[static_cast<std::size_t>(g)]), -1);
@@ -453,7 +499,7 @@ inline verdict index_mesh(const mesh_program& mp, mesh_index& x) {
           return mesh_error(errc::transfer_mismatch, mp, g, i,
                             "rank or peer is not a member of the transfer's communicator");
         const bool sending = o.code == mesh_op_code::send;
-        (sending ? sends : recvs)[{o.comm, sending ? g : o.peer, sending ? o.peer : g}].push_back(i);
+        (sending ? sends : recvs).push_back({o.comm, sending ? g : o.peer, sending ? o.peer : g, i});
       } else if (is_collective(o.code)) {  // (on any stream: lower_mesh uses the dp stream, NCCL allows any)
         if (o.comm < 0 || o.comm >= C || !member(o.comm, g))
           return mesh_error(errc::collective_mismatch, mp, g, i,
@@ -472,27 +518,31 @@ inline verdict index_mesh(const mesh_program& mp, mesh_index& x) {
     }
   }
   // point-to-point: the k-th send matches the k-th recv of its channel and carries the same data
-  for (const auto& [key, s] : sends) {
-    const auto it = recvs.find(key);
-    const std::size_t nr = it == recvs.end() ? 0 : it->second.size();
-    for (std::size_t k = 0; k < std::min(s.size(), nr); ++k) {
-      const int si = s[k], ri = it->second[k];
+  std::sort(sends.begin(), sends.end());
+  std::sort(recvs.begin(), recvs.end());
+  const std::vector<std::size_t> send_runs = channel_runs(sends), recv_runs = channel_runs(recvs);
+  for (std::size_t u = 0; u + 1 < send_runs.size(); ++u) {
+    const std::size_t sb = send_runs[u], se = send_runs[u + 1];
+    const auto [rb, re] = channel_of(recvs, recv_runs, sends[sb]);
+    const std::size_t ns = se - sb, nr = re - rb;
+    for (std::size_t k = 0; k < std::min(ns, nr); ++k) {
+      const int si = sends[sb + k].op, ri = recvs[rb + k].op;
       const mesh_op &a = mp.ops[static_cast<std::size_t>(si)], &bo = mp.ops[static_cast<std::size_t>(ri)];
       if (a.what != bo.what || a.stage != bo.stage || a.microbatch != bo.microbatch)
         return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(ri)], ri,
                           "the recv matches (FIFO per communicator and peer) a send of other data");
       x.partner[static_cast<std::size_t>(si)] = ri, x.partner[static_cast<std::size_t>(ri)] = si;
     }
-    if (s.size() > nr)
-      return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(s[nr])], s[nr],
-                        "a send with no matching recv");
+    if (ns > nr)
+      return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(sends[sb + nr].op)],
+                        sends[sb + nr].op, "a send with no matching recv");
   }
-  for (const auto& [key, rv] : recvs) {
-    const auto it = sends.find(key);
-    const std::size_t ns = it == sends.end() ? 0 : it->second.size();
-    if (rv.size() > ns)
-      return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(rv[ns])], rv[ns],
-                        "a recv with no matching send");
+  for (std::size_t u = 0; u + 1 < recv_runs.size(); ++u) {
+    const std::size_t rb = recv_runs[u], re = recv_runs[u + 1];
+    const auto [sb, se] = channel_of(sends, send_runs, recvs[rb]);
+    if (re - rb > se - sb)
+      return mesh_error(errc::transfer_mismatch, mp, x.rank_of[static_cast<std::size_t>(recvs[rb + (se - sb)].op)],
+                        recvs[rb + (se - sb)].op, "a recv with no matching send");
   }
   // collectives: every member issues the same sequence on each communicator
   for (int c = 0; c < C; ++c) {
@@ -532,7 +582,7 @@ struct mesh_run {
 /// What holds op i back: an op that must complete first (its wait's record) or be reached first
 /// (a rendezvous partner: another group's transfer, another member's collective); −1 when none.
 /// Reaching i at time `at` is recorded on the way, as a rendezvous needs.
-inline int mesh_blocker(const mesh_program& mp, const mesh_index& x, mesh_run& run, int i, double at) {
+constexpr int mesh_blocker(const mesh_program& mp, const mesh_index& x, mesh_run& run, int i, double at) {
   const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
   const int w = x.waits_on[static_cast<std::size_t>(i)];
   if (w >= 0 && !run.done[static_cast<std::size_t>(w)]) return w;
@@ -558,7 +608,8 @@ inline int mesh_blocker(const mesh_program& mp, const mesh_index& x, mesh_run& r
 /// Runs every lane as far as it can: an op starts when its lane is free, its wait's op has ended
 /// and (a rendezvous) the last of its partners has arrived, and takes duration[i] (a group: its
 /// head's, for the whole group). `run.completed` says whether every op ran.
-inline void run_mesh(const mesh_program& mp, const mesh_index& x, const std::vector<double>& duration, mesh_run& run) {
+constexpr void run_mesh(const mesh_program& mp, const mesh_index& x, const std::vector<double>& duration,
+                        mesh_run& run) {
   const std::size_t N = mp.ops.size(), L = x.lanes.size();
   run.pc.assign(L, 0), run.clock.assign(L, 0);
   run.reach.assign(N, -1), run.start.assign(N, 0), run.end.assign(N, 0), run.done.assign(N, 0);
@@ -610,7 +661,7 @@ inline void run_mesh(const mesh_program& mp, const mesh_index& x, const std::vec
 /// first reason it cannot: a malformed op (`index_out_of_range`, `event_misuse`), a transfer
 /// whose ends disagree (`transfer_mismatch`), members of a communicator issuing different
 /// collectives (`collective_mismatch`), or a wait-for cycle (`nccl_deadlock`, with the cycle).
-inline verdict verify_mesh(const mesh_program& mp) {
+constexpr verdict verify_mesh(const mesh_program& mp) {
   detail::mesh_index x;
   if (verdict v = detail::index_mesh(mp, x); !v.ok()) return v;
   detail::mesh_run run;

@@ -477,6 +477,9 @@ constexpr program parse_schedule(std::string_view text, const char* name) {
 template <detail::fixed_string Text>
 struct from_text {
   static constexpr program generate() { return parse_schedule(Text.view()); }
+  /// Its UNSHARD, RESHARD and REDUCE_GRAD as a mesh step's collectives (none: empty), for
+  /// mesh_plan (compile/mesh_plan.hpp).
+  static constexpr collective_program collectives();
 };
 
 // ---- writing ------------------------------------------------------------------------------
@@ -791,7 +794,7 @@ inline std::string to_csv(program_view p, lowered_view L, const collective_progr
 /// The collectives a file writes (see the top of this file): per row, its UNSHARD, RESHARD and
 /// REDUCE_GRAD in order, each after the row's compute action before it (−1: none yet); the
 /// rows past `ranks` (when given) are left out, as to_program leaves them.
-inline collective_program collectives_of(const schedule_file& f, int ranks = 0) {
+constexpr collective_program collectives_of(const schedule_file& f, int ranks = 0) {
   collective_program c;
   c.ranks = ranks > 0 ? ranks : f.rows;
   c.begin.push_back(0);
@@ -811,8 +814,14 @@ inline collective_program collectives_of(const schedule_file& f, int ranks = 0) 
   }
   return c;
 }
+template <detail::fixed_string Text>
+constexpr collective_program from_text<Text>::collectives() {
+  const schedule_file f = read_schedule(Text.view());
+  return collectives_of(f, f.rows);
+}
+
 /// Whether a file writes data-parallel collectives at all (UNSHARD, RESHARD or REDUCE_GRAD).
-inline bool has_collectives(const schedule_file& f) {
+constexpr bool has_collectives(const schedule_file& f) {
   for (const step& s : f.steps)
     if (s.op == step_kind::unshard || s.op == step_kind::reshard || s.op == step_kind::reduce_grad) return true;
   return false;

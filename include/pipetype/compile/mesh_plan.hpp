@@ -1,0 +1,177 @@
+// pipetype/compile/mesh_plan.hpp — a plan over a pp × dp mesh, proven at compile time.
+//
+//   using S = pipetype::one_f_one_b<pipetype::ranks<4>, pipetype::microbatches<8>>;
+//   using step = pipetype::mesh_plan<S, pipetype::mesh_t<4, 2>, pipetype::sharded<3>, pipetype::tied<0, 3>>;
+//   static_assert(step::facts.collectives == 32);
+//   const pipetype::mesh_program mp = step::program();   // at run time, for the executors
+//
+// The schedule's plan is make_plan's (plan_v<S>). Over it, at compile time: the mesh is checked
+// (check_mesh: a side below 1, more ranks than pipetype::limits, `world<N>` that pp × dp is not);
+// the collectives are placed (place_collectives) or, when the schedule says its own (a from_text
+// schedule whose rows carry UNSHARD, RESHARD and REDUCE_GRAD), read from it; they are checked
+// (check_collectives: a tie group naming a stage the plan does not have, a reduction before its
+// stage's last weight backward, a compute on a sharded stage, ...); the mesh step is lowered and
+// proven (lower_mesh, verify_mesh). A failure is a compile error of the same form as make_plan's:
+//
+//   pipetype::error<what<_COLLECTIVE_MISPLACED_>, at_stage<9>, because<"a tie group names a stage
+//                   the program does not have">, to_fix<"...">, in_schedule<...>>
+//
+// Options, in any order: sharded<Window> (FSDP / ZeRO-3: reduce-scatter, gathers in a window of
+// Window stages; PyTorch's 3 by default), tied<Stages...> (a tie group; one per tied parameter),
+// world<N> (the world the mesh must cover). program() lowers the same step again at run time
+// (the compile-time one leaves no storage behind) for the executors: the host mesh_executor takes
+// the plan and options(), the CUDA executor the program.
+#pragma once
+
+#include <type_traits>
+#include <vector>
+
+#include "pipetype/compile/collectives.hpp"
+#include "pipetype/compile/diagnostics.hpp"
+#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/compile/plan.hpp"
+#include "pipetype/core/mesh.hpp"
+#include "pipetype/core/schedule.hpp"
+
+namespace pipetype {
+
+/// FSDP / ZeRO-3 over the mesh: parameters sharded, at most `Window` stages gathered at once.
+template <int Window = 3>
+struct sharded {
+  static_assert(Window >= 1, "pipetype::sharded<Window>: a window of at least one stage");
+};
+/// A tie group: the plan stages that hold one tied parameter (the embedding and the LM head).
+template <int... Stages>
+struct tied {};
+/// The world the mesh must cover: pp × dp must be N.
+template <int N>
+struct world {};
+
+/// The compile-time facts of a mesh plan: its verdict, and the size of its proven step.
+struct mesh_facts {
+  verdict rejection{};  // ok, or the first thing wrong (as make_plan's)
+  int collectives = 0, communicators = 0, ops = 0;
+};
+
+namespace detail {
+
+template <class O>
+struct mesh_option {
+  static constexpr void apply(dp_options&, int&) {}
+};
+template <int W>
+struct mesh_option<sharded<W>> {
+  static constexpr void apply(dp_options& o, int&) { o.shard = true, o.window = W; }
+};
+template <int... S>
+struct mesh_option<tied<S...>> {
+  static constexpr void apply(dp_options& o, int&) { o.ties.push_back(std::vector<int>{S...}); }
+};
+template <int N>
+struct mesh_option<world<N>> {
+  static constexpr void apply(dp_options&, int& w) { w = N; }
+};
+
+template <class Mesh, class... Options>
+constexpr dp_options mesh_options_of(int& world_size) {
+  dp_options o;
+  o.dp = Mesh::value.dp;
+  (mesh_option<Options>::apply(o, world_size), ...);
+  return o;
+}
+
+/// The schedule's own collectives (a from_text schedule with UNSHARD, RESHARD, REDUCE_GRAD).
+template <class S>
+concept says_collectives = requires {
+  { S::collectives() } -> std::same_as<collective_program>;
+};
+
+template <class S, class Options>
+constexpr collective_program mesh_collectives(program_view p, const dp_options& o) {
+  if constexpr (says_collectives<S>) {
+    collective_program c = S::collectives();
+    if (!c.ops.empty()) return c;
+  }
+  return place_collectives(p, o);
+}
+
+constexpr verdict mesh_misfit(const char* why) {
+  verdict v;
+  v.code = errc::bad_mesh;
+  v.detail = why;
+  return v;
+}
+
+template <class S, class Mesh, class... Options>
+constexpr mesh_facts facts_of() {
+  const auto& plan = plan_v<S>;
+  const program_view p = plan.compute();
+  mesh_facts f;
+  const mesh m = Mesh::value;
+  int world_size = -1;
+  const dp_options o = mesh_options_of<Mesh, Options...>(world_size);
+  if (f.rejection = check_mesh(m, world_size); !f.rejection.ok()) return f;
+  if (m.pp != p.ranks) return f.rejection = mesh_misfit("the mesh's pipeline ranks (pp) are not the plan's ranks"), f;
+  if (p.lanes > 1)
+    return f.rejection = mesh_misfit("a plan of several lanes (DualPipe) does not run over a mesh yet"), f;
+  const collective_program c = mesh_collectives<S, void>(p, o);
+  if (f.rejection = check_collectives(p, c, o); !f.rejection.ok()) return f;
+  const mesh_program mp = lower_mesh(p, plan.lowered(), m, c, o);
+  if (f.rejection = verify_mesh(mp); !f.rejection.ok()) return f;
+  for (const mesh_op& x : mp.ops) f.collectives += is_collective(x.code) ? 1 : 0;
+  f.communicators = static_cast<int>(mp.comms.size());
+  f.ops = static_cast<int>(mp.ops.size());
+  return f;
+}
+
+template <class S, class Mesh, class... Options>
+struct mesh_planner {
+  static constexpr mesh_facts value = facts_of<S, Mesh, Options...>();
+};
+
+template <class S, class Mesh, class... Options>
+constexpr mesh_facts checked_mesh() {
+  using P = mesh_planner<S, Mesh, Options...>;
+  if constexpr (P::value.rejection.code != errc::ok) {
+    (void)report<typename error_of<P, S>::type>{};
+#if defined(__clang__)
+    constexpr bool shown = rejected_because(P::value.rejection.detail, how_to_fix(P::value.rejection.code));
+    (void)shown;
+#endif
+  }
+  return P::value;
+}
+
+}  // namespace detail
+
+/// A plan of schedule S over mesh `Mesh` (mesh_t<PP, DP, Order>) with `Options` (see the top of
+/// this file), proven at compile time.
+template <schedule S, class Mesh, class... Options>
+struct mesh_plan {
+  static constexpr mesh shape = Mesh::value;
+  static constexpr mesh_facts facts = detail::checked_mesh<S, Mesh, Options...>();
+  /// The pipeline plan (make_plan's).
+  static constexpr const auto& plan() { return plan_v<S>; }
+  /// The data-parallel options the type says.
+  static constexpr dp_options options() {
+    int world_size = -1;
+    return detail::mesh_options_of<Mesh, Options...>(world_size);
+  }
+  /// The step's collectives: the schedule's own, or placed.
+  static constexpr collective_program collectives() {
+    return detail::mesh_collectives<S, void>(plan().compute(), options());
+  }
+  /// The proven step, lowered again at run time (the executors bind it).
+  static mesh_program program() {
+    return lower_mesh(plan().compute(), plan().lowered(), shape, collectives(), options());
+  }
+};
+
+/// The facts of a mesh plan, as make_plan gives a plan: `constexpr auto f =
+/// pipetype::make_mesh_plan<S, pipetype::mesh_t<4, 2>>();` (a compile error when it is rejected).
+template <schedule S, class Mesh, class... Options>
+constexpr mesh_facts make_mesh_plan() {
+  return detail::checked_mesh<S, Mesh, Options...>();
+}
+
+}  // namespace pipetype
