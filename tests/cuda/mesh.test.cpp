@@ -117,10 +117,11 @@ TEST_CASE("cuda mesh: every member issues the same collectives per communicator,
           CHECK(reductions == plan.compute().stages / s.ranks);  // one REDUCE_GRAD per stage held
           for (auto& [comm, seq] : mine) per_comm[comm].push_back(seq);
         }
-        for (const auto& [comm, members] : per_comm) {
+        for (const auto& entry : per_comm) {  // (no structured binding: clang 14 cannot capture one)
+          const int comm = entry.first;
           CAPTURE(comm);
-          REQUIRE(members.size() == 2);  // a DP group of two replicas
-          CHECK(members[0] == members[1]);
+          REQUIRE(entry.second.size() == 2);  // a DP group of two replicas
+          CHECK(entry.second[0] == entry.second[1]);
         }
       }
 }
