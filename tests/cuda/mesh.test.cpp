@@ -3,7 +3,9 @@
 // data-parallel stream, each reduction after an event recorded behind its stage's last weight
 // backward, each gather before the stage's next compute — every member of a communicator issues
 // the same collectives in the same order, the sharded ones go through a staging buffer allocated
-// once, and a stage's own collectives stay on its compute stream in the plan's order. CPU only.
+// once, and a stage's own collectives stay on its compute stream in the plan's order; faults: what
+// an executor allocated is freed with it, failures() is current after a stage throws, a failing
+// collective names rank, action and communicator. CPU only.
 #include <pipetype/cuda/executor.hpp>
 #include <pipetype/cuda/record.hpp>
 #include <pipetype/pipetype.hpp>
@@ -281,4 +283,104 @@ TEST_CASE("cuda mesh: a stage's own collectives stay on its compute stream, in t
 }
 
 }  // namespace test_cuda_mesh
+}  // namespace
+
+namespace {
+namespace test_cuda_faults {
+
+namespace pt = pipetype;
+namespace pc = pipetype::cuda;
+using call = pc::record_driver::call;
+using ck = pc::record_driver::call_kind;
+
+int throw_at = -1;  // a forward of this microbatch throws (−1: none)
+
+struct flaky {
+  using input = pt::tensor<float, 16>;
+  using output = pt::tensor<float, 16>;
+  using weight_grad = pt::tensor<float, 4>;
+  float grads[4] = {};
+  std::span<float> weight_gradients() { return grads; }
+  void forward(const pt::forward_ctx<flaky>& c) {
+    if (c.microbatch == throw_at) throw std::runtime_error("injected");
+  }
+  void backward(const pt::backward_ctx<flaky>&) {}
+};
+
+// A driver whose all-reduces fail as NCCL's would.
+struct failing_reduce : pc::record_driver {
+  void all_reduce(void*, std::size_t, pt::elem_kind, comm, stream) {
+    throw pc::device_error(
+        "pipetype::cuda: rank 1: ncclAllReduce failed: remote process exited or there was a network error");
+  }
+};
+
+}  // namespace test_cuda_faults
+}  // namespace
+
+namespace {
+namespace test_cuda_faults {
+
+TEST_CASE("cuda faults: an executor frees what it allocated when it is destroyed") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  pt::uniform_chain<flaky> model(std::vector<flaky>(2));
+  pc::record_driver d;
+  std::vector<const void*> allocated;
+  {
+    pc::executor ex{plan, model, d, {.rank = 0}};
+    for (const call& c : d.calls())
+      if (c.what == ck::allocate) allocated.push_back(c.ptr);
+    d.clear();
+  }
+  std::vector<const void*> freed;
+  for (const call& c : d.calls())
+    if (c.what == ck::free) freed.push_back(c.ptr);
+  REQUIRE(!allocated.empty());
+  std::sort(allocated.begin(), allocated.end());
+  std::sort(freed.begin(), freed.end());
+  CHECK(freed == allocated);
+}
+
+TEST_CASE("cuda faults: failures() is current after a stage throws, and the next step runs") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  pt::uniform_chain<flaky> model(std::vector<flaky>(2));
+  pc::record_driver d;
+  pc::executor ex{plan, model, d, {.rank = 0}};
+  std::vector<float> batch(16 * 4);
+  throw_at = 2;
+  CHECK_THROWS_WITH_AS(ex.step(batch.data()), "injected", std::runtime_error);
+  REQUIRE(ex.failures().size() == 1);
+  const pt::failure& f = ex.failures().front();
+  CHECK(f.cause == pt::failure_cause::stage_threw);
+  CHECK(f.rank == 0);
+  CHECK(f.message == "pipetype::cuda: rank 0, stage 0, microbatch 2, action 0F2 threw: injected");
+  CHECK(f.action == "compute 0F2");
+  throw_at = -1;
+  ex.step(batch.data());
+  CHECK(ex.failures().empty());
+}
+
+TEST_CASE("cuda faults: a collective that fails names the rank, the action and the communicator") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const pt::mesh_program mp = pt::build_mesh(plan.compute(), plan.lowered(), {2, 2}, {.dp = 2});
+  pt::uniform_chain<flaky> model(std::vector<flaky>(2));
+  failing_reduce d;
+  pc::executor ex{plan, mp, model, d, {.rank = 3}};  // pipeline rank 1 of replica 1
+  std::vector<float> batch(16 * 4);
+  try {
+    ex.step(batch.data());
+    FAIL("the all-reduce should have failed");
+  } catch (const pc::device_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("ncclAllReduce failed") != std::string::npos);
+    CHECK(what.find("[while issuing rank 3, op ") != std::string::npos);
+    CHECK(what.find(": REDUCE_GRAD(1) on communicator " + std::to_string(mp.dp_comm(1)) + "]") != std::string::npos);
+  }
+  REQUIRE(ex.failures().size() == 1);
+  CHECK(ex.failures().front().cause == pt::failure_cause::device);
+  CHECK(ex.failures().front().rank == 3);
+  CHECK(static_cast<int>(ex.failures().front().stream) == pt::dp_stream);
+}
+
+}  // namespace test_cuda_faults
 }  // namespace

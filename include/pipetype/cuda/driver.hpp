@@ -58,6 +58,13 @@ concept captures_graphs = device_driver<D> &&
   d.destroy(x);
 };
 
+/// Drivers that free a buffer allocate() gave (cudaFree): an executor then frees what it
+/// allocated when it is destroyed.
+template <class D>
+concept frees = requires(D& d, void* p) {
+  d.free(p);
+};
+
 /// Drivers whose buffers are host memory (the record driver): the executor may then add weight
 /// gradients with a plain loop. A device driver leaves `host_memory` out.
 template <class D>

@@ -297,6 +297,7 @@ class executor {
     const transfer* const tr = transfers_.data();
     const step_feed b = feed_of();
     const issue_op* o = ops_.data();
+    failures_.clear();  // current after every step: empty, or how this one ended
     try {
       for (const issue_op* e = o + ops_.size(); o != e; ++o) {
         if (o->pair) [[unlikely]] {
@@ -325,10 +326,15 @@ class executor {
       fence(d);
     } catch (const device_error& err) {
       const device_error named(std::string(err.what()) + " [while issuing " + where(o) + "]");
-      note_failure(o, named.what());
+      note_failure(o, named.what(), failure_cause::device);
       throw named;
+    } catch (const std::exception& err) {  // a stage (or a driver's non-device error): kept, and rethrown as it is
+      note_thrown(o, err.what());
+      throw;
+    } catch (...) {
+      note_thrown(o, "an exception not derived from std::exception");
+      throw;
     }
-    failures_.clear();
   }
 
  public:
@@ -352,9 +358,15 @@ class executor {
       if (!later_.empty()) add_later();
       fence(d_);
     } catch (const device_error& err) {
-      throw device_error(std::string(err.what()) + " [while issuing rank " + std::to_string(rank_) +
-                         "'s unrolled step]");
+      const device_error named(std::string(err.what()) + " [while issuing rank " + std::to_string(rank_) +
+                               "'s unrolled step]");
+      note_failure(nullptr, named.what(), failure_cause::device);
+      throw named;
+    } catch (const std::exception& err) {
+      note_failure(nullptr, err.what(), failure_cause::stage_threw);
+      throw;
     }
+    failures_.clear();
   }
 
   /// Records one step into a graph (fork from an origin stream to the compute and communication
@@ -378,8 +390,17 @@ class executor {
 
   executor(const executor&) = delete;
   executor& operator=(const executor&) = delete;
+  /// Frees what the executor allocated through the driver (drivers that free: `frees`); the
+  /// streams and events stay the driver's until it is destroyed.
   ~executor() {
     if constexpr (captures_graphs<D>) capture_.release();
+    if constexpr (frees<D>)
+      for (std::byte* p : owned_) {
+        try {
+          d_.free(p);
+        } catch (...) {  // (a destructor does not throw; a device that fails here has failed already)
+        }
+      }
   }
 
   int rank() const noexcept { return rank_; }
@@ -460,7 +481,7 @@ class executor {
   // What the op at `o` is, for an error: "rank 1, op 7 of 36: group: send activation 1F3 to rank 2".
   std::string where(const issue_op* o) const {
     const auto k = static_cast<std::size_t>(o - ops_.data());
-    std::string s = "rank " + std::to_string(rank_) + ", ";
+    std::string s = "rank " + std::to_string(global_) + ", ";
     if (k >= ops_.size()) return s + "the step's end";
     return s + "op " + std::to_string(k) + " of " + std::to_string(ops_.size()) + ": " + labels_[k];
   }
@@ -779,7 +800,12 @@ class executor {
     ops_.push_back(x);
   }
 
-  std::byte* alloc(std::size_t n) { return n ? static_cast<std::byte*>(d_.allocate(n)) : nullptr; }
+  std::byte* alloc(std::size_t n) {
+    if (n == 0) return nullptr;
+    owned_.reserve(owned_.size() + 1);  // (so that a pointer allocated is a pointer kept)
+    owned_.push_back(static_cast<std::byte*>(d_.allocate(n)));
+    return owned_.back();
+  }
 
   static std::vector<stage_entry> entries_of_part(const program_view& p, const model_part& part, int rank) {
     pipetype::detail::check_graph(p, part.topology(), "pipetype::cuda");
@@ -794,18 +820,33 @@ class executor {
       throw std::invalid_argument(
           "pipetype::cuda: executor_options::rank is not set and the driver does not know its rank");
   }
-  void note_failure(const issue_op* o, const char* what) {
+  void note_failure(const issue_op* o, const std::string& what, failure_cause cause) {
     failure f;
-    f.rank = rank_;
-    f.cause = failure_cause::device;
+    f.rank = global_;
+    f.cause = cause;
     f.message = what;
-    const auto k = static_cast<std::size_t>(o - ops_.data());
+    const auto k = o ? static_cast<std::size_t>(o - ops_.data()) : ops_.size();
     if (k < ops_.size()) {
       f.op = static_cast<int>(k);
       f.action = labels_[k];
-      f.stream = o->code == op_code::compute ? stream_id::compute : stream_id::comm;
+      f.stream = o->code == op_code::compute      ? stream_id::compute
+                 : o->code == op_code::collective ? static_cast<stream_id>(dp_stream)
+                                                  : stream_id::comm;
     }
     failures_.assign(1, std::move(f));
+  }
+  // An exception that is no device error, at op `o`: a stage's (a compute op), named as the host
+  // executor names it, or another's.
+  void note_thrown(const issue_op* o, const char* what) {
+    const auto k = static_cast<std::size_t>(o - ops_.data());
+    if (k >= ops_.size() || o->code != op_code::compute)
+      return note_failure(o, "pipetype::cuda: rank " + std::to_string(global_) + ": " + what, failure_cause::transfer);
+    const bound_op& c = calls_[o->index];
+    note_failure(o,
+                 "pipetype::cuda: rank " + std::to_string(global_) + ", stage " + std::to_string(c.plan_stage) +
+                     ", microbatch " + std::to_string(c.microbatch) + ", action " + std::to_string(c.plan_stage) +
+                     kind_char(c.what) + std::to_string(c.microbatch) + " threw: " + what,
+                 failure_cause::stage_threw);
   }
 
   D& d_;
@@ -841,6 +882,7 @@ class executor {
   const mesh_program* mesh_ = nullptr;                      // a mesh step's program (nullptr: a pipeline)
   std::vector<int> stages_here_;                            // the plan stages this rank runs (a mesh's tie groups)
   std::vector<coll> colls_;                                 // a mesh step's collectives
+  std::vector<std::byte*> owned_;                           // everything alloc() allocated (freed with the executor)
   std::byte* staging_ = nullptr;                            // the sharded collectives' parts, all members'
   [[no_unique_address]] detail::capture_for<D> capture_{};  // whole-step graphs (captures_graphs drivers)
 };

@@ -47,7 +47,8 @@ class record_driver {
     destroy,
     all_reduce,
     reduce_scatter,
-    all_gather
+    all_gather,
+    free
   };
   struct call {
     call_kind what = call_kind::allocate;
@@ -70,6 +71,11 @@ class record_driver {
     blocks_.push_back(std::make_unique<std::byte[]>(n > 0 ? n : 1));
     note({call_kind::allocate, -1, -1, -1, -1, n, blocks_.back().get()});
     return blocks_.back().get();
+  }
+  /// Frees a buffer allocate() gave (written down; the memory is released at once).
+  void free(void* p) {
+    note({call_kind::free, -1, -1, -1, -1, 0, p});
+    std::erase_if(blocks_, [p](const std::unique_ptr<std::byte[]>& b) { return b.get() == p; });
   }
   stream make_stream() {
     note({call_kind::make_stream, streams_});
@@ -156,6 +162,7 @@ class record_driver {
 };
 
 static_assert(device_driver<record_driver> && observes_compute<record_driver> && captures_graphs<record_driver> &&
-              host_memory<record_driver> && copies<record_driver> && issues_collectives<record_driver>);
+              host_memory<record_driver> && copies<record_driver> && issues_collectives<record_driver> &&
+              frees<record_driver>);
 
 }  // namespace pipetype::cuda

@@ -106,6 +106,13 @@ class runtime_driver {
     buffers_.push_back(p);
     return p;
   }
+  /// cudaFree of a buffer allocate() gave (an executor's, when it is destroyed).
+  void free(void* p) {
+    const auto it = std::find(buffers_.begin(), buffers_.end(), p);
+    if (it == buffers_.end()) return;
+    buffers_.erase(it);
+    check(cudaFree(p), "cudaFree");
+  }
   stream make_stream() {
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -427,7 +434,7 @@ class runtime_driver {
 };
 
 static_assert(device_driver<runtime_driver> && captures_graphs<runtime_driver> && copies<runtime_driver> &&
-              issues_collectives<runtime_driver>);
+              issues_collectives<runtime_driver> && frees<runtime_driver>);
 
 /// NCCL's unique id on every rank of `l`: from NCCL_COMM_ID when it is set (each rank computes it;
 /// rank 0 starts the root in ncclCommInitRank), else through `id_file` (rank 0 makes it and
