@@ -50,7 +50,8 @@
 // across every communicator and simulated; --param-mb X is a rank share's parameters in MB (a
 // chunk holds X/v), --dp-gbps B the bus bandwidth in GB/s, and one time unit is 1 ms (as --trace
 // draws it). It reports exposed_dp: how much longer the step is than the same plan without its
-// collectives.
+// collectives; --svg and --trace then draw the step over the replicas, every global rank with its
+// collectives (REDUCE_GRAD(1), UNSHARD(2), ...) on a data-parallel band or thread of their own.
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -448,6 +449,7 @@ struct dp_figures {
   std::string error;  // why the plan cannot run over the mesh ("" when it can)
   double makespan = 0, without = 0, exposed = 0;
   int collectives = 0, communicators = 0;
+  pt::step_trace picture;  // the simulated mesh step, for --svg and --trace
 };
 // A --file's own collectives (its UNSHARD, RESHARD, REDUCE_GRAD), used instead of placing them.
 std::optional<pt::collective_program> file_collectives;
@@ -469,7 +471,9 @@ dp_figures dp_of(const result& r, const args& a) {
   // a chunk holds 1/v of a rank share's parameters; bytes per time unit (1 ms) from GB/s
   const pt::mesh_costs d{.param_bytes = {a.param_mb * 1e6 / r.chunks}, .bandwidth = a.dp_gbps * 1e6};
   const pt::cost_model costs = per_stage(a, p, r.chunks);
-  out.makespan = pt::simulate_mesh(mp, costs, d).makespan;
+  const pt::mesh_timeline timeline = pt::simulate_mesh(mp, costs, d);
+  out.makespan = timeline.makespan;
+  out.picture = pt::trace_of(mp, timeline);
   out.exposed = pt::exposed_dp(p, r.plan.lowered(), m, c, o, costs, d);
   out.without = out.makespan - out.exposed;
   for (const pt::mesh_op& op : mp.ops) out.collectives += pt::is_collective(op.code);
@@ -544,8 +548,15 @@ int print_all(const args& a) {
   }
   if (!a.svg.empty() || !a.trace.empty()) {
     std::vector<std::pair<std::string, pt::step_trace>> steps;
-    for (const auto& [name, r] : rows)
-      if (r.plan.ok()) steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
+    for (const auto& [name, r] : rows) {
+      if (!r.plan.ok()) continue;
+      dp_figures f;
+      if (a.dp > 1) f = dp_of(r, a);
+      if (a.dp > 1 && f.error.empty())  // the step over the replicas, with its collectives
+        steps.emplace_back(titled(name, r.chunks) + " × " + std::to_string(a.dp), std::move(f.picture));
+      else
+        steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
+    }
     write_pictures(a, steps);
   }
   auto peak_max = [&a](const result& r) {
@@ -752,7 +763,19 @@ int main(int argc, char** argv) {
     std::cerr << "pipetype-explore: schedule " << name << " rejected: " << pt::explain(plan.result) << "\n";
     return 2;
   }
-  if (!a.svg.empty() || !a.trace.empty()) write_pictures(a, {{titled(name, chunks), trace_of(r, a)}});
+  if (!a.svg.empty() || !a.trace.empty()) {
+    const bool meshed = a.dp > 1;  // the step over the replicas, with its collectives
+    if (meshed) {
+      const dp_figures f = dp_of(r, a);
+      if (!f.error.empty()) {
+        std::cerr << "pipetype-explore: --dp " << a.dp << ": " << f.error << "\n";
+        return 2;
+      }
+      write_pictures(a, {{titled(name, chunks) + " × " + std::to_string(a.dp), f.picture}});
+    } else {
+      write_pictures(a, {{titled(name, chunks), trace_of(r, a)}});
+    }
+  }
   if (csv) {  // PyTorch's CSV: the compute program, or the lowered program's transfers as PyTorch issues them
     try {
       std::cout << (a.format == "csv" ? pt::to_csv(plan.compute()) : pt::to_csv(plan.compute(), plan.lowered()));

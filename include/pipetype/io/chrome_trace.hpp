@@ -9,10 +9,11 @@
 // (tid 1). Every compute span is a complete event (ph "X") named by its label ("1F3",
 // "(0F7;7B3)") with category F, B, I, W or F&B and args {stage, microbatch, kind, activations};
 // every communication span (a measured NCCL group) is a complete event "group" with args
-// {transfers}. Every transfer is a flow ("s" on the sender's span, "f" with "bp": "e" on the
-// receiver's) named "activation 1F3" or "gradient 2B3", so the viewer draws an arrow from send to
-// receive. Timestamps are microseconds: `us_per_unit` per unit of the trace (a measured trace is
-// in ms, so 1000; a simulated one in cost units, drawn as ms by default).
+// {transfers}; a mesh step's collectives are complete events on a third thread, "data-parallel"
+// (tid 2), named REDUCE_GRAD(1), UNSHARD(2), ... with category collective and args {communicator}. Every transfer is a
+// flow ("s" on the sender's span, "f" with "bp": "e" on the receiver's) named "activation 1F3" or "gradient 2B3", so
+// the viewer draws an arrow from send to receive. Timestamps are microseconds: `us_per_unit` per unit of the trace (a
+// measured trace is in ms, so 1000; a simulated one in cost units, drawn as ms by default).
 //
 // The format: Trace Event Format (Google, "Trace Event Format" document): "X" needs name, ph, ts,
 // dur, pid, tid; "s"/"f" need name, cat, ph, id, ts, pid, tid; "M" names processes and threads.
@@ -67,7 +68,14 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
             ", \"args\": {\"sort_index\": " + std::to_string(pid_base + r) + "}}");
       event("{\"name\": \"thread_name\", \"ph\": \"M\", " + where(r, 0) + ", \"args\": {\"name\": \"compute\"}}");
       event("{\"name\": \"thread_name\", \"ph\": \"M\", " + where(r, 1) + ", \"args\": {\"name\": \"communication\"}}");
+      if (!tr.collectives.empty())
+        event("{\"name\": \"thread_name\", \"ph\": \"M\", " + where(r, 2) +
+              ", \"args\": {\"name\": \"data-parallel\"}}");
     }
+    for (const traced_collective& c : tr.collectives)
+      event("{\"name\": " + detail::json_quote(c.name) +
+            ", \"cat\": \"collective\", \"ph\": \"X\", \"ts\": " + ts(c.start) + ", \"dur\": " + dur(c.start, c.end) +
+            ", " + where(c.rank, 2) + ", \"args\": {\"communicator\": " + std::to_string(c.comm) + "}}");
     for (const traced_compute& c : tr.computes) {
       std::string args = "\"stage\": " + std::to_string(c.first.stage) +
                          ", \"microbatch\": " + std::to_string(c.first.microbatch) + ", \"kind\": \"" +

@@ -5,6 +5,7 @@
 //
 //   trace_of(plan.compute(), simulate(plan.compute(), c), {.latency = c.comm})   simulated
 //   trace_of(executor.trace())                                                    measured
+//   trace_of(mesh_program, simulate_mesh(mesh_program, c, d))                    a mesh step
 //
 // A step_trace holds, in one time unit (`unit`: "" for the simulator's cost units, "ms" for a
 // measured step):
@@ -20,6 +21,8 @@
 //               Measured: from the sender's group to the receiver's group (the NCCL pair of
 //               the send and its receive), sent at the first's start, arrived at the second's end.
 //               In the order they were sent.
+//   collectives one span per collective of a mesh step on its rank's data-parallel stream
+//               (compile/mesh_program.hpp), named by its action: REDUCE_GRAD(1), UNSHARD(2), TIE(0)
 // Its figures (makespan, busy, bubble fraction, peak activations) are computed the way
 // analysis/simulate.hpp computes them, so a measured step reads on the same scale.
 #pragma once
@@ -33,6 +36,8 @@
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/mesh_costs.hpp"
+#include "pipetype/compile/mesh_program.hpp"
 #include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/io/notation.hpp"
@@ -59,6 +64,14 @@ struct traced_comm {
   int transfers = 0;  // sends and receives inside it
 };
 
+/// One collective of a mesh step on a rank's data-parallel stream.
+struct traced_collective {
+  int rank = -1;
+  std::string name;  // "REDUCE_GRAD(1)", "UNSHARD(2)", "TIE(0)"
+  int comm = -1;     // the mesh communicator
+  double start = 0, end = 0;
+};
+
 /// An activation (what = F) or a gradient (what = B) crossing ranks.
 struct traced_transfer {
   kind what = kind::F;
@@ -82,6 +95,7 @@ struct step_trace {
   std::vector<traced_compute> computes;  // by rank, each rank's in its order
   std::vector<traced_comm> comms;
   std::vector<traced_transfer> transfers;
+  std::vector<traced_collective> collectives;  // a mesh step's, by rank
   /// The stage graph, when the program gives it as edges (empty: a chain): one lane's edges
   /// (program_view::lane_edges), the lanes, and per stage of the program the rank that runs it
   /// (svg draws the graph under the timeline).
@@ -138,6 +152,7 @@ struct step_trace {
     };
     for (const traced_compute& c : computes) see(c.start, c.end);
     for (const traced_comm& c : comms) see(c.start, c.end);
+    for (const traced_collective& c : collectives) see(c.start, c.end);
     return t;
   }
 };
@@ -244,6 +259,39 @@ step_trace trace_of(program_view p, const timeline& t, const C& c, const trace_o
 /// The same with one latency for every transfer, `o.latency` (what `costs` and `cost_model` have).
 inline step_trace trace_of(program_view p, const timeline& t, const trace_options& o = {}) {
   return detail::trace_of(p, t, detail::constant_latency{o.latency}, o);
+}
+
+/// A mesh step as simulated (simulate_mesh, in cost units): per global rank its compute spans (an
+/// overlapped pair one span, as the simulator times it) and its collectives; no memory curve.
+inline step_trace trace_of(const mesh_program& mp, const mesh_timeline& t) {
+  step_trace out;
+  out.ranks = mp.shape.size();
+  if (!t.completed || t.start.size() != mp.ops.size()) return out;
+  for (int g = 0; g < out.ranks; ++g) {
+    const int b = mp.begin[static_cast<std::size_t>(g)], e = mp.begin[static_cast<std::size_t>(g) + 1];
+    for (int i = b; i < e; ++i) {
+      const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
+      const double t0 = t.start[static_cast<std::size_t>(i)], t1 = t.end[static_cast<std::size_t>(i)];
+      if (o.code == mesh_op_code::compute) {
+        traced_compute c{g, action{o.what, o.stage, o.microbatch, o.overlapped}, {}, false, t0, t1};
+        if (o.overlapped)  // the pair's second half: the next compute op of the rank
+          for (int j = i + 1; j < e; ++j)
+            if (mp.ops[static_cast<std::size_t>(j)].code == mesh_op_code::compute) {
+              const mesh_op& h = mp.ops[static_cast<std::size_t>(j)];
+              c.second = action{h.what, h.stage, h.microbatch, false};
+              c.paired = true;
+              i = j;
+              break;
+            }
+        out.computes.push_back(c);
+      } else if (is_collective(o.code) || o.code == mesh_op_code::local_sum) {
+        out.collectives.push_back(
+            {g, std::string(detail::mesh_action_name(o)) + "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage) + ")",
+             o.comm, t0, t1});
+      }
+    }
+  }
+  return out;
 }
 
 /// A measured step: the host executor's trace() (seconds), in milliseconds.

@@ -9,6 +9,8 @@
 // (below), labelled "1F3" where the label fits, with a tooltip giving its times; under the row,
 // the rank's live activations as a step curve with its peak marked. With `transfers`, each
 // transfer is an arrow from its sending rank (when sent) to its receiving rank (when arrived).
+// A mesh step's collectives (step_trace::collectives) are grey boxes in a band under each rank's
+// row, labelled REDUCE_GRAD(1), UNSHARD(2), ... where they fit.
 // Panels in the same unit share one time scale, so a measured step and its simulation line up.
 // Under a panel whose program gives its stage graph as edges (step_trace::edges), the graph
 // itself: a box per stage ("stage 2 · rank 1", data-stage) in columns by depth from a source,
@@ -156,7 +158,9 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
   s += "<text x=\"" + decimal(x0 - 6) + "\" y=\"" + decimal(axis_y - 6) + "\" class=\"unit\">" + xml_escape(unit) +
        "</text>\n";
   // rows
-  const double row_step = o.row_height + (o.memory ? G::memory_h : 0) + G::gap;
+  // a mesh step's collectives: a band of their own under each rank's row
+  const double dp_h = tr.collectives.empty() ? 0 : o.row_height * 0.6;
+  const double row_step = o.row_height + (o.memory ? G::memory_h : 0) + dp_h + G::gap;
   const double rows_y = y + G::title_h + G::axis_h;
   const double peak_all = tr.peak_activations();
   std::vector<double> row_y(static_cast<std::size_t>(tr.ranks));
@@ -182,6 +186,20 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
       if (w >= 6.2 * static_cast<double>(label.size()) + 4)
         s += "<text x=\"" + decimal(X(c.start) + w / 2) + "\" y=\"" + decimal(ry + o.row_height / 2 + 3.5) +
              "\" class=\"label\">" + xml_escape(label) + "</text>\n";
+    }
+    if (dp_h > 0) {  // the data-parallel stream's spans
+      const double dy = ry + o.row_height + (o.memory ? G::memory_h : 0) + 1;
+      for (const traced_collective& c : tr.collectives) {
+        if (c.rank != r) continue;
+        const double w = std::max((c.end - c.start) * scale, 0.5);
+        s += "<rect x=\"" + decimal(X(c.start)) + "\" y=\"" + decimal(dy) + "\" width=\"" + decimal(w) +
+             "\" height=\"" + decimal(dp_h - 2) + "\" class=\"collective\"><title>" + xml_escape(c.name) + " rank " +
+             std::to_string(r) + " on communicator " + std::to_string(c.comm) + " · " + decimal(c.start) + " – " +
+             decimal(c.end) + " " + xml_escape(unit) + "</title></rect>\n";
+        if (w >= 5.5 * static_cast<double>(c.name.size()) + 4)
+          s += "<text x=\"" + decimal(X(c.start) + w / 2) + "\" y=\"" + decimal(dy + dp_h / 2 + 2) +
+               "\" class=\"label\">" + xml_escape(c.name) + "</text>\n";
+      }
     }
     if (o.memory && k > first && peak_all > 0) {
       // live activations: 0 from the rank's first start, then the value after each span
@@ -306,6 +324,7 @@ inline std::string svg(std::span<const svg_panel> panels, const svg_options& o =
        "width:0.6}"
        ".memory{fill:none;stroke:#333333;stroke-width:1}.peak{fill:#d62728;font-size:9px}"
        ".transfer{stroke:#444444;stroke-width:0.8;stroke-opacity:0.6}"
+       ".collective{fill:#7f7f7f;stroke:#ffffff;stroke-width:0.6}"
        ".node{fill:#f2f2f2;stroke:#555555;stroke-width:0.8}.nodelabel{font-size:10px;text-anchor:middle}"
        ".graphedge{fill:none;stroke:#444444;stroke-width:0.9}</style></defs>\n"
        "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
