@@ -21,7 +21,9 @@
 // per rank (--p2p shared: torch's default "nccl" backend), per peer ("nccl-lazy") or per peer
 // and direction (pipeline_per_edge_p2p). --format csv
 // writes the compute program as PyTorch's compute-only CSV, csv-comms the lowered program as its
-// compute+comms CSV (both refuse DualPipe's two directions); --output writes the result to FILE
+// compute+comms CSV (both refuse DualPipe's two directions; with --dp [--fsdp], csv-comms writes
+// each rank's UNSHARD, RESHARD and REDUCE_GRAD where the mesh step places them, and needs no
+// bandwidth); --output writes the result to FILE
 // (atomically) instead of standard output. --svg FILE draws the simulated step as an SVG timeline
 // (io/svg.hpp; with `--schedule all`, one panel per schedule on one time scale; transfers drawn as
 // arrows up to 256 of them) and --trace FILE writes it as a Chrome trace (io/chrome_trace.hpp,
@@ -272,7 +274,7 @@ args parse(int argc, char** argv) {
   if (a.dp < 1 || 1LL * a.dp * a.ranks > pt::limits::ranks)
     usage_error("--dp needs at least 1 replica, and --ranks × --dp at most " + std::to_string(pt::limits::ranks) +
                 " ranks (pipetype::limits)");
-  if (a.dp > 1 && !(a.dp_gbps > 0))
+  if (a.dp > 1 && !(a.dp_gbps > 0) && a.format != "csv-comms")
     usage_error("--dp needs --dp-gbps B, the data-parallel bus bandwidth in GB/s (B > 0)");
   if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0))
     usage_error("--fsdp, --param-mb and --dp-gbps describe data parallelism: give --dp D (D ≥ 2) too");
@@ -778,7 +780,14 @@ int main(int argc, char** argv) {
   }
   if (csv) {  // PyTorch's CSV: the compute program, or the lowered program's transfers as PyTorch issues them
     try {
-      std::cout << (a.format == "csv" ? pt::to_csv(plan.compute()) : pt::to_csv(plan.compute(), plan.lowered()));
+      if (a.format == "csv-comms" && a.dp > 1) {  // a mesh step's rows: its collectives where they were placed
+        const pt::dp_options o{.dp = a.dp, .shard = a.fsdp || file_shards};
+        const pt::collective_program c =
+            file_collectives ? *file_collectives : pt::place_collectives(plan.compute(), o);
+        std::cout << pt::to_csv(plan.compute(), plan.lowered(), c);
+      } else {
+        std::cout << (a.format == "csv" ? pt::to_csv(plan.compute()) : pt::to_csv(plan.compute(), plan.lowered()));
+      }
     } catch (const std::invalid_argument& e) {
       std::cerr << "pipetype-explore: --format " << a.format << ": " << e.what() << "\n";
       return 2;
