@@ -457,5 +457,38 @@ TEST_CASE("mesh costs: a reduction hidden behind compute costs nothing, one at t
   CHECK_FALSE(pt::simulate_mesh(mp, cost, d).completed);
 }
 
+TEST_CASE("mesh program: a release waits for a gather that no compute waited for") {
+  // hand-written: rank 0 gathers stage 0 and releases it before computing with it
+  const pt::program prog = pt::parse_schedule("0F0,0B0\n1F0,1B0");
+  const pt::runtime_plan plan = pt::build_plan(prog);
+  REQUIRE(plan.ok());
+  pt::collective_program c;
+  c.ranks = 2;
+  c.ops = {{pt::collective_kind::unshard, 0, -1, -1},    {pt::collective_kind::reshard, 0, -1, -1},
+           {pt::collective_kind::unshard, 0, -1, -1},    {pt::collective_kind::reduce_grad, 0, -1, 1},
+           {pt::collective_kind::reshard, 0, -1, 1},     {pt::collective_kind::unshard, 1, -1, -1},
+           {pt::collective_kind::reduce_grad, 1, -1, 1}, {pt::collective_kind::reshard, 1, -1, 1}};
+  c.begin = {0, 5, 8};
+  const pt::dp_options o{.dp = 2, .shard = true};
+  REQUIRE_MESSAGE(pt::check_collectives(plan.compute(), c, o).ok(),
+                  pt::describe(pt::check_collectives(plan.compute(), c, o)));
+  const pt::mesh_program mp = pt::lower_mesh(plan.compute(), plan.lowered(), {2, 2}, c, o);
+  CHECK(pt::verify_mesh(mp).ok());
+  const auto ops = mp.rank_ops(0);
+  int gather_event = -1;
+  bool checked = false;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].code == pt::mesh_op_code::all_gather && gather_event < 0) gather_event = ops[i + 1].event;
+    if (ops[i].code == pt::mesh_op_code::release && !checked) {  // the first release: right after a wait on it
+      REQUIRE(i > 0);
+      CHECK(ops[i - 1].code == pt::mesh_op_code::wait);
+      CHECK(ops[i - 1].stream == 0);
+      CHECK(ops[i - 1].event == gather_event);
+      checked = true;
+    }
+  }
+  CHECK(checked);
+}
+
 }  // namespace test_mesh_costs
 }  // namespace

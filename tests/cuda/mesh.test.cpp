@@ -219,6 +219,40 @@ TEST_CASE("cuda mesh: a reduction waits for its stage's last backward, a compute
   CHECK(allocations[1] == allocations[0] + 1);
 }
 
+TEST_CASE("cuda mesh: an overlapped pair's second half, on its own stream, comes after its stage's gather") {
+  // DualPipeV's F&B pairs: the second half runs on a stream forked from the compute stream before
+  // the pair, so the gather it needs must be waited for before that fork
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("dualpipe-v", 2, 4));
+  REQUIRE(plan.ok());
+  const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .shard = true, .window = 1});
+  int checked = 0;
+  for (int g = 0; g < 4; ++g) {
+    const std::vector<call>& calls = run.step[static_cast<std::size_t>(g)];
+    std::map<int, int> gather_of_stage;  // stage → the event recorded after its latest gather
+    std::map<int, std::size_t> waited;   // event → where the compute stream waited for it
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const call& c = calls[k];
+      if (c.what == ck::all_gather && k + 2 < calls.size() && calls[k + 2].what == ck::record) {
+        for (int s = 0; s < 4; ++s)
+          if (calls[k + 1].ptr == run.models[static_cast<std::size_t>(g)]->stages()[static_cast<std::size_t>(s)].params)
+            gather_of_stage[s] = calls[k + 2].event;
+      }
+      if (c.what == ck::wait && c.stream == 0) waited[c.event] = k;
+      if (c.what != ck::compute || c.stream != 2 || !gather_of_stage.count(c.stage)) continue;
+      // the fork this second half started from: its stream's last wait, on an event recorded on stream 0
+      std::size_t w = k;
+      while (w > 0 && !(calls[w].what == ck::wait && calls[w].stream == 2)) --w;
+      std::size_t fork = w;
+      while (fork > 0 && !(calls[fork].what == ck::record && calls[fork].event == calls[w].event)) --fork;
+      const auto it = waited.find(gather_of_stage[c.stage]);
+      REQUIRE(it != waited.end());
+      CHECK(it->second < fork);  // the gather's wait came before the fork
+      ++checked;
+    }
+  }
+  CHECK(checked > 0);
+}
+
 TEST_CASE("cuda mesh: a tie group's all-reduce on its tied arrays comes before their stages' reductions") {
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
   const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .ties = {{0, 1}}});

@@ -265,8 +265,20 @@ TEST_CASE("host mesh: a stage that throws ends the step on every rank of the mes
     CHECK(!e.failures().empty());
     CHECK(e.failures().size() == ex.failures().size());
     bool other_stopped = false;  // threads of other ranks than the thrower's ended too
-    for (const pt::failure& f : e.failures()) other_stopped = other_stopped || f.cause == pt::failure_cause::aborted;
+    for (const pt::failure& f : e.failures()) {
+      other_stopped = other_stopped || f.cause == pt::failure_cause::aborted;
+      if (f.cause != pt::failure_cause::stage_threw) continue;
+      // the failure names the mesh program's op: the thrower's 1F2
+      const auto ops = ex.program().rank_ops(f.rank);
+      REQUIRE(f.op >= 0);
+      REQUIRE(f.op < static_cast<int>(ops.size()));
+      const pt::mesh_op& o = ops[static_cast<std::size_t>(f.op)];
+      CHECK(o.code == pt::mesh_op_code::compute);
+      CHECK(o.stage == 1);
+      CHECK(o.microbatch == 2);
+    }
     CHECK(other_stopped);
+    for (const float v : ex.losses().values) CHECK(std::isnan(v));  // no loss of a failed step survives
   }
   throw_at = -1;
   for (model_t* md : reps.ptrs) zero(md->stage<0>()), zero(md->stage<1>()), zero(md->stage<2>());

@@ -12,9 +12,10 @@
 //
 // Events order them, as the pipeline's own streams are ordered: a reduction waits for an event
 // recorded after its stage's last backward on the compute stream; a stage's first compute after
-// an UNSHARD waits for the gather's event; a gather waits for the event of the stage's previous
-// RESHARD (it overwrites what that released). A step ends when every op, collectives included,
-// has completed.
+// an UNSHARD waits for the gather's event (an overlapped pair waits before its first half for both
+// halves' stages); a RESHARD with no compute since its stage's UNSHARD waits for that gather; a
+// gather waits for the event of the stage's previous RESHARD (it overwrites what that released). A step ends when every
+// op, collectives included, has completed.
 //
 // Communicators (mesh_comm): each replica's copy of every pipeline communicator (its two ranks
 // mapped into the replica), one per DP group (pipeline rank r's replicas), and one per tie group
@@ -276,6 +277,10 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
             const auto s = static_cast<std::size_t>(x.stage);
             op.code = mesh_op_code::release;
             op.stream = 0;
+            if (gathered[s] >= 0) {  // a gather no compute waited for: the release must not overtake it
+              mine.push_back({mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[s]});
+              gathered[s] = -1;
+            }
             mine.push_back(op);
             released[s] = events++;
             mine.push_back({mesh_op_code::record, 0, kind::F, false, -1, -1, -1, -1, -1, released[s]});
@@ -304,13 +309,24 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
       op.record_event = x.record_event;
       op.source = i;
       int k = -1;  // the compute action this op runs
+      // the gathers a compute waits for: its stage's; an overlapped pair's first half also waits
+      // for its second half's stage (the second half may run on a stream forked before it)
+      auto wait_gathered = [&](int stage) {
+        if (stage >= 0 && stage < p.stages && gathered[static_cast<std::size_t>(stage)] >= 0) {
+          mine.push_back(
+              {mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[static_cast<std::size_t>(stage)]});
+          gathered[static_cast<std::size_t>(stage)] = -1;
+        }
+      };
       if (x.code == op_code::compute) {
         if (known(x.stage, x.microbatch)) k = action_at[key(x.what, x.stage, x.microbatch)];
-        if (x.stage >= 0 && x.stage < p.stages && gathered[static_cast<std::size_t>(x.stage)] >= 0) {
-          mine.push_back(
-              {mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[static_cast<std::size_t>(x.stage)]});
-          gathered[static_cast<std::size_t>(x.stage)] = -1;
-        }
+        wait_gathered(x.stage);
+        if (x.overlapped)
+          for (std::size_t j = static_cast<std::size_t>(i) + 1; j < ops.size(); ++j)
+            if (ops[j].code == op_code::compute) {
+              wait_gathered(ops[j].stage);
+              break;
+            }
       }
       mine.push_back(op);
       // an overlapped pair's two computes stay together: what follows its first goes after both

@@ -237,7 +237,16 @@ class executor {
     batch_ = pipetype::detail::batch_layout_of(p, entries_);
     batch_bytes_ = batch_.row;
     microbatches_ = p.microbatches;
-    bind(p, l, L);
+    if (mp && p.lanes > 1)
+      throw std::invalid_argument("pipetype::cuda: a plan of " + std::to_string(p.lanes) +
+                                  " lanes (DualPipe) does not run over a mesh yet: each stage lives on two ranks of a "
+                                  "replica, whose copies would need a reduction of their own");
+    try {
+      bind(p, l, L);
+    } catch (...) {  // a binding refused half-way frees what it allocated so far
+      free_owned();
+      throw;
+    }
   }
 
   /// One step: `b` holds every source tensor's array over all microbatches (bind/batch.hpp;
@@ -392,15 +401,11 @@ class executor {
   executor& operator=(const executor&) = delete;
   /// Frees what the executor allocated through the driver (drivers that free: `frees`); the
   /// streams and events stay the driver's until it is destroyed.
+  /// After a failed step the buffers are left to the driver (its deadline and abort handle work
+  /// still queued on them, which a free would wait for).
   ~executor() {
     if constexpr (captures_graphs<D>) capture_.release();
-    if constexpr (frees<D>)
-      for (std::byte* p : owned_) {
-        try {
-          d_.free(p);
-        } catch (...) {  // (a destructor does not throw; a device that fails here has failed already)
-        }
-      }
+    if (failures_.empty()) free_owned();
   }
 
   int rank() const noexcept { return rank_; }
@@ -451,6 +456,7 @@ class executor {
     op_code code = op_code::compute;
     bool has_wait = false, has_record = false;
     std::uint8_t pair = 0;    // an overlapped F&B pair: 1 its first half, 2 its second (on streams_[2])
+    std::uint8_t stream = 0;  // the program's stream (0 compute, 1 comm, 2 a mesh's dp), for failures
     std::uint32_t index = 0;  // compute: calls_[index]; group: transfers_[index, last); collective: colls_[index]
     std::uint32_t last = 0;
     typename D::stream s{};
@@ -689,12 +695,13 @@ class executor {
         label += label == "group" ? ": " : "; ";
         label += std::string(o.code == op_code::send ? "send " : "recv ") +
                  (o.what == kind::F ? "activation " : "gradient ") + pipetype::detail::action_name(o) +
-                 (o.code == op_code::send ? " to rank " : " from rank ") + std::to_string(o.peer);
+                 (o.code == op_code::send ? " to rank " : " from rank ") + std::to_string(m ? m->peer : o.peer);
         continue;
       }
       issue_op x;
       x.code = o.code;
       x.s = streams_[static_cast<int>(o.stream)];
+      x.stream = static_cast<std::uint8_t>(o.stream);
       x.has_wait = wait_event >= 0;
       x.has_record = record_event >= 0;
       if (x.has_wait) x.wait = events_[static_cast<std::size_t>(wait_event)];
@@ -744,6 +751,7 @@ class executor {
     x.code = op_code::collective;
     x.index = no_collective;
     x.s = m.stream == dp_stream ? streams_[dp_] : streams_[m.stream];
+    x.stream = static_cast<std::uint8_t>(m.stream);
     const std::string at = "pipetype::cuda: rank " + std::to_string(global_);
     switch (m.code) {
       case mesh_op_code::record:
@@ -800,6 +808,16 @@ class executor {
     ops_.push_back(x);
   }
 
+  void free_owned() noexcept {
+    if constexpr (frees<D>)
+      for (std::byte* p : owned_) {
+        try {
+          d_.free(p);
+        } catch (...) {  // (never throws out: a device that fails here has failed already)
+        }
+      }
+    owned_.clear();
+  }
   std::byte* alloc(std::size_t n) {
     if (n == 0) return nullptr;
     owned_.reserve(owned_.size() + 1);  // (so that a pointer allocated is a pointer kept)
@@ -829,9 +847,7 @@ class executor {
     if (k < ops_.size()) {
       f.op = static_cast<int>(k);
       f.action = labels_[k];
-      f.stream = o->code == op_code::compute      ? stream_id::compute
-                 : o->code == op_code::collective ? static_cast<stream_id>(dp_stream)
-                                                  : stream_id::comm;
+      f.stream = static_cast<stream_id>(o->stream);
     }
     failures_.assign(1, std::move(f));
   }

@@ -188,6 +188,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.obj = &call;
         }
       }
+      b.index = static_cast<int>(&o2 - mp.rank_ops(g).data());  // failures() name the mesh program's op
       lists.add(b, o2.stream, std::move(label), wait_event, record_event);
     }
   }

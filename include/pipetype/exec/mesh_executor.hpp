@@ -114,11 +114,11 @@ class mesh_executor {
       l.assign(sinks * static_cast<std::size_t>(m), __builtin_nanf(""));
       views_.push_back(f.view(l.data(), m));
     }
-    engine_->run(views_);
-    losses_.sinks = rep.batch.sinks;
+    losses_.sinks = rep.batch.sinks;  // (a failed step leaves NaN)
     losses_.microbatches = D * m;
     losses_.scale = whole.scale;
-    losses_.values.assign(sinks * static_cast<std::size_t>(D * m), 0.0f);
+    losses_.values.assign(sinks * static_cast<std::size_t>(D * m), __builtin_nanf(""));
+    engine_->run(views_);
     for (std::size_t k = 0; k < sinks; ++k)
       for (int d = 0; d < D; ++d)
         for (int j = 0; j < m; ++j)
