@@ -334,9 +334,37 @@ TEST_CASE("cuda loopback: a rank that fails stops the others with its error, and
     }
   }
   CHECK(rank2);
+  // the rank's own executor knows it too: its failures() are current after any exception
+  REQUIRE(pipe.rank(2).failures().size() == 1);
+  CHECK(pipe.rank(2).failures().front().cause == pt::failure_cause::stage_threw);
+  CHECK(pipe.rank(2).failures().front().message ==
+        "pipetype::cuda: rank 2, stage 2, microbatch 3, action 2F3 threw: stage fault at microbatch 3");
   model.stage(2).fail_at = -1;
   CHECK_NOTHROW(pipe.step(batch.data()));  // the hub forgot the abort and the half-done transfers
   CHECK(pipe.failures().empty());
+  CHECK(pipe.rank(2).failures().empty());
+}
+
+TEST_CASE("cuda loopback: the ranks' executors free what they allocated when the pipeline goes") {
+  const auto plan = pt::build_plan(pt::make_one_f_one_b(2, 4));
+  pt::uniform_chain<faulty> model(std::vector<faulty>(2));
+  drivers d(2);
+  {
+    pc::loopback_pipeline<pc::record_driver> pipe{plan, model, d.ptrs, {.deadline = 20s}};
+    std::vector<float> batch(16 * 4, 1.0f);
+    pipe.step(batch.data());
+  }
+  for (const auto& driver : d.own) {
+    std::vector<const void*> allocated, freed;
+    for (const pc::record_driver::call& c : driver->calls()) {
+      if (c.what == pc::record_driver::call_kind::allocate) allocated.push_back(c.ptr);
+      if (c.what == pc::record_driver::call_kind::free) freed.push_back(c.ptr);
+    }
+    REQUIRE(!allocated.empty());
+    std::sort(allocated.begin(), allocated.end());
+    std::sort(freed.begin(), freed.end());
+    CHECK(freed == allocated);
+  }
 }
 
 TEST_CASE("cuda loopback: a deadline that is not positive is refused at construction") {

@@ -182,6 +182,7 @@ class loopback_driver {
   loopback_driver& operator=(const loopback_driver&) = delete;
 
   void* allocate(std::size_t n) { return d_.allocate(n); }
+  void free(void* p) requires frees<Base> { d_.free(p); }
   stream make_stream() { return d_.make_stream(); }
   event make_event() { return d_.make_event(); }
   void* native(stream s) const { return d_.native(s); }
