@@ -224,6 +224,37 @@ TEST_CASE("host mesh: the mesh program is the proven one, with its collectives o
   CHECK(ex.shape() == pt::mesh{4, 2});
 }
 
+TEST_CASE("host mesh: a traced step draws its collectives on the data-parallel stream") {
+  const int D = 2, m = 4;
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 4, m));
+  replicas reps(D);
+  ph::mesh_executor ex{plan,
+                       pt::mesh{4, D},
+                       pt::dp_options{.dp = D, .shard = true},
+                       reps.ptrs,
+                       {.exec = {.deadline = 20s, .trace = true}}};
+  const data x = make_data(D * m);
+  pt::batch b;
+  b.input(x.x).target(x.t);
+  ex.step(b);
+  const pt::step_trace tr = pt::trace_of(ex.trace());
+  int expected = 0;  // every collective and release of the mesh program
+  for (const pt::mesh_op& o : ex.program().ops)
+    expected += pt::is_collective(o.code) || o.code == pt::mesh_op_code::release ? 1 : 0;
+  CHECK(static_cast<int>(tr.collectives.size()) == expected);
+  int reductions = 0;
+  for (const pt::traced_collective& c : tr.collectives) {
+    CHECK(c.end >= c.start);
+    CHECK(c.start >= 0);
+    if (c.name.rfind("REDUCE_GRAD(", 0) == 0) {
+      ++reductions;
+      CHECK(c.comm == ex.program().dp_comm(ex.shape().pipeline_rank(c.rank)));
+    }
+  }
+  CHECK(reductions == 4 * D);
+  CHECK(pt::svg(tr).find("class=\"collective\"><title>REDUCE_GRAD(") != std::string::npos);
+}
+
 TEST_CASE("host mesh: a tie group within one rank is summed there") {
   // interleaved over 2 ranks: stages 0 and 2 both on rank 0
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("interleaved-1f1b", 2, 4, 2));

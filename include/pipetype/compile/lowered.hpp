@@ -171,6 +171,7 @@ struct op_time {
   kind what = kind::F;
   int stage = -1, microbatch = -1;
   double start = 0, end = 0;
+  const char* name = nullptr;  // a mesh step's collective: "REDUCE_GRAD(1) on communicator 5" (the executor's label)
 };
 
 }  // namespace pipetype

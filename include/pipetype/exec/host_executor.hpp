@@ -373,8 +373,11 @@ class engine {
     for (int r = 0; r < prog_.ranks; ++r)
       for (int st = 0; st < mesh_stream_count; ++st) {
         trace_begin_[static_cast<std::size_t>(mesh_stream_count * r + st)] = trace_.size();
-        for (const bound_op& op : prog_.rank[static_cast<std::size_t>(r)].ops[st]) {
+        const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
+        for (std::size_t i = 0; i < br.ops[st].size(); ++i) {
+          const bound_op& op = br.ops[st][i];
           op_time t;
+          if (op.code == op_code::collective && op.fn) t.name = br.labels[st][i].c_str();  // (a record or wait: none)
           t.rank = r;
           t.stream = static_cast<stream_id>(st);
           t.code = op.code;

@@ -338,8 +338,14 @@ inline step_trace trace_of(std::span<const op_time> measured, const trace_option
         ++out.comms[static_cast<std::size_t>(group)].transfers;
         ends.push_back({e.what, e.stage, e.microbatch, e.rank, group, e.code == op_code::send});
         break;
-      case op_code::collective:  // a mesh step's data-parallel stream: not drawn yet (docs/12)
+      case op_code::collective: {  // a mesh step's collective (a record or wait has no name)
+        if (!e.name || e.start < 0) break;
+        const std::string label = e.name;  // "REDUCE_GRAD(1) on communicator 5"
+        const std::size_t on = label.find(" on communicator ");
+        const int comm = on == std::string::npos ? -1 : std::stoi(label.substr(on + 17));
+        out.collectives.push_back({e.rank, label.substr(0, on), comm, ms * e.start, ms * e.end});
         break;
+      }
     }
   }
   // pair each send with its receive: one transfer per (kind, producing stage, microbatch)
