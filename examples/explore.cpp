@@ -548,14 +548,19 @@ int print_all(const args& a) {
       skipped.emplace_back(std::string(s.name), e.what());
     }
   }
+  // each row's step over --dp replicas, made once when first asked for (pictures, JSON, table)
+  std::vector<std::optional<dp_figures>> dps(rows.size());
+  auto dp_for = [&](std::size_t k) -> const dp_figures& {
+    if (!dps[k]) dps[k] = dp_of(rows[k].second, a);
+    return *dps[k];
+  };
   if (!a.svg.empty() || !a.trace.empty()) {
     std::vector<std::pair<std::string, pt::step_trace>> steps;
-    for (const auto& [name, r] : rows) {
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      const auto& [name, r] = rows[k];
       if (!r.plan.ok()) continue;
-      dp_figures f;
-      if (a.dp > 1) f = dp_of(r, a);
-      if (a.dp > 1 && f.error.empty())  // the step over the replicas, with its collectives
-        steps.emplace_back(titled(name, r.chunks) + " × " + std::to_string(a.dp), std::move(f.picture));
+      if (a.dp > 1 && dp_for(k).error.empty())  // the step over the replicas, with its collectives
+        steps.emplace_back(titled(name, r.chunks) + " × " + std::to_string(a.dp), dp_for(k).picture);
       else
         steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
     }
@@ -578,7 +583,7 @@ int print_all(const args& a) {
         out += ", \"makespan\": " + num(r.t.makespan()) + ", \"lower_bound\": " + num(r.bound.value()) +
                ", \"gap\": " + num(r.bound.gap(r.t.makespan())) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
                ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) +
-               ", \"peak_activations_max\": " + num(peak_max(r)) + (a.dp > 1 ? dp_json(dp_of(r, a), a) : "");
+               ", \"peak_activations_max\": " + num(peak_max(r)) + (a.dp > 1 ? dp_json(dp_for(k), a) : "");
       else
         out += ", \"error\": " + json_string(pt::describe(r.plan.result)) +
                ", \"fix\": " + json_string(pt::how_to_fix(r.plan.result.code));
@@ -607,7 +612,8 @@ int print_all(const args& a) {
   std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s%s\n", "schedule", "chunks", "stages", "makespan", "gap",
               "rank span", "bubble", "peak act", a.dp > 1 ? "  exposed DP" : "");
   bool graph = false;
-  for (const auto& [name, r] : rows) {
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const auto& [name, r] = rows[k];
     graph = graph || r.plan.compute().has_edges();
     if (!r.plan.ok()) {
       std::printf("%-18s rejected: %s\n", name.c_str(), pt::explain(r.plan.result).c_str());
@@ -617,7 +623,7 @@ int print_all(const args& a) {
                 r.t.makespan(), 100 * r.bound.gap(r.t.makespan()), r.t.max_rank_span(), 100 * r.t.bubble_fraction(),
                 peak_max(r));
     if (a.dp > 1) {
-      const dp_figures f = dp_of(r, a);
+      const dp_figures& f = dp_for(k);
       if (f.error.empty())
         std::printf("  %10g", f.exposed);
       else
@@ -756,19 +762,26 @@ int main(int argc, char** argv) {
   ff.torch_loads = ff.torch_loads && (r.plan.ok() || ff.transfer_verdict);
   const pt::runtime_plan& plan = r.plan;
 
-  if (!plan.ok()) {
-    const std::string msg = "schedule " + name + " rejected: " + pt::describe(plan.result);
+  // a rejection: its JSON (with --format json) and `shown` on standard error; exit code 2
+  auto reject = [&](const pt::verdict& v, const std::string& shown) {
     if (a.json())
-      std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
-                << ", \"fix\": " << json_string(pt::how_to_fix(plan.result.code))
-                << (ff.read ? torch_json(ff) : std::string()) << "}\n";
-    std::cerr << "pipetype-explore: schedule " << name << " rejected: " << pt::explain(plan.result) << "\n";
+      std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": "
+                << json_string("schedule " + name + " rejected: " + pt::describe(v))
+                << ", \"fix\": " << json_string(pt::how_to_fix(v.code)) << (ff.read ? torch_json(ff) : std::string())
+                << "}\n";
+    std::cerr << "pipetype-explore: schedule " << name << " rejected: " << shown << "\n";
     return 2;
-  }
+  };
+  if (!plan.ok()) return reject(plan.result, pt::explain(plan.result));
+  // the step over --dp replicas, made once when first asked for (the pictures, the report)
+  std::optional<dp_figures> dp;
+  auto meshed = [&]() -> const dp_figures& {
+    if (!dp) dp = dp_of(r, a);
+    return *dp;
+  };
   if (!a.svg.empty() || !a.trace.empty()) {
-    const bool meshed = a.dp > 1;  // the step over the replicas, with its collectives
-    if (meshed) {
-      const dp_figures f = dp_of(r, a);
+    if (a.dp > 1) {  // the step over the replicas, with its collectives
+      const dp_figures& f = meshed();
       if (!f.error.empty()) {
         std::cerr << "pipetype-explore: --dp " << a.dp << ": " << f.error << "\n";
         return 2;
@@ -798,21 +811,14 @@ int main(int argc, char** argv) {
   // a file's data-parallel markers: placed so that the step is right (PyTorch's window of 3)
   if (file_collectives) {
     const pt::dp_options o{.dp = a.dp > 1 ? a.dp : 2, .shard = file_shards};
-    if (const pt::verdict v = pt::check_collectives(plan.compute(), *file_collectives, o); !v.ok()) {
-      const std::string msg = "schedule " + name + " rejected: " + pt::describe(v);
-      if (a.json())
-        std::cout << "{\"schedule\": " << json_string(name) << ", \"valid\": false, \"error\": " << json_string(msg)
-                  << ", \"fix\": " << json_string(pt::how_to_fix(v.code)) << torch_json(ff) << "}\n";
-      std::cerr << "pipetype-explore: " << msg << "\n";
-      return 2;
-    }
+    if (const pt::verdict v = pt::check_collectives(plan.compute(), *file_collectives, o); !v.ok())
+      return reject(v, pt::describe(v));
     ff.collectives = true;
   }
   const pt::timeline& t = r.t;
   const int P = plan.compute().ranks;
-  std::optional<dp_figures> dp;
   if (a.dp > 1) {
-    dp = dp_of(r, a);
+    meshed();
     if (!dp->error.empty() && !a.json()) {
       std::cerr << "pipetype-explore: --dp " << a.dp << ": " << dp->error << "\n";
       return 2;

@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipetype/compile/verify.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/core/verdict.hpp"
 
@@ -268,17 +269,7 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
     for (int k = -1; k < n; ++k) {
       if (k >= 0) {
         const action& a = acts[static_cast<std::size_t>(k)];
-        auto at_action = [&](const char* why) {
-          verdict v;
-          v.code = errc::collective_misplaced;
-          v.rank = r;
-          v.stage = a.stage;
-          v.microbatch = a.microbatch;
-          v.kind = kind_char(a.what);
-          v.index = k;
-          v.detail = why;
-          return v;
-        };
+        auto at_action = [&](const char* why) { return detail::at(errc::collective_misplaced, r, a, k, why); };
         if (o.shard && o.dp > 1 && std::find(active.begin(), active.end(), a.stage) == active.end())
           return at_action("a compute action on a sharded stage (no UNSHARD of it before, or a RESHARD since)");
         if (std::find(reduced.begin(), reduced.end(), a.stage) != reduced.end() &&

@@ -383,6 +383,15 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
   }
 }
 
+/// A collective's (or a release's, a local sum's) name as executors, failures and traces give it:
+/// "REDUCE_GRAD(1)", "TIE(0)", and with its communicator "REDUCE_GRAD(1) on communicator 5"
+/// (io/step_trace.hpp reads that form back from a measured trace).
+inline std::string mesh_op_label(const mesh_op& o, bool with_comm = true) {
+  std::string out = std::string(mesh_action_name(o)) + "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage) + ")";
+  if (with_comm && o.comm >= 0) out += " on communicator " + std::to_string(o.comm);
+  return out;
+}
+
 constexpr verdict mesh_error(errc code, const mesh_program& mp, int g, int i, const char* why) {
   const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
   verdict v;

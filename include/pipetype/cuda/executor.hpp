@@ -803,8 +803,7 @@ class executor {
       staging = std::max(staging, static_cast<std::size_t>(members) * c.chunk * c.size);
     x.index = static_cast<std::uint32_t>(colls_.size());
     colls_.push_back(c);
-    labels_.push_back(std::string(pipetype::detail::mesh_action_name(m)) + "(" +
-                      std::to_string(m.tie >= 0 ? m.tie : m.stage) + ") on communicator " + std::to_string(m.comm));
+    labels_.push_back(pipetype::detail::mesh_op_label(m));
     ops_.push_back(x);
   }
 

@@ -135,6 +135,9 @@ class collectives {
     int arrived = 0;
     std::uint64_t rounds = 0;  // completed rounds
     std::string failed;        // this round's members disagree
+    // the last member's scratch, kept between rounds (a step allocates nothing once warm)
+    std::vector<std::byte*> parts;  // every member's arrays, in member order
+    std::vector<int> first;         // member k's arrays are parts[first[k] .. first[k+1])
   };
 
   // the members not arrived yet, for a timeout's message
@@ -182,8 +185,10 @@ class collectives {
       }
       return;
     }
-    std::vector<std::byte*> parts;  // every member's arrays, in member order
-    std::vector<int> first{0};      // member k's arrays are parts[first[k] .. first[k+1])
+    std::vector<std::byte*>& parts = s.parts;
+    std::vector<int>& first = s.first;
+    parts.clear();
+    first.assign(1, 0);
     for (const collective_call* c : s.at) {
       parts.insert(parts.end(), c->parts.begin(), c->parts.end());
       first.push_back(static_cast<int>(parts.size()));

@@ -180,9 +180,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
             call.reduce = e.reduce;
             if (opt.poison_released) call.poison = e.poison;
           }
-          const char* name = pipetype::detail::mesh_action_name(o2);
-          call.label = std::string(name) + "(" + std::to_string(o2.tie >= 0 ? o2.tie : o2.stage) + ")" +
-                       (o2.comm >= 0 ? " on communicator " + std::to_string(o2.comm) : std::string());
+          call.label = pipetype::detail::mesh_op_label(o2);
           label = call.label;
           b.fn = &detail::run_collective_call;
           b.obj = &call;

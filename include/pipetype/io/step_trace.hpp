@@ -285,9 +285,7 @@ inline step_trace trace_of(const mesh_program& mp, const mesh_timeline& t) {
             }
         out.computes.push_back(c);
       } else if (is_collective(o.code) || o.code == mesh_op_code::local_sum) {
-        out.collectives.push_back(
-            {g, std::string(detail::mesh_action_name(o)) + "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage) + ")",
-             o.comm, t0, t1});
+        out.collectives.push_back({g, detail::mesh_op_label(o, false), o.comm, t0, t1});
       }
     }
   }
