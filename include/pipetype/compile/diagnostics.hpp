@@ -33,7 +33,7 @@ struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
 struct _INVALID_LANES_ {};          struct _BAD_EXTENT_ {};
 struct _TOO_LARGE_ {};               struct _INVALID_GRAPH_ {};
 struct _BAD_MESH_ {};                struct _COLLECTIVE_MISPLACED_ {};
-struct _COLLECTIVE_MISMATCH_ {};
+struct _COLLECTIVE_MISMATCH_ {};     struct _MEMORY_ACTION_MISPLACED_ {};
 // clang-format on
 
 template <class What>
@@ -170,6 +170,10 @@ struct errc_tag<errc::collective_misplaced> {
 template <>
 struct errc_tag<errc::collective_mismatch> {
   using type = _COLLECTIVE_MISMATCH_;
+};
+template <>
+struct errc_tag<errc::memory_action_misplaced> {
+  using type = _MEMORY_ACTION_MISPLACED_;
 };
 
 /// Append Fact to error<...> E when Keep.

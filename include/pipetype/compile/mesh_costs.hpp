@@ -10,6 +10,10 @@
 //   collective   α + the bytes over the bus bandwidth times NCCL's factor for n members
 //                (nccl-tests' PERFORMANCE.md): all-reduce 2(n−1)/n, reduce-scatter and all-gather
 //                (n−1)/n; from the last member to arrive
+//   copy         OFFLOAD and RELOAD: copy_alpha + the bytes they move (memory_sizes: saved, or
+//                kept for a recomputed forward) over copy_bandwidth — one copy stream per rank, so
+//                PCIe is one serial resource per rank that overlaps compute
+//   recompute    the cost model's time of the forward it repeats
 //   the rest     0 (records, waits, releases)
 // A stage's bytes are its parameters' (mesh_costs::param_bytes, per plan stage, or one value for
 // every stage); a tie group's all-reduce moves tie_bytes. The makespan is when the last op ends.
@@ -30,6 +34,9 @@ struct mesh_costs {
   double tie_bytes = 0;               // a tie group's parameter
   double bandwidth = 1;               // bytes per time unit of one link (the bus bandwidth)
   double alpha = 0;                   // a collective's fixed latency
+  memory_sizes activations{};         // what OFFLOAD and RELOAD move
+  double copy_bandwidth = 1;          // bytes per time unit of a rank's host link (PCIe), one direction at a time
+  double copy_alpha = 0;              // a copy's fixed latency
 
   double stage_bytes(int s) const {
     if (param_bytes.empty() || s < 0) return 0;
@@ -43,6 +50,11 @@ struct mesh_costs {
     const double bytes = o.tie >= 0 ? tie_bytes : stage_bytes(o.stage);
     const double factor = (o.code == mesh_op_code::all_reduce ? 2.0 : 1.0) * (n - 1) / n;
     return alpha + factor * bytes / bandwidth;
+  }
+  /// The time of OFFLOAD or RELOAD `o`.
+  double copy_time(const mesh_op& o) const {
+    const auto bytes = static_cast<double>(o.kept_only ? activations.kept_of(o.stage) : activations.saved_of(o.stage));
+    return copy_bandwidth > 0 ? copy_alpha + bytes / copy_bandwidth : copy_alpha;
   }
 };
 
@@ -83,6 +95,10 @@ mesh_timeline simulate_mesh(const mesh_program& mp, const Costs& c, const mesh_c
         dt = c.latency(-1, -1);  // a group's head (a lone transfer heads its own)
       } else if (is_collective(o.code)) {
         dt = d.time(o, static_cast<int>(mp.comms[static_cast<std::size_t>(o.comm)].members.size()));
+      } else if (is_copy(o.code)) {
+        dt = d.copy_time(o);
+      } else if (o.code == mesh_op_code::recompute) {
+        dt = c.time(action{kind::F, o.stage, o.microbatch, false});
       }
     }
   }

@@ -43,6 +43,7 @@
 
 #include "pipetype/compile/collectives.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/memory_actions.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/program.hpp"
 
@@ -60,11 +61,18 @@ enum class mesh_op_code : std::uint8_t {
   all_gather,      // UNSHARD
   release,         // RESHARD: the gathered parameters freed (no communication)
   local_sum,       // a tie group held by one rank: its stages' tied gradients summed there (no communication)
+  offload,         // OFFLOAD(s, j): the saved activation copied to the host pool (compile/memory_actions.hpp)
+  reload,          // RELOAD(s, j): copied back to the device
+  recompute,       // RECOMPUTE(s, j): F(s, j) run again from its kept input, on the compute stream
 };
 
-/// The third stream of a mesh rank (after stream_id::compute = 0 and stream_id::comm = 1).
+/// The third stream of a mesh rank (after stream_id::compute = 0 and stream_id::comm = 1), and
+/// the fourth: the copy stream of OFFLOAD and RELOAD.
 inline constexpr int dp_stream = 2;
-inline constexpr int mesh_stream_count = 3;
+inline constexpr int copy_stream = 3;
+inline constexpr int mesh_stream_count = 4;
+
+constexpr bool is_copy(mesh_op_code c) noexcept { return c == mesh_op_code::offload || c == mesh_op_code::reload; }
 
 constexpr bool is_collective(mesh_op_code c) noexcept {
   return c == mesh_op_code::all_reduce || c == mesh_op_code::reduce_scatter || c == mesh_op_code::all_gather;
@@ -94,17 +102,23 @@ constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
       return "release";
     case mesh_op_code::local_sum:
       return "local sum";
+    case mesh_op_code::offload:
+      return "offload";
+    case mesh_op_code::reload:
+      return "reload";
+    case mesh_op_code::recompute:
+      return "recompute";
   }
   return "?";
 }
 
 struct mesh_op {
   mesh_op_code code = mesh_op_code::compute;
-  int stream = 0;           // 0 compute, 1 comm, 2 dp
-  kind what = kind::F;      // compute: the action's kind; send/recv: F activation, B gradient
+  int stream = 0;           // 0 compute, 1 comm, 2 dp, 3 copy
+  kind what = kind::F;      // compute: the action's kind; send/recv: F activation, B gradient; recompute: F
   bool overlapped = false;  // compute: runs together with the next compute op
-  int stage = -1;           // compute, transfers, REDUCE_GRAD, UNSHARD, RESHARD: the stage
-  int microbatch = -1;      // compute and transfers
+  int stage = -1;           // compute, transfers, REDUCE_GRAD, UNSHARD, RESHARD, memory actions: the stage
+  int microbatch = -1;      // compute, transfers and memory actions
   int peer = -1;            // send/recv: the other global rank
   int comm = -1;            // send/recv and collectives: the mesh communicator
   int tie = -1;             // a tie group's all-reduce: the group
@@ -112,6 +126,7 @@ struct mesh_op {
   int wait_event = -1;      // a pipeline op's own wait (lowered.hpp)
   int record_event = -1;    // a pipeline op's own record
   int source = -1;          // the index of the pipeline op (in its rank's lowered list) it copies; -1: added
+  bool kept_only = false;   // OFFLOAD/RELOAD of a forward that is recomputed: only its kept input moves
 
   friend constexpr bool operator==(const mesh_op&, const mesh_op&) = default;
 };
@@ -152,11 +167,13 @@ struct mesh_program {
 /// options `o` (see the top of this file). `p` must be the program `l` was lowered from, with
 /// m.pp ranks, and `c` placed for it (check_collectives); throws std::invalid_argument otherwise.
 constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
-                                  const dp_options& o) {
+                                  const dp_options& o, const memory_program& mem) {
   if (!check_mesh(m).ok() || p.ranks != m.pp || l.ranks != m.pp)
     throw std::invalid_argument("pipetype::lower_mesh: the mesh's pipeline ranks (pp = " + std::to_string(m.pp) +
                                 ") are not the plan's " + std::to_string(p.ranks));
   if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::lower_mesh: collectives of another program");
+  if (mem.ranks != p.ranks || mem.begin.size() != static_cast<std::size_t>(p.ranks) + 1)
+    throw std::invalid_argument("pipetype::lower_mesh: memory actions of another program");
   mesh_program out;
   out.shape = m;
   out.ties = o.ties;
@@ -224,6 +241,64 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     std::vector<int> released(static_cast<std::size_t>(p.stages), -1);  // the last RESHARD's event
     std::size_t next = 0;                                               // the next collective
     std::vector<mesh_op> mine;
+    // memory actions (compile/memory_actions.hpp): per (stage, microbatch) the event a RELOAD
+    // records until its first reader waits, whether it is recomputed (only its input moves); per
+    // action the OFFLOADs' events it waits for (their `until`)
+    const std::span<const memory_action> mops = mem.rank_ops(r);
+    std::size_t mnext = 0;
+    const auto cell = [&](int s, int j) {
+      return static_cast<std::size_t>(s) * static_cast<std::size_t>(p.microbatches) + static_cast<std::size_t>(j);
+    };
+    std::vector<int> reloaded(static_cast<std::size_t>(p.stages) * static_cast<std::size_t>(p.microbatches), -1);
+    std::vector<char> kept_only(reloaded.size(), 0);
+    std::vector<std::vector<int>> until_waits(acts.size() + 1);
+    for (const memory_action& a : mops)
+      if (!known(a.stage, a.microbatch) || a.after < -1 || a.after >= static_cast<int>(acts.size()))
+        throw std::invalid_argument("pipetype::lower_mesh: rank " + std::to_string(r) +
+                                    " has a memory action outside its program (check_memory_actions)");
+      else if (a.what == memory_kind::recompute)
+        kept_only[cell(a.stage, a.microbatch)] = 1;
+    auto wait_on = [&](int stream, int event) {
+      mine.push_back({mesh_op_code::wait, stream, kind::F, false, -1, -1, -1, -1, -1, event});
+    };
+    auto record_on = [&](int stream, int event) {
+      mine.push_back({mesh_op_code::record, stream, kind::F, false, -1, -1, -1, -1, -1, event});
+    };
+    // the memory actions issued after action k: a copy waits for the compute stream up to k (an
+    // OFFLOAD reads what the forward wrote, a RELOAD writes where a backward up to k freed) and
+    // records its event; a RECOMPUTE runs on the compute stream, after the RELOAD it reads
+    auto issue_memory = [&](int k) {
+      bool copy_waited = k < 0;
+      for (; mnext < mops.size() && mops[mnext].after == k; ++mnext) {
+        const memory_action& a = mops[mnext];
+        const std::size_t q = cell(a.stage, a.microbatch);
+        mesh_op op{};
+        op.stage = a.stage;
+        op.microbatch = a.microbatch;
+        op.kept_only = kept_only[q] != 0;
+        if (a.what == memory_kind::recompute) {
+          if (reloaded[q] >= 0) wait_on(0, reloaded[q]), reloaded[q] = -1;
+          op.code = mesh_op_code::recompute;
+          mine.push_back(op);
+          continue;
+        }
+        if (!copy_waited) {
+          const int e = events++;
+          record_on(0, e);
+          wait_on(copy_stream, e);
+          copy_waited = true;
+        }
+        op.code = a.what == memory_kind::offload ? mesh_op_code::offload : mesh_op_code::reload;
+        op.stream = copy_stream;
+        mine.push_back(op);
+        const int done = events++;
+        record_on(copy_stream, done);
+        if (a.what == memory_kind::reload)
+          reloaded[q] = done;
+        else if (a.until >= 0 && a.until < static_cast<int>(acts.size()))  // (at the step's end: its fence)
+          until_waits[static_cast<std::size_t>(a.until)].push_back(done);
+      }
+    };
     // the collectives placed after action k (k = −1: before the first), ordered after what ran
     auto issue_collectives = [&](int k) {
       int after_compute = -1;  // the event recorded after action k on the compute stream, lazily
@@ -290,6 +365,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
       }
     };
     issue_collectives(-1);
+    issue_memory(-1);
     int deferred = -1;  // the first action of an overlapped pair, whose collectives wait for the second
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const lowered_op& x = ops[static_cast<std::size_t>(i)];
@@ -318,13 +394,23 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
           gathered[static_cast<std::size_t>(stage)] = -1;
         }
       };
+      // a backward waits for the RELOAD of what it reads
+      auto wait_reloaded = [&](const lowered_op& y) {
+        if (y.what == kind::F || !known(y.stage, y.microbatch)) return;
+        int& e = reloaded[cell(y.stage, y.microbatch)];
+        if (e >= 0) wait_on(0, e), e = -1;
+      };
       if (x.code == op_code::compute) {
         if (known(x.stage, x.microbatch)) k = action_at[key(x.what, x.stage, x.microbatch)];
+        if (k >= 0)  // the OFFLOADs that complete before it: it may reuse their bytes
+          for (const int e : until_waits[static_cast<std::size_t>(k)]) wait_on(0, e);
         wait_gathered(x.stage);
+        wait_reloaded(x);
         if (x.overlapped)
           for (std::size_t j = static_cast<std::size_t>(i) + 1; j < ops.size(); ++j)
             if (ops[j].code == op_code::compute) {
               wait_gathered(ops[j].stage);
+              wait_reloaded(ops[j]);
               break;
             }
       }
@@ -333,18 +419,28 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
       if (k >= 0 && x.overlapped) {
         deferred = k;
       } else if (k >= 0) {
-        if (deferred >= 0) issue_collectives(deferred), deferred = -1;
+        if (deferred >= 0) issue_collectives(deferred), issue_memory(deferred), deferred = -1;
         issue_collectives(k);
+        issue_memory(k);
       }
     }
     if (next != coll.size())
       throw std::invalid_argument("pipetype::lower_mesh: rank " + std::to_string(r) +
                                   "'s collectives are not in the order of its actions (check_collectives)");
+    if (mnext != mops.size())
+      throw std::invalid_argument("pipetype::lower_mesh: rank " + std::to_string(r) +
+                                  "'s memory actions are not in the order of its actions (check_memory_actions)");
     out.ops.insert(out.ops.end(), mine.begin(), mine.end());
     out.begin[static_cast<std::size_t>(g) + 1] = static_cast<int>(out.ops.size());
     out.events[static_cast<std::size_t>(g)] = events;
   }
   return out;
+}
+
+/// The same with no memory actions.
+constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
+                                  const dp_options& o) {
+  return lower_mesh(p, l, m, c, o, no_memory_actions(p));
 }
 
 namespace detail {
@@ -378,6 +474,12 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
       return o.what == kind::F ? "SEND_F" : "SEND_B";
     case mesh_op_code::recv:
       return o.what == kind::F ? "RECV_F" : "RECV_B";
+    case mesh_op_code::offload:
+      return "OFFLOAD";
+    case mesh_op_code::reload:
+      return "RELOAD";
+    case mesh_op_code::recompute:
+      return "RECOMPUTE";
     default:
       return mesh_op_name(o.code);
   }
@@ -387,7 +489,9 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
 /// "REDUCE_GRAD(1)", "TIE(0)", and with its communicator "REDUCE_GRAD(1) on communicator 5"
 /// (io/step_trace.hpp reads that form back from a measured trace).
 inline std::string mesh_op_label(const mesh_op& o, bool with_comm = true) {
-  std::string out = std::string(mesh_action_name(o)) + "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage) + ")";
+  std::string out = std::string(mesh_action_name(o)) + "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage);
+  if (is_copy(o.code) || o.code == mesh_op_code::recompute) out += "," + std::to_string(o.microbatch);
+  out += ")";
   if (with_comm && o.comm >= 0) out += " on communicator " + std::to_string(o.comm);
   return out;
 }
@@ -505,7 +609,7 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
       const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
       x.rank_of[static_cast<std::size_t>(i)] = g;
       if (o.stream < 0 || o.stream >= mesh_stream_count)
-        return mesh_error(errc::index_out_of_range, mp, g, i, "a stream outside the rank's three");
+        return mesh_error(errc::index_out_of_range, mp, g, i, "a stream outside the rank's four");
       x.lanes[static_cast<std::size_t>(g * mesh_stream_count + o.stream)].push_back(i);
       const int wait = o.code == mesh_op_code::wait ? o.event : o.wait_event;
       if (wait >= 0 || o.code == mesh_op_code::wait) {

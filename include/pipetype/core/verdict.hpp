@@ -44,6 +44,8 @@ enum class errc : std::uint8_t {
   collective_misplaced,     // a REDUCE_GRAD / UNSHARD / RESHARD / TIE where the step would be wrong
                             // (compile/collectives.hpp)
   collective_mismatch,      // members of a communicator issue different collectives (compile/mesh_program.hpp)
+  memory_action_misplaced,  // an OFFLOAD / RELOAD / RECOMPUTE where the step would read what is not there
+                            // (compile/memory_actions.hpp)
 };
 
 /// One link of a deadlock's wait-for cycle: `rank` stopped at its action `at_*` (`index` in its
@@ -135,6 +137,8 @@ constexpr const char* errc_name(errc e) noexcept {
       return "collective misplaced";
     case errc::collective_mismatch:
       return "collective mismatch";
+    case errc::memory_action_misplaced:
+      return "memory action misplaced";
   }
   return "unknown";
 }
@@ -193,6 +197,10 @@ constexpr const char* how_to_fix(errc e) noexcept {
              "its stage, and the ties in increasing order before their stages' REDUCE_GRAD (place_collectives does)";
     case errc::collective_mismatch:
       return "issue the same collectives in the same order on every member of a communicator";
+    case errc::memory_action_misplaced:
+      return "OFFLOAD a microbatch's activation after its F, RELOAD it after the OFFLOAD and before its first "
+             "backward, and RECOMPUTE it after its F (with its input on the device) and before its first backward "
+             "(place_memory does)";
   }
   return "";
 }

@@ -1,0 +1,163 @@
+// pipetype/compile/verify_memory.hpp — the proof that a step's copies and recomputes are ordered.
+//
+// verify_memory() takes a compute program, its memory actions (compile/memory_actions.hpp) and
+// the mesh step lowered from them (compile/mesh_program.hpp, a lone pipeline is a mesh with one
+// replica) and proves, for every timing of the ops, that on each rank
+//   - an OFFLOAD starts after the forward that wrote what it copies,
+//   - a RELOAD starts after its OFFLOAD has completed,
+//   - every backward and RECOMPUTE that reads a reloaded activation starts after the RELOAD has
+//     completed, and a recomputed forward's backwards after its RECOMPUTE,
+//   - the compute action at an OFFLOAD's `until` — from which the plan counts its device bytes as
+//     free, so later work may write there — starts after the copy has completed.
+// "After" is happens-before on the rank: program order on one stream, and an event's record before
+// a wait on it (the latest record issued before the wait, as CUDA resolves it). It is computed with
+// a vector clock over the rank's four streams; nothing is assumed about how long an op takes.
+// Whether the step can complete at all is verify_mesh's question; these two together are the proof
+// of a step with memory actions.
+#pragma once
+
+#include <array>
+#include <span>
+#include <vector>
+
+#include "pipetype/compile/memory_actions.hpp"
+#include "pipetype/compile/mesh_program.hpp"
+
+namespace pipetype {
+
+namespace detail {
+
+/// Per op of global rank g (indexed from mp.begin[g]): its stream's clock after it, over the
+/// rank's streams (happens-before: op a before op b iff clock[b][stream(a)] ≥ clock[a][stream(a)]).
+using stream_clock = std::array<int, mesh_stream_count>;
+
+constexpr std::vector<stream_clock> rank_clocks(const mesh_program& mp, int g) {
+  const std::span<const mesh_op> ops = mp.rank_ops(g);
+  std::vector<stream_clock> out(ops.size(), stream_clock{});
+  stream_clock lane[mesh_stream_count]{};
+  std::vector<stream_clock> recorded(static_cast<std::size_t>(mp.events[static_cast<std::size_t>(g)]), stream_clock{});
+  auto join = [](stream_clock& a, const stream_clock& b) {
+    for (int s = 0; s < mesh_stream_count; ++s)
+      a[static_cast<std::size_t>(s)] = std::max(a[static_cast<std::size_t>(s)], b[static_cast<std::size_t>(s)]);
+  };
+  auto event_ok = [&](int e) { return e >= 0 && static_cast<std::size_t>(e) < recorded.size(); };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const mesh_op& o = ops[i];
+    const auto s = static_cast<std::size_t>(o.stream >= 0 && o.stream < mesh_stream_count ? o.stream : 0);
+    stream_clock& c = lane[s];
+    const int wait = o.code == mesh_op_code::wait ? o.event : o.wait_event;
+    if (event_ok(wait)) join(c, recorded[static_cast<std::size_t>(wait)]);
+    ++c[s];
+    out[i] = c;
+    const int rec = o.code == mesh_op_code::record ? o.event : o.record_event;
+    if (event_ok(rec)) recorded[static_cast<std::size_t>(rec)] = c;
+  }
+  return out;
+}
+
+constexpr verdict memory_order_error(int rank, int stage, int mb, const char* op, char k, int index, const char* why) {
+  verdict v;
+  v.code = errc::event_misuse;
+  v.rank = rank;
+  v.stage = stage;
+  v.microbatch = mb;
+  v.op = op;
+  v.kind = k;
+  v.index = index;
+  v.detail = why;
+  return v;
+}
+
+}  // namespace detail
+
+/// Ok when the step `mp` lowered from `p` with memory actions `mem` orders its copies and
+/// recomputes as the top of this file says, for every timing; errc::event_misuse naming the global
+/// rank, the op and what may overtake what otherwise (and when `mp` does not hold `mem`'s actions).
+constexpr verdict verify_memory(program_view p, const memory_program& mem, const mesh_program& mp) {
+  if (mem.ranks != p.ranks || mp.shape.pp != p.ranks)
+    return detail::memory_order_error(-1, -1, -1, "", '?', -1,
+                                      "the memory actions or the mesh step are of another program");
+  const auto M = static_cast<std::size_t>(p.microbatches);
+  const auto cell = [&](int s, int j) { return static_cast<std::size_t>(s) * M + static_cast<std::size_t>(j); };
+  for (int g = 0; g < mp.shape.size(); ++g) {
+    const int r = mp.shape.pipeline_rank(g);
+    const std::span<const mesh_op> ops = mp.rank_ops(g);
+    const std::span<const action> acts = p.rank_actions(r);
+    const std::span<const memory_action> mine = mem.rank_ops(r);
+    const std::vector<detail::stream_clock> clock = detail::rank_clocks(mp, g);
+    // the mesh op of each action (its compute op) and of each memory action (in issue order)
+    std::vector<int> op_of_action, op_of_memory;
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const mesh_op_code c = ops[static_cast<std::size_t>(i)].code;
+      if (c == mesh_op_code::compute) op_of_action.push_back(i);
+      if (is_copy(c) || c == mesh_op_code::recompute) op_of_memory.push_back(i);
+    }
+    if (op_of_action.size() != acts.size() || op_of_memory.size() != mine.size())
+      return detail::memory_order_error(g, -1, -1, "", '?', -1,
+                                        "the mesh step does not hold the rank's actions and memory actions");
+    const auto before = [&](int a, int b) {  // op a happens before op b
+      const auto sa = static_cast<std::size_t>(ops[static_cast<std::size_t>(a)].stream);
+      return clock[static_cast<std::size_t>(b)][sa] >= clock[static_cast<std::size_t>(a)][sa];
+    };
+    // walk the rank's actions and memory actions in program order, as check_memory_actions does
+    std::vector<int> forward(static_cast<std::size_t>(p.stages) * M, -1), copy(forward.size(), -1);
+    std::vector<int> recomputed(forward.size(), -1);
+    std::vector<char> recomputes(forward.size(), 0);
+    for (const memory_action& a : mine)
+      if (a.what == memory_kind::recompute) recomputes[cell(a.stage, a.microbatch)] = 1;
+    std::vector<std::vector<int>> until(acts.size() + 1);  // per action: the OFFLOAD ops that complete before it
+    std::size_t next = 0;
+    auto fail = [&](int at, const char* why) {
+      const mesh_op& o = ops[static_cast<std::size_t>(at)];
+      return detail::memory_order_error(g, o.stage, o.microbatch,
+                                        o.code == mesh_op_code::compute ? "" : detail::mesh_action_name(o),
+                                        o.code == mesh_op_code::compute ? kind_char(o.what) : '?', at, why);
+    };
+    auto issue = [&](int after) -> verdict {
+      for (; next < mine.size() && mine[next].after == after; ++next) {
+        const memory_action& a = mine[next];
+        const int at = op_of_memory[next];
+        const std::size_t q = cell(a.stage, a.microbatch);
+        if (a.what == memory_kind::offload) {
+          if (forward[q] < 0 || !before(forward[q], at))
+            return fail(at, "an OFFLOAD may start before the forward that writes what it copies");
+          copy[q] = at;
+          if (a.until >= 0 && a.until <= static_cast<int>(acts.size()))
+            until[static_cast<std::size_t>(a.until)].push_back(at);
+        } else if (a.what == memory_kind::reload) {
+          if (copy[q] < 0 || !before(copy[q], at)) return fail(at, "a RELOAD may start before its OFFLOAD completes");
+          copy[q] = at;
+        } else {
+          if (copy[q] >= 0 && !before(copy[q], at))
+            return fail(at, "a RECOMPUTE may start before the RELOAD of its input");
+          recomputed[q] = at;
+        }
+      }
+      return {};
+    };
+    if (verdict v = issue(-1); !v.ok()) return v;
+    for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
+      const int at = op_of_action[static_cast<std::size_t>(i)];
+      for (const int o : until[static_cast<std::size_t>(i)])
+        if (!before(o, at))
+          return fail(at, "an action may write where an OFFLOAD still reads: it starts before the copy completes");
+      const action& x = acts[static_cast<std::size_t>(i)];
+      if (x.stage >= 0 && x.stage < p.stages && x.microbatch >= 0 && x.microbatch < p.microbatches) {
+        const std::size_t q = cell(x.stage, x.microbatch);
+        if (x.what == kind::F) {
+          forward[q] = at, copy[q] = -1;
+        } else {
+          if (copy[q] >= 0 && !before(copy[q], at))
+            return fail(at, "a backward may read its activation before the RELOAD completes");
+          if (recomputes[q] && (recomputed[q] < 0 || !before(recomputed[q], at)))
+            return fail(at, "a backward may run before the RECOMPUTE of its forward");
+        }
+      }
+      if (x.overlapped) continue;
+      if (verdict v = issue(i); !v.ok()) return v;
+    }
+  }
+  return {};
+}
+
+}  // namespace pipetype
