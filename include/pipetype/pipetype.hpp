@@ -45,6 +45,7 @@
 #include "pipetype/compile/lower.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/memory_actions.hpp"
+#include "pipetype/compile/memory_plan.hpp"
 #include "pipetype/compile/memory_step.hpp"
 #include "pipetype/compile/mesh_costs.hpp"
 #include "pipetype/compile/mesh_plan.hpp"

@@ -174,7 +174,8 @@ TEST_CASE("memory actions: a limit is met, or refused in one sentence") {
   for (const pt::rank_memory& r : pt::memory_of(plan.compute(), ok.actions, z)) CHECK(r.peak_bytes <= 2000);
   o.limit = 999;  // below one microbatch
   CHECK(why(pt::place_memory(plan.compute(), z, c, o).result) ==
-        "memory limit exceeded at rank 0: the limit is below one microbatch's saved activation on this rank");
+        "memory limit exceeded at rank 0, stage 0: the limit is below one microbatch's saved activation of this "
+        "stage");
   o.limit = 1000;  // offload alone cannot keep one microbatch: a reload lands beside the next forward
   o.offload = pt::memory_policy::none;
   CHECK(why(pt::place_memory(plan.compute(), z, c, o).result).find("do not bring this rank's saved activations") !=

@@ -485,5 +485,34 @@ TEST_CASE("notation: a mesh step's collectives are written where they were place
   }
 }
 
+TEST_CASE("notation: OFFLOAD, RELOAD and RECOMPUTE are read after the action before them and written back") {
+  const std::string text = "0F0,0OFFLOAD0,0F1,0F2,0RELOAD0,0B0,0RECOMPUTE1,0B1,0B2\n";
+  const pt::schedule_file f = pt::read_schedule(text);
+  REQUIRE(f.error.ok());
+  CHECK(pt::has_memory_actions(f));
+  const pt::program p = pt::to_program(f);
+  REQUIRE(pt::verify(p.view()).ok());
+  const pt::memory_program m = pt::memory_actions_of(f, p.view());
+  REQUIRE(m.ops.size() == 3);
+  CHECK(m.ops[0] == pt::offload(0, 0, 0, 2));  // completes by default before the second action after it
+  CHECK(m.ops[1] == pt::reload(0, 0, 2));
+  CHECK(m.ops[2] == pt::recompute(0, 1, 3));
+  // 0F1 is recomputed: its forward keeps only the input, and 0B1 finds it rebuilt
+  CHECK(pt::check_memory_actions(p.view(), m).ok());
+  CHECK(pt::to_text(p.view(), m) == text);
+  // torch's runtime has no such actions
+  CHECK(pt::torch_load_note(f, p.view(), pt::csv_format::compute_comms).find("torch 2.15 has no memory actions") !=
+        std::string::npos);
+  // a RELOAD written before its OFFLOAD is named
+  const pt::schedule_file bad = pt::read_schedule("0F0,0RELOAD0,0OFFLOAD0,0B0");
+  const pt::program q = pt::to_program(bad);
+  CHECK(pt::describe(pt::check_memory_actions(q.view(), pt::memory_actions_of(bad, q.view()))) ==
+        "memory action misplaced at rank 0, stage 0, microbatch 0, action 0RELOAD0 (index 0): a RELOAD before its "
+        "OFFLOAD");
+}
+
+using offloading = pt::from_text<"0F0,0OFFLOAD0,0F1,0F2,0RELOAD0,0B0,0B1,0B2">;
+static_assert(offloading::memory().ops.size() == 2);
+
 }  // namespace test_notation
 }  // namespace

@@ -268,5 +268,19 @@ struct report {
                 "this instantiation names what went wrong and where");
 };
 
+/// Reports `Planner::value.rejection` (a verdict), if it is not ok, as the compile error
+/// error_of<Planner, S> names, and says its sentences under clang; the facts of a plan over a
+/// plan (mesh_plan, memory_plan) go through here.
+template <class Planner, class S>
+constexpr void report_rejection() {
+  if constexpr (Planner::value.rejection.code != errc::ok) {
+    (void)report<typename error_of<Planner, S>::type>{};
+#if defined(__clang__)
+    constexpr bool shown = rejected_because(Planner::value.rejection.detail, how_to_fix(Planner::value.rejection.code));
+    (void)shown;
+#endif
+  }
+}
+
 }  // namespace detail
 }  // namespace pipetype

@@ -371,6 +371,24 @@ constexpr verdict check_memory_actions(program_view p, const memory_program& mp)
   return {};
 }
 
+/// Ok, or errc::memory_limit_exceeded naming the first rank where `limit` (bytes of saved
+/// activations; 0: none) is below one microbatch's saved activation of a stage it holds: no action
+/// can bring a rank under that, since a backward needs its whole activation.
+constexpr verdict check_memory_limit(program_view p, const memory_sizes& z, std::int64_t limit) {
+  if (limit <= 0) return {};
+  for (int s = 0; s < p.stages; ++s) {
+    const int r = p.stage_rank[static_cast<std::size_t>(s)];
+    if (r < 0 || z.saved_of(s) <= limit) continue;
+    verdict v;
+    v.code = errc::memory_limit_exceeded;
+    v.rank = r;
+    v.stage = s;
+    v.detail = "the limit is below one microbatch's saved activation of this stage";
+    return v;
+  }
+  return {};
+}
+
 /// Per rank, the device and host peaks of `p` with the memory actions `mp` and without them, for
 /// the saved bytes `z` (the top of this file). `mp` should pass check_memory_actions: counting
 /// stops at the first misplaced action.

@@ -132,13 +132,7 @@ struct mesh_planner {
 template <class S, class Mesh, class... Options>
 constexpr mesh_facts checked_mesh() {
   using P = mesh_planner<S, Mesh, Options...>;
-  if constexpr (P::value.rejection.code != errc::ok) {
-    (void)report<typename error_of<P, S>::type>{};
-#if defined(__clang__)
-    constexpr bool shown = rejected_because(P::value.rejection.detail, how_to_fix(P::value.rejection.code));
-    (void)shown;
-#endif
-  }
+  report_rejection<P, S>();
   return P::value;
 }
 

@@ -221,6 +221,7 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
   memory_placement out;
   out.actions = no_memory_actions(p);
   if (o.offload == memory_policy::none && o.recompute == memory_policy::none && o.limit <= 0) return out;
+  if (out.result = check_memory_limit(p, z, o.limit); !out.result.ok()) return out;
   timeline t = simulate(p, c, model);
   if (start && end && start->size() == t.start.size() && end->size() == t.end.size())
     t.start = *start, t.end = *end;  // predictions from a timing the caller measured (plan_memory)
@@ -236,11 +237,9 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
     const auto first = static_cast<std::size_t>(p.begin[static_cast<std::size_t>(r)]);
     // candidates: every (stage, microbatch) with a backward, longest gap first
     std::vector<detail::memory_candidate> cand;
-    std::int64_t biggest = 0;
     for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
       const action& a = acts[static_cast<std::size_t>(i)];
       if (a.what != kind::F) continue;
-      biggest = std::max(biggest, z.saved_of(a.stage));
       for (int b = i + 1; b < static_cast<int>(acts.size()); ++b) {
         const action& y = acts[static_cast<std::size_t>(b)];
         if (y.stage == a.stage && y.microbatch == a.microbatch && y.what != kind::F) {
@@ -252,12 +251,6 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
     }
     detail::stable_sort_small(
         cand, [](const detail::memory_candidate& x, const detail::memory_candidate& y) { return x.gap > y.gap; });
-    if (o.limit > 0 && o.limit < biggest) {
-      out.result.code = errc::memory_limit_exceeded;
-      out.result.rank = r;
-      out.result.detail = "the limit is below one microbatch's saved activation on this rank";
-      return out;
-    }
     const auto trip = [&](const detail::memory_candidate& x) {
       return 2 *
              (o.copy_alpha + static_cast<double>(z.saved_of(x.stage)) / (o.copy_bandwidth > 0 ? o.copy_bandwidth : 1));

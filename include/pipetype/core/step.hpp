@@ -36,6 +36,9 @@ enum class step_kind : std::uint8_t {
   reshard,
   reduce_grad,
   wait_reduce_grad,
+  offload,  // pipetype's memory actions (compile/memory_actions.hpp); PyTorch has none
+  reload,
+  recompute,
 };
 
 /// PyTorch's spelling of a non-compute kind ("SEND_F", ...); "" for compute.
@@ -63,6 +66,12 @@ constexpr const char* step_kind_name(step_kind k) noexcept {
       return "REDUCE_GRAD";
     case step_kind::wait_reduce_grad:
       return "WAIT_REDUCE_GRAD";
+    case step_kind::offload:
+      return "OFFLOAD";
+    case step_kind::reload:
+      return "RELOAD";
+    case step_kind::recompute:
+      return "RECOMPUTE";
   }
   return "?";
 }
@@ -75,6 +84,11 @@ constexpr bool is_send_wait(step_kind k) noexcept { return k == step_kind::wait_
 constexpr bool is_marker(step_kind k) noexcept {
   return k == step_kind::unshard || k == step_kind::reshard || k == step_kind::reduce_grad ||
          k == step_kind::wait_reduce_grad;
+}
+
+/// pipetype's memory actions: OFFLOAD, RELOAD, RECOMPUTE of one (stage, microbatch).
+constexpr bool is_memory(step_kind k) noexcept {
+  return k == step_kind::offload || k == step_kind::reload || k == step_kind::recompute;
 }
 
 struct step {

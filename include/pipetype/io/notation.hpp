@@ -10,6 +10,7 @@
 //   <stage>SEND_F<mb>, RECV_F, SEND_B, RECV_B                  a transfer (compute+comms files)
 //   <stage>WAIT_SEND_F<mb>, WAIT_SEND_B                        the compute stream waits for a send
 //   <stage>UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD     data-parallel markers (below)
+//   <stage>OFFLOAD<mb>, RELOAD<mb>, RECOMPUTE<mb>              memory actions (pipetype's; below)
 //   (empty)                                                    idle: changes nothing
 // Older PyTorch files (before about October 2024) wrote `B` for backward-for-inputs next to `W`
 // and `BW` for a full backward; `notation::automatic` (the default) reads a file as that older
@@ -42,6 +43,13 @@
 // writes a mesh step's collectives so (a tie group's reduction has no PyTorch name and is not
 // written).
 //
+// Memory actions: `memory_actions_of(file, program)` reads OFFLOAD, RELOAD and RECOMPUTE as the
+// memory actions of the step (compile/memory_actions.hpp), each after the compute action before it
+// on its row, an OFFLOAD completing by default before the second action after it;
+// check_memory_actions says whether they are placed so that the step reads only what is there.
+// `to_text(program, memory)` writes them so. PyTorch's runtime has no such actions: torch_load_note
+// names the first.
+//
 // pipetype reads more than torch's loader does (spaces, comments, blank lines, fused and bare
 // cells); `torch_load_note(file, program, format)` says where torch 2.15 would read a file
 // otherwise or refuse it (docs/07_pytorch.md).
@@ -65,6 +73,7 @@
 #include "pipetype/compile/collectives.hpp"
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/memory_actions.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/compile/verify_transfers.hpp"
 #include "pipetype/core/program.hpp"
@@ -129,8 +138,11 @@ inline constexpr kind_word kind_words[] = {
     {"WAIT_SEND_F", step_kind::wait_send_f, 0},
     {"WAIT_SEND_B", step_kind::wait_send_b, 0},
     {"REDUCE_GRAD", step_kind::reduce_grad, 0},
+    {"RECOMPUTE", step_kind::recompute, 0},
+    {"OFFLOAD", step_kind::offload, 0},
     {"UNSHARD", step_kind::unshard, 0},
     {"RESHARD", step_kind::reshard, 0},
+    {"RELOAD", step_kind::reload, 0},
     {"SEND_F", step_kind::send_f, 0},
     {"RECV_F", step_kind::recv_f, 0},
     {"SEND_B", step_kind::send_b, 0},
@@ -480,6 +492,8 @@ struct from_text {
   /// Its UNSHARD, RESHARD and REDUCE_GRAD as a mesh step's collectives (none: empty), for
   /// mesh_plan (compile/mesh_plan.hpp).
   static constexpr collective_program collectives();
+  /// Its OFFLOAD, RELOAD and RECOMPUTE as the step's memory actions (none: empty).
+  static constexpr memory_program memory();
 };
 
 // ---- writing ------------------------------------------------------------------------------
@@ -713,6 +727,8 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
     int pending_reduce = -1;
     for (std::size_t k = 0; k < row.size(); ++k) {
       const step& s = row[k];
+      if (is_memory(s.op))
+        return "torch 2.15 has no memory actions (OFFLOAD, RELOAD, RECOMPUTE are pipetype's): " + named(r, s);
       if (!comms && s.op != step_kind::compute)
         return "torch's compute_only loader refuses anything but computes: " + named(r, s);
       if (s.stage >= 0 && s.stage < p.stages && p.stage_rank[static_cast<std::size_t>(s.stage)] != r)
@@ -757,10 +773,9 @@ inline void refuse_lanes(program_view p) {
 }
 }  // namespace detail
 
-/// pipetype's text form of a program (PyTorch's rows; `lanes N` and `edges A>B, ...` lines first
-/// when needed).
-inline std::string to_text(program_view p) {
-  const schedule_file f = file_of(p);
+namespace detail {
+/// The `lanes N` and `edges A>B, ...` lines of p's text form, when it needs them.
+inline std::string text_head(program_view p) {
   std::string head = p.lanes > 1 ? "lanes " + std::to_string(p.lanes) + "\n" : std::string();
   if (p.has_edges()) {
     head += "edges";
@@ -768,8 +783,13 @@ inline std::string to_text(program_view p) {
       head += (k ? ", " : " ") + std::to_string(p.edges[k].from) + ">" + std::to_string(p.edges[k].to);
     head += "\n";
   }
-  return head + to_csv(f.view());
+  return head;
 }
+}  // namespace detail
+
+/// pipetype's text form of a program (PyTorch's rows; `lanes N` and `edges A>B, ...` lines first
+/// when needed).
+inline std::string to_text(program_view p) { return detail::text_head(p) + to_csv(file_of(p).view()); }
 
 /// PyTorch's compute-only CSV (`_load_csv(path, format="compute_only")`).
 inline std::string to_csv(program_view p) {
@@ -825,6 +845,73 @@ constexpr bool has_collectives(const schedule_file& f) {
   for (const step& s : f.steps)
     if (s.op == step_kind::unshard || s.op == step_kind::reshard || s.op == step_kind::reduce_grad) return true;
   return false;
+}
+
+/// The memory actions a file writes (see the top of this file), for the program `p` read from it:
+/// per row, its OFFLOAD, RELOAD and RECOMPUTE in order, each after the row's compute action before
+/// it (−1: none yet; after an overlapped pair's second half); rows past p's ranks are left out.
+constexpr memory_program memory_actions_of(const schedule_file& f, program_view p) {
+  std::vector<std::vector<memory_action>> rows(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0));
+  for (int r = 0; r < p.ranks && r < f.rows; ++r) {
+    int k = -1;  // the row's compute actions so far, less one
+    for (int i = f.begin[static_cast<std::size_t>(r)]; i < f.begin[static_cast<std::size_t>(r) + 1]; ++i) {
+      const step& s = f.steps[static_cast<std::size_t>(i)];
+      if (s.op == step_kind::compute) ++k;
+      if (!is_memory(s.op)) continue;
+      const memory_kind m = s.op == step_kind::offload  ? memory_kind::offload
+                            : s.op == step_kind::reload ? memory_kind::reload
+                                                        : memory_kind::recompute;
+      rows[static_cast<std::size_t>(r)].push_back({m, s.stage, s.microbatch, k, -1});
+    }
+  }
+  return memory_program_of(p, std::move(rows));
+}
+template <detail::fixed_string Text>
+constexpr memory_program from_text<Text>::memory() {
+  const schedule_file f = read_schedule(Text.view());
+  const program p = to_program(f);
+  return memory_actions_of(f, p.view());
+}
+
+/// Whether a file writes memory actions at all (OFFLOAD, RELOAD or RECOMPUTE).
+constexpr bool has_memory_actions(const schedule_file& f) {
+  for (const step& s : f.steps)
+    if (is_memory(s.op)) return true;
+  return false;
+}
+
+/// pipetype's text form of a program with its memory actions `mem`, each after the compute action
+/// it follows (an OFFLOAD's `until` is not written: read back, it completes by default).
+inline std::string to_text(program_view p, const memory_program& mem) {
+  if (mem.ranks != p.ranks) throw std::invalid_argument("pipetype::to_text: memory actions of another program");
+  const schedule_file plain = file_of(p);
+  schedule_file f = plain;
+  f.steps.clear();
+  f.begin.assign(1, 0);
+  for (int r = 0; r < plain.rows; ++r) {
+    const std::span<const memory_action> mine = r < mem.ranks ? mem.rank_ops(r) : std::span<const memory_action>{};
+    std::size_t next = 0;
+    int k = -1;
+    auto issue = [&] {
+      for (; next < mine.size() && mine[next].after <= k; ++next) {
+        const memory_action& a = mine[next];
+        const step_kind sk = a.what == memory_kind::offload  ? step_kind::offload
+                             : a.what == memory_kind::reload ? step_kind::reload
+                                                             : step_kind::recompute;
+        f.steps.push_back({sk, kind::F, a.stage, a.microbatch, false});
+      }
+    };
+    issue();
+    for (int i = plain.begin[static_cast<std::size_t>(r)]; i < plain.begin[static_cast<std::size_t>(r) + 1]; ++i) {
+      const step& s = plain.steps[static_cast<std::size_t>(i)];
+      f.steps.push_back(s);
+      if (s.op != step_kind::compute) continue;
+      ++k;
+      if (!s.overlapped) issue();  // a pair's are written after its second half
+    }
+    f.begin.push_back(static_cast<int>(f.steps.size()));
+  }
+  return detail::text_head(p) + to_csv(f.view());
 }
 
 }  // namespace pipetype

@@ -1,0 +1,206 @@
+// pipetype/compile/memory_plan.hpp — a step with memory actions, proven at compile time.
+//
+//   using S = pipetype::one_f_one_b<pipetype::ranks<4>, pipetype::microbatches<8>>;
+//   using step = pipetype::memory_plan<S, pipetype::saved_bytes<1 << 20>,
+//   pipetype::offloads<pipetype::memory_policy::all>>; static_assert(step::peak_bytes(0) <= 2 << 20);        // rank
+//   0's device peak, a constant static_assert(step::facts.offloads > 0); const pipetype::memory_program mem =
+//   step::actions();  // at run time, for tools and executors
+//
+// The schedule's plan is make_plan's (plan_v<S>). Over it, at compile time: the memory actions are
+// the schedule's own (a from_text schedule whose rows carry OFFLOAD, RELOAD, RECOMPUTE) or placed
+// (place_memory, compile/place_memory.hpp, under the default cost model); a limit is checked
+// against one microbatch's bytes on every rank; the actions are checked (check_memory_actions: a
+// RELOAD before its OFFLOAD, a RECOMPUTE of a forward whose input is offloaded, ...) and counted
+// (memory_of) against the limit; the step is lowered onto each rank's copy stream and proven
+// (lower_mesh, verify_mesh, verify_memory). A failure is a compile error of make_plan's form:
+//
+//   pipetype::error<what<_MEMORY_ACTION_MISPLACED_>, at_rank<0>, at_stage<0>, at_microbatch<1>,
+//                   because<"a RELOAD before its OFFLOAD">, to_fix<"...">, in_schedule<...>>
+//
+// Options, in any order: saved_bytes<N...> and kept_bytes<N...> (memory_sizes: per stage, or one
+// value for every stage; saved 1 by default, so that peaks count microbatches), memory_limit<B>
+// (per rank), offloads<P> and recomputes<P> (memory_policy; none by default), host_link<B> (the
+// copy bandwidth, bytes per time unit of the default cost model: F = 1, B = 2).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "pipetype/compile/diagnostics.hpp"
+#include "pipetype/compile/memory_actions.hpp"
+#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/compile/place_memory.hpp"
+#include "pipetype/compile/plan.hpp"
+#include "pipetype/compile/verify_memory.hpp"
+#include "pipetype/core/schedule.hpp"
+
+namespace pipetype {
+
+/// The bytes a forward keeps for its backward: one value for every stage, or one per stage.
+template <std::int64_t... Bytes>
+struct saved_bytes {
+  static_assert(sizeof...(Bytes) > 0 && ((Bytes >= 0) && ...), "pipetype::saved_bytes: sizes of at least 0 bytes");
+};
+/// The bytes a recomputed forward keeps (its input): one value, or one per stage.
+template <std::int64_t... Bytes>
+struct kept_bytes {
+  static_assert(sizeof...(Bytes) > 0 && ((Bytes >= 0) && ...), "pipetype::kept_bytes: sizes of at least 0 bytes");
+};
+/// The most bytes of saved activations a rank may hold at once.
+template <std::int64_t Bytes>
+struct memory_limit {
+  static_assert(Bytes > 0, "pipetype::memory_limit: a limit of at least one byte");
+};
+/// How activations are offloaded (memory_policy::none, automatic, all).
+template <memory_policy P>
+struct offloads {};
+/// How forwards are recomputed.
+template <memory_policy P>
+struct recomputes {};
+/// The host link's bandwidth in bytes per time unit of the default cost model.
+template <std::int64_t BytesPerUnit>
+struct host_link {
+  static_assert(BytesPerUnit > 0, "pipetype::host_link: a bandwidth of at least one byte per time unit");
+};
+
+/// The compile-time facts of a memory plan: its verdict, and its peaks over the ranks.
+struct memory_facts {
+  verdict rejection{};               // ok, or the first thing wrong (as make_plan's)
+  std::int64_t peak_bytes = 0;       // the largest rank's device peak with the actions
+  std::int64_t base_peak_bytes = 0;  // the same without them
+  std::int64_t host_peak_bytes = 0;  // the largest rank's host pool
+  int offloads = 0, recomputes = 0;
+};
+
+namespace detail {
+
+struct memory_request {
+  memory_sizes sizes{{1}, {}};
+  memory_options options{};
+};
+template <class O>
+struct memory_option {
+  static constexpr void apply(memory_request&) {}
+};
+template <std::int64_t... B>
+struct memory_option<saved_bytes<B...>> {
+  static constexpr void apply(memory_request& q) { q.sizes.saved = std::vector<std::int64_t>{B...}; }
+};
+template <std::int64_t... B>
+struct memory_option<kept_bytes<B...>> {
+  static constexpr void apply(memory_request& q) { q.sizes.kept = std::vector<std::int64_t>{B...}; }
+};
+template <std::int64_t B>
+struct memory_option<memory_limit<B>> {
+  static constexpr void apply(memory_request& q) { q.options.limit = B; }
+};
+template <memory_policy P>
+struct memory_option<offloads<P>> {
+  static constexpr void apply(memory_request& q) { q.options.offload = P; }
+};
+template <memory_policy P>
+struct memory_option<recomputes<P>> {
+  static constexpr void apply(memory_request& q) { q.options.recompute = P; }
+};
+template <std::int64_t B>
+struct memory_option<host_link<B>> {
+  static constexpr void apply(memory_request& q) { q.options.copy_bandwidth = static_cast<double>(B); }
+};
+
+template <class... Options>
+constexpr memory_request memory_request_of() {
+  memory_request q;
+  (memory_option<Options>::apply(q), ...);
+  return q;
+}
+
+/// The schedule's own memory actions (a from_text schedule with OFFLOAD, RELOAD, RECOMPUTE).
+template <class S>
+concept says_memory = requires {
+  { S::memory() } -> std::same_as<memory_program>;
+};
+
+template <class S, class... Options>
+constexpr memory_placement memory_actions_for(program_view p) {
+  const memory_request q = memory_request_of<Options...>();
+  if constexpr (says_memory<S>) {
+    memory_program m = S::memory();
+    if (!m.empty()) return {std::move(m), {}};
+  }
+  return place_memory(p, q.sizes, costs{}, q.options);
+}
+
+template <class S, class... Options>
+constexpr memory_facts memory_facts_of() {
+  const auto& plan = plan_v<S>;
+  const program_view p = plan.compute();
+  const memory_request q = memory_request_of<Options...>();
+  memory_facts f;
+  if (f.rejection = check_memory_limit(p, q.sizes, q.options.limit); !f.rejection.ok()) return f;
+  const memory_placement placed = memory_actions_for<S, Options...>(p);
+  if (f.rejection = placed.result; !f.rejection.ok()) return f;
+  if (f.rejection = check_memory_actions(p, placed.actions); !f.rejection.ok()) return f;
+  const std::vector<rank_memory> mem = memory_of(p, placed.actions, q.sizes);
+  for (int r = 0; r < p.ranks; ++r) {
+    const rank_memory& x = mem[static_cast<std::size_t>(r)];
+    if (q.options.limit > 0 && x.peak_bytes > q.options.limit) {
+      f.rejection.code = errc::memory_limit_exceeded;
+      f.rejection.rank = r;
+      f.rejection.detail = "the step's saved activations on this rank exceed the limit";
+      return f;
+    }
+    f.peak_bytes = std::max(f.peak_bytes, x.peak_bytes);
+    f.base_peak_bytes = std::max(f.base_peak_bytes, x.base_peak_bytes);
+    f.host_peak_bytes = std::max(f.host_peak_bytes, x.host_peak_bytes);
+    f.offloads += x.offloaded;
+    f.recomputes += x.recomputed;
+  }
+  const mesh_program mp = lower_mesh(p, plan.lowered(), mesh{p.ranks, 1}, place_collectives(p, {}), {}, placed.actions);
+  if (f.rejection = verify_mesh(mp); !f.rejection.ok()) return f;
+  f.rejection = verify_memory(p, placed.actions, mp);
+  return f;
+}
+
+template <class S, class... Options>
+struct memory_planner {
+  static constexpr memory_facts value = memory_facts_of<S, Options...>();
+};
+
+template <class S, class... Options>
+constexpr memory_facts checked_memory() {
+  using P = memory_planner<S, Options...>;
+  report_rejection<P, S>();
+  return P::value;
+}
+
+}  // namespace detail
+
+/// A plan of schedule S with memory actions (see the top of this file), proven at compile time.
+template <schedule S, class... Options>
+struct memory_plan {
+  static constexpr memory_facts facts = detail::checked_memory<S, Options...>();
+  /// The pipeline plan (make_plan's).
+  static constexpr const auto& plan() { return plan_v<S>; }
+  /// The saved bytes and the pass's options the type says.
+  static constexpr memory_sizes sizes() { return detail::memory_request_of<Options...>().sizes; }
+  static constexpr memory_options options() { return detail::memory_request_of<Options...>().options; }
+  /// The step's memory actions: the schedule's own, or placed.
+  static constexpr memory_program actions() {
+    return detail::memory_actions_for<S, Options...>(plan().compute()).actions;
+  }
+  /// Per rank, the device and host peaks (memory_of).
+  static constexpr std::vector<rank_memory> memory() { return memory_of(plan().compute(), actions(), sizes()); }
+  /// Rank r's device peak of saved activations with the actions, a constant.
+  static constexpr std::int64_t peak_bytes(int r) { return memory()[static_cast<std::size_t>(r)].peak_bytes; }
+  /// Rank r's host pool peak.
+  static constexpr std::int64_t host_peak_bytes(int r) { return memory()[static_cast<std::size_t>(r)].host_peak_bytes; }
+};
+
+/// The facts of a memory plan, as make_plan gives a plan (a compile error when it is rejected).
+template <schedule S, class... Options>
+constexpr memory_facts make_memory_plan() {
+  return detail::checked_memory<S, Options...>();
+}
+
+}  // namespace pipetype
