@@ -8,6 +8,8 @@
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
 //                    [--dp D [--fsdp] --param-mb X --dp-gbps B]
+//                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
+//                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -54,6 +56,18 @@
 // draws it). It reports exposed_dp: how much longer the step is than the same plan without its
 // collectives; --svg and --trace then draw the step over the replicas, every global rank with its
 // collectives (REDUCE_GRAD(1), UNSHARD(2), ...) on a data-parallel band or thread of their own.
+// --offload and --recompute add memory actions (docs/13_memory.md): OFFLOAD/RELOAD of a
+// microbatch's saved activation over each rank's host link, RECOMPUTE of a forward before its
+// backward, placed by the pass (all, or auto: what costs at most 2 % of the step, and with
+// --act-limit-mb L what brings every rank under L MB), lowered onto a copy stream, proved and
+// simulated. --act-mb X is a rank share's saved activation per microbatch in MB (a chunk holds
+// X/v), --input-mb Y what a recomputed forward keeps (its input; X/17 by default, a transformer
+// layer's input beside its 34·b·s·h bytes), --pcie-gbps B the host link per direction in GB/s, one
+// time unit 1 ms; --offload-share S offloads that share of what the rules allow, spread evenly (half
+// offload: 0.5). It reports per rank the resident peak with and without the actions (peak_bytes,
+// peak_activations), the host pool, what was offloaded and recomputed, PipeOffload's k and the
+// modelled step time with and without; --svg and --trace draw the copies (OFFLOAD(0,3), ...) on a
+// band or thread of their own and each RECOMPUTE as 0R3.
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -105,12 +119,20 @@ struct args {
   pt::group_policy groups = pt::group_policy::automatic;
   std::string layout_text;  // --layout
   pt::layer_layout layout;
-  std::vector<pt::stage_edge> edges;  // --edges
-  bool forward_only = false;          // --forward-only
-  int dp = 1;                         // --dp
-  bool fsdp = false;                  // --fsdp
-  double param_mb = 0, dp_gbps = 0;   // --param-mb, --dp-gbps
+  std::vector<pt::stage_edge> edges;                                                         // --edges
+  bool forward_only = false;                                                                 // --forward-only
+  int dp = 1;                                                                                // --dp
+  bool fsdp = false;                                                                         // --fsdp
+  double param_mb = 0, dp_gbps = 0;                                                          // --param-mb, --dp-gbps
+  pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;  // --offload, --recompute
+  double act_mb = 0, input_mb = -1, pcie_gbps = 0,
+         act_limit_mb = 0;   // --act-mb, --input-mb, --pcie-gbps, --act-limit-mb
+  double offload_share = 1;  // --offload-share
   bool has_layout() const { return !layout_text.empty(); }
+  /// Memory actions asked for (or their sizes given): the step is planned with them.
+  bool memory() const {
+    return offload != pt::memory_policy::none || recompute != pt::memory_policy::none || act_limit_mb > 0 || act_mb > 0;
+  }
 };
 
 constexpr const char* usage =
@@ -121,6 +143,8 @@ constexpr const char* usage =
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
     "         [--forward-only] [--dp D [--fsdp] --param-mb X --dp-gbps B]\n"
+    "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
+    "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
 
 [[noreturn]] void die(const std::string& msg) {
@@ -259,6 +283,20 @@ args parse(int argc, char** argv) {
       a.dp = static_cast<int>(to_number(flag, v, true));
     } else if (flag == "--param-mb" || flag == "--dp-gbps") {
       (flag == "--param-mb" ? a.param_mb : a.dp_gbps) = to_number(flag, v, false);
+    } else if (flag == "--offload" || flag == "--recompute") {
+      if (v != "none" && v != "auto" && v != "all") usage_error(flag + " is none, auto or all, got '" + v + "'");
+      (flag == "--offload" ? a.offload : a.recompute) = v == "all"    ? pt::memory_policy::all
+                                                        : v == "auto" ? pt::memory_policy::automatic
+                                                                      : pt::memory_policy::none;
+    } else if (flag == "--offload-share") {
+      a.offload_share = to_number(flag, v, false);
+      if (!(a.offload_share > 0) || a.offload_share > 1)
+        usage_error("--offload-share is a share in (0, 1], got '" + v + "'");
+    } else if (flag == "--act-mb" || flag == "--input-mb" || flag == "--pcie-gbps" || flag == "--act-limit-mb") {
+      (flag == "--act-mb"      ? a.act_mb
+       : flag == "--input-mb"  ? a.input_mb
+       : flag == "--pcie-gbps" ? a.pcie_gbps
+                               : a.act_limit_mb) = to_number(flag, v, false);
     } else if (flag == "--svg" || flag == "--trace") {
       if (v.empty()) usage_error(flag + " needs a file name");
       (flag == "--svg" ? a.svg : a.trace) = v;
@@ -279,6 +317,20 @@ args parse(int argc, char** argv) {
   if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0))
     usage_error("--fsdp, --param-mb and --dp-gbps describe data parallelism: give --dp D (D ≥ 2) too");
   if (a.dp > 1 && a.forward_only) usage_error("--dp reduces gradients: a --forward-only plan has none");
+  if ((a.memory() || a.input_mb >= 0 || a.pcie_gbps > 0) && !(a.act_mb > 0))
+    usage_error(
+        "--offload, --recompute, --input-mb, --pcie-gbps and --act-limit-mb need --act-mb X, a rank share's "
+        "saved activation per microbatch in MB (X > 0)");
+  if (a.offload != pt::memory_policy::none && !(a.pcie_gbps > 0))
+    usage_error("--offload needs --pcie-gbps B, the host link's bandwidth per direction in GB/s (B > 0)");
+  if (a.memory() && a.dp > 1) usage_error("--offload and --recompute do not run over --dp replicas yet");
+  if (a.memory() && a.forward_only)
+    usage_error("a --forward-only plan keeps no activation for a backward: nothing to offload or recompute");
+  if (a.memory() && (a.format == "csv" || a.format == "csv-comms"))
+    usage_error("--format " + a.format + ": PyTorch's schedule files have no memory actions (text and json show them)");
+  if (a.offload_share < 1 && a.offload == pt::memory_policy::none)
+    usage_error("--offload-share is a share of the offloads: give --offload all or auto too");
+  if (a.input_mb > a.act_mb) usage_error("--input-mb is part of the saved activation: at most --act-mb");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
   if (a.ranks > pt::limits::ranks || a.microbatches > pt::limits::microbatches || a.chunks > 64)
     usage_error("--ranks is at most " + std::to_string(pt::limits::ranks) + ", --microbatches at most " +
@@ -491,6 +543,78 @@ std::string dp_json(const dp_figures& f, const args& a) {
          ", \"communicators\": " + std::to_string(f.communicators) + "}";
 }
 
+const char* policy_name(pt::memory_policy x) {
+  return x == pt::memory_policy::all ? "all" : x == pt::memory_policy::automatic ? "auto" : "none";
+}
+std::string host_link_text(const args& a) {
+  std::string out = a.pcie_gbps > 0 ? ", host link " + num(a.pcie_gbps) + " GB/s, 1 time unit = 1 ms" : "";
+  if (a.act_limit_mb > 0) out += ", limit " + num(a.act_limit_mb) + " MB per rank";
+  return out;
+}
+/// The step of `r` with memory actions (--offload, --recompute): placed, lowered onto each rank's
+/// copy stream, proved and simulated (compile/memory_step.hpp), in rank shares as the report.
+struct memory_figures {
+  std::string error;  // why no such step ("" when there is one)
+  pt::memory_step step;
+  int chunks = 1;
+  pt::step_trace picture;
+};
+memory_figures memory_step_of(const result& r, const args& a) {
+  memory_figures out;
+  out.chunks = r.chunks;
+  const pt::program_view p = r.plan.compute();
+  // a chunk holds 1/v of a rank share's activation; bytes per time unit (1 ms) from GB/s
+  const double saved = a.act_mb * 1e6 / r.chunks,
+               kept = (a.input_mb >= 0 ? a.input_mb : a.act_mb / 17) * 1e6 / r.chunks;
+  const pt::memory_sizes z{{static_cast<std::int64_t>(saved)}, {static_cast<std::int64_t>(kept)}};
+  pt::memory_options o;
+  o.offload = a.offload;
+  o.recompute = a.recompute;
+  o.limit = static_cast<std::int64_t>(a.act_limit_mb * 1e6);
+  o.copy_bandwidth = a.pcie_gbps * 1e6;
+  o.density = a.offload_share;
+  const pt::cost_model costs = per_stage(a, p, r.chunks);
+  out.step = pt::plan_memory(p, r.plan.lowered(), z, costs, o);
+  if (!out.step.result.ok()) return out.error = pt::describe(out.step.result), out;
+  pt::mesh_costs d;
+  d.activations = z;
+  d.copy_bandwidth = o.copy_bandwidth;
+  out.picture = pt::trace_of(out.step.step, pt::simulate_mesh(out.step.step, costs, d));
+  return out;
+}
+/// Per rank, `f` of its rank_memory.
+template <class F>
+std::string memory_array(const memory_figures& m, F f) {
+  return json_array(m.step.memory, [&](const pt::rank_memory& x) { return f(x); });
+}
+std::string memory_json(const memory_figures& m, const args& a) {
+  auto policy = [](pt::memory_policy x) { return std::string("\"") + policy_name(x) + "\""; };
+  std::string out = ", \"memory\": {\"offload\": " + policy(a.offload) + ", \"recompute\": " + policy(a.recompute) +
+                    ", \"act_mb\": " + num(a.act_mb) + ", \"pcie_gbps\": " + num(a.pcie_gbps) +
+                    ", \"limit_mb\": " + num(a.act_limit_mb);
+  if (!m.error.empty()) return out + ", \"error\": " + json_string(m.error) + "}";
+  const double v = m.chunks;
+  return out + ", \"k\": " + (a.pcie_gbps > 0 ? num(m.step.k) : "null") + ", \"share\": " + num(m.step.density) +
+         ", \"makespan\": " + num(m.step.makespan) + ", \"makespan_without\": " + num(m.step.base_makespan) +
+         ", \"cost\": " + num(m.step.cost()) + ", \"peak_activations\": " +
+         memory_array(m, [&](const pt::rank_memory& x) { return num(x.peak_activations / v); }) +
+         ", \"peak_activations_without\": " +
+         memory_array(m, [&](const pt::rank_memory& x) { return num(x.base_peak_activations / v); }) +
+         ", \"peak_bytes\": " + memory_array(m, [](const pt::rank_memory& x) { return std::to_string(x.peak_bytes); }) +
+         ", \"peak_bytes_without\": " +
+         memory_array(m, [](const pt::rank_memory& x) { return std::to_string(x.base_peak_bytes); }) +
+         ", \"host_peak_bytes\": " +
+         memory_array(m, [](const pt::rank_memory& x) { return std::to_string(x.host_peak_bytes); }) +
+         ", \"offloaded\": " + memory_array(m, [](const pt::rank_memory& x) { return std::to_string(x.offloaded); }) +
+         ", \"recomputed\": " + memory_array(m, [](const pt::rank_memory& x) { return std::to_string(x.recomputed); }) +
+         "}";
+}
+double memory_peak_max(const memory_figures& m) {
+  double most = 0;
+  for (const pt::rank_memory& x : m.step.memory) most = std::max(most, x.peak_activations / m.chunks);
+  return most;
+}
+
 /// The simulated step of `r` as drawable events (activations per rank share, as the report).
 pt::step_trace trace_of(const result& r, const args& a) {
   pt::trace_options o;
@@ -554,6 +678,12 @@ int print_all(const args& a) {
     if (!dps[k]) dps[k] = dp_of(rows[k].second, a);
     return *dps[k];
   };
+  // and with its memory actions (--offload, --recompute)
+  std::vector<std::optional<memory_figures>> mems(rows.size());
+  auto mem_for = [&](std::size_t k) -> const memory_figures& {
+    if (!mems[k]) mems[k] = memory_step_of(rows[k].second, a);
+    return *mems[k];
+  };
   if (!a.svg.empty() || !a.trace.empty()) {
     std::vector<std::pair<std::string, pt::step_trace>> steps;
     for (std::size_t k = 0; k < rows.size(); ++k) {
@@ -561,6 +691,8 @@ int print_all(const args& a) {
       if (!r.plan.ok()) continue;
       if (a.dp > 1 && dp_for(k).error.empty())  // the step over the replicas, with its collectives
         steps.emplace_back(titled(name, r.chunks) + " × " + std::to_string(a.dp), dp_for(k).picture);
+      else if (a.memory() && mem_for(k).error.empty())  // with its copies and recomputes
+        steps.emplace_back(titled(name, r.chunks) + " with memory actions", mem_for(k).picture);
       else
         steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
     }
@@ -583,7 +715,8 @@ int print_all(const args& a) {
         out += ", \"makespan\": " + num(r.t.makespan()) + ", \"lower_bound\": " + num(r.bound.value()) +
                ", \"gap\": " + num(r.bound.gap(r.t.makespan())) + ", \"max_rank_span\": " + num(r.t.max_rank_span()) +
                ", \"bubble_fraction\": " + num(r.t.bubble_fraction()) +
-               ", \"peak_activations_max\": " + num(peak_max(r)) + (a.dp > 1 ? dp_json(dp_for(k), a) : "");
+               ", \"peak_activations_max\": " + num(peak_max(r)) + (a.dp > 1 ? dp_json(dp_for(k), a) : "") +
+               (a.memory() ? memory_json(mem_for(k), a) : "");
       else
         out += ", \"error\": " + json_string(pt::describe(r.plan.result)) +
                ", \"fix\": " + json_string(pt::how_to_fix(r.plan.result.code));
@@ -609,8 +742,9 @@ int print_all(const args& a) {
     for (std::size_t k = 0; k < xs->size(); ++k) std::printf("%s%g", k ? "," : " ", (*xs)[k]);
     std::printf("\n");
   }
-  std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s%s\n", "schedule", "chunks", "stages", "makespan", "gap",
-              "rank span", "bubble", "peak act", a.dp > 1 ? "  exposed DP" : "");
+  std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s%s%s\n", "schedule", "chunks", "stages", "makespan", "gap",
+              "rank span", "bubble", "peak act", a.dp > 1 ? "  exposed DP" : "",
+              a.memory() ? "  resident    step" : "");
   bool graph = false;
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const auto& [name, r] = rows[k];
@@ -629,6 +763,13 @@ int print_all(const args& a) {
       else
         std::printf("  (no mesh: %s)", f.error.c_str());
     }
+    if (a.memory()) {
+      const memory_figures& m = mem_for(k);
+      if (m.error.empty())
+        std::printf("  %8g %+6.1f%%", memory_peak_max(m), 100 * m.step.cost());
+      else
+        std::printf("  (no memory plan: %s)", m.error.c_str());
+    }
     std::printf("\n");
   }
   for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
@@ -637,6 +778,11 @@ int print_all(const args& a) {
         "exposed DP: the step over %d replicas%s (%g MB of parameters per rank share at %g GB/s, 1 time unit = 1 ms) "
         "less the same plan without its collectives\n",
         a.dp, a.fsdp ? " with FSDP" : "", a.param_mb, a.dp_gbps);
+  if (a.memory())
+    std::printf(
+        "resident: the largest rank's peak activations with the memory actions (offload %s, recompute %s; %g MB "
+        "saved per rank share and microbatch%s); step: the modelled step's change\n",
+        policy_name(a.offload), policy_name(a.recompute), a.act_mb, host_link_text(a).c_str());
   if (graph) std::printf("(over the --edges graph: verified, lowered and proved deadlock-free over every edge)\n");
   return 0;
 }
@@ -779,6 +925,12 @@ int main(int argc, char** argv) {
     if (!dp) dp = dp_of(r, a);
     return *dp;
   };
+  // the step with memory actions, likewise
+  std::optional<memory_figures> mem;
+  auto memory_plan = [&]() -> const memory_figures& {
+    if (!mem) mem = memory_step_of(r, a);
+    return *mem;
+  };
   if (!a.svg.empty() || !a.trace.empty()) {
     if (a.dp > 1) {  // the step over the replicas, with its collectives
       const dp_figures& f = meshed();
@@ -787,6 +939,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       write_pictures(a, {{titled(name, chunks) + " × " + std::to_string(a.dp), f.picture}});
+    } else if (a.memory()) {  // the step with its copies and recomputes
+      const memory_figures& m = memory_plan();
+      if (!m.error.empty()) return reject(m.step.result, m.error);
+      write_pictures(a, {{titled(name, chunks) + " with memory actions", m.picture}});
     } else {
       write_pictures(a, {{titled(name, chunks), trace_of(r, a)}});
     }
@@ -824,6 +980,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (a.memory() && !memory_plan().error.empty()) return reject(mem->step.result, mem->error);
   const std::vector<double> peaks = peaks_of(a, plan, chunks);
   std::vector<double> busy;
   for (int k = 0; k < P; ++k) busy.push_back(t.busy(k));
@@ -867,7 +1024,7 @@ int main(int argc, char** argv) {
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.events); })
               << ", \"groups\": "
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}"
-              << (dp ? dp_json(*dp, a) : std::string()) << "}\n";
+              << (dp ? dp_json(*dp, a) : std::string()) << (mem ? memory_json(*mem, a) : std::string()) << "}\n";
     return finish_output();
   }
   std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs per %s F=%g B=%g I=%g W=%g comm=%g)\n\n",
@@ -929,5 +1086,26 @@ int main(int argc, char** argv) {
         "collectives: exposed_dp %g\n",
         a.dp, a.fsdp || file_shards ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators,
         dp->makespan, dp->without, dp->exposed);
+  if (mem) {
+    const pt::memory_step& m = mem->step;
+    std::printf("\nmemory actions: offload %s, recompute %s; %g MB saved per rank share and microbatch%s%s\n",
+                policy_name(a.offload), policy_name(a.recompute), a.act_mb, host_link_text(a).c_str(),
+                a.pcie_gbps > 0 ? ("; k = " + num(m.k) + " (a round trip over F + B)").c_str() : "");
+    std::printf("rank  resident act  (without)   peak MB  (without)   host MB  offloaded  recomputed\n");
+    for (int k = 0; k < P; ++k) {
+      const pt::rank_memory& x = m.memory[static_cast<std::size_t>(k)];
+      std::printf("%4d %13g %10g %9.1f %10.1f %9.1f %10d %11d\n", k, x.peak_activations / chunks,
+                  x.base_peak_activations / chunks, static_cast<double>(x.peak_bytes) / 1e6,
+                  static_cast<double>(x.base_peak_bytes) / 1e6, static_cast<double>(x.host_peak_bytes) / 1e6,
+                  x.offloaded, x.recomputed);
+    }
+    std::printf(
+        "step %g, %g without the actions (%+.1f%%)%s; lowered onto a copy stream per rank and proved: copies and "
+        "recomputes ordered before what reads them, deadlock-free\n",
+        m.makespan, m.base_makespan, 100 * m.cost(),
+        a.offload == pt::memory_policy::automatic && m.density < 1
+            ? (", offloading " + num(m.density) + " of the activations the gap rule allows").c_str()
+            : "");
+  }
   return finish_output();
 }

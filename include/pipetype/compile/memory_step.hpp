@@ -10,8 +10,9 @@
 //                       rule allows: of the shares whose step is at most `tolerance` slower than
 //                       without, the one with the smallest peak; if none is, the fastest, and
 //                       `cost()` says what it costs
-// Each share is tried with both ways of completing an OFFLOAD (memory_options::spaced), and `all`
-// keeps the better of the two (the same rule).
+// Each share is tried with each way of completing an OFFLOAD (memory_options::overlap 1, 2, 3 and
+// predicted), placed on the plain step's timeline and then on the one its copies stretched; `all`
+// (memory first) keeps the try with the smallest peak, then the fastest.
 //
 // The answer holds the actions, the lowered step, per rank its memory (memory_of), both makespans
 // and k (offload_ratio); `result` is ok or the one sentence of what failed.
@@ -59,7 +60,7 @@ memory_step plan_memory(program_view p, lowered_view l, const memory_sizes& z, c
   out.k = offload_ratio(p, z, c, o);
   out.base_makespan = simulate_mesh(lower_mesh(p, l, one, none, dp), c, d).makespan;
   // one try: the actions at a density and spacing, proved and timed
-  auto attempt = [&](double density, bool spaced, const std::vector<double>* start, const std::vector<double>* end,
+  auto attempt = [&](double density, int overlap, const std::vector<double>* start, const std::vector<double>* end,
                      mesh_timeline* timed) {
     memory_step s;
     s.k = out.k;
@@ -67,7 +68,7 @@ memory_step plan_memory(program_view p, lowered_view l, const memory_sizes& z, c
     s.density = density;
     memory_options q = o;
     q.density = density;
-    q.spaced = spaced;
+    q.overlap = overlap;
     memory_placement placed = place_memory(p, z, c, q, {}, start, end);
     s.actions = std::move(placed.actions);
     s.result = placed.result;
@@ -113,13 +114,13 @@ memory_step plan_memory(program_view p, lowered_view l, const memory_sizes& z, c
                                                                                : std::span<const double>(all_shares);
   bool have = false;
   for (const double share : shares)
-    for (const bool spaced : {true, false}) {
+    for (const int overlap : {1, 2, 3, 0}) {
       // placed on the plain step's timeline, then again on the timeline of the step it made, where
       // copies stretched it (the predictions then see the copy stream's backlog)
       std::vector<double> start, end;
       mesh_timeline timed;
       for (int round = 0; round < 3; ++round) {
-        memory_step s = attempt(share * o.density, spaced, round ? &start : nullptr, round ? &end : nullptr, &timed);
+        memory_step s = attempt(share * o.density, overlap, round ? &start : nullptr, round ? &end : nullptr, &timed);
         if (!s.result.ok()) {
           if (!have && out.result.ok()) out = std::move(s);  // the first failure says why, if nothing succeeds
           break;

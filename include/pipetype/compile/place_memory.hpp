@@ -11,9 +11,10 @@
 //             offloads the rules allow do not bring the rank under it, the longest gaps first
 //   limit     per rank, the device bytes of saved activations (memory_of's peak_bytes); 0: none
 //
-// Where: an OFFLOAD right after its forward; its `until` the second action after it (one action
+// Where: an OFFLOAD right after its forward; its `until` `overlap` actions on (1: one action
 // overlaps the copy; where copies are slower than the forwards of a warm-up, the forwards are
-// spaced out, into the slack they have before their backwards, rather than more memory held); its RELOAD as late as
+// spaced out, into the slack they have before their backwards, rather than more memory held), or
+// the first action predicted to start once it has ended; its RELOAD as late as
 // possible while predicted to complete before the first backward (PipeOffload places reloads right to left); a
 // RECOMPUTE right before the first backward, where 1F1B-like schedules leave the rank waiting for the gradient, so it
 // runs in that bubble. Predictions come from the cost model's timeline and the rank's one copy stream, FIFO in issue
@@ -46,8 +47,8 @@ struct memory_options {
   double copy_bandwidth = 1;  // bytes per time unit of a rank's host link, one direction at a time
   double copy_alpha = 0;      // a copy's fixed latency
   double min_gap = 3;         // automatic offload: the least F→B gap, in round trips
-  bool spaced = true;         // an OFFLOAD completes by the second action after it (forwards wait for their
-                              // copies); false: by the first action predicted to start after it ends
+  int overlap = 1;            // the actions an OFFLOAD overlaps before one waits for it (1: the second
+                              // after it waits); 0: the first predicted to start once it has ended
   double density = 1;         // the share of the activations the rules allow that is offloaded, spread
                               // evenly in forward order (plan_memory lowers it while copies cost time)
 };
@@ -112,9 +113,9 @@ constexpr std::vector<memory_action> place_rank(std::span<const action> acts, co
   };
   std::vector<copy_plan> copies;
   // where an offload issued after action `after` and predicted to end at `t` completes (`until`):
-  // the second action after it, or (not spaced) the first predicted to start once it has ended
+  // `overlap` actions on, or (0) the first action predicted to start once it has ended
   const auto until_of = [&](int after, double t) {
-    if (o.spaced) return default_until(after, n);
+    if (o.overlap > 0) return std::min(after + 1 + o.overlap, n);
     for (int i = after + 2; i < n; ++i)
       if (st(i) >= t - 1e-9 && !acts[static_cast<std::size_t>(i) - 1].overlapped) return i;
     return n;

@@ -10,7 +10,8 @@
 // "(0F7;7B3)") with category F, B, I, W or F&B and args {stage, microbatch, kind, activations};
 // every communication span (a measured NCCL group) is a complete event "group" with args
 // {transfers}; a mesh step's collectives are complete events on a third thread, "data-parallel"
-// (tid 2), named REDUCE_GRAD(1), UNSHARD(2), ... with category collective and args {communicator}. Every transfer is a
+// (tid 2), named REDUCE_GRAD(1), UNSHARD(2), ... with category collective and args {communicator};
+// its memory actions' copies on a fourth, "copy" (tid 3), named OFFLOAD(0,3), RELOAD(0,3). Every transfer is a
 // flow ("s" on the sender's span, "f" with "bp": "e" on the receiver's) named "activation 1F3" or "gradient 2B3", so
 // the viewer draws an arrow from send to receive. Timestamps are microseconds: `us_per_unit` per unit of the trace (a
 // measured trace is in ms, so 1000; a simulated one in cost units, drawn as ms by default).
@@ -71,11 +72,16 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
       if (!tr.collectives.empty())
         event("{\"name\": \"thread_name\", \"ph\": \"M\", " + where(r, 2) +
               ", \"args\": {\"name\": \"data-parallel\"}}");
+      if (!tr.copies.empty())
+        event("{\"name\": \"thread_name\", \"ph\": \"M\", " + where(r, 3) + ", \"args\": {\"name\": \"copy\"}}");
     }
     for (const traced_collective& c : tr.collectives)
       event("{\"name\": " + detail::json_quote(c.name) +
             ", \"cat\": \"collective\", \"ph\": \"X\", \"ts\": " + ts(c.start) + ", \"dur\": " + dur(c.start, c.end) +
             ", " + where(c.rank, 2) + ", \"args\": {\"communicator\": " + std::to_string(c.comm) + "}}");
+    for (const traced_collective& c : tr.copies)
+      event("{\"name\": " + detail::json_quote(c.name) + ", \"cat\": \"copy\", \"ph\": \"X\", \"ts\": " + ts(c.start) +
+            ", \"dur\": " + dur(c.start, c.end) + ", " + where(c.rank, 3) + ", \"args\": {}}");
     for (const traced_compute& c : tr.computes) {
       std::string args = "\"stage\": " + std::to_string(c.first.stage) +
                          ", \"microbatch\": " + std::to_string(c.first.microbatch) + ", \"kind\": \"" +

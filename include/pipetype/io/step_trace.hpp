@@ -23,6 +23,8 @@
 //               In the order they were sent.
 //   collectives one span per collective of a mesh step on its rank's data-parallel stream
 //               (compile/mesh_program.hpp), named by its action: REDUCE_GRAD(1), UNSHARD(2), TIE(0)
+//   copies      one span per OFFLOAD(0,3) / RELOAD(0,3) on its rank's copy stream; a RECOMPUTE is a
+//               compute span labelled 0R3 (compile/memory_actions.hpp)
 // Its figures (makespan, busy, bubble fraction, peak activations) are computed the way
 // analysis/simulate.hpp computes them, so a measured step reads on the same scale.
 #pragma once
@@ -53,8 +55,12 @@ struct traced_compute {
   double start = 0, end = 0;
   double activations = 0;  // live activations on the rank after the span
   double high = 0;         // the most during it (a pair: after its first half)
+  bool recompute = false;  // a RECOMPUTE of `first` (compile/memory_actions.hpp), labelled 0R3
 
-  std::string label() const { return paired ? '(' + to_text(first) + ';' + to_text(second) + ')' : to_text(first); }
+  std::string label() const {
+    if (recompute) return std::to_string(first.stage) + 'R' + std::to_string(first.microbatch);
+    return paired ? '(' + to_text(first) + ';' + to_text(second) + ')' : to_text(first);
+  }
 };
 
 /// One span on a rank's communication stream (a measured NCCL group).
@@ -96,6 +102,7 @@ struct step_trace {
   std::vector<traced_comm> comms;
   std::vector<traced_transfer> transfers;
   std::vector<traced_collective> collectives;  // a mesh step's, by rank
+  std::vector<traced_collective> copies;       // OFFLOAD(0,3) and RELOAD(0,3) on each rank's copy stream
   /// The stage graph, when the program gives it as edges (empty: a chain): one lane's edges
   /// (program_view::lane_edges), the lanes, and per stage of the program the rank that runs it
   /// (svg draws the graph under the timeline).
@@ -153,6 +160,7 @@ struct step_trace {
     for (const traced_compute& c : computes) see(c.start, c.end);
     for (const traced_comm& c : comms) see(c.start, c.end);
     for (const traced_collective& c : collectives) see(c.start, c.end);
+    for (const traced_collective& c : copies) see(c.start, c.end);
     return t;
   }
 };
@@ -262,7 +270,8 @@ inline step_trace trace_of(program_view p, const timeline& t, const trace_option
 }
 
 /// A mesh step as simulated (simulate_mesh, in cost units): per global rank its compute spans (an
-/// overlapped pair one span, as the simulator times it) and its collectives; no memory curve.
+/// overlapped pair one span, as the simulator times it), its collectives and its memory actions;
+/// no memory curve.
 inline step_trace trace_of(const mesh_program& mp, const mesh_timeline& t) {
   step_trace out;
   out.ranks = mp.shape.size();
@@ -286,6 +295,12 @@ inline step_trace trace_of(const mesh_program& mp, const mesh_timeline& t) {
         out.computes.push_back(c);
       } else if (is_collective(o.code) || o.code == mesh_op_code::local_sum) {
         out.collectives.push_back({g, detail::mesh_op_label(o, false), o.comm, t0, t1});
+      } else if (is_copy(o.code)) {
+        out.copies.push_back({g, detail::mesh_op_label(o, false), -1, t0, t1});
+      } else if (o.code == mesh_op_code::recompute) {
+        traced_compute c{g, action{kind::F, o.stage, o.microbatch, false}, {}, false, t0, t1};
+        c.recompute = true;
+        out.computes.push_back(c);
       }
     }
   }

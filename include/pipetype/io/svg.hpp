@@ -10,7 +10,9 @@
 // the rank's live activations as a step curve with its peak marked. With `transfers`, each
 // transfer is an arrow from its sending rank (when sent) to its receiving rank (when arrived).
 // A mesh step's collectives (step_trace::collectives) are grey boxes in a band under each rank's
-// row, labelled REDUCE_GRAD(1), UNSHARD(2), ... where they fit.
+// row, labelled REDUCE_GRAD(1), UNSHARD(2), ... where they fit; its memory actions' copies
+// (step_trace::copies) brown boxes in a band under that, OFFLOAD(0,3), RELOAD(0,3), and a
+// RECOMPUTE a light blue span on the row, 0R3.
 // Panels in the same unit share one time scale, so a measured step and its simulation line up.
 // Under a panel whose program gives its stage graph as edges (step_trace::edges), the graph
 // itself: a box per stage ("stage 2 · rank 1", data-stage) in columns by depth from a source,
@@ -18,6 +20,7 @@
 //
 //   F  #4e79a7 blue     B  #59a14f green      I  #f28e2b orange
 //   W  #b07aa1 purple   overlapped F&B pair  #e15759 red      idle #e6e6e6
+//   RECOMPUTE #a0cbe8 light blue   collective #7f7f7f grey   copy #9c755f brown
 //
 // The SVG is plain SVG 1.1 (rects, lines, polylines, text): browsers and rsvg-convert draw it.
 // Its geometry is stated on the elements for tools: each panel's <g> carries data-t0 (the time
@@ -53,6 +56,7 @@ struct svg_panel {
 /// The colour of a span: by kind (F, B, I, W), red for an overlapped pair whatever its kinds.
 inline const char* svg_colour(const traced_compute& c) {
   constexpr const char* by_kind[kind_count] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1"};
+  if (c.recompute) return "#a0cbe8";  // a RECOMPUTE: its forward's colour, lighter
   return c.paired ? "#e15759" : by_kind[static_cast<int>(c.first.what)];
 }
 
@@ -160,7 +164,8 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
   // rows
   // a mesh step's collectives: a band of their own under each rank's row
   const double dp_h = tr.collectives.empty() ? 0 : o.row_height * 0.6;
-  const double row_step = o.row_height + (o.memory ? G::memory_h : 0) + dp_h + G::gap;
+  const double copy_h = tr.copies.empty() ? 0 : o.row_height * 0.6;  // and its copies, under that
+  const double row_step = o.row_height + (o.memory ? G::memory_h : 0) + dp_h + copy_h + G::gap;
   const double rows_y = y + G::title_h + G::axis_h;
   const double peak_all = tr.peak_activations();
   std::vector<double> row_y(static_cast<std::size_t>(tr.ranks));
@@ -187,20 +192,23 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
         s += "<text x=\"" + decimal(X(c.start) + w / 2) + "\" y=\"" + decimal(ry + o.row_height / 2 + 3.5) +
              "\" class=\"label\">" + xml_escape(label) + "</text>\n";
     }
-    if (dp_h > 0) {  // the data-parallel stream's spans
-      const double dy = ry + o.row_height + (o.memory ? G::memory_h : 0) + 1;
-      for (const traced_collective& c : tr.collectives) {
+    // the data-parallel stream's spans, then the copy stream's, each in a band of its own
+    auto band = [&](const std::vector<traced_collective>& spans, double dy, double h, const char* cls) {
+      for (const traced_collective& c : spans) {
         if (c.rank != r) continue;
         const double w = std::max((c.end - c.start) * scale, 0.5);
         s += "<rect x=\"" + decimal(X(c.start)) + "\" y=\"" + decimal(dy) + "\" width=\"" + decimal(w) +
-             "\" height=\"" + decimal(dp_h - 2) + "\" class=\"collective\"><title>" + xml_escape(c.name) + " rank " +
-             std::to_string(r) + " on communicator " + std::to_string(c.comm) + " · " + decimal(c.start) + " – " +
-             decimal(c.end) + " " + xml_escape(unit) + "</title></rect>\n";
+             "\" height=\"" + decimal(h - 2) + "\" class=\"" + cls + "\"><title>" + xml_escape(c.name) + " rank " +
+             std::to_string(r) + (c.comm >= 0 ? " on communicator " + std::to_string(c.comm) : std::string()) + " · " +
+             decimal(c.start) + " – " + decimal(c.end) + " " + xml_escape(unit) + "</title></rect>\n";
         if (w >= 5.5 * static_cast<double>(c.name.size()) + 4)
-          s += "<text x=\"" + decimal(X(c.start) + w / 2) + "\" y=\"" + decimal(dy + dp_h / 2 + 2) +
+          s += "<text x=\"" + decimal(X(c.start) + w / 2) + "\" y=\"" + decimal(dy + h / 2 + 2) +
                "\" class=\"label\">" + xml_escape(c.name) + "</text>\n";
       }
-    }
+    };
+    const double below = ry + o.row_height + (o.memory ? G::memory_h : 0) + 1;
+    if (dp_h > 0) band(tr.collectives, below, dp_h, "collective");
+    if (copy_h > 0) band(tr.copies, below + dp_h, copy_h, "copy");
     if (o.memory && k > first && peak_all > 0) {
       // live activations: 0 from the rank's first start, then the value after each span
       const double base = ry + o.row_height + G::memory_h - 2, h = G::memory_h - 5;
@@ -273,10 +281,13 @@ inline std::string svg(std::span<const svg_panel> panels, const svg_options& o =
   }
   // legend: the kinds drawn, then idle
   bool present[kind_count + 1] = {};  // F, B, I, W, pair
+  bool recomputes = false, copies = false;
   for (const svg_panel& p : panels)
-    if (p.trace)
+    if (p.trace) {
       for (const traced_compute& c : p.trace->computes)
-        present[c.paired ? kind_count : static_cast<int>(c.first.what)] = true;
+        (c.recompute ? recomputes : present[c.paired ? kind_count : static_cast<int>(c.first.what)]) = true;
+      copies = copies || !p.trace->copies.empty();
+    }
   struct swatch {
     const char* colour;
     const char* name;
@@ -287,6 +298,8 @@ inline std::string svg(std::span<const svg_panel> panels, const svg_options& o =
                            {"#f28e2b", "I backward (inputs)", present[static_cast<int>(kind::I)]},
                            {"#b07aa1", "W backward (weights)", present[static_cast<int>(kind::W)]},
                            {"#e15759", "overlapped F&B", present[kind_count]},
+                           {"#a0cbe8", "R recompute", recomputes},
+                           {"#9c755f", "offload / reload", copies},
                            {"#e6e6e6", "idle", true}};
   double lx = G::left;
   const double ly = y + 4;
@@ -325,6 +338,7 @@ inline std::string svg(std::span<const svg_panel> panels, const svg_options& o =
        ".memory{fill:none;stroke:#333333;stroke-width:1}.peak{fill:#d62728;font-size:9px}"
        ".transfer{stroke:#444444;stroke-width:0.8;stroke-opacity:0.6}"
        ".collective{fill:#7f7f7f;stroke:#ffffff;stroke-width:0.6}"
+       ".copy{fill:#9c755f;stroke:#ffffff;stroke-width:0.6}"
        ".node{fill:#f2f2f2;stroke:#555555;stroke-width:0.8}.nodelabel{font-size:10px;text-anchor:middle}"
        ".graphedge{fill:none;stroke:#444444;stroke-width:0.9}</style></defs>\n"
        "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
