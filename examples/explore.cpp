@@ -121,7 +121,8 @@ constexpr const char* usage =
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
     "         [--forward-only] [--dp D [--fsdp] --param-mb X --dp-gbps B]\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
+    "zb-auto, all\n";
 
 [[noreturn]] void die(const std::string& msg) {
   std::cerr << "pipetype-explore: " << msg << "\n";
