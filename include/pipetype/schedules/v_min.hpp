@@ -9,16 +9,17 @@
 //   within the block's memory (v_controllable.hpp, steps 1-3).
 // Constraints: none (m ≥ 1); the formulas below hold from m ≥ 2p. Split stages.
 // Formulas (uniform per-chunk costs F = I = W; no communication latency; m ≥ 2p):
-//   bubble (rank span − per-rank work 6mF)   ≤ 4(p − 1)F, ⅔ of 1F1B's 6(p − 1)F on the same
-//                                             layers, at most 3F less (the squeezed ends): 3, 5,
-//                                             11, 15, 17, 23, 27 F for p = 2..8, whatever m
+//   bubble (rank span − per-rank work 6mF)   (4p − 5)F, or (4p − 7)F when p % 3 == 0, whatever
+//                                             m: the block's ⅔ of 1F1B's 6(p − 1)F on the same
+//                                             layers, less 1F or 3F won back at the two ends
 //   peak activations (max over ranks)        2⌊(p + 4)/3⌋ chunk activations = ⌊(p + 4)/3⌋ of a
 //                                             rank's share, counting an activation until its W
 //                                             (the paper's); pipetype's default (I frees half)
 //                                             gives the same except at p = 2 (3 chunks, not 4)
-// What differs: nothing in the order; the builder's slot arithmetic and moves are restated, not
-// its code. The authors' runtime may reorder W's by measured cost; here W's stay where the
-// unit-cost builder put them.
+// What differs: nothing in the order (the tests' figures are those the authors' script gives;
+// its orders were compared op for op at p = 1..8, m = 1..4p + 2); the builder's steps are
+// restated, not its code. Its "stage" is our rank. Like the authors', the order is built at unit
+// costs: with F, I, W unequal it stays the same and only the timing changes.
 // Over a stage graph (2p stages): over_graph (family.hpp), as zb_v.
 #pragma once
 
