@@ -145,7 +145,8 @@ constexpr const char* usage =
     "         [--forward-only] [--dp D [--fsdp] --param-mb X --dp-gbps B]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto, all\n";
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
+    "zb-auto, all\n";
 
 [[noreturn]] void die(const std::string& msg) {
   std::cerr << "pipetype-explore: " << msg << "\n";

@@ -62,7 +62,8 @@ constexpr const char* usage =
     "usage: train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]\n"
     "                 [--mem-limit K] [--steps N] [--layers L] [--lr X] [--calibrate]\n"
     "                 [--svg FILE] [--trace FILE] [--json]\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, zb-auto\n"
+    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
+    "zb-auto\n"
     "--mem-limit: zb-auto's memory limit in activations per rank, halves allowed (default: none)\n"
     "--calibrate: zb-auto rebuilt from the costs measured on this machine before training\n"
     "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace\n";

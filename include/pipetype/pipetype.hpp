@@ -34,6 +34,8 @@
 #include "pipetype/schedules/looped_bfs.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/registry.hpp"
+#include "pipetype/schedules/v_half.hpp"
+#include "pipetype/schedules/v_min.hpp"
 #include "pipetype/schedules/zb_auto.hpp"
 #include "pipetype/schedules/zb_exact.hpp"
 #include "pipetype/schedules/zb_h1.hpp"

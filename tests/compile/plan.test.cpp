@@ -77,9 +77,9 @@ TEST_CASE("plan: built-in schedules state their extent exactly, so make_plan nee
         CHECK(same(got, pt::dualpipe<pt::ranks<6>, pt::microbatches<12>>::extent()));
       return;
     }
-    const pt::program_extent want = name == "zb-v"              ? pt::v_split_extent(p, m)
-                                    : name.rfind("zb-", 0) == 0 ? pt::split_extent(p, m)
-                                                                : pt::looped_extent(p, m, v);
+    const pt::program_extent want = name == "zb-v" || name == "v-min" || name == "v-half" ? pt::v_split_extent(p, m)
+                                    : name.rfind("zb-", 0) == 0                           ? pt::split_extent(p, m)
+                                                                                          : pt::looped_extent(p, m, v);
     CHECK(same(pt::detail::extent_of(prog), want));
   });
   static_assert(

@@ -21,6 +21,8 @@ TEST_CASE("registry: every name builds the same program as its generator") {
   CHECK(pt::make_schedule("zb-h1", 3, 4).actions == pt::make_zb_h1(3, 4).actions);
   CHECK(pt::make_schedule("zb-h2", 3, 4).actions == pt::make_zb_h2(3, 4).actions);
   CHECK(pt::make_schedule("zb-v", 3, 4).actions == pt::make_zb_v(3, 4).actions);
+  CHECK(pt::make_schedule("v-min", 3, 4).actions == pt::make_v_min(3, 4).actions);
+  CHECK(pt::make_schedule("v-half", 3, 4).actions == pt::make_v_half(3, 4).actions);
   CHECK(pt::make_schedule("dualpipe-v", 2, 4).actions == pt::make_dualpipe_v(2, 4).actions);
   pt::zb_problem pr;
   pr.ranks = 3;
@@ -55,6 +57,8 @@ TEST_CASE("registry: bad requests are named, not built") {
 // Each compile-time schedule names its family, and the family's run-time generator is the same code.
 static_assert(std::is_same_v<pt::one_f_one_b<pt::ranks<2>, pt::microbatches<4>>::family, pt::one_f_one_b_family>);
 static_assert(std::is_same_v<pt::zb_v<pt::ranks<2>, pt::microbatches<4>>::family, pt::zb_v_family>);
+static_assert(std::is_same_v<pt::v_min<pt::ranks<2>, pt::microbatches<4>>::family, pt::v_min_family>);
+static_assert(std::is_same_v<pt::v_half<pt::ranks<2>, pt::microbatches<4>>::family, pt::v_half_family>);
 static_assert(pt::interleaved_1f1b<pt::ranks<2>, pt::microbatches<4>, pt::chunks<3>>::family::name ==
               "interleaved-1f1b");
 static_assert(pt::schedule_infos.size() == pt::builtin_families::size);
@@ -72,7 +76,7 @@ TEST_CASE("registry: one list, names unique, the unknown-name message lists them
     CHECK(!s.summary.empty());
     known += (known.empty() ? "" : ", ") + std::string(s.name);
   }
-  CHECK(names.size() == 10);
+  CHECK(names.size() == 12);
   CHECK(std::string(pt::schedule_error("zigzag", 2, 2, 1)) == "unknown schedule; known: " + known);
   CHECK(known.find("gpipe, 1f1b, interleaved-1f1b") == 0);
   CHECK_THROWS_WITH(pt::make_schedule("zigzag", 2, 2), doctest::Contains("known: gpipe"));

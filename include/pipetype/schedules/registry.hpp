@@ -24,6 +24,8 @@
 #include "pipetype/schedules/interleaved_1f1b.hpp"
 #include "pipetype/schedules/looped_bfs.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
+#include "pipetype/schedules/v_half.hpp"
+#include "pipetype/schedules/v_min.hpp"
 #include "pipetype/schedules/zb_auto.hpp"
 #include "pipetype/schedules/zb_h1.hpp"
 #include "pipetype/schedules/zb_h2.hpp"
@@ -38,9 +40,9 @@ struct family_list {
 };
 
 /// The built-in families, in the order tools list them.
-using builtin_families =
-    family_list<gpipe_family, one_f_one_b_family, interleaved_1f1b_family, looped_bfs_family, zb_h1_family,
-                zb_h2_family, zb_v_family, dualpipe_v_family, dualpipe_family, zb_auto_family>;
+using builtin_families = family_list<gpipe_family, one_f_one_b_family, interleaved_1f1b_family, looped_bfs_family,
+                                     zb_h1_family, zb_h2_family, zb_v_family, v_min_family, v_half_family,
+                                     dualpipe_v_family, dualpipe_family, zb_auto_family>;
 
 /// One family as a row of a run-time table.
 struct schedule_info {
