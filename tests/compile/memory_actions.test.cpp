@@ -123,8 +123,8 @@ TEST_CASE("memory actions: 1F1B p=8 m=32 with full offload keeps 8 microbatches 
 TEST_CASE("memory actions: every schedule's placed step passes its checks and proofs") {
   const pt::costs c{.f = 1, .b = 2, .i = 1, .w = 1};
   const pt::memory_sizes z{{1000}, {60}};
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb-v", "dualpipe-v",
-                           "dualpipe", "zb-auto"})
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb-v", "v-min",
+                           "v-half", "dualpipe-v", "dualpipe", "zb-auto"})
     for (const pt::memory_policy offload : {pt::memory_policy::all, pt::memory_policy::automatic})
       for (const pt::memory_policy rec : {pt::memory_policy::none, pt::memory_policy::all}) {
         CAPTURE(name);

@@ -142,7 +142,8 @@ inline std::string svg_panel_body(const step_trace& tr, const std::string& title
   std::string head = title.empty() ? std::string() : title + " · ";
   head += std::to_string(tr.ranks) + " ranks, " + std::to_string(microbatches) + " microbatches · makespan " +
           decimal(tr.makespan()) + (tr.unit.empty() ? "" : " " + tr.unit) + " · bubble " +
-          decimal(100 * tr.bubble_fraction(), 1) + "% · peak " + decimal(tr.peak_activations(), 2) + " activations";
+          decimal(100 * tr.bubble_fraction(), 1) + "%" +
+          (tr.peak_activations() > 0 ? " · peak " + decimal(tr.peak_activations(), 2) + " activations" : "");
   s +=
       "<text x=\"" + decimal(x0) + "\" y=\"" + decimal(y + 15) + "\" class=\"title\">" + xml_escape(head) + "</text>\n";
   // time axis
@@ -310,7 +311,9 @@ inline std::string svg(std::span<const svg_panel> panels, const svg_options& o =
             "\" y=\"" + detail::decimal(ly + 10) + "\" class=\"legend\">" + detail::xml_escape(w.name) + "</text>\n";
     lx += 28 + 6.2 * static_cast<double>(std::string(w.name).size());
   }
-  if (o.memory) {
+  bool curves = false;  // a panel has a memory curve (a mesh step's trace has none)
+  for (const svg_panel& p : panels) curves = curves || (p.trace && p.trace->peak_activations() > 0);
+  if (o.memory && curves) {
     body += "<polyline points=\"" + detail::decimal(lx) + "," + detail::decimal(ly + 10) + " " +
             detail::decimal(lx + 6) + "," + detail::decimal(ly + 10) + " " + detail::decimal(lx + 6) + "," +
             detail::decimal(ly + 2) + " " + detail::decimal(lx + 12) + "," + detail::decimal(ly + 2) +
