@@ -36,19 +36,16 @@ namespace pipetype::detail {
 /// (2m in the merged W lane 4, one per backward of either chunk).
 struct v_slots {
   int p = 0, m = 0, lanes = 0;
+  int start[7] = {};   // where lane k starts within a rank; start[lanes]: a rank's size
   std::vector<int> t;  // rank by rank, lane by lane
 
-  constexpr v_slots(int p_, int m_, int lanes_)
-      : p(p_), m(m_), lanes(lanes_), t(static_cast<std::size_t>(p_ * base(lanes_)), 0) {}
-  constexpr int count(int k) const { return k == 4 && lanes == 5 ? 2 * m : m; }
-  /// Where lane k starts within a rank (k = lanes: a rank's size).
-  constexpr int base(int k) const {
-    int n = 0;
-    for (int i = 0; i < k; ++i) n += count(i);
-    return n;
+  constexpr v_slots(int p_, int m_, int lanes_) : p(p_), m(m_), lanes(lanes_) {
+    for (int k = 0; k < lanes; ++k) start[k + 1] = start[k] + count(k);
+    t.assign(static_cast<std::size_t>(p * start[lanes]), 0);
   }
-  constexpr int& at(int r, int k, int j) { return t[static_cast<std::size_t>(r * base(lanes) + base(k) + j)]; }
-  constexpr int at(int r, int k, int j) const { return t[static_cast<std::size_t>(r * base(lanes) + base(k) + j)]; }
+  constexpr int count(int k) const { return k == 4 && lanes == 5 ? 2 * m : m; }
+  constexpr int& at(int r, int k, int j) { return t[static_cast<std::size_t>(r * start[lanes] + start[k] + j)]; }
+  constexpr int at(int r, int k, int j) const { return t[static_cast<std::size_t>(r * start[lanes] + start[k] + j)]; }
   /// Rank r's last slot.
   constexpr int last(int r) const {
     int x = 0;
@@ -113,21 +110,27 @@ constexpr v_slots v_add_w(const v_slots& in, bool by_chunk) {
 
 /// Rank r's peak memory in the builder's model: +1 at each F, −1 at each W (with no W lanes,
 /// each free slot runs a pending W, as v_add_w places them).
-constexpr int v_peak(const v_slots& s, int r) {
-  const std::vector<int> occ = s.occupancy(r);
+/// Counted over `n` slots of an occupancy (v_slots::occupancy); free slots after the last op
+/// change nothing (they only lower the count).
+constexpr int v_peak_of(const int* occ, int n, int lanes) {
   int cur = 0, peak = 0, pending = 0;
-  for (int k : occ) {
+  for (int i = 0; i < n; ++i) {
+    const int k = occ[i];
     if (k == 0 || k == 1)
       ++cur;
     else if (k == 2 || k == 3)
       ++pending;
     else if (k >= 4)
       --cur;
-    else if (s.lanes == 4 && pending > 0)
+    else if (lanes == 4 && pending > 0)
       --pending, --cur;
     peak = std::max(peak, cur);
   }
   return peak;
+}
+constexpr int v_peak(const v_slots& s, int r) {
+  const std::vector<int> occ = s.occupancy(r);
+  return v_peak_of(occ.data(), static_cast<int>(occ.size()), s.lanes);
 }
 
 /// Every op started as early as its rank's order (by slot) and its inputs allow, unit costs and
@@ -168,6 +171,11 @@ constexpr v_slots v_squeeze(const v_slots& in, bool with_w) {
   std::vector<int> from(static_cast<std::size_t>(p) + 1, 0);  // rank r's slots: used[from[r] + slot]
   for (int r = 0; r < p; ++r) from[static_cast<std::size_t>(r) + 1] = from[static_cast<std::size_t>(r)] + s.last(r) + 1;
   std::vector<char> used(static_cast<std::size_t>(from.back()), 0);
+  std::vector<int> occ;  // every rank's occupancy at from[r], kept as ops move (moves only go earlier)
+  for (int r = 0; r < p; ++r) {
+    const std::vector<int> o = s.occupancy(r);
+    occ.insert(occ.end(), o.begin(), o.end());
+  }
   std::vector<int> next(static_cast<std::size_t>(p * L), 0);
   int phase = 0;  // 0 warm-up, 1 steady (kept), 2 cool-down
   int total = 0;
@@ -200,13 +208,16 @@ constexpr v_slots v_squeeze(const v_slots& in, bool with_w) {
     }
     if (j > 0) after = std::max(after, s.at(br, bk, j - 1));
     const int was = slot;
+    int* lane_of = occ.data() + from[static_cast<std::size_t>(br)];
+    const int n_slots = from[static_cast<std::size_t>(br) + 1] - from[static_cast<std::size_t>(br)];
+    const auto move_to = [&](int c) { lane_of[slot] = -1, lane_of[c] = bk, slot = c; };
     bool ok = false;
     for (int c = after + 1; c < was && !ok; ++c)
       if (!busy[c]) {
-        slot = c;
-        ok = v_peak(s, br) <= limit;
+        move_to(c);
+        ok = v_peak_of(lane_of, n_slots, L) <= limit;
       }
-    if (!ok) slot = was;
+    if (!ok) move_to(was);
     busy[slot] = 1;
   }
   if (!with_w) s = v_add_w(s, false);
