@@ -2,7 +2,7 @@
 //
 //   gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
 //       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--eval] [--json] [--dump DIR]
-//       [--dp D] [--fsdp] [--tie-embeddings]
+//       [--dp D] [--fsdp] [--tie-embeddings] [--offload none|auto|all] [--recompute none|auto|all]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
@@ -25,6 +25,14 @@
 // wte.weight, whose gradients one tie-group all-reduce sums. The first step's gradients are then
 // compared with reference_step_dp (each replica's microbatches in order, replicas in order), and
 // --json adds dp, fsdp, tied, replicas_agree and tied_copies_equal.
+// --offload and --recompute add memory actions (docs/13_memory.md): each microbatch's stash (what
+// a stage keeps for its backward beside its input) copied to a host pool after its forward and
+// back before its backward on a copy stream per rank, or dropped and rebuilt by running the
+// forward again before the backward; placed by the pass (all, or auto: what the gap rule
+// allows), proved, and run by the mesh executor. The gradients stay bitwise the unpipelined
+// run's; --json adds memory: the actions, and per rank the stash pool's slots (the plan's peak),
+// the most in use at once as the step ran (never above the plan's peak: high_water_within_plan),
+// and the slots the same plan needs without actions.
 #include <pipetype/host.hpp>
 
 #include <algorithm>
@@ -57,6 +65,7 @@ struct args {
   std::string schedule = "1f1b";
   int ranks = 4, microbatches = 8, chunks = 0, steps = 200, dp = 1;
   bool fsdp = false, tie = false;
+  pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
   gpt::gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
   std::vector<int> seq_lens;
@@ -68,6 +77,7 @@ constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
     "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--tie-embeddings]\n"
+    "           [--offload none|auto|all] [--recompute none|auto|all]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
     "zb-auto\n"
@@ -76,7 +86,9 @@ constexpr const char* usage =
     "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"
     "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"
     "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"
-    "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n";
+    "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
+    "--offload, --recompute: memory actions on each microbatch's stash (docs/13): copied to the host and\n"
+    "            back, or rebuilt by running its forward again before the backward\n";
 
 constexpr examples::cli cli{"gpt", usage};
 
@@ -97,7 +109,12 @@ args parse(int argc, char** argv) {
       a.ranks = cli.whole(f, v, 1, 64);
     else if (f == "--dp")
       a.dp = cli.whole(f, v, 1, 16);
-    else if (f == "--microbatches")
+    else if (f == "--offload" || f == "--recompute") {
+      if (v != "none" && v != "auto" && v != "all") cli.fail(f + " is none, auto or all, got '" + v + "'");
+      (f == "--offload" ? a.offload : a.recompute) = v == "all"    ? pt::memory_policy::all
+                                                     : v == "auto" ? pt::memory_policy::automatic
+                                                                   : pt::memory_policy::none;
+    } else if (f == "--microbatches")
       a.microbatches = cli.whole(f, v, 1, 1024);
     else if (f == "--chunks")
       a.chunks = cli.whole(f, v, 1, 16);
@@ -242,7 +259,23 @@ int main(int argc, char** argv) try {
     replicas.push_back(&models.emplace_back(std::move(stages)));
   }
   pt::uniform_chain<gpt::stage>& model = models.front();
-  const bool meshed = a.dp > 1 || a.fsdp || a.tie;
+  const bool memory = a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none;
+  const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory;
+  // --offload, --recompute: the actions on each stage's stash (a copy takes one forward: k = 2/3)
+  pt::memory_sizes stash_bytes;
+  for (int s = 0; s < plan.compute().stages; ++s)
+    stash_bytes.saved.push_back(static_cast<std::int64_t>(model.stage(s % S).stash_extent() * sizeof(float)));
+  stash_bytes.kept = {0};  // a recomputed forward keeps its input in its activation slot
+  pt::memory_program actions = pt::no_memory_actions(plan.compute());
+  if (memory) {
+    pt::memory_options mo;
+    mo.offload = a.offload;
+    mo.recompute = a.recompute;
+    mo.copy_bandwidth = static_cast<double>(std::max<std::int64_t>(stash_bytes.saved_of(0), 1));
+    const pt::memory_step placed = pt::plan_memory(plan.compute(), plan.lowered(), stash_bytes, pt::costs{}, mo);
+    if (!placed.result.ok()) cli.fail("the memory actions were refused: " + pt::describe(placed.result));
+    actions = placed.actions;
+  }
   std::optional<ph::executor<pt::uniform_chain<gpt::stage>>> ex;
   std::optional<ph::mesh_executor<pt::uniform_chain<gpt::stage>>> mex;
   const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
@@ -250,7 +283,8 @@ int main(int argc, char** argv) try {
     if (meshed) {
       pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
       if (a.tie) o.ties = {{0, S - 1}};
-      mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas, ph::mesh_options{.exec = run_options});
+      mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas,
+                  ph::mesh_options{.exec = run_options, .memory = actions});
     } else {
       ex.emplace(plan, model, run_options);
     }
@@ -264,7 +298,7 @@ int main(int argc, char** argv) try {
         "rows%s\n",
         c.layers, c.heads, c.width, c.vocab, c.seq, a.schedule.c_str(), plan.compute().ranks, S, m, c.rows,
         meshed ? (" × " + std::to_string(a.dp) + " replicas" + (a.fsdp ? " (FSDP)" : "") +
-                  (a.tie ? ", tied embeddings" : ""))
+                  (a.tie ? ", tied embeddings" : "") + (memory ? ", memory actions" : ""))
                      .c_str()
                : "");
 
@@ -332,6 +366,28 @@ int main(int argc, char** argv) try {
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
   }
   const double ms = median(step_ms);
+  // the stash pools of a step with memory actions: planned, measured, and the same plan without them
+  std::vector<ph::stash_pool_use> pools;
+  std::vector<int> slots_without;
+  int offloaded = 0, recomputed = 0;
+  bool water_within = true;
+  if (memory) {
+    pools = mex->stash_pools();
+    // (counted in stashes: a byte a stash)
+    const std::vector<pt::rank_memory> planned =
+        pt::memory_of(plan.compute(), actions, pt::memory_sizes{{1}, {0}}, pt::stash_model);
+    for (const pt::memory_action& x : actions.ops) {
+      offloaded += x.what == pt::memory_kind::offload;
+      recomputed += x.what == pt::memory_kind::recompute;
+    }
+    for (std::size_t g = 0; g < pools.size(); ++g) {
+      const pt::rank_memory& r =
+          planned[static_cast<std::size_t>(pt::mesh{plan.compute().ranks, a.dp}.pipeline_rank(static_cast<int>(g)))];
+      slots_without.push_back(static_cast<int>(r.base_peak_bytes));
+      water_within = water_within && pools[g].high_water <= pools[g].slots &&
+                     pools[g].slots == static_cast<int>(r.peak_bytes);  // the pool is the plan's peak
+    }
+  }
   gather_shards(false);  // the whole model on replica 0, for --eval and the tied copies
   if (a.tie) {
     const std::span<float> x = model.stages().front().tied_parameters(), y = model.stages().back().tied_parameters();
@@ -371,6 +427,19 @@ int main(int argc, char** argv) try {
                   tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
+    if (memory) {
+      auto list = [&](auto f) {
+        std::string out = "[";
+        for (std::size_t g = 0; g < pools.size(); ++g) out += (g ? ", " : "") + std::to_string(f(g));
+        return out + "]";
+      };
+      std::printf(
+          ", \"memory\": {\"offloaded\": %d, \"recomputed\": %d, \"stash_slots\": %s, \"stash_high_water\": %s, "
+          "\"stash_slots_without\": %s, \"high_water_within_plan\": %s}",
+          offloaded, recomputed, list([&](std::size_t g) { return pools[g].slots; }).c_str(),
+          list([&](std::size_t g) { return pools[g].high_water; }).c_str(),
+          list([&](std::size_t g) { return slots_without[g]; }).c_str(), water_within ? "true" : "false");
+    }
     std::printf("}\n");
   } else {
     if (a.eval)
@@ -382,11 +451,20 @@ int main(int argc, char** argv) try {
       std::printf("every replica's gradients %s\n", replicas_agree ? "are bitwise the same" : "DIFFER");
     if (a.tie)
       std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
+    if (memory) {
+      std::printf(
+          "memory actions: %d offloads, %d recomputes per replica; stash slots per rank (most in use / planned / "
+          "without the actions):",
+          offloaded, recomputed);
+      for (std::size_t g = 0; g < pools.size(); ++g)
+        std::printf(" %d/%d/%d", pools[g].high_water, pools[g].slots, slots_without[g]);
+      std::printf("\n");
+    }
     std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,
                 reference_ms);
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && eval_matches && replicas_agree && tied_equal ? 0 : 1;
+  return grads_match && eval_matches && replicas_agree && tied_equal && water_within ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "gpt: %s\n", e.what());
   return 1;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -36,6 +37,11 @@ struct shape_error : std::invalid_argument {
 
 struct bound_op;
 struct step_feed;
+/// A rank's stash slots in use, as its ops run, and the most at once (a step with memory
+/// actions: bind/memory_layout.hpp; ops on several streams update it).
+struct memory_use {
+  std::atomic<int> in_use{0}, high{0};
+};
 using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
 /// An element type as a collective library names it (NCCL's ncclFloat32, ...); `other`: one that
@@ -158,6 +164,10 @@ struct bound_op {
   std::byte* const* in_list = nullptr;        // n_inputs inputs
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
+  // a step with memory actions: the rank's stash slots this op frees before it runs, takes, and
+  // frees after it (bind/memory_layout.hpp), counted in `use`
+  memory_use* use = nullptr;
+  std::int8_t freed_before = 0, taken = 0, freed_after = 0;
 };
 
 namespace detail {

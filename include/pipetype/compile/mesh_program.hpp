@@ -149,6 +149,7 @@ struct mesh_program {
   std::vector<mesh_comm> comms;
   std::vector<int> events;             // per global rank: its event pool's size
   std::vector<std::vector<int>> ties;  // the tie groups' stages (dp_options::ties), for the executors
+  memory_program memory{};             // the memory actions it was lowered with (ranks 0: none), for the executors
 
   constexpr std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);
@@ -177,6 +178,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
   mesh_program out;
   out.shape = m;
   out.ties = o.ties;
+  if (!mem.empty()) out.memory = mem;
   const int C = static_cast<int>(l.comms.size());
   // communicators: the replicas' pipeline communicators, the DP groups, the tie groups
   for (int d = 0; d < m.dp; ++d)
@@ -824,11 +826,11 @@ constexpr verdict verify_mesh(const mesh_program& mp) {
   return v;
 }
 
-/// The proven mesh step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`):
-/// check_mesh, check_collectives, lower_mesh, verify_mesh; std::invalid_argument with one
-/// sentence (prefixed `who`) otherwise. What the executors bind each global rank from.
-inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
-                               const dp_options& o, const std::string& who = "pipetype") {
+namespace detail {
+/// build_mesh's checks of its inputs (the mesh, its fit to the plan and the options, the
+/// collectives); std::invalid_argument with one sentence (prefixed `who`).
+inline void check_mesh_inputs(program_view p, const mesh& m, const collective_program& c, const dp_options& o,
+                              const std::string& who) {
   if (const verdict mv = check_mesh(m); !mv.ok()) throw std::invalid_argument(who + ": " + describe(mv));
   if (m.pp != p.ranks)
     throw std::invalid_argument(who + ": the mesh has " + std::to_string(m.pp) + " pipeline ranks (pp), the plan " +
@@ -837,6 +839,16 @@ inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, co
     throw std::invalid_argument(who + ": dp_options::dp is " + std::to_string(o.dp) + " but the mesh has " +
                                 std::to_string(m.dp) + " replicas");
   if (const verdict cv = check_collectives(p, c, o); !cv.ok()) throw std::invalid_argument(who + ": " + describe(cv));
+}
+}  // namespace detail
+
+/// The proven mesh step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`):
+/// check_mesh, check_collectives, lower_mesh, verify_mesh; std::invalid_argument with one
+/// sentence (prefixed `who`) otherwise. What the executors bind each global rank from (with
+/// memory actions: compile/verify_memory.hpp's build_mesh).
+inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
+                               const dp_options& o, const std::string& who = "pipetype") {
+  detail::check_mesh_inputs(p, m, c, o, who);
   mesh_program mp = lower_mesh(p, l, m, c, o);
   if (const verdict v = verify_mesh(mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
   return mp;

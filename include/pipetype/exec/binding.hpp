@@ -205,7 +205,8 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     };
     const std::vector<int>& op_stash = layout.op_stash;
     br.stash_slots = layout.stash_slots;
-    br.stashes = pipetype::detail::aligned_bytes(br.stash_stride * static_cast<std::size_t>(layout.stash_slots));
+    if (!opt.place_stashes) br.stash_slots = 0;
+    br.stashes = pipetype::detail::aligned_bytes(br.stash_stride * static_cast<std::size_t>(br.stash_slots));
 
     br.lists.reserve(pipetype::detail::list_pool_size(l, ops));
     const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, E);
@@ -226,10 +227,11 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       std::string label;
       if (o.code == op_code::compute) {
         const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
-        pipetype::detail::bind_compute(
-            b, o, e, L, act_at, grad_at,
-            op_stash[i] >= 0 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i]) : nullptr, l,
-            batch, br.lists);
+        pipetype::detail::bind_compute(b, o, e, L, act_at, grad_at,
+                                       op_stash[i] >= 0 && opt.place_stashes
+                                           ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i])
+                                           : nullptr,
+                                       l, batch, br.lists);
         if (opt.keep_outputs && o.what == kind::F && b.sink >= 0)  // a sink's output, kept
           b.out = out.outputs.data() + out.outputs_at.at(b.sink, o.microbatch, p.microbatches);
         if (wg.slot[i] >= 0) {

@@ -175,6 +175,13 @@ class engine {
     if (op.wait > 0 && s.progress[op.wait_on].load(std::memory_order_acquire) < op.wait)
       wait_for(r, st, op.wait_on, op.wait, op);
     if (started) *started = std::chrono::steady_clock::now();  // a traced op starts once its wait is over
+    if (op.use) {  // a step with memory actions: the stash slots in use, and the most at once
+      const int now =
+          op.use->in_use.fetch_add(op.freed_before + op.taken, std::memory_order_acq_rel) + op.freed_before + op.taken;
+      for (int h = op.use->high.load(std::memory_order_relaxed);
+           now > h && !op.use->high.compare_exchange_weak(h, now, std::memory_order_relaxed);) {
+      }
+    }
     switch (op.code) {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
@@ -192,10 +199,11 @@ class engine {
       case op_code::recv:
         post(t, op, br.labels[st][static_cast<std::size_t>(i)], feed);
         break;
-      case op_code::collective:  // a mesh's: a collective, a release, or only an event's record or wait
+      case op_code::collective:  // a mesh's: a collective, a release, a copy, or only an event's record or wait
         if (op.fn) op.fn(op.obj, op, feed);
         break;
     }
+    if (op.use && op.freed_after) op.use->in_use.fetch_add(op.freed_after, std::memory_order_acq_rel);
     if (op.record) publish(s, st, op.end);
     return op.end;
   }

@@ -10,6 +10,14 @@
 // Events resolve as in binding.hpp, now over three streams. Nothing is decided here either: the
 // bound ops are the mesh program's, in its order.
 //
+// With memory actions (mesh_binding_options::memory; compile/memory_actions.hpp) the stashes are
+// placed by bind/memory_layout.hpp instead of the replicas' bindings, per global rank: a stash
+// pool of the step's peak in slots, a host pool, a scratch stash for recomputed forwards and a
+// scratch output for RECOMPUTE; an OFFLOAD and a RELOAD are copies on the copy stream (an OFFLOAD
+// then fills the device slot with 0xFF bytes, NaN in a float, with poison_offloaded, so that a read
+// before the RELOAD shows), a RECOMPUTE the microbatch's forward again into its slot; every op that
+// takes or frees a slot counts it in the rank's memory_use (the measured high-water mark).
+//
 // Refused, with one sentence each (shape_error for the model, std::invalid_argument for the
 // plan): a mesh that is not the plan's (pp) or the options' (dp); a plan with several lanes
 // (DualPipe: not over a mesh yet); collectives check_collectives or verify_mesh reject; a stage
@@ -20,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <stdexcept>
@@ -28,13 +37,31 @@
 #include <vector>
 
 #include "pipetype/bind/layout.hpp"
+#include "pipetype/bind/memory_layout.hpp"
 #include "pipetype/compile/collectives.hpp"
 #include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/compile/verify_memory.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/exec/binding.hpp"
 #include "pipetype/exec/collective.hpp"
 
 namespace pipetype::host {
+
+/// One global rank's pools for a step with memory actions (bind/memory_layout.hpp).
+struct stash_pool {
+  pipetype::detail::aligned_bytes device, host, scratch_stash, scratch_out;
+  std::size_t stride = 0;  // a slot of either pool
+  int device_slots = 0, host_slots = 0;
+  memory_use use;  // slots in use as the ops run, and the most at once
+};
+
+/// An OFFLOAD's or RELOAD's copy.
+struct copy_call {
+  const std::byte* from = nullptr;
+  std::byte* to = nullptr;
+  std::size_t bytes = 0;
+  std::byte* poison = nullptr;  // filled with 0xFF after the copy (an OFFLOAD's device slot); nullptr: none
+};
 
 /// What a bound mesh program keeps beside its op lists: the lists point into it.
 struct mesh_state {
@@ -44,13 +71,18 @@ struct mesh_state {
   std::vector<bound_program> replicas;  // replica d's pipeline bound to its model (buffers, entries)
   std::deque<collective_call> calls;    // the data-parallel stream's ops' objects
   std::unique_ptr<collectives> fabric;
-  std::vector<int> replica_of;  // per global rank
+  std::vector<int> replica_of;                     // per global rank
+  memory_program memory{};                         // the memory actions (ranks 0: none)
+  std::vector<std::unique_ptr<stash_pool>> pools;  // per global rank, with memory actions
+  std::deque<copy_call> copies;
 };
 
 struct mesh_binding_options {
   binding_options bind{};
   std::chrono::milliseconds deadline{std::chrono::seconds(30)};
-  bool poison_released = true;  // a release (RESHARD) fills the parameters a replica does not own with NaN
+  bool poison_released = true;             // a release (RESHARD) fills the parameters a replica does not own with NaN
+  const memory_program* memory = nullptr;  // OFFLOAD, RELOAD, RECOMPUTE (nullptr or empty: none)
+  bool poison_offloaded = true;            // an OFFLOAD fills the device slot it copied with 0xFF bytes
 };
 
 namespace detail {
@@ -58,6 +90,12 @@ namespace detail {
 inline void run_collective_call(void* obj, const bound_op&, const step_feed&) {
   collective_call& c = *static_cast<collective_call*>(obj);
   c.fabric->run(c);
+}
+
+inline void run_copy_call(void* obj, const bound_op&, const step_feed&) {
+  const copy_call& c = *static_cast<const copy_call*>(obj);
+  if (c.bytes) std::memcpy(c.to, c.from, c.bytes);
+  if (c.poison && c.bytes) std::memset(c.poison, 0xFF, c.bytes);
 }
 
 }  // namespace detail
@@ -77,15 +115,21 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
                                 "replica, whose copies would need a reduction of their own");
   st.shape = m;
   st.options = o;
-  st.program = build_mesh(p, l, m, c, o, "pipetype::host");
+  const bool with_memory = opt.memory != nullptr && !opt.memory->empty();
+  st.memory = with_memory ? *opt.memory : memory_program{};
+  st.program = with_memory ? build_mesh(p, l, m, c, o, st.memory, "pipetype::host")
+                           : build_mesh(p, l, m, c, o, "pipetype::host");
   const mesh_program& mp = st.program;
   if (static_cast<int>(entries.size()) != m.dp && m.dp >= 1)
     throw std::invalid_argument(who + "the mesh has " + std::to_string(m.dp) + " replicas but " +
                                 std::to_string(entries.size()) + " models were given (one per replica)");
 
   st.replicas.clear();
-  for (int d = 0; d < m.dp; ++d)
-    st.replicas.push_back(bind(v, std::move(entries[static_cast<std::size_t>(d)]), opt.bind));
+  binding_options bo = opt.bind;
+  bo.place_stashes = !with_memory;  // with memory actions, memory_layout_of places them
+  for (int d = 0; d < m.dp; ++d) st.replicas.push_back(host::bind(v, std::move(entries[static_cast<std::size_t>(d)]), bo));
+  st.pools.clear();
+  st.copies.clear();
   std::vector<std::vector<int>> members;
   for (const mesh_comm& mc : mp.comms)
     members.push_back(mc.what == mesh_comm_kind::pipeline ? std::vector<int>{} : mc.members);
@@ -117,10 +161,34 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     bound_rank& nr = out.rank[static_cast<std::size_t>(g)];
     nr.adds = br.adds;  // the ops' add_begin index these
     pipetype::detail::op_lists lists(nr, mp.events[static_cast<std::size_t>(g)]);
-    for (const mesh_op& o2 : mp.rank_ops(g)) {
+    // with memory actions: the rank's pools, and where each op's stash is
+    pipetype::detail::memory_layout ml;
+    stash_pool* pool = nullptr;
+    if (with_memory) {
+      ml = pipetype::detail::memory_layout_of(p, st.memory, mp, g, E);
+      pool = st.pools.emplace_back(std::make_unique<stash_pool>()).get();
+      pool->stride = ml.stride;
+      pool->device_slots = ml.device_slots;
+      pool->host_slots = ml.host_slots;
+      pool->device = pipetype::detail::aligned_bytes(ml.stride * static_cast<std::size_t>(ml.device_slots));
+      pool->host = pipetype::detail::aligned_bytes(ml.stride * static_cast<std::size_t>(ml.host_slots));
+      pool->scratch_stash = pipetype::detail::aligned_bytes(ml.stride);
+      std::size_t out_bytes = 0;
+      for (const action& a : p.rank_actions(r))
+        out_bytes = std::max(out_bytes, E[static_cast<std::size_t>(a.stage % L) % E.size()].out.bytes);
+      pool->scratch_out = pipetype::detail::aligned_bytes(pipetype::detail::round_up64(out_bytes));
+    }
+    auto device_at = [&](std::size_t i) -> std::byte* {
+      if (ml.scratch[i]) return ml.stride ? pool->scratch_stash.data() : nullptr;
+      return ml.device[i] >= 0 && ml.stride ? pool->device.data() + ml.stride * static_cast<std::size_t>(ml.device[i])
+                                            : nullptr;
+    };
+    const std::span<const mesh_op> gops = mp.rank_ops(g);
+    for (const mesh_op& o2 : gops) {
       bound_op b;
       std::string label;
       int wait_event = o2.wait_event, record_event = o2.record_event;
+      const auto i = static_cast<std::size_t>(&o2 - gops.data());
       if (o2.source >= 0) {  // the pipeline's op, as the replica bound it
         const auto [s, k] = where.at(static_cast<std::size_t>(o2.source));
         b = br.ops[s][static_cast<std::size_t>(k)];
@@ -130,6 +198,39 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         if (b.code == op_code::send || b.code == op_code::recv) {
           b.comm = o2.comm;
           b.peer = o2.peer;
+        }
+        if (pool && b.code == op_code::compute) b.stash = device_at(i);
+      } else if (pool && (is_copy(o2.code) || o2.code == mesh_op_code::recompute)) {
+        const stage_entry& e = E[static_cast<std::size_t>(o2.stage % L) % E.size()];
+        label = pipetype::detail::mesh_op_label(o2, false);
+        if (o2.code == mesh_op_code::recompute) {  // the microbatch's forward again, into its slot
+          const bound_op* f = nullptr;
+          for (const bound_op& x : br.ops[0])
+            if (x.code == op_code::compute && x.what == kind::F && x.plan_stage == o2.stage &&
+                x.microbatch == o2.microbatch)
+              f = &x;
+          if (f == nullptr) throw std::invalid_argument("pipetype::host: a RECOMPUTE with no forward on its rank");
+          b = *f;
+          b.wait = 0;
+          b.record = false;
+          b.stash = device_at(i);
+          b.out = pool->scratch_out.data();  // its output is read from the forward's slot, not this one
+        } else {
+          copy_call& cc = st.copies.emplace_back();
+          std::byte* dev = device_at(i);
+          std::byte* hst = ml.host[i] >= 0 && ml.stride
+                               ? pool->host.data() + ml.stride * static_cast<std::size_t>(ml.host[i])
+                               : nullptr;
+          cc.bytes = dev && hst ? e.stash_bytes() : 0;  // (a recomputed forward's: nothing is on the device)
+          cc.from = o2.code == mesh_op_code::offload ? dev : hst;
+          cc.to = o2.code == mesh_op_code::offload ? hst : dev;
+          if (o2.code == mesh_op_code::offload && opt.poison_offloaded) cc.poison = dev;
+          b.code = op_code::collective;
+          b.stage = o2.stage % L;
+          b.plan_stage = o2.stage;
+          b.microbatch = o2.microbatch;
+          b.fn = &detail::run_copy_call;
+          b.obj = &cc;
         }
       } else {
         b.code = op_code::collective;
@@ -186,7 +287,13 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.obj = &call;
         }
       }
-      b.index = static_cast<int>(&o2 - mp.rank_ops(g).data());  // failures() name the mesh program's op
+      b.index = static_cast<int>(i);  // failures() name the mesh program's op
+      if (pool && (ml.freed_before[i] || ml.taken[i] || ml.freed_after[i])) {
+        b.use = &pool->use;
+        b.freed_before = static_cast<std::int8_t>(ml.freed_before[i]);
+        b.taken = static_cast<std::int8_t>(ml.taken[i]);
+        b.freed_after = static_cast<std::int8_t>(ml.freed_after[i]);
+      }
       lists.add(b, o2.stream, std::move(label), wait_event, record_event);
     }
   }

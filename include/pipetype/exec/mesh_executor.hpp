@@ -27,6 +27,13 @@
 //   tied    the tie group's stages' tied_gradients(tie) summed (ranks in order, a rank's stages
 //           in order) before the replicas reduce: every copy of a tied parameter gets the same
 //           gradient.
+// With mesh_options::memory (docs/13: OFFLOAD, RELOAD, RECOMPUTE, placed by place_memory or
+// plan_memory, or written) every replica runs the same actions: a microbatch's stash copied to a
+// host pool and back on a fourth, copy stream per global rank, or rebuilt by running its forward
+// again before its backward. The stashes then live in a pool per rank that is the plan's peak
+// (memory_of with stash_model) in slots; stash_pools() says how many were in use at once as the
+// last step ran. The gradients are the same bits as without the actions (a forward must be
+// deterministic to be recomputed). A one-replica mesh (mesh{pp, 1}) runs them on a plain pipeline.
 #pragma once
 
 #include <algorithm>
@@ -45,8 +52,18 @@
 namespace pipetype::host {
 
 struct mesh_options {
-  executor_options exec{};      // deadline, trace, ordered_gradients (keep_outputs: not over a mesh)
-  bool poison_released = true;  // RESHARD fills the parameters a replica does not own with NaN
+  executor_options exec{};       // deadline, trace, ordered_gradients (keep_outputs: not over a mesh)
+  bool poison_released = true;   // RESHARD fills the parameters a replica does not own with NaN
+  memory_program memory{};       // OFFLOAD, RELOAD, RECOMPUTE of the pipeline (docs/13; ranks 0: none):
+                                 // every replica runs them, on a copy stream per global rank
+  bool poison_offloaded = true;  // an OFFLOAD fills the stash slot it copied out of with 0xFF bytes
+};
+
+/// One global rank's stash pool in a step with memory actions: its slots (the plan's peak), the
+/// most in use at once in the last step (measured as the ops ran), the slot's bytes, the host pool.
+struct stash_pool_use {
+  int slots = 0, high_water = 0, host_slots = 0;
+  std::size_t stride = 0;
 };
 
 template <stage_graph Model>
@@ -83,7 +100,9 @@ class mesh_executor {
         bind_mesh(v, m, o, c, std::move(entries),
                   {{opt.exec.ordered_gradients, false},
                    pipetype::detail::positive_deadline(opt.exec.deadline, "pipetype::host: executor_options::deadline"),
-                   opt.poison_released},
+                   opt.poison_released,
+                   &opt.memory,
+                   opt.poison_offloaded},
                   *st);
     engine_ = std::make_unique<detail::engine>(std::move(prog), opt.exec, std::move(st));
   }
@@ -118,6 +137,10 @@ class mesh_executor {
     losses_.microbatches = D * m;
     losses_.scale = whole.scale;
     losses_.values.assign(sinks * static_cast<std::size_t>(D * m), __builtin_nanf(""));
+    for (const std::unique_ptr<stash_pool>& pl : st.pools) {  // the high-water mark is the step's
+      pl->use.in_use.store(0, std::memory_order_relaxed);
+      pl->use.high.store(0, std::memory_order_relaxed);
+    }
     engine_->run(views_);
     for (std::size_t k = 0; k < sinks; ++k)
       for (int d = 0; d < D; ++d)
@@ -137,6 +160,14 @@ class mesh_executor {
   const std::vector<failure>& failures() const noexcept { return engine_->failures(); }
   /// Per op of every global rank, its start and end in the last step (executor_options::trace).
   const std::vector<op_time>& trace() const noexcept { return engine_->trace(); }
+  /// With memory actions (mesh_options::memory), per global rank its stash pool: the slots the
+  /// plan gave it and the most in use at once in the last step; empty without them.
+  std::vector<stash_pool_use> stash_pools() const {
+    std::vector<stash_pool_use> out;
+    for (const std::unique_ptr<stash_pool>& pl : state().pools)
+      out.push_back({pl->device_slots, pl->use.high.load(std::memory_order_relaxed), pl->host_slots, pl->stride});
+    return out;
+  }
 
  private:
   const mesh_state& state() const noexcept { return *engine_->mesh(); }
