@@ -14,6 +14,8 @@
 // `reference_step`, which runs the microbatches one after the other on one thread.
 #pragma once
 
+#include <pipetype/compile/memory_actions.hpp>
+#include <pipetype/core/program.hpp>
 #include <pipetype/graph/chain.hpp>
 #include <pipetype/graph/stage.hpp>
 
@@ -291,6 +293,17 @@ inline double max_grad_diff(const pipetype::uniform_chain<stage>& a, const pipet
   for (int s = 0; s < a.size(); ++s) grad_diff(a.stage(s).weight_gradients(), b.stage(s).weight_gradients(), d, same);
   if (bitwise) *bitwise = same;
   return d;
+}
+
+/// What each plan stage of `p` keeps for its backward beside its input, for memory actions
+/// (docs/13): its stash, in bytes; a recomputed forward keeps only its input, which stays in its
+/// activation slot, so nothing of it is in the stash pool.
+inline pipetype::memory_sizes stash_sizes(const pipetype::program_view& p, pipetype::uniform_chain<stage>& model) {
+  pipetype::memory_sizes z;
+  for (int s = 0; s < p.stages; ++s)
+    z.saved.push_back(static_cast<std::int64_t>(model.stage(s % p.lane_length()).stash_extent() * sizeof(float)));
+  z.kept = {0};
+  return z;
 }
 
 }  // namespace mlp

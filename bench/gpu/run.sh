@@ -11,6 +11,8 @@
 #   - the stage API a transformer needs, on two loopback ranks: an edge of two tensors (one at each
 #     microbatch's length, one without a gradient), a sink reading its targets and writing its
 #     losses, a batch missing a target refused;
+#   - examples/cuda_mlp --memory offload|recompute|both: the same with every stash offloaded to
+#     pinned host memory and reloaded on a copy stream, or every forward recomputed (docs/13);
 #   - examples/cuda_mlp: every schedule on 4 ranks over the loopback transport on this GPU, eager
 #     and as one whole-pipeline graph, from a pipetype::batch (inputs and targets), gradients of the
 #     mean loss checked against the unpipelined run (≤ 1e-5) and the losses the sinks wrote against
@@ -46,6 +48,9 @@ ctest --test-dir build/gpu -R "gpu|cuda" --output-on-failure | tee build/gpu/cte
 mlp=build/gpu/examples/cuda_mlp
 "${mlp}" --graph --steps 20 | tee build/gpu/cuda_mlp.log || failed+=("cuda_mlp --graph")
 "${mlp}" --graph --steps 20 --groups peer | tee build/gpu/cuda_mlp_peer.log || failed+=("cuda_mlp --graph --groups peer")
+# memory actions (docs/13): every stash offloaded to pinned host memory and back, or every forward recomputed
+"${mlp}" --graph --steps 20 --memory offload | tee build/gpu/cuda_mlp_offload.log || failed+=("cuda_mlp --memory offload")
+"${mlp}" --graph --steps 20 --memory recompute | tee build/gpu/cuda_mlp_recompute.log || failed+=("cuda_mlp --memory recompute")
 
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo "unknown")
 passed=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' build/gpu/ctest.log || echo "?")
@@ -59,6 +64,8 @@ echo "| GPU: NCCL self send/recv, one-rank executor eager + graph | $(status 'gp
 echo "| GPU: loopback p=2, set edge + lengths + targets + losses | $(status 'gpu: loopback set edge') |"
 echo "| GPU: cuda_mlp loopback p=4, every schedule, eager + graph, batch + losses | $(status 'gpu: cuda_mlp loopback') |"
 echo "| GPU: cuda_mlp over NCCL, one-rank world, model part | $(status 'gpu: cuda_mlp over NCCL') |"
+echo "| GPU: cuda_mlp loopback, offload + recompute, eager + graph | $(status 'gpu: cuda_mlp loopback, memory actions') |"
+echo "| GPU: cuda_mlp loopback, offload to pinned memory, eager + graph | $(status 'gpu: cuda_mlp loopback, offload') |"
 echo
 echo "| schedule (p=4, m=8, loopback) | rel err | host µs/step eager | host µs/step graph | device ms/step eager | device ms/step graph | unpipelined ms |"
 echo "|---|---|---|---|---|---|---|"
@@ -71,6 +78,16 @@ field() { sed -nE "s/^$2 +loss .*device ([0-9.]+) ms\/step +graph: host [0-9.]+ 
 for s in $(sed -nE 's/^([a-z0-9-]+) +loss .*/\1/p' build/gpu/cuda_mlp.log); do
   echo "| $s | $(field build/gpu/cuda_mlp.log "$s" 1) | $(field build/gpu/cuda_mlp_peer.log "$s" 1) |" \
        "$(field build/gpu/cuda_mlp.log "$s" 2) | $(field build/gpu/cuda_mlp_peer.log "$s" 2) |"
+done
+echo
+echo "| schedule | device ms/step: no memory actions | offload all | recompute all | graph: none | graph: offload | graph: recompute | rel err, offload |"
+echo "|---|---|---|---|---|---|---|---|"
+err() { sed -nE "s/^$2 +loss [0-9.]+ +rel err ([0-9.e+-]+).*/\\1/p" "$1"; }
+for s in $(sed -nE 's/^([a-z0-9-]+) +loss .*/\1/p' build/gpu/cuda_mlp_offload.log); do
+  echo "| $s | $(field build/gpu/cuda_mlp.log "$s" 1) | $(field build/gpu/cuda_mlp_offload.log "$s" 1) |" \
+       "$(field build/gpu/cuda_mlp_recompute.log "$s" 1) | $(field build/gpu/cuda_mlp.log "$s" 2) |" \
+       "$(field build/gpu/cuda_mlp_offload.log "$s" 2) | $(field build/gpu/cuda_mlp_recompute.log "$s" 2) |" \
+       "$(err build/gpu/cuda_mlp_offload.log "$s") |"
 done
 echo
 echo "wall time: $(( $(date +%s) - start )) s"

@@ -5,6 +5,9 @@
 //   cuda_mlp --schedule zb-h1 --ranks 2 --graph
 //   cuda_mlp --groups peer                     one NCCL group per peer and tick (docs/05 §5.7; default
 //                                              auto: per peer for DualPipe(V), per tick otherwise)
+//   cuda_mlp --memory offload --graph          every stash offloaded to pinned host memory after its
+//                                              forward and reloaded before its backward (docs/13;
+//                                              recompute: every forward run again; both)
 //   torchrun-style:  RANK=r WORLD_SIZE=N LOCAL_RANK=r NCCL_COMM_ID=127.0.0.1:29500 cuda_mlp --transport nccl
 //   mpirun -np N cuda_mlp --transport nccl                 (built with MPI: the id goes by MPI_Bcast)
 //   mpirun -np N cuda_mlp --transport nccl --id-file /tmp/pipetype.id   (without MPI: through a file)
@@ -57,6 +60,7 @@ struct options {
   int ranks = 4, microbatches = 8, layers = 8, steps = 3;
   bool graph = false;
   pt::group_policy groups = pt::group_policy::automatic;
+  std::string memory = "none";  // none, offload, recompute or both (loopback only)
 };
 
 struct result {
@@ -69,7 +73,8 @@ struct result {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "cuda_mlp: %s\nusage: cuda_mlp [--transport loopback|nccl] [--schedule NAME|all] [--ranks P] "
-               "[--microbatches M] [--layers L] [--steps N] [--graph] [--groups auto|tick|peer] [--id-file PATH]\n",
+               "[--microbatches M] [--layers L] [--steps N] [--graph] [--groups auto|tick|peer] [--id-file PATH]\n"
+               "                [--memory none|offload|recompute|both]\n",
                why.c_str());
   std::exit(2);
 }
@@ -110,12 +115,17 @@ options parse(int argc, char** argv) {
       o.groups = g == "peer"   ? pt::group_policy::per_peer
                  : g == "tick" ? pt::group_policy::per_tick
                                : pt::group_policy::automatic;
+    } else if (a == "--memory") {
+      o.memory = value();
+      if (o.memory != "none" && o.memory != "offload" && o.memory != "recompute" && o.memory != "both")
+        usage("--memory is none, offload, recompute or both");
     } else if (a == "--id-file")
       o.id_file = value();
     else
       usage("unknown argument " + a);
   }
   if (o.transport != "loopback" && o.transport != "nccl") usage("--transport is loopback or nccl");
+  if (o.memory != "none" && o.transport != "loopback") usage("--memory runs over the loopback transport");
   return o;
 }
 
@@ -282,7 +292,22 @@ result run_loopback(const options& o, const std::string& name) {
     drivers.push_back(std::make_unique<pc::runtime_driver>(k, 0));
     ptrs.push_back(drivers.back().get());
   }
-  pc::loopback_pipeline<pc::runtime_driver> pipe{plan, models, ptrs};  // one model per rank, or one shared
+  // --memory: every stash offloaded and reloaded, or recomputed (placed by place_memory, proved by the pipeline)
+  pc::loopback_options lo;
+  if (o.memory != "none") {
+    pt::memory_sizes z;
+    for (int s = 0; s < pv.stages; ++s)
+      z.saved.push_back(static_cast<std::int64_t>(models.front().stage(s % S).stash_extent() * sizeof(float)));
+    z.kept = {0};  // a recomputed forward's input stays in its activation slot
+    pt::memory_options mo;
+    mo.offload = o.memory == "recompute" ? pt::memory_policy::none : pt::memory_policy::all;
+    mo.recompute = o.memory == "offload" ? pt::memory_policy::none : pt::memory_policy::all;
+    mo.copy_bandwidth = static_cast<double>(std::max<std::int64_t>(z.saved_of(0), 1));
+    const pt::memory_placement placed = pt::place_memory(pv, z, pt::costs{.f = 1, .b = 2}, mo);
+    if (!placed.result.ok()) throw std::invalid_argument(name + ": " + pt::describe(placed.result));
+    lo.memory = placed.actions;
+  }
+  pc::loopback_pipeline<pc::runtime_driver> pipe{plan, models, ptrs, lo};  // one model per rank, or one shared
   auto sync = [&] {
     for (auto& d : drivers) d->synchronize();
   };
@@ -409,11 +434,15 @@ int main(int argc, char** argv) {
     }
     bool ok = true;
     if (o.transport == "loopback") {
-      std::printf("cuda_mlp: %d ranks on GPU 0 (loopback), %d microbatches, %d layers, %s\n", o.ranks, o.microbatches,
-                  o.layers, pc::nccl_version().c_str());
+      std::printf("cuda_mlp: %d ranks on GPU 0 (loopback), %d microbatches, %d layers, memory actions: %s, %s\n",
+                  o.ranks, o.microbatches, o.layers, o.memory.c_str(), pc::nccl_version().c_str());
       for (const std::string& n : names) {
         if (const char* why = pt::schedule_error(n, o.ranks, o.microbatches, 0)) {
           std::printf("%-12s skipped: %s\n", n.c_str(), why);
+          continue;
+        }
+        if (o.memory != "none" && pt::make_schedule(n, o.ranks, o.microbatches).lanes > 1) {  // not over a mesh yet
+          std::printf("%-12s skipped: memory actions run on plans of one lane (DualPipe's has two)\n", n.c_str());
           continue;
         }
         const result r = run_loopback(o, n);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "memory_modes.hpp"
 #include "mlp.hpp"
 
 namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
@@ -21,15 +22,6 @@ namespace test_host_memory {
 namespace pt = pipetype;
 namespace ph = pipetype::host;
 using namespace std::chrono_literals;
-
-// What a stage's forward keeps for the backward beside its input: its stash, per plan stage.
-pt::memory_sizes stash_sizes(const pt::program_view& p, pt::uniform_chain<mlp::stage>& model) {
-  pt::memory_sizes z;
-  for (int s = 0; s < p.stages; ++s)
-    z.saved.push_back(static_cast<std::int64_t>(model.stage(s % p.lane_length()).stash_extent() * sizeof(float)));
-  z.kept = {0};  // a recomputed forward keeps its input in its activation slot, not in the stash pool
-  return z;
-}
 
 struct outcome {
   bool bitwise = false;
@@ -43,7 +35,7 @@ outcome run(const std::string& name, pt::memory_policy offload, pt::memory_polic
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   const int S = plan.compute().lane_length();
   auto model = mlp::make_model(8, S), ref = mlp::make_model(8, S);
-  const pt::memory_sizes z = stash_sizes(plan.compute(), model);
+  const pt::memory_sizes z = mlp::stash_sizes(plan.compute(), model);
   pt::memory_options o;
   o.offload = offload;
   o.recompute = recompute;
@@ -73,34 +65,25 @@ outcome run(const std::string& name, pt::memory_policy offload, pt::memory_polic
 }
 
 TEST_CASE("host memory actions: every schedule trains bitwise with its activations offloaded or recomputed") {
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb-v", "v-min",
-                           "v-half", "dualpipe-v", "zb-auto"})
-    for (const std::pair<pt::memory_policy, pt::memory_policy>& mode :
-         {std::pair{pt::memory_policy::all, pt::memory_policy::none},
-          std::pair{pt::memory_policy::none, pt::memory_policy::all},
-          std::pair{pt::memory_policy::all, pt::memory_policy::all}}) {
-      const pt::memory_policy offload = mode.first, recompute = mode.second;  // (clang 14: no bindings in CAPTURE)
-      CAPTURE(name);
-      CAPTURE(static_cast<int>(offload));
-      CAPTURE(static_cast<int>(recompute));
-      const outcome r = run(name, offload, recompute);
-      CHECK(r.bitwise);
-      if (offload == pt::memory_policy::all && std::string(name) != "zb-h2") CHECK(r.offloads > 0);
-      if (recompute == pt::memory_policy::all) CHECK(r.recomputes > 0);
-      // each rank's pool is its planned peak in slots; what was in use at once never more
-      REQUIRE(r.pools.size() == r.planned.size());
-      for (std::size_t g = 0; g < r.pools.size(); ++g) {
-        CAPTURE(g);
-        const ph::stash_pool_use& u = r.pools[g];
-        if (u.stride == 0) continue;
-        CHECK(static_cast<std::int64_t>(u.slots) * static_cast<std::int64_t>(u.stride) >= r.planned[g].peak_bytes);
-        CHECK(static_cast<std::int64_t>(u.slots) ==
-              r.planned[g].peak_bytes / static_cast<std::int64_t>(u.stride == 0 ? 1 : u.stride) +
-                  (r.planned[g].peak_bytes % static_cast<std::int64_t>(u.stride) ? 1 : 0));
-        CHECK(u.high_water <= u.slots);
-        CHECK(u.high_water > 0);
-      }
+  for_each_memory_mode([](const char* name, pt::memory_policy offload, pt::memory_policy recompute) {
+    const outcome r = run(name, offload, recompute);
+    CHECK(r.bitwise);
+    if (offload == pt::memory_policy::all && std::string(name) != "zb-h2") CHECK(r.offloads > 0);
+    if (recompute == pt::memory_policy::all) CHECK(r.recomputes > 0);
+    // each rank's pool is its planned peak in slots; what was in use at once never more
+    REQUIRE(r.pools.size() == r.planned.size());
+    for (std::size_t g = 0; g < r.pools.size(); ++g) {
+      CAPTURE(g);
+      const ph::stash_pool_use& u = r.pools[g];
+      if (u.stride == 0) continue;
+      CHECK(static_cast<std::int64_t>(u.slots) * static_cast<std::int64_t>(u.stride) >= r.planned[g].peak_bytes);
+      CHECK(static_cast<std::int64_t>(u.slots) ==
+            r.planned[g].peak_bytes / static_cast<std::int64_t>(u.stride == 0 ? 1 : u.stride) +
+                (r.planned[g].peak_bytes % static_cast<std::int64_t>(u.stride) ? 1 : 0));
+      CHECK(u.high_water <= u.slots);
+      CHECK(u.high_water > 0);
     }
+  });
 }
 
 TEST_CASE("host memory actions: 1F1B's rank 0 holds 2 stashes instead of 4 with every activation offloaded") {

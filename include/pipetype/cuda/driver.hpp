@@ -95,6 +95,20 @@ concept issues_collectives = requires(D& d, void* p, std::size_t n, elem_kind t,
   d.all_gather(p, n, c, s);
 };
 
+/// Drivers that keep a step's offloaded stashes in host memory (memory actions, docs/13):
+///   allocate_host(n) -> void*        cudaHostAlloc: pinned, so that the copies run asynchronously
+///                                    beside the compute stream; only while binding
+///   free_host(p)                     cudaFreeHost of what allocate_host gave
+///   copy_to_host(dst, src, n, s)     cudaMemcpyAsync device to host on stream s (an OFFLOAD)
+///   copy_to_device(dst, src, n, s)   cudaMemcpyAsync host to device on stream s (a RELOAD)
+template <class D>
+concept moves_to_host = requires(D& d, typename D::stream s, void* p, const void* cp, std::size_t n) {
+  { d.allocate_host(n) } -> std::same_as<void*>;
+  d.free_host(p);
+  d.copy_to_host(p, cp, n, s);
+  d.copy_to_device(p, cp, n, s);
+};
+
 /// Drivers may also observe each compute op just before the stage is called (the record driver
 /// writes it down; a CUDA driver could open an NVTX range).
 template <class D>

@@ -38,6 +38,16 @@
 // on two ranks: give every rank its own stage objects and sum the two copies' gradients after
 // the step (an all-reduce between the pair).
 //
+// Memory actions (a mesh step lowered with OFFLOAD, RELOAD and RECOMPUTE: docs/13): the stashes
+// then live in a pool of the step's peak, placed by bind/memory_layout.hpp as on the host; a copy
+// stream joins the others (and the fence); the offloaded stashes go to one block of pinned host
+// memory allocated at binding (a driver that moves_to_host: cudaHostAlloc). An OFFLOAD is
+//   [wait(copy, e)] copy_to_host(host slot, stash slot, bytes, copy) [record(copy, done)]
+// (cudaMemcpyAsync device to host) after the event the compute stream recorded behind the
+// forward, a RELOAD the copy back, which the backward or RECOMPUTE that reads it waits for, and a
+// RECOMPUTE the microbatch's forward again on the compute stream, into a slot of its own (its
+// output to a scratch block: the forward's is still in its slot). Nothing is allocated in a step.
+//
 // Stage graphs: a stage whose output feeds several stages gets their gradients summed into the
 // first, in edge order, before its B or I, by its `add_grad_output(into, g, stream)` on the
 // stream that backward runs on (the compute stream, or an overlapped pair's second one;
@@ -59,6 +69,7 @@
 #include "pipetype/bind/batch.hpp"
 #include "pipetype/bind/checks.hpp"
 #include "pipetype/bind/layout.hpp"
+#include "pipetype/bind/memory_layout.hpp"
 #include "pipetype/bind/part.hpp"
 #include "pipetype/bind/report.hpp"
 #include "pipetype/bind/stage_entry.hpp"
@@ -173,16 +184,14 @@ class executor {
   /// Example, given plan, mp, model, driver, comms:
   ///   pipetype::cuda::executor ex{plan, mp, model, driver, {.rank = 3, .comms = comms}};
   template <class Plan, stage_graph Model>
-  executor(const Plan& plan, const mesh_program& mp, Model& model, D& driver,
-           executor_options<D> opt = {}) requires issues_collectives<D> && copies<D>
+  executor(const Plan& plan, const mesh_program& mp, Model& model, D& driver, executor_options<D> opt = {})
       : executor(views_of(plan), pipetype::detail::entries_for(views_of(plan).compute, model, "pipetype::cuda"), driver,
                  std::move(opt), &mp) {
     static_assert(pipetype::detail::stages_fit_plan<Plan, Model>());
   }
   /// The same with the global rank's part of its replica's model (bind/part.hpp).
   template <class Plan>
-  executor(const Plan& plan, const mesh_program& mp, const model_part& part, D& driver,
-           executor_options<D> opt = {}) requires issues_collectives<D> && copies<D>
+  executor(const Plan& plan, const mesh_program& mp, const model_part& part, D& driver, executor_options<D> opt = {})
       : executor(views_of(plan),
                  entries_of_part(views_of(plan).compute, part, mp.shape.pipeline_rank(rank_of(driver, opt.rank))),
                  driver, std::move(opt), &mp) {}
@@ -442,9 +451,11 @@ class executor {
   };
   // One collective of a mesh step, bound: the stage's array (device memory), its elements and
   // kind, the communicator, and (sharded) this member's shard and each member's part in staging_.
+  // An OFFLOAD or RELOAD: `n` bytes between the device slot `array` and the host slot `host`.
   struct coll {
     mesh_op_code what = mesh_op_code::all_reduce;
     std::byte* array = nullptr;
+    std::byte* host = nullptr;
     std::size_t n = 0, size = 0, chunk = 0;
     elem_kind t = elem_kind::other;
     typename D::comm c{};
@@ -495,7 +506,7 @@ class executor {
   // (a recv into a slot, a compute over one) come after every use in this step.
   // A mesh step's data-parallel stream joins in: the compute stream waits for it (the next
   // step's adds come after this step's reductions) and it for the compute stream (the next
-  // gathers after this step's computes).
+  // gathers after this step's computes); so does the copy stream of memory actions.
   PIPETYPE_INLINE void fence(D& d) {
     d.record(fence_[0], streams_[0]);
     d.record(fence_[1], streams_[1]);
@@ -506,11 +517,25 @@ class executor {
       d.wait(streams_[0], fence_[2]);
       d.wait(streams_[dp_], fence_[0]);
     }
+    if (copy_ > 0) [[unlikely]] {  // the copy stream likewise (the next step's slots after this one's copies)
+      d.record(fence_[3], streams_[copy_]);
+      d.wait(streams_[0], fence_[3]);
+      d.wait(streams_[copy_], fence_[0]);
+    }
   }
   // One collective of a mesh step, as lowered: in place on the stage's array, or (sharded)
   // through the staging buffer that holds every member's part (NCCL's in-place forms need
   // members · count elements, which a stage's array of n need not be).
   void collective(D& d, const coll& x, typename D::stream s) {
+    if (x.what == mesh_op_code::offload || x.what == mesh_op_code::reload) {  // on the copy stream
+      if constexpr (moves_to_host<D>) {
+        if (x.what == mesh_op_code::offload)
+          d.copy_to_host(x.host, x.array, x.n, s);
+        else
+          d.copy_to_device(x.array, x.host, x.n, s);
+      }
+      return;
+    }
     if constexpr (issues_collectives<D> && copies<D>) {
       const std::size_t own = x.own.begin * x.size, own_bytes = x.own.size() * x.size;
       switch (x.what) {
@@ -590,7 +615,37 @@ class executor {
     const pipetype::detail::rank_layout layout = pipetype::detail::layout_of(p, ops, entries_);
     std::byte* acts = alloc(layout.stride * static_cast<std::size_t>(res.activation_slots));
     std::byte* grads = alloc(layout.grad_stride * static_cast<std::size_t>(res.gradient_slots));
-    std::byte* stashes = alloc(layout.stash_stride * static_cast<std::size_t>(layout.stash_slots));
+    // a mesh step with memory actions: the stashes in a pool of the step's peak, placed by
+    // memory_layout_of (bind/memory_layout.hpp), the offloaded ones in pinned host memory
+    const bool memory = mesh_ && !mesh_->memory.empty();
+    pipetype::detail::memory_layout ml;
+    std::byte *stash_pool = nullptr, *scratch_stash = nullptr, *scratch_out = nullptr;
+    if (memory) {
+      ml = pipetype::detail::memory_layout_of(p, mesh_->memory, *mesh_, global_, entries_);
+      stash_pool = alloc(ml.stride * static_cast<std::size_t>(ml.device_slots));
+      scratch_stash = alloc(ml.stride);
+      std::size_t out_bytes = 0;
+      for (const lowered_op& o : ops)
+        if (o.code == op_code::compute) out_bytes = std::max(out_bytes, entry(o.stage).out.bytes);
+      scratch_out = alloc(pipetype::detail::round_up64(out_bytes));
+      if (ml.host_slots > 0 && ml.stride > 0) {
+        if constexpr (moves_to_host<D>)
+          host_pool_ = static_cast<std::byte*>(d_.allocate_host(ml.stride * static_cast<std::size_t>(ml.host_slots)));
+        else
+          throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(global_) +
+                                      ": the step offloads stashes to host memory and the driver cannot keep them "
+                                      "there (moves_to_host: allocate_host, free_host, copy_to_host, copy_to_device)");
+      }
+    }
+    // mesh op k's stash: its slot in the pool, the scratch block (a forward that is recomputed), or none
+    auto stash_at = [&](std::size_t k) -> std::byte* {
+      if (ml.stride == 0) return nullptr;
+      if (ml.scratch[k]) return scratch_stash;
+      return ml.device[k] >= 0 ? stash_pool + ml.stride * static_cast<std::size_t>(ml.device[k]) : nullptr;
+    };
+    std::vector<int> forward_call;  // per (stage, microbatch): its forward's calls_ index (for a RECOMPUTE)
+    if (memory) forward_call.assign(static_cast<std::size_t>(p.stages) * static_cast<std::size_t>(p.microbatches), -1);
+    std::byte* stashes = memory ? nullptr : alloc(layout.stash_stride * static_cast<std::size_t>(layout.stash_slots));
     for (const lowered_op& o : ops)
       if (o.code == op_code::compute &&
           std::find(stages_here_.begin(), stages_here_.end(), o.stage) == stages_here_.end())
@@ -648,6 +703,11 @@ class executor {
       streams_[nstreams_++] = d_.make_stream();
       fence_[2] = d_.make_event();
     }
+    if (memory) {  // and its copy stream, with memory actions
+      copy_ = nstreams_;
+      streams_[nstreams_++] = d_.make_stream();
+      fence_[3] = d_.make_event();
+    }
     if constexpr (captures_graphs<D>) {  // the capture's origin stream and its fork/join with each stream
       capture_.open(d_);
       for (int k = 0; k < nstreams_; ++k) capture_.add(d_, streams_[k]);
@@ -660,6 +720,42 @@ class executor {
     std::size_t staging = 0;  // the largest sharded collective's parts, all members'
     for (std::size_t k = 0; k < count; ++k) {
       const mesh_op* m = mesh_ ? &mesh_ops[k] : nullptr;
+      if (m && (is_copy(m->code) || m->code == mesh_op_code::recompute)) {
+        const std::size_t cell = static_cast<std::size_t>(m->stage) * static_cast<std::size_t>(p.microbatches) +
+                                 static_cast<std::size_t>(m->microbatch);
+        issue_op x;
+        x.s = stream_of(m->stream);
+        x.stream = static_cast<std::uint8_t>(m->stream);
+        if (m->code == mesh_op_code::recompute) {  // its forward again, on the compute stream, into its slot
+          const int f = forward_call.empty() ? -1 : forward_call[cell];
+          if (f < 0)
+            throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(global_) + ": " +
+                                        pipetype::detail::mesh_op_label(*m) + " comes before its forward");
+          bound_op again = calls_[static_cast<std::size_t>(f)];
+          again.stash = stash_at(k);
+          again.out = scratch_out;  // (its output is the forward's, still in its slot)
+          again.add_count = 0;
+          x.code = op_code::compute;
+          x.index = static_cast<std::uint32_t>(calls_.size());
+          calls_.push_back(again);
+        } else {  // a copy between its device slot and its host slot, on the copy stream
+          std::byte* dev = stash_at(k);
+          std::byte* host =
+              ml.host[k] >= 0 && host_pool_ ? host_pool_ + ml.stride * static_cast<std::size_t>(ml.host[k]) : nullptr;
+          if (dev == nullptr || host == nullptr) continue;  // a recomputed forward's: no stash of its own moves
+          coll c;
+          c.what = m->code;
+          c.array = dev;
+          c.host = host;
+          c.n = entry(m->stage).stash_bytes();
+          x.code = op_code::collective;
+          x.index = static_cast<std::uint32_t>(colls_.size());
+          colls_.push_back(c);
+        }
+        labels_.push_back(pipetype::detail::mesh_op_label(*m));
+        ops_.push_back(x);
+        continue;
+      }
       if (m && m->source < 0) {
         bind_mesh_op(*m, L, staging);
         continue;
@@ -725,8 +821,13 @@ class executor {
         pipetype::detail::check_split(e, action{o.what, o.stage, o.microbatch, false}, "pipetype::cuda");
         const int st = layout.op_stash[i];
         pipetype::detail::bind_compute(call, o, e, L, act_at, grad_at,
-                                       st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st) : nullptr,
+                                       memory    ? stash_at(k)
+                                       : st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st)
+                                                 : nullptr,
                                        l, batch_, lists_);
+        if (memory && o.what == kind::F)
+          forward_call[static_cast<std::size_t>(o.stage) * static_cast<std::size_t>(p.microbatches) +
+                       static_cast<std::size_t>(o.microbatch)] = static_cast<int>(x.index);
         call.stream = x.pair == 2 ? aux_native : compute_native_;
         if (outputs_ && o.what == kind::F && call.sink >= 0)  // a sink's output, kept
           call.out = outputs_ + outputs_at_.at(call.sink, o.microbatch, p.microbatches);
@@ -743,6 +844,10 @@ class executor {
     if (staging) staging_ = alloc(staging);
   }
 
+  // The driver's stream of mesh stream `s` (compute, comm, dp, copy).
+  typename D::stream stream_of(int s) const noexcept {
+    return s == dp_stream ? streams_[dp_] : s == copy_stream ? streams_[copy_] : streams_[s];
+  }
   // An op of a mesh step's own (no lowered op behind it): an event's record or wait, a collective
   // on the data-parallel stream, or a release (nothing on a device: the proof keeps every compute
   // of the stage after its next gather).
@@ -750,7 +855,7 @@ class executor {
     issue_op x;
     x.code = op_code::collective;
     x.index = no_collective;
-    x.s = m.stream == dp_stream ? streams_[dp_] : streams_[m.stream];
+    x.s = stream_of(m.stream);
     x.stream = static_cast<std::uint8_t>(m.stream);
     const std::string at = "pipetype::cuda: rank " + std::to_string(global_);
     switch (m.code) {
@@ -771,6 +876,9 @@ class executor {
       default:
         break;
     }
+    if constexpr (!(issues_collectives<D> && copies<D>))
+      throw std::invalid_argument(at + ": the mesh step has collectives (" + pipetype::detail::mesh_op_label(m) +
+                                  ") and the driver issues none (issues_collectives)");
     int stage = m.stage;  // the stage whose array it works on: its own, or the tie group's one on this rank
     if (m.tie >= 0) {
       int held = 0;
@@ -816,6 +924,12 @@ class executor {
         }
       }
     owned_.clear();
+    if constexpr (moves_to_host<D>)
+      if (host_pool_) try {
+          d_.free_host(host_pool_);
+        } catch (...) {
+        }
+    host_pool_ = nullptr;
   }
   std::byte* alloc(std::size_t n) {
     if (n == 0) return nullptr;
@@ -888,16 +1002,19 @@ class executor {
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;
-  typename D::stream streams_[4]{};  // compute, comm, the second compute stream of F&B pairs, a mesh's dp stream
+  // compute, comm, the second compute stream of F&B pairs, a mesh's dp stream, its copy stream
+  typename D::stream streams_[5]{};
   int nstreams_ = 2;
   int dp_ = 0;                                   // the data-parallel stream's index (0: none)
-  typename D::event fence_[3]{};                 // the step's end (fence)
+  int copy_ = 0;                                 // the copy stream's (memory actions; 0: none)
+  typename D::event fence_[4]{};                 // the step's end (fence)
   typename D::event pair_fork_{}, pair_join_{};  // F&B pairs
   std::size_t batch_bytes_ = 0;
   const mesh_program* mesh_ = nullptr;                      // a mesh step's program (nullptr: a pipeline)
   std::vector<int> stages_here_;                            // the plan stages this rank runs (a mesh's tie groups)
   std::vector<coll> colls_;                                 // a mesh step's collectives
   std::vector<std::byte*> owned_;                           // everything alloc() allocated (freed with the executor)
+  std::byte* host_pool_ = nullptr;                          // memory actions' offloaded stashes (allocate_host)
   std::byte* staging_ = nullptr;                            // the sharded collectives' parts, all members'
   [[no_unique_address]] detail::capture_for<D> capture_{};  // whole-step graphs (captures_graphs drivers)
 };

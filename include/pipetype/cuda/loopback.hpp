@@ -29,6 +29,10 @@
 // forked from one origin stream and joined back — as one graph, since an event recorded in one
 // capture cannot be waited on in another; replay() launches it (no host threads at all).
 //
+// Memory actions (loopback_options::memory; docs/13): the ranks then run the one-replica mesh
+// step lowered with them, each with a copy stream and its offloaded stashes in its base driver's
+// host memory (runtime_driver: pinned), so one GPU runs offload and recompute of every rank.
+//
 // Any driver that `copies` works as the base: runtime_driver (cudaMemcpyAsync on the device), or
 // the record driver (memcpy at once, so on CPU the pipeline computes what the device would:
 // tests/cuda/loopback.test.cpp checks gradients against the host executor's, bit for bit).
@@ -48,6 +52,10 @@
 #include "pipetype/bind/checks.hpp"
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/stage_entry.hpp"
+#include "pipetype/compile/collectives.hpp"
+#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/compile/verify_memory.hpp"
+#include "pipetype/core/mesh.hpp"
 #include "pipetype/cuda/capture.hpp"
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/cuda/executor.hpp"
@@ -183,6 +191,15 @@ class loopback_driver {
 
   void* allocate(std::size_t n) { return d_.allocate(n); }
   void free(void* p) requires frees<Base> { d_.free(p); }
+  // memory actions: the base's host pool and copies, on the rank's own streams (no peer involved)
+  void* allocate_host(std::size_t n) requires moves_to_host<Base> { return d_.allocate_host(n); }
+  void free_host(void* p) requires moves_to_host<Base> { d_.free_host(p); }
+  void copy_to_host(void* dst, const void* src, std::size_t n, stream s) requires moves_to_host<Base> {
+    d_.copy_to_host(dst, src, n, s);
+  }
+  void copy_to_device(void* dst, const void* src, std::size_t n, stream s) requires moves_to_host<Base> {
+    d_.copy_to_device(dst, src, n, s);
+  }
   stream make_stream() { return d_.make_stream(); }
   event make_event() { return d_.make_event(); }
   void* native(stream s) const { return d_.native(s); }
@@ -243,6 +260,11 @@ class loopback_driver {
 struct loopback_options {
   std::chrono::milliseconds deadline{60'000};  // a rank waiting longer for a peer throws
   bool ordered_gradients = true;               // as for every executor (bind/checks.hpp)
+  // OFFLOAD, RELOAD and RECOMPUTE of the plan (docs/13; place_memory or plan_memory, or written;
+  // ranks 0: none): the step is then the one-replica mesh step with them (build_mesh over
+  // mesh{p, 1}), each rank's copies on a copy stream of its own, its offloaded stashes in pinned
+  // host memory (a base driver that moves_to_host)
+  memory_program memory{};
 };
 
 /// A whole pipeline in one process: one executor per rank over `Base` drivers (one per rank,
@@ -299,13 +321,18 @@ class loopback_pipeline {
                                         std::to_string(b) +
                                         " share one model, but the plan runs each model stage on two ranks (" +
                                         std::to_string(v.compute.lanes) + " lanes): give every rank its own model");
+    if (!opt.memory.empty())  // the one-replica mesh step with the memory actions, checked and proved
+      mesh_ = std::make_unique<mesh_program>(build_mesh(v.compute, v.lowered, mesh{ranks_, 1},
+                                                        place_collectives(v.compute, {}), {}, opt.memory,
+                                                        "pipetype::cuda loopback"));
     for (int r = 0; r < ranks_; ++r) {
       Base& d = *drivers.at(static_cast<std::size_t>(r));
       bases_.push_back(&d);
       links_.push_back(std::make_unique<loopback_driver<Base>>(d, hub_, r));
       execs_.push_back(std::make_unique<rank_executor>(
           v, std::move(entries[static_cast<std::size_t>(r)]), *links_.back(),
-          executor_options<loopback_driver<Base>>{.rank = r, .comms = {}, .ordered_gradients = opt.ordered_gradients}));
+          executor_options<loopback_driver<Base>>{.rank = r, .comms = {}, .ordered_gradients = opt.ordered_gradients},
+          mesh_.get()));
     }
     if constexpr (captures_graphs<Base>) {  // one origin (rank 0's driver), joined with every rank's streams
       capture_.open(*bases_.front());
@@ -435,6 +462,7 @@ class loopback_pipeline {
 
   int ranks_;
   loopback_hub<Base> hub_;
+  std::unique_ptr<mesh_program> mesh_;  // with memory actions: the step the executors run (else none)
   std::vector<Base*> bases_;
   std::vector<std::unique_ptr<loopback_driver<Base>>> links_;
   std::vector<std::unique_ptr<rank_executor>> execs_;

@@ -48,7 +48,11 @@ class record_driver {
     all_reduce,
     reduce_scatter,
     all_gather,
-    free
+    free,
+    allocate_host,
+    free_host,
+    copy_to_host,
+    copy_to_device
   };
   struct call {
     call_kind what = call_kind::allocate;
@@ -77,6 +81,23 @@ class record_driver {
     note({call_kind::free, -1, -1, -1, -1, 0, p});
     std::erase_if(blocks_, [p](const std::unique_ptr<std::byte[]>& b) { return b.get() == p; });
   }
+  // memory actions' host pool and copies (moves_to_host): memory from the heap, copied at once
+  // like copy(), written down with `src`
+  void* allocate_host(std::size_t n) {
+    blocks_.push_back(std::make_unique<std::byte[]>(n > 0 ? n : 1));
+    note({call_kind::allocate_host, -1, -1, -1, -1, n, blocks_.back().get()});
+    return blocks_.back().get();
+  }
+  void free_host(void* p) {
+    note({call_kind::free_host, -1, -1, -1, -1, 0, p});
+    std::erase_if(blocks_, [p](const std::unique_ptr<std::byte[]>& b) { return b.get() == p; });
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t n, stream s) {
+    moved(call_kind::copy_to_host, dst, src, n, s);
+  }
+  void copy_to_device(void* dst, const void* src, std::size_t n, stream s) {
+    moved(call_kind::copy_to_device, dst, src, n, s);
+  }
   stream make_stream() {
     note({call_kind::make_stream, streams_});
     return streams_++;
@@ -94,12 +115,7 @@ class record_driver {
   void recv(void* p, std::size_t n, int peer, comm c, stream s) { note({call_kind::recv, s, -1, c, peer, n, p}); }
   /// Copies at once (memcpy): run in issue order, so a loopback pipeline of record drivers
   /// computes what the device would (tests/cuda/loopback.test.cpp).
-  void copy(void* dst, const void* src, std::size_t n, stream s) {
-    if (n) std::memcpy(dst, src, n);
-    call c{call_kind::copy, s, -1, -1, -1, n, dst};
-    c.src = src;
-    note(c);
-  }
+  void copy(void* dst, const void* src, std::size_t n, stream s) { moved(call_kind::copy, dst, src, n, s); }
   // a mesh step's collectives: written down (their peers are other drivers); `bytes` the count
   // per member in elements (all_gather: bytes), `kind` the element kind as a digit ('0' + elem_kind)
   void all_reduce(void* p, std::size_t n, elem_kind t, comm c, stream s) {
@@ -148,6 +164,12 @@ class record_driver {
   void clear() { calls_.clear(); }
 
  private:
+  void moved(call_kind k, void* dst, const void* src, std::size_t n, stream s) {
+    if (n) std::memcpy(dst, src, n);
+    call c{k, s, -1, -1, -1, n, dst};
+    c.src = src;
+    note(c);
+  }
   void note(call c) {
     if (seq_) c.seq = seq_->fetch_add(1, std::memory_order_relaxed);
     calls_.push_back(c);
@@ -163,6 +185,6 @@ class record_driver {
 
 static_assert(device_driver<record_driver> && observes_compute<record_driver> && captures_graphs<record_driver> &&
               host_memory<record_driver> && copies<record_driver> && issues_collectives<record_driver> &&
-              frees<record_driver>);
+              frees<record_driver> && moves_to_host<record_driver>);
 
 }  // namespace pipetype::cuda

@@ -98,6 +98,7 @@ class runtime_driver {
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
     for (cudaStream_t s : streams_) (void)cudaStreamDestroy(s);
     for (void* p : buffers_) (void)cudaFree(p);
+    for (void* p : host_buffers_) (void)cudaFreeHost(p);
   }
 
   void* allocate(std::size_t n) {
@@ -112,6 +113,26 @@ class runtime_driver {
     if (it == buffers_.end()) return;
     buffers_.erase(it);
     check(cudaFree(p), "cudaFree");
+  }
+  /// Pinned host memory (cudaHostAlloc), for a step's offloaded stashes (moves_to_host).
+  void* allocate_host(std::size_t n) {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, n > 0 ? n : 1, cudaHostAllocDefault), "cudaHostAlloc");
+    host_buffers_.push_back(p);
+    return p;
+  }
+  void free_host(void* p) {
+    const auto it = std::find(host_buffers_.begin(), host_buffers_.end(), p);
+    if (it == host_buffers_.end()) return;
+    host_buffers_.erase(it);
+    check(cudaFreeHost(p), "cudaFreeHost");
+  }
+  /// An OFFLOAD's and a RELOAD's copies (cudaMemcpyAsync between the device and pinned memory).
+  void copy_to_host(void* dst, const void* src, std::size_t n, stream s) {
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync(DeviceToHost)");
+  }
+  void copy_to_device(void* dst, const void* src, std::size_t n, stream s) {
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync(HostToDevice)");
   }
   stream make_stream() {
     cudaStream_t s = nullptr;
@@ -429,12 +450,13 @@ class runtime_driver {
   int world_size_ = 0;
   bool aborted_ = false;
   std::vector<void*> buffers_;
+  std::vector<void*> host_buffers_;  // allocate_host's
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;
 };
 
 static_assert(device_driver<runtime_driver> && captures_graphs<runtime_driver> && copies<runtime_driver> &&
-              issues_collectives<runtime_driver> && frees<runtime_driver>);
+              issues_collectives<runtime_driver> && frees<runtime_driver> && moves_to_host<runtime_driver>);
 
 /// NCCL's unique id on every rank of `l`: from NCCL_COMM_ID when it is set (each rank computes it;
 /// rank 0 starts the root in ncclCommInitRank), else through `id_file` (rank 0 makes it and

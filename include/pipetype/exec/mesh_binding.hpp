@@ -127,7 +127,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
   st.replicas.clear();
   binding_options bo = opt.bind;
   bo.place_stashes = !with_memory;  // with memory actions, memory_layout_of places them
-  for (int d = 0; d < m.dp; ++d) st.replicas.push_back(host::bind(v, std::move(entries[static_cast<std::size_t>(d)]), bo));
+  for (int d = 0; d < m.dp; ++d)
+    st.replicas.push_back(host::bind(v, std::move(entries[static_cast<std::size_t>(d)]), bo));
   st.pools.clear();
   st.copies.clear();
   std::vector<std::vector<int>> members;
