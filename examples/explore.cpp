@@ -67,12 +67,16 @@
 // offload: 0.5). It reports per rank the resident peak with and without the actions (peak_bytes,
 // peak_activations), the host pool, what was offloaded and recomputed, PipeOffload's k and the
 // modelled step time with and without; --svg and --trace draw the copies (OFFLOAD(0,3), ...) on a
-// band or thread of their own and each RECOMPUTE as 0R3.
+// band or thread of their own and each RECOMPUTE as 0R3. --schedule zb-auto with --act-limit-mb
+// and memory actions (and no --mem-limit) searches at activation limits from what L holds as it is
+// up to none, and keeps the one whose step with the actions models fastest under L (limit_search
+// in JSON): holding more and offloading can beat the schedule that fits as it is.
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -560,20 +564,28 @@ struct memory_figures {
   int chunks = 1;
   pt::step_trace picture;
 };
-memory_figures memory_step_of(const result& r, const args& a) {
-  memory_figures out;
-  out.chunks = r.chunks;
-  const pt::program_view p = r.plan.compute();
-  // a chunk holds 1/v of a rank share's activation; bytes per time unit (1 ms) from GB/s
-  const double saved = a.act_mb * 1e6 / r.chunks,
-               kept = (a.input_mb >= 0 ? a.input_mb : a.act_mb / 17) * 1e6 / r.chunks;
-  const pt::memory_sizes z{{static_cast<std::int64_t>(saved)}, {static_cast<std::int64_t>(kept)}};
+/// A stage's saved bytes per microbatch when a rank share is cut into `chunks` (a chunk holds 1/v
+/// of a rank share's activation).
+pt::memory_sizes memory_sizes_of(const args& a, int chunks) {
+  const double saved = a.act_mb * 1e6 / chunks, kept = (a.input_mb >= 0 ? a.input_mb : a.act_mb / 17) * 1e6 / chunks;
+  return {{static_cast<std::int64_t>(saved)}, {static_cast<std::int64_t>(kept)}};
+}
+/// The memory actions the flags allow; bytes per time unit (1 ms) from GB/s.
+pt::memory_options memory_options_of(const args& a) {
   pt::memory_options o;
   o.offload = a.offload;
   o.recompute = a.recompute;
   o.limit = static_cast<std::int64_t>(a.act_limit_mb * 1e6);
   o.copy_bandwidth = a.pcie_gbps * 1e6;
   o.density = a.offload_share;
+  return o;
+}
+memory_figures memory_step_of(const result& r, const args& a) {
+  memory_figures out;
+  out.chunks = r.chunks;
+  const pt::program_view p = r.plan.compute();
+  const pt::memory_sizes z = memory_sizes_of(a, r.chunks);
+  const pt::memory_options o = memory_options_of(a);
   const pt::cost_model costs = per_stage(a, p, r.chunks);
   out.step = pt::plan_memory(p, r.plan.lowered(), z, costs, o);
   if (!out.step.result.ok()) return out.error = pt::describe(out.step.result), out;
@@ -614,6 +626,69 @@ double memory_peak_max(const memory_figures& m) {
   double most = 0;
   for (const pt::rank_memory& x : m.step.memory) most = std::max(most, x.peak_activations / m.chunks);
   return most;
+}
+
+/// zb-auto under --act-limit-mb with memory actions and no --mem-limit of its own: its searches at
+/// activation limits from what the byte limit holds as it is up to none are the candidates, and
+/// the one whose step with the actions models fastest under the byte limit is kept
+/// (compile/memory_search.hpp): holding more and offloading or recomputing wins where it saves
+/// more bubble than it costs.
+struct limit_search {
+  std::vector<double> limits;     // per candidate, zb-auto's limit in rank-share activations (0: none)
+  std::vector<double> makespans;  // its step under the byte limit with the actions; −1: it cannot fit
+  int chosen = -1;                // the candidate kept; −1: none fits (the memory step says why)
+};
+bool searches_under_limit(const args& a) {
+  return a.file.empty() && a.schedule == "zb-auto" && a.memory() && a.act_limit_mb > 0 && a.act_mb > 0 &&
+         a.mem_limit <= 0 && a.dp <= 1 && !a.has_layout();
+}
+/// Searches as above, `prog` being zb-auto's unconstrained answer for `v` chunks; `prog` becomes
+/// the candidate kept.
+limit_search search_under_limit(const args& a, int v, pt::program& prog) {
+  limit_search out;
+  auto chunks_in = [v](pt::program_view p) {
+    return p.ranks > 0 && p.lane_length() % p.ranks == 0 ? p.lane_length() / p.ranks : v;
+  };
+  double top = 0;  // the unconstrained search's peak: no candidate needs a higher limit
+  if (const pt::runtime_plan free = pt::build_plan(prog); free.ok())
+    for (int k = 0; k < prog.ranks; ++k) top = std::max(top, free.peak_activations(k) / chunks_in(prog.view()));
+  std::vector<pt::program> candidates;
+  constexpr std::size_t most = 8;  // searches with a limit, besides the unconstrained one
+  for (double l = std::max(1.0, std::floor(2 * a.act_limit_mb / a.act_mb) / 2); l < top && out.limits.size() < most;
+       l = std::floor(l) + 1) {
+    args b = a;
+    b.mem_limit = l;
+    try {
+      candidates.push_back(make("zb-auto", b, v));
+      out.limits.push_back(l);
+    } catch (const std::invalid_argument&) {  // no schedule within l: the next limit may have one
+    }
+  }
+  candidates.push_back(prog);
+  out.limits.push_back(0);
+  const pt::memory_choice c = pt::fastest_under_limit(
+      candidates, [&](pt::program_view p) { return memory_sizes_of(a, chunks_in(p)); },
+      [&](pt::program_view p) { return per_stage(a, p, chunks_in(p)); }, memory_options_of(a));
+  out.makespans = c.makespans;
+  out.chosen = c.chosen;
+  if (c.chosen >= 0) prog = std::move(candidates[static_cast<std::size_t>(c.chosen)]);
+  return out;
+}
+std::string limit_name(double l) { return l > 0 ? num(l) : "none"; }
+std::string limit_search_json(const limit_search& x) {
+  return ", \"limit_search\": {\"limits\": " + json_array(x.limits, num) +
+         ", \"makespans\": " + json_array(x.makespans, num) +
+         ", \"chosen_limit\": " + (x.chosen >= 0 ? num(x.limits[static_cast<std::size_t>(x.chosen)]) : "null") +
+         ", \"unit\": \"microbatch activations per rank share; 0: none\"}";
+}
+std::string limit_search_text(const limit_search& x, const args& a) {
+  std::string out = "zb-auto under " + num(a.act_limit_mb) + " MB per rank: searched at activation limits";
+  for (std::size_t k = 0; k < x.limits.size(); ++k)
+    out += (k ? ", " : " ") + limit_name(x.limits[k]) + " (" +
+           (x.makespans[k] >= 0 ? "step " + num(x.makespans[k]) : std::string("does not fit")) + ")";
+  if (x.chosen < 0) return out + "; none fits\n";
+  return out + "; kept the search at " + limit_name(x.limits[static_cast<std::size_t>(x.chosen)]) +
+         ", the fastest under the limit\n";
 }
 
 /// The simulated step of `r` as drawable events (activations per rank share, as the report).
@@ -850,6 +925,7 @@ int main(int argc, char** argv) {
   pt::program prog;
   int chunks = 1;
   file_facts ff;
+  std::optional<limit_search> search;  // zb-auto under --act-limit-mb with memory actions
   if (!a.file.empty()) {
     std::string why;
     const std::optional<std::string> text = examples::read_text(a.file, why);
@@ -896,8 +972,13 @@ int main(int argc, char** argv) {
     if (const char* why = past_limits(a.ranks, a.microbatches, chunks, s->split, a.edges.size()))
       usage_error("--schedule " + a.schedule + ": too large: " + why);
     try {
-      prog = make(a.schedule, a, chunks);
-      chunks = chunks_of(prog, chunks);  // zb-auto may answer with a V
+      const int v = chunks;
+      prog = make(a.schedule, a, v);
+      chunks = chunks_of(prog, v);  // zb-auto may answer with a V
+      if (searches_under_limit(a)) {
+        search = search_under_limit(a, v, prog);
+        chunks = chunks_of(prog, v);
+      }
     } catch (const std::invalid_argument& e) {
       usage_error("--schedule " + a.schedule + ": " + e.what());
     }
@@ -1025,7 +1106,8 @@ int main(int argc, char** argv) {
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.events); })
               << ", \"groups\": "
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}"
-              << (dp ? dp_json(*dp, a) : std::string()) << (mem ? memory_json(*mem, a) : std::string()) << "}\n";
+              << (dp ? dp_json(*dp, a) : std::string()) << (mem ? memory_json(*mem, a) : std::string())
+              << (search ? limit_search_json(*search) : std::string()) << "}\n";
     return finish_output();
   }
   std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs per %s F=%g B=%g I=%g W=%g comm=%g)\n\n",
@@ -1108,5 +1190,6 @@ int main(int argc, char** argv) {
             ? (", offloading " + num(m.density) + " of the activations the gap rule allows").c_str()
             : "");
   }
+  if (search) std::printf("%s", limit_search_text(*search, a).c_str());
   return finish_output();
 }

@@ -48,6 +48,7 @@
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/memory_actions.hpp"
 #include "pipetype/compile/memory_plan.hpp"
+#include "pipetype/compile/memory_search.hpp"
 #include "pipetype/compile/memory_step.hpp"
 #include "pipetype/compile/mesh_costs.hpp"
 #include "pipetype/compile/mesh_plan.hpp"
