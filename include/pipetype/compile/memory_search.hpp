@@ -34,7 +34,7 @@ struct memory_choice {
 /// The candidate whose step under `o.limit` (bytes of saved activations per rank) models
 /// fastest with the memory actions `o` allows. `sizes_of(view)` gives a candidate's saved bytes
 /// (memory_sizes) and `costs_of(view)` its cost model: a V's stage holds half a rank's share.
-/// Example, given programs a and b, sizes z and costs c:
+/// Example, given a, b, z, c (programs a and b, sizes z, costs c):
 ///   const pipetype::memory_choice best = pipetype::fastest_under_limit(
 ///       std::vector{a, b}, [&](auto) { return z; }, [&](auto) { return c; },
 ///       {.offload = pipetype::memory_policy::automatic, .limit = 4'000'000'000, .copy_bandwidth = 25e6});
