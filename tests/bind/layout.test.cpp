@@ -1,4 +1,5 @@
-// bind/layout.hpp: slot strides, stash slots and the order weight-gradient sums are made in.
+// bind/layout.hpp: slot strides and the order weight-gradient sums are made in, over the stash and
+// weight-gradient slots of the lowering (compile/saved_slots.hpp).
 #include <pipetype/bind/layout.hpp>
 #include <pipetype/pipetype.hpp>
 
@@ -35,22 +36,22 @@ TEST_CASE("layout: the halves of a B&F pair never share a stash slot (they may r
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   pt::uniform_chain<quiet> model(std::vector<quiet>(1));
   const auto ops = plan.lowered().rank_ops(0);
-  const pt::detail::rank_layout layout = pt::detail::layout_of(plan.compute(), ops, pt::entries_of(model));
   int b0 = -1, f1 = -1;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].code != pt::op_code::compute) continue;
-    if (ops[i].what == pt::kind::B && ops[i].microbatch == 0) b0 = layout.op_stash[i];
-    if (ops[i].what == pt::kind::F && ops[i].microbatch == 1) f1 = layout.op_stash[i];
+  for (const pt::lowered_op& o : ops) {
+    if (o.code != pt::op_code::compute) continue;
+    if (o.what == pt::kind::B && o.microbatch == 0) b0 = o.stash_slot;
+    if (o.what == pt::kind::F && o.microbatch == 1) f1 = o.stash_slot;
   }
   REQUIRE(b0 >= 0);
   REQUIRE(f1 >= 0);
   CHECK(b0 != f1);
-  CHECK(layout.stash_slots == 2);
-  CHECK(layout.stash_stride == 64);  // 8 floats, rounded up to a cache line
+  CHECK(plan.lowered().resources[0].stash_slots == 2);
+  CHECK(pt::detail::layout_of(plan.compute(), ops, pt::entries_of(model)).stash_stride ==
+        64);  // 8 floats, a cache line
   // without the pair the slot is reused
   const auto serial = pt::build_plan(pt::parse_schedule("0F0,0B0,0F1,0B1"));
   REQUIRE(serial.ok());
-  CHECK(pt::detail::layout_of(serial.compute(), serial.lowered().rank_ops(0), pt::entries_of(model)).stash_slots == 1);
+  CHECK(serial.lowered().resources[0].stash_slots == 1);
 }
 
 TEST_CASE("layout: out-of-order backwards are held and added in microbatch order") {
@@ -59,7 +60,8 @@ TEST_CASE("layout: out-of-order backwards are held and added in microbatch order
   REQUIRE(plan.ok());
   pt::uniform_chain<quiet> model(std::vector<quiet>(1));
   const auto ops = plan.lowered().rank_ops(0);
-  const pt::detail::weight_grad_plan wg = pt::detail::plan_weight_grads(ops, pt::entries_of(model));
+  const pt::detail::weight_grad_plan wg =
+      pt::detail::plan_weight_grads(ops, plan.lowered().resources[0], pt::entries_of(model));
   int b1 = -1, b0 = -1;
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (ops[i].code == pt::op_code::compute && ops[i].what == pt::kind::B) (ops[i].microbatch == 1 ? b1 : b0) = int(i);
@@ -80,8 +82,10 @@ TEST_CASE("layout: a later lane's weight gradients are held to the step's end") 
   pt::uniform_chain<quiet> model(std::vector<quiet>(2));
   int later = 0;
   for (int r = 0; r < 2; ++r)
-    later +=
-        static_cast<int>(pt::detail::plan_weight_grads(plan.lowered().rank_ops(r), pt::entries_of(model)).later.size());
+    later += static_cast<int>(pt::detail::plan_weight_grads(plan.lowered().rank_ops(r),
+                                                            plan.lowered().resources[static_cast<std::size_t>(r)],
+                                                            pt::entries_of(model))
+                                  .later.size());
   CHECK(later == 2 * 2);  // lane 1: 2 stages × 2 microbatches (half of m runs each direction)
 }
 

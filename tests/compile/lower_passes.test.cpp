@@ -156,7 +156,7 @@ TEST_CASE(
 
 TEST_CASE("lower passes: a rank's ops, groups before the tick's compute, every wait after its record") {
   const lowering_case c(pt::make_one_f_one_b(3, 6));
-  // ranks 0..2 through lower_rank directly: the same ops as lower() gives
+  // ranks 0..2 through lower_rank and assign_saved_slots directly: the same ops as lower() gives
   const pt::lowered_program whole = pt::lower(c.prog.view(), c.facts.tick);
   const pd::transfer_table tt = pd::lower_transfers(c.in);
   std::vector<pt::rank_resources> res(3);
@@ -170,6 +170,9 @@ TEST_CASE("lower passes: a rank's ops, groups before the tick's compute, every w
   for (int r = 0; r < 3; ++r) {
     const int from = nout;
     nout = pd::lower_rank(c.in, r, tt, st, et, edge.data(), ws, res[static_cast<std::size_t>(r)], ops.data(), nout);
+    const pt::program_view pv = c.prog.view();
+    pd::assign_saved_slots(ops, from, nout, pv.stages, pv.microbatches, pv.lane_length(),
+                           res[static_cast<std::size_t>(r)]);
     CHECK(from == whole.begin[static_cast<std::size_t>(r)]);
     CHECK(res[static_cast<std::size_t>(r)] == whole.resources[static_cast<std::size_t>(r)]);
     std::vector<int> recorded;

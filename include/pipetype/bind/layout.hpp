@@ -1,10 +1,10 @@
-// pipetype/bind/layout.hpp — where a rank's buffers go: slot strides, stash slots, weight-
-// gradient slots and the order their sums are made in.
+// pipetype/bind/layout.hpp — where a rank's buffers go: slot strides, weight-gradient offsets
+// and the order their sums are made in.
 //
 //   pools per rank   activations: resources.activation_slots × the largest activation that
-//                    touches the rank; gradients likewise; stashes: peak live (stage,
-//                    microbatch) pairs on the rank (F to its last backward) × the largest stash;
-//                    weight gradients: one slot per B/W held until its sum is made in order
+//                    touches the rank; gradients likewise; stashes: resources.stash_slots × the
+//                    largest stash; weight gradients: resources.weight_grad_slots, each its
+//                    stage's size. The slots are the lowering's (compile/saved_slots.hpp)
 //   two lanes (DualPipe): the plan's stage k·L + i runs the model's stage i on another rank, so
 //   one stage object serves two ranks at once — its forward/backward must write only through
 //   their contexts, and it must hand its weight gradients to pipetype (weight_grad): lane 0's
@@ -48,14 +48,6 @@ inline plan_views views_of(const runtime_plan& p) {
 
 namespace detail {
 
-/// Takes the lowest free slot of `busy` (growing it when none is free); returns its index.
-inline std::size_t take_lowest_free(std::vector<char>& busy) {
-  const auto k = static_cast<std::size_t>(std::find(busy.begin(), busy.end(), 0) - busy.begin());
-  if (k == busy.size()) busy.push_back(0);
-  busy[k] = 1;
-  return k;
-}
-
 inline std::string action_name(const lowered_op& o) { return to_text(action{o.what, o.stage, o.microbatch, false}); }
 
 /// The plan stage whose shape sizes transfer op `o` on its own rank: the stage there that made
@@ -79,21 +71,17 @@ inline std::size_t full_transfer_bytes(const lowered_op& o, const stage_entry& e
   return transfer_bytes_of(transfer_block(e, o.what, o.code, k), o.what);
 }
 
-/// One rank's buffer layout: the stride of its activation slots (the largest activation block
-/// crossing into, out of or within the rank) and of its gradient slots (the largest gradient
-/// block: only the tensors that carry one), its stash stride, and per op the stash
-/// slot it uses — live from F(s,j) to the last backward of (s,j) on the rank, lowest free first;
-/// a slot the first half of an overlapped pair frees stays taken through the second half (the
-/// halves may run at once on a device).
+/// One rank's buffer strides: its activation slots' (the largest activation block crossing into,
+/// out of or within the rank), its gradient slots' (the largest gradient block: only the tensors
+/// that carry one) and its stash slots' (the largest stash). The slots themselves are the
+/// lowering's (lowered_op::slot, grad_slot, out_slot, stash_slot; rank_resources counts them).
 struct rank_layout {
   std::size_t stride = 0, grad_stride = 0, stash_stride = 0;
-  int stash_slots = 0;
-  std::vector<int> op_stash;  // per lowered op of the rank; -1: none
 };
 
 inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> ops,
                              const std::vector<stage_entry>& entries) {
-  const auto S = static_cast<std::size_t>(p.stages), m = static_cast<std::size_t>(p.microbatches);
+  const auto S = static_cast<std::size_t>(p.stages);
   const std::size_t L = entries.size();
   std::vector<char> here(S, 0);
   for (const lowered_op& o : ops)
@@ -109,48 +97,13 @@ inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> 
     for (const edge_shape& x : e.in_edges) act = std::max(act, x.bytes), grad = std::max(grad, x.grad_bytes);
     stash = std::max(stash, e.stash_bytes());
   }
-  rank_layout out;
-  out.stride = round_up64(act);
-  out.grad_stride = round_up64(grad);
-  out.stash_stride = round_up64(stash);
-  out.op_stash.assign(ops.size(), -1);
-  if (stash == 0) return out;
-  std::vector<int> last_use(S * m, -1), stash_slot(S * m, -1);
-  for (std::size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].code == op_code::compute && ops[i].what != kind::F)
-      last_use[static_cast<std::size_t>(ops[i].stage) * m + static_cast<std::size_t>(ops[i].microbatch)] =
-          static_cast<int>(i);
-  std::vector<char> busy;
-  int held = -1;  // a slot freed by the first half of an overlapped pair: free only after the second
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const lowered_op& o = ops[i];
-    if (o.code != op_code::compute) continue;
-    const std::size_t q = static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);
-    if (o.what == kind::F) stash_slot[q] = static_cast<int>(take_lowest_free(busy));
-    out.op_stash[i] = stash_slot[q];
-    if (o.what == kind::F && last_use[q] < 0) {  // forward-only: no backward reads it; free after the F
-      busy[static_cast<std::size_t>(stash_slot[q])] = 0;
-      continue;
-    }
-    if (held >= 0) {  // this is the pair's second half: both halves have their slots now
-      busy[static_cast<std::size_t>(held)] = 0;
-      held = -1;
-    }
-    if (o.what != kind::F && last_use[q] == static_cast<int>(i) && stash_slot[q] >= 0) {
-      if (o.overlapped)  // the halves may run at once: the second must not take this slot
-        held = stash_slot[q];
-      else
-        busy[static_cast<std::size_t>(stash_slot[q])] = 0;
-    }
-  }
-  out.stash_slots = static_cast<int>(busy.size());
-  return out;
+  return {round_up64(act), round_up64(grad), round_up64(stash)};
 }
 
-/// One rank's weight gradients handed to pipetype (stages with a weight_grad): each B/W writes
-/// into a held slot; after it, the held ones that are next in microbatch order are added, so
-/// out-of-order backwards still add in order. A later lane's (DualPipe's second direction) are
-/// held to the end of the step and added after it.
+/// One rank's weight gradients handed to pipetype (stages with a weight_grad), in the slots the
+/// lowering gave each B/W (lowered_op::weight_grad_slot): after a B/W, the held ones that are
+/// next in microbatch order are added, so out-of-order backwards still add in order. A later
+/// lane's (DualPipe's second direction) are held to the end of the step and added after it.
 struct weight_grad_plan {
   struct held {
     int stage = -1, microbatch = -1, slot = -1;
@@ -162,48 +115,42 @@ struct weight_grad_plan {
   std::vector<held> later;             // later lanes' slots, in op order
 };
 
-inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const std::vector<stage_entry>& entries) {
+inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const rank_resources& res,
+                                          const std::vector<stage_entry>& entries) {
   const std::size_t L = entries.size();
   weight_grad_plan out;
   out.slot.assign(ops.size(), -1);
   out.adds.resize(ops.size());
   int stages = 0, microbatches = 0;
+  std::vector<int> slot_stage(static_cast<std::size_t>(res.weight_grad_slots), -1);
   for (const lowered_op& o : ops)
     if (o.code == op_code::compute) {
       stages = std::max(stages, o.stage + 1);
       microbatches = std::max(microbatches, o.microbatch + 1);
+      if (o.weight_grad_slot >= res.weight_grad_slots)
+        throw std::logic_error("pipetype: a weight-gradient slot past the rank's count");
+      if (o.weight_grad_slot >= 0) slot_stage[static_cast<std::size_t>(o.weight_grad_slot)] = o.stage;
     }
+  for (const int s : slot_stage) {  // the stages' pools side by side; zero bytes where nothing is handed over
+    const stage_entry* e = s >= 0 ? &entries[static_cast<std::size_t>(s) % L] : nullptr;
+    out.offset.push_back(out.bytes);
+    out.bytes += e != nullptr && e->add != nullptr ? round_up64(e->weight_grad_bytes()) : 0;
+  }
   const auto m = static_cast<std::size_t>(microbatches);
-  for (std::size_t s = 0; s < static_cast<std::size_t>(stages); ++s) {
-    const stage_entry& e = entries[s % L];
-    if (e.add == nullptr) continue;
-    const std::size_t stride = round_up64(e.weight_grad_bytes());
-    const bool later_chain = s >= L;  // held to the end of the step, added after lane 0's
-    std::vector<int> held(m, -1);     // microbatch → local slot
-    std::vector<char> used;
-    const int first = static_cast<int>(out.offset.size());
-    std::size_t next = 0;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const lowered_op& o = ops[i];
-      if (o.code != op_code::compute || static_cast<std::size_t>(o.stage) != s) continue;
-      if (o.what != kind::B && o.what != kind::W) continue;
-      const std::size_t k = take_lowest_free(used);
-      if (k == out.offset.size() - static_cast<std::size_t>(first)) {  // a new slot
-        out.offset.push_back(out.bytes);
-        out.bytes += stride;
-      }
-      held[static_cast<std::size_t>(o.microbatch)] = static_cast<int>(k);
-      out.slot[i] = first + static_cast<int>(k);
-      if (later_chain) {  // never freed: added after the step
-        out.later.push_back({static_cast<int>(s), o.microbatch, first + static_cast<int>(k)});
-        continue;
-      }
-      while (next < m && held[next] >= 0) {
-        out.adds[i].push_back(first + held[next]);
-        used[static_cast<std::size_t>(held[next])] = 0;
-        ++next;
-      }
+  std::vector<int> held(static_cast<std::size_t>(stages) * m, -1);  // (stage, microbatch) → slot
+  std::vector<std::size_t> next(static_cast<std::size_t>(stages), 0);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const lowered_op& o = ops[i];
+    if (o.code != op_code::compute || o.weight_grad_slot < 0) continue;
+    const auto s = static_cast<std::size_t>(o.stage);
+    if (entries[s % L].add == nullptr) continue;
+    out.slot[i] = o.weight_grad_slot;
+    if (s >= L) {  // a later lane's: added after the step
+      out.later.push_back({o.stage, o.microbatch, o.weight_grad_slot});
+      continue;
     }
+    held[s * m + static_cast<std::size_t>(o.microbatch)] = o.weight_grad_slot;
+    while (next[s] < m && held[s * m + next[s]] >= 0) out.adds[i].push_back(held[s * m + next[s]++]);
   }
   return out;
 }

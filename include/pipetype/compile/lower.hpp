@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/saved_slots.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/detail/scratch.hpp"
@@ -939,7 +940,9 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
                  int nout = 0;
                  out.begin.push_back(0);
                  for (int r = 0; r < in.P; ++r) {
+                   const int first = nout;
                    nout = lower_rank(input, r, ws, res[r], ops_out, nout);
+                   assign_saved_slots(ops_out, first, nout, p.stages, p.microbatches, p.lane_length(), res[r]);
                    out.begin.push_back(nout);
                  }
                  out.slot_lists = std::move(st.lists);

@@ -66,19 +66,22 @@ struct lowered_op {
   bool overlapped = false;  // compute: runs together with the next compute op
   int stage = -1;           // compute: the action's stage; send/recv: the stage that produced the data
   int microbatch = -1;
-  int peer = -1;          // send/recv: the other rank
-  int comm = -1;          // send/recv: communicator id
-  int slot = -1;          // send/recv: slot in the pool of `what`; compute: input activation
-                          // (-1: stage 0 reads the user's batch)
-  int grad_slot = -1;     // compute B/I/W: incoming gradient (-1: the last stage's own loss)
-  int out_slot = -1;      // compute: output (activation slot for F, gradient slot for B/I); -1: none
-  int wait_event = -1;    // wait on this event (of the rank's pool) before the op; -1: none
-  int record_event = -1;  // record this event after the op; -1: none
-  int tick = -1;          // lock-step tick this op belongs to
-  int link = -1;          // a program with stage-graph edges (graph/dag.hpp) only, else -1:
-                          // send/recv: the edge the data travels (a fan-out sends one output once
-                          // per crossing edge); compute: where its slots are in `slot_lists` when
-                          // it has several inputs, incoming gradients or outputs (slots_of)
+  int peer = -1;              // send/recv: the other rank
+  int comm = -1;              // send/recv: communicator id
+  int slot = -1;              // send/recv: slot in the pool of `what`; compute: input activation
+                              // (-1: stage 0 reads the user's batch)
+  int grad_slot = -1;         // compute B/I/W: incoming gradient (-1: the last stage's own loss)
+  int out_slot = -1;          // compute: output (activation slot for F, gradient slot for B/I); -1: none
+  int wait_event = -1;        // wait on this event (of the rank's pool) before the op; -1: none
+  int record_event = -1;      // record this event after the op; -1: none
+  int tick = -1;              // lock-step tick this op belongs to
+  int link = -1;              // a program with stage-graph edges (graph/dag.hpp) only, else -1:
+                              // send/recv: the edge the data travels (a fan-out sends one output once
+                              // per crossing edge); compute: where its slots are in `slot_lists` when
+                              // it has several inputs, incoming gradients or outputs (slots_of)
+  int stash_slot = -1;        // compute: the stash slot F saves into and its backwards read
+                              // (compile/saved_slots.hpp); -1: not a compute op
+  int weight_grad_slot = -1;  // compute B/W: the weight-gradient slot it writes; -1: none
 
   friend constexpr bool operator==(const lowered_op&, const lowered_op&) = default;
 };
@@ -92,13 +95,17 @@ struct comm_desc {
   friend constexpr bool operator==(const comm_desc&, const comm_desc&) = default;
 };
 
-/// What one rank must allocate once, before any step.
+/// What one rank must allocate once, before any step: slots per pool (a pool's bytes are its
+/// slots times the largest block of the rank's stages that it holds) and the events, groups and
+/// transfers it issues.
 struct rank_resources {
   int activation_slots = 0;
   int gradient_slots = 0;
   int events = 0;
   int groups = 0;
   int transfers = 0;
+  int stash_slots = 0;        // what stages save for their backwards besides their inputs
+  int weight_grad_slots = 0;  // weight gradients handed to pipetype, held until added in order
 
   friend constexpr bool operator==(const rank_resources&, const rank_resources&) = default;
 };

@@ -486,8 +486,11 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
   {
     scratch<rank_scratch_fixed<Cap.ops, Cap.ops>> room(1, unset);
     s.op_begin[0] = 0;
-    for (int r = 0; r < in.P; ++r)
+    const program_view pv = f.view();
+    for (int r = 0; r < in.P; ++r) {
       nout = lower_rank_in(in, r, room[0], s.resources[r], s.op_table, nout), s.op_begin[r + 1] = nout;
+      assign_saved_slots(s.op_table, s.op_begin[r], nout, f.stages, f.microbatches, pv.lane_length(), s.resources[r]);
+    }
   }
   z.ops = nout;
   z.slot_lists = front.slot_lists;

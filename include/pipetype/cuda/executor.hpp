@@ -645,7 +645,7 @@ class executor {
     };
     std::vector<int> forward_call;  // per (stage, microbatch): its forward's calls_ index (for a RECOMPUTE)
     if (memory) forward_call.assign(static_cast<std::size_t>(p.stages) * static_cast<std::size_t>(p.microbatches), -1);
-    std::byte* stashes = memory ? nullptr : alloc(layout.stash_stride * static_cast<std::size_t>(layout.stash_slots));
+    std::byte* stashes = memory ? nullptr : alloc(layout.stash_stride * static_cast<std::size_t>(res.stash_slots));
     for (const lowered_op& o : ops)
       if (o.code == op_code::compute &&
           std::find(stages_here_.begin(), stages_here_.end(), o.stage) == stages_here_.end())
@@ -675,7 +675,7 @@ class executor {
     auto act_at = [&](int slot) { return at(acts, layout.stride, slot); };
     auto grad_at = [&](int slot) { return at(grads, layout.grad_stride, slot); };
     lists_.reserve(pipetype::detail::list_pool_size(l, ops));
-    const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, entries_);
+    const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, res, entries_);
     std::byte* wgrads = alloc(wg.bytes);
     auto wg_at = [&](int slot) { return wgrads + wg.offset[static_cast<std::size_t>(slot)]; };
     for (const pipetype::detail::weight_grad_plan::held& h : wg.later)
@@ -819,7 +819,7 @@ class executor {
         bound_op& call = calls_.emplace_back();
         const stage_entry& e = entry(o.stage);
         pipetype::detail::check_split(e, action{o.what, o.stage, o.microbatch, false}, "pipetype::cuda");
-        const int st = layout.op_stash[i];
+        const int st = layout.stash_stride > 0 ? o.stash_slot : -1;
         pipetype::detail::bind_compute(call, o, e, L, act_at, grad_at,
                                        memory    ? stash_at(k)
                                        : st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st)

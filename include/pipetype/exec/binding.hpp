@@ -203,13 +203,11 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
                  ? nullptr
                  : br.gradients.data() + br.gradient_stride * static_cast<std::size_t>(slot);
     };
-    const std::vector<int>& op_stash = layout.op_stash;
-    br.stash_slots = layout.stash_slots;
-    if (!opt.place_stashes) br.stash_slots = 0;
+    br.stash_slots = opt.place_stashes && layout.stash_stride > 0 ? res.stash_slots : 0;
     br.stashes = pipetype::detail::aligned_bytes(br.stash_stride * static_cast<std::size_t>(br.stash_slots));
 
     br.lists.reserve(pipetype::detail::list_pool_size(l, ops));
-    const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, E);
+    const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, res, E);
     br.weight_grads = pipetype::detail::aligned_bytes(wg.bytes);
     for (const pipetype::detail::weight_grad_plan::held& h : wg.later)
       later.push_back({h.stage, h.microbatch, br.weight_grads.data() + wg.offset[static_cast<std::size_t>(h.slot)]});
@@ -227,11 +225,12 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
       std::string label;
       if (o.code == op_code::compute) {
         const stage_entry& e = E[static_cast<std::size_t>(o.stage) % E.size()];
-        pipetype::detail::bind_compute(b, o, e, L, act_at, grad_at,
-                                       op_stash[i] >= 0 && opt.place_stashes
-                                           ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(op_stash[i])
-                                           : nullptr,
-                                       l, batch, br.lists);
+        pipetype::detail::bind_compute(
+            b, o, e, L, act_at, grad_at,
+            o.stash_slot >= 0 && br.stash_slots > 0
+                ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(o.stash_slot)
+                : nullptr,
+            l, batch, br.lists);
         if (opt.keep_outputs && o.what == kind::F && b.sink >= 0)  // a sink's output, kept
           b.out = out.outputs.data() + out.outputs_at.at(b.sink, o.microbatch, p.microbatches);
         if (wg.slot[i] >= 0) {
