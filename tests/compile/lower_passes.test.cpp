@@ -171,7 +171,7 @@ TEST_CASE("lower passes: a rank's ops, groups before the tick's compute, every w
     const int from = nout;
     nout = pd::lower_rank(c.in, r, tt, st, et, edge.data(), ws, res[static_cast<std::size_t>(r)], ops.data(), nout);
     const pt::program_view pv = c.prog.view();
-    pd::assign_saved_slots(ops, from, nout, pv.stages, pv.microbatches, pv.lane_length(),
+    pd::assign_saved_slots(ops.data(), from, nout, pv.stages, pv.microbatches, pv.lane_length(),
                            res[static_cast<std::size_t>(r)]);
     CHECK(from == whole.begin[static_cast<std::size_t>(r)]);
     CHECK(res[static_cast<std::size_t>(r)] == whole.resources[static_cast<std::size_t>(r)]);

@@ -92,7 +92,8 @@ std::string check_rank(const pt::program_view& p, std::span<const pt::lowered_op
 TEST_CASE("saved slots: every registered schedule's stash and weight-gradient slots hold on every rank") {
   int plans = 0;
   for (const pt::schedule_info& s : pt::schedule_infos) {
-    for (const auto& [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{3, 9}}) {
+    for (const auto& pm : {std::pair{2, 4}, std::pair{4, 8}, std::pair{3, 9}}) {
+      const int p = pm.first, m = pm.second;  // not a structured binding: doctest's macros capture it
       if (pt::schedule_error(s.name, p, m, 0) != nullptr) continue;
       const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(s.name, p, m));
       REQUIRE_MESSAGE(plan.ok(), std::string(s.name), ": ", pt::describe(plan.result));

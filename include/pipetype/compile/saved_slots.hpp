@@ -40,9 +40,8 @@ constexpr int take_lowest(int* busy, int& n) {
 
 /// Assigns the stash_slot and weight_grad_slot of the compute ops `ops[b .. e)` (one rank's, in
 /// its order) of a program with `stages` stages, `microbatches` microbatches and `lane_length`
-/// stages per lane, and writes the counts into `rr`. `Ops` indexes like an array of lowered_op.
-template <class Ops>
-constexpr void assign_saved_slots(Ops& ops, int b, int e, int stages, int microbatches, int lane_length,
+/// stages per lane, and writes the counts into `rr`.
+constexpr void assign_saved_slots(lowered_op* const ops, int b, int e, int stages, int microbatches, int lane_length,
                                   rank_resources& rr) {
   const int S = stages, m = microbatches, cells = S * m;
   // per (stage, microbatch): the last backward's op, the stash slot; weight grads: the local slot
