@@ -6,6 +6,9 @@ namespace pt = pipetype;
 using sched = pt::interleaved_1f1b<pt::ranks<4>, pt::microbatches<8>, pt::chunks<2>>;
 constexpr auto plan = pt::make_plan<sched>();
 static_assert(plan.peak_activations(0) == 11);  // (v-1)p + 2(p-1) + 1 chunk activations
+// and its buffers in bytes, for chunks that pass 1 MiB on and stash 4 MiB per microbatch
+constexpr pt::stage_bytes chunk[] = {{.input = 1 << 20, .output = 1 << 20, .stash = 4 << 20}};
+static_assert(pt::pools_of(plan, 0, chunk).stashes == 11 * (4 << 20));
 
 // or your own, in PyTorch's notation; a deadlock here would be a compile error naming the place
 using mine = pt::from_text<R"(0F0,0F1,0B0,0B1

@@ -1,10 +1,9 @@
 // pipetype/bind/layout.hpp — where a rank's buffers go: slot strides, weight-gradient offsets
 // and the order their sums are made in.
 //
-//   pools per rank   activations: resources.activation_slots × the largest activation that
-//                    touches the rank; gradients likewise; stashes: resources.stash_slots × the
-//                    largest stash; weight gradients: resources.weight_grad_slots, each its
-//                    stage's size. The slots are the lowering's (compile/saved_slots.hpp)
+//   pools per rank   activations, gradients, stashes and weight gradients: the lowering's slots
+//                    (compile/saved_slots.hpp) times the stages' sizes, as pools_of counts them
+//                    (compile/pool_bytes.hpp), so a plan that is a type has the same bytes
 //   two lanes (DualPipe): the plan's stage k·L + i runs the model's stage i on another rank, so
 //   one stage object serves two ranks at once — its forward/backward must write only through
 //   their contexts, and it must hand its weight gradients to pipetype (weight_grad): lane 0's
@@ -27,6 +26,7 @@
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/plan.hpp"
+#include "pipetype/compile/pool_bytes.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/io/text.hpp"
 
@@ -71,33 +71,29 @@ inline std::size_t full_transfer_bytes(const lowered_op& o, const stage_entry& e
   return transfer_bytes_of(transfer_block(e, o.what, o.code, k), o.what);
 }
 
-/// One rank's buffer strides: its activation slots' (the largest activation block crossing into,
-/// out of or within the rank), its gradient slots' (the largest gradient block: only the tensors
-/// that carry one) and its stash slots' (the largest stash). The slots themselves are the
-/// lowering's (lowered_op::slot, grad_slot, out_slot, stash_slot; rank_resources counts them).
-struct rank_layout {
-  std::size_t stride = 0, grad_stride = 0, stash_stride = 0;
-};
+/// A bound stage's sizes as the plan's pools count them (compile/pool_bytes.hpp): its weight
+/// gradient only when it hands one to pipetype.
+inline stage_bytes bytes_of(const stage_entry& e) {
+  stage_bytes z{e.in.bytes, e.out.bytes, e.in.grad_bytes, e.out.grad_bytes,
+                0,          0,           e.stash_bytes(), e.add != nullptr ? e.weight_grad_bytes() : 0};
+  for (const edge_shape& x : e.in_edges)
+    z.edge_input = std::max(z.edge_input, x.bytes), z.edge_input_grad = std::max(z.edge_input_grad, x.grad_bytes);
+  return z;
+}
+inline std::vector<stage_bytes> bytes_of(const std::vector<stage_entry>& entries) {
+  std::vector<stage_bytes> out;
+  out.reserve(entries.size());
+  for (const stage_entry& e : entries) out.push_back(bytes_of(e));
+  return out;
+}
 
-inline rank_layout layout_of(const program_view& p, std::span<const lowered_op> ops,
-                             const std::vector<stage_entry>& entries) {
-  const auto S = static_cast<std::size_t>(p.stages);
-  const std::size_t L = entries.size();
-  std::vector<char> here(S, 0);
-  for (const lowered_op& o : ops)
-    if (o.code == op_code::compute) here[static_cast<std::size_t>(o.stage)] = 1;
-  std::size_t act = 0, grad = 0, stash = 0;
-  for (std::size_t s = 0; s < S; ++s) {
-    if (!here[s]) continue;
-    const stage_entry& e = entries[s % L];
-    const int si = static_cast<int>(s);
-    const bool head = p.lane_head(si), tail = p.lane_tail(si);
-    act = std::max({act, !head ? e.in.bytes : 0, !tail ? e.out.bytes : 0});
-    grad = std::max({grad, !head ? e.in.grad_bytes : 0, !tail ? e.out.grad_bytes : 0});
-    for (const edge_shape& x : e.in_edges) act = std::max(act, x.bytes), grad = std::max(grad, x.grad_bytes);
-    stash = std::max(stash, e.stash_bytes());
-  }
-  return {round_up64(act), round_up64(grad), round_up64(stash)};
+/// One rank's pools for the bound stages `entries`: its slot strides and pool bytes. The slots
+/// themselves are the lowering's (lowered_op::slot, grad_slot, out_slot, stash_slot;
+/// rank_resources counts them), and so are the bytes: the same pools_of a plan that is a type
+/// answers at compile time.
+inline rank_pools layout_of(const program_view& p, std::span<const lowered_op> ops, const rank_resources& res,
+                            const std::vector<stage_entry>& entries) {
+  return pools_of(p, ops, res, bytes_of(entries));
 }
 
 /// One rank's weight gradients handed to pipetype (stages with a weight_grad), in the slots the
@@ -122,20 +118,16 @@ inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const
   out.slot.assign(ops.size(), -1);
   out.adds.resize(ops.size());
   int stages = 0, microbatches = 0;
-  std::vector<int> slot_stage(static_cast<std::size_t>(res.weight_grad_slots), -1);
   for (const lowered_op& o : ops)
     if (o.code == op_code::compute) {
       stages = std::max(stages, o.stage + 1);
       microbatches = std::max(microbatches, o.microbatch + 1);
       if (o.weight_grad_slot >= res.weight_grad_slots)
         throw std::logic_error("pipetype: a weight-gradient slot past the rank's count");
-      if (o.weight_grad_slot >= 0) slot_stage[static_cast<std::size_t>(o.weight_grad_slot)] = o.stage;
     }
-  for (const int s : slot_stage) {  // the stages' pools side by side; zero bytes where nothing is handed over
-    const stage_entry* e = s >= 0 ? &entries[static_cast<std::size_t>(s) % L] : nullptr;
-    out.offset.push_back(out.bytes);
-    out.bytes += e != nullptr && e->add != nullptr ? round_up64(e->weight_grad_bytes()) : 0;
-  }
+  // the stages' pools side by side; zero bytes where nothing is handed over (compile/pool_bytes.hpp)
+  out.offset.assign(static_cast<std::size_t>(res.weight_grad_slots), 0);
+  out.bytes = weight_grad_offsets(ops, res, bytes_of(entries), out.offset.data());
   const auto m = static_cast<std::size_t>(microbatches);
   std::vector<int> held(static_cast<std::size_t>(stages) * m, -1);  // (stage, microbatch) → slot
   std::vector<std::size_t> next(static_cast<std::size_t>(stages), 0);

@@ -97,6 +97,7 @@ struct memory_program {
     return std::span<const memory_action>(ops).subspan(b, e - b);
   }
   constexpr bool empty() const noexcept { return ops.empty(); }
+  friend constexpr bool operator==(const memory_program&, const memory_program&) = default;
 };
 
 namespace detail {

@@ -195,6 +195,16 @@ struct memory_plan {
   static constexpr std::int64_t peak_bytes(int r) { return memory()[static_cast<std::size_t>(r)].peak_bytes; }
   /// Rank r's host pool peak.
   static constexpr std::int64_t host_peak_bytes(int r) { return memory()[static_cast<std::size_t>(r)].host_peak_bytes; }
+  /// The step lowered with its actions on one replica, its stash and host slots assigned
+  /// (compile/memory_slots.hpp), as the executors run it.
+  static constexpr mesh_program step() {
+    const program_view p = plan().compute();
+    return lower_mesh(p, plan().lowered(), mesh{p.ranks, 1}, place_collectives(p, {}), {}, actions());
+  }
+  /// Rank r's device stash slots and host slots with the actions, constants (the pools' sizes
+  /// in stashes: an executor's pool is these times the rank's largest stash).
+  static constexpr int stash_slots(int r) { return step().stash_slots[static_cast<std::size_t>(r)]; }
+  static constexpr int host_slots(int r) { return step().host_slots[static_cast<std::size_t>(r)]; }
 };
 
 /// The facts of a memory plan, as make_plan gives a plan (a compile error when it is rejected).

@@ -44,125 +44,12 @@
 #include "pipetype/compile/collectives.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/memory_actions.hpp"
+#include "pipetype/compile/memory_slots.hpp"
+#include "pipetype/compile/mesh_ops.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype {
-
-enum class mesh_op_code : std::uint8_t {
-  compute,
-  send,
-  recv,
-  group,
-  record,          // cudaEventRecord(event, stream): no work
-  wait,            // cudaStreamWaitEvent(stream, event): no work
-  all_reduce,      // REDUCE_GRAD, or a tie group's reduction
-  reduce_scatter,  // REDUCE_GRAD with sharded parameters
-  all_gather,      // UNSHARD
-  release,         // RESHARD: the gathered parameters freed (no communication)
-  local_sum,       // a tie group held by one rank: its stages' tied gradients summed there (no communication)
-  offload,         // OFFLOAD(s, j): the saved activation copied to the host pool (compile/memory_actions.hpp)
-  reload,          // RELOAD(s, j): copied back to the device
-  recompute,       // RECOMPUTE(s, j): F(s, j) run again from its kept input, on the compute stream
-};
-
-/// The third stream of a mesh rank (after stream_id::compute = 0 and stream_id::comm = 1), and
-/// the fourth: the copy stream of OFFLOAD and RELOAD.
-inline constexpr int dp_stream = 2;
-inline constexpr int copy_stream = 3;
-inline constexpr int mesh_stream_count = 4;
-
-constexpr bool is_copy(mesh_op_code c) noexcept { return c == mesh_op_code::offload || c == mesh_op_code::reload; }
-
-constexpr bool is_collective(mesh_op_code c) noexcept {
-  return c == mesh_op_code::all_reduce || c == mesh_op_code::reduce_scatter || c == mesh_op_code::all_gather;
-}
-
-constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
-  switch (c) {
-    case mesh_op_code::compute:
-      return "compute";
-    case mesh_op_code::send:
-      return "send";
-    case mesh_op_code::recv:
-      return "recv";
-    case mesh_op_code::group:
-      return "group";
-    case mesh_op_code::record:
-      return "record";
-    case mesh_op_code::wait:
-      return "wait";
-    case mesh_op_code::all_reduce:
-      return "all-reduce";
-    case mesh_op_code::reduce_scatter:
-      return "reduce-scatter";
-    case mesh_op_code::all_gather:
-      return "all-gather";
-    case mesh_op_code::release:
-      return "release";
-    case mesh_op_code::local_sum:
-      return "local sum";
-    case mesh_op_code::offload:
-      return "offload";
-    case mesh_op_code::reload:
-      return "reload";
-    case mesh_op_code::recompute:
-      return "recompute";
-  }
-  return "?";
-}
-
-struct mesh_op {
-  mesh_op_code code = mesh_op_code::compute;
-  int stream = 0;           // 0 compute, 1 comm, 2 dp, 3 copy
-  kind what = kind::F;      // compute: the action's kind; send/recv: F activation, B gradient; recompute: F
-  bool overlapped = false;  // compute: runs together with the next compute op
-  int stage = -1;           // compute, transfers, REDUCE_GRAD, UNSHARD, RESHARD, memory actions: the stage
-  int microbatch = -1;      // compute, transfers and memory actions
-  int peer = -1;            // send/recv: the other global rank
-  int comm = -1;            // send/recv and collectives: the mesh communicator
-  int tie = -1;             // a tie group's all-reduce: the group
-  int event = -1;           // record/wait ops: the event
-  int wait_event = -1;      // a pipeline op's own wait (lowered.hpp)
-  int record_event = -1;    // a pipeline op's own record
-  int source = -1;          // the index of the pipeline op (in its rank's lowered list) it copies; -1: added
-  bool kept_only = false;   // OFFLOAD/RELOAD of a forward that is recomputed: only its kept input moves
-
-  friend constexpr bool operator==(const mesh_op&, const mesh_op&) = default;
-};
-
-enum class mesh_comm_kind : std::uint8_t { pipeline, data_parallel, tie };
-
-struct mesh_comm {
-  mesh_comm_kind what = mesh_comm_kind::pipeline;
-  int index = -1;            // pipeline: its lowered communicator; data_parallel: the pipeline rank; tie: the group
-  int replica = -1;          // pipeline and tie: the replica; data_parallel: -1
-  std::vector<int> members;  // global ranks, increasing
-
-  friend bool operator==(const mesh_comm&, const mesh_comm&) = default;
-};
-
-struct mesh_program {
-  mesh shape{};
-  std::vector<int> begin;  // [size + 1]: global rank g's ops are ops[begin[g] .. begin[g+1])
-  std::vector<mesh_op> ops;
-  std::vector<mesh_comm> comms;
-  std::vector<int> events;             // per global rank: its event pool's size
-  std::vector<std::vector<int>> ties;  // the tie groups' stages (dp_options::ties), for the executors
-  memory_program memory{};             // the memory actions it was lowered with (ranks 0: none), for the executors
-
-  constexpr std::span<const mesh_op> rank_ops(int g) const {
-    const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);
-    const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(g) + 1]);
-    return std::span<const mesh_op>(ops).subspan(b, e - b);
-  }
-  /// The communicator id of a DP group (pipeline rank r), or −1 when the mesh has one replica.
-  constexpr int dp_comm(int r) const {
-    for (std::size_t c = 0; c < comms.size(); ++c)
-      if (comms[c].what == mesh_comm_kind::data_parallel && comms[c].index == r) return static_cast<int>(c);
-    return -1;
-  }
-};
 
 /// Every global rank's ops for `p` lowered as `l`, on mesh `m`, with the collectives `c` of
 /// options `o` (see the top of this file). `p` must be the program `l` was lowered from, with
@@ -436,6 +323,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     out.begin[static_cast<std::size_t>(g) + 1] = static_cast<int>(out.ops.size());
     out.events[static_cast<std::size_t>(g)] = events;
   }
+  if (!mem.empty()) detail::assign_memory_slots(p, mem, out);  // the stash and host slots (compile/memory_slots.hpp)
   return out;
 }
 

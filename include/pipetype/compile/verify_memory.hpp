@@ -8,7 +8,10 @@
 //   - every backward and RECOMPUTE that reads a reloaded activation starts after the RELOAD has
 //     completed, and a recomputed forward's backwards after its RECOMPUTE,
 //   - the compute action at an OFFLOAD's `until` — from which the plan counts its device bytes as
-//     free, so later work may write there — starts after the copy has completed.
+//     free, so later work may write there — starts after the copy has completed,
+//   - and, on the slots the step gives its stashes (compile/memory_slots.hpp), no op writes a
+//     device or host slot before every op of its previous holder that reads or copies it, and
+//     every reader finds its own microbatch's stash there.
 // "After" is happens-before on the rank: program order on one stream, and an event's record before
 // a wait on it (the latest record issued before the wait, as CUDA resolves it). It is computed with
 // a vector clock over the rank's four streams; nothing is assumed about how long an op takes.
@@ -68,6 +71,77 @@ constexpr verdict memory_order_error(int rank, int stage, int mb, const char* op
   v.index = index;
   v.detail = why;
   return v;
+}
+
+/// The slots of global rank g of `mp` (compile/memory_slots.hpp), given happens-before `before`
+/// on its ops: each slot is written (a forward, a RELOAD or a RECOMPUTE into a device slot, an
+/// OFFLOAD into a host slot) only after every op of its previous holder that reads or copies it
+/// (the halves of an overlapped pair may run at once), and each reader finds its own microbatch
+/// there.
+template <class Before>
+constexpr verdict verify_memory_slots(program_view p, const mesh_program& mp, int g, const Before& before) {
+  const std::span<const mesh_op> ops = mp.rank_ops(g);
+  const auto gi = static_cast<std::size_t>(g);
+  const int device = gi < mp.stash_slots.size() ? mp.stash_slots[gi] : 0;
+  const int hosted = gi < mp.host_slots.size() ? mp.host_slots[gi] : 0;
+  const bool forward_only = is_forward_only(p);
+  struct holder {
+    int cell = -1;
+    std::vector<int> ops;  // the holder's ops on the slot, its writer first
+  };
+  std::vector<holder> dev(static_cast<std::size_t>(device)), host(static_cast<std::size_t>(hosted));
+  int first_half = -1, pair_first = -1;  // pair_first: when op i is a pair's second half, the first
+  auto fail = [&](std::size_t i, const char* why) {
+    const mesh_op& o = ops[i];
+    return memory_order_error(g, o.stage, o.microbatch, o.code == mesh_op_code::compute ? "" : mesh_action_name(o),
+                              o.code == mesh_op_code::compute ? kind_char(o.what) : '?', static_cast<int>(i), why);
+  };
+  // op i writes slot k of `pool` for cell c: every op of the holder before it in happens-before
+  auto write = [&](std::vector<holder>& pool, int k, int c, std::size_t i) {
+    holder& h = pool[static_cast<std::size_t>(k)];
+    for (const int a : h.ops)
+      if (a == pair_first || !before(a, static_cast<int>(i))) return false;
+    h.cell = c, h.ops.assign(1, static_cast<int>(i));
+    return true;
+  };
+  auto read = [](std::vector<holder>& pool, int k, int c, std::size_t i) {
+    holder& h = pool[static_cast<std::size_t>(k)];
+    if (h.cell != c) return false;
+    h.ops.push_back(static_cast<int>(i));
+    return true;
+  };
+  constexpr const char* overwritten = "a stash slot may be written while an op of its previous holder still uses it";
+  constexpr const char* elsewhere = "an op reads a stash slot that holds another microbatch's stash";
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const mesh_op& o = ops[i];
+    if (o.stash_slot >= device || o.host_slot >= hosted) return fail(i, "a slot past the rank's pool");
+    const int c = o.stage * p.microbatches + o.microbatch;
+    pair_first = -1;
+    if (o.code == mesh_op_code::compute) {
+      pair_first = first_half, first_half = o.overlapped ? static_cast<int>(i) : -1;
+      if (o.what == kind::F) {
+        if (o.scratch) continue;
+        if (o.stash_slot < 0) return fail(i, "a forward saves its stash in no slot");
+        if (!write(dev, o.stash_slot, c, i)) return fail(i, overwritten);
+      } else if (!forward_only) {
+        if (o.stash_slot < 0) return fail(i, "a backward reads its stash from no slot");
+        if (!read(dev, o.stash_slot, c, i)) return fail(i, elsewhere);
+      }
+    } else if (o.code == mesh_op_code::offload) {
+      if (o.host_slot < 0) return fail(i, "an OFFLOAD copies into no host slot");
+      if (o.stash_slot >= 0 && !read(dev, o.stash_slot, c, i)) return fail(i, elsewhere);
+      if (!write(host, o.host_slot, c, i)) return fail(i, "a host slot may be written while a RELOAD still reads it");
+    } else if (o.code == mesh_op_code::reload) {
+      if (o.stash_slot < 0) continue;  // a recomputed forward's: its input only
+      if (o.host_slot < 0 || !read(host, o.host_slot, c, i))
+        return fail(i, "a RELOAD reads another microbatch's host slot");
+      if (!write(dev, o.stash_slot, c, i)) return fail(i, overwritten);
+    } else if (o.code == mesh_op_code::recompute) {
+      if (o.stash_slot < 0) return fail(i, "a RECOMPUTE writes its stash into no slot");
+      if (!write(dev, o.stash_slot, c, i)) return fail(i, overwritten);
+    }
+  }
+  return {};
 }
 
 }  // namespace detail
@@ -158,6 +232,11 @@ constexpr verdict verify_memory(program_view p, const memory_program& mem, const
       if (x.overlapped) continue;
       if (verdict v = issue(i); !v.ok()) return v;
     }
+    if (mem.empty()) continue;  // no memory actions: the stashes are the lowering's (compile/saved_slots.hpp)
+    if (mp.stash_slots.size() != static_cast<std::size_t>(mp.shape.size()) ||
+        mp.host_slots.size() != mp.stash_slots.size())
+      return detail::memory_order_error(g, -1, -1, "", '?', -1, "the mesh step has no slots for its memory actions");
+    if (verdict v = detail::verify_memory_slots(p, mp, g, before); !v.ok()) return v;
   }
   return {};
 }

@@ -612,9 +612,9 @@ class executor {
     const rank_resources& res = l.resources[static_cast<std::size_t>(rank_)];
     const std::span<const lowered_op> ops = l.rank_ops(rank_);
     auto entry = [&](int s) -> const stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
-    const pipetype::detail::rank_layout layout = pipetype::detail::layout_of(p, ops, entries_);
-    std::byte* acts = alloc(layout.stride * static_cast<std::size_t>(res.activation_slots));
-    std::byte* grads = alloc(layout.grad_stride * static_cast<std::size_t>(res.gradient_slots));
+    const rank_pools layout = pipetype::detail::layout_of(p, ops, res, entries_);  // the plan's pools (pools_of)
+    std::byte* acts = alloc(layout.activations);
+    std::byte* grads = alloc(layout.gradients);
     // a mesh step with memory actions: the stashes in a pool of the step's peak, placed by
     // memory_layout_of (bind/memory_layout.hpp), the offloaded ones in pinned host memory
     const bool memory = mesh_ && !mesh_->memory.empty();
@@ -645,7 +645,7 @@ class executor {
     };
     std::vector<int> forward_call;  // per (stage, microbatch): its forward's calls_ index (for a RECOMPUTE)
     if (memory) forward_call.assign(static_cast<std::size_t>(p.stages) * static_cast<std::size_t>(p.microbatches), -1);
-    std::byte* stashes = memory ? nullptr : alloc(layout.stash_stride * static_cast<std::size_t>(res.stash_slots));
+    std::byte* stashes = memory ? nullptr : alloc(layout.stashes);
     for (const lowered_op& o : ops)
       if (o.code == op_code::compute &&
           std::find(stages_here_.begin(), stages_here_.end(), o.stage) == stages_here_.end())
@@ -672,8 +672,8 @@ class executor {
     auto at = [](std::byte* pool, std::size_t stride, int slot) {
       return slot < 0 || pool == nullptr ? nullptr : pool + stride * static_cast<std::size_t>(slot);
     };
-    auto act_at = [&](int slot) { return at(acts, layout.stride, slot); };
-    auto grad_at = [&](int slot) { return at(grads, layout.grad_stride, slot); };
+    auto act_at = [&](int slot) { return at(acts, layout.activation_stride, slot); };
+    auto grad_at = [&](int slot) { return at(grads, layout.gradient_stride, slot); };
     lists_.reserve(pipetype::detail::list_pool_size(l, ops));
     const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, res, entries_);
     std::byte* wgrads = alloc(wg.bytes);

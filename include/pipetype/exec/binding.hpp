@@ -188,13 +188,12 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
     bound_rank& br = out.rank[static_cast<std::size_t>(r)];
     const rank_resources& res = l.resources[static_cast<std::size_t>(r)];
     const std::span<const lowered_op> ops = l.rank_ops(r);
-    const pipetype::detail::rank_layout layout = pipetype::detail::layout_of(p, ops, E);
-    br.activation_stride = layout.stride;
-    br.gradient_stride = layout.grad_stride;
+    const rank_pools layout = pipetype::detail::layout_of(p, ops, res, E);  // the plan's pools (pools_of)
+    br.activation_stride = layout.activation_stride;
+    br.gradient_stride = layout.gradient_stride;
     br.stash_stride = layout.stash_stride;
-    br.activations =
-        pipetype::detail::aligned_bytes(br.activation_stride * static_cast<std::size_t>(res.activation_slots));
-    br.gradients = pipetype::detail::aligned_bytes(br.gradient_stride * static_cast<std::size_t>(res.gradient_slots));
+    br.activations = pipetype::detail::aligned_bytes(layout.activations);
+    br.gradients = pipetype::detail::aligned_bytes(layout.gradients);
     auto act_at = [&](int slot) {
       return slot < 0 ? nullptr : br.activations.data() + br.activation_stride * static_cast<std::size_t>(slot);
     };
@@ -204,7 +203,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
                  : br.gradients.data() + br.gradient_stride * static_cast<std::size_t>(slot);
     };
     br.stash_slots = opt.place_stashes && layout.stash_stride > 0 ? res.stash_slots : 0;
-    br.stashes = pipetype::detail::aligned_bytes(br.stash_stride * static_cast<std::size_t>(br.stash_slots));
+    br.stashes = pipetype::detail::aligned_bytes(br.stash_slots > 0 ? layout.stashes : 0);
 
     br.lists.reserve(pipetype::detail::list_pool_size(l, ops));
     const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, res, E);

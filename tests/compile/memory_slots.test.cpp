@@ -1,0 +1,152 @@
+// compile/memory_slots.hpp: lower_mesh gives a step with memory actions its stash and host slots,
+// and verify_memory proves them. Checked: for every schedule and policy the executors' tests sweep,
+// each rank's stash pool is memory_of's peak in stashes (an independent count in program order)
+// and the proof holds; 1F1B's rank 0 needs 2 stash slots instead of 4 with every activation
+// offloaded, as a constant of a plan that is a type; and three mutations the proof refuses: every
+// stash in slot 0, a forward writing into a slot its OFFLOAD still copies out of, and a RELOAD
+// reading another microbatch's host slot.
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../exec/memory_modes.hpp"
+
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_memory_slots {
+
+namespace pt = pipetype;
+
+// 1F1B, p = 4, m = 8, one byte saved a microbatch, every activation offloaded: the slots are constants
+using offloaded = pt::memory_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>,
+                                  pt::offloads<pt::memory_policy::all>, pt::host_link<2>>;
+static_assert(offloaded::facts.base_peak_bytes == 4);
+static_assert(offloaded::stash_slots(0) == 2 && offloaded::peak_bytes(0) == 2);  // 2 stash slots instead of 4
+static_assert(offloaded::host_slots(0) == 4 && offloaded::stash_slots(3) == 1);
+
+struct step {
+  pt::runtime_plan plan;
+  pt::memory_program actions;
+  pt::mesh_program mesh;
+};
+
+step make_step(const std::string& name, pt::memory_policy offload, pt::memory_policy recompute, int p = 4, int m = 8) {
+  step s{pt::build_plan(pt::make_schedule(name, p, m)), {}, {}};
+  REQUIRE_MESSAGE(s.plan.ok(), pt::describe(s.plan.result));
+  const pt::memory_sizes one{{1}, {0}};  // a stash a microbatch, nothing kept by a recomputed forward
+  pt::memory_options o;
+  o.offload = offload;
+  o.recompute = recompute;
+  o.copy_bandwidth = 1;  // a copy takes one forward: k = 2/3
+  const pt::memory_placement placed = pt::place_memory(s.plan.compute(), one, pt::costs{.f = 1, .b = 2}, o);
+  REQUIRE_MESSAGE(placed.result.ok(), pt::describe(placed.result));
+  s.actions = placed.actions;
+  const pt::dp_options dp{};
+  s.mesh = pt::build_mesh(s.plan.compute(), s.plan.lowered(), pt::mesh{p, 1},
+                          pt::place_collectives(s.plan.compute(), dp), dp, s.actions);
+  return s;
+}
+
+pt::verdict verify(const step& s, const pt::mesh_program& mp) {
+  return pt::verify_memory(s.plan.compute(), s.actions, mp);
+}
+
+TEST_CASE("memory slots: every rank's stash pool is its planned peak, and the proof holds") {
+  for_each_memory_mode([](const char* name, pt::memory_policy offload, pt::memory_policy recompute) {
+    const step s = make_step(name, offload, recompute);
+    const pt::memory_sizes one{{1}, {0}};
+    const std::vector<pt::rank_memory> planned = pt::memory_of(s.plan.compute(), s.actions, one, pt::stash_model);
+    REQUIRE(s.mesh.stash_slots.size() == planned.size());
+    for (std::size_t g = 0; g < planned.size(); ++g) {
+      CAPTURE(g);
+      CHECK(s.mesh.stash_slots[g] == planned[g].peak_bytes);
+      CHECK(s.mesh.host_slots[g] >= planned[g].host_peak_bytes);
+    }
+    const pt::verdict v = verify(s, s.mesh);
+    CHECK_MESSAGE(v.ok(), pt::describe(v));
+  });
+}
+
+TEST_CASE("memory slots: 1F1B's rank 0 holds 2 stashes instead of 4 with every activation offloaded") {
+  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::none);
+  CHECK(s.mesh.stash_slots == std::vector<int>{2, 2, 2, 1});
+  CHECK(s.mesh.host_slots[0] == 4);
+  CHECK(s.mesh.host_slots[3] == 0);  // the last rank offloads nothing
+}
+
+/// The mesh op index (in global rank 0's ops) of each op `pick` accepts.
+template <class Pick>
+std::vector<std::size_t> ops_where(const pt::mesh_program& mp, Pick pick) {
+  std::vector<std::size_t> out;
+  const auto ops = mp.rank_ops(0);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (pick(ops[i])) out.push_back(i);
+  return out;
+}
+
+TEST_CASE("memory slots: the proof refuses a slot written while its holder may still use it") {
+  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::none);
+  REQUIRE(verify(s, s.mesh).ok());
+  const auto b = static_cast<std::size_t>(s.mesh.begin[0]);
+
+  SUBCASE("every stash in slot 0") {
+    pt::mesh_program bad = s.mesh;
+    for (pt::mesh_op& o : bad.ops)
+      if (o.stash_slot >= 0) o.stash_slot = 0;
+    const pt::verdict v = verify(s, bad);
+    REQUIRE_FALSE(v.ok());
+    CHECK(std::string(v.detail).find("stash slot") != std::string::npos);
+  }
+
+  SUBCASE("a forward's slot freed when its OFFLOAD is issued, not at its until") {
+    // the first forward after an OFFLOAD and before the action that waits for the copy, moved into
+    // the slot the copy still reads (with every op of its microbatch that used its own slot)
+    const auto ops = s.mesh.rank_ops(0);
+    const std::span<const pt::memory_action> mine = s.actions.rank_ops(0);
+    int action = -1;
+    std::size_t memory = 0, into = 0;
+    int moved_stage = -1, moved_mb = -1, from = -1;
+    std::vector<std::pair<int, int>> copying;  // OFFLOADs not yet waited for: (slot, until)
+    for (std::size_t i = 0; i < ops.size() && moved_stage < 0; ++i) {
+      const pt::mesh_op& o = ops[i];
+      if (o.code == pt::mesh_op_code::compute) {
+        ++action;
+        std::erase_if(copying, [&](const std::pair<int, int>& c) { return c.second <= action; });
+        if (o.what == pt::kind::F && !o.scratch && !copying.empty() && copying.front().first != o.stash_slot)
+          moved_stage = o.stage, moved_mb = o.microbatch, from = o.stash_slot,
+          into = static_cast<std::size_t>(copying.front().first);
+      } else if (pt::is_copy(o.code) || o.code == pt::mesh_op_code::recompute) {
+        const pt::memory_action& a = mine[memory++];
+        if (o.code == pt::mesh_op_code::offload && o.stash_slot >= 0) copying.emplace_back(o.stash_slot, a.until);
+      }
+    }
+    REQUIRE(moved_stage >= 0);
+    pt::mesh_program bad = s.mesh;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      pt::mesh_op& o = bad.ops[b + i];
+      if (o.stage == moved_stage && o.microbatch == moved_mb && o.stash_slot == from)
+        o.stash_slot = static_cast<int>(into);
+    }
+    const pt::verdict v = verify(s, bad);
+    REQUIRE_FALSE(v.ok());
+    CHECK(std::string(v.detail) == "a stash slot may be written while an op of its previous holder still uses it");
+  }
+
+  SUBCASE("a RELOAD reading another microbatch's host slot") {
+    const std::vector<std::size_t> reloads =
+        ops_where(s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::reload && o.host_slot >= 0; });
+    REQUIRE(reloads.size() >= 2);
+    pt::mesh_program bad = s.mesh;
+    std::swap(bad.ops[b + reloads[0]].host_slot, bad.ops[b + reloads[1]].host_slot);
+    REQUIRE(bad.ops[b + reloads[0]].host_slot != s.mesh.ops[b + reloads[0]].host_slot);
+    const pt::verdict v = verify(s, bad);
+    REQUIRE_FALSE(v.ok());
+    CHECK(std::string(v.detail) == "a RELOAD reads another microbatch's host slot");
+  }
+}
+
+}  // namespace test_memory_slots
+}  // namespace
