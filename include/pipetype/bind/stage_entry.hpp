@@ -38,7 +38,7 @@ struct shape_error : std::invalid_argument {
 struct bound_op;
 struct step_feed;
 /// A rank's stash slots in use, as its ops run, and the most at once (a step with memory
-/// actions: bind/memory_layout.hpp; ops on several streams update it).
+/// actions: compile/memory_slots.hpp; ops on several streams update it).
 struct memory_use {
   std::atomic<int> in_use{0}, high{0};
 };
@@ -165,7 +165,7 @@ struct bound_op {
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
   // a step with memory actions: the rank's stash slots this op frees before it runs, takes, and
-  // frees after it (bind/memory_layout.hpp), counted in `use`
+  // frees after it (mesh_op::freed_before, taken, freed_after), counted in `use`
   memory_use* use = nullptr;
   std::int8_t freed_before = 0, taken = 0, freed_after = 0;
 };

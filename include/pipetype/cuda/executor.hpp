@@ -39,7 +39,7 @@
 // the step (an all-reduce between the pair).
 //
 // Memory actions (a mesh step lowered with OFFLOAD, RELOAD and RECOMPUTE: docs/13): the stashes
-// then live in a pool of the step's peak, placed by bind/memory_layout.hpp as on the host; a copy
+// then live in a pool of the step's peak, in the lowering's slots as on the host; a copy
 // stream joins the others (and the fence); the offloaded stashes go to one block of pinned host
 // memory allocated at binding (a driver that moves_to_host: cudaHostAlloc). An OFFLOAD is
 //   [wait(copy, e)] copy_to_host(host slot, stash slot, bytes, copy) [record(copy, done)]
@@ -615,13 +615,13 @@ class executor {
     const rank_pools layout = pipetype::detail::layout_of(p, ops, res, entries_);  // the plan's pools (pools_of)
     std::byte* acts = alloc(layout.activations);
     std::byte* grads = alloc(layout.gradients);
-    // a mesh step with memory actions: the stashes in a pool of the step's peak, placed by
-    // memory_layout_of (bind/memory_layout.hpp), the offloaded ones in pinned host memory
+    // a mesh step with memory actions: the stashes in a pool of the step's peak, in the slots its
+    // lowering gave them (compile/memory_slots.hpp), the offloaded ones in pinned host memory
     const bool memory = mesh_ && !mesh_->memory.empty();
     pipetype::detail::memory_layout ml;
     std::byte *stash_pool = nullptr, *scratch_stash = nullptr, *scratch_out = nullptr;
     if (memory) {
-      ml = pipetype::detail::memory_layout_of(p, mesh_->memory, *mesh_, global_, entries_);
+      ml = pipetype::detail::memory_layout_of(mesh_->memory, *mesh_, global_, layout.stash_stride);
       stash_pool = alloc(ml.stride * static_cast<std::size_t>(ml.device_slots));
       scratch_stash = alloc(ml.stride);
       std::size_t out_bytes = 0;
@@ -640,8 +640,9 @@ class executor {
     // mesh op k's stash: its slot in the pool, the scratch block (a forward that is recomputed), or none
     auto stash_at = [&](std::size_t k) -> std::byte* {
       if (ml.stride == 0) return nullptr;
-      if (ml.scratch[k]) return scratch_stash;
-      return ml.device[k] >= 0 ? stash_pool + ml.stride * static_cast<std::size_t>(ml.device[k]) : nullptr;
+      const mesh_op& o = ml.ops[k];
+      if (o.scratch) return scratch_stash;
+      return o.stash_slot >= 0 ? stash_pool + ml.stride * static_cast<std::size_t>(o.stash_slot) : nullptr;
     };
     std::vector<int> forward_call;  // per (stage, microbatch): its forward's calls_ index (for a RECOMPUTE)
     if (memory) forward_call.assign(static_cast<std::size_t>(p.stages) * static_cast<std::size_t>(p.microbatches), -1);
@@ -740,8 +741,9 @@ class executor {
           calls_.push_back(again);
         } else {  // a copy between its device slot and its host slot, on the copy stream
           std::byte* dev = stash_at(k);
-          std::byte* host =
-              ml.host[k] >= 0 && host_pool_ ? host_pool_ + ml.stride * static_cast<std::size_t>(ml.host[k]) : nullptr;
+          std::byte* host = ml.ops[k].host_slot >= 0 && host_pool_
+                                ? host_pool_ + ml.stride * static_cast<std::size_t>(ml.ops[k].host_slot)
+                                : nullptr;
           if (dev == nullptr || host == nullptr) continue;  // a recomputed forward's: no stash of its own moves
           coll c;
           c.what = m->code;

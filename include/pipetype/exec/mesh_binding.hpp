@@ -10,13 +10,14 @@
 // Events resolve as in binding.hpp, now over three streams. Nothing is decided here either: the
 // bound ops are the mesh program's, in its order.
 //
-// With memory actions (mesh_binding_options::memory; compile/memory_actions.hpp) the stashes are
-// placed by bind/memory_layout.hpp instead of the replicas' bindings, per global rank: a stash
-// pool of the step's peak in slots, a host pool, a scratch stash for recomputed forwards and a
-// scratch output for RECOMPUTE; an OFFLOAD and a RELOAD are copies on the copy stream (an OFFLOAD
-// then fills the device slot with 0xFF bytes, NaN in a float, with poison_offloaded, so that a read
-// before the RELOAD shows), a RECOMPUTE the microbatch's forward again into its slot; every op that
-// takes or frees a slot counts it in the rank's memory_use (the measured high-water mark).
+// With memory actions (mesh_binding_options::memory; compile/memory_actions.hpp) the stashes are in
+// the slots the step's lowering gave them (compile/memory_slots.hpp), not the replicas' bindings,
+// per global rank: a stash pool of the step's peak in slots, a host pool, a scratch stash for
+// recomputed forwards and a scratch output for RECOMPUTE; an OFFLOAD and a RELOAD are copies on the
+// copy stream (an OFFLOAD then fills the device slot with 0xFF bytes, NaN in a float, with
+// poison_offloaded, so that a read before the RELOAD shows), a RECOMPUTE the microbatch's forward
+// again into its slot; every op that takes or frees a slot counts it in the rank's memory_use (the
+// measured high-water mark).
 //
 // Refused, with one sentence each (shape_error for the model, std::invalid_argument for the
 // plan): a mesh that is not the plan's (pp) or the options' (dp); a plan with several lanes
@@ -126,7 +127,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
 
   st.replicas.clear();
   binding_options bo = opt.bind;
-  bo.place_stashes = !with_memory;  // with memory actions, memory_layout_of places them
+  bo.place_stashes = !with_memory;  // with memory actions, the mesh step's slots hold them
   for (int d = 0; d < m.dp; ++d)
     st.replicas.push_back(host::bind(v, std::move(entries[static_cast<std::size_t>(d)]), bo));
   st.pools.clear();
@@ -166,7 +167,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     pipetype::detail::memory_layout ml;
     stash_pool* pool = nullptr;
     if (with_memory) {
-      ml = pipetype::detail::memory_layout_of(p, st.memory, mp, g, E);
+      ml = pipetype::detail::memory_layout_of(st.memory, mp, g, br.stash_stride);
       pool = st.pools.emplace_back(std::make_unique<stash_pool>()).get();
       pool->stride = ml.stride;
       pool->device_slots = ml.device_slots;
@@ -180,9 +181,11 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       pool->scratch_out = pipetype::detail::aligned_bytes(pipetype::detail::round_up64(out_bytes));
     }
     auto device_at = [&](std::size_t i) -> std::byte* {
-      if (ml.scratch[i]) return ml.stride ? pool->scratch_stash.data() : nullptr;
-      return ml.device[i] >= 0 && ml.stride ? pool->device.data() + ml.stride * static_cast<std::size_t>(ml.device[i])
-                                            : nullptr;
+      const mesh_op& held = ml.ops[i];
+      if (held.scratch) return ml.stride ? pool->scratch_stash.data() : nullptr;
+      return held.stash_slot >= 0 && ml.stride
+                 ? pool->device.data() + ml.stride * static_cast<std::size_t>(held.stash_slot)
+                 : nullptr;
     };
     const std::span<const mesh_op> gops = mp.rank_ops(g);
     for (const mesh_op& o2 : gops) {
@@ -219,8 +222,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         } else {
           copy_call& cc = st.copies.emplace_back();
           std::byte* dev = device_at(i);
-          std::byte* hst = ml.host[i] >= 0 && ml.stride
-                               ? pool->host.data() + ml.stride * static_cast<std::size_t>(ml.host[i])
+          std::byte* hst = ml.ops[i].host_slot >= 0 && ml.stride
+                               ? pool->host.data() + ml.stride * static_cast<std::size_t>(ml.ops[i].host_slot)
                                : nullptr;
           cc.bytes = dev && hst ? e.stash_bytes() : 0;  // (a recomputed forward's: nothing is on the device)
           cc.from = o2.code == mesh_op_code::offload ? dev : hst;
@@ -289,11 +292,11 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         }
       }
       b.index = static_cast<int>(i);  // failures() name the mesh program's op
-      if (pool && (ml.freed_before[i] || ml.taken[i] || ml.freed_after[i])) {
+      if (pool && (ml.ops[i].freed_before || ml.ops[i].taken || ml.ops[i].freed_after)) {
         b.use = &pool->use;
-        b.freed_before = static_cast<std::int8_t>(ml.freed_before[i]);
-        b.taken = static_cast<std::int8_t>(ml.taken[i]);
-        b.freed_after = static_cast<std::int8_t>(ml.freed_after[i]);
+        b.freed_before = ml.ops[i].freed_before;
+        b.taken = ml.ops[i].taken;
+        b.freed_after = ml.ops[i].freed_after;
       }
       lists.add(b, o2.stream, std::move(label), wait_event, record_event);
     }
