@@ -14,6 +14,7 @@ green or idle grey. PNGs are decoded here (zlib, PNG's five row filters). Exits 
 problem listed.
 """
 import argparse
+import math
 import os
 import struct
 import subprocess
@@ -96,23 +97,37 @@ def draw(rsvg, svg_path, where):
     return root, rows
 
 
+def inner_columns(x, w):
+    """The pixel columns a box from x to x + w covers whole: rsvg blends the two columns its
+    fractional edges fall in with what lies behind, so only these show the fill as it is."""
+    return range(math.ceil(x), math.floor(x + w))
+
+
+def sampled(rect):
+    """Five points across a span's whole columns, or None when it covers fewer than three."""
+    cols = inner_columns(float(rect.get("x")), float(rect.get("width")))
+    if len(cols) < 3:
+        return None
+    return [cols[round(i * (len(cols) - 1) / 4)] for i in range(5)]
+
+
 def wide_boxes(root):
     """How many span boxes are wide enough for check_boxes to sample."""
-    return sum(1 for r in root.iter(NS + "rect") if r.get("class") == "span" and float(r.get("width")) >= 3)
+    return sum(1 for r in root.iter(NS + "rect") if r.get("class") == "span" and sampled(r) is not None)
 
 
 def check_boxes(root, rows, where):
-    """Each span's box shows its fill colour 3 px below its top edge: at most of five points across it
-    (a transfer's arrow, drawn on top, may cross one or two)."""
+    """Each span's box shows its fill colour 3 px below its top edge: at most of five points across
+    the columns it covers whole (a transfer's arrow, drawn on top, may cross one or two)."""
     checked = 0
     for rect in root.iter(NS + "rect"):
         if rect.get("class") != "span":
             continue
-        x, y, w = float(rect.get("x")), float(rect.get("y")), float(rect.get("width"))
-        if w < 3:
+        columns = sampled(rect)
+        if columns is None:
             continue
         fill = hex_rgb(rect.get("fill"))
-        drawn = [rows[int(y + 3)][int(x + w * (i + 1) / 6)] for i in range(5)]
+        drawn = [rows[int(float(rect.get("y")) + 3)][c] for c in columns]
         if sum(close(px, fill) for px in drawn) < 3:
             title = rect.find(NS + "title")
             problem(where, f"box {title.text if title is not None else '?'}: drawn {drawn}, filled {rect.get('fill')}")
