@@ -70,7 +70,10 @@
 // band or thread of their own and each RECOMPUTE as 0R3. --schedule zb-auto with --act-limit-mb
 // and memory actions (and no --mem-limit) searches at activation limits from what L holds as it is
 // up to none, and keeps the one whose step with the actions models fastest under L (limit_search
-// in JSON): holding more and offloading can beat the schedule that fits as it is.
+// in JSON): holding more and offloading can beat the schedule that fits as it is. With --dp D the
+// step with memory actions is the one over the replicas: lowered and proved with its collectives
+// and copy streams together, and timed against the same mesh step without the actions (zb-auto's
+// search under L stays with one replica).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -328,7 +331,6 @@ args parse(int argc, char** argv) {
         "saved activation per microbatch in MB (X > 0)");
   if (a.offload != pt::memory_policy::none && !(a.pcie_gbps > 0))
     usage_error("--offload needs --pcie-gbps B, the host link's bandwidth per direction in GB/s (B > 0)");
-  if (a.memory() && a.dp > 1) usage_error("--offload and --recompute do not run over --dp replicas yet");
   if (a.memory() && a.forward_only)
     usage_error("a --forward-only plan keeps no activation for a backward: nothing to offload or recompute");
   if (a.memory() && (a.format == "csv" || a.format == "csv-comms"))
@@ -514,21 +516,30 @@ struct dp_figures {
 std::optional<pt::collective_program> file_collectives;
 bool file_shards = false;  // the file gathers (UNSHARD): FSDP
 
+/// Why `p` cannot run over --dp replicas ("" when it can).
+std::string mesh_refusal(pt::program_view p) {
+  return p.lanes > 1 ? "a plan of " + std::to_string(p.lanes) + " lanes (DualPipe) does not run over a mesh yet" : "";
+}
+pt::dp_options dp_options_of(const args& a) {
+  return {.dp = a.dp, .shard = a.fsdp || (file_collectives && file_shards)};
+}
+/// The collectives' costs: a chunk holds 1/v of a rank share's parameters; bytes per time unit
+/// (1 ms) from GB/s.
+pt::mesh_costs dp_costs_of(const args& a, int chunks) {
+  return {.param_bytes = {a.param_mb * 1e6 / chunks}, .bandwidth = a.dp_gbps * 1e6};
+}
+
 dp_figures dp_of(const result& r, const args& a) {
   dp_figures out;
   const pt::program_view p = r.plan.compute();
-  if (p.lanes > 1) {
-    out.error = "a plan of " + std::to_string(p.lanes) + " lanes (DualPipe) does not run over a mesh yet";
-    return out;
-  }
-  const pt::dp_options o{.dp = a.dp, .shard = a.fsdp || (file_collectives && file_shards)};
+  if (out.error = mesh_refusal(p); !out.error.empty()) return out;
+  const pt::dp_options o = dp_options_of(a);
   const pt::mesh m{p.ranks, a.dp};
   const pt::collective_program c = file_collectives ? *file_collectives : pt::place_collectives(p, o);
   if (const pt::verdict v = pt::check_collectives(p, c, o); !v.ok()) return out.error = pt::describe(v), out;
   const pt::mesh_program mp = pt::lower_mesh(p, r.plan.lowered(), m, c, o);
   if (const pt::verdict v = pt::verify_mesh(mp); !v.ok()) return out.error = pt::describe(v), out;
-  // a chunk holds 1/v of a rank share's parameters; bytes per time unit (1 ms) from GB/s
-  const pt::mesh_costs d{.param_bytes = {a.param_mb * 1e6 / r.chunks}, .bandwidth = a.dp_gbps * 1e6};
+  const pt::mesh_costs d = dp_costs_of(a, r.chunks);
   const pt::cost_model costs = per_stage(a, p, r.chunks);
   const pt::mesh_timeline timeline = pt::simulate_mesh(mp, costs, d);
   out.makespan = timeline.makespan;
@@ -587,9 +598,16 @@ memory_figures memory_step_of(const result& r, const args& a) {
   const pt::memory_sizes z = memory_sizes_of(a, r.chunks);
   const pt::memory_options o = memory_options_of(a);
   const pt::cost_model costs = per_stage(a, p, r.chunks);
-  out.step = pt::plan_memory(p, r.plan.lowered(), z, costs, o);
+  pt::memory_mesh over;  // --dp: the step over the replicas, their collectives timed with it
+  if (a.dp > 1) {
+    if (out.error = mesh_refusal(p); !out.error.empty()) return out;
+    over.dp = dp_options_of(a);
+    over.collectives = file_collectives;
+    over.costs = dp_costs_of(a, r.chunks);
+  }
+  out.step = pt::plan_memory(p, r.plan.lowered(), z, costs, o, 0.02, over);
   if (!out.step.result.ok()) return out.error = pt::describe(out.step.result), out;
-  pt::mesh_costs d;
+  pt::mesh_costs d = over.costs;
   d.activations = z;
   d.copy_bandwidth = o.copy_bandwidth;
   out.picture = pt::trace_of(out.step.step, pt::simulate_mesh(out.step.step, costs, d));
@@ -701,6 +719,7 @@ pt::step_trace trace_of(const result& r, const args& a) {
 std::string titled(const std::string& name, int chunks) {
   return chunks > 1 ? name + " (v=" + std::to_string(chunks) + ")" : name;
 }
+std::string replicas_title(const args& a) { return a.dp > 1 ? " × " + std::to_string(a.dp) : ""; }
 
 /// --svg and --trace: every panel (name, simulated step) into the files asked for.
 void write_pictures(const args& a, const std::vector<std::pair<std::string, pt::step_trace>>& steps) {
@@ -765,10 +784,10 @@ int print_all(const args& a) {
     for (std::size_t k = 0; k < rows.size(); ++k) {
       const auto& [name, r] = rows[k];
       if (!r.plan.ok()) continue;
-      if (a.dp > 1 && dp_for(k).error.empty())  // the step over the replicas, with its collectives
-        steps.emplace_back(titled(name, r.chunks) + " × " + std::to_string(a.dp), dp_for(k).picture);
-      else if (a.memory() && mem_for(k).error.empty())  // with its copies and recomputes
-        steps.emplace_back(titled(name, r.chunks) + " with memory actions", mem_for(k).picture);
+      if (a.memory() && mem_for(k).error.empty())  // with its copies and recomputes (and collectives)
+        steps.emplace_back(titled(name, r.chunks) + replicas_title(a) + " with memory actions", mem_for(k).picture);
+      else if (a.dp > 1 && dp_for(k).error.empty())  // the step over the replicas, with its collectives
+        steps.emplace_back(titled(name, r.chunks) + replicas_title(a), dp_for(k).picture);
       else
         steps.emplace_back(titled(name, r.chunks), trace_of(r, a));
     }
@@ -839,7 +858,7 @@ int print_all(const args& a) {
       else
         std::printf("  (no mesh: %s)", f.error.c_str());
     }
-    if (a.memory()) {
+    if (a.memory() && (a.dp <= 1 || dp_for(k).error.empty())) {  // a mesh refusal is said once, above
       const memory_figures& m = mem_for(k);
       if (m.error.empty())
         std::printf("  %8g %+6.1f%%", memory_peak_max(m), 100 * m.step.cost());
@@ -1014,17 +1033,16 @@ int main(int argc, char** argv) {
     return *mem;
   };
   if (!a.svg.empty() || !a.trace.empty()) {
-    if (a.dp > 1) {  // the step over the replicas, with its collectives
-      const dp_figures& f = meshed();
-      if (!f.error.empty()) {
-        std::cerr << "pipetype-explore: --dp " << a.dp << ": " << f.error << "\n";
-        return 2;
-      }
-      write_pictures(a, {{titled(name, chunks) + " × " + std::to_string(a.dp), f.picture}});
-    } else if (a.memory()) {  // the step with its copies and recomputes
+    if (a.dp > 1 && !meshed().error.empty()) {
+      std::cerr << "pipetype-explore: --dp " << a.dp << ": " << dp->error << "\n";
+      return 2;
+    }
+    if (a.memory()) {  // the step with its copies and recomputes (over --dp replicas: and collectives)
       const memory_figures& m = memory_plan();
       if (!m.error.empty()) return reject(m.step.result, m.error);
-      write_pictures(a, {{titled(name, chunks) + " with memory actions", m.picture}});
+      write_pictures(a, {{titled(name, chunks) + replicas_title(a) + " with memory actions", m.picture}});
+    } else if (a.dp > 1) {  // the step over the replicas, with its collectives
+      write_pictures(a, {{titled(name, chunks) + replicas_title(a), dp->picture}});
     } else {
       write_pictures(a, {{titled(name, chunks), trace_of(r, a)}});
     }
@@ -1062,7 +1080,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.memory() && !memory_plan().error.empty()) return reject(mem->step.result, mem->error);
+  // a memory step the plan refuses; one the mesh refuses (--dp, in JSON) says so in its "memory"
+  if (a.memory() && !memory_plan().error.empty() && !mem->step.result.ok()) return reject(mem->step.result, mem->error);
   const std::vector<double> peaks = peaks_of(a, plan, chunks);
   std::vector<double> busy;
   for (int k = 0; k < P; ++k) busy.push_back(t.busy(k));
@@ -1183,12 +1202,13 @@ int main(int argc, char** argv) {
                   x.offloaded, x.recomputed);
     }
     std::printf(
-        "step %g, %g without the actions (%+.1f%%)%s; lowered onto a copy stream per rank and proved: copies and "
+        "step %g, %g without the actions (%+.1f%%)%s; lowered onto a copy stream per rank%s and proved: copies and "
         "recomputes ordered before what reads them, deadlock-free\n",
         m.makespan, m.base_makespan, 100 * m.cost(),
         a.offload == pt::memory_policy::automatic && m.density < 1
             ? (", offloading " + num(m.density) + " of the activations the gap rule allows").c_str()
-            : "");
+            : "",
+        a.dp > 1 ? (" of each of " + std::to_string(a.dp) + " replicas, with their collectives").c_str() : "");
   }
   if (search) std::printf("%s", limit_search_text(*search, a).c_str());
   return finish_output();

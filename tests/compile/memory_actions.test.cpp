@@ -254,5 +254,53 @@ TEST_CASE("memory actions: the copy lane is one serial resource per rank") {
   }
 }
 
+TEST_CASE("memory actions: over data-parallel replicas the step is lowered, proved and timed with its collectives") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 4, 8));
+  REQUIRE(plan.ok());
+  const pt::costs c{.f = 1, .b = 2};
+  const pt::memory_sizes z{{1000}, {50}};
+  const pt::memory_options o = at_k(0.5, pt::memory_policy::all);
+  const pt::memory_step lone = pt::plan_memory(plan.compute(), plan.lowered(), z, c, o);
+  REQUIRE(lone.result.ok());
+  pt::memory_mesh over;
+  over.dp = {.dp = 2};
+  over.costs.param_bytes = {4000};
+  over.costs.bandwidth = 1000;  // an all-reduce of 2 members: 2 · 1/2 · 4000 / 1000 = 4 time units
+  const pt::memory_step s = pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, over);
+  REQUIRE(s.result.ok());
+  CHECK(s.step.shape.dp == 2);
+  int collectives = 0, copies = 0, lone_copies = 0;
+  for (const pt::mesh_op& op : s.step.ops) collectives += pt::is_collective(op.code), copies += pt::is_copy(op.code);
+  for (const pt::mesh_op& op : lone.step.ops) lone_copies += pt::is_copy(op.code);
+  CHECK(collectives == 2 * 4);  // a REDUCE_GRAD per stage on each replica
+  CHECK(lone_copies > 0);
+  CHECK(copies == 2 * lone_copies);  // every replica runs the pipeline's actions
+  CHECK(s.actions.ops == lone.actions.ops);
+  REQUIRE(s.memory.size() == lone.memory.size());
+  for (std::size_t r = 0; r < s.memory.size(); ++r) {
+    CAPTURE(r);
+    CHECK(s.memory[r].peak_bytes == lone.memory[r].peak_bytes);
+    CHECK(s.memory[r].offloaded == lone.memory[r].offloaded);
+  }
+  // the baseline is the same mesh step without the actions: its collectives' time included
+  pt::mesh_costs d = over.costs;
+  d.activations = z;
+  d.copy_bandwidth = o.copy_bandwidth;
+  const pt::mesh_program plain = pt::lower_mesh(plan.compute(), plan.lowered(), {.pp = 4, .dp = 2},
+                                                pt::place_collectives(plan.compute(), over.dp), over.dp);
+  CHECK(s.base_makespan == doctest::Approx(pt::simulate_mesh(plain, c, d).makespan));
+  CHECK(s.base_makespan > lone.base_makespan + 1);
+  CHECK(pt::verify_memory(plan.compute(), s.actions, s.step).ok());
+  // collectives the options refuse are the answer's result
+  pt::memory_mesh sharded = over;
+  sharded.dp.shard = true;
+  sharded.collectives = pt::place_collectives(plan.compute(), over.dp);  // no UNSHARD for a sharded step
+  CHECK(why(pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, sharded).result)
+            .find("a compute action on a sharded stage") != std::string::npos);
+  pt::memory_mesh none = over;
+  none.dp.dp = 0;
+  CHECK(!pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, none).result.ok());
+}
+
 }  // namespace test_memory_actions
 }  // namespace

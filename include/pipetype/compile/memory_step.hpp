@@ -16,10 +16,17 @@
 //
 // The answer holds the actions, the lowered step, per rank its memory (memory_of), both makespans
 // and k (offload_ratio); `result` is ok or the one sentence of what failed.
+//
+// Over data-parallel replicas (docs/12), `memory_mesh` gives the replicas, their collectives and
+// what those cost: the step is lowered and proved over the whole mesh, collectives and copy
+// streams together, and both makespans are the mesh step's, so the cost of the actions is measured
+// against a step that already waits for its gradient reductions. The actions are the same on every
+// replica (a replica runs the pipeline's program), and so is each pipeline rank's memory.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -44,21 +51,34 @@ struct memory_step {
   double cost() const noexcept { return base_makespan > 0 ? makespan / base_makespan - 1 : 0; }
 };
 
+/// The replicas a memory step runs over: `dp.dp` of them (1: a lone pipeline), their collectives
+/// (`collectives`, a file's own; none given: place_collectives(p, dp)) and the collectives' costs
+/// (`costs`: param_bytes, tie_bytes, bandwidth, alpha; its copy fields come from the memory
+/// options and sizes).
+struct memory_mesh {
+  dp_options dp{};
+  std::optional<collective_program> collectives{};
+  mesh_costs costs{};
+};
+
 /// The memory step of `p` lowered as `l`, with saved bytes `z`, under cost model `c` and options
-/// `o` (the top of this file).
+/// `o` (the top of this file), over the replicas of `over`. A mesh the plan cannot run over, or
+/// collectives check_collectives refuses, is the answer's `result`.
 template <cost_source C = costs>
 memory_step plan_memory(program_view p, lowered_view l, const memory_sizes& z, const C& c = {},
-                        const memory_options& o = {}, double tolerance = 0.02) {
+                        const memory_options& o = {}, double tolerance = 0.02, const memory_mesh& over = {}) {
   memory_step out;
-  const mesh one{p.ranks, 1};
-  const dp_options dp{};
-  const collective_program none = place_collectives(p, dp);
-  mesh_costs d;
+  const mesh replicas{p.ranks, over.dp.dp};
+  const dp_options& dp = over.dp;
+  if (out.result = check_mesh(replicas); !out.result.ok()) return out;
+  const collective_program placed_collectives = over.collectives ? *over.collectives : place_collectives(p, dp);
+  if (out.result = check_collectives(p, placed_collectives, dp); !out.result.ok()) return out;
+  mesh_costs d = over.costs;
   d.activations = z;
   d.copy_bandwidth = o.copy_bandwidth;
   d.copy_alpha = o.copy_alpha;
   out.k = offload_ratio(p, z, c, o);
-  out.base_makespan = simulate_mesh(lower_mesh(p, l, one, none, dp), c, d).makespan;
+  out.base_makespan = simulate_mesh(lower_mesh(p, l, replicas, placed_collectives, dp), c, d).makespan;
   // one try: the actions at a density and spacing, proved and timed
   auto attempt = [&](double density, int overlap, const std::vector<double>* start, const std::vector<double>* end,
                      mesh_timeline* timed) {
@@ -74,7 +94,7 @@ memory_step plan_memory(program_view p, lowered_view l, const memory_sizes& z, c
     s.result = placed.result;
     if (s.result.ok()) s.result = check_memory_actions(p, s.actions);
     if (!s.result.ok()) return s;
-    s.step = lower_mesh(p, l, one, none, dp, s.actions);
+    s.step = lower_mesh(p, l, replicas, placed_collectives, dp, s.actions);
     s.result = verify_mesh(s.step);
     if (s.result.ok()) s.result = verify_memory(p, s.actions, s.step);
     if (!s.result.ok()) return s;
