@@ -26,6 +26,9 @@ using offloaded = pt::memory_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches
 static_assert(offloaded::facts.base_peak_bytes == 4);
 static_assert(offloaded::stash_slots(0) == 2 && offloaded::peak_bytes(0) == 2);  // 2 stash slots instead of 4
 static_assert(offloaded::host_slots(0) == 4 && offloaded::stash_slots(3) == 1);
+// without actions: the lowering's stash slots (p − r on rank r) and no host pool
+using plain = pt::memory_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>;
+static_assert(plain::stash_slots(0) == 4 && plain::stash_slots(3) == 1 && plain::host_slots(0) == 0);
 
 struct step {
   pt::runtime_plan plan;
@@ -63,7 +66,7 @@ TEST_CASE("memory slots: every rank's stash pool is its planned peak, and the pr
     for (std::size_t g = 0; g < planned.size(); ++g) {
       CAPTURE(g);
       CHECK(s.mesh.stash_slots[g] == planned[g].peak_bytes);
-      CHECK(s.mesh.host_slots[g] >= planned[g].host_peak_bytes);
+      CHECK(s.mesh.host_slots[g] == planned[g].host_peak_bytes);  // a recomputed forward's OFFLOAD takes none
     }
     const pt::verdict v = verify(s, s.mesh);
     CHECK_MESSAGE(v.ok(), pt::describe(v));
@@ -135,6 +138,20 @@ TEST_CASE("memory slots: the proof refuses a slot written while its holder may s
     CHECK(std::string(v.detail) == "a stash slot may be written while an op of its previous holder still uses it");
   }
 
+  SUBCASE("an OFFLOAD or a RELOAD with no device slot") {
+    for (const pt::mesh_op_code code : {pt::mesh_op_code::offload, pt::mesh_op_code::reload}) {
+      const std::vector<std::size_t> copies =
+          ops_where(s.mesh, [code](const pt::mesh_op& o) { return o.code == code && o.stash_slot >= 0; });
+      REQUIRE(!copies.empty());
+      pt::mesh_program bad = s.mesh;
+      bad.ops[b + copies[0]].stash_slot = -1;
+      const pt::verdict v = verify(s, bad);
+      REQUIRE_FALSE(v.ok());
+      CHECK(std::string(v.detail) == (code == pt::mesh_op_code::offload ? "an OFFLOAD copies from no stash slot"
+                                                                        : "a RELOAD copies into no stash slot"));
+    }
+  }
+
   SUBCASE("a RELOAD reading another microbatch's host slot") {
     const std::vector<std::size_t> reloads =
         ops_where(s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::reload && o.host_slot >= 0; });
@@ -146,6 +163,34 @@ TEST_CASE("memory slots: the proof refuses a slot written while its holder may s
     REQUIRE_FALSE(v.ok());
     CHECK(std::string(v.detail) == "a RELOAD reads another microbatch's host slot");
   }
+}
+
+TEST_CASE("memory slots: the proof refuses a backward reading the device slot its stash was offloaded from") {
+  // one rank: 0F0 0F1 0B1 0B0, microbatch 0 offloaded after 0F1 until 0B1 and reloaded after it,
+  // into slot 0 again: nothing was written there since the OFFLOAD copied it out
+  pt::program_builder pb{1, 1, 2};
+  pb.rank(0).add(pt::F(0, 0)).add(pt::F(0, 1)).add(pt::B(0, 1)).add(pt::B(0, 0));
+  step s{pt::build_plan(std::move(pb).build("reversed")), {}, {}};
+  REQUIRE_MESSAGE(s.plan.ok(), pt::describe(s.plan.result));
+  s.actions = pt::memory_program_of(s.plan.compute(), {{pt::offload(0, 0, 1, 2), pt::reload(0, 0, 2)}});
+  const pt::dp_options dp{};
+  s.mesh = pt::build_mesh(s.plan.compute(), s.plan.lowered(), pt::mesh{1, 1},
+                          pt::place_collectives(s.plan.compute(), dp), dp, s.actions);
+  const std::vector<std::size_t> offloads =
+      ops_where(s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::offload; });
+  const std::vector<std::size_t> reloads =
+      ops_where(s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::reload; });
+  REQUIRE((offloads.size() == 1 && reloads.size() == 1));
+  const auto b = static_cast<std::size_t>(s.mesh.begin[0]);
+  REQUIRE(s.mesh.ops[b + reloads[0]].stash_slot == s.mesh.ops[b + offloads[0]].stash_slot);
+  REQUIRE(verify(s, s.mesh).ok());
+  // the RELOAD made to move nothing (as a recomputed forward's): 0B0 would read the old bytes,
+  // which an executor poisons when it offloads
+  pt::mesh_program bad = s.mesh;
+  bad.ops[b + reloads[0]].kept_only = true;
+  const pt::verdict v = verify(s, bad);
+  REQUIRE_FALSE(v.ok());
+  CHECK(std::string(v.detail) == "an op reads a stash slot that holds another microbatch's stash");
 }
 
 }  // namespace test_memory_slots

@@ -203,8 +203,17 @@ struct memory_plan {
   }
   /// Rank r's device stash slots and host slots with the actions, constants (the pools' sizes
   /// in stashes: an executor's pool is these times the rank's largest stash).
-  static constexpr int stash_slots(int r) { return step().stash_slots[static_cast<std::size_t>(r)]; }
-  static constexpr int host_slots(int r) { return step().host_slots[static_cast<std::size_t>(r)]; }
+  /// Without actions, the lowering's stash slots (compile/saved_slots.hpp) and no host slots.
+  static constexpr int stash_slots(int r) {
+    (void)facts;  // a rejected plan is its error<...>, not a failure inside the lowering
+    if (actions().empty()) return plan().lowered().resources[static_cast<std::size_t>(r)].stash_slots;
+    return step().stash_slots[static_cast<std::size_t>(r)];
+  }
+  static constexpr int host_slots(int r) {
+    (void)facts;
+    if (actions().empty()) return 0;
+    return step().host_slots[static_cast<std::size_t>(r)];
+  }
 };
 
 /// The facts of a memory plan, as make_plan gives a plan (a compile error when it is rejected).

@@ -15,7 +15,9 @@
 //                  a RELOAD may take it: the copy stream runs its copies in order, so the OFFLOAD
 //                  has completed when the RELOAD starts
 //   host slots     taken by an OFFLOAD, freed when the backward or RECOMPUTE that reads the
-//                  RELOADed stash runs (the RELOAD has completed then)
+//                  RELOADed stash runs (the RELOAD has completed then). The OFFLOAD and RELOAD of
+//                  a forward that is recomputed move no stash (its input stays in its activation
+//                  slot), so they take no slot at all
 //
 // The results are mesh_op::stash_slot, host_slot, scratch and the pool's take/free counts per op,
 // and per global rank mesh_program::stash_slots and host_slots: the step's peak in stash slots,
@@ -124,6 +126,7 @@ constexpr void assign_memory_slots(const program_view& p, const memory_program& 
     const std::size_t c = cell(o.stage, o.microbatch);
     if (o.code == mesh_op_code::offload) {
       o.stash_slot = at[c];
+      if (recomputed[c]) continue;  // its stash is rebuilt, not moved: nothing here goes to the host
       at_host[c] = take_slot(host, false, borrowed);
       o.host_slot = at_host[c];
       if (at[c] >= 0) {

@@ -48,7 +48,8 @@
 
 namespace pipetype::host {
 
-/// One global rank's pools for a step with memory actions (bind/memory_layout.hpp).
+/// One global rank's pools for a step with memory actions: the slots the lowering assigned
+/// (compile/memory_slots.hpp), handed over by bind/memory_layout.hpp.
 struct stash_pool {
   pipetype::detail::aligned_bytes device, host, scratch_stash, scratch_out;
   std::size_t stride = 0;  // a slot of either pool
