@@ -97,10 +97,14 @@ def draw(rsvg, svg_path, where):
     return root, rows
 
 
+SPAN_STROKE = 0.6  # svg.hpp's .span stroke-width: white, centred on the box's edge
+
+
 def inner_columns(x, w):
-    """The pixel columns a box from x to x + w covers whole: rsvg blends the two columns its
-    fractional edges fall in with what lies behind, so only these show the fill as it is."""
-    return range(math.ceil(x), math.floor(x + w))
+    """The pixel columns a box from x to x + w covers whole, inside its white stroke: rsvg blends
+    the columns its fractional edges and the stroke fall in, so only these show the fill as it is."""
+    inset = SPAN_STROKE / 2
+    return range(math.ceil(x + inset), math.floor(x + w - inset))
 
 
 def sampled(rect):
@@ -210,12 +214,12 @@ def main():
         if check_graph(*drawn, 5, "towers") != (5, 4):
             problem("towers", "expected 5 stage boxes and 4 edges")
     path = os.path.join(a.out, "train_mlp.svg")
-    attempts = 4
+    attempts = 8
     for attempt in range(1, attempts + 1):
         # The measured step is new on every run: a stall can stretch its time axis until no box is
         # wide enough to sample, or leave boxes a few pixels wide under the transfers drawn across
         # them (on a loaded 2-core machine, twice in a row happens). So a drawing that fails is
-        # measured and drawn again, up to four times; a fault in the drawing itself fails them all.
+        # measured and drawn again, up to eight times; a fault in the drawing itself fails them all.
         before = len(problems)
         run([a.train, "--steps", "2", "--json", "--svg", path])
         drawn = draw(a.rsvg, path, "train_mlp")
