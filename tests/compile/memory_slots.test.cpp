@@ -36,6 +36,13 @@ struct step {
   pt::mesh_program mesh;
 };
 
+/// The step's plan lowered with its actions on one replica, checked and proved (build_mesh).
+pt::mesh_program lowered_with_actions(const step& s) {
+  const pt::dp_options dp{};
+  return pt::build_mesh(s.plan.compute(), s.plan.lowered(), pt::mesh{s.plan.compute().ranks, 1},
+                        pt::place_collectives(s.plan.compute(), dp), dp, s.actions);
+}
+
 step make_step(const std::string& name, pt::memory_policy offload, pt::memory_policy recompute, int p = 4, int m = 8) {
   step s{pt::build_plan(pt::make_schedule(name, p, m)), {}, {}};
   REQUIRE_MESSAGE(s.plan.ok(), pt::describe(s.plan.result));
@@ -47,9 +54,7 @@ step make_step(const std::string& name, pt::memory_policy offload, pt::memory_po
   const pt::memory_placement placed = pt::place_memory(s.plan.compute(), one, pt::costs{.f = 1, .b = 2}, o);
   REQUIRE_MESSAGE(placed.result.ok(), pt::describe(placed.result));
   s.actions = placed.actions;
-  const pt::dp_options dp{};
-  s.mesh = pt::build_mesh(s.plan.compute(), s.plan.lowered(), pt::mesh{p, 1},
-                          pt::place_collectives(s.plan.compute(), dp), dp, s.actions);
+  s.mesh = lowered_with_actions(s);
   return s;
 }
 
@@ -173,9 +178,7 @@ TEST_CASE("memory slots: the proof refuses a backward reading the device slot it
   step s{pt::build_plan(std::move(pb).build("reversed")), {}, {}};
   REQUIRE_MESSAGE(s.plan.ok(), pt::describe(s.plan.result));
   s.actions = pt::memory_program_of(s.plan.compute(), {{pt::offload(0, 0, 1, 2), pt::reload(0, 0, 2)}});
-  const pt::dp_options dp{};
-  s.mesh = pt::build_mesh(s.plan.compute(), s.plan.lowered(), pt::mesh{1, 1},
-                          pt::place_collectives(s.plan.compute(), dp), dp, s.actions);
+  s.mesh = lowered_with_actions(s);
   const std::vector<std::size_t> offloads =
       ops_where(s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::offload; });
   const std::vector<std::size_t> reloads =
