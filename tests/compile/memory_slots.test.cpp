@@ -4,7 +4,10 @@
 // and the proof holds; 1F1B's rank 0 needs 2 stash slots instead of 4 with every activation
 // offloaded, as a constant of a plan that is a type; and three mutations the proof refuses: every
 // stash in slot 0, a forward writing into a slot its OFFLOAD still copies out of, and a RELOAD
-// reading another microbatch's host slot.
+// reading another microbatch's host slot. compile/activation_slots.hpp: an offloaded input leaves
+// its activation slot (1F1B p=8's rank 1 needs 4 instead of 9), and the proof refuses a slot reused
+// too early, a backward reading a slot its input was offloaded from, and a RELOAD that brings back
+// what its OFFLOAD did not take.
 #include <pipetype/pipetype.hpp>
 
 #include <doctest/doctest.h>
@@ -29,6 +32,13 @@ static_assert(offloaded::host_slots(0) == 4 && offloaded::stash_slots(3) == 1);
 // without actions: the lowering's stash slots (p − r on rank r) and no host pool
 using plain = pt::memory_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>;
 static_assert(plain::stash_slots(0) == 4 && plain::stash_slots(3) == 1 && plain::host_slots(0) == 0);
+
+// 1F1B, p = 6: an offloaded input leaves its activation slot, so rank 1 needs 4 instead of 7
+using offloaded6 = pt::memory_plan<pt::one_f_one_b<pt::ranks<6>, pt::microbatches<12>>,
+                                   pt::offloads<pt::memory_policy::all>, pt::host_link<2>>;
+using plain6 = pt::memory_plan<pt::one_f_one_b<pt::ranks<6>, pt::microbatches<12>>>;
+static_assert(plain6::activation_slots(1) == 7 && offloaded6::activation_slots(1) == 4);
+static_assert(offloaded6::activation_slots(0) == plain6::activation_slots(0));  // stage 0 reads the batch
 
 struct step {
   pt::runtime_plan plan;
@@ -72,6 +82,8 @@ TEST_CASE("memory slots: every rank's stash pool is its planned peak, and the pr
       CAPTURE(g);
       CHECK(s.mesh.stash_slots[g] == planned[g].peak_bytes);
       CHECK(s.mesh.host_slots[g] == planned[g].host_peak_bytes);  // a recomputed forward's OFFLOAD takes none
+      // an offloaded input leaves its slot: never more activation slots than the lowering's
+      CHECK(s.mesh.activation_slots[g] <= s.plan.lowered().resources[g].activation_slots);
     }
     const pt::verdict v = verify(s, s.mesh);
     CHECK_MESSAGE(v.ok(), pt::describe(v));
@@ -85,11 +97,11 @@ TEST_CASE("memory slots: 1F1B's rank 0 holds 2 stashes instead of 4 with every a
   CHECK(s.mesh.host_slots[3] == 0);  // the last rank offloads nothing
 }
 
-/// The mesh op index (in global rank 0's ops) of each op `pick` accepts.
+/// The mesh op index (in global rank g's ops) of each op `pick` accepts.
 template <class Pick>
-std::vector<std::size_t> ops_where(const pt::mesh_program& mp, Pick pick) {
+std::vector<std::size_t> ops_where(const pt::mesh_program& mp, Pick pick, int g = 0) {
   std::vector<std::size_t> out;
-  const auto ops = mp.rank_ops(0);
+  const auto ops = mp.rank_ops(g);
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (pick(ops[i])) out.push_back(i);
   return out;
@@ -194,6 +206,57 @@ TEST_CASE("memory slots: the proof refuses a backward reading the device slot it
   const pt::verdict v = verify(s, bad);
   REQUIRE_FALSE(v.ok());
   CHECK(std::string(v.detail) == "an op reads a stash slot that holds another microbatch's stash");
+}
+
+TEST_CASE("activation slots: 1F1B p=8's rank 1 needs 4 activation slots instead of 9 with every input offloaded") {
+  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::none, 8, 16);
+  CHECK(s.plan.lowered().resources[1].activation_slots == 9);
+  CHECK(s.mesh.activation_slots[1] == 4);
+  CHECK(s.mesh.activation_slots[0] == s.plan.lowered().resources[0].activation_slots);
+  // rank 1's copies move its input with its stash; rank 0's move only the stash (stage 0 reads the batch)
+  for (const int g : {0, 1})
+    for (const std::size_t i : ops_where(
+             s.mesh, [](const pt::mesh_op& o) { return pt::is_copy(o.code) && !o.kept_only; }, g)) {
+      CAPTURE(g);
+      CHECK(s.mesh.act_count(s.mesh.rank_ops(g)[i]) == g);
+    }
+}
+
+TEST_CASE("activation slots: the proof refuses a slot reused too early and an input read where it is not") {
+  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::none, 8, 16);
+  REQUIRE(verify(s, s.mesh).ok());
+  const auto b = static_cast<std::size_t>(s.mesh.begin[1]);
+  const std::vector<std::size_t> reloads = ops_where(
+      s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::reload && o.act >= 0; }, 1);
+  REQUIRE(!reloads.empty());
+  const std::size_t reload = static_cast<std::size_t>(s.mesh.ops[b + reloads[0]].act);
+  REQUIRE(s.mesh.act_map[reload] == 1);  // one input: (lowered slot, slot, writes) at reload + 1
+
+  SUBCASE("every activation in slot 0") {
+    pt::mesh_program bad = s.mesh;
+    for (const pt::mesh_op& o : bad.rank_ops(1))
+      for (int k = 0; k < bad.act_count(o); ++k) bad.act_map[static_cast<std::size_t>(o.act) + 2 + 3 * k] = 0;
+    const pt::verdict v = verify(s, bad);
+    REQUIRE_FALSE(v.ok());
+    CHECK(std::string(v.detail) ==
+          "an activation slot may be written while an op of its previous holder still uses it");
+  }
+
+  SUBCASE("a RELOAD into a slot of its own, while its backward reads the one it left") {
+    pt::mesh_program bad = s.mesh;
+    bad.act_map[reload + 2] = bad.activation_slots[1]++;
+    const pt::verdict v = verify(s, bad);
+    REQUIRE_FALSE(v.ok());
+    CHECK(std::string(v.detail) == "an op reads an activation slot that holds another activation");
+  }
+
+  SUBCASE("a RELOAD bringing back another lowered slot than its OFFLOAD took") {
+    pt::mesh_program bad = s.mesh;
+    bad.act_map[reload + 1] += 1;
+    const pt::verdict v = verify(s, bad);
+    REQUIRE_FALSE(v.ok());
+    CHECK(std::string(v.detail) == "a RELOAD brings back an activation its OFFLOAD did not take");
+  }
 }
 
 }  // namespace test_memory_slots

@@ -42,4 +42,19 @@ inline memory_layout memory_layout_of(const memory_program& mem, const mesh_prog
           mp.rank_ops(g)};
 }
 
+/// The most inputs one OFFLOAD of global rank g moves with its stash (compile/activation_slots.hpp):
+/// a host slot holds the stash, then that many activation slots.
+inline std::size_t most_moved_inputs(const mesh_program& mp, int g) {
+  int most = 0;
+  for (const mesh_op& o : mp.rank_ops(g))
+    if (o.code == mesh_op_code::offload) most = std::max(most, mp.act_count(o));
+  return static_cast<std::size_t>(most);
+}
+
+/// The bytes a copy moves of each of the `n` inputs it moves for stage entry `e`, in activation
+/// slots of `stride` bytes: a chain stage's input, or the whole slot over a fan-in's edges.
+inline std::size_t moved_input_bytes(const stage_entry& e, int n, std::size_t stride) {
+  return n == 1 && e.in_edges.empty() ? std::min(stride, e.in.bytes) : stride;
+}
+
 }  // namespace pipetype::detail

@@ -214,6 +214,13 @@ struct memory_plan {
     if (actions().empty()) return 0;
     return step().host_slots[static_cast<std::size_t>(r)];
   }
+  /// Rank r's activation slots with the actions (compile/activation_slots.hpp: an offloaded input
+  /// leaves its slot, so fewer may do), a constant; without actions, the lowering's.
+  static constexpr int activation_slots(int r) {
+    (void)facts;
+    if (actions().empty()) return plan().lowered().resources[static_cast<std::size_t>(r)].activation_slots;
+    return step().activation_slots[static_cast<std::size_t>(r)];
+  }
 };
 
 /// The facts of a memory plan, as make_plan gives a plan (a compile error when it is rejected).

@@ -100,6 +100,9 @@ struct mesh_op {
   // the device stash slots in use around it: freed before it (an OFFLOAD's `until`), taken by it,
   // freed after it (a last backward); an executor sums them into a measured high-water mark
   std::int8_t freed_before = 0, taken = 0, freed_after = 0;
+  // a step with memory actions (compile/activation_slots.hpp): where its activation-pool references
+  // are in mesh_program::act_map; −1: it has none
+  int act = -1;
 
   friend constexpr bool operator==(const mesh_op&, const mesh_op&) = default;
 };
@@ -125,11 +128,31 @@ struct mesh_program {
   memory_program memory{};             // the memory actions it was lowered with (ranks 0: none), for the executors
   std::vector<int> stash_slots;        // with memory actions, per global rank: its device stash pool's slots
   std::vector<int> host_slots;         // and its host pool's (compile/memory_slots.hpp); else empty
+  std::vector<int> activation_slots;   // with memory actions, per global rank: its activation pool's slots
+  std::vector<int> act_map;            // per op with act ≥ 0, at act: n, then n × (lowered slot, slot, writes)
 
   constexpr std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);
     const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(g) + 1]);
     return std::span<const mesh_op>(ops).subspan(b, e - b);
+  }
+  /// Op o's activation-pool references (compile/activation_slots.hpp): each the activation slot of
+  /// the lowered program (lowered_op::slot, slots_of) it reads or writes, the slot of the step's
+  /// own pool it is in at o, and whether o writes it. Empty for an op with none.
+  struct act_ref {
+    int lowered = -1, slot = -1;
+    bool writes = false;
+  };
+  constexpr int act_count(const mesh_op& o) const { return o.act >= 0 ? act_map[static_cast<std::size_t>(o.act)] : 0; }
+  constexpr act_ref act_at(const mesh_op& o, int k) const {
+    const auto at = static_cast<std::size_t>(o.act) + 1 + 3 * static_cast<std::size_t>(k);
+    return {act_map[at], act_map[at + 1], act_map[at + 2] != 0};
+  }
+  /// The slot of the step's pool that op o finds lowered activation slot `lowered` in (−1: none).
+  constexpr int act_slot(const mesh_op& o, int lowered) const {
+    for (int k = 0; k < act_count(o); ++k)
+      if (const act_ref x = act_at(o, k); x.lowered == lowered) return x.slot;
+    return -1;
   }
   /// The communicator id of a DP group (pipeline rank r), or −1 when the mesh has one replica.
   constexpr int dp_comm(int r) const {

@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipetype/compile/activation_slots.hpp"
 #include "pipetype/compile/collectives.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/compile/memory_actions.hpp"
@@ -323,7 +324,10 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     out.begin[static_cast<std::size_t>(g) + 1] = static_cast<int>(out.ops.size());
     out.events[static_cast<std::size_t>(g)] = events;
   }
-  if (!mem.empty()) detail::assign_memory_slots(p, mem, out);  // the stash and host slots (compile/memory_slots.hpp)
+  if (!mem.empty()) {
+    detail::assign_memory_slots(p, mem, out);    // the stash and host slots (compile/memory_slots.hpp)
+    detail::assign_activation_slots(p, l, out);  // the activation slots (compile/activation_slots.hpp)
+  }
   return out;
 }
 

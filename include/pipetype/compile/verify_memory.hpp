@@ -27,38 +27,11 @@
 
 #include "pipetype/compile/memory_actions.hpp"
 #include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/compile/stream_clocks.hpp"
 
 namespace pipetype {
 
 namespace detail {
-
-/// Per op of global rank g (indexed from mp.begin[g]): its stream's clock after it, over the
-/// rank's streams (happens-before: op a before op b iff clock[b][stream(a)] ≥ clock[a][stream(a)]).
-using stream_clock = std::array<int, mesh_stream_count>;
-
-constexpr std::vector<stream_clock> rank_clocks(const mesh_program& mp, int g) {
-  const std::span<const mesh_op> ops = mp.rank_ops(g);
-  std::vector<stream_clock> out(ops.size(), stream_clock{});
-  stream_clock lane[mesh_stream_count]{};
-  std::vector<stream_clock> recorded(static_cast<std::size_t>(mp.events[static_cast<std::size_t>(g)]), stream_clock{});
-  auto join = [](stream_clock& a, const stream_clock& b) {
-    for (int s = 0; s < mesh_stream_count; ++s)
-      a[static_cast<std::size_t>(s)] = std::max(a[static_cast<std::size_t>(s)], b[static_cast<std::size_t>(s)]);
-  };
-  auto event_ok = [&](int e) { return e >= 0 && static_cast<std::size_t>(e) < recorded.size(); };
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const mesh_op& o = ops[i];
-    const auto s = static_cast<std::size_t>(o.stream >= 0 && o.stream < mesh_stream_count ? o.stream : 0);
-    stream_clock& c = lane[s];
-    const int wait = o.code == mesh_op_code::wait ? o.event : o.wait_event;
-    if (event_ok(wait)) join(c, recorded[static_cast<std::size_t>(wait)]);
-    ++c[s];
-    out[i] = c;
-    const int rec = o.code == mesh_op_code::record ? o.event : o.record_event;
-    if (event_ok(rec)) recorded[static_cast<std::size_t>(rec)] = c;
-  }
-  return out;
-}
 
 constexpr verdict memory_order_error(int rank, int stage, int mb, const char* op, char k, int index, const char* why) {
   verdict v;
@@ -150,6 +123,84 @@ constexpr verdict verify_memory_slots(program_view p, const mesh_program& mp, in
   return {};
 }
 
+/// The activation slots of global rank g of `mp` (compile/activation_slots.hpp), given its clocks:
+/// each slot is written only after every op of its previous holder (on the writer's stream
+/// strictly before it: a send and a recv of one NCCL group run at once, as may the halves of an
+/// overlapped pair), and each reader finds there what the lowered program's data flow gives it:
+/// the latest value written to its lowered slot, or the one its RELOAD brought back. A slot an
+/// OFFLOAD copied out of holds nothing until something writes it again.
+constexpr verdict verify_activation_slots(program_view p, const mesh_program& mp, int g,
+                                          const std::vector<stream_clock>& clock) {
+  const std::span<const mesh_op> ops = mp.rank_ops(g);
+  const auto gi = static_cast<std::size_t>(g);
+  const int pool = gi < mp.activation_slots.size() ? mp.activation_slots[gi] : 0;
+  const auto M = static_cast<std::size_t>(p.microbatches);
+  struct holder {
+    int value = -1;
+    std::vector<int> ops;  // its ops on the slot, its writer first
+  };
+  struct taken {
+    int lowered, value;
+  };
+  std::vector<holder> slot(static_cast<std::size_t>(pool));
+  std::vector<int> value_of;  // per lowered slot: its value now (−1: none)
+  std::vector<std::vector<taken>> away(static_cast<std::size_t>(p.stages) * M);  // per cell: its OFFLOAD's
+  int values = 0, first_half = -1;
+  auto fail = [&](std::size_t i, const char* why) {
+    const mesh_op& o = ops[i];
+    return memory_order_error(g, o.stage, o.microbatch, o.code == mesh_op_code::compute ? "" : mesh_action_name(o),
+                              o.code == mesh_op_code::compute ? kind_char(o.what) : '?', static_cast<int>(i), why);
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const mesh_op& o = ops[i];
+    int pair_first = -1;
+    if (o.code == mesh_op_code::compute) pair_first = first_half, first_half = o.overlapped ? static_cast<int>(i) : -1;
+    const bool cell_ok = o.stage >= 0 && o.stage < p.stages && o.microbatch >= 0 && o.microbatch < p.microbatches;
+    const std::size_t c = cell_ok ? static_cast<std::size_t>(o.stage) * M + static_cast<std::size_t>(o.microbatch) : 0;
+    if (o.act >= 0 &&
+        (static_cast<std::size_t>(o.act) >= mp.act_map.size() ||
+         static_cast<std::size_t>(o.act) + 1 + 3 * static_cast<std::size_t>(mp.act_count(o)) > mp.act_map.size()))
+      return fail(i, "an op's activation references are past the step's map");
+    for (int k = 0; k < mp.act_count(o); ++k) {
+      const mesh_program::act_ref x = mp.act_at(o, k);
+      if (x.slot < 0 || x.slot >= pool || x.lowered < 0) return fail(i, "an activation slot past the rank's pool");
+      if (static_cast<std::size_t>(x.lowered) >= value_of.size())
+        value_of.resize(static_cast<std::size_t>(x.lowered) + 1, -1);
+      holder& h = slot[static_cast<std::size_t>(x.slot)];
+      int& now = value_of[static_cast<std::size_t>(x.lowered)];
+      if (!x.writes) {
+        if (now < 0 || h.value != now) return fail(i, "an op reads an activation slot that holds another activation");
+        h.ops.push_back(static_cast<int>(i));
+        if (o.code == mesh_op_code::offload && cell_ok)  // on the host until its RELOAD
+          away[c].push_back({x.lowered, now}), now = -1, h.value = -1;
+        continue;
+      }
+      for (const int a : h.ops) {
+        const auto sa = static_cast<std::size_t>(ops[static_cast<std::size_t>(a)].stream);
+        const bool same = sa == static_cast<std::size_t>(o.stream);
+        if (a == pair_first || !happens_before(ops, clock, a, static_cast<int>(i)) ||
+            (same && clock[static_cast<std::size_t>(a)][sa] >= clock[i][sa]))
+          return fail(i, "an activation slot may be written while an op of its previous holder still uses it");
+      }
+      int v = values++;
+      if (o.code == mesh_op_code::reload) {
+        v = -1;
+        if (cell_ok)
+          for (std::size_t q = 0; q < away[c].size(); ++q)
+            if (away[c][q].lowered == x.lowered) {
+              v = away[c][q].value;
+              away[c].erase(away[c].begin() + static_cast<std::ptrdiff_t>(q));
+              break;
+            }
+        if (v < 0) return fail(i, "a RELOAD brings back an activation its OFFLOAD did not take");
+      }
+      h.value = now = v;
+      h.ops.assign(1, static_cast<int>(i));
+    }
+  }
+  return {};
+}
+
 }  // namespace detail
 
 /// Ok when the step `mp` lowered from `p` with memory actions `mem` orders its copies and
@@ -177,10 +228,7 @@ constexpr verdict verify_memory(program_view p, const memory_program& mem, const
     if (op_of_action.size() != acts.size() || op_of_memory.size() != mine.size())
       return detail::memory_order_error(g, -1, -1, "", '?', -1,
                                         "the mesh step does not hold the rank's actions and memory actions");
-    const auto before = [&](int a, int b) {  // op a happens before op b
-      const auto sa = static_cast<std::size_t>(ops[static_cast<std::size_t>(a)].stream);
-      return clock[static_cast<std::size_t>(b)][sa] >= clock[static_cast<std::size_t>(a)][sa];
-    };
+    const auto before = [&](int a, int b) { return detail::happens_before(ops, clock, a, b); };
     // walk the rank's actions and memory actions in program order, as check_memory_actions does
     std::vector<int> forward(static_cast<std::size_t>(p.stages) * M, -1), copy(forward.size(), -1);
     std::vector<int> recomputed(forward.size(), -1);
@@ -243,6 +291,9 @@ constexpr verdict verify_memory(program_view p, const memory_program& mem, const
         mp.host_slots.size() != mp.stash_slots.size())
       return detail::memory_order_error(g, -1, -1, "", '?', -1, "the mesh step has no slots for its memory actions");
     if (verdict v = detail::verify_memory_slots(p, mp, g, before); !v.ok()) return v;
+    if (mp.activation_slots.size() != mp.stash_slots.size())
+      return detail::memory_order_error(g, -1, -1, "", '?', -1, "the mesh step has no activation slots");
+    if (verdict v = detail::verify_activation_slots(p, mp, g, clock); !v.ok()) return v;
   }
   return {};
 }

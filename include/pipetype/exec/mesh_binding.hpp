@@ -52,17 +52,26 @@ namespace pipetype::host {
 /// (compile/memory_slots.hpp), handed over by bind/memory_layout.hpp.
 struct stash_pool {
   pipetype::detail::aligned_bytes device, host, scratch_stash, scratch_out;
-  std::size_t stride = 0;  // a slot of either pool
+  std::size_t stride = 0;       // a stash slot
+  std::size_t host_stride = 0;  // a host slot: a stash, then the inputs the copy moves (activation slots)
   int device_slots = 0, host_slots = 0;
   memory_use use;  // slots in use as the ops run, and the most at once
+  // the activation pool the step plans (compile/activation_slots.hpp), and its fan-ins' address lists
+  pipetype::detail::aligned_bytes activations;
+  std::size_t activation_stride = 0;
+  int activation_slots = 0;
+  std::vector<std::byte*> lists;
 };
 
-/// An OFFLOAD's or RELOAD's copy.
+/// An OFFLOAD's or RELOAD's copy: its stash, then each input it moves.
 struct copy_call {
-  const std::byte* from = nullptr;
-  std::byte* to = nullptr;
-  std::size_t bytes = 0;
-  std::byte* poison = nullptr;  // filled with 0xFF after the copy (an OFFLOAD's device slot); nullptr: none
+  struct part {
+    const std::byte* from = nullptr;
+    std::byte* to = nullptr;
+    std::size_t bytes = 0;
+    std::byte* poison = nullptr;  // filled with 0xFF after the copy (an OFFLOAD's device slot); nullptr: none
+  };
+  std::vector<part> parts;
 };
 
 /// What a bound mesh program keeps beside its op lists: the lists point into it.
@@ -95,9 +104,10 @@ inline void run_collective_call(void* obj, const bound_op&, const step_feed&) {
 }
 
 inline void run_copy_call(void* obj, const bound_op&, const step_feed&) {
-  const copy_call& c = *static_cast<const copy_call*>(obj);
-  if (c.bytes) std::memcpy(c.to, c.from, c.bytes);
-  if (c.poison && c.bytes) std::memset(c.poison, 0xFF, c.bytes);
+  for (const copy_call::part& c : static_cast<const copy_call*>(obj)->parts) {
+    if (c.bytes) std::memcpy(c.to, c.from, c.bytes);
+    if (c.poison && c.bytes) std::memset(c.poison, 0xFF, c.bytes);
+  }
 }
 
 }  // namespace detail
@@ -174,12 +184,18 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       pool->device_slots = ml.device_slots;
       pool->host_slots = ml.host_slots;
       pool->device = pipetype::detail::aligned_bytes(ml.stride * static_cast<std::size_t>(ml.device_slots));
-      pool->host = pipetype::detail::aligned_bytes(ml.stride * static_cast<std::size_t>(ml.host_slots));
       pool->scratch_stash = pipetype::detail::aligned_bytes(ml.stride);
       std::size_t out_bytes = 0;
       for (const action& a : p.rank_actions(r))
         out_bytes = std::max(out_bytes, E[static_cast<std::size_t>(a.stage % L) % E.size()].out.bytes);
       pool->scratch_out = pipetype::detail::aligned_bytes(pipetype::detail::round_up64(out_bytes));
+      pool->activation_stride = br.activation_stride;
+      pool->activation_slots = mp.activation_slots.at(static_cast<std::size_t>(g));
+      pool->activations =
+          pipetype::detail::aligned_bytes(pool->activation_stride * static_cast<std::size_t>(pool->activation_slots));
+      pool->lists.reserve(br.lists.capacity());
+      pool->host_stride = ml.stride + pool->activation_stride * pipetype::detail::most_moved_inputs(mp, g);
+      pool->host = pipetype::detail::aligned_bytes(pool->host_stride * static_cast<std::size_t>(ml.host_slots));
     }
     auto device_at = [&](std::size_t i) -> std::byte* {
       const mesh_op& held = ml.ops[i];
@@ -187,6 +203,35 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       return held.stash_slot >= 0 && ml.stride
                  ? pool->device.data() + ml.stride * static_cast<std::size_t>(held.stash_slot)
                  : nullptr;
+    };
+    // the step's own activation slots (compile/activation_slots.hpp): an address the replica bound
+    // into its lowered pool becomes the one this op finds it at in the step's pool
+    const std::span<const lowered_op> low = l.rank_ops(r);
+    auto act_of = [&](int slot) {
+      return slot < 0 ? nullptr : pool->activations.data() + pool->activation_stride * static_cast<std::size_t>(slot);
+    };
+    auto lowered_at = [&](int slot) {
+      return slot < 0 ? nullptr : br.activations.data() + br.activation_stride * static_cast<std::size_t>(slot);
+    };
+    auto move_to_step = [&](bound_op& b, const mesh_op& at, const lowered_op& x, bool outputs) {
+      auto moved = [&](std::byte* bound, int lowered) {
+        if (bound == nullptr || bound != lowered_at(lowered)) return bound;  // the batch, or a kept output
+        const int k = mp.act_slot(at, lowered);
+        if (k < 0) throw std::logic_error("pipetype::host: an activation the mesh step does not place");
+        return act_of(k);
+      };
+      if (x.code == op_code::send || x.code == op_code::recv) {
+        if (x.what == kind::F) b.buf = moved(b.buf, x.slot);
+        return;
+      }
+      const op_slots sl = l.slots_of(x);
+      if (!sl.in.empty()) b.in = moved(b.in, sl.in[0]);
+      if (b.n_inputs > 1) {
+        std::byte* const* first = pool->lists.data() + pool->lists.size();
+        for (std::size_t q = 0; q < sl.in.size(); ++q) pool->lists.push_back(moved(b.in_list[q], sl.in[q]));
+        b.in_list = first;
+      }
+      if (outputs && x.what == kind::F && !sl.out.empty()) b.out = moved(b.out, sl.out[0]);
     };
     const std::span<const mesh_op> gops = mp.rank_ops(g);
     for (const mesh_op& o2 : gops) {
@@ -205,6 +250,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.peer = o2.peer;
         }
         if (pool && b.code == op_code::compute) b.stash = device_at(i);
+        if (pool && o2.act >= 0) move_to_step(b, o2, low[static_cast<std::size_t>(o2.source)], true);
       } else if (pool && (is_copy(o2.code) || o2.code == mesh_op_code::recompute)) {
         const stage_entry& e = E[static_cast<std::size_t>(o2.stage % L) % E.size()];
         label = pipetype::detail::mesh_op_label(o2, false);
@@ -219,17 +265,25 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.wait = 0;
           b.record = false;
           b.stash = device_at(i);
+          if (o2.act >= 0) move_to_step(b, o2, low[static_cast<std::size_t>(f->index)], false);
           b.out = pool->scratch_out.data();  // its output is read from the forward's slot, not this one
         } else {
           copy_call& cc = st.copies.emplace_back();
-          std::byte* dev = device_at(i);
-          std::byte* hst = ml.ops[i].host_slot >= 0 && ml.stride
-                               ? pool->host.data() + ml.stride * static_cast<std::size_t>(ml.ops[i].host_slot)
+          const bool out_of = o2.code == mesh_op_code::offload;
+          std::byte* hst = ml.ops[i].host_slot >= 0 && pool->host_stride
+                               ? pool->host.data() + pool->host_stride * static_cast<std::size_t>(ml.ops[i].host_slot)
                                : nullptr;
-          cc.bytes = dev && hst ? e.stash_bytes() : 0;  // (a recomputed forward's: nothing is on the device)
-          cc.from = o2.code == mesh_op_code::offload ? dev : hst;
-          cc.to = o2.code == mesh_op_code::offload ? hst : dev;
-          if (o2.code == mesh_op_code::offload && opt.poison_offloaded) cc.poison = dev;
+          // its stash, then each input it moves, each in a block of the host slot
+          auto part = [&](std::byte* dev, std::byte* host, std::size_t bytes) {
+            if (!dev || !host || !bytes) return;  // (a recomputed forward's: nothing is on the device)
+            cc.parts.push_back(
+                {out_of ? dev : host, out_of ? host : dev, bytes, out_of && opt.poison_offloaded ? dev : nullptr});
+          };
+          if (ml.stride) part(device_at(i), hst, e.stash_bytes());
+          for (int q = 0; q < mp.act_count(o2); ++q)
+            part(act_of(mp.act_at(o2, q).slot),
+                 hst ? hst + ml.stride + pool->activation_stride * static_cast<std::size_t>(q) : nullptr,
+                 pipetype::detail::moved_input_bytes(e, mp.act_count(o2), pool->activation_stride));
           b.code = op_code::collective;
           b.stage = o2.stage % L;
           b.plan_stage = o2.stage;

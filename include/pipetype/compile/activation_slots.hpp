@@ -1,0 +1,220 @@
+// pipetype/compile/activation_slots.hpp — the activation pool of a step with memory actions.
+//
+// The lowering gives every activation a slot from the op that writes it to its last reader: a
+// stage's input stays in its slot until the microbatch's last backward (compile/lower.hpp,
+// "Slots"). With memory actions that input moves with its stash (compile/memory_slots.hpp): the
+// OFFLOAD copies it to the host after the stash, and the RELOAD copies it back. lower_mesh runs
+// this pass after the stash pass, on each global rank's ops in issue order:
+//
+//   buffers   a recv and a forward's output write one, and a forward, backward, send or
+//             RECOMPUTE reads one, as the lowered op's slots say (lowered_op::slot, slots_of). An
+//             OFFLOAD reads the inputs of its forward that it moves; a buffer's device life ends
+//             there. The RELOAD writes each into a new buffer, which its backwards then read. An
+//             input moves when only its own microbatch's forward and backwards read it: not the
+//             batch (stage 0 has no input to move), not an output that is also sent, not a fan-out
+//             that another consumer reads, nor a recomputed forward's input (its RECOMPUTE reads
+//             it where it stayed)
+//   slots     each buffer in the order it is first written takes the lowest slot whose previous
+//             holder's ops all happen before its writer (compile/stream_clocks.hpp: the events
+//             the step already has, no new ones; on the writer's own stream strictly before, so
+//             that a send and a recv of one NCCL group never share a slot; the halves of an
+//             overlapped pair may run at once). A slot is free once its holder's last op is known
+//             to be done
+//
+// A step keeps the lowering's own slots (each reference in the slot it had: a moved input comes
+// back to the slot it left, which nothing else takes meanwhile) when this plan does not need
+// fewer of them. Either way the result is mesh_op::act and mesh_program::act_map (each op's
+// references: its lowered slot, the slot of this pool, whether it writes) and, per global rank,
+// mesh_program::activation_slots. verify_memory proves it: no slot is written before every op of
+// its previous holder, and every reader finds what the lowered program's data flow puts there.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/mesh_ops.hpp"
+#include "pipetype/compile/stream_clocks.hpp"
+#include "pipetype/core/program.hpp"
+
+namespace pipetype::detail {
+
+/// A rank's activation references in issue order, as buffers (see the top of this file).
+struct activation_walk {
+  struct ref {
+    int op = -1, lowered = -1, buffer = -1;
+    bool writes = false;
+  };
+  std::vector<ref> refs;
+  std::vector<std::vector<int>> buffer_ops;  // per buffer: its ops, its writer first
+  std::vector<int> sole;                     // per buffer: the one cell whose ops read it; −1 none, −2 several
+  std::vector<std::vector<int>> inputs;      // per cell (stage · M + microbatch): its forward's input slots (lowered)
+};
+
+/// Walks global rank g of `mp` (lowered from `p` as `l`), moving per cell the lowered input slots
+/// in moved[cell] at its OFFLOAD and RELOAD (none when `moved` is empty).
+constexpr activation_walk walk_activations(const program_view& p, const lowered_view& l, const mesh_program& mp, int g,
+                                           const std::vector<std::vector<int>>& moved) {
+  const int r = mp.shape.pipeline_rank(g);
+  const std::span<const lowered_op> low = l.rank_ops(r);
+  const std::span<const mesh_op> ops = mp.rank_ops(g);
+  const auto M = static_cast<std::size_t>(p.microbatches);
+  const std::size_t cells = static_cast<std::size_t>(p.stages) * M;
+  const auto cell_of = [&](const mesh_op& o) {
+    return o.stage >= 0 && o.stage < p.stages && o.microbatch >= 0 && o.microbatch < p.microbatches
+               ? static_cast<int>(static_cast<std::size_t>(o.stage) * M + static_cast<std::size_t>(o.microbatch))
+               : -1;
+  };
+  activation_walk w;
+  w.inputs.assign(cells, {});
+  std::vector<int> cur(static_cast<std::size_t>(l.resources[static_cast<std::size_t>(r)].activation_slots), -1);
+  auto bad = [&](int i, const char* why) {
+    return std::invalid_argument("pipetype::lower_mesh: rank " + std::to_string(g) + ", op " + std::to_string(i) +
+                                 ": " + why);
+  };
+  auto write = [&](int i, int k) {
+    if (k < 0 || static_cast<std::size_t>(k) >= cur.size()) throw bad(i, "an activation slot past the lowered pool");
+    cur[static_cast<std::size_t>(k)] = static_cast<int>(w.buffer_ops.size());
+    w.refs.push_back({i, k, static_cast<int>(w.buffer_ops.size()), true});
+    w.buffer_ops.push_back({i});
+    w.sole.push_back(-1);
+  };
+  auto read = [&](int i, int k, int c) {
+    if (k < 0 || static_cast<std::size_t>(k) >= cur.size() || cur[static_cast<std::size_t>(k)] < 0)
+      throw bad(i, "an op reads an activation slot that holds nothing");
+    const int b = cur[static_cast<std::size_t>(k)];
+    w.refs.push_back({i, k, b, false});
+    w.buffer_ops[static_cast<std::size_t>(b)].push_back(i);
+    int& s = w.sole[static_cast<std::size_t>(b)];
+    s = c < 0 || s == -2 || (s >= 0 && s != c) ? -2 : c;
+  };
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    const mesh_op& o = ops[static_cast<std::size_t>(i)];
+    const int c = cell_of(o);
+    if (o.source >= 0) {
+      const lowered_op& x = low[static_cast<std::size_t>(o.source)];
+      if (x.code == op_code::recv && x.what == kind::F) {
+        write(i, x.slot);
+      } else if (x.code == op_code::send && x.what == kind::F) {
+        read(i, x.slot, -1);
+      } else if (x.code == op_code::compute) {
+        const op_slots sl = l.slots_of(x);
+        for (const int k : sl.in) read(i, k, c);
+        if (x.what != kind::F) continue;
+        if (c >= 0) {
+          std::vector<int>& in = w.inputs[static_cast<std::size_t>(c)];
+          in.clear();
+          for (const int k : sl.in) in.push_back(k);  // (not assign: a chain's span is one field)
+        }
+        for (const int k : sl.out) write(i, k);
+      }
+      continue;
+    }
+    if (c < 0) continue;
+    const auto cc = static_cast<std::size_t>(c);
+    if (o.code == mesh_op_code::recompute) {  // its forward again, from the input it kept
+      for (const int k : w.inputs[cc]) read(i, k, c);
+    } else if (is_copy(o.code) && !o.kept_only && cc < moved.size()) {
+      for (const int k : moved[cc])
+        if (o.code == mesh_op_code::offload)
+          read(i, k, c), cur[static_cast<std::size_t>(k)] = -1;  // on the host until its RELOAD
+        else
+          write(i, k);
+    }
+  }
+  return w;
+}
+
+/// The lowered input slots each OFFLOAD of global rank g moves (see the top of this file).
+constexpr std::vector<std::vector<int>> moved_inputs(const program_view& p, const mesh_program& mp, int g,
+                                                     const activation_walk& still) {
+  std::vector<std::vector<int>> moved(still.inputs.size());
+  std::vector<char> offloaded(moved.size(), 0);
+  const auto M = static_cast<std::size_t>(p.microbatches);
+  const std::span<const mesh_op> ops = mp.rank_ops(g);
+  for (const mesh_op& o : ops)
+    if (o.code == mesh_op_code::offload && !o.kept_only && o.stage >= 0 && o.stage < p.stages && o.microbatch >= 0 &&
+        o.microbatch < p.microbatches)
+      offloaded[static_cast<std::size_t>(o.stage) * M + static_cast<std::size_t>(o.microbatch)] = 1;
+  // a forward's inputs (its reads) that only its own microbatch's ops read
+  for (const activation_walk::ref& x : still.refs) {
+    const mesh_op& o = ops[static_cast<std::size_t>(x.op)];
+    if (x.writes || o.code != mesh_op_code::compute || o.what != kind::F) continue;
+    const std::size_t c = static_cast<std::size_t>(o.stage) * M + static_cast<std::size_t>(o.microbatch);
+    if (offloaded[c] && still.sole[static_cast<std::size_t>(x.buffer)] == static_cast<int>(c))
+      moved[c].push_back(x.lowered);
+  }
+  return moved;
+}
+
+/// Assigns global rank g's activation slots in `mp` (lowered from `p` as `l`; see the top of this file).
+constexpr void assign_activation_slots(const program_view& p, const lowered_view& l, mesh_program& mp, int g) {
+  const activation_walk w = walk_activations(p, l, mp, g, moved_inputs(p, mp, g, walk_activations(p, l, mp, g, {})));
+  const std::span<const mesh_op> ops = mp.rank_ops(g);
+  const std::vector<stream_clock> clock = rank_clocks(mp, g);
+  // per op: when it is the second half of an overlapped pair, the first half
+  std::vector<int> pair_first(ops.size(), -1);
+  for (int i = 0, first = -1; i < static_cast<int>(ops.size()); ++i)
+    if (ops[static_cast<std::size_t>(i)].code == mesh_op_code::compute) {
+      pair_first[static_cast<std::size_t>(i)] = first;
+      first = ops[static_cast<std::size_t>(i)].overlapped ? i : -1;
+    }
+  const std::size_t nb = w.buffer_ops.size();
+  std::vector<stream_clock> last(nb, stream_clock{});  // per buffer: its latest op on each stream
+  for (std::size_t b = 0; b < nb; ++b)
+    for (const int i : w.buffer_ops[b]) {
+      const auto s = static_cast<std::size_t>(ops[static_cast<std::size_t>(i)].stream);
+      last[b][s] = std::max(last[b][s], clock[static_cast<std::size_t>(i)][s]);
+    }
+  std::vector<int> slot_of(nb, -1), holder;
+  for (std::size_t b = 0; b < nb; ++b) {
+    const int wr = w.buffer_ops[b].front();
+    const stream_clock& at = clock[static_cast<std::size_t>(wr)];
+    const auto own = static_cast<std::size_t>(ops[static_cast<std::size_t>(wr)].stream);
+    const int half = pair_first[static_cast<std::size_t>(wr)];
+    auto free_for = [&](int h) {
+      if (h < 0) return true;
+      const stream_clock& done = last[static_cast<std::size_t>(h)];
+      for (std::size_t s = 0; s < done.size(); ++s)
+        if (s == own ? done[s] >= at[s] : done[s] > at[s]) return false;
+      for (const int i : w.buffer_ops[static_cast<std::size_t>(h)])
+        if (i == half) return false;
+      return true;
+    };
+    std::size_t n = 0;
+    while (n < holder.size() && !free_for(holder[n])) ++n;
+    if (n == holder.size()) holder.push_back(-1);
+    holder[n] = static_cast<int>(b);
+    slot_of[b] = static_cast<int>(n);
+  }
+  const auto gi = static_cast<std::size_t>(g);
+  const int lowered = l.resources[static_cast<std::size_t>(mp.shape.pipeline_rank(g))].activation_slots;
+  const bool replan = static_cast<int>(holder.size()) < lowered;
+  mp.activation_slots[gi] = replan ? static_cast<int>(holder.size()) : lowered;
+  const auto b0 = static_cast<std::size_t>(mp.begin[gi]);
+  for (std::size_t k = 0; k < w.refs.size();) {  // each op's references, together
+    const int i = w.refs[k].op;
+    mesh_op& o = mp.ops[b0 + static_cast<std::size_t>(i)];
+    o.act = static_cast<int>(mp.act_map.size());
+    mp.act_map.push_back(0);
+    for (; k < w.refs.size() && w.refs[k].op == i; ++k) {
+      const activation_walk::ref& x = w.refs[k];
+      ++mp.act_map[static_cast<std::size_t>(o.act)];
+      mp.act_map.push_back(x.lowered);
+      mp.act_map.push_back(replan ? slot_of[static_cast<std::size_t>(x.buffer)] : x.lowered);
+      mp.act_map.push_back(x.writes ? 1 : 0);
+    }
+  }
+}
+
+/// Every global rank's (lower_mesh calls it for a step with memory actions, after the stash pass).
+constexpr void assign_activation_slots(const program_view& p, const lowered_view& l, mesh_program& mp) {
+  mp.activation_slots.assign(static_cast<std::size_t>(mp.shape.size()), 0);
+  mp.act_map.clear();
+  for (int g = 0; g < mp.shape.size(); ++g) assign_activation_slots(p, l, mp, g);
+}
+
+}  // namespace pipetype::detail
