@@ -26,13 +26,14 @@
 // compared with reference_step_dp (each replica's microbatches in order, replicas in order), and
 // --json adds dp, fsdp, tied, replicas_agree and tied_copies_equal.
 // --offload and --recompute add memory actions (docs/13_memory.md): each microbatch's stash (what
-// a stage keeps for its backward beside its input) copied to a host pool after its forward and
-// back before its backward on a copy stream per rank, or dropped and rebuilt by running the
-// forward again before the backward; placed by the pass (all, or auto: what the gap rule
-// allows), proved, and run by the mesh executor. The gradients stay bitwise the unpipelined
+// a stage keeps for its backward beside its input) and its input copied to a host pool after its
+// forward and back before its backward on a copy stream per rank, or the stash dropped and rebuilt
+// by running the forward again before the backward; placed by the pass (all, or auto: what the gap
+// rule allows), proved, and run by the mesh executor. The gradients stay bitwise the unpipelined
 // run's; --json adds memory: the actions, and per rank the stash pool's slots (the plan's peak),
 // the most in use at once as the step ran (never above the plan's peak: high_water_within_plan),
-// and the slots the same plan needs without actions.
+// the slots the same plan needs without actions, and the activation slots with the actions
+// (offloaded inputs leave theirs) and without.
 #include <pipetype/host.hpp>
 
 #include <algorithm>
@@ -87,8 +88,8 @@ constexpr const char* usage =
     "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"
     "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
-    "--offload, --recompute: memory actions on each microbatch's stash (docs/13): copied to the host and\n"
-    "            back, or rebuilt by running its forward again before the backward\n";
+    "--offload, --recompute: memory actions on each microbatch's stash and input (docs/13): copied to the\n"
+    "            host and back, or the stash rebuilt by running its forward again before the backward\n";
 
 constexpr examples::cli cli{"gpt", usage};
 
@@ -261,18 +262,24 @@ int main(int argc, char** argv) try {
   pt::uniform_chain<gpt::stage>& model = models.front();
   const bool memory = a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none;
   const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory;
-  // --offload, --recompute: the actions on each stage's stash (a copy takes one forward: k = 2/3)
-  pt::memory_sizes stash_bytes;
-  for (int s = 0; s < plan.compute().stages; ++s)
-    stash_bytes.saved.push_back(static_cast<std::int64_t>(model.stage(s % S).stash_extent() * sizeof(float)));
-  stash_bytes.kept = {0};  // a recomputed forward keeps its input in its activation slot
+  // --offload, --recompute: the actions on what each stage saves for its backward, its stash and
+  // its input (none on the first stage, which reads the batch); an OFFLOAD moves both, a
+  // recomputed forward keeps its input (a copy takes one forward: k = 2/3)
+  pt::memory_sizes saved_bytes;
+  saved_bytes.kept.clear();
+  for (int s = 0; s < plan.compute().stages; ++s) {
+    const gpt::stage& st = model.stage(s % S);
+    const auto input = static_cast<std::int64_t>(st.input_extent(0) * sizeof(float));
+    saved_bytes.saved.push_back(static_cast<std::int64_t>(st.stash_extent() * sizeof(float)) + input);
+    saved_bytes.kept.push_back(input);
+  }
   pt::memory_program actions = pt::no_memory_actions(plan.compute());
   if (memory) {
     pt::memory_options mo;
     mo.offload = a.offload;
     mo.recompute = a.recompute;
-    mo.copy_bandwidth = static_cast<double>(std::max<std::int64_t>(stash_bytes.saved_of(0), 1));
-    const pt::memory_step placed = pt::plan_memory(plan.compute(), plan.lowered(), stash_bytes, pt::costs{}, mo);
+    mo.copy_bandwidth = static_cast<double>(std::max<std::int64_t>(saved_bytes.saved_of(0), 1));
+    const pt::memory_step placed = pt::plan_memory(plan.compute(), plan.lowered(), saved_bytes, pt::costs{}, mo);
     if (!placed.result.ok()) cli.fail("the memory actions were refused: " + pt::describe(placed.result));
     actions = placed.actions;
   }
@@ -435,10 +442,13 @@ int main(int argc, char** argv) try {
       };
       std::printf(
           ", \"memory\": {\"offloaded\": %d, \"recomputed\": %d, \"stash_slots\": %s, \"stash_high_water\": %s, "
-          "\"stash_slots_without\": %s, \"high_water_within_plan\": %s}",
+          "\"stash_slots_without\": %s, \"high_water_within_plan\": %s, \"activation_slots\": %s, "
+          "\"activation_slots_without\": %s}",
           offloaded, recomputed, list([&](std::size_t g) { return pools[g].slots; }).c_str(),
           list([&](std::size_t g) { return pools[g].high_water; }).c_str(),
-          list([&](std::size_t g) { return slots_without[g]; }).c_str(), water_within ? "true" : "false");
+          list([&](std::size_t g) { return slots_without[g]; }).c_str(), water_within ? "true" : "false",
+          list([&](std::size_t g) { return pools[g].activation_slots; }).c_str(),
+          list([&](std::size_t g) { return pools[g].lowered_activation_slots; }).c_str());
     }
     std::printf("}\n");
   } else {
@@ -458,6 +468,9 @@ int main(int argc, char** argv) try {
           offloaded, recomputed);
       for (std::size_t g = 0; g < pools.size(); ++g)
         std::printf(" %d/%d/%d", pools[g].high_water, pools[g].slots, slots_without[g]);
+      std::printf("; activation slots (with / without):");
+      for (std::size_t g = 0; g < pools.size(); ++g)
+        std::printf(" %d/%d", pools[g].activation_slots, pools[g].lowered_activation_slots);
       std::printf("\n");
     }
     std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,

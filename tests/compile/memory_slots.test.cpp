@@ -12,6 +12,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,11 +78,16 @@ TEST_CASE("memory slots: every rank's stash pool is its planned peak, and the pr
     const step s = make_step(name, offload, recompute);
     const pt::memory_sizes one{{1}, {0}};
     const std::vector<pt::rank_memory> planned = pt::memory_of(s.plan.compute(), s.actions, one, pt::stash_model);
+    pt::memory_sizes inputs{{1}, std::vector<std::int64_t>(static_cast<std::size_t>(s.plan.compute().stages), 1)};
+    inputs.kept[0] = 0;
+    const std::vector<pt::rank_memory> moved = pt::memory_of(s.plan.compute(), s.actions, inputs, pt::stash_model);
     REQUIRE(s.mesh.stash_slots.size() == planned.size());
     for (std::size_t g = 0; g < planned.size(); ++g) {
       CAPTURE(g);
       CHECK(s.mesh.stash_slots[g] == planned[g].peak_bytes);
-      CHECK(s.mesh.host_slots[g] == planned[g].host_peak_bytes);  // a recomputed forward's OFFLOAD takes none
+      // a host slot per microbatch on the host: a recomputed forward's OFFLOAD moves its input, which
+      // a first stage has none of (it reads the batch)
+      CHECK(s.mesh.host_slots[g] == moved[g].host_peak_bytes);
       // an offloaded input leaves its slot: never more activation slots than the lowering's
       CHECK(s.mesh.activation_slots[g] <= s.plan.lowered().resources[g].activation_slots);
     }
@@ -220,6 +226,21 @@ TEST_CASE("activation slots: 1F1B p=8's rank 1 needs 4 activation slots instead 
       CAPTURE(g);
       CHECK(s.mesh.act_count(s.mesh.rank_ops(g)[i]) == g);
     }
+}
+
+TEST_CASE("activation slots: a recomputed forward's OFFLOAD moves its input, into a host slot of its own") {
+  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::all, 8, 16);
+  int moved = 0;
+  for (const pt::mesh_op& o : s.mesh.rank_ops(1))
+    if (o.code == pt::mesh_op_code::offload && o.kept_only) {
+      CHECK(s.mesh.act_count(o) == 1);
+      CHECK(o.host_slot >= 0);
+      ++moved;
+    }
+  CHECK(moved > 0);
+  CHECK(s.mesh.activation_slots[1] < s.plan.lowered().resources[1].activation_slots);
+  for (const pt::mesh_op& o : s.mesh.rank_ops(0))  // stage 0 reads the batch: nothing to move, no slot
+    if (o.code == pt::mesh_op_code::offload && o.kept_only) CHECK((s.mesh.act_count(o) == 0 && o.host_slot < 0));
 }
 
 TEST_CASE("activation slots: the proof refuses a slot reused too early and an input read where it is not") {

@@ -4,7 +4,8 @@
 // stage's input stays in its slot until the microbatch's last backward (compile/lower.hpp,
 // "Slots"). With memory actions that input moves with its stash (compile/memory_slots.hpp): the
 // OFFLOAD copies it to the host after the stash, and the RELOAD copies it back. lower_mesh runs
-// this pass after the stash pass, on each global rank's ops in issue order:
+// this pass before the stash pass (which gives a host slot to a copy that moves only an input),
+// on each global rank's ops in issue order:
 //
 //   buffers   a recv and a forward's output write one, and a forward, backward, send or
 //             RECOMPUTE reads one, as the lowered op's slots say (lowered_op::slot, slots_of). An
@@ -12,8 +13,8 @@
 //             there. The RELOAD writes each into a new buffer, which its backwards then read. An
 //             input moves when only its own microbatch's forward and backwards read it: not the
 //             batch (stage 0 has no input to move), not an output that is also sent, not a fan-out
-//             that another consumer reads, nor a recomputed forward's input (its RECOMPUTE reads
-//             it where it stayed)
+//             that another consumer reads. A recomputed forward's input moves too (all it saved):
+//             its RECOMPUTE reads it where the RELOAD put it
 //   slots     each buffer in the order it is first written takes the lowest slot whose previous
 //             holder's ops all happen before its writer (compile/stream_clocks.hpp: the events
 //             the step already has, no new ones; on the writer's own stream strictly before, so
@@ -117,7 +118,7 @@ constexpr activation_walk walk_activations(const program_view& p, const lowered_
     const auto cc = static_cast<std::size_t>(c);
     if (o.code == mesh_op_code::recompute) {  // its forward again, from the input it kept
       for (const int k : w.inputs[cc]) read(i, k, c);
-    } else if (is_copy(o.code) && !o.kept_only && cc < moved.size()) {
+    } else if (is_copy(o.code) && cc < moved.size()) {
       for (const int k : moved[cc])
         if (o.code == mesh_op_code::offload)
           read(i, k, c), cur[static_cast<std::size_t>(k)] = -1;  // on the host until its RELOAD
@@ -136,7 +137,7 @@ constexpr std::vector<std::vector<int>> moved_inputs(const program_view& p, cons
   const auto M = static_cast<std::size_t>(p.microbatches);
   const std::span<const mesh_op> ops = mp.rank_ops(g);
   for (const mesh_op& o : ops)
-    if (o.code == mesh_op_code::offload && !o.kept_only && o.stage >= 0 && o.stage < p.stages && o.microbatch >= 0 &&
+    if (o.code == mesh_op_code::offload && o.stage >= 0 && o.stage < p.stages && o.microbatch >= 0 &&
         o.microbatch < p.microbatches)
       offloaded[static_cast<std::size_t>(o.stage) * M + static_cast<std::size_t>(o.microbatch)] = 1;
   // a forward's inputs (its reads) that only its own microbatch's ops read

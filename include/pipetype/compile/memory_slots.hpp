@@ -1,9 +1,9 @@
 // pipetype/compile/memory_slots.hpp — the stash and host slots of a step with memory actions.
 //
-// What a stage saves for its backward besides its input is its stash; the input stays in the
-// activation slot the lowering gave it until the last backward. With memory actions
-// (compile/memory_actions.hpp) the stash is what moves: an OFFLOAD copies a microbatch's stash to
-// a host slot, a RELOAD copies it back into a device slot, and a forward that will be recomputed
+// What a stage saves for its backward besides its input is its stash. With memory actions
+// (compile/memory_actions.hpp) an OFFLOAD copies a microbatch's stash to a host slot (its input
+// too, which compile/activation_slots.hpp moves out of the activation pool), a RELOAD copies it
+// back into a device slot, and a forward that will be recomputed
 // writes its stash to a scratch block that no one reads (its RECOMPUTE writes it again into a slot
 // of its own before the backward). lower_mesh runs this pass last, on each global rank's ops in
 // their order, turning memory_of's accounting into slots:
@@ -15,9 +15,10 @@
 //                  a RELOAD may take it: the copy stream runs its copies in order, so the OFFLOAD
 //                  has completed when the RELOAD starts
 //   host slots     taken by an OFFLOAD, freed when the backward or RECOMPUTE that reads the
-//                  RELOADed stash runs (the RELOAD has completed then). The OFFLOAD and RELOAD of
-//                  a forward that is recomputed move no stash (its input stays in its activation
-//                  slot), so they take no slot at all
+//                  RELOADed stash runs (the RELOAD has completed then). A slot holds the stash,
+//                  then the inputs the copy moves (compile/activation_slots.hpp). The OFFLOAD and
+//                  RELOAD of a forward that is recomputed move no stash, only its input: they take
+//                  a host slot when they move one (not on a first stage, which reads the batch)
 //
 // The results are mesh_op::stash_slot, host_slot, scratch and the pool's take/free counts per op,
 // and per global rank mesh_program::stash_slots and host_slots: the step's peak in stash slots,
@@ -126,7 +127,10 @@ constexpr void assign_memory_slots(const program_view& p, const memory_program& 
     const std::size_t c = cell(o.stage, o.microbatch);
     if (o.code == mesh_op_code::offload) {
       o.stash_slot = at[c];
-      if (recomputed[c]) continue;  // its stash is rebuilt, not moved: nothing here goes to the host
+      if (recomputed[c]) {  // its stash is rebuilt, not moved: only its input goes to the host, if it moves one
+        if (mp.act_count(o) > 0) at_host[c] = o.host_slot = take_slot(host, false, borrowed);
+        continue;
+      }
       at_host[c] = take_slot(host, false, borrowed);
       o.host_slot = at_host[c];
       if (at[c] >= 0) {
@@ -135,7 +139,10 @@ constexpr void assign_memory_slots(const program_view& p, const memory_program& 
       }
       at[c] = -1;
     } else if (o.code == mesh_op_code::reload) {
-      if (recomputed[c]) continue;  // its stash is rebuilt, not moved: the RELOAD brings its input only
+      if (recomputed[c]) {  // its stash is rebuilt, not moved: the RELOAD brings its input only
+        if (at_host[c] >= 0) o.host_slot = at_host[c], reading[c] = 1;  // (freed when its RECOMPUTE reads it)
+        continue;
+      }
       at[c] = take_slot(slot, true, borrowed);
       o.taken = borrowed ? 0 : 1;
       o.stash_slot = at[c];

@@ -325,8 +325,8 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     out.events[static_cast<std::size_t>(g)] = events;
   }
   if (!mem.empty()) {
-    detail::assign_memory_slots(p, mem, out);    // the stash and host slots (compile/memory_slots.hpp)
     detail::assign_activation_slots(p, l, out);  // the activation slots (compile/activation_slots.hpp)
+    detail::assign_memory_slots(p, mem, out);    // the stash and host slots (compile/memory_slots.hpp)
   }
   return out;
 }

@@ -101,7 +101,11 @@ constexpr verdict verify_memory_slots(program_view p, const mesh_program& mp, in
         if (!read(dev, o.stash_slot, c, i)) return fail(i, elsewhere);
       }
     } else if (o.code == mesh_op_code::offload) {
-      if (o.kept_only) continue;  // a recomputed forward's: its stash is rebuilt, nothing moves
+      if (o.kept_only) {  // a recomputed forward's: its stash is rebuilt, only its input may move
+        if (o.host_slot >= 0 && !write(host, o.host_slot, c, i))
+          return fail(i, "a host slot may be written while a RELOAD still reads it");
+        continue;
+      }
       if (o.stash_slot < 0) return fail(i, "an OFFLOAD copies from no stash slot");
       if (o.host_slot < 0) return fail(i, "an OFFLOAD copies into no host slot");
       if (!read(dev, o.stash_slot, c, i)) return fail(i, elsewhere);
@@ -110,7 +114,11 @@ constexpr verdict verify_memory_slots(program_view p, const mesh_program& mp, in
       dev[static_cast<std::size_t>(o.stash_slot)].cell = -1;
       if (!write(host, o.host_slot, c, i)) return fail(i, "a host slot may be written while a RELOAD still reads it");
     } else if (o.code == mesh_op_code::reload) {
-      if (o.kept_only) continue;  // a recomputed forward's: nothing moves
+      if (o.kept_only) {  // a recomputed forward's: only its input, if its OFFLOAD moved one
+        if (o.host_slot >= 0 && !read(host, o.host_slot, c, i))
+          return fail(i, "a RELOAD reads another microbatch's host slot");
+        continue;
+      }
       if (o.stash_slot < 0) return fail(i, "a RELOAD copies into no stash slot");
       if (o.host_slot < 0 || !read(host, o.host_slot, c, i))
         return fail(i, "a RELOAD reads another microbatch's host slot");

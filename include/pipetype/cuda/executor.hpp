@@ -327,7 +327,9 @@ class executor {
         if (o->code == op_code::compute) {
           compute(d, calls[o->index], s, b);
         } else if (o->code == op_code::collective) {  // a mesh step's (or only its record or wait)
-          if (o->index != no_collective) collective(d, colls_[o->index], s);
+          if (o->index != no_collective)              // (a copy's parts: its stash, then each input it moves)
+            for (std::uint32_t k = o->index, end = o->last > k ? o->last : k + 1; k != end; ++k)
+              collective(d, colls_[k], s);
         } else {
           d.group_start();
           for (const transfer *x = tr + o->index, *end = tr + o->last; x != end; ++x) {
@@ -469,6 +471,7 @@ class executor {
     std::uint8_t pair = 0;    // an overlapped F&B pair: 1 its first half, 2 its second (on streams_[2])
     std::uint8_t stream = 0;  // the program's stream (0 compute, 1 comm, 2 a mesh's dp), for failures
     std::uint32_t index = 0;  // compute: calls_[index]; group: transfers_[index, last); collective: colls_[index]
+                              // (a copy: colls_[index, last), its parts)
     std::uint32_t last = 0;
     typename D::stream s{};
     typename D::event wait{}, record{};
@@ -613,12 +616,17 @@ class executor {
     const std::span<const lowered_op> ops = l.rank_ops(rank_);
     auto entry = [&](int s) -> const stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
     const rank_pools layout = pipetype::detail::layout_of(p, ops, res, entries_);  // the plan's pools (pools_of)
-    std::byte* acts = alloc(layout.activations);
-    std::byte* grads = alloc(layout.gradients);
     // a mesh step with memory actions: the stashes in a pool of the step's peak, in the slots its
-    // lowering gave them (compile/memory_slots.hpp), the offloaded ones in pinned host memory
+    // lowering gave them (compile/memory_slots.hpp), the offloaded ones in pinned host memory, and
+    // the activations in the pool it planned (compile/activation_slots.hpp)
     const bool memory = mesh_ && !mesh_->memory.empty();
+    const std::size_t activation_slots =
+        memory ? static_cast<std::size_t>(mesh_->activation_slots.at(static_cast<std::size_t>(global_)))
+               : static_cast<std::size_t>(res.activation_slots);
+    std::byte* acts = alloc(layout.activation_stride * activation_slots);
+    std::byte* grads = alloc(layout.gradients);
     pipetype::detail::memory_layout ml;
+    std::size_t host_stride = 0;  // a host slot: a stash, then the inputs its copy moves
     std::byte *stash_pool = nullptr, *scratch_stash = nullptr, *scratch_out = nullptr;
     if (memory) {
       ml = pipetype::detail::memory_layout_of(mesh_->memory, *mesh_, global_, layout.stash_stride);
@@ -628,9 +636,10 @@ class executor {
       for (const lowered_op& o : ops)
         if (o.code == op_code::compute) out_bytes = std::max(out_bytes, entry(o.stage).out.bytes);
       scratch_out = alloc(pipetype::detail::round_up64(out_bytes));
-      if (ml.host_slots > 0 && ml.stride > 0) {
+      host_stride = ml.stride + layout.activation_stride * pipetype::detail::most_moved_inputs(*mesh_, global_);
+      if (ml.host_slots > 0 && host_stride > 0) {
         if constexpr (moves_to_host<D>)
-          host_pool_ = static_cast<std::byte*>(d_.allocate_host(ml.stride * static_cast<std::size_t>(ml.host_slots)));
+          host_pool_ = static_cast<std::byte*>(d_.allocate_host(host_stride * static_cast<std::size_t>(ml.host_slots)));
         else
           throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(global_) +
                                       ": the step offloads stashes to host memory and the driver cannot keep them "
@@ -644,8 +653,10 @@ class executor {
       if (o.scratch) return scratch_stash;
       return o.stash_slot >= 0 ? stash_pool + ml.stride * static_cast<std::size_t>(o.stash_slot) : nullptr;
     };
-    std::vector<int> forward_call;  // per (stage, microbatch): its forward's calls_ index (for a RECOMPUTE)
+    // per (stage, microbatch): its forward's calls_ index and lowered op (for a RECOMPUTE)
+    std::vector<int> forward_call, forward_op;
     if (memory) forward_call.assign(static_cast<std::size_t>(p.stages) * static_cast<std::size_t>(p.microbatches), -1);
+    if (memory) forward_op.assign(forward_call.size(), -1);
     std::byte* stashes = memory ? nullptr : alloc(layout.stashes);
     for (const lowered_op& o : ops)
       if (o.code == op_code::compute &&
@@ -673,9 +684,20 @@ class executor {
     auto at = [](std::byte* pool, std::size_t stride, int slot) {
       return slot < 0 || pool == nullptr ? nullptr : pool + stride * static_cast<std::size_t>(slot);
     };
-    auto act_at = [&](int slot) { return at(acts, layout.activation_stride, slot); };
+    // the activation slot of lowered slot `slot` at the op being bound: the lowering's, or with
+    // memory actions the one the step's pool has it in at mesh op `here` (act_slot)
+    const mesh_op* here = nullptr;
+    auto act_at = [&](int slot) {
+      if (memory && slot >= 0) {
+        const int k = here ? mesh_->act_slot(*here, slot) : -1;
+        if (k < 0) throw std::logic_error("pipetype::cuda: an activation the mesh step does not place");
+        return at(acts, layout.activation_stride, k);
+      }
+      return at(acts, layout.activation_stride, slot);
+    };
     auto grad_at = [&](int slot) { return at(grads, layout.gradient_stride, slot); };
-    lists_.reserve(pipetype::detail::list_pool_size(l, ops));
+    // (with memory actions, room for each RECOMPUTE's inputs again: at most one a forward)
+    lists_.reserve(pipetype::detail::list_pool_size(l, ops) * (memory ? 2 : 1));
     const pipetype::detail::weight_grad_plan wg = pipetype::detail::plan_weight_grads(ops, res, entries_);
     std::byte* wgrads = alloc(wg.bytes);
     auto wg_at = [&](int slot) { return wgrads + wg.offset[static_cast<std::size_t>(slot)]; };
@@ -733,26 +755,45 @@ class executor {
             throw std::invalid_argument("pipetype::cuda: rank " + std::to_string(global_) + ": " +
                                         pipetype::detail::mesh_op_label(*m) + " comes before its forward");
           bound_op again = calls_[static_cast<std::size_t>(f)];
+          // its inputs where the RECOMPUTE finds them (a RELOAD may have brought them back elsewhere)
+          const op_slots sl = l.slots_of(ops[static_cast<std::size_t>(forward_op[cell])]);
+          here = m;
+          if (!sl.in.empty()) again.in = act_at(sl.in[0]);
+          if (sl.in.size() > 1) {
+            if (lists_.size() + sl.in.size() > lists_.capacity())
+              throw std::logic_error("pipetype::cuda: the list pool is smaller than its RECOMPUTEs need");
+            again.in_list = lists_.data() + lists_.size();
+            for (const int slot : sl.in) lists_.push_back(act_at(slot));
+          }
           again.stash = stash_at(k);
           again.out = scratch_out;  // (its output is the forward's, still in its slot)
           again.add_count = 0;
           x.code = op_code::compute;
           x.index = static_cast<std::uint32_t>(calls_.size());
           calls_.push_back(again);
-        } else {  // a copy between its device slot and its host slot, on the copy stream
-          std::byte* dev = stash_at(k);
+        } else {  // a copy between its device slots and its host slot, on the copy stream
           std::byte* host = ml.ops[k].host_slot >= 0 && host_pool_
-                                ? host_pool_ + ml.stride * static_cast<std::size_t>(ml.ops[k].host_slot)
+                                ? host_pool_ + host_stride * static_cast<std::size_t>(ml.ops[k].host_slot)
                                 : nullptr;
-          if (dev == nullptr || host == nullptr) continue;  // a recomputed forward's: no stash of its own moves
-          coll c;
-          c.what = m->code;
-          c.array = dev;
-          c.host = host;
-          c.n = entry(m->stage).stash_bytes();
           x.code = op_code::collective;
           x.index = static_cast<std::uint32_t>(colls_.size());
-          colls_.push_back(c);
+          auto part = [&](std::byte* dev, std::byte* to, std::size_t n) {
+            if (dev == nullptr || to == nullptr || n == 0) return;  // a recomputed forward's: nothing moves
+            coll c;
+            c.what = m->code;
+            c.array = dev;
+            c.host = to;
+            c.n = n;
+            colls_.push_back(c);
+          };
+          part(stash_at(k), host, entry(m->stage).stash_bytes());  // its stash, then each input it moves
+          const int moved = mesh_->act_count(*m);
+          for (int q = 0; q < moved; ++q)
+            part(at(acts, layout.activation_stride, mesh_->act_at(*m, q).slot),
+                 host ? host + ml.stride + layout.activation_stride * static_cast<std::size_t>(q) : nullptr,
+                 pipetype::detail::moved_input_bytes(entry(m->stage), moved, layout.activation_stride));
+          x.last = static_cast<std::uint32_t>(colls_.size());
+          if (x.last == x.index) continue;
         }
         labels_.push_back(pipetype::detail::mesh_op_label(*m));
         ops_.push_back(x);
@@ -763,6 +804,7 @@ class executor {
         continue;
       }
       const std::size_t i = m ? static_cast<std::size_t>(m->source) : k;
+      here = m;  // (act_at: the slots this op finds its activations in)
       const lowered_op& o = ops[i];
       const int wait_event = m ? m->wait_event : o.wait_event, record_event = m ? m->record_event : o.record_event;
       if (o.code == op_code::send || o.code == op_code::recv) {
@@ -827,9 +869,12 @@ class executor {
                                        : st >= 0 ? stashes + layout.stash_stride * static_cast<std::size_t>(st)
                                                  : nullptr,
                                        l, batch_, lists_);
-        if (memory && o.what == kind::F)
-          forward_call[static_cast<std::size_t>(o.stage) * static_cast<std::size_t>(p.microbatches) +
-                       static_cast<std::size_t>(o.microbatch)] = static_cast<int>(x.index);
+        if (memory && o.what == kind::F) {
+          const std::size_t cell = static_cast<std::size_t>(o.stage) * static_cast<std::size_t>(p.microbatches) +
+                                   static_cast<std::size_t>(o.microbatch);
+          forward_call[cell] = static_cast<int>(x.index);
+          forward_op[cell] = static_cast<int>(i);
+        }
         call.stream = x.pair == 2 ? aux_native : compute_native_;
         if (outputs_ && o.what == kind::F && call.sink >= 0)  // a sink's output, kept
           call.out = outputs_ + outputs_at_.at(call.sink, o.microbatch, p.microbatches);

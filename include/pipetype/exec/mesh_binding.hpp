@@ -59,7 +59,7 @@ struct stash_pool {
   // the activation pool the step plans (compile/activation_slots.hpp), and its fan-ins' address lists
   pipetype::detail::aligned_bytes activations;
   std::size_t activation_stride = 0;
-  int activation_slots = 0;
+  int activation_slots = 0, lowered_activation_slots = 0;  // the step's, and the lowering's without actions
   std::vector<std::byte*> lists;
 };
 
@@ -191,6 +191,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       pool->scratch_out = pipetype::detail::aligned_bytes(pipetype::detail::round_up64(out_bytes));
       pool->activation_stride = br.activation_stride;
       pool->activation_slots = mp.activation_slots.at(static_cast<std::size_t>(g));
+      pool->lowered_activation_slots = l.resources[static_cast<std::size_t>(r)].activation_slots;
       pool->activations =
           pipetype::detail::aligned_bytes(pool->activation_stride * static_cast<std::size_t>(pool->activation_slots));
       pool->lists.reserve(br.lists.capacity());

@@ -30,10 +30,12 @@
 // With mesh_options::memory (docs/13: OFFLOAD, RELOAD, RECOMPUTE, placed by place_memory or
 // plan_memory, or written) every replica runs the same actions: a microbatch's stash copied to a
 // host pool and back on a fourth, copy stream per global rank, or rebuilt by running its forward
-// again before its backward. The stashes then live in a pool per rank that is the plan's peak
-// (memory_of with stash_model) in slots; stash_pools() says how many were in use at once as the
-// last step ran. The gradients are the same bits as without the actions (a forward must be
-// deterministic to be recomputed). A one-replica mesh (mesh{pp, 1}) runs them on a plain pipeline.
+// again before its backward; an OFFLOAD moves the microbatch's input too (where only its own ops
+// read it), out of an activation pool the step plans. The stashes then live in a pool per rank that
+// is the plan's peak (memory_of with stash_model) in slots; stash_pools() says how many were in use
+// at once as the last step ran, and how many activation slots the step needs against the lowering's. The gradients are
+// the same bits as without the actions (a forward must be deterministic to be recomputed). A one-replica mesh (mesh{pp,
+// 1}) runs them on a plain pipeline.
 #pragma once
 
 #include <algorithm>
@@ -60,10 +62,13 @@ struct mesh_options {
 };
 
 /// One global rank's stash pool in a step with memory actions: its slots (the plan's peak), the
-/// most in use at once in the last step (measured as the ops ran), the slot's bytes, the host pool.
+/// most in use at once in the last step (measured as the ops ran), the slot's bytes, the host pool;
+/// and its activation pool's slots, which the step plans (compile/activation_slots.hpp: fewer
+/// than the lowering's when offloaded inputs leave theirs), beside the lowering's.
 struct stash_pool_use {
   int slots = 0, high_water = 0, host_slots = 0;
   std::size_t stride = 0;
+  int activation_slots = 0, lowered_activation_slots = 0;
 };
 
 template <stage_graph Model>
@@ -165,7 +170,8 @@ class mesh_executor {
   std::vector<stash_pool_use> stash_pools() const {
     std::vector<stash_pool_use> out;
     for (const std::unique_ptr<stash_pool>& pl : state().pools)
-      out.push_back({pl->device_slots, pl->use.high.load(std::memory_order_relaxed), pl->host_slots, pl->stride});
+      out.push_back({pl->device_slots, pl->use.high.load(std::memory_order_relaxed), pl->host_slots, pl->stride,
+                     pl->activation_slots, pl->lowered_activation_slots});
     return out;
   }
 
