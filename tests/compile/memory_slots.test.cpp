@@ -34,12 +34,10 @@ static_assert(offloaded::host_slots(0) == 4 && offloaded::stash_slots(3) == 1);
 using plain = pt::memory_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>>;
 static_assert(plain::stash_slots(0) == 4 && plain::stash_slots(3) == 1 && plain::host_slots(0) == 0);
 
-// 1F1B, p = 6: an offloaded input leaves its activation slot, so rank 1 needs 4 instead of 7
-using offloaded6 = pt::memory_plan<pt::one_f_one_b<pt::ranks<6>, pt::microbatches<12>>,
-                                   pt::offloads<pt::memory_policy::all>, pt::host_link<2>>;
-using plain6 = pt::memory_plan<pt::one_f_one_b<pt::ranks<6>, pt::microbatches<12>>>;
-static_assert(plain6::activation_slots(1) == 7 && offloaded6::activation_slots(1) == 4);
-static_assert(offloaded6::activation_slots(0) == plain6::activation_slots(0));  // stage 0 reads the batch
+// the activation slots with the actions are constants too, never more than the lowering's (an
+// offloaded input leaves its slot: p = 8 below; a larger plan as a type needs pipetype_large_plans)
+static_assert(offloaded::activation_slots(1) <= plain::activation_slots(1) && plain::activation_slots(1) == 5);
+static_assert(offloaded::activation_slots(0) == plain::activation_slots(0));  // stage 0 reads the batch
 
 struct step {
   pt::runtime_plan plan;
@@ -256,7 +254,7 @@ TEST_CASE("activation slots: the proof refuses a slot reused too early and an in
   SUBCASE("every activation in slot 0") {
     pt::mesh_program bad = s.mesh;
     for (const pt::mesh_op& o : bad.rank_ops(1))
-      for (int k = 0; k < bad.act_count(o); ++k) bad.act_map[static_cast<std::size_t>(o.act) + 2 + 3 * k] = 0;
+      for (int k = 0; k < bad.act_count(o); ++k) bad.act_map[static_cast<std::size_t>(o.act + 2 + 3 * k)] = 0;
     const pt::verdict v = verify(s, bad);
     REQUIRE_FALSE(v.ok());
     CHECK(std::string(v.detail) ==

@@ -1,5 +1,5 @@
 // Memory actions on the device executor, through the record driver (docs/13): an OFFLOAD is a
-// device-to-host copy into pinned memory on the rank's copy stream, after an event the compute
+// device-to-host copy of the stash and of the input into pinned memory on the rank's copy stream, after an event the compute
 // stream recorded behind the forward; a RELOAD the copy back, which the backward (or RECOMPUTE)
 // that reads it waits for; a RECOMPUTE the forward again on the compute stream. Over the loopback
 // transport every schedule trains the MLP of examples/mlp.hpp bitwise like the unpipelined run,

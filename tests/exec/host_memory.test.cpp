@@ -1,6 +1,7 @@
 // Memory actions on host threads (exec/mesh_binding.hpp, bind/memory_layout.hpp): OFFLOAD and
-// RELOAD copy a microbatch's stash to a host pool and back on the copy stream, RECOMPUTE runs its
-// forward again; the MLP of examples/mlp.hpp trains with gradients bitwise equal to the
+// RELOAD copy a microbatch's stash and input to a host pool and back on the copy stream (the input
+// into the activation slot the step planned for it), RECOMPUTE runs its forward again; the MLP of
+// examples/mlp.hpp, whose backward reads its input, trains with gradients bitwise equal to the
 // unpipelined run under every schedule, with the offloaded slots filled with NaN bytes until
 // their RELOAD, and each rank's stash pool is the plan's peak (memory_of) in slots, its measured
 // high-water mark never above it.

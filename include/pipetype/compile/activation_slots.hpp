@@ -43,22 +43,30 @@
 
 namespace pipetype::detail {
 
-/// A rank's activation references in issue order, as buffers (see the top of this file).
+/// A rank's activation references in issue order, as buffers (see the top of this file), kept
+/// flat: a plan that is a type runs this in a constant evaluation, under the compiler's step limit.
 struct activation_walk {
   struct ref {
     int op = -1, lowered = -1, buffer = -1;
     bool writes = false;
   };
   std::vector<ref> refs;
-  std::vector<std::vector<int>> buffer_ops;  // per buffer: its ops, its writer first
-  std::vector<int> sole;                     // per buffer: the one cell whose ops read it; −1 none, −2 several
-  std::vector<std::vector<int>> inputs;      // per cell (stage · M + microbatch): its forward's input slots (lowered)
+  // per buffer: its writer, the one cell whose ops read it (−1 none, −2 several or a send), its
+  // latest op's clock on each stream, and its latest compute op
+  std::vector<int> writer, sole, last_compute;
+  std::vector<stream_clock> last;
+  // per cell (stage · M + microbatch): its forward's inputs at in_slots[in_at, in_at + in_n), each
+  // with its buffer then and whether its OFFLOAD and RELOAD move it
+  std::vector<int> in_at, in_n, in_slots, in_buffer;
+  std::vector<char> in_moves;
 };
 
-/// Walks global rank g of `mp` (lowered from `p` as `l`), moving per cell the lowered input slots
-/// in moved[cell] at its OFFLOAD and RELOAD (none when `moved` is empty).
+/// Walks global rank g of `mp` (lowered from `p` as `l`, its ops' clocks `clock`). `moves`: per
+/// forward input in walk order, whether its OFFLOAD and RELOAD move it (empty: none moves). A
+/// walk that only asks which inputs may move (`readers_only`) keeps only the buffers' readers.
 constexpr activation_walk walk_activations(const program_view& p, const lowered_view& l, const mesh_program& mp, int g,
-                                           const std::vector<std::vector<int>>& moved) {
+                                           const std::vector<stream_clock>& clock, const std::vector<char>& moves,
+                                           bool readers_only = false) {
   const int r = mp.shape.pipeline_rank(g);
   const std::span<const lowered_op> low = l.rank_ops(r);
   const std::span<const mesh_op> ops = mp.rank_ops(g);
@@ -70,27 +78,41 @@ constexpr activation_walk walk_activations(const program_view& p, const lowered_
                : -1;
   };
   activation_walk w;
-  w.inputs.assign(cells, {});
+  w.in_at.assign(cells, 0);
+  w.in_n.assign(cells, 0);
+  if (!readers_only) w.refs.reserve(2 * ops.size()), w.last_compute.reserve(ops.size()), w.last.reserve(ops.size());
+  w.writer.reserve(ops.size()), w.sole.reserve(ops.size());
   std::vector<int> cur(static_cast<std::size_t>(l.resources[static_cast<std::size_t>(r)].activation_slots), -1);
   auto bad = [&](int i, const char* why) {
     return std::invalid_argument("pipetype::lower_mesh: rank " + std::to_string(g) + ", op " + std::to_string(i) +
                                  ": " + why);
   };
+  auto touch = [&](int b, int i) {  // op i uses buffer b: its latest op on i's stream
+    const mesh_op& o = ops[static_cast<std::size_t>(i)];
+    const auto s = static_cast<std::size_t>(o.stream);
+    stream_clock& at = w.last[static_cast<std::size_t>(b)];
+    at[s] = std::max(at[s], clock[static_cast<std::size_t>(i)][s]);
+    if (o.code == mesh_op_code::compute) w.last_compute[static_cast<std::size_t>(b)] = i;
+  };
   auto write = [&](int i, int k) {
     if (k < 0 || static_cast<std::size_t>(k) >= cur.size()) throw bad(i, "an activation slot past the lowered pool");
-    cur[static_cast<std::size_t>(k)] = static_cast<int>(w.buffer_ops.size());
-    w.refs.push_back({i, k, static_cast<int>(w.buffer_ops.size()), true});
-    w.buffer_ops.push_back({i});
-    w.sole.push_back(-1);
+    const int b = static_cast<int>(w.writer.size());
+    cur[static_cast<std::size_t>(k)] = b;
+    w.writer.push_back(i), w.sole.push_back(-1);
+    if (readers_only) return;
+    w.refs.push_back({i, k, b, true});
+    w.last_compute.push_back(-1), w.last.push_back(stream_clock{});
+    touch(b, i);
   };
   auto read = [&](int i, int k, int c) {
     if (k < 0 || static_cast<std::size_t>(k) >= cur.size() || cur[static_cast<std::size_t>(k)] < 0)
       throw bad(i, "an op reads an activation slot that holds nothing");
     const int b = cur[static_cast<std::size_t>(k)];
-    w.refs.push_back({i, k, b, false});
-    w.buffer_ops[static_cast<std::size_t>(b)].push_back(i);
     int& s = w.sole[static_cast<std::size_t>(b)];
     s = c < 0 || s == -2 || (s >= 0 && s != c) ? -2 : c;
+    if (readers_only) return;
+    w.refs.push_back({i, k, b, false});
+    touch(b, i);
   };
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
     const mesh_op& o = ops[static_cast<std::size_t>(i)];
@@ -105,10 +127,10 @@ constexpr activation_walk walk_activations(const program_view& p, const lowered_
         const op_slots sl = l.slots_of(x);
         for (const int k : sl.in) read(i, k, c);
         if (x.what != kind::F) continue;
-        if (c >= 0) {
-          std::vector<int>& in = w.inputs[static_cast<std::size_t>(c)];
-          in.clear();
-          for (const int k : sl.in) in.push_back(k);  // (not assign: a chain's span is one field)
+        if (c >= 0) {  // its inputs, for its copies and its RECOMPUTE
+          w.in_at[static_cast<std::size_t>(c)] = static_cast<int>(w.in_slots.size());
+          w.in_n[static_cast<std::size_t>(c)] = static_cast<int>(sl.in.size());
+          for (const int k : sl.in) w.in_slots.push_back(k), w.in_buffer.push_back(cur[static_cast<std::size_t>(k)]);
         }
         for (const int k : sl.out) write(i, k);
       }
@@ -116,74 +138,69 @@ constexpr activation_walk walk_activations(const program_view& p, const lowered_
     }
     if (c < 0) continue;
     const auto cc = static_cast<std::size_t>(c);
+    const auto first = static_cast<std::size_t>(w.in_at[cc]), n = static_cast<std::size_t>(w.in_n[cc]);
     if (o.code == mesh_op_code::recompute) {  // its forward again, from the input it kept
-      for (const int k : w.inputs[cc]) read(i, k, c);
-    } else if (is_copy(o.code) && cc < moved.size()) {
-      for (const int k : moved[cc])
+      for (std::size_t q = first; q < first + n; ++q) read(i, w.in_slots[q], c);
+    } else if (is_copy(o.code)) {
+      for (std::size_t q = first; q < first + n && q < moves.size(); ++q) {
+        if (!moves[q]) continue;
+        const int k = w.in_slots[q];
         if (o.code == mesh_op_code::offload)
           read(i, k, c), cur[static_cast<std::size_t>(k)] = -1;  // on the host until its RELOAD
         else
           write(i, k);
+      }
     }
   }
   return w;
 }
 
-/// The lowered input slots each OFFLOAD of global rank g moves (see the top of this file).
-constexpr std::vector<std::vector<int>> moved_inputs(const program_view& p, const mesh_program& mp, int g,
-                                                     const activation_walk& still) {
-  std::vector<std::vector<int>> moved(still.inputs.size());
-  std::vector<char> offloaded(moved.size(), 0);
+/// Per forward input of global rank g (in `still`'s walk order), whether its OFFLOAD moves it: an
+/// OFFLOAD's forward's input that only its own microbatch's ops read (see the top of this file).
+constexpr std::vector<char> moved_inputs(const program_view& p, const mesh_program& mp, int g,
+                                         const activation_walk& still) {
   const auto M = static_cast<std::size_t>(p.microbatches);
-  const std::span<const mesh_op> ops = mp.rank_ops(g);
-  for (const mesh_op& o : ops)
+  std::vector<char> offloaded(still.in_at.size(), 0), moves(still.in_slots.size(), 0);
+  for (const mesh_op& o : mp.rank_ops(g))
     if (o.code == mesh_op_code::offload && o.stage >= 0 && o.stage < p.stages && o.microbatch >= 0 &&
         o.microbatch < p.microbatches)
       offloaded[static_cast<std::size_t>(o.stage) * M + static_cast<std::size_t>(o.microbatch)] = 1;
-  // a forward's inputs (its reads) that only its own microbatch's ops read
-  for (const activation_walk::ref& x : still.refs) {
-    const mesh_op& o = ops[static_cast<std::size_t>(x.op)];
-    if (x.writes || o.code != mesh_op_code::compute || o.what != kind::F) continue;
-    const std::size_t c = static_cast<std::size_t>(o.stage) * M + static_cast<std::size_t>(o.microbatch);
-    if (offloaded[c] && still.sole[static_cast<std::size_t>(x.buffer)] == static_cast<int>(c))
-      moved[c].push_back(x.lowered);
+  for (std::size_t c = 0; c < offloaded.size(); ++c) {
+    if (!offloaded[c]) continue;
+    const auto first = static_cast<std::size_t>(still.in_at[c]), n = static_cast<std::size_t>(still.in_n[c]);
+    for (std::size_t q = first; q < first + n; ++q)
+      moves[q] =
+          still.in_buffer[q] >= 0 && still.sole[static_cast<std::size_t>(still.in_buffer[q])] == static_cast<int>(c);
   }
-  return moved;
+  return moves;
 }
 
 /// Assigns global rank g's activation slots in `mp` (lowered from `p` as `l`; see the top of this file).
 constexpr void assign_activation_slots(const program_view& p, const lowered_view& l, mesh_program& mp, int g) {
-  const activation_walk w = walk_activations(p, l, mp, g, moved_inputs(p, mp, g, walk_activations(p, l, mp, g, {})));
-  const std::span<const mesh_op> ops = mp.rank_ops(g);
   const std::vector<stream_clock> clock = rank_clocks(mp, g);
-  // per op: when it is the second half of an overlapped pair, the first half
-  std::vector<int> pair_first(ops.size(), -1);
-  for (int i = 0, first = -1; i < static_cast<int>(ops.size()); ++i)
-    if (ops[static_cast<std::size_t>(i)].code == mesh_op_code::compute) {
-      pair_first[static_cast<std::size_t>(i)] = first;
-      first = ops[static_cast<std::size_t>(i)].overlapped ? i : -1;
-    }
-  const std::size_t nb = w.buffer_ops.size();
-  std::vector<stream_clock> last(nb, stream_clock{});  // per buffer: its latest op on each stream
-  for (std::size_t b = 0; b < nb; ++b)
-    for (const int i : w.buffer_ops[b]) {
-      const auto s = static_cast<std::size_t>(ops[static_cast<std::size_t>(i)].stream);
-      last[b][s] = std::max(last[b][s], clock[static_cast<std::size_t>(i)][s]);
-    }
+  const activation_walk w =
+      walk_activations(p, l, mp, g, clock, moved_inputs(p, mp, g, walk_activations(p, l, mp, g, clock, {}, true)));
+  const std::span<const mesh_op> ops = mp.rank_ops(g);
+  const std::size_t nb = w.writer.size();
   std::vector<int> slot_of(nb, -1), holder;
   for (std::size_t b = 0; b < nb; ++b) {
-    const int wr = w.buffer_ops[b].front();
+    const int wr = w.writer[b];
     const stream_clock& at = clock[static_cast<std::size_t>(wr)];
     const auto own = static_cast<std::size_t>(ops[static_cast<std::size_t>(wr)].stream);
-    const int half = pair_first[static_cast<std::size_t>(wr)];
+    // the first half of the overlapped pair whose second half `wr` is (they may run at once)
+    int half = -1;
+    if (ops[static_cast<std::size_t>(wr)].code == mesh_op_code::compute)
+      for (int i = wr - 1; i >= 0; --i)
+        if (ops[static_cast<std::size_t>(i)].code == mesh_op_code::compute) {
+          half = ops[static_cast<std::size_t>(i)].overlapped ? i : -1;
+          break;
+        }
     auto free_for = [&](int h) {
       if (h < 0) return true;
-      const stream_clock& done = last[static_cast<std::size_t>(h)];
+      const stream_clock& done = w.last[static_cast<std::size_t>(h)];
       for (std::size_t s = 0; s < done.size(); ++s)
         if (s == own ? done[s] >= at[s] : done[s] > at[s]) return false;
-      for (const int i : w.buffer_ops[static_cast<std::size_t>(h)])
-        if (i == half) return false;
-      return true;
+      return half < 0 || w.last_compute[static_cast<std::size_t>(h)] != half;
     };
     std::size_t n = 0;
     while (n < holder.size() && !free_for(holder[n])) ++n;
@@ -196,6 +213,7 @@ constexpr void assign_activation_slots(const program_view& p, const lowered_view
   const bool replan = static_cast<int>(holder.size()) < lowered;
   mp.activation_slots[gi] = replan ? static_cast<int>(holder.size()) : lowered;
   const auto b0 = static_cast<std::size_t>(mp.begin[gi]);
+  mp.act_map.reserve(mp.act_map.size() + 4 * w.refs.size());
   for (std::size_t k = 0; k < w.refs.size();) {  // each op's references, together
     const int i = w.refs[k].op;
     mesh_op& o = mp.ops[b0 + static_cast<std::size_t>(i)];
@@ -211,7 +229,7 @@ constexpr void assign_activation_slots(const program_view& p, const lowered_view
   }
 }
 
-/// Every global rank's (lower_mesh calls it for a step with memory actions, after the stash pass).
+/// Every global rank's (lower_mesh calls it for a step with memory actions, before the stash pass).
 constexpr void assign_activation_slots(const program_view& p, const lowered_view& l, mesh_program& mp) {
   mp.activation_slots.assign(static_cast<std::size_t>(mp.shape.size()), 0);
   mp.act_map.clear();

@@ -23,6 +23,7 @@
 // copy bandwidth, bytes per time unit of the default cost model: F = 1, B = 2).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -157,14 +158,50 @@ constexpr memory_facts memory_facts_of() {
     f.recomputes += x.recomputed;
   }
   const mesh_program mp = lower_mesh(p, plan.lowered(), mesh{p.ranks, 1}, place_collectives(p, {}), {}, placed.actions);
-  if (f.rejection = verify_mesh(mp); !f.rejection.ok()) return f;
-  f.rejection = verify_memory(p, placed.actions, mp);
+  f.rejection = verify_mesh(mp);
   return f;
 }
 
+/// `f` with verify_memory's verdict on the step, when it holds so far: a constant evaluation of its
+/// own (it lowers the step again), so that each stays under the compiler's step limit.
+template <class S, class... Options>
+constexpr memory_facts with_memory_proof(memory_facts f) {
+  if (!f.rejection.ok()) return f;
+  const program_view p = plan_v<S>.compute();
+  const memory_program actions = memory_actions_for<S, Options...>(p).actions;
+  const mesh_program mp = lower_mesh(p, plan_v<S>.lowered(), mesh{p.ranks, 1}, place_collectives(p, {}), {}, actions);
+  f.rejection = verify_memory(p, actions, mp);
+  return f;
+}
+
+/// Per rank, the pools' slots of the step with its actions (one lowering for every rank's).
+struct memory_slot_counts {
+  int stash = 0, host = 0, activation = 0;
+};
+template <class S, class... Options>
+constexpr auto memory_slot_counts_of() {
+  constexpr int R = plan_v<S>.compute().ranks;
+  std::array<memory_slot_counts, static_cast<std::size_t>(R)> out{};
+  const program_view p = plan_v<S>.compute();
+  const memory_program actions = memory_actions_for<S, Options...>(p).actions;
+  if (actions.empty()) {  // the lowering's stash and activation slots, and no host pool
+    for (std::size_t r = 0; r < out.size(); ++r)
+      out[r] = {plan_v<S>.lowered().resources[r].stash_slots, 0, plan_v<S>.lowered().resources[r].activation_slots};
+    return out;
+  }
+  const mesh_program mp = lower_mesh(p, plan_v<S>.lowered(), mesh{p.ranks, 1}, place_collectives(p, {}), {}, actions);
+  for (std::size_t r = 0; r < out.size(); ++r) out[r] = {mp.stash_slots[r], mp.host_slots[r], mp.activation_slots[r]};
+  return out;
+}
+template <class S, class... Options>
+struct memory_slot_table {
+  static constexpr auto value = memory_slot_counts_of<S, Options...>();
+};
+
 template <class S, class... Options>
 struct memory_planner {
-  static constexpr memory_facts value = memory_facts_of<S, Options...>();
+  static constexpr memory_facts counted = memory_facts_of<S, Options...>();  // up to verify_mesh
+  static constexpr memory_facts value = with_memory_proof<S, Options...>(counted);
 };
 
 template <class S, class... Options>
@@ -204,22 +241,17 @@ struct memory_plan {
   /// Rank r's device stash slots and host slots with the actions, constants (the pools' sizes
   /// in stashes: an executor's pool is these times the rank's largest stash).
   /// Without actions, the lowering's stash slots (compile/saved_slots.hpp) and no host slots.
-  static constexpr int stash_slots(int r) {
-    (void)facts;  // a rejected plan is its error<...>, not a failure inside the lowering
-    if (actions().empty()) return plan().lowered().resources[static_cast<std::size_t>(r)].stash_slots;
-    return step().stash_slots[static_cast<std::size_t>(r)];
-  }
-  static constexpr int host_slots(int r) {
-    (void)facts;
-    if (actions().empty()) return 0;
-    return step().host_slots[static_cast<std::size_t>(r)];
-  }
+  /// All three accessors read one table, lowered once (a constant evaluation of its own).
+  static constexpr int stash_slots(int r) { return slots(r).stash; }
+  static constexpr int host_slots(int r) { return slots(r).host; }
   /// Rank r's activation slots with the actions (compile/activation_slots.hpp: an offloaded input
   /// leaves its slot, so fewer may do), a constant; without actions, the lowering's.
-  static constexpr int activation_slots(int r) {
-    (void)facts;
-    if (actions().empty()) return plan().lowered().resources[static_cast<std::size_t>(r)].activation_slots;
-    return step().activation_slots[static_cast<std::size_t>(r)];
+  static constexpr int activation_slots(int r) { return slots(r).activation; }
+
+ private:
+  static constexpr detail::memory_slot_counts slots(int r) {
+    (void)facts;  // a rejected plan is its error<...>, not a failure inside the lowering
+    return detail::memory_slot_table<S, Options...>::value[static_cast<std::size_t>(r)];
   }
 };
 

@@ -143,9 +143,10 @@ constexpr verdict verify_activation_slots(program_view p, const mesh_program& mp
   const auto gi = static_cast<std::size_t>(g);
   const int pool = gi < mp.activation_slots.size() ? mp.activation_slots[gi] : 0;
   const auto M = static_cast<std::size_t>(p.microbatches);
-  struct holder {
+  struct holder {  // the slot's value, and its ops' latest clock on each stream and latest compute op
     int value = -1;
-    std::vector<int> ops;  // its ops on the slot, its writer first
+    stream_clock last{};
+    int last_compute = -1;
   };
   struct taken {
     int lowered, value;
@@ -161,6 +162,7 @@ constexpr verdict verify_activation_slots(program_view p, const mesh_program& mp
   };
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const mesh_op& o = ops[i];
+    const auto own = static_cast<std::size_t>(o.stream >= 0 && o.stream < mesh_stream_count ? o.stream : 0);
     int pair_first = -1;
     if (o.code == mesh_op_code::compute) pair_first = first_half, first_half = o.overlapped ? static_cast<int>(i) : -1;
     const bool cell_ok = o.stage >= 0 && o.stage < p.stages && o.microbatch >= 0 && o.microbatch < p.microbatches;
@@ -176,20 +178,24 @@ constexpr verdict verify_activation_slots(program_view p, const mesh_program& mp
         value_of.resize(static_cast<std::size_t>(x.lowered) + 1, -1);
       holder& h = slot[static_cast<std::size_t>(x.slot)];
       int& now = value_of[static_cast<std::size_t>(x.lowered)];
+      auto use = [&] {  // op i uses the slot: the holder's latest op on its stream
+        h.last[own] = std::max(h.last[own], clock[i][own]);
+        if (o.code == mesh_op_code::compute) h.last_compute = static_cast<int>(i);
+      };
       if (!x.writes) {
         if (now < 0 || h.value != now) return fail(i, "an op reads an activation slot that holds another activation");
-        h.ops.push_back(static_cast<int>(i));
+        use();
         if (o.code == mesh_op_code::offload && cell_ok)  // on the host until its RELOAD
           away[c].push_back({x.lowered, now}), now = -1, h.value = -1;
         continue;
       }
-      for (const int a : h.ops) {
-        const auto sa = static_cast<std::size_t>(ops[static_cast<std::size_t>(a)].stream);
-        const bool same = sa == static_cast<std::size_t>(o.stream);
-        if (a == pair_first || !happens_before(ops, clock, a, static_cast<int>(i)) ||
-            (same && clock[static_cast<std::size_t>(a)][sa] >= clock[i][sa]))
+      // every op of the previous holder happens before (on this stream strictly: not in this
+      // op's NCCL group), and is not the first half of the pair this op is the second half of
+      for (std::size_t st = 0; st < h.last.size(); ++st)
+        if (st == own ? h.last[st] >= clock[i][st] : h.last[st] > clock[i][st])
           return fail(i, "an activation slot may be written while an op of its previous holder still uses it");
-      }
+      if (pair_first >= 0 && h.last_compute == pair_first)
+        return fail(i, "an activation slot may be written while an op of its previous holder still uses it");
       int v = values++;
       if (o.code == mesh_op_code::reload) {
         v = -1;
@@ -202,8 +208,9 @@ constexpr verdict verify_activation_slots(program_view p, const mesh_program& mp
             }
         if (v < 0) return fail(i, "a RELOAD brings back an activation its OFFLOAD did not take");
       }
+      h = holder{};
       h.value = now = v;
-      h.ops.assign(1, static_cast<int>(i));
+      use();
     }
   }
   return {};

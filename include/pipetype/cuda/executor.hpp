@@ -39,10 +39,12 @@
 // the step (an all-reduce between the pair).
 //
 // Memory actions (a mesh step lowered with OFFLOAD, RELOAD and RECOMPUTE: docs/13): the stashes
-// then live in a pool of the step's peak, in the lowering's slots as on the host; a copy
-// stream joins the others (and the fence); the offloaded stashes go to one block of pinned host
-// memory allocated at binding (a driver that moves_to_host: cudaHostAlloc). An OFFLOAD is
-//   [wait(copy, e)] copy_to_host(host slot, stash slot, bytes, copy) [record(copy, done)]
+// then live in a pool of the step's peak, in the lowering's slots as on the host, and the
+// activations in the pool the step planned (compile/activation_slots.hpp: an offloaded input
+// leaves its slot); a copy stream joins the others (and the fence); the offloaded stashes and
+// inputs go to one block of pinned host memory allocated at binding (a driver that
+// moves_to_host: cudaHostAlloc), a host slot being the stash, then the inputs. An OFFLOAD is
+//   [wait(copy, e)] copy_to_host(host slot, stash slot, bytes, copy) copy_to_host(.., input) [record(copy, done)]
 // (cudaMemcpyAsync device to host) after the event the compute stream recorded behind the
 // forward, a RELOAD the copy back, which the backward or RECOMPUTE that reads it waits for, and a
 // RECOMPUTE the microbatch's forward again on the compute stream, into a slot of its own (its
