@@ -212,6 +212,37 @@ TEST_CASE("memory slots: the proof refuses a backward reading the device slot it
   CHECK(std::string(v.detail) == "an op reads a stash slot that holds another microbatch's stash");
 }
 
+TEST_CASE("memory slots: a slot a RELOAD borrowed is not freed by the OFFLOAD it drained for") {
+  // one rank: mb 1's OFFLOAD drains slot 0 until action 7, mb 0's RELOAD borrows it, 0B0 frees it,
+  // 0F2 takes it and its OFFLOAD drains it until 8; action 7 (0F5) must not find it free
+  pt::program_builder pb{1, 1, 6};
+  pb.rank(0)
+      .add(pt::F(0, 0))
+      .add(pt::F(0, 1))
+      .add(pt::B(0, 0))
+      .add(pt::F(0, 2))
+      .add(pt::F(0, 3))
+      .add(pt::B(0, 3))
+      .add(pt::F(0, 4))
+      .add(pt::F(0, 5))
+      .add(pt::B(0, 5))
+      .add(pt::B(0, 4))
+      .add(pt::B(0, 1))
+      .add(pt::B(0, 2));
+  step s{pt::build_plan(std::move(pb).build("borrowed")), {}, {}};
+  REQUIRE_MESSAGE(s.plan.ok(), pt::describe(s.plan.result));
+  s.actions =
+      pt::memory_program_of(s.plan.compute(), {{pt::offload(0, 0, 0, 1), pt::offload(0, 1, 1, 7), pt::reload(0, 0, 1),
+                                                pt::offload(0, 2, 3, 8), pt::reload(0, 1, 9), pt::reload(0, 2, 9)}});
+  REQUIRE(pt::check_memory_actions(s.plan.compute(), s.actions).ok());
+  s.mesh = lowered_with_actions(s);  // build_mesh: verify_memory refuses a slot freed while it drains
+  const std::vector<std::size_t> reloads =
+      ops_where(s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::reload; });
+  REQUIRE(!reloads.empty());
+  CHECK(s.mesh.ops[static_cast<std::size_t>(s.mesh.begin[0]) + reloads[0]].taken == 0);  // it borrowed
+  CHECK(verify(s, s.mesh).ok());
+}
+
 TEST_CASE("activation slots: 1F1B p=8's rank 1 needs 4 activation slots instead of 9 with every input offloaded") {
   const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::none, 8, 16);
   CHECK(s.plan.lowered().resources[1].activation_slots == 9);

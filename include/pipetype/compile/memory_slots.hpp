@@ -145,6 +145,12 @@ constexpr void assign_memory_slots(const program_view& p, const memory_program& 
       }
       at[c] = take_slot(slot, true, borrowed);
       o.taken = borrowed ? 0 : 1;
+      for (std::size_t q = 0; borrowed && q < drain_slot.size(); ++q)  // the slot is the RELOAD's now: its
+        if (drain_slot[q] == at[c]) {  // drain must not free it later, when it may drain for another OFFLOAD
+          drain_slot.erase(drain_slot.begin() + static_cast<std::ptrdiff_t>(q));
+          drain_until.erase(drain_until.begin() + static_cast<std::ptrdiff_t>(q));
+          break;
+        }
       o.stash_slot = at[c];
       o.host_slot = at_host[c];
       reading[c] = 1;
