@@ -4,7 +4,7 @@
 // and each rank's counts, mesh_program::stash_slots and host_slots), proved by verify_memory; a
 // step with memory actions runs with the sizes memory_sizes{stash bytes per stage, kept 0}. This
 // header only hands them to an executor with the stride of a slot: the largest stash of the
-// rank's stages.
+// rank's stages; a host slot holds that stash, then the inputs the copy moves (most_moved_inputs).
 #pragma once
 
 #include <algorithm>

@@ -232,7 +232,7 @@ struct memory_plan {
   static constexpr std::int64_t peak_bytes(int r) { return memory()[static_cast<std::size_t>(r)].peak_bytes; }
   /// Rank r's host pool peak.
   static constexpr std::int64_t host_peak_bytes(int r) { return memory()[static_cast<std::size_t>(r)].host_peak_bytes; }
-  /// The step lowered with its actions on one replica, its stash and host slots assigned
+  /// The step lowered with its actions on one replica, its stash, host and activation slots assigned
   /// (compile/memory_slots.hpp), as the executors run it.
   static constexpr mesh_program step() {
     const program_view p = plan().compute();

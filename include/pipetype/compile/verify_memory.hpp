@@ -11,7 +11,10 @@
 //     free, so later work may write there — starts after the copy has completed,
 //   - and, on the slots the step gives its stashes (compile/memory_slots.hpp), no op writes a
 //     device or host slot before every op of its previous holder that reads or copies it, and
-//     every reader finds its own microbatch's stash there.
+//     every reader finds its own microbatch's stash there,
+//   - and, on the activation slots the step planned (compile/activation_slots.hpp), the same: no
+//     slot written before every op of its previous holder, every reader finding what the lowered
+//     data flow (or its RELOAD) put there. The sends and recvs of an NCCL group share its clock.
 // "After" is happens-before on the rank: program order on one stream, and an event's record before
 // a wait on it (the latest record issued before the wait, as CUDA resolves it). It is computed with
 // a vector clock over the rank's four streams; nothing is assumed about how long an op takes.

@@ -768,7 +768,8 @@ class executor {
             for (const int slot : sl.in) lists_.push_back(act_at(slot));
           }
           again.stash = stash_at(k);
-          again.out = scratch_out;  // (its output is the forward's, still in its slot)
+          again.stream = compute_native_;  // (on the compute stream, after the RELOAD it waits for)
+          again.out = scratch_out;         // (its output is the forward's, still in its slot)
           again.add_count = 0;
           x.code = op_code::compute;
           x.index = static_cast<std::uint32_t>(calls_.size());
