@@ -1,7 +1,12 @@
 // Run-time cost of the pipeline the explorer runs (and make_plan runs at compile time):
 // generate, check + lock-step ticks, lower, verify the lowered program, simulate.
+// BM_build_plan_scaling: the whole of build_plan (check, lower, verify) for GPipe over 30 ranks
+// at m = 8k … 64k (up to 3.9 M actions); `ns_per_action` must stay flat as m grows: a pass that
+// scans its live slots (GPipe holds m stashes at once) shows as a per-action cost that grows
+// with m (bench/README.md, "Plans at scale").
 //
 //   ./build/release/bench/bench_plan
+//   ./build/release/bench/bench_plan --benchmark_filter=scaling
 #include <pipetype/pipetype.hpp>
 
 #include <benchmark/benchmark.h>
@@ -43,6 +48,19 @@ void BM_simulate(benchmark::State& s) {
   s.SetItemsProcessed(static_cast<std::int64_t>(s.iterations()) * static_cast<std::int64_t>(p.actions.size()));
 }
 
+void BM_build_plan_scaling(benchmark::State& s) {
+  const pt::program p = pt::make_gpipe(30, static_cast<int>(s.range(0)));
+  for (auto _ : s) {
+    const pt::runtime_plan plan = pt::build_plan(p);
+    if (!plan.ok()) s.SkipWithError("GPipe's plan was refused");
+    benchmark::DoNotOptimize(plan.lowered_table.ops.data());
+  }
+  const auto n = static_cast<double>(p.actions.size());
+  s.counters["actions"] = n;
+  s.counters["ns_per_action"] =
+      benchmark::Counter(n * static_cast<double>(s.iterations()) * 1e-9, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 // {schedule (0: 1F1B, 1: interleaved v=2), ranks, microbatches}
 void sizes(benchmark::internal::Benchmark* b) { b->Args({0, 4, 8})->Args({0, 16, 128})->Args({1, 8, 64}); }
 
@@ -53,4 +71,10 @@ BENCHMARK(BM_check)->Apply(sizes);
 BENCHMARK(BM_lower)->Apply(sizes);
 BENCHMARK(BM_verify_lowered)->Apply(sizes);
 BENCHMARK(BM_simulate)->Apply(sizes);
+BENCHMARK(BM_build_plan_scaling)
+    ->RangeMultiplier(2)
+    ->Range(8192, 65536)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2)
+    ->UseRealTime();
 BENCHMARK_MAIN();

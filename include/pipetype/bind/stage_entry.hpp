@@ -125,50 +125,57 @@ struct stage_entry {
 /// `wait_on` must have completed `wait` of its ops; `record`: after the op, publish how many of
 /// this stream's ops have completed (`end`). A compute op's sizes are its stage's (`entry`).
 struct bound_op {
-  // first cache line: what every op and a forward read
+  // Laid out by who reads it (bench/README.md, "The host walk"): the first 64 bytes are all a
+  // transfer and the walk read, the next 64 all a forward adds, the rest backwards and rare
+  // cases. (Not alignas(64): the padding to 256 bytes measured slower than the straddled lines.)
+  // bytes 0-63: every op
   op_code code = op_code::compute;
   kind what = kind::F;
   bool record = false;
   std::uint8_t wait_on = 0;  // the stream `wait` counts ops of (a pipeline's: the other one)
+  // a step with memory actions: the rank's stash slots this op frees before it runs, takes, and
+  // frees after it (mesh_op::freed_before, taken, freed_after), counted in `use`; all 0 elsewhere
+  std::int8_t freed_before = 0, taken = 0, freed_after = 0;
+  bool counted = false;  // some of the three is not 0 (`use` is set)
   int wait = 0;
   int end = 0;  // position after this op (a group: after its transfers)
   int stage = -1;
   int microbatch = -1;
-  int add_count = 0;                   // after the op: add this many held weight gradients, in order
-  const stage_entry* entry = nullptr;  // the stage's shapes (compute ops; a transfer: its data's stage)
-  stage_fn fn = nullptr;
-  void* obj = nullptr;
-  std::byte* in = nullptr;  // nullptr on a source: it reads the batch (feed)
-  std::byte* out = nullptr;
-  // then: backwards, weight gradients, transfers
-  std::byte* grad_out = nullptr;  // the gradient block of this stage's output (from stage + 1)
-  std::byte* grad_in = nullptr;   // the gradient block of this stage's input (to stage − 1)
-  std::byte* stash = nullptr;
-  std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
-  add_fn add = nullptr;
-  int add_begin = 0;       // bound_rank::adds[add_begin .. + add_count)
-  int index = 0;           // position in the rank's lowered op list
-  int plan_stage = -1;     // the plan's stage (`stage` is the model's: they differ in a later lane)
-  void* stream = nullptr;  // handed to the stage's context (the CUDA executor's compute stream)
-  int peer = -1;
+  int peer = -1;  // a transfer's
   int comm = -1;
   std::byte* buf = nullptr;
   std::size_t bytes = 0;
-  int edge_input = 0;  // a transfer into or out of its stage's input: the incoming edge's position (per-edge inputs)
-  int feed = -1;       // a source: its first tensor in step_feed::inputs
-  int sink = -1;       // a sink: its index among the sinks (step_feed::losses)
-  int target = -1;     // a sink with a target: its first tensor in step_feed::targets
+  stage_fn fn = nullptr;
+  void* obj = nullptr;
+  // bytes 64-127: a compute op's
+  const stage_entry* entry = nullptr;  // the stage's shapes (compute ops; a transfer: its data's stage)
+  std::byte* in = nullptr;             // nullptr on a source: it reads the batch (feed)
+  std::byte* out = nullptr;
+  std::byte* stash = nullptr;
+  void* stream = nullptr;                // handed to the stage's context (the CUDA executor's compute stream)
+  std::byte* const* in_list = nullptr;  // n_inputs inputs (see below)
+  int add_count = 0;                     // after the op: add this many held weight gradients, in order
+  int add_begin = 0;                     // bound_rank::adds[add_begin .. + add_count)
+  int feed = -1;                         // a source: its first tensor in step_feed::inputs
+  int sink = -1;                         // a sink: its index among the sinks (step_feed::losses)
+  // then: backwards, weight gradients, graphs
+  int target = -1;      // a sink with a target: its first tensor in step_feed::targets
+  int edge_input = 0;   // a transfer into or out of its stage's input: the incoming edge's position (per-edge inputs)
+  int index = 0;        // position in the rank's lowered op list
+  int plan_stage = -1;  // the plan's stage (`stage` is the model's: they differ in a later lane)
+  std::byte* grad_out = nullptr;     // the gradient block of this stage's output (from stage + 1)
+  std::byte* grad_in = nullptr;      // the gradient block of this stage's input (to stage − 1)
+  std::byte* weight_grad = nullptr;  // where B/W writes this microbatch's weight gradient
+  add_fn add = nullptr;
   // stages of a graph with several inputs or consumers (bind_compute): addresses in edge order,
   // in the bound rank's list pool; nullptr where `in`, `grad_in` and `grad_out` say it all
   int n_inputs = 1, n_grad_outs = 1;
-  std::byte* const* in_list = nullptr;        // n_inputs inputs
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
-  // a step with memory actions: the rank's stash slots this op frees before it runs, takes, and
-  // frees after it (mesh_op::freed_before, taken, freed_after), counted in `use`
-  memory_use* use = nullptr;
-  std::int8_t freed_before = 0, taken = 0, freed_after = 0;
+  memory_use* use = nullptr;                  // where freed_before, taken and freed_after count
 };
+static_assert(offsetof(bound_op, obj) + sizeof(void*) <= 64 && offsetof(bound_op, sink) + sizeof(int) <= 128,
+              "bound_op: a transfer's fields are its first 64 bytes, a forward's the next 64");
 
 namespace detail {
 
@@ -182,25 +189,29 @@ struct call_shapes {
   const edge_shape* edges_of(const stage_entry& e) const { return in_edges ? in_edges : e.in_edges.data(); }
 };
 
-// The shapes of a microbatch with a length (out of line: the common call has none).
-template <class F>
-[[gnu::noinline]] void with_lengths(const bound_op& op, const step_feed& feed, F& f) {
+/// A stage call's body: the stage object, its op, the step's feed and the shapes it sees.
+using call_body = void (*)(void* stage, const bound_op& op, const step_feed& feed, const call_shapes& sh);
+
+// Body with the shapes of a microbatch with a length (out of line: the common call has none).
+template <call_body Body>
+[[gnu::noinline]] void at_length(void* s, const bound_op& op, const step_feed& feed) {
   const stage_entry& e = *op.entry;
   const std::size_t n = feed.lengths[op.microbatch], most = feed.max_length;
   const edge_shape in = shape_at(e.in, n, most), out = shape_at(e.out, n, most), target = shape_at(e.target, n, most);
   std::array<edge_shape, max_edge_inputs> edges{};
   for (std::size_t k = 0; k < e.in_edges.size() && k < edges.size(); ++k) edges[k] = shape_at(e.in_edges[k], n, most);
-  f(call_shapes{in, out, target, e.in_edges.empty() ? nullptr : edges.data()});
+  Body(s, op, feed, call_shapes{in, out, target, e.in_edges.empty() ? nullptr : edges.data()});
 }
 
-/// Calls f(call_shapes) with the shapes of op's microbatch.
-template <class F>
-[[gnu::always_inline]] inline void with_shapes(const bound_op& op, const step_feed& feed, F f) {
+/// Runs Body with the shapes of op's microbatch. (A body is a function, not a capturing lambda:
+/// the common path then passes its three arguments on in registers, where a lambda's captures
+/// went through the stack on every call.)
+template <call_body Body>
+[[gnu::always_inline]] inline void with_shapes(void* s, const bound_op& op, const step_feed& feed) {
   const stage_entry& e = *op.entry;
   if (feed.lengths && e.varies) [[unlikely]]  // (the feed first: it is at hand, the entry may not be)
-    with_lengths(op, feed, f);
-  else
-    f(call_shapes{e.in, e.out, e.target});  // (per-edge inputs: the entry's, read where they are used)
+    return at_length<Body>(s, op, feed);
+  Body(s, op, feed, call_shapes{e.in, e.out, e.target});  // (per-edge inputs: the entry's, read where they are used)
 }
 
 /// Per edge of `p` (none for a chain), its position among its consumer's incoming edges, in edge
@@ -347,10 +358,11 @@ inline constexpr bool sums_outputs_v = sums_outputs_impl<S>();
 // backward (or backward_input) reads it; backward_weight then reads the sum there. The stage's
 // add_grad_output does the adding where it has one (on its stream), else `+=` on the host, per
 // gradient-carrying tensor.
+// (Out of line: most backwards have one consumer, and the loop's registers would make every
+// backward save and restore them.)
 template <class S>
-void sum_grad_outputs(S& st, const bound_op& op, const edge_shape& sh) {
+[[gnu::noinline]] void sum_grad_outputs_of(S& st, const bound_op& op, const edge_shape& sh) {
   if constexpr (adds_grad_output_on_stream<S> || sums_outputs_v<S>) {
-    if (op.n_grad_outs < 2 || op.grad_out_list == nullptr) return;
     for (int k = 1; k < op.n_grad_outs; ++k) {
       const std::byte* x = op.grad_out_list[k];
       if constexpr (adds_grad_output_on_stream<S>) {
@@ -376,37 +388,58 @@ void sum_grad_outputs(S& st, const bound_op& op, const edge_shape& sh) {
     }
   }
 }
+template <class S>
+[[gnu::always_inline]] inline void sum_grad_outputs(S& st, const bound_op& op, const edge_shape& sh) {
+  if constexpr (adds_grad_output_on_stream<S> || sums_outputs_v<S>)
+    if (op.n_grad_outs > 1 && op.grad_out_list != nullptr) [[unlikely]]
+      sum_grad_outputs_of(st, op, sh);
+}
+
+template <class S>
+[[gnu::always_inline]] inline void forward_body(void* s, const bound_op& op, const step_feed& feed,
+                                                const call_shapes& sh) {
+  static_cast<S*>(s)->forward(make_forward<S>(op, feed, sh));
+}
+template <class S>
+[[gnu::always_inline]] inline void backward_body(void* s, const bound_op& op, const step_feed& feed,
+                                                 const call_shapes& sh) {
+  S& st = *static_cast<S*>(s);
+  sum_grad_outputs(st, op, sh.out);
+  if constexpr (has_full_backward<S>) {
+    st.backward(make_backward<S>(op, feed, sh, true, true));
+  } else {
+    st.backward_input(make_backward<S>(op, feed, sh, true, false));
+    st.backward_weight(make_backward<S>(op, feed, sh, false, true));
+  }
+}
+template <class S>
+[[gnu::always_inline]] inline void backward_input_body(void* s, const bound_op& op, const step_feed& feed,
+                                                       const call_shapes& sh) {
+  S& st = *static_cast<S*>(s);
+  sum_grad_outputs(st, op, sh.out);
+  st.backward_input(make_backward<S>(op, feed, sh, true, false));
+}
+template <class S>
+[[gnu::always_inline]] inline void backward_weight_body(void* s, const bound_op& op, const step_feed& feed,
+                                                        const call_shapes& sh) {
+  static_cast<S*>(s)->backward_weight(make_backward<S>(op, feed, sh, false, true));
+}
 
 template <class S>
 void run_forward(void* s, const bound_op& op, const step_feed& feed) {
-  with_shapes(op, feed, [&](const call_shapes& sh) { static_cast<S*>(s)->forward(make_forward<S>(op, feed, sh)); });
+  with_shapes<&forward_body<S>>(s, op, feed);
 }
 template <class S>
 void run_backward(void* s, const bound_op& op, const step_feed& feed) {
-  S& st = *static_cast<S*>(s);
-  with_shapes(op, feed, [&](const call_shapes& sh) {
-    sum_grad_outputs(st, op, sh.out);
-    if constexpr (has_full_backward<S>) {
-      st.backward(make_backward<S>(op, feed, sh, true, true));
-    } else {
-      st.backward_input(make_backward<S>(op, feed, sh, true, false));
-      st.backward_weight(make_backward<S>(op, feed, sh, false, true));
-    }
-  });
+  with_shapes<&backward_body<S>>(s, op, feed);
 }
 template <class S>
 void run_backward_input(void* s, const bound_op& op, const step_feed& feed) {
-  S& st = *static_cast<S*>(s);
-  with_shapes(op, feed, [&](const call_shapes& sh) {
-    sum_grad_outputs(st, op, sh.out);
-    st.backward_input(make_backward<S>(op, feed, sh, true, false));
-  });
+  with_shapes<&backward_input_body<S>>(s, op, feed);
 }
 template <class S>
 void run_backward_weight(void* s, const bound_op& op, const step_feed& feed) {
-  with_shapes(op, feed, [&](const call_shapes& sh) {
-    static_cast<S*>(s)->backward_weight(make_backward<S>(op, feed, sh, false, true));
-  });
+  with_shapes<&backward_weight_body<S>>(s, op, feed);
 }
 template <class S>
 void add_weight_grad(void* s, const std::byte* g, void* stream) {

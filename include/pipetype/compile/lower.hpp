@@ -72,6 +72,7 @@
 #include "pipetype/compile/saved_slots.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/detail/heap.hpp"
 #include "pipetype/detail/scratch.hpp"
 
 namespace pipetype {
@@ -91,40 +92,6 @@ constexpr void counting_order_in(const Keys& keys, int ko, int n, int limit, Sta
   for (int i = 0; i < n; ++i) ++start[keys[ko + i] + 1];
   for (int i = 0; i < limit; ++i) start[i + 1] += start[i];
   for (int i = 0; i < n; ++i) order[start[keys[ko + i]]++] = i;
-}
-
-/// A binary min-heap of `size` keys at h[b ..]: add `key`.
-template <class H>
-constexpr void heap_push(H& h, int b, int& size, long long key) {
-  int i = size++;
-  while (i > 0 && h[b + (i - 1) / 2] > key) h[b + i] = h[b + (i - 1) / 2], i = (i - 1) / 2;
-  h[b + i] = key;
-}
-
-/// The same heap: replace its least key by `key` (size > 0).
-template <class H>
-constexpr void heap_replace_top(H& h, int b, int size, long long key) {
-  int i = 0;
-  for (int c = 1; c < size; c = 2 * i + 1) {
-    c += c + 1 < size && h[b + c + 1] < h[b + c] ? 1 : 0;
-    if (h[b + c] >= key) break;
-    h[b + i] = h[b + c], i = c;
-  }
-  h[b + i] = key;
-}
-
-/// The same heap: remove and return its least key (size > 0).
-template <class H>
-constexpr long long heap_pop(H& h, int b, int& size) {
-  const long long top = h[b], key = h[b + --size];
-  int i = 0;
-  for (int c = 1; c < size; c = 2 * i + 1) {
-    c += c + 1 < size && h[b + c + 1] < h[b + c] ? 1 : 0;
-    if (h[b + c] >= key) break;
-    h[b + i] = h[b + c], i = c;
-  }
-  if (size > 0) h[b + i] = key;
-  return top;
 }
 
 /// The sizes every pass reads. Positions: 2·tick for a tick's groups, 2·tick + 1 for its compute.

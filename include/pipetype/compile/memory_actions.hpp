@@ -41,6 +41,7 @@
 
 #include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/core/sizes.hpp"
 #include "pipetype/core/verdict.hpp"
 
 namespace pipetype {
@@ -369,6 +370,22 @@ constexpr verdict check_memory_actions(program_view p, const memory_program& mp)
     if (verdict v = detail::walk_memory(p, r, mp.rank_ops(r), none, {}, [](std::int64_t, std::int64_t, double) {});
         !v.ok())
       return v;
+  return {};
+}
+
+/// Ok, or errc::too_large naming the first stage whose saved or kept bytes in `z` are negative or
+/// above pipetype::limits::saved_bytes (past it a rank's sums could wrap around 2^63).
+constexpr verdict check_memory_sizes(const memory_sizes& z) {
+  for (const std::vector<std::int64_t>* v : {&z.saved, &z.kept})
+    for (std::size_t s = 0; s < v->size(); ++s)
+      if ((*v)[s] < 0 || (*v)[s] > limits::saved_bytes) {
+        verdict out;
+        out.code = errc::too_large;
+        out.stage = v->size() == 1 ? -1 : static_cast<int>(s);
+        out.detail = v == &z.saved ? "a microbatch's saved bytes must be in [0, 2^40] (pipetype::limits::saved_bytes)"
+                                   : "a microbatch's kept bytes must be in [0, 2^40] (pipetype::limits::saved_bytes)";
+        return out;
+      }
   return {};
 }
 

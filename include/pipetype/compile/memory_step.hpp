@@ -70,6 +70,7 @@ memory_step plan_memory(program_view p, lowered_view l, const memory_sizes& z, c
   memory_step out;
   const mesh replicas{p.ranks, over.dp.dp};
   const dp_options& dp = over.dp;
+  if (out.result = check_memory_sizes(z); !out.result.ok()) return out;
   if (out.result = check_mesh(replicas); !out.result.ok()) return out;
   const collective_program placed_collectives = over.collectives ? *over.collectives : place_collectives(p, dp);
   if (out.result = check_collectives(p, placed_collectives, dp); !out.result.ok()) return out;

@@ -221,6 +221,7 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
                                         const std::vector<double>* end = nullptr) {
   memory_placement out;
   out.actions = no_memory_actions(p);
+  if (out.result = check_memory_sizes(z); !out.result.ok()) return out;
   if (o.offload == memory_policy::none && o.recompute == memory_policy::none && o.limit <= 0) return out;
   if (out.result = check_memory_limit(p, z, o.limit); !out.result.ok()) return out;
   timeline t = simulate(p, c, model);

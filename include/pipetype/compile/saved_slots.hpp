@@ -25,72 +25,77 @@
 #pragma once
 
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/detail/heap.hpp"
 #include "pipetype/detail/scratch.hpp"
 
 namespace pipetype::detail {
 
-/// Lowest free of `busy[0 .. n)` (growing n when none is free); takes it and returns it.
-constexpr int take_lowest(int* busy, int& n) {
-  int k = 0;
-  while (k < n && busy[k] != 0) ++k;
-  if (k == n) ++n;
-  busy[k] = 1;
-  return k;
-}
-
 /// Assigns the stash_slot and weight_grad_slot of the compute ops `ops[b .. e)` (one rank's, in
 /// its order) of a program with `stages` stages, `microbatches` microbatches and `lane_length`
-/// stages per lane, and writes the counts into `rr`.
+/// stages per lane, and writes the counts into `rr`. O(n log n) in the rank's ops, and its
+/// tables hold only the rank's own stages.
 constexpr void assign_saved_slots(lowered_op* const ops, int b, int e, int stages, int microbatches, int lane_length,
                                   rank_resources& rr) {
-  const int S = stages, m = microbatches, cells = S * m;
-  // per (stage, microbatch): the last backward's op, the stash slot; weight grads: the local slot
-  scratch<int> t(4 * cells + 3 * S + cells + 1, -1);
-  int* const last = t.data();
-  int* const stash = last + cells;
-  int* const held = stash + cells;  // per cell: its weight-gradient slot, local to the stage
-  int* const used = held + cells;   // per cell (stage s's slots at s·m ..): 1 while taken
-  int* const count = used + cells;  // per stage: its slots
-  int* const next = count + S;      // per stage: the next microbatch to add
-  int* const first = next + S;      // per stage: its first rank-wide slot
-  int* const busy = first + S;      // the stash pool's slots
-  for (int i = 0; i < cells; ++i) used[i] = 0;
-  for (int s = 0; s < S; ++s) count[s] = 0, next[s] = 0;
+  const int S = stages, m = microbatches;
+  scratch<int> local(S, -1);  // per stage: its index among the rank's stages (in stage order), or -1
+  for (int i = b; i < e; ++i)
+    if (ops[i].code == op_code::compute) local[ops[i].stage] = 0;
+  int L = 0;
+  for (int s = 0; s < S; ++s)
+    if (local[s] == 0) local[s] = L++;
+  const int cells = L * m;  // per (local stage, microbatch)
+  // the last backward's op, the stash slot, the weight-gradient slot (local to the stage); then
+  // the free heaps: the stash pool's, and each stage's weight-gradient pool's at its own m cells
+  scratch<int> t(5 * cells + 3 * L + 1, unset);
+  pieces<int> at{t.data()};
+  int* const last = at.next(cells);
+  int* const stash = at.next(cells);
+  int* const held = at.next(cells);
+  int* const stash_free = at.next(cells);
+  int* const grad_free = at.next(cells);
+  int* const nfree = at.next(L);  // per stage: its freed weight-gradient slots
+  int* const count = at.next(L);  // per stage: its weight-gradient slots
+  int* const next = at.next(L);   // per stage: the next microbatch to add
+  for (int i = 0; i < cells; ++i) last[i] = -1, held[i] = -1;
+  for (int l = 0; l < L; ++l) nfree[l] = 0, count[l] = 0, next[l] = 0;
   for (int i = b; i < e; ++i) {
     const lowered_op& o = ops[i];
-    if (o.code == op_code::compute && o.what != kind::F) last[o.stage * m + o.microbatch] = i;
+    if (o.code == op_code::compute && o.what != kind::F) last[local[o.stage] * m + o.microbatch] = i;
   }
-  int nstash = 0, pending = -1;  // pending: a slot the first half of an overlapped pair freed
+  lowest_free pool{stash_free};
+  int pending = -1;  // a slot the first half of an overlapped pair freed
   for (int i = b; i < e; ++i) {
     lowered_op& o = ops[i];
     if (o.code != op_code::compute) continue;
-    const int q = o.stage * m + o.microbatch;
-    if (o.what == kind::F) stash[q] = take_lowest(busy, nstash);
+    const int l = local[o.stage], q = l * m + o.microbatch;
+    if (o.what == kind::F) stash[q] = pool.take();
     o.stash_slot = stash[q];
     if (o.what == kind::F && last[q] < 0) {  // forward-only: no backward reads it
-      busy[stash[q]] = 0;
+      pool.give(stash[q]);
     } else {
-      if (pending >= 0) busy[pending] = 0, pending = -1;  // the pair's second half has its slot now
+      if (pending >= 0) pool.give(pending), pending = -1;  // the pair's second half has its slot now
       if (o.what != kind::F && last[q] == i) {
         if (o.overlapped)
           pending = stash[q];
         else
-          busy[stash[q]] = 0;
+          pool.give(stash[q]);
       }
     }
     if (o.what != kind::B && o.what != kind::W) continue;
-    const int s = o.stage, base = s * m;
-    const int k = take_lowest(used + base, count[s]);
+    const int base = l * m;
+    lowest_free grads{grad_free + base, nfree[l], count[l]};
+    const int k = grads.take();
     held[q] = k;
-    o.weight_grad_slot = k;          // local for now: made rank-wide below
-    if (s >= lane_length) continue;  // a later lane's: held to the step's end
-    while (next[s] < m && held[base + next[s]] >= 0) used[base + held[base + next[s]]] = 0, ++next[s];
+    o.weight_grad_slot = k;                // local for now: made rank-wide below
+    if (o.stage < lane_length)             // a later lane's is held to the step's end
+      while (next[l] < m && held[base + next[l]] >= 0) grads.give(held[base + next[l]]), ++next[l];
+    nfree[l] = grads.nfree, count[l] = grads.slots;
   }
   int total = 0;
-  for (int s = 0; s < S; ++s) first[s] = total, total += count[s];
+  for (int l = 0; l < L; ++l) next[l] = total, total += count[l];  // next: now each stage's first slot
   for (int i = b; i < e; ++i)
-    if (ops[i].weight_grad_slot >= 0) ops[i].weight_grad_slot += first[ops[i].stage];
-  rr.stash_slots = nstash;
+    if (ops[i].weight_grad_slot >= 0) ops[i].weight_grad_slot += next[local[ops[i].stage]];
+  rr.stash_slots = pool.slots;
   rr.weight_grad_slots = total;
 }
 

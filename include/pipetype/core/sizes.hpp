@@ -50,6 +50,9 @@ inline constexpr int microbatches = 1 << 20;         // 1048576
 inline constexpr long long cells = 1LL << 22;        // stages × microbatches: 4194304
 inline constexpr int actions = 1 << 23;              // 8388608
 inline constexpr long long file_bytes = 64LL << 20;  // a schedule file the tools read: 64 MiB
+/// The bytes one microbatch of one stage saves for its backward (memory_sizes): 1 TiB. A rank
+/// holds at most `cells` of them at once, so a memory walk's sums stay below 2^62 and cannot wrap.
+inline constexpr long long saved_bytes = 1LL << 40;
 /// Edges of a stage graph given as edges (every lane's). Each crossing edge is a transfer each way
 /// per microbatch in the lowered program, so edges × microbatches is held under `cells` too.
 inline constexpr int edges = 1 << 20;  // 1048576

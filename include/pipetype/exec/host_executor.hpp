@@ -165,23 +165,18 @@ class engine {
 
   /// Issues op `i` of rank r's stream `st` (a group with its transfers) through `t`; returns
   /// the index of the next op. The one code path of the executor threads and of walk_in_order.
+  /// (The rank's program `br` and state `s` come from the caller, which looks them up once: read
+  /// here through `this`, they were loaded again after every stage call.)
   template <class Transport>
-  int issue(int r, int st, int i, Transport& t, std::chrono::steady_clock::time_point* started = nullptr) {
-    const bound_rank& br = prog_.rank[static_cast<std::size_t>(r)];
+  int issue(const bound_rank& br, rank_sync& s, int r, int st, int i, Transport& t, const step_feed& feed,
+            std::chrono::steady_clock::time_point* started = nullptr) {
     const bound_op* list = br.ops[st].data();
     const bound_op& op = list[i];
-    rank_sync& s = sync_[static_cast<std::size_t>(r)];
-    const step_feed& feed = feeds_[static_cast<std::size_t>(replica_of(r))];
     if (op.wait > 0 && s.progress[op.wait_on].load(std::memory_order_acquire) < op.wait)
       wait_for(r, st, op.wait_on, op.wait, op);
     if (started) *started = std::chrono::steady_clock::now();  // a traced op starts once its wait is over
-    if (op.use) {  // a step with memory actions: the stash slots in use, and the most at once
-      const int now =
-          op.use->in_use.fetch_add(op.freed_before + op.taken, std::memory_order_acq_rel) + op.freed_before + op.taken;
-      for (int h = op.use->high.load(std::memory_order_relaxed);
-           now > h && !op.use->high.compare_exchange_weak(h, now, std::memory_order_relaxed);) {
-      }
-    }
+    if (op.counted) [[unlikely]]
+      take_slots(op);
     switch (op.code) {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
@@ -203,7 +198,8 @@ class engine {
         if (op.fn) op.fn(op.obj, op, feed);
         break;
     }
-    if (op.use && op.freed_after) op.use->in_use.fetch_add(op.freed_after, std::memory_order_acq_rel);
+    if (op.counted && op.freed_after) [[unlikely]]
+      op.use->in_use.fetch_add(op.freed_after, std::memory_order_acq_rel);
     if (op.record) publish(s, st, op.end);
     return op.end;
   }
@@ -217,10 +213,19 @@ class engine {
     rank_sync& s = sync_[static_cast<std::size_t>(r)];
     s.progress[0].store(0, std::memory_order_relaxed);
     s.progress[1].store(0, std::memory_order_relaxed);
-    for (const std::uint32_t u : br.order) issue(r, static_cast<int>(u & 1), static_cast<int>(u >> 1), t);
+    const step_feed& f = feeds_.front();
+    for (const std::uint32_t u : br.order) issue(br, s, r, static_cast<int>(u & 1), static_cast<int>(u >> 1), t, f);
   }
 
  private:
+  // A step with memory actions: the stash slots in use before op runs, and the most at once.
+  [[gnu::noinline]] static void take_slots(const bound_op& op) {
+    const int now =
+        op.use->in_use.fetch_add(op.freed_before + op.taken, std::memory_order_acq_rel) + op.freed_before + op.taken;
+    for (int h = op.use->high.load(std::memory_order_relaxed);
+         now > h && !op.use->high.compare_exchange_weak(h, now, std::memory_order_relaxed);) {
+    }
+  }
   template <class Transport>
   static void post(Transport& t, const bound_op& x, std::string_view label, const step_feed& feed) {
     const std::size_t bytes = pipetype::detail::transfer_bytes(x, feed);
@@ -283,12 +288,13 @@ class engine {
     const bool compute_stream = st == 0;
     try {
       fabric::endpoint& ep = endpoints_[static_cast<std::size_t>(k)];
+      const step_feed& feed = feeds_[static_cast<std::size_t>(replica_of(r))];  // this rank's replica's
       op_time* trace =
           opt_.trace ? trace_.data() + trace_begin_[static_cast<std::size_t>(mesh_stream_count * r + st)] : nullptr;
       while (i < n) {
         if (aborted_.load(std::memory_order_relaxed)) throw aborted_error("aborted");
         auto start = t0_;
-        const int next = issue(r, st, i, ep, trace ? &start : nullptr);
+        const int next = issue(br, s, r, st, i, ep, feed, trace ? &start : nullptr);
         if (trace) {
           op_time& t = trace[i];
           t.start = seconds(start);

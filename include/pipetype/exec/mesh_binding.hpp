@@ -350,6 +350,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       b.index = static_cast<int>(i);  // failures() name the mesh program's op
       if (pool && (ml.ops[i].freed_before || ml.ops[i].taken || ml.ops[i].freed_after)) {
         b.use = &pool->use;
+        b.counted = true;
         b.freed_before = ml.ops[i].freed_before;
         b.taken = ml.ops[i].taken;
         b.freed_after = ml.ops[i].freed_after;
