@@ -311,6 +311,14 @@ args parse(int argc, char** argv) {
     } else
       usage_error("unknown flag " + flag);
   }
+  // sizes and bandwidths within what the figures hold: a bandwidth near 0 made every copy and
+  // collective take "inf", and 10^15-byte activations wrapped a rank's 64-bit sums (docs/03 §3.9)
+  for (const auto& [flag, x] : {std::pair{"--dp-gbps", a.dp_gbps}, std::pair{"--pcie-gbps", a.pcie_gbps}})
+    if (x != 0 && (x < 0.001 || x > 100000))
+      usage_error(std::string(flag) + " is a bandwidth in [0.001, 100000] GB/s");
+  for (const auto& [flag, x] : {std::pair{"--param-mb", a.param_mb}, std::pair{"--act-mb", a.act_mb},
+                                std::pair{"--input-mb", a.input_mb}, std::pair{"--act-limit-mb", a.act_limit_mb}})
+    if (x > 1e6) usage_error(std::string(flag) + " is at most 1000000 MB (pipetype::limits::saved_bytes is 2^40 bytes)");
   if (a.mem_limit * 2 != static_cast<double>(static_cast<long>(a.mem_limit * 2)))
     usage_error("--mem-limit counts activations in halves (e.g. 4 or 3.5)");
   if (a.mem_limit > 1e6) usage_error("--mem-limit is at most 1000000 activations");
@@ -371,6 +379,7 @@ std::string json_string(const std::string& s) {
 }
 
 std::string num(double x) {
+  if (!std::isfinite(x)) die("a figure came out as " + std::to_string(x) + "; the flags' bounds should prevent that (a bug)");
   std::ostringstream o;
   o.precision(10);
   o << x;
@@ -882,33 +891,20 @@ int print_all(const args& a) {
   return 0;
 }
 
-// --output FILE: standard output goes to FILE.tmp, renamed to FILE once everything is written (a
-// reader never sees half a file); removed when the explorer exits with an error.
-std::string output_tmp, output_final;
-
-void remove_partial_output() {
-  if (!output_tmp.empty()) std::remove(output_tmp.c_str());
-}
+// --output FILE: standard output goes to FILE (write_file.hpp: through FILE.tmp.PID and a rename
+// for a regular file, in place for a device or a FIFO); a partial file is removed on an error.
+examples::stdout_to_file output;
 
 void open_output(const std::string& path) {
-  output_final = path;
-  output_tmp = path + ".tmp";
-  if (!std::freopen(output_tmp.c_str(), "w", stdout)) {
-    output_tmp.clear();
-    usage_error("cannot write " + path);
-  }
-  std::atexit(remove_partial_output);
+  std::string why;
+  if (!output.open(path, why)) usage_error("--output: " + why);
 }
 
 int finish_output() {
-  if (output_tmp.empty()) return 0;
-  std::cout.flush();
-  if (std::fflush(stdout) != 0 || std::rename(output_tmp.c_str(), output_final.c_str()) != 0) {
-    std::cerr << "pipetype-explore: cannot write " << output_final << "\n";
-    return 2;
-  }
-  output_tmp.clear();
-  return 0;
+  std::string why;
+  if (output.finish(why)) return 0;
+  std::cerr << "pipetype-explore: --output: " << why << "\n";
+  return 2;
 }
 
 /// The file's own facts for the report: notation read, transfers, markers.
@@ -932,6 +928,7 @@ std::string torch_json(const file_facts& ff) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::stdout_checked_at_exit("pipetype-explore");
   const args a = parse(argc, argv);
   const bool csv = a.format == "csv" || a.format == "csv-comms";
   if (a.file.empty() && a.schedule == "all") {

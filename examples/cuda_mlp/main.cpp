@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "../plain_number.hpp"
+#include "../write_file.hpp"
 #include "model.hpp"
 
 #ifdef CUDA_MLP_WITH_MPI  // built with MPI: under mpirun, the id travels by MPI_Bcast
@@ -419,6 +420,7 @@ void print(const result& r, const std::string& who) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::stdout_checked_at_exit("cuda_mlp");
   const options o = parse(argc, argv);
   std::vector<std::string> names;
   if (o.schedule == "all") {

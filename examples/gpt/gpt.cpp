@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "../cli.hpp"
+#include "../write_file.hpp"
 #include "layers.hpp"
 #include "stage.hpp"
 
@@ -171,11 +172,23 @@ pt::runtime_plan make(args& a) {
   }
 }
 
+/// --corpus DIR: its .md files, each a regular file (a FIFO would hang the read), at most
+/// corpus_bytes in all (the corpus costs ≈ 12 bytes of memory per byte of text).
+constexpr std::uintmax_t corpus_bytes = 64u << 20;
 gpt::char_corpus read_docs(const std::string& dir) {
   std::vector<std::filesystem::path> files;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().extension() == ".md") files.push_back(e.path());
+  std::uintmax_t total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".md") continue;
+    std::error_code fe;
+    if (!e.is_regular_file(fe))
+      cli.fail("--corpus " + dir + ": " + e.path().filename().string() + " is not a regular file");
+    total += e.file_size(fe);
+    if (fe) cli.fail("--corpus " + dir + ": cannot read " + e.path().filename().string() + ": " + fe.message());
+    if (total > corpus_bytes) cli.fail("--corpus " + dir + ": its .md files hold more than 64 MiB (the corpus limit)");
+    files.push_back(e.path());
+  }
   if (ec || files.empty()) cli.fail("--corpus " + dir + ": no .md files to read");
   std::sort(files.begin(), files.end());
   return gpt::read_corpus(files);
@@ -231,6 +244,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  examples::stdout_checked_at_exit("gpt");
   args a = parse(argc, argv);
   const pt::runtime_plan plan = make(a);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
@@ -364,7 +378,11 @@ int main(int argc, char** argv) try {
         for (std::size_t i = 0; i < x.size(); ++i)
           max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
       }
-      if (!a.dump.empty()) gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, a.tie);
+      if (!a.dump.empty()) try {
+          gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, a.tie);
+        } catch (const std::exception& e) {
+          cli.fail(std::string("--dump ") + a.dump + ": " + e.what());  // (nothing says "dump written")
+        }
     }
     loss_last = loss;
     for (pt::uniform_chain<gpt::stage>& md : models)

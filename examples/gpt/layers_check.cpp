@@ -18,6 +18,7 @@
 //    (loss and gradients) as the same tokens with T' = t;
 //  * a GPipe-order run (all forwards, then backwards in reverse, one stash per microbatch, weight
 //    gradients added in microbatch order) gives the same bits as reference_step.
+#include "../write_file.hpp"
 #include "layers.hpp"
 
 #include <chrono>
@@ -467,6 +468,7 @@ int run_torch(const std::string& python, const std::string& script) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::stdout_checked_at_exit("gpt_layers_check");
   std::string dump_dir, python, script;
   bool timing = false;
   for (int i = 1; i < argc; ++i) {

@@ -6,7 +6,7 @@
 // '\n' so that the data starts at a multiple of 64 bytes, then the elements in C order. Two element
 // types: float32 (`<f4`) and int64 (`<i8`), always written little-endian (byte-swapped on a
 // big-endian host). Any rank: shape {} is a scalar, {n} is written `(n,)`.
-// Standard library only; every failure throws std::runtime_error or std::invalid_argument.
+// Files are written by examples/write_file.hpp (atomically, every byte checked); every failure throws std::runtime_error or std::invalid_argument.
 #pragma once
 
 #include <bit>
@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -22,6 +21,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "../write_file.hpp"
 
 namespace npy {
 
@@ -77,10 +78,8 @@ inline void write_raw(const std::filesystem::path& path, std::string_view descr,
       for (std::size_t a = 0, b = elem - 1; a < b; ++a, --b) std::swap(e[a], e[b]);
     }
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::runtime_error("npy: cannot write " + path.string());
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("npy: error writing " + path.string());
+  std::string why;
+  if (!examples::write_file(path.string(), bytes, why)) throw std::runtime_error("npy: " + why);
 }
 
 }  // namespace detail
@@ -131,11 +130,8 @@ class json_object {
   }
 
   void write(const std::filesystem::path& path) const {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("json: cannot write " + path.string());
-    const std::string s = str();
-    out.write(s.data(), static_cast<std::streamsize>(s.size()));
-    if (!out) throw std::runtime_error("json: error writing " + path.string());
+    std::string why;
+    if (!examples::write_file(path.string(), str(), why)) throw std::runtime_error("json: " + why);
   }
 
   static std::string quote(std::string_view s) {

@@ -302,5 +302,26 @@ TEST_CASE("memory actions: over data-parallel replicas the step is lowered, prov
   CHECK(!pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, none).result.ok());
 }
 
+TEST_CASE("memory actions: saved bytes past 2^40 are refused before any sum can wrap") {
+  const pt::program p = pt::make_gpipe(4, 64);
+  const pt::runtime_plan plan = pt::build_plan(p);
+  REQUIRE(plan.ok());
+  CHECK(pt::check_memory_sizes({.saved = {pt::limits::saved_bytes}}).ok());
+  const pt::verdict big = pt::check_memory_sizes({.saved = {pt::limits::saved_bytes + 1}});
+  CHECK(big.code == pt::errc::too_large);
+  CHECK(std::string(big.detail).find("saved bytes must be in [0, 2^40]") != std::string::npos);
+  const pt::verdict kept = pt::check_memory_sizes({.saved = {10, 10, 10, 10}, .kept = {1, -1, 1, 1}});
+  CHECK(kept.code == pt::errc::too_large);
+  CHECK(kept.stage == 1);
+  // the pass and the step planner refuse them; at the limit, 64 stashes sum without wrapping
+  const pt::memory_options o{.recompute = pt::memory_policy::all};
+  CHECK(pt::place_memory(p.view(), {.saved = {1LL << 50}}, pt::costs{}, o).result.code == pt::errc::too_large);
+  CHECK(pt::plan_memory(p.view(), plan.lowered(), {.saved = {1LL << 50}}, pt::costs{}, o).result.code ==
+        pt::errc::too_large);
+  const std::vector<pt::rank_memory> at_limit =
+      pt::memory_of(p.view(), pt::no_memory_actions(p.view()), {.saved = {pt::limits::saved_bytes}});
+  CHECK(at_limit[0].peak_bytes == 64 * pt::limits::saved_bytes);
+}
+
 }  // namespace test_memory_actions
 }  // namespace
