@@ -43,6 +43,7 @@
 #include "pipetype/core/program.hpp"
 #include "pipetype/core/sizes.hpp"
 #include "pipetype/core/verdict.hpp"
+#include "pipetype/detail/stable_sort.hpp"
 
 namespace pipetype {
 
@@ -102,13 +103,6 @@ struct memory_program {
 };
 
 namespace detail {
-/// Sorts `v` by `less`, keeping equal elements in order (std::stable_sort is not constexpr in
-/// C++20); linear on the nearly sorted lists the passes make.
-template <class T, class Less>
-constexpr void stable_sort_small(std::vector<T>& v, Less less) {
-  for (std::size_t i = 1; i < v.size(); ++i)
-    for (std::size_t j = i; j > 0 && less(v[j], v[j - 1]); --j) std::swap(v[j], v[j - 1]);
-}
 constexpr bool issued_before(const memory_action& a, const memory_action& b) noexcept { return a.after < b.after; }
 }  // namespace detail
 
@@ -121,7 +115,7 @@ constexpr memory_program memory_program_of(program_view p, std::vector<std::vect
   per_rank.resize(out.begin.size() - 1);
   for (int r = 0; r < p.ranks; ++r) {
     std::vector<memory_action>& q = per_rank[static_cast<std::size_t>(r)];
-    detail::stable_sort_small(q, detail::issued_before);
+    detail::stable_sort(q, detail::issued_before);
     const int n = static_cast<int>(p.rank_actions(r).size());
     for (memory_action& a : q) {
       if (a.what == memory_kind::offload && a.until < 0) a.until = default_until(a.after, n);
@@ -196,10 +190,19 @@ constexpr verdict walk_memory(program_view p, int r, std::span<const memory_acti
                               const memory_model& model, Tally&& tally) {
   const std::span<const action> acts = p.rank_actions(r);
   const int n = static_cast<int>(acts.size()), S = p.stages, m = p.microbatches;
+  // state per (stage, microbatch) of this rank's stages only: a table over every stage made each
+  // rank's walk cost the whole program's cells (every memory action is checked to be the rank's
+  // before its state is read)
+  std::vector<int> local(static_cast<std::size_t>(S > 0 ? S : 0), -1);
+  int L = 0;
+  for (const action& a : acts)
+    if (a.stage >= 0 && a.stage < S && local[static_cast<std::size_t>(a.stage)] < 0)
+      local[static_cast<std::size_t>(a.stage)] = L++;
   const auto at = [&](int s, int j) {
-    return static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(j);
+    return static_cast<std::size_t>(local[static_cast<std::size_t>(s)]) * static_cast<std::size_t>(m) +
+           static_cast<std::size_t>(j);
   };
-  std::vector<pair_state> st(static_cast<std::size_t>(S > 0 ? S : 0) * static_cast<std::size_t>(m > 0 ? m : 0));
+  std::vector<pair_state> st(static_cast<std::size_t>(L) * static_cast<std::size_t>(m > 0 ? m : 0));
   const bool forward_only = is_forward_only(p);
   std::int64_t device = 0, host = 0;
   double acts_resident = 0;
@@ -208,9 +211,21 @@ constexpr verdict walk_memory(program_view p, int r, std::span<const memory_acti
     if (!x.full) return z.kept_of(s);
     return z.saved_of(s) * x.units / (model.unit > 0 ? model.unit : 1);
   };
+  // with edges a stage holds an activation per input it reads, as the verifier counts its peak
+  // (verify.hpp: inputs_held), so the walk's activations without actions are the plan's peaks
+  std::vector<int> held(static_cast<std::size_t>(L), 1);
+  if (p.has_edges()) {
+    std::vector<int> in(static_cast<std::size_t>(L), 0);
+    for (const stage_edge& e : p.edges)
+      if (e.to >= 0 && e.to < S && local[static_cast<std::size_t>(e.to)] >= 0)
+        ++in[static_cast<std::size_t>(local[static_cast<std::size_t>(e.to)])];
+    for (int l = 0; l < L; ++l) held[static_cast<std::size_t>(l)] = std::max(1, in[static_cast<std::size_t>(l)]);
+  }
   const auto fraction = [&](int s, std::int64_t b) {
     const std::int64_t full = z.saved_of(s);
-    return full > 0 ? static_cast<double>(b) / static_cast<double>(full) : 0.0;
+    return full > 0 ? static_cast<double>(b) / static_cast<double>(full) *
+                          held[static_cast<std::size_t>(local[static_cast<std::size_t>(s)])]
+                    : 0.0;
   };
   const auto set_device = [&](int s, pair_state& x, std::int64_t b) {
     device += b - x.device;
@@ -221,7 +236,7 @@ constexpr verdict walk_memory(program_view p, int r, std::span<const memory_acti
   for (int k = 0; k < static_cast<int>(mem.size()); ++k) {
     const memory_action& a = mem[static_cast<std::size_t>(k)];
     if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= m ||
-        p.stage_rank[static_cast<std::size_t>(a.stage)] != r)
+        p.stage_rank[static_cast<std::size_t>(a.stage)] != r || local[static_cast<std::size_t>(a.stage)] < 0)
       return memory_error(r, a, k, "it names a stage or microbatch this rank does not run");
     if (a.after < -1 || a.after >= n || (k > 0 && a.after < mem[static_cast<std::size_t>(k) - 1].after))
       return memory_error(r, a, k, "the rank's memory actions are not in the order of its actions");

@@ -127,7 +127,7 @@ constexpr std::vector<memory_action> place_rank(std::span<const action> acts, co
   };
   // predicted ends of the copies in FIFO issue order
   const auto replay = [&] {
-    stable_sort_small(
+    stable_sort(
         copies, [](const copy_plan& a, const copy_plan& b) { return a.at != b.at ? a.at < b.at : a.order < b.order; });
     double lane = 0;
     for (copy_plan& x : copies) {
@@ -144,7 +144,7 @@ constexpr std::vector<memory_action> place_rank(std::span<const action> acts, co
   std::vector<std::size_t> order;
   for (std::size_t c = 0; c < cand.size(); ++c)
     if (off[c]) order.push_back(c);
-  stable_sort_small(order, [&](std::size_t a, std::size_t b) { return cand[a].backward < cand[b].backward; });
+  stable_sort(order, [&](std::size_t a, std::size_t b) { return cand[a].backward < cand[b].backward; });
   std::vector<int> reload_at(cand.size(), -1), until(cand.size(), n), recompute_at(cand.size(), -1);
   for (std::size_t c = 0; c < cand.size(); ++c) {
     if (!rec[c]) continue;
@@ -204,7 +204,7 @@ constexpr std::vector<memory_action> place_rank(std::span<const action> acts, co
   }
   for (std::size_t c = 0; c < cand.size(); ++c)
     if (rec[c]) out.push_back(recompute(cand[c].stage, cand[c].microbatch, recompute_at[c]));
-  stable_sort_small(out, issued_before);
+  stable_sort(out, issued_before);
   return out;
 }
 
@@ -237,21 +237,40 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
   for (int r = 0; r < p.ranks && !forward_only; ++r) {
     const std::span<const action> acts = p.rank_actions(r);
     const auto first = static_cast<std::size_t>(p.begin[static_cast<std::size_t>(r)]);
-    // candidates: every (stage, microbatch) with a backward, longest gap first
+    // candidates: every (stage, microbatch) with a backward, longest gap first; each forward's
+    // first backward after it from the rank's backwards sorted by (stage, microbatch, position)
+    // (a scan forward from each forward was quadratic: GPipe's are m actions apart)
     std::vector<detail::memory_candidate> cand;
+    struct later {  // (not `stage`: in `x.stage < y` that name reads as the stage concept's template)
+      int s, j, at;
+    };
+    std::vector<later> backs;
+    for (int i = 0; i < static_cast<int>(acts.size()); ++i)
+      if (acts[static_cast<std::size_t>(i)].what != kind::F)
+        backs.push_back({acts[static_cast<std::size_t>(i)].stage, acts[static_cast<std::size_t>(i)].microbatch, i});
+    const auto before = [](const later& x, const later& y) -> bool {
+      if (x.s != y.s) return x.s < y.s;
+      if (x.j != y.j) return x.j < y.j;
+      return x.at < y.at;
+    };
+    detail::stable_sort(backs, before);
     for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
       const action& a = acts[static_cast<std::size_t>(i)];
       if (a.what != kind::F) continue;
-      for (int b = i + 1; b < static_cast<int>(acts.size()); ++b) {
-        const action& y = acts[static_cast<std::size_t>(b)];
-        if (y.stage == a.stage && y.microbatch == a.microbatch && y.what != kind::F) {
-          cand.push_back({a.stage, a.microbatch, i, b,
-                          t.start[first + static_cast<std::size_t>(b)] - t.end[first + static_cast<std::size_t>(i)]});
-          break;
-        }
+      std::size_t lo = 0, hi = backs.size();  // the first (stage, microbatch, at) after (a, i)
+      while (lo < hi) {
+        const std::size_t mid = (lo + hi) / 2;
+        if (before(backs[mid], later{a.stage, a.microbatch, i}))
+          lo = mid + 1;
+        else
+          hi = mid;
       }
+      if (lo == backs.size() || backs[lo].s != a.stage || backs[lo].j != a.microbatch) continue;
+      const int b = backs[lo].at;
+      cand.push_back({a.stage, a.microbatch, i, b,
+                      t.start[first + static_cast<std::size_t>(b)] - t.end[first + static_cast<std::size_t>(i)]});
     }
-    detail::stable_sort_small(
+    detail::stable_sort(
         cand, [](const detail::memory_candidate& x, const detail::memory_candidate& y) { return x.gap > y.gap; });
     const auto trip = [&](const detail::memory_candidate& x) {
       return 2 *
@@ -260,7 +279,7 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
     std::vector<char> off(cand.size(), 0), rec(cand.size(), 0);
     const auto place = [&] { return detail::place_rank(acts, t.start, t.end, first, cand, off, rec, z, o); };
     const auto peak = [&](std::vector<memory_action> mine) {  // this rank's device peak with `mine`
-      detail::stable_sort_small(mine, detail::issued_before);
+      detail::stable_sort(mine, detail::issued_before);
       std::int64_t most = 0;
       (void)detail::walk_memory(p, r, mine, z, model,
                                 [&](std::int64_t d, std::int64_t, double) { most = std::max(most, d); });
@@ -273,7 +292,7 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
       std::vector<std::size_t> by_forward;
       for (std::size_t k = 0; k < cand.size(); ++k)
         if (cand[k].gap >= (o.offload == memory_policy::all ? 1.0 : o.min_gap) * trip(cand[k])) by_forward.push_back(k);
-      detail::stable_sort_small(by_forward,
+      detail::stable_sort(by_forward,
                                 [&](std::size_t x, std::size_t y) { return cand[x].forward < cand[y].forward; });
       const double d = std::clamp(o.density, 0.0, 1.0);
       for (std::size_t i = 0; i < by_forward.size(); ++i)
@@ -288,28 +307,66 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
     std::vector<memory_action> mine = place();
     if (o.offload == memory_policy::automatic || o.recompute == memory_policy::automatic) {
       const bool limited = o.limit > 0;
-      // automatic offloads: without a limit every one allowed, with one until under it, longest gaps first
-      for (std::size_t k = 0; k < cand.size() && o.offload == memory_policy::automatic; ++k) {
-        if (limited && peak(mine) <= o.limit) break;
-        if (off[k] || !allowed[k]) continue;
-        off[k] = 1;
-        if (!limited) continue;
-        mine = place();
+      // Automatic: without a limit every offload allowed; with one, the fewest candidates, longest
+      // gaps first, that bring the rank under it (offloads first, then recomputes). The fewest is
+      // found by bisection over how many are taken, so a rank places O(log n) times where adding
+      // one at a time placed O(n) times. (The peak falls as more are taken, near enough: a later
+      // offload can crowd an earlier one's reload off the copy lane. Whatever the bisection
+      // settles on is under the limit: `hi` always is.)
+      const auto choose = [](std::vector<char>& chosen, const std::vector<std::size_t>& pool, std::size_t j) {
+        for (std::size_t i = 0; i < pool.size(); ++i) chosen[pool[i]] = i < j ? 1 : 0;
+      };
+      const auto take_first = [&](std::vector<char>& chosen, const std::vector<std::size_t>& pool, std::size_t j) {
+        choose(chosen, pool, j);
+        return place();
+      };
+      const auto fewest = [&](std::vector<char>& chosen, const std::vector<std::size_t>& pool) {
+        if (pool.empty() || peak(mine) <= o.limit) return;
+        std::size_t lo = 0, hi = pool.size();  // peak(first lo) > limit; first hi: the most there is
+        std::vector<memory_action> at_hi = take_first(chosen, pool, hi);
+        if (peak(at_hi) > o.limit) return void(mine = std::move(at_hi));  // even all of them: refused below
+        while (hi - lo > 1) {
+          const std::size_t mid = lo + (hi - lo) / 2;
+          std::vector<memory_action> at_mid = take_first(chosen, pool, mid);
+          if (peak(at_mid) <= o.limit)
+            hi = mid, at_hi = std::move(at_mid);
+          else
+            lo = mid;
+        }
+        choose(chosen, pool, hi);
+        mine = std::move(at_hi);
+      };
+      if (o.offload == memory_policy::automatic) {
+        std::vector<std::size_t> pool;  // the allowed offloads, longest gaps first
+        for (std::size_t k = 0; k < cand.size(); ++k)
+          if (allowed[k] && !off[k]) pool.push_back(k);
+        if (!limited) {
+          for (const std::size_t k : pool) off[k] = 1;
+          mine = place();
+        } else {
+          fewest(off, pool);
+        }
       }
-      if (!limited) mine = place();
-      for (std::size_t k = 0; k < cand.size() && o.recompute == memory_policy::automatic && limited; ++k) {
-        if (peak(mine) <= o.limit) break;
-        if (rec[k]) continue;
-        rec[k] = 1;
-        mine = place();
+      if (o.recompute == memory_policy::automatic && limited) {
+        std::vector<std::size_t> pool;
+        for (std::size_t k = 0; k < cand.size(); ++k)
+          if (!rec[k]) pool.push_back(k);
+        fewest(rec, pool);
       }
     }
     if (o.limit > 0 && peak(mine) > o.limit) {
       out.result.code = errc::memory_limit_exceeded;
       out.result.rank = r;
+      // the advice names only what the options did not allow already
       out.result.detail =
-          "the offloads and recomputes the options allow do not bring this rank's saved activations "
-          "under the limit (allow recompute, or offload with a smaller min_gap)";
+          o.recompute == memory_policy::none
+              ? "the offloads and recomputes the options allow do not bring this rank's saved activations "
+                "under the limit (allow recompute, or offload with a smaller min_gap)"
+          : o.offload == memory_policy::none
+              ? "even recomputing every forward it may, this rank's saved activations stay over the limit "
+                "(allow offload too, or raise the limit)"
+              : "even with offload and recompute allowed, this rank's saved activations stay over the limit "
+                "(raise the limit, or offload with a smaller min_gap)";
       return out;
     }
     per_rank[static_cast<std::size_t>(r)] = std::move(mine);
