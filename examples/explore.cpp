@@ -312,7 +312,7 @@ args parse(int argc, char** argv) {
       usage_error("unknown flag " + flag);
   }
   // sizes and bandwidths within what the figures hold: a bandwidth near 0 made every copy and
-  // collective take "inf", and 10^15-byte activations wrapped a rank's 64-bit sums (docs/03 §3.9)
+  // collective take "inf", and 10^15-byte activations wrapped a rank's 64-bit sums (docs/03 §3.8)
   for (const auto& [flag, x] : {std::pair{"--dp-gbps", a.dp_gbps}, std::pair{"--pcie-gbps", a.pcie_gbps}})
     if (x != 0 && (x < 0.001 || x > 100000))
       usage_error(std::string(flag) + " is a bandwidth in [0.001, 100000] GB/s");
@@ -524,13 +524,18 @@ struct dp_figures {
 // A --file's own collectives (its UNSHARD, RESHARD, REDUCE_GRAD), used instead of placing them.
 std::optional<pt::collective_program> file_collectives;
 bool file_shards = false;  // the file gathers (UNSHARD): FSDP
+// A --file's own memory actions (its OFFLOAD, RELOAD, RECOMPUTE), checked against its plan.
+std::optional<pt::memory_program> file_memory;
 
 /// Why `p` cannot run over --dp replicas ("" when it can).
 std::string mesh_refusal(pt::program_view p) {
   return p.lanes > 1 ? "a plan of " + std::to_string(p.lanes) + " lanes (DualPipe) does not run over a mesh yet" : "";
 }
+/// Whether the step shards its parameters: --fsdp, or a file whose UNSHARDs say so (one answer
+/// for the report, the JSON, the placement and the CSV).
+bool sharded(const args& a) { return a.fsdp || (file_collectives && file_shards); }
 pt::dp_options dp_options_of(const args& a) {
-  return {.dp = a.dp, .shard = a.fsdp || (file_collectives && file_shards)};
+  return {.dp = a.dp, .shard = sharded(a)};
 }
 /// The collectives' costs: a chunk holds 1/v of a rank share's parameters; bytes per time unit
 /// (1 ms) from GB/s.
@@ -544,8 +549,16 @@ dp_figures dp_of(const result& r, const args& a) {
   if (out.error = mesh_refusal(p); !out.error.empty()) return out;
   const pt::dp_options o = dp_options_of(a);
   const pt::mesh m{p.ranks, a.dp};
+  // the step's size before any of it is made (a file's collectives count per replica too)
+  const auto lowered_ops = static_cast<long long>(r.plan.lowered().ops.size());
+  if (const pt::verdict v = pt::check_mesh_ops(
+          m, lowered_ops + (file_collectives ? static_cast<long long>(file_collectives->ops.size()) : 0));
+      !v.ok())
+    return out.error = pt::describe(v), out;
   const pt::collective_program c = file_collectives ? *file_collectives : pt::place_collectives(p, o);
   if (const pt::verdict v = pt::check_collectives(p, c, o); !v.ok()) return out.error = pt::describe(v), out;
+  if (const pt::verdict v = pt::check_mesh_ops(m, lowered_ops + static_cast<long long>(c.ops.size())); !v.ok())
+    return out.error = pt::describe(v), out;
   const pt::mesh_program mp = pt::lower_mesh(p, r.plan.lowered(), m, c, o);
   if (const pt::verdict v = pt::verify_mesh(mp); !v.ok()) return out.error = pt::describe(v), out;
   const pt::mesh_costs d = dp_costs_of(a, r.chunks);
@@ -560,7 +573,7 @@ dp_figures dp_of(const result& r, const args& a) {
   return out;
 }
 std::string dp_json(const dp_figures& f, const args& a) {
-  std::string out = ", \"dp\": {\"replicas\": " + std::to_string(a.dp) + ", \"fsdp\": " + (a.fsdp ? "true" : "false") +
+  std::string out = ", \"dp\": {\"replicas\": " + std::to_string(a.dp) + ", \"fsdp\": " + (sharded(a) ? "true" : "false") +
                     ", \"param_mb\": " + num(a.param_mb) + ", \"gbps\": " + num(a.dp_gbps);
   if (!f.error.empty()) return out + ", \"error\": " + json_string(f.error) + "}";
   return out + ", \"makespan\": " + num(f.makespan) + ", \"makespan_without\": " + num(f.without) +
@@ -586,9 +599,19 @@ struct memory_figures {
 };
 /// A stage's saved bytes per microbatch when a rank share is cut into `chunks` (a chunk holds 1/v
 /// of a rank share's activation).
-pt::memory_sizes memory_sizes_of(const args& a, int chunks) {
+/// With --edges a stage saves an input per incoming edge (a fan-in several), as the plan's
+/// peaks count them.
+pt::memory_sizes memory_sizes_of(const args& a, int chunks, pt::program_view p = {}) {
   const double saved = a.act_mb * 1e6 / chunks, kept = (a.input_mb >= 0 ? a.input_mb : a.act_mb / 17) * 1e6 / chunks;
-  return {{static_cast<std::int64_t>(saved)}, {static_cast<std::int64_t>(kept)}};
+  if (!p.has_edges()) return {{static_cast<std::int64_t>(saved)}, {static_cast<std::int64_t>(kept)}};
+  std::vector<int> in(static_cast<std::size_t>(p.stages), 0);
+  for (const pt::stage_edge& e : p.edges) ++in[static_cast<std::size_t>(e.to)];
+  pt::memory_sizes z;
+  for (const int n : in) {
+    z.saved.push_back(static_cast<std::int64_t>(saved) * std::max(1, n));
+    z.kept.push_back(static_cast<std::int64_t>(kept) * std::max(1, n));
+  }
+  return z;
 }
 /// The memory actions the flags allow; bytes per time unit (1 ms) from GB/s.
 pt::memory_options memory_options_of(const args& a) {
@@ -604,7 +627,7 @@ memory_figures memory_step_of(const result& r, const args& a) {
   memory_figures out;
   out.chunks = r.chunks;
   const pt::program_view p = r.plan.compute();
-  const pt::memory_sizes z = memory_sizes_of(a, r.chunks);
+  const pt::memory_sizes z = memory_sizes_of(a, r.chunks, r.plan.compute());
   const pt::memory_options o = memory_options_of(a);
   const pt::cost_model costs = per_stage(a, p, r.chunks);
   pt::memory_mesh over;  // --dp: the step over the replicas, their collectives timed with it
@@ -694,7 +717,7 @@ limit_search search_under_limit(const args& a, int v, pt::program& prog) {
   candidates.push_back(prog);
   out.limits.push_back(0);
   const pt::memory_choice c = pt::fastest_under_limit(
-      candidates, [&](pt::program_view p) { return memory_sizes_of(a, chunks_in(p)); },
+      candidates, [&](pt::program_view p) { return memory_sizes_of(a, chunks_in(p), p); },
       [&](pt::program_view p) { return per_stage(a, p, chunks_in(p)); }, memory_options_of(a));
   out.makespans = c.makespans;
   out.chosen = c.chosen;
@@ -913,6 +936,7 @@ struct file_facts {
   pt::notation form = pt::notation::current;
   int transfers = 0, waits = 0, markers = 0;
   bool collectives = false;                   // its UNSHARD, RESHARD and REDUCE_GRAD were checked (check_collectives)
+  int memory_actions = 0;                     // its OFFLOAD, RELOAD and RECOMPUTE, checked (check_memory_actions)
   const char* torch_format = "compute_only";  // as torch would be asked to load it
   bool torch_loads = false;                   // torch 2.15's loader takes it as pipetype reads it
   bool transfer_verdict = false;              // the file's transfers were rejected (its computes verify)
@@ -928,7 +952,7 @@ std::string torch_json(const file_facts& ff) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::stdout_checked_at_exit("pipetype-explore");
+  examples::tool_exits("pipetype-explore");
   const args a = parse(argc, argv);
   const bool csv = a.format == "csv" || a.format == "csv-comms";
   if (a.file.empty() && a.schedule == "all") {
@@ -963,6 +987,11 @@ int main(int argc, char** argv) {
     ff.read = true;
     ff.form = file.form;
     ff.transfers = file.transfers, ff.waits = file.waits, ff.markers = file.markers;
+    if (pt::has_memory_actions(file)) {  // checked once the plan is (below)
+      if (a.memory())
+        usage_error(a.file + " places its own memory actions: drop --offload, --recompute and --act-limit-mb");
+      file_memory = pt::memory_actions_of(file, prog.view());
+    }
     if (pt::has_collectives(file)) {  // read as collectives, checked once the plan is (below)
       file_collectives = pt::collectives_of(file, prog.ranks);
       for (const pt::collective& x : file_collectives->ops)
@@ -1029,6 +1058,19 @@ int main(int argc, char** argv) {
     if (!mem) mem = memory_step_of(r, a);
     return *mem;
   };
+  // a file's data-parallel markers: placed so that the step is right (PyTorch's window of 3),
+  // checked before anything is written (the pictures, csv-comms)
+  if (file_collectives) {
+    const pt::dp_options o{.dp = a.dp > 1 ? a.dp : 2, .shard = file_shards};
+    if (const pt::verdict v = pt::check_collectives(plan.compute(), *file_collectives, o); !v.ok())
+      return reject(v, pt::describe(v));
+    ff.collectives = true;
+  }
+  if (file_memory) {  // a RELOAD with no OFFLOAD, a stage the rank does not run, ...: one sentence, exit 2
+    if (const pt::verdict v = pt::check_memory_actions(plan.compute(), *file_memory); !v.ok())
+      return reject(v, pt::describe(v));
+    ff.memory_actions = static_cast<int>(file_memory->ops.size());
+  }
   if (!a.svg.empty() || !a.trace.empty()) {
     if (a.dp > 1 && !meshed().error.empty()) {
       std::cerr << "pipetype-explore: --dp " << a.dp << ": " << dp->error << "\n";
@@ -1047,7 +1089,7 @@ int main(int argc, char** argv) {
   if (csv) {  // PyTorch's CSV: the compute program, or the lowered program's transfers as PyTorch issues them
     try {
       if (a.format == "csv-comms" && a.dp > 1) {  // a mesh step's rows: its collectives where they were placed
-        const pt::dp_options o{.dp = a.dp, .shard = a.fsdp || file_shards};
+        const pt::dp_options o = dp_options_of(a);
         const pt::collective_program c =
             file_collectives ? *file_collectives : pt::place_collectives(plan.compute(), o);
         std::cout << pt::to_csv(plan.compute(), plan.lowered(), c);
@@ -1061,24 +1103,16 @@ int main(int argc, char** argv) {
     return finish_output();
   }
 
-  // a file's data-parallel markers: placed so that the step is right (PyTorch's window of 3)
-  if (file_collectives) {
-    const pt::dp_options o{.dp = a.dp > 1 ? a.dp : 2, .shard = file_shards};
-    if (const pt::verdict v = pt::check_collectives(plan.compute(), *file_collectives, o); !v.ok())
-      return reject(v, pt::describe(v));
-    ff.collectives = true;
-  }
   const pt::timeline& t = r.t;
   const int P = plan.compute().ranks;
-  if (a.dp > 1) {
-    meshed();
-    if (!dp->error.empty() && !a.json()) {
-      std::cerr << "pipetype-explore: --dp " << a.dp << ": " << dp->error << "\n";
-      return 2;
-    }
-  }
-  // a memory step the plan refuses; one the mesh refuses (--dp, in JSON) says so in its "memory"
+  if (a.dp > 1) meshed();
+  // a memory step the plan refuses
   if (a.memory() && !memory_plan().error.empty() && !mem->step.result.ok()) return reject(mem->step.result, mem->error);
+  // a step the mesh refuses: exit 2 in every format (JSON first says why in its "dp" or "memory")
+  const std::string refused = dp && !dp->error.empty()     ? "--dp " + std::to_string(a.dp) + ": " + dp->error
+                              : mem && !mem->error.empty() ? "memory actions: " + mem->error
+                                                           : "";
+  if (!refused.empty() && !a.json()) die(refused);
   const std::vector<double> peaks = peaks_of(a, plan, chunks);
   std::vector<double> busy;
   for (int k = 0; k < P; ++k) busy.push_back(t.busy(k));
@@ -1098,6 +1132,7 @@ int main(int argc, char** argv) {
                 << "\", \"file\": {\"transfers\": " << ff.transfers << ", \"waits\": " << ff.waits
                 << ", \"markers\": " << ff.markers
                 << ", \"collectives_checked\": " << (ff.collectives ? "true" : "false")
+                << ", \"memory_actions_checked\": " << ff.memory_actions
                 << ", \"transfers_complete\": " << (ff.transfers > 0 ? "true" : "null") << ", \"p2p\": \""
                 << pt::p2p_streams_name(a.p2p) << "\"}" << torch_json(ff);
     if (plan.compute().has_edges()) {  // the model's graph, as the text's `stage graph:` line
@@ -1124,6 +1159,7 @@ int main(int argc, char** argv) {
               << json_array(res, [](const pt::rank_resources& x) { return std::to_string(x.groups); }) << "}"
               << (dp ? dp_json(*dp, a) : std::string()) << (mem ? memory_json(*mem, a) : std::string())
               << (search ? limit_search_json(*search) : std::string()) << "}\n";
+    if (!refused.empty()) die(refused);
     return finish_output();
   }
   std::printf("schedule %s: %d ranks, %d stages, %d microbatches (costs per %s F=%g B=%g I=%g W=%g comm=%g)\n\n",
@@ -1148,6 +1184,9 @@ int main(int argc, char** argv) {
           ff.markers, a.dp > 1 ? "; --dp runs them" : "");
     else if (ff.markers > 0)
       std::printf("; %d markers kept", ff.markers);
+    if (ff.memory_actions > 0)
+      std::printf("; its %d memory actions (OFFLOAD, RELOAD, RECOMPUTE) read only what is there (check_memory_actions)",
+                  ff.memory_actions);
     if (ff.torch_loads)
       std::printf("\ntorch 2.15 loads it as written (format=\"%s\")", ff.torch_format);
     else
@@ -1183,7 +1222,7 @@ int main(int argc, char** argv) {
         "\ndata parallel: %d replicas%s, %g MB of parameters per rank share at %g GB/s (1 time unit = 1 ms): %d "
         "collectives on %d communicators, proved deadlock-free with the transfers; step %g, %g without its "
         "collectives: exposed_dp %g\n",
-        a.dp, a.fsdp || file_shards ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators,
+        a.dp, sharded(a) ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators,
         dp->makespan, dp->without, dp->exposed);
   if (mem) {
     const pt::memory_step& m = mem->step;

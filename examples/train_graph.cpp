@@ -181,7 +181,7 @@ int train(args a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::stdout_checked_at_exit("train_graph");
+  examples::tool_exits("train_graph");
   const args a = parse(argc, argv);
   // a model the plan does not fit (pipetype::shape_error from the executor's checks) or a step
   // that fails: one sentence and exit 2, never an uncaught exception

@@ -327,7 +327,7 @@ int train(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  examples::stdout_checked_at_exit("train_mlp");
+  examples::tool_exits("train_mlp");
   // a model the plan does not fit (pipetype::shape_error from the executor's checks) or a step
   // that fails: one sentence and exit 2, never an uncaught exception
   try {

@@ -5,7 +5,8 @@
 // grow with ranks x stages; so a file is held to the flags' caps. train_mlp's model is a chain of
 // dense layers, so it refuses a file with an `edges` line (train_graph trains graphs); the model's
 // own graph against the plan's is then the executor's check (bind/checks.hpp), whose shape_error
-// the trainers print as one sentence.
+// the trainers print as one sentence. A file's memory actions and collectives are refused: a
+// trainer runs neither from a file, and dropping them silently would train another step.
 #pragma once
 
 #include <pipetype/core/program.hpp>
@@ -48,8 +49,17 @@ inline std::optional<pipetype::program> read_trainer_file(const std::string& pat
                                                           bool graphs, std::string& why) {
   const std::optional<std::string> text = read_text(path, why);
   if (!text) return std::nullopt;
-  pipetype::program prog = pipetype::parse_schedule(*text, "file");
+  const pipetype::schedule_file file = pipetype::read_schedule(*text);
+  pipetype::read_options o;
+  o.name = "file";
+  pipetype::program prog = pipetype::to_program(file, o);
   why = trainer_file_refusal(prog, path, caps, graphs);
+  // markers a trainer cannot act on are refused, not dropped (pipetype-explore --file checks them)
+  if (why.empty() && file.error.ok() && (pipetype::has_memory_actions(file) || pipetype::has_collectives(file)))
+    why = path + " writes " +
+          (pipetype::has_memory_actions(file) ? "memory actions (OFFLOAD, RELOAD, RECOMPUTE)"
+                                              : "data-parallel collectives (UNSHARD, RESHARD, REDUCE_GRAD)") +
+          ", which the trainers do not run from a file; pipetype-explore --file checks and reports them";
   if (!why.empty()) return std::nullopt;
   return prog;
 }

@@ -12,7 +12,7 @@
 //                                    socket, a symbolic link to any of these or to nothing
 // A symbolic link is followed: the file it names is written as above, and the link stays.
 // Every failure is one sentence, "cannot write out/x.svg: No space left on device", and every
-// tool exits 2 when its standard output could not be written (stdout_checked_at_exit).
+// tool exits 2 when its standard output could not be written (tool_exits).
 #pragma once
 
 #include <fcntl.h>
@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -172,10 +173,17 @@ class stdout_to_file {
   std::string path_, final_, tmp_;
 };
 
-/// At exit, flushes standard output and, when any of it could not be written (a full disk, a
-/// closed pipe, /dev/full), says so and makes the exit status 2 — whatever main returned.
-inline void stdout_checked_at_exit(const char* tool) {
+/// A tool's two last words, set up first thing in main: at exit, standard output is flushed and,
+/// when any of it could not be written (a full disk, a closed pipe, /dev/full), the tool says so
+/// and exits 2 whatever main returned; and an allocation that fails anywhere (sizes the limits
+/// let through but this machine cannot hold) is one sentence and exit 2, not std::bad_alloc.
+inline void tool_exits(const char* tool) {
   static const char* name = tool;
+  std::set_new_handler([] {
+    std::fprintf(stderr, "%s: out of memory: the sizes asked for need more than this machine has (docs/03 §3.8)\n",
+                 name);
+    std::_Exit(2);
+  });
   std::atexit([] {
     if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
     const int err = errno;

@@ -420,7 +420,7 @@ void print(const result& r, const std::string& who) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::stdout_checked_at_exit("cuda_mlp");
+  examples::tool_exits("cuda_mlp");
   const options o = parse(argc, argv);
   std::vector<std::string> names;
   if (o.schedule == "all") {

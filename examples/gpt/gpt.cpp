@@ -93,6 +93,8 @@ constexpr const char* usage =
     "            host and back, or the stash rebuilt by running its forward again before the backward\n";
 
 constexpr examples::cli cli{"gpt", usage};
+/// The most memory the flags may ask for (estimated in parse()): 16 GB.
+constexpr double gpt_bytes = 16e9;
 
 args parse(int argc, char** argv) {
   args a;
@@ -156,6 +158,19 @@ args parse(int argc, char** argv) {
   if (!a.dump.empty())
     for (const int t : a.seq_lens)
       if (t != a.model.seq) cli.fail("--dump writes full-length microbatches; drop --seq-lens or give only T");
+  // Each flag is bounded, their product is not: --layers 128 --width 4096 is 26 G parameters.
+  // Before anything is allocated, an estimate of the run's bytes (in doubles: no wrap) against
+  // gpt_bytes: per replica the parameters four times (weights, gradients, Adam's two moments) and
+  // twice more for the reference run, and every microbatch's saved activations at once (GPipe's
+  // worst case): per layer and row ≈ 16·T·C floats plus the attention's H·T² (docs/03 §3.8).
+  const double C = a.model.width, T = a.model.seq, L = a.model.layers, H = a.model.heads;
+  const double params = L * (12 * C * C + 13 * C) + 256 * C + T * C;  // (a character vocabulary: at most 256)
+  const double acts = static_cast<double>(a.microbatches) * a.model.rows * L * (16 * T * C + H * T * T);
+  const double bytes = 4 * (a.dp * (6 * params + acts));
+  if (bytes > gpt_bytes)
+    cli.fail("--layers, --width, --seq, --rows, --microbatches and --dp ask for about " +
+             std::to_string(static_cast<long long>(bytes / 1e9)) + " GB; gpt runs at most " +
+             std::to_string(static_cast<long long>(gpt_bytes / 1e9)) + " GB (docs/03 §3.8)");
   return a;
 }
 
@@ -244,7 +259,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  examples::stdout_checked_at_exit("gpt");
+  examples::tool_exits("gpt");
   args a = parse(argc, argv);
   const pt::runtime_plan plan = make(a);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
@@ -275,6 +290,8 @@ int main(int argc, char** argv) try {
   }
   pt::uniform_chain<gpt::stage>& model = models.front();
   const bool memory = a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none;
+  if (a.recompute == pt::memory_policy::automatic)  // (auto recomputes what a byte limit needs; gpt sets none)
+    cli.fail("--recompute auto recomputes only what a memory limit needs, and gpt sets none: give all or none");
   const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory;
   // --offload, --recompute: the actions on what each stage saves for its backward, its stash and
   // its input (none on the first stage, which reads the batch); an OFFLOAD moves both, a
@@ -448,7 +465,10 @@ int main(int argc, char** argv) try {
         grads_match ? "true" : "false", max_diff, ms, reference_ms);
     if (meshed)
       std::printf(", \"dp\": %d, \"fsdp\": %s, \"tied\": %s, \"replicas_agree\": %s, \"tied_copies_equal\": %s", a.dp,
-                  a.fsdp ? "true" : "false", a.tie ? "true" : "false", replicas_agree ? "true" : "false",
+                  a.fsdp ? "true" : "false", a.tie ? "true" : "false",
+                  // compared only where each replica holds the whole gradient (not one replica, not
+                  // FSDP's shards): null says "not checked", never a true nobody tested
+                  a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false",
                   tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");

@@ -468,7 +468,7 @@ int run_torch(const std::string& python, const std::string& script) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::stdout_checked_at_exit("gpt_layers_check");
+  examples::tool_exits("gpt_layers_check");
   std::string dump_dir, python, script;
   bool timing = false;
   for (int i = 1; i < argc; ++i) {

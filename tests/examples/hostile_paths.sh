@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The example tools against paths that are not plain files (docs/03 §3.9): what they write to and
+# The example tools against paths that are not plain files (docs/03 §3.8): what they write to and
 # what they read. Usage: hostile_paths.sh EXPLORE TRAIN_MLP GPT
 # Each check runs its tool under `timeout` (a FIFO must never hang a tool) and states what must
 # hold; the script ends with "N passed, N failed" and fails when any check did.

@@ -17,6 +17,16 @@
 //   - the trainers' --file path (examples/trainer_file.hpp): a file they take, checked against a
 //     chain model of its stages as the executors check it, is refused (pipetype::shape_error) when
 //     it gives a stage graph and bound otherwise — never skipped, never a crash;
+//   - the mesh step (issue 41): a file's UNSHARD, RESHARD and REDUCE_GRAD (collectives_of) or the
+//     placed ones (place_collectives) that check_collectives accepts lower over two replicas
+//     (lower_mesh), prove (verify_mesh), simulate to a finite makespan (simulate_mesh), and, as a
+//     compute+comms CSV (to_csv with collectives), read back to collectives that check again; a
+//     refusal has a sentence;
+//   - memory actions: a file's OFFLOAD, RELOAD and RECOMPUTE (memory_actions_of) that
+//     check_memory_actions accepts lower onto the copy stream and prove (verify_mesh,
+//     verify_memory), and read back from to_text(program, memory) the same; the pass
+//     (place_memory, plan_memory with a limit) answers a placement that checks and proves, or a
+//     sentence; sizes past limits::saved_bytes are refused;
 //   - layouts: a comment line `#layout STRING` (the schedule reader skips it) is parsed as a
 //     Megatron layout; its weights are within pipetype::cost_bounds, and over a verified plan of as
 //     many stages its costs simulate to a finite makespan and its peaks are finite.
@@ -256,6 +266,88 @@ void check_layout(std::string_view text, const pt::runtime_plan& plan) {
     expect(std::isfinite(x) && x >= 0, "a layout's peaks are finite", plan);
 }
 
+/// A refused mesh or memory step: a sentence, never an empty one.
+void expect_sentence(const pt::verdict& v, const char* property, const pt::runtime_plan& plan) {
+  expect(!v.ok() && !pt::describe(v).empty(), property, plan);
+}
+
+/// The step over two replicas with `c`: lowers, proves, simulates, and its CSV reads back.
+void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program& c, const pt::dp_options& o) {
+  const pt::program_view p = plan.compute();
+  const pt::mesh m{p.ranks, o.dp};
+  if (!pt::check_mesh(m).ok() ||
+      !pt::check_mesh_ops(m, static_cast<long long>(plan.lowered().ops.size() + c.ops.size())).ok())
+    return;
+  const pt::mesh_program mp = pt::lower_mesh(p, plan.lowered(), m, c, o);
+  expect(pt::verify_mesh(mp).ok(), "accepted collectives lower to a step that proves", plan);
+  const pt::mesh_timeline t = pt::simulate_mesh(mp, pt::costs{}, pt::mesh_costs{.param_bytes = {1e3}, .bandwidth = 1e3});
+  expect(t.completed && std::isfinite(t.makespan) && t.makespan > 0, "a proved mesh step simulates to completion",
+         plan);
+  if (p.lanes > 1 || p.has_edges()) return;  // (PyTorch's files hold neither)
+  const pt::schedule_file back = pt::read_schedule(pt::to_csv(p, plan.lowered(), c));
+  expect(back.error.ok(), "a mesh step's CSV reads back", plan);
+  const pt::collective_program again = pt::collectives_of(back, p.ranks);
+  expect(pt::check_collectives(p, again, o).ok(), "a mesh step's CSV reads back to collectives that check", plan);
+}
+
+void check_collectives_of(const pt::schedule_file& file, const pt::runtime_plan& plan) {
+  const pt::program_view p = plan.compute();
+  if (p.lanes > 1) return;  // (no mesh over DualPipe's lanes yet)
+  if (pt::has_collectives(file)) {
+    const pt::collective_program c = pt::collectives_of(file, p.ranks);
+    bool shard = false;
+    for (const pt::collective& x : c.ops) shard = shard || x.what == pt::collective_kind::unshard;
+    const pt::dp_options o{.dp = 2, .shard = shard};
+    const pt::verdict v = pt::check_collectives(p, c, o);
+    if (!v.ok()) return expect_sentence(v, "refused collectives have a sentence", plan);
+    check_mesh_step(plan, c, o);
+    return;
+  }
+  if (pt::is_forward_only(p)) return;
+  for (const bool shard : {false, true}) {
+    const pt::dp_options o{.dp = 2, .shard = shard};
+    const pt::collective_program c = pt::place_collectives(p, o);
+    expect(pt::check_collectives(p, c, o).ok(), "placed collectives check", plan);
+    check_mesh_step(plan, c, o);
+  }
+}
+
+void check_memory(const pt::schedule_file& file, const pt::runtime_plan& plan) {
+  const pt::program_view p = plan.compute();
+  const pt::memory_sizes z{{1000}, {100}};
+  if (pt::has_memory_actions(file)) {
+    const pt::memory_program mem = pt::memory_actions_of(file, p);
+    const pt::verdict v = pt::check_memory_actions(p, mem);
+    if (!v.ok()) return expect_sentence(v, "refused memory actions have a sentence", plan);
+    if (p.lanes > 1) return;
+    const pt::mesh m{p.ranks, 1};
+    const pt::dp_options o{.dp = 1};
+    const pt::mesh_program mp = pt::lower_mesh(p, plan.lowered(), m, pt::place_collectives(p, o), o, mem);
+    expect(pt::verify_mesh(mp).ok() && pt::verify_memory(p, mem, mp).ok(),
+           "accepted memory actions lower to a step that proves", plan);
+    const pt::schedule_file back = pt::read_schedule(pt::to_text(p, mem));
+    expect(back.error.ok() && pt::memory_actions_of(back, p) == mem, "memory actions read back the same", plan);
+    return;
+  }
+  if (p.lanes > 1 || pt::is_forward_only(p) || p.actions.size() > 4096) return;
+  const std::vector<pt::rank_memory> base = pt::memory_of(p, pt::no_memory_actions(p), z);
+  std::int64_t most = 0;
+  for (const pt::rank_memory& r : base) most = std::max(most, r.peak_bytes);
+  const pt::memory_options o{.offload = pt::memory_policy::automatic,
+                             .recompute = pt::memory_policy::automatic,
+                             .limit = most > 1000 ? most / 2 : 1000,
+                             .copy_bandwidth = 100};
+  const pt::memory_step s = pt::plan_memory(p, plan.lowered(), z, pt::costs{}, o);
+  if (!s.result.ok()) return expect_sentence(s.result, "a refused memory step has a sentence", plan);
+  expect(pt::check_memory_actions(p, s.actions).ok() && pt::verify_mesh(s.step).ok() &&
+             pt::verify_memory(p, s.actions, s.step).ok(),
+         "a placed memory step checks and proves", plan);
+  for (const pt::rank_memory& r : s.memory) expect(r.peak_bytes <= o.limit, "a placed memory step is under its limit", plan);
+  expect(pt::plan_memory(p, plan.lowered(), {{pt::limits::saved_bytes + 1}}, pt::costs{}, o).result.code ==
+             pt::errc::too_large,
+         "saved bytes past limits::saved_bytes are refused", plan);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -271,5 +363,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_dag_rules(prog);
   check_trainer_file(prog, plan);
   check_layout(text, plan);
+  if (plan.ok() && plan.compute().actions.size() <= 20000) {  // (the mesh passes' cost, per input)
+    const pt::schedule_file file = pt::read_schedule(text);
+    check_collectives_of(file, plan);
+    check_memory(file, plan);
+  }
   return 0;
 }

@@ -306,6 +306,10 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
           case collective_kind::reduce_grad: {
             if (std::find(reduced.begin(), reduced.end(), x.stage) != reduced.end())
               return detail::collective_error(r, x, at, "a second REDUCE_GRAD of the stage");
+            if (last_of(x.stage) < 0)  // (what --forward-only --dp is refused for, from a file too)
+              return detail::collective_error(r, x, at,
+                                              "a REDUCE_GRAD of a stage with no weight backward: it has no gradient "
+                                              "to reduce");
             if (x.after < last_of(x.stage))
               return detail::collective_error(r, x, at,
                                               "a REDUCE_GRAD before the stage's last weight backward (B or W)");

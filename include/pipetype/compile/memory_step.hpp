@@ -74,6 +74,11 @@ memory_step plan_memory(program_view p, lowered_view l, const memory_sizes& z, c
   if (out.result = check_mesh(replicas); !out.result.ok()) return out;
   const collective_program placed_collectives = over.collectives ? *over.collectives : place_collectives(p, dp);
   if (out.result = check_collectives(p, placed_collectives, dp); !out.result.ok()) return out;
+  // (each replica: the lowered ops, its collectives, and at most three memory actions per forward)
+  if (out.result = check_mesh_ops(replicas, static_cast<long long>(l.ops.size() + placed_collectives.ops.size() +
+                                                                   3 * p.actions.size()));
+      !out.result.ok())
+    return out;
   mesh_costs d = over.costs;
   d.activations = z;
   d.copy_bandwidth = o.copy_bandwidth;

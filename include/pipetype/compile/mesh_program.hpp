@@ -63,6 +63,9 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
   if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::lower_mesh: collectives of another program");
   if (mem.ranks != p.ranks || mem.begin.size() != static_cast<std::size_t>(p.ranks) + 1)
     throw std::invalid_argument("pipetype::lower_mesh: memory actions of another program");
+  if (const verdict v = check_mesh_ops(m, static_cast<long long>(l.ops.size() + c.ops.size() + mem.ops.size()));
+      !v.ok())
+    throw std::length_error(std::string("pipetype::lower_mesh: ") + v.detail);
   mesh_program out;
   out.shape = m;
   out.ties = o.ties;

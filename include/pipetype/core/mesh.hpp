@@ -71,6 +71,18 @@ struct mesh_t {
 
 /// Ok, or why `m` cannot run: a non-positive side, more ranks than pipetype::limits::ranks, or
 /// (world ≥ 0) pp · dp not equal to the world's ranks.
+/// Ok, or errc::too_large when a step over `m` whose replicas issue `per_replica` ops each (the
+/// lowered ops, collectives and memory actions of one) would pass pipetype::limits::mesh_ops:
+/// checked before any of the step's tables is made.
+constexpr verdict check_mesh_ops(const mesh& m, long long per_replica) noexcept {
+  verdict v;
+  if (per_replica > 0 && m.dp > 0 && per_replica > limits::mesh_ops / m.dp) {
+    v.code = errc::too_large;
+    v.detail = "dp × a replica's ops is above 33554432 (pipetype::limits::mesh_ops)";
+  }
+  return v;
+}
+
 constexpr verdict check_mesh(const mesh& m, int world = -1) noexcept {
   verdict v;
   if (m.pp < 1 || m.dp < 1) {

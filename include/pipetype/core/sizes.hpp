@@ -53,6 +53,9 @@ inline constexpr long long file_bytes = 64LL << 20;  // a schedule file the tool
 /// The bytes one microbatch of one stage saves for its backward (memory_sizes): 1 TiB. A rank
 /// holds at most `cells` of them at once, so a memory walk's sums stay below 2^62 and cannot wrap.
 inline constexpr long long saved_bytes = 1LL << 40;
+/// The ops of a step over a mesh: every replica's lowered ops, collectives and memory actions
+/// (dp × each replica's), 33554432. The pipeline's own limits do not bound it: --dp multiplies.
+inline constexpr long long mesh_ops = 1LL << 25;
 /// Edges of a stage graph given as edges (every lane's). Each crossing edge is a transfer each way
 /// per microbatch in the lowered program, so edges × microbatches is held under `cells` too.
 inline constexpr int edges = 1 << 20;  // 1048576
