@@ -29,8 +29,8 @@ table() {  # title; then rows of "label|command..."
     read -r t kb <"$tmp/t"
     local mb=$((kb / 1024))
     local gt="-" gm="-"
-    [ -n "$prev_t" ] && gt=$(awk -v a="$t" -v b="$prev_t" 'BEGIN { printf "%.1f", b > 0 ? a / b : 0 }')
-    [ -n "$prev_m" ] && gm=$(awk -v a="$mb" -v b="$prev_m" 'BEGIN { printf "%.1f", b > 0 ? a / b : 0 }')
+    [ -n "$prev_t" ] && gt=$(awk -v a="$t" -v b="$prev_t" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }')
+    [ -n "$prev_m" ] && gm=$(awk -v a="$mb" -v b="$prev_m" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }')
     printf "%-34s %9s %10s %12s %12s\n" "$label" "$t" "$mb" "$gt" "$gm"
     prev_t=$t prev_m=$mb
   done
