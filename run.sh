@@ -87,8 +87,10 @@ case "${1:-}" in
     # Four presets, no target built twice in one configuration: dev (g++, Debug: the tests and
     # the examples), release (g++ -O3: the examples and the benchmarks, with the benchmark kit's
     # checks), clang (clang++ with ASan + UBSan, and the fuzzer), tsan (the executors' tests).
-    # The dev suite's tests run last, so that torch's download overlaps the builds. Each phase's
-    # wall time is printed at the end (docs/03_diagnostics.md, "The test command").
+    # The presets that need no torch build first, while torch downloads; release and dev come
+    # after it, since their configure finds LibTorch in the virtual environment (tests/torch,
+    # bench_torch_split). Each phase's wall time is printed at the end (docs/03_diagnostics.md,
+    # "The test command").
     phases=()
     phase() {
       local name=$1 t0=$SECONDS
@@ -96,11 +98,11 @@ case "${1:-}" in
       "$@"
       phases+=("$(printf '%-34s %4d s' "$name" $((SECONDS - t0)))")
     }
-    phase "dev: configure + build" eval 'cmake --preset dev && cmake --build --preset dev'
-    phase "release: configure + build + test" cmake --workflow --preset release
     phase "clang (ASan + UBSan, fuzz)" cmake --workflow --preset clang
     phase "tsan" cmake --workflow --preset tsan
     phase "waiting for torch" torch_venv_wait
+    phase "release: configure + build + test" cmake --workflow --preset release
+    phase "dev: configure + build" eval 'cmake --preset dev && cmake --build --preset dev'
     phase "dev: tests" ctest --preset dev
     printf 'run.sh test: %s\n' "${phases[@]}" "$(printf '%-34s %4d s' total "$SECONDS")"
     ;;

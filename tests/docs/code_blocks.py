@@ -15,7 +15,8 @@ that an example still shows fails this test.
 
 --cuda: the CUDA toolkit's and NCCL's headers are among the -I directories, so the examples of
 cuda/runtime.hpp and cuda/mpi.hpp (which include them) are compiled too; without it they are
-listed as not compiled, with the reason.
+listed as not compiled, with the reason. --torch likewise for LibTorch's headers (blocks that
+include pipetype/torch/).
 """
 
 import argparse
@@ -31,6 +32,7 @@ MARK = re.compile(r"^//+ ?Example\b(.*):$")  # any such line: an example follows
 GIVEN = re.compile(r"^, given ([A-Za-z_][A-Za-z_0-9]*(?:, [A-Za-z_][A-Za-z_0-9]*)*)")
 SKETCH = re.compile(r"^<!-- not compiled: (.*) -->$")  # the line before a fence: a sketch, said why
 NEEDS_CUDA = ("pipetype/cuda/runtime.hpp", "pipetype/cuda/mpi.hpp", "pipetype/cuda.hpp")
+NEEDS_TORCH = ("pipetype/torch/",)
 
 
 def doc_blocks(root):
@@ -97,6 +99,7 @@ def main():
     ap.add_argument("--root", required=True)
     ap.add_argument("-I", dest="includes", action="append", default=[])
     ap.add_argument("--cuda", action="store_true")
+    ap.add_argument("--torch", action="store_true")
     args = ap.parse_args()
     blocks = doc_blocks(args.root) + header_examples(args.root)
     flags = ["-std=c++20", "-fsyntax-only", "-I", os.path.join(args.root, "include")]
@@ -111,6 +114,8 @@ def main():
                 return where, None, src[1]
             if not args.cuda and any(h in src for h in NEEDS_CUDA):
                 return where, None, "needs the CUDA toolkit's headers (not found)"
+            if not args.torch and any(h in src for h in NEEDS_TORCH):
+                return where, None, "needs LibTorch's headers (not found)"
             path = os.path.join(tmp, f"block{k}.cpp")
             with open(path, "w") as f:
                 f.write(src)

@@ -1,7 +1,8 @@
 # Checks that the headers under ROOT (a folder holding pipetype/) follow the layer table in TABLE
 # (docs/08_architecture.md, between `<!-- layers` and `<!-- /layers -->`): a header includes
 # only its own folder and folders of a lower level; a folder the table does not name is an
-# error; CUDA, NCCL and MPI headers appear only under cuda/. Every violation is listed.
+# error; CUDA, NCCL and MPI headers appear only under cuda/, LibTorch's
+# (torch/, ATen/, c10/) only under torch/. Every violation is listed.
 file(READ ${TABLE} doc)
 string(REGEX MATCH "<!-- layers[^\n]*\n(.*)<!-- /layers -->" _ "${doc}")
 set(table "${CMAKE_MATCH_1}")
@@ -37,6 +38,9 @@ foreach(h IN LISTS headers)
     math(EXPR checked "${checked} + 1")
     if(inc MATCHES "[<\"](cuda[a-z_]*\\.h|nccl\\.h|mpi\\.h|cuda/[^>\"]*)[>\"]" AND NOT dir STREQUAL "cuda")
       string(APPEND errors "\n  pipetype/${h}: includes ${CMAKE_MATCH_1}, which only cuda/ may")
+    endif()
+    if(inc MATCHES "[<\"]((torch|ATen|c10)/[^>\"]*)[>\"]" AND NOT dir STREQUAL "torch")
+      string(APPEND errors "\n  pipetype/${h}: includes ${CMAKE_MATCH_1}, which only torch/ may")
     endif()
     if(NOT inc MATCHES "[<\"]pipetype/([^>\"]+)[>\"]")
       continue()

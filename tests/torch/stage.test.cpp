@@ -1,0 +1,291 @@
+// LibTorch modules as stages (include/pipetype/torch/stage.hpp): a chain of torch::nn modules run by
+// the host executor under every kind of schedule gives bitwise the gradients of the same model run
+// unpipelined by LibTorch, microbatch after microbatch; the split backward gives what the full one
+// does; parameters and gradients are flat; bad modules are refused with a sentence.
+#include <pipetype/host.hpp>
+#include <pipetype/torch/stage.hpp>
+
+#include <torch/torch.h>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+namespace test_torch_stage {
+
+namespace pt = pipetype;
+namespace ph = pipetype::host;
+using namespace std::chrono_literals;
+
+constexpr std::int64_t rows = 3, width = 8;
+using hidden = pt::tensor<float, pt::dynamic>;
+using block_stage = pt::torch::module_stage<hidden, hidden, hidden>;
+
+// Stage k of n: Linear + tanh, the last one Linear only with a mean-squared-error loss against the
+// targets. Parameters from a seed of their own, so the reference builds the same ones.
+torch::nn::Sequential make_block(int k, int n) {
+  torch::manual_seed(static_cast<std::uint64_t>(100 + k));
+  torch::nn::Sequential s(torch::nn::Linear(width, width));
+  if (k < n - 1) s->push_back(torch::nn::Functional(torch::tanh));
+  return s;
+}
+
+pt::torch::stage_spec spec_of(int k) {
+  pt::torch::stage_spec s;
+  s.name = "block " + std::to_string(k);
+  s.inputs = {{{rows, width}}};
+  s.outputs = {{{rows, width}}};
+  s.targets = {{{rows, width}}};
+  s.loss = [](const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& target) {
+    return torch::mse_loss(out.at(0), target.at(0), at::Reduction::Sum);
+  };
+  return s;
+}
+
+pt::uniform_chain<block_stage> make_model(int n) {
+  std::vector<block_stage> v;
+  for (int k = 0; k < n; ++k) v.emplace_back(make_block(k, n), spec_of(k));
+  return pt::uniform_chain<block_stage>(std::move(v));
+}
+
+struct data {
+  std::vector<float> x, t;
+};
+data make_data(int m) {
+  torch::manual_seed(7);
+  const at::Tensor x = torch::randn({m, rows, width}), t = torch::randn({m, rows, width});
+  return {std::vector<float>(x.data_ptr<float>(), x.data_ptr<float>() + x.numel()),
+          std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel())};
+}
+
+// The same model unpipelined: microbatch after microbatch, d(f · loss_j)/dθ added in order.
+struct reference {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> grads;  // per stage, flat, in parameters() order
+};
+reference reference_of(const data& d, int n, int m) {
+  std::vector<torch::nn::Sequential> blocks;
+  for (int k = 0; k < n; ++k) blocks.push_back(make_block(k, n));
+  reference r;
+  r.grads.resize(static_cast<std::size_t>(n));
+  std::vector<std::vector<at::Tensor>> acc(static_cast<std::size_t>(n));
+  const float f = 1.0f / static_cast<float>(m);
+  for (int j = 0; j < m; ++j) {
+    const auto at_j = [&](const std::vector<float>& v) {
+      return torch::from_blob(const_cast<float*>(v.data()) + j * rows * width, {rows, width}).clone();
+    };
+    at::Tensor h = at_j(d.x);
+    for (auto& b : blocks) h = b->forward(h);
+    const at::Tensor loss = torch::mse_loss(h, at_j(d.t), at::Reduction::Sum);
+    r.losses.push_back(loss.item<float>());
+    std::vector<at::Tensor> params;
+    for (auto& b : blocks)
+      for (const auto& p : b->parameters()) params.push_back(p);
+    const auto g = torch::autograd::grad({loss}, params, {torch::full({}, f)});
+    std::size_t i = 0;
+    for (int k = 0; k < n; ++k) {
+      std::size_t q = 0;
+      for (const auto& p : blocks[static_cast<std::size_t>(k)]->parameters()) {
+        (void)p;
+        auto& a = acc[static_cast<std::size_t>(k)];
+        if (a.size() <= q) a.push_back(torch::zeros_like(g[i]));
+        a[q].add_(g[i]);
+        ++q, ++i;
+      }
+    }
+  }
+  for (int k = 0; k < n; ++k)
+    for (const auto& a : acc[static_cast<std::size_t>(k)])
+      r.grads[static_cast<std::size_t>(k)].insert(r.grads[static_cast<std::size_t>(k)].end(), a.data_ptr<float>(),
+                                                  a.data_ptr<float>() + a.numel());
+  return r;
+}
+
+bool same_bits(std::span<const float> a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), b.size() * sizeof(float)) == 0;
+}
+
+}  // namespace test_torch_stage
+}  // namespace
+
+using namespace test_torch_stage;
+
+TEST_CASE("torch stage: every kind of schedule gives bitwise the unpipelined LibTorch gradients") {
+  at::set_num_threads(1);
+  const int m = 8;
+  const data d = make_data(m);
+  struct scheduled {
+    const char* name;
+    int ranks, chunks;
+  };
+  for (const scheduled s : {scheduled{"gpipe", 4, 1}, {"1f1b", 4, 1}, {"interleaved-1f1b", 2, 2}, {"zb-h1", 4, 1},
+                            {"zb-v", 2, 2}, {"dualpipe-v", 2, 2}, {"looped-bfs", 2, 2}}) {
+    CAPTURE(s.name);
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(s.name, s.ranks, m, s.chunks));
+    REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
+    const int n = s.ranks * s.chunks;
+    const reference r = reference_of(d, n, m);
+    auto model = make_model(n);
+    ph::executor ex{plan, model, {.deadline = 60s}};
+    pt::batch b;
+    b.input(d.x).target(d.t);
+    const pt::step_losses& l = ex.step(b);
+    for (int j = 0; j < m; ++j) CHECK(l.at(0, j) == r.losses[static_cast<std::size_t>(j)]);
+    for (int k = 0; k < n; ++k) {
+      CAPTURE(k);
+      block_stage& st = model.stage(k);
+      CHECK(same_bits(st.weight_gradients(), r.grads[static_cast<std::size_t>(k)]));
+      CHECK(st.graphs_held() == 0);
+      CHECK(st.split_exact());
+      // the module's own .grad() are views of the flat gradients
+      const auto p = st.module().parameters();
+      CHECK(p.front().grad().data_ptr() == static_cast<void*>(st.weight_gradients().data()));
+    }
+  }
+}
+
+TEST_CASE("torch stage: parameters move into one flat array, values kept; an optimizer steps through the views") {
+  torch::nn::Linear lin(4, 2);
+  const at::Tensor w0 = lin->weight.detach().clone(), b0 = lin->bias.detach().clone();
+  pt::torch::module_stage<pt::tensor<float, 4>, pt::tensor<float, 2>> s{lin, {.inputs = {{{4}}}, .outputs = {{{2}}}}};
+  REQUIRE(s.parameters().size() == 10);
+  CHECK(std::memcmp(s.parameters().data(), w0.data_ptr<float>(), 8 * sizeof(float)) == 0);
+  CHECK(std::memcmp(s.parameters().data() + 8, b0.data_ptr<float>(), 2 * sizeof(float)) == 0);
+  CHECK(lin->weight.data_ptr() == static_cast<void*>(s.parameters().data()));
+  for (float& g : s.weight_gradients()) g = 1.0f;
+  torch::optim::SGD opt(lin->parameters(), torch::optim::SGDOptions(0.5));
+  opt.step();
+  CHECK(s.parameters()[0] == doctest::Approx(w0.data_ptr<float>()[0] - 0.5f));
+  opt.zero_grad(true);  // sets each .grad() to undefined (zero_grad(false) refuses: a view cannot detach)
+  s.zero_grad();        // zeroes the flat gradients and re-attaches the views
+  CHECK(lin->weight.grad().data_ptr() == static_cast<void*>(s.weight_gradients().data()));
+  CHECK(s.weight_gradients()[3] == 0.0f);
+}
+
+TEST_CASE("torch stage: a parameter used twice in one stage falls back to a W from the outputs, still right") {
+  at::set_num_threads(1);
+  // y = W·tanh(W·x): the second use's node and the first's both feed W's accumulator, so W cannot
+  // start from both kept gradients without counting a path twice.
+  struct twice_impl : torch::nn::Module {
+    twice_impl() { w = register_parameter("w", torch::randn({width, width})); }
+    at::Tensor forward(const at::Tensor& x) { return torch::matmul(torch::tanh(torch::matmul(x, w)), w); }
+    at::Tensor w;
+  };
+  const int m = 4;
+  const data d = make_data(m);
+  const auto spec = [](int k) {
+    pt::torch::stage_spec s = spec_of(k);
+    return s;
+  };
+  for (const char* name : {"1f1b", "zb-h1"}) {
+    CAPTURE(name);
+    torch::manual_seed(3);
+    auto a = std::make_shared<twice_impl>();
+    auto b = std::make_shared<twice_impl>();
+    std::vector<block_stage> v;
+    v.emplace_back(a, [a](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{a->forward(x[0])}; },
+                   spec(0));
+    v.emplace_back(b, [b](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{b->forward(x[0])}; },
+                   spec(1));
+    pt::uniform_chain<block_stage> model(std::move(v));
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, 2, m, 1));
+    REQUIRE(plan.ok());
+    ph::executor ex{plan, model, {.deadline = 60s}};
+    pt::batch bt;
+    bt.input(d.x).target(d.t);
+    ex.step(bt);
+    // reference: the same two modules, unpipelined (their parameters are the stages' views)
+    std::vector<float> ga(static_cast<std::size_t>(width * width), 0.0f), gb = ga;
+    at::Tensor acc_a = torch::zeros({width, width}), acc_b = torch::zeros({width, width});
+    for (int j = 0; j < m; ++j) {
+      const at::Tensor x = torch::from_blob(const_cast<float*>(d.x.data()) + j * rows * width, {rows, width});
+      const at::Tensor t = torch::from_blob(const_cast<float*>(d.t.data()) + j * rows * width, {rows, width});
+      const at::Tensor loss = torch::mse_loss(b->forward(a->forward(x)), t, at::Reduction::Sum);
+      const auto g = torch::autograd::grad({loss}, {a->w, b->w}, {torch::full({}, 1.0f / m)});
+      acc_a.add_(g[0]);
+      acc_b.add_(g[1]);
+    }
+    CHECK(torch::allclose(model.stage(0).flat_gradients(), acc_a.reshape(-1), 1e-5, 1e-6));
+    CHECK(torch::allclose(model.stage(1).flat_gradients(), acc_b.reshape(-1), 1e-5, 1e-6));
+    if (std::string(name) == "zb-h1") {
+      CHECK(model.stage(0).split_exact());  // no input gradient asked: W runs from the loss
+      CHECK_FALSE(model.stage(1).split_exact());
+    }
+  }
+}
+
+TEST_CASE("torch stage: bad modules and specs are refused with a sentence naming the stage and the tensor") {
+  at::set_num_threads(1);
+  using one = pt::torch::module_stage<pt::tensor<float, 4>, pt::tensor<float, 4>>;
+  const pt::torch::stage_spec ok{.name = "s", .inputs = {{{4}}}, .outputs = {{{4}}}, .targets = {}, .loss = [](const std::vector<at::Tensor>& out, const std::vector<at::Tensor>&) { return out.at(0).sum(); }};
+  SUBCASE("a shape that disagrees with the edge's type") {
+    CHECK_THROWS_WITH_AS(one(torch::nn::Linear(4, 4), {.name = "s", .inputs = {{{5}}}, .outputs = {{{4}}}}),
+                         "pipetype::torch: stage 's''s input 0 has shape [5] (5 elements); its type says 4",
+                         pt::shape_error);
+    CHECK_THROWS_WITH_AS(one(torch::nn::Linear(4, 4), {.name = "s", .inputs = {{{4}}, {{4}}}, .outputs = {{{4}}}}),
+                         "pipetype::torch: stage 's' describes 2 input tensor(s); its type has 1",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(one(torch::nn::Linear(4, 4), {.name = "s", .inputs = {{{4}, 0}}, .outputs = {{{4}}}}),
+                         "pipetype::torch: stage 's''s input 0 names a varying_dim but is not varying<...>",
+                         std::invalid_argument);
+  }
+  SUBCASE("a parameter that is not float, refused before any parameter moves") {
+    torch::nn::Linear lin(4, 4);
+    lin->to(at::kDouble);
+    const void* before = lin->weight.data_ptr();
+    CHECK_THROWS_WITH_AS(one(lin, ok),
+                         "pipetype::torch: stage 's''s parameter 'weight' is Double; the stage's flat parameters and "
+                         "gradients are float",
+                         std::invalid_argument);
+    CHECK(lin->weight.data_ptr() == before);
+  }
+  // One forward of a one-stage plan, to reach the checks a forward makes.
+  const auto run = [](one& s) {
+    pt::uniform_chain<one> model(std::vector<one>{});
+    model.stages().push_back(std::move(s));
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 1, 1, 1));
+    REQUIRE(plan.ok());
+    ph::executor_options o;
+    o.deadline = 20s;
+    o.keep_outputs = true;
+    ph::executor ex{plan, model, o};
+    std::vector<float> x(4, 1.0f);
+    ex.step(x);
+  };
+  SUBCASE("an output of the wrong dtype") {
+    auto lin = torch::nn::Linear(4, 4);
+    one s(lin.ptr(), [lin](const std::vector<at::Tensor>& x) mutable { return std::vector<at::Tensor>{lin->forward(x[0]).to(at::kDouble)}; },
+          ok);
+    CHECK_THROWS_WITH(run(s), doctest::Contains("stage 's''s output 0 is Double; the edge declares Float"));
+  }
+  SUBCASE("an output of the wrong size") {
+    auto lin = torch::nn::Linear(4, 5);
+    one s(lin, ok);
+    CHECK_THROWS_WITH(run(s), doctest::Contains("stage 's''s output 0 has shape [5] (5 elements); its slot holds 4"));
+  }
+  SUBCASE("a forward that runs a backward itself") {
+    auto lin = torch::nn::Linear(4, 4);
+    one s(lin.ptr(),
+          [lin](const std::vector<at::Tensor>& x) mutable {
+            at::Tensor y = lin->forward(x[0]);
+            y.sum().backward({}, true);
+            return std::vector<at::Tensor>{y};
+          },
+          ok);
+    CHECK_THROWS_WITH(run(s), doctest::Contains("stage 's''s forward ran a backward itself"));
+  }
+  SUBCASE("a parameter that changes shape after binding") {
+    auto lin = torch::nn::Linear(4, 4);
+    one s(lin, ok);
+    {
+      at::NoGradGuard g;
+      lin->weight.set_data(torch::zeros({4, 4}));
+    }
+    CHECK_THROWS_WITH(run(s), doctest::Contains("stage 's''s parameter 'weight' changed after binding"));
+  }
+}
