@@ -52,208 +52,29 @@
 #include "../cli.hpp"
 #include "../write_file.hpp"
 #include "layers.hpp"
+#include "run.hpp"
 #include "stage.hpp"
-
-#ifndef GPT_CORPUS_DIR
-#define GPT_CORPUS_DIR "docs"
-#endif
 
 namespace {
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
 
-struct args {
-  std::string schedule = "1f1b";
-  int ranks = 4, microbatches = 8, chunks = 0, steps = 200, dp = 1;
-  bool fsdp = false, tie = false;
-  pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
-  gpt::gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
-  float lr = 3e-3f;
-  std::vector<int> seq_lens;
-  bool json = false, eval = false;
-  std::string dump, corpus = GPT_CORPUS_DIR;
-};
 
 constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
     "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--tie-embeddings]\n"
     "           [--offload none|auto|all] [--recompute none|auto|all]\n"
-    "--eval: after training, the loss on held-back text under the forward-only plan\n"
-    "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
-    "zb-auto\n"
-    "--seq-lens: the microbatches' sequence lengths, each in [1, T], cycled over the microbatches\n"
-    "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"
-    "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"
-    "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"
-    "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"
+    "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
     "--offload, --recompute: memory actions on each microbatch's stash and input (docs/13): copied to the\n"
     "            host and back, or the stash rebuilt by running its forward again before the backward\n";
 
 constexpr examples::cli cli{"gpt", usage};
-/// The most memory the flags may ask for (estimated in parse()): 16 GB.
-constexpr double gpt_bytes = 16e9;
-
+using args = gpt::run_args;
 args parse(int argc, char** argv) {
-  args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    cli.help(f);
-    if (f == "--json" || f == "--eval" || f == "--fsdp" || f == "--tie-embeddings") {
-      (f == "--json" ? a.json : f == "--eval" ? a.eval : f == "--fsdp" ? a.fsdp : a.tie) = true;
-      continue;
-    }
-    if (i + 1 >= argc) cli.fail(f.rfind("--", 0) == 0 ? f + " needs a value" : "unknown argument '" + f + "'");
-    const std::string v = argv[++i];
-    if (f == "--schedule")
-      a.schedule = v;
-    else if (f == "--ranks")
-      a.ranks = cli.whole(f, v, 1, 64);
-    else if (f == "--dp")
-      a.dp = cli.whole(f, v, 1, 16);
-    else if (f == "--offload" || f == "--recompute") {
-      if (v != "none" && v != "auto" && v != "all") cli.fail(f + " is none, auto or all, got '" + v + "'");
-      (f == "--offload" ? a.offload : a.recompute) = v == "all"    ? pt::memory_policy::all
-                                                     : v == "auto" ? pt::memory_policy::automatic
-                                                                   : pt::memory_policy::none;
-    } else if (f == "--microbatches")
-      a.microbatches = cli.whole(f, v, 1, 1024);
-    else if (f == "--chunks")
-      a.chunks = cli.whole(f, v, 1, 16);
-    else if (f == "--layers")
-      a.model.layers = cli.whole(f, v, 1, 128);
-    else if (f == "--heads")
-      a.model.heads = cli.whole(f, v, 1, 64);
-    else if (f == "--width")
-      a.model.width = cli.whole(f, v, 1, 4096);
-    else if (f == "--seq")
-      a.model.seq = cli.whole(f, v, 1, 4096);
-    else if (f == "--rows")
-      a.model.rows = cli.whole(f, v, 1, 1024);
-    else if (f == "--steps")
-      a.steps = cli.whole(f, v, 1, 1000000);
-    else if (f == "--lr")
-      a.lr = cli.rate(f, v, 1);
-    else if (f == "--seq-lens") {
-      std::size_t at = 0;
-      while (at <= v.size()) {
-        const std::size_t comma = std::min(v.find(',', at), v.size());
-        a.seq_lens.push_back(cli.whole(f, v.substr(at, comma - at), 1, 4096));
-        at = comma + 1;
-      }
-    } else if (f == "--dump" || f == "--corpus") {
-      if (v.empty()) cli.fail(f + " needs a directory");
-      (f == "--dump" ? a.dump : a.corpus) = v;
-    } else
-      cli.fail("unknown argument '" + f + "'\n" + usage);
-  }
-  if (a.model.width % a.model.heads != 0)
-    cli.fail("--width " + std::to_string(a.model.width) + " is no multiple of --heads " +
-             std::to_string(a.model.heads));
-  for (const int t : a.seq_lens)
-    if (t > a.model.seq)
-      cli.fail("--seq-lens: a length of " + std::to_string(t) + " is above --seq " + std::to_string(a.model.seq));
-  if (!a.dump.empty())
-    for (const int t : a.seq_lens)
-      if (t != a.model.seq) cli.fail("--dump writes full-length microbatches; drop --seq-lens or give only T");
-  // Each flag is bounded, their product is not: --layers 128 --width 4096 is 26 G parameters.
-  // Before anything is allocated, an estimate of the run's bytes (in doubles: no wrap) against
-  // gpt_bytes: per replica the parameters four times (weights, gradients, Adam's two moments) and
-  // twice more for the reference run, and every microbatch's saved activations at once (GPipe's
-  // worst case): per layer and row ≈ 16·T·C floats plus the attention's H·T² (docs/03 §3.8).
-  const double C = a.model.width, T = a.model.seq, L = a.model.layers, H = a.model.heads;
-  const double params = L * (12 * C * C + 13 * C) + 256 * C + T * C;  // (a character vocabulary: at most 256)
-  const double acts = static_cast<double>(a.microbatches) * a.model.rows * L * (16 * T * C + H * T * T);
-  const double bytes = 4 * (a.dp * (6 * params + acts));
-  if (bytes > gpt_bytes)
-    cli.fail("--layers, --width, --seq, --rows, --microbatches and --dp ask for about " +
-             std::to_string(static_cast<long long>(bytes / 1e9)) + " GB; gpt runs at most " +
-             std::to_string(static_cast<long long>(gpt_bytes / 1e9)) + " GB (docs/03 §3.8)");
-  return a;
-}
-
-pt::runtime_plan make(args& a) {
-  const pt::schedule_info* info = pt::find_schedule(a.schedule);
-  if (info) a.chunks = pt::default_chunks(*info, a.chunks);
-  if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, a.chunks)) cli.fail(e);
-  try {
-    pt::runtime_plan plan = pt::build_plan(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks));
-    if (!plan.ok()) cli.fail("the schedule was rejected: " + pt::explain(plan.result));
-    return plan;
-  } catch (const std::invalid_argument& e) {
-    cli.fail(e.what());
-  }
-}
-
-/// --corpus DIR: its .md files, each a regular file (a FIFO would hang the read), at most
-/// corpus_bytes in all (the corpus costs ≈ 12 bytes of memory per byte of text).
-constexpr std::uintmax_t corpus_bytes = 64u << 20;
-gpt::char_corpus read_docs(const std::string& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  std::uintmax_t total = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().extension() != ".md") continue;
-    std::error_code fe;
-    if (!e.is_regular_file(fe))
-      cli.fail("--corpus " + dir + ": " + e.path().filename().string() + " is not a regular file");
-    total += e.file_size(fe);
-    if (fe) cli.fail("--corpus " + dir + ": cannot read " + e.path().filename().string() + ": " + fe.message());
-    if (total > corpus_bytes) cli.fail("--corpus " + dir + ": its .md files hold more than 64 MiB (the corpus limit)");
-    files.push_back(e.path());
-  }
-  if (ec || files.empty()) cli.fail("--corpus " + dir + ": no .md files to read");
-  std::sort(files.begin(), files.end());
-  return gpt::read_corpus(files);
-}
-
-/// Step `step`'s microbatches, and the batch pipetype reads them from: each microbatch's ids and
-/// targets first in its slot of rows·T, its length in the batch's lengths.
-struct step_data {
-  std::vector<gpt::microbatch> mbs;
-  std::vector<float> no_hidden;  // the first stage takes no hidden states
-  std::vector<std::int32_t> ids, targets;
-  std::vector<std::size_t> lens;
-  std::size_t tokens = 0;
-  pt::batch batch;
-};
-
-void draw(step_data& d, const gpt::char_corpus& corpus, const args& a, int step) {
-  const gpt::gpt_config& c = a.model;
-  const std::size_t slot = gpt::token_capacity(c);
-  d.mbs.clear();
-  d.lens.clear();
-  const int count = a.microbatches * a.dp;  // every replica's, replica d's after replica d − 1's
-  d.ids.assign(slot * static_cast<std::size_t>(count), 0);
-  d.targets.assign(d.ids.size(), 0);
-  d.tokens = 0;
-  for (int j = 0; j < count; ++j) {
-    const int t = a.seq_lens.empty() ? c.seq : a.seq_lens[static_cast<std::size_t>(j) % a.seq_lens.size()];
-    d.mbs.push_back(
-        gpt::draw_microbatch(corpus, c.rows, t, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(j)));
-    const gpt::microbatch& mb = d.mbs.back();
-    std::copy(mb.ids.begin(), mb.ids.end(),
-              d.ids.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(j)));
-    std::copy(mb.targets.begin(), mb.targets.end(),
-              d.targets.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(j)));
-    d.lens.push_back(static_cast<std::size_t>(t));
-    d.tokens += mb.ids.size();
-  }
-  d.batch.clear();
-  d.batch.input(d.no_hidden).input(d.ids).target(d.targets);
-  d.batch.lengths(d.lens, static_cast<std::size_t>(c.seq));
-  d.batch.scale(pt::loss_scaling::per(static_cast<double>(d.tokens)));
-}
-
-double since_ms(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return gpt::parse_run(argc, argv, cli, 1.0, [](args&, const std::string&, const std::string&) { return false; });
 }
 
 }  // namespace
@@ -261,10 +82,10 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) try {
   examples::tool_exits("gpt");
   args a = parse(argc, argv);
-  const pt::runtime_plan plan = make(a);
+  const pt::runtime_plan plan = gpt::make_run_plan(a, cli);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
   // the last tenth of the text held back for --eval
-  const gpt::char_corpus all = read_docs(a.corpus);
+  const gpt::char_corpus all = gpt::read_docs(a.corpus, cli);
   gpt::char_corpus corpus = all, held = all;
   const auto cut = static_cast<std::ptrdiff_t>(all.ids.size() / 10 * 9);
   corpus.ids.assign(all.ids.begin(), all.ids.begin() + cut);
@@ -358,16 +179,16 @@ int main(int argc, char** argv) try {
     }
   };
 
-  step_data d;
+  gpt::step_data d;
   double loss_first = 0, loss_last = 0, max_diff = 0;
   bool grads_match = false, replicas_agree = true, tied_equal = true;
   std::vector<double> step_ms;
   double reference_ms = 0;
   for (int step = 1; step <= a.steps; ++step) {
-    draw(d, corpus, a, step);
+    gpt::draw(d, corpus, a, step);
     const auto t0 = std::chrono::steady_clock::now();
     const pt::step_losses& l = meshed ? mex->step(d.batch) : ex->step(d.batch);
-    step_ms.push_back(since_ms(t0));
+    step_ms.push_back(gpt::since_ms(t0));
     const double loss = l.objective();
     if (step == 1) {
       loss_first = loss;
@@ -375,7 +196,7 @@ int main(int argc, char** argv) try {
       gpt::model_params<float> ref_grads;
       const auto r0 = std::chrono::steady_clock::now();
       gpt::reference_step_dp<float>(c, initial, d.mbs, a.dp, a.tie, ref_grads);
-      reference_ms = since_ms(r0);
+      reference_ms = gpt::since_ms(r0);
       if (!a.fsdp)  // every replica holds the whole reduced gradient, bitwise
         for (int r = 1; r < a.dp; ++r)
           for (int s = 0; s < S; ++s) {
@@ -407,7 +228,7 @@ int main(int argc, char** argv) try {
     if (!a.json && (step == 1 || step % 10 == 0 || step == a.steps))
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
   }
-  const double ms = median(step_ms);
+  const double ms = gpt::median(step_ms);
   // the stash pools of a step with memory actions: planned, measured, and the same plan without them
   std::vector<ph::stash_pool_use> pools;
   std::vector<int> slots_without;
@@ -446,7 +267,7 @@ int main(int argc, char** argv) try {
     ph::executor ev{eval_plan, model, {.deadline = std::chrono::seconds(120)}};
     args one = a;  // one replica's microbatches
     one.dp = 1;
-    draw(d, held, one, 0);
+    gpt::draw(d, held, one, 0);
     const pt::step_losses& l = ev.step(d.batch);
     eval_loss = l.objective();
     gpt::model_params<float> now = gpt::zero_params<float>(c);
@@ -457,12 +278,7 @@ int main(int argc, char** argv) try {
   }
 
   if (a.json) {
-    std::printf(
-        "{\"schedule\": \"%s\", \"ranks\": %d, \"stages\": %d, \"microbatches\": %d, \"layers\": %d, \"steps\": %d, "
-        "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
-        "\"step_ms\": %.4f, \"reference_step_ms\": %.4f",
-        a.schedule.c_str(), plan.compute().ranks, S, m, c.layers, a.steps, loss_first, loss_last,
-        grads_match ? "true" : "false", max_diff, ms, reference_ms);
+    gpt::print_json_head(a, plan.compute().ranks, S, m, loss_first, loss_last, grads_match, max_diff, ms, reference_ms);
     if (meshed)
       std::printf(", \"dp\": %d, \"fsdp\": %s, \"tied\": %s, \"replicas_agree\": %s, \"tied_copies_equal\": %s", a.dp,
                   a.fsdp ? "true" : "false", a.tie ? "true" : "false",

@@ -10,7 +10,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -149,7 +151,7 @@ TEST_CASE("torch stage: every kind of schedule gives bitwise the unpipelined Lib
   }
 }
 
-TEST_CASE("torch stage: parameters move into one flat array, values kept; an optimizer steps through the views") {
+TEST_CASE("torch stage: parameters move into one flat array with their values, and an optimizer steps through the views") {
   torch::nn::Linear lin(4, 2);
   const at::Tensor w0 = lin->weight.detach().clone(), b0 = lin->bias.detach().clone();
   pt::torch::module_stage<pt::tensor<float, 4>, pt::tensor<float, 2>> s{lin, {.inputs = {{{4}}}, .outputs = {{{2}}}}};
@@ -165,6 +167,22 @@ TEST_CASE("torch stage: parameters move into one flat array, values kept; an opt
   s.zero_grad();        // zeroes the flat gradients and re-attaches the views
   CHECK(lin->weight.grad().data_ptr() == static_cast<void*>(s.weight_gradients().data()));
   CHECK(s.weight_gradients()[3] == 0.0f);
+}
+
+TEST_CASE("torch stage: a tie group names a parameter, whose part of the flat arrays tied_gradients() gives") {
+  torch::nn::Linear lin(4, 2);
+  using one = pt::torch::module_stage<pt::tensor<float, 4>, pt::tensor<float, 2>>;
+  one s{lin, {.inputs = {{{4}}}, .outputs = {{{2}}}, .ties = {{0, "bias"}}}};
+  CHECK(s.tied_gradients(0).data() == s.weight_gradients().data() + 8);
+  CHECK(s.tied_gradients(0).size() == 2);
+  CHECK(s.tied_parameters(0).data() == s.parameters().data() + 8);
+  CHECK_THROWS_WITH_AS(s.tied_gradients(1),
+                       "pipetype::torch: stage is in no tie group 1 (stage_spec::ties names the parameter of each group)",
+                       std::invalid_argument);
+  torch::nn::Linear other(4, 2);
+  CHECK_THROWS_WITH_AS((one{other, {.inputs = {{{4}}}, .outputs = {{{2}}}, .ties = {{0, "wte"}}}}),
+                       "pipetype::torch: stage: tie group 0 names a parameter 'wte' the module does not have",
+                       std::invalid_argument);
 }
 
 TEST_CASE("torch stage: a parameter used twice in one stage falls back to a W from the outputs, still right") {
@@ -287,5 +305,146 @@ TEST_CASE("torch stage: bad modules and specs are refused with a sentence naming
       lin->weight.set_data(torch::zeros({4, 4}));
     }
     CHECK_THROWS_WITH(run(s), doctest::Contains("stage 's''s parameter 'weight' changed after binding"));
+  }
+}
+
+namespace {
+namespace test_torch_stage {
+
+// A set edge: hidden states [t, width] that vary with the microbatch's length and carry a gradient,
+// and positions [t] (int64, no gradient) that an embedding reads.
+constexpr std::int64_t max_len = 5;
+using seq_set = pt::tensors<pt::varying<pt::tensor<float, pt::dynamic>>,
+                            pt::no_grad<pt::varying<pt::tensor<std::int64_t, pt::dynamic>>>>;
+using set_stage = pt::torch::module_stage<seq_set, seq_set, pt::varying<pt::tensor<float, pt::dynamic>>>;
+
+struct pos_block_impl : torch::nn::Module {
+  explicit pos_block_impl(int k) {
+    torch::manual_seed(static_cast<std::uint64_t>(200 + k));
+    lin = register_module("lin", torch::nn::Linear(width, width));
+    emb = register_module("emb", torch::nn::Embedding(max_len, width));
+  }
+  at::Tensor forward(const at::Tensor& h, const at::Tensor& pos) { return torch::tanh(lin->forward(h) + emb->forward(pos)); }
+  torch::nn::Linear lin{nullptr};
+  torch::nn::Embedding emb{nullptr};
+};
+
+set_stage make_set_stage(const std::shared_ptr<pos_block_impl>& b) {
+  pt::torch::stage_spec s;
+  s.name = "pos block";
+  s.inputs = {{{max_len, width}, 0}, {{max_len}, 0}};
+  s.outputs = s.inputs;
+  s.targets = {{{max_len, width}, 0}};
+  s.loss = [](const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& t) {
+    return torch::mse_loss(out.at(0), t.at(0), at::Reduction::Sum);
+  };
+  return set_stage(b, [b](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{b->forward(x[0], x[1]), x[1]}; },
+                   s);
+}
+
+}  // namespace test_torch_stage
+}  // namespace
+
+TEST_CASE("torch stage: a set edge with a no_grad member and lengths gives the unpipelined gradients") {
+  at::set_num_threads(1);
+  const std::vector<std::size_t> lens{5, 2, 4, 0, 3, 1};
+  const int m = static_cast<int>(lens.size()), n = 3;
+  torch::manual_seed(11);
+  const at::Tensor all = torch::randn({m, max_len, width}), target = torch::randn({m, max_len, width});
+  std::vector<float> x(all.data_ptr<float>(), all.data_ptr<float>() + all.numel()),
+      t(target.data_ptr<float>(), target.data_ptr<float>() + target.numel());
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(m * max_len));
+  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<std::int64_t>(i % max_len);
+  // the reference: the same three blocks (same seeds), unpipelined, each microbatch its length
+  std::vector<std::shared_ptr<pos_block_impl>> ref;
+  for (int k = 0; k < n; ++k) ref.push_back(std::make_shared<pos_block_impl>(k));
+  std::vector<at::Tensor> params;
+  for (auto& b : ref)
+    for (const auto& p : b->parameters()) params.push_back(p);
+  std::vector<at::Tensor> acc;
+  for (const auto& p : params) acc.push_back(torch::zeros_like(p));
+  std::vector<float> losses;
+  for (int j = 0; j < m; ++j) {
+    const auto len = static_cast<std::int64_t>(lens[static_cast<std::size_t>(j)]);
+    at::Tensor h = all[j].narrow(0, 0, len).clone();
+    const at::Tensor p = torch::arange(len, torch::kLong);
+    for (auto& b : ref) h = b->forward(h, p);
+    const at::Tensor loss = torch::mse_loss(h, target[j].narrow(0, 0, len), at::Reduction::Sum);
+    losses.push_back(loss.item<float>());
+    const auto g = torch::autograd::grad({loss}, params, {torch::full({}, 1.0f / static_cast<float>(m))}, false, false, true);
+    for (std::size_t i = 0; i < g.size(); ++i)
+      if (g[i].defined()) acc[i].add_(g[i]);
+  }
+  // the reference's flat gradients per stage, in parameters() order
+  std::vector<std::vector<float>> want(static_cast<std::size_t>(n));
+  std::size_t i = 0;
+  for (int k = 0; k < n; ++k)
+    for (std::size_t q = 0; q < ref[static_cast<std::size_t>(k)]->parameters().size(); ++q, ++i)
+      want[static_cast<std::size_t>(k)].insert(want[static_cast<std::size_t>(k)].end(), acc[i].data_ptr<float>(),
+                                               acc[i].data_ptr<float>() + acc[i].numel());
+  for (const char* name : {"1f1b", "zb-h1"}) {
+    CAPTURE(name);
+    std::vector<set_stage> v;
+    for (int k = 0; k < n; ++k) v.push_back(make_set_stage(std::make_shared<pos_block_impl>(k)));
+    pt::uniform_chain<set_stage> model(std::move(v));
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, n, m, 1));
+    REQUIRE(plan.ok());
+    ph::executor ex{plan, model, {.deadline = 60s}};
+    pt::batch b;
+    b.input(x).input(pos).target(t).lengths(lens, static_cast<std::size_t>(max_len));
+    const pt::step_losses& l = ex.step(b);
+    for (int j = 0; j < m; ++j) CHECK(l.at(0, j) == losses[static_cast<std::size_t>(j)]);
+    for (int k = 0; k < n; ++k) {
+      CAPTURE(k);
+      CHECK(same_bits(model.stage(k).weight_gradients(), want[static_cast<std::size_t>(k)]));
+    }
+  }
+}
+
+TEST_CASE("torch stage: over a pp x dp mesh, plain and sharded, the flat arrays are what the replicas reduce") {
+  at::set_num_threads(1);
+  const int m = 4, ranks = 2;
+  for (const int D : {2}) {
+    const data d = make_data(D * m);
+    // the reference: per replica its microbatches' gradients in order, then the replicas' sums in order
+    const reference r0 = reference_of({std::vector<float>(d.x.begin(), d.x.begin() + m * rows * width),
+                                       std::vector<float>(d.t.begin(), d.t.begin() + m * rows * width)},
+                                      ranks, m);
+    const reference r1 = reference_of({std::vector<float>(d.x.begin() + m * rows * width, d.x.end()),
+                                       std::vector<float>(d.t.begin() + m * rows * width, d.t.end())},
+                                      ranks, m);
+    for (const bool shard : {false, true}) {
+      CAPTURE(shard);
+      std::deque<pt::uniform_chain<block_stage>> models;
+      std::vector<pt::uniform_chain<block_stage>*> ptrs;
+      for (int k = 0; k < D; ++k) ptrs.push_back(&models.emplace_back(make_model(ranks)));
+      const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("zb-h1", ranks, m, 1));
+      REQUIRE(plan.ok());
+      ph::mesh_executor ex{plan, pt::mesh{ranks, D}, pt::dp_options{.dp = D, .shard = shard}, ptrs,
+                           {.exec = {.deadline = 60s}}};
+      pt::batch b;
+      b.input(d.x).target(d.t);
+      ex.step(b);
+      for (int rep = 0; rep < D; ++rep)
+        for (int k = 0; k < ranks; ++k) {
+          CAPTURE(rep);
+          CAPTURE(k);
+          block_stage& st = ptrs[static_cast<std::size_t>(rep)]->stage(k);
+          const std::span<const float> got = st.weight_gradients();
+          const auto& own_part = (rep == 0 ? r0 : r1).grads[static_cast<std::size_t>(k)];
+          const pt::shard_range own = pt::shard_of(got.size(), D, rep);
+          bool ok = true;
+          for (std::size_t e = 0; e < got.size(); ++e) {
+            // the mean over D·m microbatches: each replica's part was scaled by 1/m in the reference
+            const float whole = r0.grads[static_cast<std::size_t>(k)][e] * 0.5f + r1.grads[static_cast<std::size_t>(k)][e] * 0.5f;
+            const bool mine = !shard || (e >= own.begin && e < own.end);
+            const float want = mine ? whole : own_part[e] * 0.5f;
+            ok = ok && std::abs(got[e] - want) <= 1e-6f * (1 + std::abs(want));
+          }
+          CHECK(ok);
+          if (shard)  // released: outside its shard the module's parameters are NaN, its own intact
+            CHECK(std::isnan(st.parameters()[own.begin == 0 ? got.size() - 1 : 0]));
+        }
+    }
   }
 }

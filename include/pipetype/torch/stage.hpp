@@ -61,6 +61,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -101,6 +102,8 @@ struct stage_spec {
   std::vector<tensor_spec> outputs = {};  // the same for the outputs
   std::vector<tensor_spec> targets = {};  // a sink's targets (its `Target`), if it has any
   loss_fn loss = {};                      // a sink's loss
+  /// Tie groups (dp_options::ties): (group, the module's parameter name), for tied_gradients().
+  std::vector<std::pair<int, std::string>> ties = {};
 };
 
 namespace detail {
@@ -253,6 +256,10 @@ class module_stage : public detail::target_decl<Target> {
   std::size_t weight_grad_extent() const { return static_cast<std::size_t>(st_->flat_params.numel()); }
   std::span<float> weight_gradients() { return span_of(st_->flat_grads); }
   std::span<float> parameters() { return span_of(st_->flat_params); }
+  /// The part of weight_gradients() that holds tie group `tie`'s parameter (stage_spec::ties).
+  std::span<float> tied_gradients(int tie) { return tied_part(st_->flat_grads, tie); }
+  /// The same of parameters().
+  std::span<float> tied_parameters(int tie) { return tied_part(st_->flat_params, tie); }
 
   // ---- for the user ---------------------------------------------------------------------------------
   /// The wrapped module (its parameters are views into parameters()).
@@ -467,6 +474,17 @@ class module_stage : public detail::target_decl<Target> {
     return "pipetype::torch: stage" + (st_->spec.name.empty() ? std::string() : " '" + st_->spec.name + "'");
   }
 
+  std::span<float> tied_part(const at::Tensor& flat, int tie) const {
+    for (const auto& [group, name] : st_->spec.ties)
+      if (group == tie)
+        for (std::size_t i = 0; i < st_->names.size(); ++i)
+          if (st_->names[i] == name)
+            return span_of(flat).subspan(static_cast<std::size_t>(st_->offsets[i]),
+                                         static_cast<std::size_t>(st_->params[i].numel()));
+    throw std::invalid_argument(who() + " is in no tie group " + std::to_string(tie) +
+                                " (stage_spec::ties names the parameter of each group)");
+  }
+
   static std::span<float> span_of(const at::Tensor& t) {
     return {static_cast<float*>(t.data_ptr()), static_cast<std::size_t>(t.numel())};
   }
@@ -501,6 +519,10 @@ class module_stage : public detail::target_decl<Target> {
       s.offsets.push_back(total);
       total += p.numel();
     }
+    for (const auto& [group, name] : s.spec.ties)
+      if (std::find(s.names.begin(), s.names.end(), name) == s.names.end())
+        throw std::invalid_argument(who() + ": tie group " + std::to_string(group) + " names a parameter '" + name +
+                                    "' the module does not have");
     // Nothing above moved a parameter; now they move, all of them.
     s.flat_params = at::empty({total}, at::kFloat);
     s.flat_grads = at::zeros({total}, at::kFloat);
@@ -529,7 +551,7 @@ class module_stage : public detail::target_decl<Target> {
       const tensor_spec& sp = specs[K];
       const std::string name = std::string(what) + " " + std::to_string(K);
       for (const std::int64_t d : sp.shape)
-        if (d <= 0) throw std::invalid_argument(who() + "'s " + name + " has a dimension of " + std::to_string(d));
+        if (d < 0) throw std::invalid_argument(who() + "'s " + name + " has a dimension of " + std::to_string(d));
       if (sp.varying_dim >= static_cast<int>(sp.shape.size()) || sp.varying_dim < -1)
         throw std::invalid_argument(who() + "'s " + name + ": varying_dim " + std::to_string(sp.varying_dim) +
                                     " is not one of its " + std::to_string(sp.shape.size()) + " dimensions");
@@ -582,7 +604,11 @@ class module_stage : public detail::target_decl<Target> {
   at::Tensor view_of(std::span<T> v, const tensor_spec& sp, const std::string& name) const {
     std::vector<std::int64_t> shape = sp.shape;
     const auto n = static_cast<std::int64_t>(v.size());
-    if (sp.varying_dim >= 0) {
+    if (detail::numel_of(shape) == 0) {  // a tensor the edge does not carry here (its extent 0)
+      if (n != 0)
+        throw shape_error(who() + "'s " + name + " holds " + std::to_string(n) + " elements; its shape " +
+                          detail::shape_text(shape) + " has none");
+    } else if (sp.varying_dim >= 0) {
       const std::int64_t rest = detail::numel_of(shape) / shape[static_cast<std::size_t>(sp.varying_dim)];
       if (n % rest != 0)
         throw shape_error(who() + "'s " + name + " holds " + std::to_string(n) + " elements, no whole length of " +
@@ -724,6 +750,10 @@ class module_stage : public detail::target_decl<Target> {
         continue;
       }
       at::Tensor v = views[static_cast<std::size_t>(i)];
+      if (!v.defined() && rec.roots[k].numel() == 0) {  // an empty microbatch (length 0): nothing flows
+        g.push_back(at::zeros_like(rec.roots[k]));
+        continue;
+      }
       if (!v.defined())
         throw std::logic_error(who() + ": no gradient arrived for output " + std::to_string(i) +
                                " (is the stage a sink without a loss?)");

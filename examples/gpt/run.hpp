@@ -1,0 +1,230 @@
+// examples/gpt/run.hpp — what the two GPT trainers share: examples/gpt (its own kernels) and
+// examples/torch_gpt (LibTorch's modules as stages) take the same flags, build the same plan, read
+// the same corpus and draw the same microbatches, so their runs compare step for step.
+#pragma once
+
+#include <pipetype/pipetype.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "../cli.hpp"
+#include "layers.hpp"
+
+#ifndef GPT_CORPUS_DIR
+#define GPT_CORPUS_DIR "docs"
+#endif
+
+/// The lines of both tools' usage that explain the flags they share (a macro: the usages are
+/// string literals joined at compile time).
+#define GPT_RUN_FLAGS_HELP                                                                                            \
+  "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "         \
+  "zb-auto\n"                                                                                                          \
+  "--seq-lens: the microbatches' sequence lengths, each in [1, T], cycled over the microbatches\n"                     \
+  "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"              \
+  "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"                           \
+  "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"                       \
+  "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"
+
+namespace gpt {
+
+namespace pt = pipetype;
+
+/// The flags of a run (examples/gpt's usage lists them).
+struct run_args {
+  std::string schedule = "1f1b";
+  int ranks = 4, microbatches = 8, chunks = 0, steps = 200, dp = 1;
+  int intra = 1;  // torch_gpt: LibTorch's intra-op threads
+  bool fsdp = false, tie = false;
+  pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
+  gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
+  float lr = 3e-3f;
+  std::vector<int> seq_lens;
+  bool json = false, eval = false;
+  std::string dump, corpus = GPT_CORPUS_DIR;
+};
+
+/// The flags; `extra(args, flag, value)` takes a tool's own valued flags (true: taken). Fails
+/// (exit 2, one sentence) on anything else, on sizes that do not fit, and when the run would ask
+/// for more than 16 GB: per replica the parameters six times (weights, gradients, Adam's two
+/// moments, the reference's two) and every microbatch's saved activations at once (GPipe's worst
+/// case, ≈ 16·T·C floats per layer and row plus `attention_copies` H·T² for the attention).
+template <class Extra>
+run_args parse_run(int argc, char** argv, const examples::cli& cli, double attention_copies, Extra&& extra) {
+  run_args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    cli.help(f);
+    if (f == "--json" || f == "--eval" || f == "--fsdp" || f == "--tie-embeddings") {
+      (f == "--json" ? a.json : f == "--eval" ? a.eval : f == "--fsdp" ? a.fsdp : a.tie) = true;
+      continue;
+    }
+    if (i + 1 >= argc) cli.fail(f.rfind("--", 0) == 0 ? f + " needs a value" : "unknown argument '" + f + "'");
+    const std::string v = argv[++i];
+    if (extra(a, f, v)) continue;
+    if (f == "--schedule")
+      a.schedule = v;
+    else if (f == "--ranks")
+      a.ranks = cli.whole(f, v, 1, 64);
+    else if (f == "--dp")
+      a.dp = cli.whole(f, v, 1, 16);
+    else if (f == "--offload" || f == "--recompute") {
+      if (v != "none" && v != "auto" && v != "all") cli.fail(f + " is none, auto or all, got '" + v + "'");
+      (f == "--offload" ? a.offload : a.recompute) = v == "all"    ? pt::memory_policy::all
+                                                     : v == "auto" ? pt::memory_policy::automatic
+                                                                   : pt::memory_policy::none;
+    } else if (f == "--microbatches")
+      a.microbatches = cli.whole(f, v, 1, 1024);
+    else if (f == "--chunks")
+      a.chunks = cli.whole(f, v, 1, 16);
+    else if (f == "--layers")
+      a.model.layers = cli.whole(f, v, 1, 128);
+    else if (f == "--heads")
+      a.model.heads = cli.whole(f, v, 1, 64);
+    else if (f == "--width")
+      a.model.width = cli.whole(f, v, 1, 4096);
+    else if (f == "--seq")
+      a.model.seq = cli.whole(f, v, 1, 4096);
+    else if (f == "--rows")
+      a.model.rows = cli.whole(f, v, 1, 1024);
+    else if (f == "--steps")
+      a.steps = cli.whole(f, v, 1, 1000000);
+    else if (f == "--lr")
+      a.lr = cli.rate(f, v, 1);
+    else if (f == "--seq-lens") {
+      std::size_t at = 0;
+      while (at <= v.size()) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        a.seq_lens.push_back(cli.whole(f, v.substr(at, comma - at), 1, 4096));
+        at = comma + 1;
+      }
+    } else if (f == "--dump" || f == "--corpus") {
+      if (v.empty()) cli.fail(f + " needs a directory");
+      (f == "--dump" ? a.dump : a.corpus) = v;
+    } else
+      cli.fail("unknown argument '" + f + "'\n" + cli.usage);
+  }
+  if (a.model.width % a.model.heads != 0)
+    cli.fail("--width " + std::to_string(a.model.width) + " is no multiple of --heads " +
+             std::to_string(a.model.heads));
+  for (const int t : a.seq_lens)
+    if (t > a.model.seq)
+      cli.fail("--seq-lens: a length of " + std::to_string(t) + " is above --seq " + std::to_string(a.model.seq));
+  if (!a.dump.empty())
+    for (const int t : a.seq_lens)
+      if (t != a.model.seq) cli.fail("--dump writes full-length microbatches; drop --seq-lens or give only T");
+  // Each flag is bounded, their product is not: --layers 128 --width 4096 is 26 G parameters.
+  // The estimate is in doubles (no wrap), before anything is allocated (docs/03 §3.8).
+  const double C = a.model.width, T = a.model.seq, L = a.model.layers, H = a.model.heads;
+  const double params = L * (12 * C * C + 13 * C) + 256 * C + T * C;  // (a character vocabulary: at most 256)
+  const double acts =
+      static_cast<double>(a.microbatches) * a.model.rows * L * (16 * T * C + attention_copies * H * T * T);
+  const double bytes = 4 * (a.dp * (6 * params + acts));
+  constexpr double most = 16e9;
+  if (bytes > most)
+    cli.fail("--layers, --width, --seq, --rows, --microbatches and --dp ask for about " +
+             std::to_string(static_cast<long long>(bytes / 1e9)) + " GB; " + cli.name + " runs at most " +
+             std::to_string(static_cast<long long>(most / 1e9)) + " GB (docs/03 §3.8)");
+  return a;
+}
+
+/// The run's plan, or one sentence and exit 2.
+inline pt::runtime_plan make_run_plan(run_args& a, const examples::cli& cli) {
+  const pt::schedule_info* info = pt::find_schedule(a.schedule);
+  if (info) a.chunks = pt::default_chunks(*info, a.chunks);
+  if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, a.chunks)) cli.fail(e);
+  try {
+    pt::runtime_plan plan = pt::build_plan(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks));
+    if (!plan.ok()) cli.fail("the schedule was rejected: " + pt::explain(plan.result));
+    return plan;
+  } catch (const std::invalid_argument& e) {
+    cli.fail(e.what());
+  }
+}
+
+/// --corpus DIR: its .md files, each a regular file (a FIFO would hang the read), at most
+/// corpus_bytes in all (the corpus costs ≈ 12 bytes of memory per byte of text).
+inline constexpr std::uintmax_t corpus_bytes = 64u << 20;
+inline char_corpus read_docs(const std::string& dir, const examples::cli& cli) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  std::uintmax_t total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".md") continue;
+    std::error_code fe;
+    if (!e.is_regular_file(fe))
+      cli.fail("--corpus " + dir + ": " + e.path().filename().string() + " is not a regular file");
+    total += e.file_size(fe);
+    if (fe) cli.fail("--corpus " + dir + ": cannot read " + e.path().filename().string() + ": " + fe.message());
+    if (total > corpus_bytes) cli.fail("--corpus " + dir + ": its .md files hold more than 64 MiB (the corpus limit)");
+    files.push_back(e.path());
+  }
+  if (ec || files.empty()) cli.fail("--corpus " + dir + ": no .md files to read");
+  std::sort(files.begin(), files.end());
+  return read_corpus(files);
+}
+
+/// Step `step`'s microbatches, and the batch pipetype reads them from: each microbatch's ids and
+/// targets first in its slot of rows·T, its length in the batch's lengths.
+struct step_data {
+  std::vector<microbatch> mbs;
+  std::vector<float> no_hidden;  // the first stage takes no hidden states
+  std::vector<std::int32_t> ids, targets;
+  std::vector<std::size_t> lens;
+  std::size_t tokens = 0;
+  pt::batch batch;
+};
+
+inline void draw(step_data& d, const char_corpus& corpus, const run_args& a, int step) {
+  const gpt_config& c = a.model;
+  const std::size_t slot = token_capacity(c);
+  d.mbs.clear();
+  d.lens.clear();
+  const int count = a.microbatches * a.dp;  // every replica's, replica d's after replica d − 1's
+  d.ids.assign(slot * static_cast<std::size_t>(count), 0);
+  d.targets.assign(d.ids.size(), 0);
+  d.tokens = 0;
+  for (int j = 0; j < count; ++j) {
+    const int t = a.seq_lens.empty() ? c.seq : a.seq_lens[static_cast<std::size_t>(j) % a.seq_lens.size()];
+    d.mbs.push_back(draw_microbatch(corpus, c.rows, t, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(j)));
+    const microbatch& mb = d.mbs.back();
+    std::copy(mb.ids.begin(), mb.ids.end(),
+              d.ids.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(j)));
+    std::copy(mb.targets.begin(), mb.targets.end(),
+              d.targets.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(j)));
+    d.lens.push_back(static_cast<std::size_t>(t));
+    d.tokens += mb.ids.size();
+  }
+  d.batch.clear();
+  d.batch.input(d.no_hidden).input(d.ids).target(d.targets);
+  d.batch.lengths(d.lens, static_cast<std::size_t>(c.seq));
+  d.batch.scale(pt::loss_scaling::per(static_cast<double>(d.tokens)));
+}
+
+/// The fields every --json line starts with (the tool adds its own, then "}\n").
+inline void print_json_head(const run_args& a, int ranks, int stages, int microbatches, double loss_first,
+                            double loss_last, bool grads_match, double max_diff, double step_ms, double reference_ms) {
+  std::printf(
+      "{\"schedule\": \"%s\", \"ranks\": %d, \"stages\": %d, \"microbatches\": %d, \"layers\": %d, \"steps\": %d, "
+      "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
+      "\"step_ms\": %.4f, \"reference_step_ms\": %.4f",
+      a.schedule.c_str(), ranks, stages, microbatches, a.model.layers, a.steps, loss_first, loss_last,
+      grads_match ? "true" : "false", max_diff, step_ms, reference_ms);
+}
+
+inline double since_ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace gpt
