@@ -5,16 +5,24 @@
 // what an input gradient costs with nothing kept for W), each after a fresh forward. Target:
 // I + W ≤ 1.10 × B. One intra-op thread (the host executor runs one thread per rank).
 //
-//   ./build/release/bench/bench_torch_split [--reps N]
+// What costs more than it should is memory, not work: the gradients I keeps for W hold memory
+// that glibc's malloc would otherwise reuse, so later gradients land on fresh pages (page faults,
+// cold caches). --keep-memory tells malloc to keep what it frees (mallopt: no mmap for large
+// blocks, no trimming), as a caching allocator (jemalloc, tcmalloc) does; docs/14 has both tables.
+//
+//   ./build/release/bench/bench_torch_split [--reps N] [--keep-memory]
 #include <pipetype/torch/stage.hpp>
 
 #include <torch/torch.h>
+
+#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -61,17 +69,23 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int reps = 15;
+  bool keep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::max(3, std::atoi(argv[++i]));
+    } else if (a == "--keep-memory") {
+      keep = true;
+      mallopt(M_MMAP_THRESHOLD, 1 << 30);
+      mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
     } else {
-      std::fprintf(stderr, "usage: bench_torch_split [--reps N]\n");
+      std::fprintf(stderr, "usage: bench_torch_split [--reps N] [--keep-memory]\n");
       return a == "--help" ? 0 : 2;
     }
   }
   at::set_num_threads(1);
-  std::printf("split backward of LibTorch stages (GPT-2 blocks, one intra-op thread), median of %d, ms\n", reps);
+  std::printf("split backward of LibTorch stages (GPT-2 blocks, one intra-op thread%s), median of %d, ms\n",
+              keep ? ", malloc keeps what it frees" : "", reps);
   std::printf("%-26s %7s %7s %7s %7s %9s %13s %7s\n", "stage", "F", "B", "I", "W", "(I+W)/B", "naive (I+W)/B",
               "naive I");
   struct shape {
