@@ -19,7 +19,9 @@
 // check_gpt_dump.py checks it against PyTorch's autograd). --json prints one line with gpt's
 // fields: grads_match_reference, max_abs_grad_diff, loss_first, loss_last, step_ms, ...
 //
-// Not yet (docs/14): --offload/--recompute (module stages take no memory actions), --eval,
+// --eval then reports the loss on held-back text under the schedule's forward-only plan (the
+// stages run without a graph and keep nothing), checked bitwise against the unpipelined forward.
+// Not yet (docs/14): --offload/--recompute (module stages take no memory actions) and
 // --tie-embeddings; each is refused with a sentence.
 #include <pipetype/host.hpp>
 #include <pipetype/torch/stage.hpp>
@@ -167,9 +169,7 @@ args parse(int argc, char** argv) {
     x.intra = cli.whole(f, v, 1, 256);
     return true;
   });
-  if (a.eval || a.tie)
-    cli.fail(std::string(a.eval ? "--eval" : "--tie-embeddings") +
-             " is not in torch_gpt yet (examples/gpt has it; docs/14 says what comes next)");
+  if (a.tie) cli.fail("--tie-embeddings is not in torch_gpt yet (examples/gpt has it; docs/14 says what comes next)");
   if (a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none)
     cli.fail(std::string(a.offload != pt::memory_policy::none ? "--offload " : "--recompute ") +
              "asks for memory actions, which module stages do not take yet (autograd keeps views of their inputs; "
@@ -248,8 +248,10 @@ int main(int argc, char** argv) try {
   const pt::runtime_plan plan = gpt::make_run_plan(a, cli);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
   const gpt::char_corpus all = gpt::read_docs(a.corpus, cli);
-  gpt::char_corpus corpus = all;
-  corpus.ids.assign(all.ids.begin(), all.ids.begin() + static_cast<std::ptrdiff_t>(all.ids.size() / 10 * 9));
+  gpt::char_corpus corpus = all, held = all;  // the last tenth held back for --eval
+  const auto cut = static_cast<std::ptrdiff_t>(all.ids.size() / 10 * 9);
+  corpus.ids.assign(all.ids.begin(), all.ids.begin() + cut);
+  held.ids.assign(all.ids.begin() + cut, all.ids.end());
   a.model.vocab = all.vocab_size();
   const gpt::gpt_config& c = a.model;
   if (c.layers < S)
@@ -358,13 +360,53 @@ int main(int argc, char** argv) try {
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
   }
   const double ms = gpt::median(step_ms);
+  if (a.fsdp)  // replica 0 takes the others' shards of the parameters (released after the last step)
+    for (int s = 0; s < S; ++s)
+      for (int r = 1; r < a.dp; ++r) {
+        const std::span<float> dst = models.front().stage(s).parameters();
+        const std::span<float> src = models[static_cast<std::size_t>(r)].stage(s).parameters();
+        const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
+        std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin), src.begin() + static_cast<std::ptrdiff_t>(own.end),
+                  dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
+      }
+
+  // --eval: held-back text through the schedule's forward-only plan, against the unpipelined forward
+  double eval_loss = 0;
+  bool eval_matches = true;
+  if (a.eval) {
+    const pt::runtime_plan eval_plan =
+        pt::build_plan(pt::forward_only_of(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks)));
+    if (!eval_plan.ok()) cli.fail("the forward-only plan was rejected: " + pt::explain(eval_plan.result));
+    ph::executor ev{eval_plan, models.front(), run_options};
+    args one = a;  // one replica's microbatches
+    one.dp = 1;
+    gpt::draw(d, held, one, 0);
+    const pt::step_losses& l = ev.step(d.batch);
+    eval_loss = l.objective();
+    at::NoGradGuard no_grad;
+    for (std::size_t j = 0; j < d.mbs.size(); ++j) {
+      const gpt::microbatch& mb = d.mbs[j];
+      const auto t = static_cast<std::int64_t>(mb.t);
+      const at::Tensor ids = torch::from_blob(const_cast<std::int32_t*>(mb.ids.data()), {c.rows, t}, torch::kInt);
+      const at::Tensor targets =
+          torch::from_blob(const_cast<std::int32_t*>(mb.targets.data()), {c.rows, t}, torch::kInt);
+      at::Tensor h;
+      for (auto& part : parts.front()) h = part->forward(h, ids);
+      eval_matches = eval_matches && parts.front().back()->loss(h, targets).item<float>() == l.at(0, static_cast<int>(j));
+    }
+  }
   if (a.json) {
     gpt::print_json_head(a, plan.compute().ranks, S, m, loss_first, loss_last, grads_match, max_diff, ms, reference_ms);
     if (meshed)
       std::printf(", \"dp\": %d, \"fsdp\": %s, \"tied\": false, \"replicas_agree\": %s", a.dp, a.fsdp ? "true" : "false",
                   a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false");
+    if (a.eval)
+      std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
     std::printf("}\n");
   } else {
+    if (a.eval)
+      std::printf("held-back text under the forward-only plan: loss %.4f (%s the unpipelined forward's)\n", eval_loss,
+                  eval_matches ? "bitwise" : "DIFFERENT from");
     std::printf("first step's gradients %s the unpipelined LibTorch run's (max |diff| %.3g)\n",
                 grads_match ? "are bitwise" : "DIFFER from", max_diff);
     if (meshed && !a.fsdp && a.dp > 1)
@@ -373,7 +415,7 @@ int main(int argc, char** argv) try {
                 reference_ms);
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && replicas_agree ? 0 : 1;
+  return grads_match && replicas_agree && eval_matches ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "torch_gpt: %s\n", e.what());
   return 1;

@@ -448,3 +448,23 @@ TEST_CASE("torch stage: over a pp x dp mesh, plain and sharded, the flat arrays 
     }
   }
 }
+
+TEST_CASE("torch stage: a forward-only plan runs without a graph and keeps nothing, with the training plan's losses") {
+  at::set_num_threads(1);
+  const int m = 4, n = 4;
+  const data d = make_data(m);
+  const reference r = reference_of(d, n, m);
+  auto model = make_model(n);
+  const pt::runtime_plan plan = pt::build_plan(pt::forward_only_of(pt::make_schedule("1f1b", n, m, 1)));
+  REQUIRE(plan.ok());
+  ph::executor ex{plan, model, {.deadline = 60s}};
+  pt::batch b;
+  b.input(d.x).target(d.t);
+  const pt::step_losses& l = ex.step(b);
+  for (int j = 0; j < m; ++j) CHECK(l.at(0, j) == r.losses[static_cast<std::size_t>(j)]);
+  for (int k = 0; k < n; ++k) {
+    CAPTURE(k);
+    CHECK(model.stage(k).graphs_held() == 0);
+    for (const float g : model.stage(k).weight_gradients()) REQUIRE(g == 0.0f);
+  }
+}

@@ -87,6 +87,7 @@ struct step_feed {
   int microbatches = 0;
   const std::size_t* lengths = nullptr;  // per microbatch, its length (varying tensors); nullptr: all full
   std::size_t max_length = 0;            // the length a varying tensor's declared extent holds
+  bool forward_only = false;             // the plan has no backward (forward_ctx::grad is false)
 };
 
 /// What binding needs to know about one stage.
@@ -315,7 +316,8 @@ template <class S>
           op.stream,
           inputs_of<S>(op, sh, in),
           target_view_of<S>(op, feed, sh.target),
-          op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr};
+          op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr,
+          !feed.forward_only};
 }
 template <class S>
 [[gnu::always_inline]] inline backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed,

@@ -248,6 +248,7 @@ class executor {
     batch_ = pipetype::detail::batch_layout_of(p, entries_);
     batch_bytes_ = batch_.row;
     microbatches_ = p.microbatches;
+    forward_only_ = is_forward_only(p);
     if (mp && p.lanes > 1)
       throw std::invalid_argument("pipetype::cuda: a plan of " + std::to_string(p.lanes) +
                                   " lanes (DualPipe) does not run over a mesh yet: each stage lives on two ranks of a "
@@ -309,7 +310,11 @@ class executor {
     fed_.take_rows(static_cast<const std::byte*>(batch), batch_, entries_, microbatches_);
   }
   void feed(const pipetype::batch& b) { fed_.take(b, batch_, entries_, microbatches_, "pipetype::cuda"); }
-  step_feed feed_of() const noexcept { return fed_.view(losses_, microbatches_); }
+  step_feed feed_of() const noexcept {
+    step_feed f = fed_.view(losses_, microbatches_);
+    f.forward_only = forward_only_;
+    return f;
+  }
   void run() {
     // locals, so the compiler need not reload them after every driver call
     D& d = d_;
@@ -1049,6 +1054,7 @@ class executor {
   std::byte* outputs_ = nullptr;  // the sinks' kept outputs (keep_outputs)
   pipetype::detail::output_layout outputs_at_;
   int microbatches_ = 0;
+  bool forward_only_ = false;  // the plan has no backward (step_feed::forward_only)
   std::vector<later_add> later_;  // added after the step
   void* compute_native_ = nullptr;
   std::vector<typename D::event> events_;

@@ -92,6 +92,7 @@ struct bound_program {
   std::vector<deferred_add> deferred;          // after a successful step, in this order
   pipetype::detail::output_layout outputs_at;  // the sinks' kept outputs (binding_options::keep_outputs)
   bool keeps_outputs = false;
+  bool forward_only = false;  // no backward in the plan (step_feed::forward_only)
   pipetype::detail::aligned_bytes outputs;
 };
 
@@ -160,6 +161,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   out.ranks = p.ranks;
   out.stages = p.stages;
   out.microbatches = p.microbatches;
+  out.forward_only = is_forward_only(p);
   out.comms = static_cast<int>(l.comms.size());
   const int L = p.lane_length();  // the model's stages (the plan's, unless it has several lanes)
   pipetype::detail::check_model(p, entries, "pipetype::host");

@@ -539,7 +539,7 @@ class executor {
     detail::null_transport t;
     engine_.walk_in_order(r, t,
                           step_feed{walk_.inputs.data(), targets ? now_.targets.data() : nullptr, walk_losses_.data(),
-                                    1.0f, p.microbatches});
+                                    1.0f, p.microbatches, nullptr, 0, p.forward_only});
   }
 
  private:
@@ -567,7 +567,9 @@ class executor {
     losses_.scale = now_.scale;
     losses_.values.assign(static_cast<std::size_t>(p.batch.sinks) * static_cast<std::size_t>(p.microbatches),
                           __builtin_nanf(""));
-    return now_.view(losses_.values.data(), p.microbatches);
+    step_feed f = now_.view(losses_.values.data(), p.microbatches);
+    f.forward_only = p.forward_only;
+    return f;
   }
   const step_losses& run() {
     engine_.run(feed_of());

@@ -154,6 +154,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
   out.ranks = m.size();
   out.stages = p.stages;
   out.microbatches = p.microbatches;
+  out.forward_only = is_forward_only(p);
   out.comms = static_cast<int>(mp.comms.size());
   out.sources = st.replicas.front().sources;
   out.batch_bytes = st.replicas.front().batch_bytes;

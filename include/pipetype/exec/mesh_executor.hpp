@@ -137,6 +137,7 @@ class mesh_executor {
       std::vector<float>& l = replica_losses_[static_cast<std::size_t>(d)];
       l.assign(sinks * static_cast<std::size_t>(m), __builtin_nanf(""));
       views_.push_back(f.view(l.data(), m));
+      views_.back().forward_only = engine_->program().forward_only;
     }
     losses_.sinks = rep.batch.sinks;  // (a failed step leaves NaN)
     losses_.microbatches = D * m;

@@ -15,7 +15,9 @@
 //
 //   forward:   input (stage 0: the microbatch's slice of the batch given to step()),
 //              output (empty on the last stage, which computes its loss, unless the executor
-//              keeps the sinks' outputs: executor_options::keep_outputs), stash
+//              keeps the sinks' outputs: executor_options::keep_outputs), stash, grad (false in
+//              a forward-only plan, where no backward follows: a stage that keeps state for its
+//              backward outside the stash keeps none)
 //   backward:  input (the same values forward saw), grad_output (the gradient of the output;
 //              empty on the last stage: the gradient comes from its own loss), grad_input (to be
 //              written; empty on stage 0 and in backward_weight), stash (what forward left)
@@ -296,6 +298,8 @@ struct forward_ctx {
   target_view_t<S> target{};  // a sink: this microbatch's targets (its `using target`); else empty
   float* loss = nullptr;      // a sink: where its forward writes this microbatch's loss (device memory on a device
                               // executor: write it from a kernel on `stream`); nullptr on the other stages
+  bool grad = true;           // a backward of this forward follows; false in a forward-only plan (evaluation,
+                              // inference: keep nothing for a backward)
 };
 
 template <class S>

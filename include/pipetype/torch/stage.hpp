@@ -13,7 +13,8 @@
 //                    graph, copies the outputs into the output slots (or, on a sink, computes the
 //                    loss from the outputs and the targets and writes it), and keeps the graph for
 //                    this microbatch (one holder per microbatch, behind a mutex: DualPipe may run
-//                    one stage object from two lanes at once)
+//                    one stage object from two lanes at once). In a forward-only plan (ctx.grad
+//                    false) it runs without a graph, as under NoGradGuard, and keeps nothing
 //   backward         one autograd pass from the outputs (or the loss, seeded with ctx.loss_scale)
 //                    to the inputs and the parameters; the input gradients go to the grad_input
 //                    slots, the parameters' to ctx.weight_grad (pipetype adds them up in
@@ -286,14 +287,13 @@ class module_stage : public detail::target_decl<Target> {
   void forward(const forward_ctx<module_stage>& c) {
     check_parameters();
     auto rec = std::make_unique<record>();
-    for_inputs(c.input, [&](std::size_t k, at::Tensor t, bool grad) {
+    for_inputs(c.input, [&](std::size_t, at::Tensor t, bool grad) {
       rec->input_ptrs.push_back(t.data_ptr());
-      if (grad && at::isFloatingType(t.scalar_type())) t.requires_grad_(true);
+      if (c.grad && grad && at::isFloatingType(t.scalar_type())) t.requires_grad_(true);
       rec->inputs.push_back(std::move(t));
-      (void)k;
     });
     const std::uint64_t before = grads_fingerprint();
-    std::vector<at::Tensor> out = call_forward(rec->inputs);
+    std::vector<at::Tensor> out = call_forward(rec->inputs, c.grad);
     if (grads_fingerprint() != before)
       throw std::invalid_argument(who() + "'s forward ran a backward itself (its parameters' gradients changed): " +
                                   "pipetype runs the backward; return the outputs (a sink: give stage_spec::loss)");
@@ -306,19 +306,24 @@ class module_stage : public detail::target_decl<Target> {
       if constexpr (!std::is_void_v<Target>)
         for_views<Target>(c.target, st_->spec.targets, "target",
                           [&](std::size_t, at::Tensor t, bool) { targets.push_back(std::move(t)); });
-      at::Tensor loss = st_->spec.loss(out, targets);
+      at::Tensor loss;
+      {
+        at::AutoGradMode mode(c.grad);
+        loss = st_->spec.loss(out, targets);
+      }
       if (!loss.defined() || loss.numel() != 1)
         throw std::invalid_argument(who() + "'s loss is not one number (shape " +
                                     (loss.defined() ? detail::shape_text(loss.sizes()) : std::string("undefined")) +
                                     ")");
-      if (!loss.requires_grad())
+      if (c.grad && !loss.requires_grad())
         throw std::invalid_argument(who() + "'s loss does not depend on anything with a gradient");
       *c.loss = loss.detach().to(at::kFloat).item<float>();
       rec->roots.push_back(loss.reshape({}));
       rec->root_grad_index.push_back(-1);
-    } else {
+    } else if (c.grad) {
       keep_roots(out, *rec);
     }
+    if (!c.grad) return;  // a forward-only plan: no graph was built, nothing is kept
     std::lock_guard lock(st_->mu);
     // A second forward of one microbatch before its backward (a RECOMPUTE) rebuilds its graph.
     st_->records[c.microbatch] = std::move(rec);
@@ -636,8 +641,8 @@ class module_stage : public detail::target_decl<Target> {
     for_views<In>(v, st_->spec.inputs, "input", std::forward<F>(f));
   }
 
-  std::vector<at::Tensor> call_forward(const std::vector<at::Tensor>& inputs) {
-    at::AutoGradMode grad(true);
+  std::vector<at::Tensor> call_forward(const std::vector<at::Tensor>& inputs, bool grad) {
+    at::AutoGradMode mode(grad);  // (a forward-only plan: as under NoGradGuard)
     return st_->forward(inputs);
   }
 
