@@ -21,8 +21,9 @@
 //
 // --eval then reports the loss on held-back text under the schedule's forward-only plan (the
 // stages run without a graph and keep nothing), checked bitwise against the unpipelined forward.
-// Not yet (docs/14): --offload/--recompute (module stages take no memory actions) and
-// --tie-embeddings; each is refused with a sentence.
+// --tie-embeddings ties lm_head.weight to wte.weight (a tie group of the mesh: both copies' gradients
+// summed, so the copies stay equal). Not yet (docs/14): --offload/--recompute (module stages take
+// no memory actions); refused with a sentence.
 #include <pipetype/host.hpp>
 #include <pipetype/torch/stage.hpp>
 
@@ -132,7 +133,7 @@ struct decoder_partImpl : torch::nn::Module {
 TORCH_MODULE(decoder_part);
 
 /// The stage of part `part`: how it sees its edges (examples/gpt's extents) and its loss.
-stage_t make_stage(decoder_part part) {
+stage_t make_stage(decoder_part part, bool tied) {
   const gpt::gpt_config& c = part->c;
   const std::int64_t R = c.rows, T = c.seq, C = c.width;
   const pt::torch::tensor_spec none{{0}, 0};  // a tensor this stage's edge does not carry
@@ -142,6 +143,8 @@ stage_t make_stage(decoder_part part) {
               part->first ? pt::torch::tensor_spec{{R, T}, 1} : none};
   s.outputs = {{{R, T, C}, 1}, none};
   s.targets = {{{R, T}, 1}};
+  if (tied && part->first) s.ties.emplace_back(0, "wte_weight");  // tie group 0: wte.weight = lm_head.weight
+  if (tied && part->last) s.ties.emplace_back(0, "lm_head_weight");
   s.loss = [part](const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& targets) mutable {
     return part->loss(out[0], targets[0]);
   };
@@ -155,8 +158,11 @@ stage_t make_stage(decoder_part part) {
 constexpr const char* usage =
     "usage: torch_gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "                 [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--json]\n"
-    "                 [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--intra-threads K]\n"
+    "                 [--eval] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--tie-embeddings]\n"
+    "                 [--intra-threads K]\n"
     "examples/gpt's model and flags with LibTorch's modules as the stages (docs/14_libtorch.md)\n" GPT_RUN_FLAGS_HELP
+    "--eval: after training, the loss on held-back text under the forward-only plan\n"
+    "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
     "--intra-threads K: LibTorch's intra-op threads (default 1: the ranks are the threads)\n";
 
 constexpr examples::cli cli{"torch_gpt", usage};
@@ -169,7 +175,6 @@ args parse(int argc, char** argv) {
     x.intra = cli.whole(f, v, 1, 256);
     return true;
   });
-  if (a.tie) cli.fail("--tie-embeddings is not in torch_gpt yet (examples/gpt has it; docs/14 says what comes next)");
   if (a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none)
     cli.fail(std::string(a.offload != pt::memory_policy::none ? "--offload " : "--recompute ") +
              "asks for memory actions, which module stages do not take yet (autograd keeps views of their inputs; "
@@ -180,8 +185,10 @@ args parse(int argc, char** argv) {
 /// The unpipelined LibTorch step over the same microbatches: the parts one after another per
 /// microbatch, each stage's gradients added in microbatch order (with dp replicas: each replica's
 /// in order, then the replicas' sums in order). Returns each stage's flat gradients.
+/// With `tied`, wte.weight's gradient (the first parameter) and lm_head.weight's (the last) are
+/// summed on each replica before the replicas' sums, as the plan's tie all-reduce does.
 std::vector<std::vector<float>> reference_step(std::vector<decoder_part>& parts, const std::vector<gpt::microbatch>& mbs,
-                                               int dp, std::size_t tokens, const gpt::gpt_config& c) {
+                                               int dp, bool tied, std::size_t tokens, const gpt::gpt_config& c) {
   std::vector<at::Tensor> params;
   std::vector<std::size_t> first_of;  // each part's first parameter
   for (auto& part : parts) {
@@ -207,6 +214,11 @@ std::vector<std::vector<float>> reference_step(std::vector<decoder_part>& parts,
       const auto g = torch::autograd::grad({loss}, params, {seed}, false, false, true);
       for (std::size_t i = 0; i < g.size(); ++i)
         if (g[i].defined()) acc[i].add_(g[i]);
+    }
+    if (tied) {
+      const at::Tensor sum = acc.front() + acc.back();
+      acc.front() = sum;
+      acc.back() = sum.clone();
     }
     if (r == 0)
       total = acc;
@@ -257,7 +269,11 @@ int main(int argc, char** argv) try {
   if (c.layers < S)
     cli.fail("--layers " + std::to_string(c.layers) + " cannot fill the plan's " + std::to_string(S) +
              " stages with whole blocks");
-  const gpt::model_params<float> initial = gpt::init_model(c, 1234);
+  if (a.tie && S < 2) cli.fail("--tie-embeddings needs at least two stages (the embedding's and the LM head's)");
+  gpt::model_params<float> initial = gpt::init_model(c, 1234);
+  if (a.tie)  // one parameter, two copies: the LM head starts as the token embedding
+    std::copy(gpt::tied_in_embedding(initial.embedding, c).begin(), gpt::tied_in_embedding(initial.embedding, c).end(),
+              gpt::tied_in_head(initial.head, c).begin());
 
   // one model per replica: its parts (modules) and their stages
   std::deque<std::vector<decoder_part>> parts;
@@ -269,7 +285,7 @@ int main(int argc, char** argv) try {
     std::vector<stage_t> stages;
     for (int s = 0; s < S; ++s) {
       ps.emplace_back(c, s, S, initial);
-      stages.push_back(make_stage(ps.back()));
+      stages.push_back(make_stage(ps.back(), a.tie));
     }
     replicas.push_back(&models.emplace_back(std::move(stages)));
     auto& opt = optimizers.emplace_back();
@@ -278,12 +294,15 @@ int main(int argc, char** argv) try {
   }
   std::optional<ph::executor<pt::uniform_chain<stage_t>>> ex;
   std::optional<ph::mesh_executor<pt::uniform_chain<stage_t>>> mex;
-  const bool meshed = a.dp > 1 || a.fsdp;
+  const bool meshed = a.dp > 1 || a.fsdp || a.tie;
   const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
   try {
     if (meshed)
-      mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, pt::dp_options{.dp = a.dp, .shard = a.fsdp}, replicas,
-                  ph::mesh_options{.exec = run_options});
+    {
+      pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
+      if (a.tie) o.ties = {{0, S - 1}};
+      mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas, ph::mesh_options{.exec = run_options});
+    }
     else
       ex.emplace(plan, models.front(), run_options);
   } catch (const std::invalid_argument& e) {
@@ -309,7 +328,7 @@ int main(int argc, char** argv) try {
     std::vector<std::vector<float>> ref;
     if (step == 1) {  // before the step: the reference reads the same parameters
       const auto r0 = std::chrono::steady_clock::now();
-      ref = reference_step(parts.front(), d.mbs, a.dp, d.tokens, c);
+      ref = reference_step(parts.front(), d.mbs, a.dp, a.tie, d.tokens, c);
       reference_ms = gpt::since_ms(r0);
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -346,7 +365,7 @@ int main(int argc, char** argv) try {
       if (!a.dump.empty()) try {
           gpt::model_params<float> grads = gpt::zero_params<float>(c);
           gather(first_replica, parts.front(), grads, true);
-          gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, false);
+          gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, a.tie);
         } catch (const std::exception& e) {
           cli.fail(std::string("--dump ") + a.dump + ": " + e.what());
         }
@@ -369,6 +388,13 @@ int main(int argc, char** argv) try {
         std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin), src.begin() + static_cast<std::ptrdiff_t>(own.end),
                   dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
       }
+
+  bool tied_equal = true;
+  if (a.tie) {  // the two copies of the tied parameter after training
+    const std::span<float> x = models.front().stage(0).tied_parameters(0),
+                           y = models.front().stage(S - 1).tied_parameters(0);
+    tied_equal = std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
+  }
 
   // --eval: held-back text through the schedule's forward-only plan, against the unpipelined forward
   double eval_loss = 0;
@@ -398,8 +424,9 @@ int main(int argc, char** argv) try {
   if (a.json) {
     gpt::print_json_head(a, plan.compute().ranks, S, m, loss_first, loss_last, grads_match, max_diff, ms, reference_ms);
     if (meshed)
-      std::printf(", \"dp\": %d, \"fsdp\": %s, \"tied\": false, \"replicas_agree\": %s", a.dp, a.fsdp ? "true" : "false",
-                  a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false");
+      std::printf(", \"dp\": %d, \"fsdp\": %s, \"tied\": %s, \"replicas_agree\": %s, \"tied_copies_equal\": %s", a.dp,
+                  a.fsdp ? "true" : "false", a.tie ? "true" : "false",
+                  a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false", tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
     std::printf("}\n");
@@ -413,9 +440,11 @@ int main(int argc, char** argv) try {
       std::printf("every replica's gradients %s\n", replicas_agree ? "are bitwise the same" : "DIFFER");
     std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,
                 reference_ms);
+    if (a.tie)
+      std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && replicas_agree && eval_matches ? 0 : 1;
+  return grads_match && replicas_agree && eval_matches && tied_equal ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "torch_gpt: %s\n", e.what());
   return 1;
