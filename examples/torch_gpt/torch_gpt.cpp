@@ -108,10 +108,17 @@ struct decoder_partImpl : torch::nn::Module {
                                   at::Reduction::Sum);
   }
 
+  /// x·W + b over the last dimension (W [in, out]: Conv1D's layout), one fused addmm.
+  static at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = w.size(1);
+    return at::addmm(b, x.reshape({-1, x.size(-1)}), w).view(shape);
+  }
+
   at::Tensor block(const at::Tensor& x, std::size_t at) {
     const std::int64_t C = c.width, H = c.heads, hd = C / H, rows = x.size(0), t = x.size(1);
     const at::Tensor xn = at::layer_norm(x, {C}, p[at], p[at + 1], 1e-5);
-    const auto qkv = (at::matmul(xn, p[at + 2]) + p[at + 3]).split(C, -1);
+    const auto qkv = affine(xn, p[at + 2], p[at + 3]).split(C, -1);
     const auto heads = [&](const at::Tensor& z) { return z.reshape({rows, t, H, hd}).transpose(1, 2); };
     const at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
     const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
@@ -119,10 +126,10 @@ struct decoder_partImpl : torch::nn::Module {
     const at::Tensor y = at::matmul(scores.masked_fill(causal, -INFINITY).softmax(-1), v)
                              .transpose(1, 2)
                              .reshape({rows, t, C});
-    const at::Tensor a = x + at::matmul(y, p[at + 4]) + p[at + 5];
+    const at::Tensor a = x + affine(y, p[at + 4], p[at + 5]);
     const at::Tensor xn2 = at::layer_norm(a, {C}, p[at + 6], p[at + 7], 1e-5);
-    const at::Tensor u = at::gelu(at::matmul(xn2, p[at + 8]) + p[at + 9], "tanh");
-    return a + at::matmul(u, p[at + 10]) + p[at + 11];
+    const at::Tensor u = at::gelu(affine(xn2, p[at + 8], p[at + 9]), "tanh");
+    return a + affine(u, p[at + 10], p[at + 11]);
   }
 
   gpt::gpt_config c;
