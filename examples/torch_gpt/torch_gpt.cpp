@@ -396,6 +396,24 @@ int main(int argc, char** argv) try {
                   dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
       }
 
+  // what autograd holds against what the plan counts: a graph lives from a microbatch's F to its
+  // last backward, as the plan's stash does, so per stage the most graphs held at once is at most
+  // its rank's planned stash peak, and equal to it where a rank holds one stage (docs/14 §14.5)
+  const std::vector<pt::rank_memory> planned = pt::memory_of(
+      plan.compute(), pt::no_memory_actions(plan.compute()), pt::memory_sizes{{1}, {0}}, pt::stash_model);
+  const std::vector<int> owner = pt::detail::stage_owners(plan.compute());
+  std::string held_list = "[", planned_list = "[";
+  bool graphs_within = true;
+  for (int s = 0; s < S; ++s) {
+    const auto held_most = static_cast<std::int64_t>(models.front().stage(s).graphs_high_water());
+    const std::int64_t peak = planned[static_cast<std::size_t>(owner[static_cast<std::size_t>(s)])].peak_bytes;
+    graphs_within = graphs_within && (S == plan.compute().ranks ? held_most == peak : held_most <= peak);
+    held_list += (s ? ", " : "") + std::to_string(held_most);
+    planned_list += (s ? ", " : "") + std::to_string(peak);
+  }
+  held_list += "]";
+  planned_list += "]";
+
   bool tied_equal = true;
   if (a.tie) {  // the two copies of the tied parameter after training
     const std::span<float> x = models.front().stage(0).tied_parameters(0),
@@ -436,6 +454,8 @@ int main(int argc, char** argv) try {
                   a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false", tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
+    std::printf(", \"graphs\": {\"high_water\": %s, \"planned\": %s, \"within_plan\": %s}", held_list.c_str(),
+                planned_list.c_str(), graphs_within ? "true" : "false");
     std::printf("}\n");
   } else {
     if (a.eval)
@@ -449,9 +469,11 @@ int main(int argc, char** argv) try {
                 reference_ms);
     if (a.tie)
       std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
+    std::printf("autograd graphs held at once per stage %s, the plan's stash peak of each stage's rank %s%s\n",
+                held_list.c_str(), planned_list.c_str(), graphs_within ? "" : " (NOT within the plan)");
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && replicas_agree && eval_matches && tied_equal ? 0 : 1;
+  return grads_match && replicas_agree && eval_matches && tied_equal && graphs_within ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "torch_gpt: %s\n", e.what());
   return 1;

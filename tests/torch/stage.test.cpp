@@ -138,11 +138,22 @@ TEST_CASE("torch stage: every kind of schedule gives bitwise the unpipelined Lib
     b.input(d.x).target(d.t);
     const pt::step_losses& l = ex.step(b);
     for (int j = 0; j < m; ++j) CHECK(l.at(0, j) == r.losses[static_cast<std::size_t>(j)]);
+    // the plan's stash model counts a graph from F to the microbatch's last backward: per rank, the
+    // most graphs held at once is its planned peak (a rank of one stage: that stage's high water;
+    // of several: each stage's at most the rank's)
+    const std::vector<pt::rank_memory> planned = pt::memory_of(
+        plan.compute(), pt::no_memory_actions(plan.compute()), pt::memory_sizes{{1}, {0}}, pt::stash_model);
     for (int k = 0; k < n; ++k) {
       CAPTURE(k);
       block_stage& st = model.stage(k);
       CHECK(same_bits(st.weight_gradients(), r.grads[static_cast<std::size_t>(k)]));
       CHECK(st.graphs_held() == 0);
+      const int owner = pt::detail::stage_owners(plan.compute())[static_cast<std::size_t>(k)];
+      const auto rank_peak = static_cast<std::size_t>(planned[static_cast<std::size_t>(owner)].peak_bytes);
+      if (s.chunks == 1)
+        CHECK(st.graphs_high_water() == rank_peak);
+      else
+        CHECK(st.graphs_high_water() <= rank_peak);
       CHECK(st.split_exact());
       // the module's own .grad() are views of the flat gradients
       const auto p = st.module().parameters();

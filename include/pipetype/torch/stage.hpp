@@ -282,6 +282,17 @@ class module_stage : public detail::target_decl<Target> {
     std::lock_guard lock(st_->mu);
     return st_->records.size();
   }
+  /// The most graphs it held at once since construction or the last reset: what the plan's stash
+  /// model counts (a graph lives from F to the microbatch's last backward, as a stash does; docs/14
+  /// §14.5), so with one stage per rank it equals the plan's per-rank stash peak.
+  std::size_t graphs_high_water() const {
+    std::lock_guard lock(st_->mu);
+    return st_->high_water;
+  }
+  void reset_graphs_high_water() {
+    std::lock_guard lock(st_->mu);
+    st_->high_water = st_->records.size();
+  }
 
   // ---- the stage's calls ------------------------------------------------------------------------
   void forward(const forward_ctx<module_stage>& c) {
@@ -327,6 +338,7 @@ class module_stage : public detail::target_decl<Target> {
     std::lock_guard lock(st_->mu);
     // A second forward of one microbatch before its backward (a RECOMPUTE) rebuilds its graph.
     st_->records[c.microbatch] = std::move(rec);
+    st_->high_water = std::max(st_->high_water, st_->records.size());
   }
 
   void backward(const backward_ctx<module_stage>& c) {
@@ -471,6 +483,7 @@ class module_stage : public detail::target_decl<Target> {
     ::torch::autograd::edge_list param_edges;  // each parameter's gradient accumulator
     mutable std::mutex mu;
     std::unordered_map<int, std::unique_ptr<record>> records;
+    std::size_t high_water = 0;  // the most records at once
     bool last_exact = true;
   };
   std::unique_ptr<state> st_;
