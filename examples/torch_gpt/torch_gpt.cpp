@@ -152,9 +152,10 @@ stage_t make_stage(decoder_part part, bool tied) {
   s.targets = {{{R, T}, 1}};
   if (tied && part->first) s.ties.emplace_back(0, "wte_weight");  // tie group 0: wte.weight = lm_head.weight
   if (tied && part->last) s.ties.emplace_back(0, "lm_head_weight");
-  s.loss = [part](const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& targets) mutable {
-    return part->loss(out[0], targets[0]);
-  };
+  if (part->last)  // (the plan's sink: the only stage that computes a loss)
+    s.loss = [part](const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& targets) mutable {
+      return part->loss(out[0], targets[0]);
+    };
   return stage_t(part.ptr(),
                  [part](const std::vector<at::Tensor>& x) mutable {
                    return std::vector<at::Tensor>{part->forward(x[0], x[1]), at::empty({0}, at::kInt)};
@@ -299,6 +300,9 @@ int main(int argc, char** argv) try {
     for (auto& part : ps)
       opt.push_back(std::make_unique<torch::optim::Adam>(part->parameters(), torch::optim::AdamOptions(a.lr)));
   }
+  // the bytes one microbatch's graph holds per stage, measured before any rank thread runs
+  std::vector<std::size_t> graph_bytes;
+  for (int s = 0; s < S; ++s) graph_bytes.push_back(models.front().stage(s).measure_graph_bytes());
   std::optional<ph::executor<pt::uniform_chain<stage_t>>> ex;
   std::optional<ph::mesh_executor<pt::uniform_chain<stage_t>>> mex;
   const bool meshed = a.dp > 1 || a.fsdp || a.tie;
@@ -402,7 +406,7 @@ int main(int argc, char** argv) try {
   const std::vector<pt::rank_memory> planned = pt::memory_of(
       plan.compute(), pt::no_memory_actions(plan.compute()), pt::memory_sizes{{1}, {0}}, pt::stash_model);
   const std::vector<int> owner = pt::detail::stage_owners(plan.compute());
-  std::string held_list = "[", planned_list = "[";
+  std::string held_list = "[", planned_list = "[", bytes_list = "[";
   bool graphs_within = true;
   for (int s = 0; s < S; ++s) {
     const auto held_most = static_cast<std::int64_t>(models.front().stage(s).graphs_high_water());
@@ -410,7 +414,9 @@ int main(int argc, char** argv) try {
     graphs_within = graphs_within && (S == plan.compute().ranks ? held_most == peak : held_most <= peak);
     held_list += (s ? ", " : "") + std::to_string(held_most);
     planned_list += (s ? ", " : "") + std::to_string(peak);
+    bytes_list += (s ? ", " : "") + std::to_string(graph_bytes[static_cast<std::size_t>(s)]);
   }
+  bytes_list += "]";
   held_list += "]";
   planned_list += "]";
 
@@ -454,8 +460,8 @@ int main(int argc, char** argv) try {
                   a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false", tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
-    std::printf(", \"graphs\": {\"high_water\": %s, \"planned\": %s, \"within_plan\": %s}", held_list.c_str(),
-                planned_list.c_str(), graphs_within ? "true" : "false");
+    std::printf(", \"graphs\": {\"high_water\": %s, \"planned\": %s, \"within_plan\": %s, \"bytes\": %s}",
+                held_list.c_str(), planned_list.c_str(), graphs_within ? "true" : "false", bytes_list.c_str());
     std::printf("}\n");
   } else {
     if (a.eval)
@@ -469,8 +475,9 @@ int main(int argc, char** argv) try {
                 reference_ms);
     if (a.tie)
       std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
-    std::printf("autograd graphs held at once per stage %s, the plan's stash peak of each stage's rank %s%s\n",
-                held_list.c_str(), planned_list.c_str(), graphs_within ? "" : " (NOT within the plan)");
+    std::printf("autograd graphs held at once per stage %s, the plan's stash peak of each stage's rank %s%s; a "
+                "full-length microbatch's graph holds %s bytes per stage\n",
+                held_list.c_str(), planned_list.c_str(), graphs_within ? "" : " (NOT within the plan)", bytes_list.c_str());
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
   return grads_match && replicas_agree && eval_matches && tied_equal && graphs_within ? 0 : 1;

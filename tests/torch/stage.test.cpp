@@ -479,3 +479,22 @@ TEST_CASE("torch stage: a forward-only plan runs without a graph and keeps nothi
     for (const float g : model.stage(k).weight_gradients()) REQUIRE(g == 0.0f);
   }
 }
+
+TEST_CASE("torch stage: a graph's bytes are measured, and grow with what the forward saves") {
+  at::set_num_threads(1);
+  using wide = pt::torch::module_stage<hidden, hidden>;
+  const auto bytes_of = [](std::int64_t r, std::int64_t w) {
+    torch::nn::Sequential s(torch::nn::Linear(w, w), torch::nn::Functional(torch::tanh), torch::nn::Linear(w, w));
+    wide st{s, {.inputs = {{{r, w}}}, .outputs = {{{r, w}}}}};
+    const std::size_t b = st.measure_graph_bytes();
+    CHECK(st.graphs_held() == 0);  // the probe keeps nothing
+    return b;
+  };
+  const std::size_t small = bytes_of(64, 256), large = bytes_of(256, 256);
+  // what the graph keeps beyond its input: tanh's output (saved) and the output, both [r, w] floats
+  MESSAGE("graph bytes: " << small << " at 64 rows");
+  CHECK(small >= static_cast<std::size_t>(2 * 64 * 256 * 4));
+  CHECK(large >= static_cast<std::size_t>(2 * 256 * 256 * 4));
+  CHECK(large > 3 * small);
+  MESSAGE("graph bytes: " << small << " at 64 rows, " << large << " at 256");
+}

@@ -60,6 +60,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <ATen/ATen.h>
+#include <malloc.h>
 #include <c10/core/ScalarType.h>
 
 #include <algorithm>
@@ -277,6 +278,53 @@ class module_stage : public detail::target_decl<Target> {
   /// Whether the last backward_weight started from the kept intermediate gradients (true) or had
   /// to run from the outputs again (false; see the top of this file).
   bool split_exact() const { return st_->last_exact; }
+  /// The bytes one microbatch's graph holds (what autograd saves, the outputs and, on a sink, the
+  /// loss's part), measured by a forward on zeros of the largest inputs (and targets, where the
+  /// spec has a loss), the second of two: how much the C library's heap grows while that graph is
+  /// alive. An estimate
+  /// (allocator rounding included), 0 where the C library cannot tell (glibc's mallinfo2 only).
+  /// Call it before a step, from one thread: other threads' allocations would count too.
+  std::size_t measure_graph_bytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    const auto heap = [] {
+      const struct mallinfo2 mi = ::mallinfo2();
+      return mi.uordblks + mi.hblkhd;
+    };
+    std::vector<at::Tensor> inputs;
+    detail::for_each_member<In>([&](auto kc) {
+      constexpr std::size_t K = decltype(kc)::value;
+      using T = typename pipetype::detail::tensor_t<In, K>::value_type;
+      at::Tensor t = at::zeros(st_->spec.inputs[K].shape, at::TensorOptions().dtype(detail::scalar_type_of<T>()));
+      if (pipetype::detail::member_t<In, K>::grad && at::isFloatingType(t.scalar_type())) t.requires_grad_(true);
+      inputs.push_back(std::move(t));
+    });
+    std::vector<at::Tensor> targets;
+    if constexpr (!std::is_void_v<Target>)
+      detail::for_each_member<Target>([&](auto kc) {
+        constexpr std::size_t K = decltype(kc)::value;
+        using T = typename pipetype::detail::tensor_t<Target, K>::value_type;
+        targets.push_back(
+            at::zeros(st_->spec.targets[K].shape, at::TensorOptions().dtype(detail::scalar_type_of<T>())));
+      });
+    {  // once first, for what a first forward allocates for good (a library's buffers, caches)
+      std::vector<at::Tensor> out = call_forward(inputs, true);
+      if (st_->spec.loss && targets.size() == st_->spec.targets.size()) (void)st_->spec.loss(out, targets);
+    }
+    const std::size_t before = heap();
+    std::size_t held = 0;
+    {
+      std::vector<at::Tensor> out = call_forward(inputs, true);
+      at::Tensor loss;
+      if (st_->spec.loss && targets.size() == st_->spec.targets.size()) loss = st_->spec.loss(out, targets);
+      const std::size_t after = heap();
+      held = after > before ? after - before : 0;
+    }
+    return held;
+#else
+    return 0;
+#endif
+  }
+
   /// Microbatches whose graph the stage still holds (0 after a complete step).
   std::size_t graphs_held() const {
     std::lock_guard lock(st_->mu);
