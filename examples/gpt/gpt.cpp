@@ -84,23 +84,10 @@ int main(int argc, char** argv) try {
   args a = parse(argc, argv);
   const pt::runtime_plan plan = gpt::make_run_plan(a, cli);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
-  // the last tenth of the text held back for --eval
-  const gpt::char_corpus all = gpt::read_docs(a.corpus, cli);
-  gpt::char_corpus corpus = all, held = all;
-  const auto cut = static_cast<std::ptrdiff_t>(all.ids.size() / 10 * 9);
-  corpus.ids.assign(all.ids.begin(), all.ids.begin() + cut);
-  held.ids.assign(all.ids.begin() + cut, all.ids.end());
-  a.model.vocab = all.vocab_size();
+  const gpt::run_start start = gpt::start_run(a, S, cli);
+  const gpt::char_corpus &corpus = start.corpus, &held = start.held;
+  const gpt::model_params<float>& initial = start.initial;
   const gpt::gpt_config& c = a.model;
-  if (c.layers < S)
-    cli.fail("--layers " + std::to_string(c.layers) + " cannot fill the plan's " + std::to_string(S) +
-             " stages with whole blocks");
-
-  if (a.tie && S < 2) cli.fail("--tie-embeddings needs at least two stages (the embedding's and the LM head's)");
-  gpt::model_params<float> initial = gpt::init_model(c, 1234);
-  if (a.tie)  // one parameter, two copies: the LM head starts as the token embedding
-    std::copy(gpt::tied_in_embedding(initial.embedding, c).begin(), gpt::tied_in_embedding(initial.embedding, c).end(),
-              gpt::tied_in_head(initial.head, c).begin());
   // one model per replica, each with its own parameters, gradients and optimizer state
   std::deque<pt::uniform_chain<gpt::stage>> models;
   std::vector<pt::uniform_chain<gpt::stage>*> replicas;
@@ -161,24 +148,6 @@ int main(int argc, char** argv) try {
                      .c_str()
                : "");
 
-  // FSDP: each replica holds its own shard of every stage's gradients (and, once released, of its
-  // parameters); replica 0 takes the others' shards to hold the whole
-  auto gather_shards = [&](bool gradients) {
-    if (!a.fsdp || a.dp < 2) return;
-    for (int s = 0; s < S; ++s) {
-      gpt::stage& to = models.front().stages()[static_cast<std::size_t>(s)];
-      const std::span<float> dst = gradients ? to.weight_gradients() : to.parameters();
-      for (int r = 1; r < a.dp; ++r) {
-        gpt::stage& from = models[static_cast<std::size_t>(r)].stages()[static_cast<std::size_t>(s)];
-        const std::span<float> src = gradients ? from.weight_gradients() : from.parameters();
-        const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
-        std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin),
-                  src.begin() + static_cast<std::ptrdiff_t>(own.end),
-                  dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
-      }
-    }
-  };
-
   gpt::step_data d;
   double loss_first = 0, loss_last = 0, max_diff = 0;
   bool grads_match = false, replicas_agree = true, tied_equal = true;
@@ -197,15 +166,8 @@ int main(int argc, char** argv) try {
       const auto r0 = std::chrono::steady_clock::now();
       gpt::reference_step_dp<float>(c, initial, d.mbs, a.dp, a.tie, ref_grads);
       reference_ms = gpt::since_ms(r0);
-      if (!a.fsdp)  // every replica holds the whole reduced gradient, bitwise
-        for (int r = 1; r < a.dp; ++r)
-          for (int s = 0; s < S; ++s) {
-            const std::span<float> x =
-                models[static_cast<std::size_t>(r)].stages()[static_cast<std::size_t>(s)].weight_gradients();
-            const std::span<float> y = model.stages()[static_cast<std::size_t>(s)].weight_gradients();
-            replicas_agree = replicas_agree && std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
-          }
-      gather_shards(true);
+      if (!a.fsdp) replicas_agree = gpt::replicas_agree(models);  // each holds the whole reduced gradient
+      gpt::gather_shards(models, a, true);
       gpt::model_params<float> grads = gpt::zero_params<float>(c);
       for (const gpt::stage& s : model.stages()) s.gather(grads, true);
       grads_match = true;
@@ -251,7 +213,7 @@ int main(int argc, char** argv) try {
                      pools[g].slots == static_cast<int>(r.peak_bytes);  // the pool is the plan's peak
     }
   }
-  gather_shards(false);  // the whole model on replica 0, for --eval and the tied copies
+  gpt::gather_shards(models, a, false);  // the whole model on replica 0, for --eval and the tied copies
   if (a.tie) {
     const std::span<float> x = model.stages().front().tied_parameters(), y = model.stages().back().tied_parameters();
     tied_equal = std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;

@@ -9,6 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <deque>
+#include <span>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -168,6 +171,62 @@ inline char_corpus read_docs(const std::string& dir, const examples::cli& cli) {
   if (ec || files.empty()) cli.fail("--corpus " + dir + ": no .md files to read");
   std::sort(files.begin(), files.end());
   return read_corpus(files);
+}
+
+/// What a run starts from: the corpus to train on, the last tenth held back for --eval, and the
+/// initial weights (with --tie-embeddings the LM head a copy of the token embedding). Sets the
+/// vocabulary from the corpus and fails (exit 2) when `stages` cannot hold the model.
+struct run_start {
+  char_corpus corpus, held;
+  model_params<float> initial;
+};
+inline run_start start_run(run_args& a, int stages, const examples::cli& cli) {
+  const char_corpus all = read_docs(a.corpus, cli);
+  run_start r{all, all, {}};
+  const auto cut = static_cast<std::ptrdiff_t>(all.ids.size() / 10 * 9);
+  r.corpus.ids.assign(all.ids.begin(), all.ids.begin() + cut);
+  r.held.ids.assign(all.ids.begin() + cut, all.ids.end());
+  a.model.vocab = all.vocab_size();
+  const gpt_config& c = a.model;
+  if (c.layers < stages)
+    cli.fail("--layers " + std::to_string(c.layers) + " cannot fill the plan's " + std::to_string(stages) +
+             " stages with whole blocks");
+  if (a.tie && stages < 2) cli.fail("--tie-embeddings needs at least two stages (the embedding's and the LM head's)");
+  r.initial = init_model(c, 1234);
+  if (a.tie)  // one parameter, two copies: the LM head starts as the token embedding
+    std::copy(tied_in_embedding(r.initial.embedding, c).begin(), tied_in_embedding(r.initial.embedding, c).end(),
+              tied_in_head(r.initial.head, c).begin());
+  return r;
+}
+
+/// FSDP: each replica holds its own shard of every stage's gradients (and, once released, of its
+/// parameters); replica 0 takes the others' shards to hold the whole. `Model`: a uniform_chain.
+template <class Model>
+void gather_shards(std::deque<Model>& models, const run_args& a, bool gradients) {
+  if (!a.fsdp || a.dp < 2) return;
+  for (int s = 0; s < models.front().size(); ++s) {
+    auto& to = models.front().stage(s);
+    const std::span<float> dst = gradients ? to.weight_gradients() : to.parameters();
+    for (int r = 1; r < a.dp; ++r) {
+      auto& from = models[static_cast<std::size_t>(r)].stage(s);
+      const std::span<float> src = gradients ? from.weight_gradients() : from.parameters();
+      const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
+      std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin), src.begin() + static_cast<std::ptrdiff_t>(own.end),
+                dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
+    }
+  }
+}
+
+/// Whether every replica holds bitwise replica 0's gradients (compare only where each holds the
+/// whole reduced gradient: not under FSDP).
+template <class Model>
+bool replicas_agree(std::deque<Model>& models) {
+  for (std::size_t r = 1; r < models.size(); ++r)
+    for (int s = 0; s < models.front().size(); ++s) {
+      const std::span<float> x = models[r].stage(s).weight_gradients(), y = models.front().stage(s).weight_gradients();
+      if (std::memcmp(x.data(), y.data(), x.size_bytes()) != 0) return false;
+    }
+  return true;
 }
 
 /// Step `step`'s microbatches, and the batch pipetype reads them from: each microbatch's ids and

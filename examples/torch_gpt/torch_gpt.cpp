@@ -267,21 +267,10 @@ int main(int argc, char** argv) try {
   at::set_num_threads(a.intra);
   const pt::runtime_plan plan = gpt::make_run_plan(a, cli);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
-  const gpt::char_corpus all = gpt::read_docs(a.corpus, cli);
-  gpt::char_corpus corpus = all, held = all;  // the last tenth held back for --eval
-  const auto cut = static_cast<std::ptrdiff_t>(all.ids.size() / 10 * 9);
-  corpus.ids.assign(all.ids.begin(), all.ids.begin() + cut);
-  held.ids.assign(all.ids.begin() + cut, all.ids.end());
-  a.model.vocab = all.vocab_size();
+  const gpt::run_start start = gpt::start_run(a, S, cli);
+  const gpt::char_corpus &corpus = start.corpus, &held = start.held;
+  const gpt::model_params<float>& initial = start.initial;
   const gpt::gpt_config& c = a.model;
-  if (c.layers < S)
-    cli.fail("--layers " + std::to_string(c.layers) + " cannot fill the plan's " + std::to_string(S) +
-             " stages with whole blocks");
-  if (a.tie && S < 2) cli.fail("--tie-embeddings needs at least two stages (the embedding's and the LM head's)");
-  gpt::model_params<float> initial = gpt::init_model(c, 1234);
-  if (a.tie)  // one parameter, two copies: the LM head starts as the token embedding
-    std::copy(gpt::tied_in_embedding(initial.embedding, c).begin(), gpt::tied_in_embedding(initial.embedding, c).end(),
-              gpt::tied_in_head(initial.head, c).begin());
 
   // one model per replica: its parts (modules) and their stages
   std::deque<std::vector<decoder_part>> parts;
@@ -348,23 +337,8 @@ int main(int argc, char** argv) try {
     const double loss = l.objective();
     if (step == 1) {
       loss_first = loss;
-      if (a.fsdp)  // each replica holds its own shard of the reduced gradients: replica 0 takes the others'
-        for (int s = 0; s < S; ++s)
-          for (int r = 1; r < a.dp; ++r) {
-            const std::span<float> dst = models.front().stage(s).weight_gradients();
-            const std::span<float> src = models[static_cast<std::size_t>(r)].stage(s).weight_gradients();
-            const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
-            std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin),
-                      src.begin() + static_cast<std::ptrdiff_t>(own.end),
-                      dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
-          }
-      else
-        for (int r = 1; r < a.dp; ++r)
-          for (int s = 0; s < S; ++s) {
-            const std::span<float> x = models[static_cast<std::size_t>(r)].stage(s).weight_gradients();
-            const std::span<float> y = models.front().stage(s).weight_gradients();
-            replicas_agree = replicas_agree && std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
-          }
+      if (!a.fsdp) replicas_agree = gpt::replicas_agree(models);  // each holds the whole reduced gradient
+      gpt::gather_shards(models, a, true);
       grads_match = true;
       for (int s = 0; s < S; ++s) {
         const std::span<float> x = models.front().stage(s).weight_gradients();
@@ -390,15 +364,7 @@ int main(int argc, char** argv) try {
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
   }
   const double ms = gpt::median(step_ms);
-  if (a.fsdp)  // replica 0 takes the others' shards of the parameters (released after the last step)
-    for (int s = 0; s < S; ++s)
-      for (int r = 1; r < a.dp; ++r) {
-        const std::span<float> dst = models.front().stage(s).parameters();
-        const std::span<float> src = models[static_cast<std::size_t>(r)].stage(s).parameters();
-        const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
-        std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin), src.begin() + static_cast<std::ptrdiff_t>(own.end),
-                  dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
-      }
+  gpt::gather_shards(models, a, false);  // the whole model on replica 0 (released after the last step)
 
   // what autograd holds against what the plan counts: a graph lives from a microbatch's F to its
   // last backward, as the plan's stash does, so per stage the most graphs held at once is at most

@@ -396,13 +396,12 @@ class module_stage : public detail::target_decl<Target> {
     const std::size_t n_in = outs.size();
     for (const auto& e : st_->param_edges) outs.push_back(e);
     auto g = run_engine(root_edges(*rec), grads, false, outs);
-    write_input_grads(c, *rec, g, 0, n_in);
+    write_input_grads(c, *rec, g, n_in);
     write_weight_grads(c.weight_grad, g, n_in);
   }
 
   void backward_input(const backward_ctx<module_stage>& c) {
     record& rec = find(c);
-    ::torch::autograd::variable_list grads = root_grads(c, rec, false);
     ::torch::autograd::edge_list ins = input_edges(c, rec);
     const ::torch::autograd::edge_list roots = root_edges(rec);
     // The graph's nodes: which reach an input whose gradient is asked for, which a parameter.
@@ -410,6 +409,10 @@ class module_stage : public detail::target_decl<Target> {
     for (const auto& e : ins) in_nodes.push_back(e.function.get());
     for (const auto& e : st_->param_edges) param_nodes.push_back(e.function.get());
     const detail::graph_walk flag = detail::walk_graph(roots, in_nodes, param_nodes);
+    const auto params_only = [&](const ::torch::autograd::Node* n) {  // leads to a parameter, to no input
+      const std::uint8_t f = flag(n);
+      return !(f & detail::reaches_input) && (f & detail::reaches_param);
+    };
     // Where a parameter's gradient path leaves the inputs': the frontier nodes (reach an input,
     // and through another edge a parameter only) and their edges into the parameters' side.
     rec.frontier.clear();
@@ -421,9 +424,7 @@ class module_stage : public detail::target_decl<Target> {
       if (!(f & detail::reaches_input) || !(f & detail::reaches_param)) continue;
       frontier_node fn;
       for (const auto& e : n->next_edges()) {
-        if (!e.function) continue;
-        const std::uint8_t fe = flag(e.function.get());
-        if ((fe & detail::reaches_input) || !(fe & detail::reaches_param)) continue;
+        if (!e.function || !params_only(e.function.get())) continue;
         fn.transitions.push_back(e);
         const auto [it, fresh] = target_owner.emplace(e.function.get(), n);
         if (!fresh && it->second != n) rec.exact = false;  // two frontier nodes feed one parameter node
@@ -433,11 +434,11 @@ class module_stage : public detail::target_decl<Target> {
       rec.frontier.push_back(std::move(fn));
     }
     // Roots that reach no input but a parameter: their gradients are W's to use as they are.
-    bool keep_root_grads = !rec.exact;
-    for (const auto& r : roots)
-      if (r.function && !(flag(r.function.get()) & detail::reaches_input) && (flag(r.function.get()) & detail::reaches_param))
-        keep_root_grads = true;
-    if (keep_root_grads) grads = root_grads(c, rec, true);  // W runs after pipetype's slot is reused
+    for (std::size_t k = 0; k < roots.size(); ++k)
+      if (roots[k].function && params_only(roots[k].function.get())) rec.root_transitions.push_back(k);
+    // W reads the root gradients when it starts from roots: then copies (pipetype reuses the slot)
+    const bool keep_root_grads = !rec.exact || !rec.root_transitions.empty();
+    ::torch::autograd::variable_list grads = root_grads(c, rec, keep_root_grads);
     // I: the input gradients, and the gradients flowing into each frontier node, graph kept.
     ::torch::autograd::edge_list outs = ins;
     std::vector<std::size_t> first_capture;
@@ -448,18 +449,12 @@ class module_stage : public detail::target_decl<Target> {
     ::torch::autograd::variable_list g;
     if (!outs.empty() && rec.exact) g = run_engine(roots, grads, true, outs);
     else if (!ins.empty()) g = run_engine(roots, grads, true, ins);
-    write_input_grads(c, rec, g, 0, ins.size());
+    write_input_grads(c, rec, g, ins.size());
     if (rec.exact)
       for (std::size_t k = 0; k < rec.frontier.size(); ++k)
         for (std::uint32_t i = 0; i < rec.frontier[k].node->num_inputs(); ++i)
           rec.frontier[k].captured.push_back(g[first_capture[k] + i]);
-    if (keep_root_grads) {
-      rec.kept_root_grads = std::move(grads);
-      for (std::size_t k = 0; k < roots.size(); ++k)
-        if (roots[k].function && !(flag(roots[k].function.get()) & detail::reaches_input) &&
-            (flag(roots[k].function.get()) & detail::reaches_param))
-          rec.root_transitions.push_back(k);
-    }
+    if (keep_root_grads) rec.kept_root_grads = std::move(grads);
     rec.split = true;
   }
 
@@ -757,21 +752,23 @@ class module_stage : public detail::target_decl<Target> {
     });
   }
 
-  record& find(const backward_ctx<module_stage>& c) {
-    std::lock_guard lock(st_->mu);
+  /// Microbatch c's record (the caller holds st_->mu), or the sentence that it has none.
+  auto record_of(const backward_ctx<module_stage>& c) const {
     const auto it = st_->records.find(c.microbatch);
     if (it == st_->records.end())
       throw std::logic_error(who() + ": a backward of microbatch " + std::to_string(c.microbatch) +
                              " whose forward it never ran (or ran its backward twice)");
+    return it;
+  }
+  record& find(const backward_ctx<module_stage>& c) {
+    std::lock_guard lock(st_->mu);
+    const auto it = record_of(c);
     check_inputs_stayed(c, *it->second);
     return *it->second;
   }
   std::unique_ptr<record> take(const backward_ctx<module_stage>& c, bool check) {
     std::lock_guard lock(st_->mu);
-    const auto it = st_->records.find(c.microbatch);
-    if (it == st_->records.end())
-      throw std::logic_error(who() + ": a backward of microbatch " + std::to_string(c.microbatch) +
-                             " whose forward it never ran (or ran its backward twice)");
+    const auto it = record_of(c);
     std::unique_ptr<record> r = std::move(it->second);
     st_->records.erase(it);
     if (check) check_inputs_stayed(c, *r);
@@ -840,14 +837,15 @@ class module_stage : public detail::target_decl<Target> {
     return e;
   }
 
+  /// The first `count` of `g` (input_edges' order) into the grad_input slots.
   void write_input_grads(const backward_ctx<module_stage>& c, const record& rec,
-                         const ::torch::autograd::variable_list& g, std::size_t from, std::size_t count) const {
-    std::size_t k = from;
+                         const ::torch::autograd::variable_list& g, std::size_t count) const {
+    std::size_t k = 0;
     detail::for_each_member<In>([&](auto kc) {
       constexpr std::size_t K = decltype(kc)::value;
       using T = typename pipetype::detail::tensor_t<In, K>::value_type;
       const auto dst = detail::member_span<In, K>(c.grad_input);
-      if (dst.empty() || !rec.inputs[K].requires_grad() || k >= from + count) return;
+      if (dst.empty() || !rec.inputs[K].requires_grad() || k >= count) return;
       const at::Tensor& gk = g[k++];
       if (!gk.defined()) {
         std::memset(static_cast<void*>(dst.data()), 0, dst.size() * sizeof(T));
