@@ -97,13 +97,11 @@ int main(int argc, char** argv) try {
     replicas.push_back(&models.emplace_back(std::move(stages)));
   }
   pt::uniform_chain<gpt::stage>& model = models.front();
-  const bool memory = a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none;
-  if (a.recompute == pt::memory_policy::automatic)  // (auto recomputes what a byte limit needs; gpt sets none)
-    cli.fail("--recompute auto recomputes only what a memory limit needs, and gpt sets none: give all or none");
+  const bool memory = gpt::wants_memory(a);
   const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory;
   // --offload, --recompute: the actions on what each stage saves for its backward, its stash and
   // its input (none on the first stage, which reads the batch); an OFFLOAD moves both, a
-  // recomputed forward keeps its input (a copy takes one forward: k = 2/3)
+  // recomputed forward keeps its input
   pt::memory_sizes saved_bytes;
   saved_bytes.kept.clear();
   for (int s = 0; s < plan.compute().stages; ++s) {
@@ -112,16 +110,7 @@ int main(int argc, char** argv) try {
     saved_bytes.saved.push_back(static_cast<std::int64_t>(st.stash_extent() * sizeof(float)) + input);
     saved_bytes.kept.push_back(input);
   }
-  pt::memory_program actions = pt::no_memory_actions(plan.compute());
-  if (memory) {
-    pt::memory_options mo;
-    mo.offload = a.offload;
-    mo.recompute = a.recompute;
-    mo.copy_bandwidth = static_cast<double>(std::max<std::int64_t>(saved_bytes.saved_of(0), 1));
-    const pt::memory_step placed = pt::plan_memory(plan.compute(), plan.lowered(), saved_bytes, pt::costs{}, mo);
-    if (!placed.result.ok()) cli.fail("the memory actions were refused: " + pt::describe(placed.result));
-    actions = placed.actions;
-  }
+  const pt::memory_program actions = gpt::place_run_memory(a, plan, saved_bytes, cli);
   std::optional<ph::executor<pt::uniform_chain<gpt::stage>>> ex;
   std::optional<ph::mesh_executor<pt::uniform_chain<gpt::stage>>> mex;
   const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
@@ -192,27 +181,9 @@ int main(int argc, char** argv) try {
   }
   const double ms = gpt::median(step_ms);
   // the stash pools of a step with memory actions: planned, measured, and the same plan without them
-  std::vector<ph::stash_pool_use> pools;
-  std::vector<int> slots_without;
-  int offloaded = 0, recomputed = 0;
-  bool water_within = true;
-  if (memory) {
-    pools = mex->stash_pools();
-    // (counted in stashes: a byte a stash)
-    const std::vector<pt::rank_memory> planned =
-        pt::memory_of(plan.compute(), actions, pt::memory_sizes{{1}, {0}}, pt::stash_model);
-    for (const pt::memory_action& x : actions.ops) {
-      offloaded += x.what == pt::memory_kind::offload;
-      recomputed += x.what == pt::memory_kind::recompute;
-    }
-    for (std::size_t g = 0; g < pools.size(); ++g) {
-      const pt::rank_memory& r =
-          planned[static_cast<std::size_t>(pt::mesh{plan.compute().ranks, a.dp}.pipeline_rank(static_cast<int>(g)))];
-      slots_without.push_back(static_cast<int>(r.base_peak_bytes));
-      water_within = water_within && pools[g].high_water <= pools[g].slots &&
-                     pools[g].slots == static_cast<int>(r.peak_bytes);  // the pool is the plan's peak
-    }
-  }
+  std::optional<gpt::memory_report> mem;
+  if (memory) mem.emplace(*mex, plan, actions, a.dp);
+  const bool water_within = !mem || mem->within;
   gpt::gather_shards(models, a, false);  // the whole model on replica 0, for --eval and the tied copies
   if (a.tie) {
     const std::span<float> x = model.stages().front().tied_parameters(), y = model.stages().back().tied_parameters();
@@ -250,22 +221,7 @@ int main(int argc, char** argv) try {
                   tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
-    if (memory) {
-      auto list = [&](auto f) {
-        std::string out = "[";
-        for (std::size_t g = 0; g < pools.size(); ++g) out += (g ? ", " : "") + std::to_string(f(g));
-        return out + "]";
-      };
-      std::printf(
-          ", \"memory\": {\"offloaded\": %d, \"recomputed\": %d, \"stash_slots\": %s, \"stash_high_water\": %s, "
-          "\"stash_slots_without\": %s, \"high_water_within_plan\": %s, \"activation_slots\": %s, "
-          "\"activation_slots_without\": %s}",
-          offloaded, recomputed, list([&](std::size_t g) { return pools[g].slots; }).c_str(),
-          list([&](std::size_t g) { return pools[g].high_water; }).c_str(),
-          list([&](std::size_t g) { return slots_without[g]; }).c_str(), water_within ? "true" : "false",
-          list([&](std::size_t g) { return pools[g].activation_slots; }).c_str(),
-          list([&](std::size_t g) { return pools[g].lowered_activation_slots; }).c_str());
-    }
+    if (mem) mem->print_json();
     std::printf("}\n");
   } else {
     if (a.eval)
@@ -277,18 +233,7 @@ int main(int argc, char** argv) try {
       std::printf("every replica's gradients %s\n", replicas_agree ? "are bitwise the same" : "DIFFER");
     if (a.tie)
       std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
-    if (memory) {
-      std::printf(
-          "memory actions: %d offloads, %d recomputes per replica; stash slots per rank (most in use / planned / "
-          "without the actions):",
-          offloaded, recomputed);
-      for (std::size_t g = 0; g < pools.size(); ++g)
-        std::printf(" %d/%d/%d", pools[g].high_water, pools[g].slots, slots_without[g]);
-      std::printf("; activation slots (with / without):");
-      for (std::size_t g = 0; g < pools.size(); ++g)
-        std::printf(" %d/%d", pools[g].activation_slots, pools[g].lowered_activation_slots);
-      std::printf("\n");
-    }
+    if (mem) mem->print_text();
     std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,
                 reference_ms);
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());

@@ -3,6 +3,7 @@
 // the same corpus and draw the same microbatches, so their runs compare step for step.
 #pragma once
 
+#include <pipetype/host.hpp>
 #include <pipetype/pipetype.hpp>
 
 #include <algorithm>
@@ -276,6 +277,88 @@ inline void print_json_head(const run_args& a, int ranks, int stages, int microb
       a.schedule.c_str(), ranks, stages, microbatches, a.model.layers, a.steps, loss_first, loss_last,
       grads_match ? "true" : "false", max_diff, step_ms, reference_ms);
 }
+
+/// Whether the run asks for memory actions (--offload, --recompute).
+inline bool wants_memory(const run_args& a) {
+  return a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none;
+}
+
+/// --offload, --recompute: the actions plan_memory places for what each stage saves (`sizes`: per
+/// plan stage what its forward saves and, recomputed, keeps), a copy taking one forward (k = 2/3);
+/// none without the flags. Refused: --recompute auto (it recomputes only what a memory limit needs,
+/// and the tools set none), a placement the pass rejects.
+inline pt::memory_program place_run_memory(const run_args& a, const pt::runtime_plan& plan,
+                                           const pt::memory_sizes& sizes, const examples::cli& cli) {
+  if (!wants_memory(a)) return pt::no_memory_actions(plan.compute());
+  if (a.recompute == pt::memory_policy::automatic)
+    cli.fail("--recompute auto recomputes only what a memory limit needs, and this tool sets none: give all or none");
+  pt::memory_options mo;
+  mo.offload = a.offload;
+  mo.recompute = a.recompute;
+  mo.copy_bandwidth = static_cast<double>(std::max<std::int64_t>(sizes.saved_of(0), 1));
+  const pt::memory_step placed = pt::plan_memory(plan.compute(), plan.lowered(), sizes, pt::costs{}, mo);
+  if (!placed.result.ok()) cli.fail("the memory actions were refused: " + pt::describe(placed.result));
+  return placed.actions;
+}
+
+/// What a run with memory actions reports: the actions per replica, and per global rank the stash
+/// pool planned (the plan's peak in stashes), the most in use as the last step ran, the same plan's
+/// peak without the actions, and the activation slots with and without them.
+struct memory_report {
+  int offloaded = 0, recomputed = 0;
+  std::vector<pipetype::host::stash_pool_use> pools;
+  std::vector<int> slots_without;
+  bool within = true;  // every rank: most in use <= planned, and planned == the plan's peak
+
+  template <class Executor>
+  memory_report(const Executor& ex, const pt::runtime_plan& plan, const pt::memory_program& actions, int dp)
+      : pools(ex.stash_pools()) {
+    // (counted in stashes: a byte a stash)
+    const std::vector<pt::rank_memory> planned =
+        pt::memory_of(plan.compute(), actions, pt::memory_sizes{{1}, {0}}, pt::stash_model);
+    for (const pt::memory_action& x : actions.ops) {
+      offloaded += x.what == pt::memory_kind::offload;
+      recomputed += x.what == pt::memory_kind::recompute;
+    }
+    const pt::mesh shape{plan.compute().ranks, dp};
+    for (std::size_t g = 0; g < pools.size(); ++g) {
+      const pt::rank_memory& r = planned[static_cast<std::size_t>(shape.pipeline_rank(static_cast<int>(g)))];
+      slots_without.push_back(static_cast<int>(r.base_peak_bytes));
+      within = within && pools[g].high_water <= pools[g].slots && pools[g].slots == static_cast<int>(r.peak_bytes);
+    }
+  }
+  template <class F>
+  std::string list(F f) const {
+    std::string out = "[";
+    for (std::size_t g = 0; g < pools.size(); ++g) out += (g ? ", " : "") + std::to_string(f(g));
+    return out + "]";
+  }
+  /// The --json field `"memory": {...}`, with its leading comma.
+  void print_json() const {
+    std::printf(
+        ", \"memory\": {\"offloaded\": %d, \"recomputed\": %d, \"stash_slots\": %s, \"stash_high_water\": %s, "
+        "\"stash_slots_without\": %s, \"high_water_within_plan\": %s, \"activation_slots\": %s, "
+        "\"activation_slots_without\": %s}",
+        offloaded, recomputed, list([&](std::size_t g) { return pools[g].slots; }).c_str(),
+        list([&](std::size_t g) { return pools[g].high_water; }).c_str(),
+        list([&](std::size_t g) { return slots_without[g]; }).c_str(), within ? "true" : "false",
+        list([&](std::size_t g) { return pools[g].activation_slots; }).c_str(),
+        list([&](std::size_t g) { return pools[g].lowered_activation_slots; }).c_str());
+  }
+  /// The text line.
+  void print_text() const {
+    std::printf(
+        "memory actions: %d offloads, %d recomputes per replica; stash slots per rank (most in use / planned / "
+        "without the actions):",
+        offloaded, recomputed);
+    for (std::size_t g = 0; g < pools.size(); ++g)
+      std::printf(" %d/%d/%d", pools[g].high_water, pools[g].slots, slots_without[g]);
+    std::printf("; activation slots (with / without):");
+    for (std::size_t g = 0; g < pools.size(); ++g)
+      std::printf(" %d/%d", pools[g].activation_slots, pools[g].lowered_activation_slots);
+    std::printf("\n");
+  }
+};
 
 inline double since_ms(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -3,7 +3,8 @@
 //
 //   torch_gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
 //             --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--json] [--dump DIR]
-//             [--dp D] [--fsdp] [--corpus DIR] [--intra-threads K]
+//             [--dp D] [--fsdp] [--corpus DIR] [--recompute all [--offload none|auto|all]]
+//             [--intra-threads K]
 //
 // The model is the one of examples/gpt/layers.hpp, written with torch ops instead of loops:
 // token and position embeddings, L pre-LayerNorm blocks (causal multi-head attention, a tanh-GELU
@@ -22,8 +23,13 @@
 // --eval then reports the loss on held-back text under the schedule's forward-only plan (the
 // stages run without a graph and keep nothing), checked bitwise against the unpipelined forward.
 // --tie-embeddings ties lm_head.weight to wte.weight (a tie group of the mesh: both copies' gradients
-// summed, so the copies stay equal). Not yet (docs/14): --offload/--recompute (module stages take
-// no memory actions); refused with a sentence.
+// summed, so the copies stay equal).
+//
+// --recompute all [--offload none|auto|all] adds memory actions (docs/13, docs/14 §14.5): each
+// microbatch's forward runs without a graph and keeps only its input (which --offload copies to the
+// host and back), and a RECOMPUTE builds the graph again before its backward; the plan weighs them
+// with each stage's graph bytes, measured. --offload alone is refused: no copy moves a graph.
+// --json adds gpt's `memory` field and, per stage, the graphs held at once against the plan.
 #include <pipetype/host.hpp>
 #include <pipetype/torch/stage.hpp>
 
@@ -167,10 +173,12 @@ constexpr const char* usage =
     "usage: torch_gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "                 [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--json]\n"
     "                 [--eval] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--tie-embeddings]\n"
-    "                 [--intra-threads K]\n"
+    "                 [--recompute none|all [--offload none|auto|all]] [--intra-threads K]\n"
     "examples/gpt's model and flags with LibTorch's modules as the stages (docs/14_libtorch.md)\n" GPT_RUN_FLAGS_HELP
     "--eval: after training, the loss on held-back text under the forward-only plan\n"
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
+    "--recompute all: each microbatch's forward keeps only its input, and its graph is built again before\n"
+    "            its backward; --offload then copies those inputs to the host and back (docs/14)\n"
     "--intra-threads K: LibTorch's intra-op threads (default 1: the ranks are the threads)\n";
 
 constexpr examples::cli cli{"torch_gpt", usage};
@@ -183,10 +191,9 @@ args parse(int argc, char** argv) {
     x.intra = cli.whole(f, v, 1, 256);
     return true;
   });
-  if (a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none)
-    cli.fail(std::string(a.offload != pt::memory_policy::none ? "--offload " : "--recompute ") +
-             "asks for memory actions, which module stages do not take yet (autograd keeps views of their inputs; "
-             "docs/14 §14.5)");
+  if (a.offload != pt::memory_policy::none && a.recompute != pt::memory_policy::all)
+    cli.fail("--offload needs --recompute all: no copy can move an autograd graph, so a microbatch a module stage "
+             "offloads keeps only its input, which the copy moves, and is recomputed (docs/14 §14.5)");
   return a;
 }
 
@@ -292,16 +299,30 @@ int main(int argc, char** argv) try {
   // the bytes one microbatch's graph holds per stage, measured before any rank thread runs
   std::vector<std::size_t> graph_bytes;
   for (int s = 0; s < S; ++s) graph_bytes.push_back(models.front().stage(s).measure_graph_bytes());
+  // --offload, --recompute: what a stage saves is its graph and its input; recomputed, its input
+  // (the plan's sizes per plan stage: a stage of a later lane is its model stage's)
+  const bool memory = gpt::wants_memory(a);
+  pt::memory_sizes sizes;
+  sizes.kept.clear();
+  for (int s = 0; s < plan.compute().stages; ++s) {
+    const stage_t& st = models.front().stage(s % S);
+    const auto input = static_cast<std::int64_t>(st.input_extent(0) * sizeof(float) +
+                                                 st.input_extent(1) * sizeof(std::int32_t));
+    sizes.saved.push_back(static_cast<std::int64_t>(graph_bytes[static_cast<std::size_t>(s % S)]) + input);
+    sizes.kept.push_back(input);
+  }
+  const pt::memory_program actions = gpt::place_run_memory(a, plan, sizes, cli);
   std::optional<ph::executor<pt::uniform_chain<stage_t>>> ex;
   std::optional<ph::mesh_executor<pt::uniform_chain<stage_t>>> mex;
-  const bool meshed = a.dp > 1 || a.fsdp || a.tie;
+  const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory;
   const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
   try {
     if (meshed)
     {
       pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
       if (a.tie) o.ties = {{0, S - 1}};
-      mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas, ph::mesh_options{.exec = run_options});
+      mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas,
+                  ph::mesh_options{.exec = run_options, .memory = actions});
     }
     else
       ex.emplace(plan, models.front(), run_options);
@@ -312,7 +333,10 @@ int main(int argc, char** argv) try {
     std::printf("torch_gpt: %d layers, %d heads, width %d, vocab %d, seq %d; %s on %d ranks, %d stages, %d "
                 "microbatches of %d rows%s (LibTorch %d.%d, %d intra-op thread%s)\n",
                 c.layers, c.heads, c.width, c.vocab, c.seq, a.schedule.c_str(), plan.compute().ranks, S, m, c.rows,
-                meshed ? (" x " + std::to_string(a.dp) + " replicas" + (a.fsdp ? " (FSDP)" : "")).c_str() : "",
+                meshed ? (" x " + std::to_string(a.dp) + " replicas" + (a.fsdp ? " (FSDP)" : "") +
+                          (memory ? ", memory actions" : ""))
+                             .c_str()
+                       : "",
                 TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, a.intra, a.intra == 1 ? "" : "s");
 
   std::vector<stage_t*> first_replica;
@@ -366,13 +390,20 @@ int main(int argc, char** argv) try {
   const double ms = gpt::median(step_ms);
   gpt::gather_shards(models, a, false);  // the whole model on replica 0 (released after the last step)
 
-  // what autograd holds against what the plan counts: a graph lives from a microbatch's F to its
-  // last backward, as the plan's stash does, so per stage the most graphs held at once is at most
-  // its rank's planned stash peak, and equal to it where a rank holds one stage (docs/14 §14.5)
-  const std::vector<pt::rank_memory> planned = pt::memory_of(
-      plan.compute(), pt::no_memory_actions(plan.compute()), pt::memory_sizes{{1}, {0}}, pt::stash_model);
+  // what autograd holds against what the plan counts: a graph lives from a microbatch's F (or its
+  // RECOMPUTE) to its last backward, as the plan's stash does, so per stage the most graphs held at
+  // once is at most its rank's planned stash peak, and equal to it where a rank holds one stage
+  // (docs/14 §14.5); in bytes, the plan's peak with each graph's measured bytes and its input
+  const std::vector<pt::rank_memory> planned =
+      pt::memory_of(plan.compute(), actions, pt::memory_sizes{{1}, {0}}, pt::stash_model);
+  const std::vector<pt::rank_memory> planned_bytes = pt::memory_of(plan.compute(), actions, sizes, pt::stash_model);
+  std::optional<gpt::memory_report> mem;
+  if (memory) mem.emplace(*mex, plan, actions, a.dp);
   const std::vector<int> owner = pt::detail::stage_owners(plan.compute());
-  std::string held_list = "[", planned_list = "[", bytes_list = "[";
+  std::string held_list = "[", planned_list = "[", bytes_list = "[", peak_list = "[";
+  for (std::size_t r = 0; r < planned_bytes.size(); ++r)
+    peak_list += (r ? ", " : "") + std::to_string(planned_bytes[r].peak_bytes);
+  peak_list += "]";
   bool graphs_within = true;
   for (int s = 0; s < S; ++s) {
     const auto held_most = static_cast<std::int64_t>(models.front().stage(s).graphs_high_water());
@@ -426,8 +457,11 @@ int main(int argc, char** argv) try {
                   a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false", tied_equal ? "true" : "false");
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
-    std::printf(", \"graphs\": {\"high_water\": %s, \"planned\": %s, \"within_plan\": %s, \"bytes\": %s}",
-                held_list.c_str(), planned_list.c_str(), graphs_within ? "true" : "false", bytes_list.c_str());
+    if (mem) mem->print_json();
+    std::printf(", \"graphs\": {\"high_water\": %s, \"planned\": %s, \"within_plan\": %s, \"bytes\": %s, "
+                "\"planned_peak_bytes\": %s}",
+                held_list.c_str(), planned_list.c_str(), graphs_within ? "true" : "false", bytes_list.c_str(),
+                peak_list.c_str());
     std::printf("}\n");
   } else {
     if (a.eval)
@@ -441,12 +475,15 @@ int main(int argc, char** argv) try {
                 reference_ms);
     if (a.tie)
       std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
+    if (mem) mem->print_text();
     std::printf("autograd graphs held at once per stage %s, the plan's stash peak of each stage's rank %s%s; a "
-                "full-length microbatch's graph holds %s bytes per stage\n",
-                held_list.c_str(), planned_list.c_str(), graphs_within ? "" : " (NOT within the plan)", bytes_list.c_str());
+                "full-length microbatch's graph holds %s bytes per stage; the plan's peak per rank, graphs and "
+                "inputs, %s bytes\n",
+                held_list.c_str(), planned_list.c_str(), graphs_within ? "" : " (NOT within the plan)", bytes_list.c_str(),
+                peak_list.c_str());
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && replicas_agree && eval_matches && tied_equal && graphs_within ? 0 : 1;
+  return grads_match && replicas_agree && eval_matches && tied_equal && graphs_within && (!mem || mem->within) ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "torch_gpt: %s\n", e.what());
   return 1;

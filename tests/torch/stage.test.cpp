@@ -108,6 +108,12 @@ reference reference_of(const data& d, int n, int m) {
   return r;
 }
 
+// A schedule by name, on `ranks` ranks of `chunks` stages each.
+struct scheduled {
+  const char* name;
+  int ranks, chunks;
+};
+
 bool same_bits(std::span<const float> a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), b.size() * sizeof(float)) == 0;
 }
@@ -121,10 +127,6 @@ TEST_CASE("torch stage: every kind of schedule gives bitwise the unpipelined Lib
   at::set_num_threads(1);
   const int m = 8;
   const data d = make_data(m);
-  struct scheduled {
-    const char* name;
-    int ranks, chunks;
-  };
   for (const scheduled s : {scheduled{"gpipe", 4, 1}, {"1f1b", 4, 1}, {"interleaved-1f1b", 2, 2}, {"zb-h1", 4, 1},
                             {"zb-v", 2, 2}, {"dualpipe-v", 2, 2}, {"looped-bfs", 2, 2}}) {
     CAPTURE(s.name);
@@ -497,4 +499,84 @@ TEST_CASE("torch stage: a graph's bytes are measured, and grow with what the for
   CHECK(large >= static_cast<std::size_t>(2 * 256 * 256 * 4));
   CHECK(large > 3 * small);
   MESSAGE("graph bytes: " << small << " at 64 rows, " << large << " at 256");
+}
+
+// Memory actions (docs/14 §14.5): no copy can move an autograd graph, so a module stage's
+// microbatches are recomputed (their forward keeps nothing but its input, which OFFLOAD and RELOAD
+// may move; RECOMPUTE builds the graph again) and an OFFLOAD of one that is not is refused.
+TEST_CASE("torch stage: recomputed microbatches, inputs offloaded or not, keep the plan's graphs and the gradients") {
+  at::set_num_threads(1);
+  const int m = 8;
+  const data d = make_data(m);
+  for (const scheduled s : {scheduled{"gpipe", 4, 1}, {"1f1b", 4, 1}, {"zb-h1", 4, 1}, {"interleaved-1f1b", 2, 2}})
+    for (const pt::memory_policy offload : {pt::memory_policy::none, pt::memory_policy::all}) {
+      CAPTURE(s.name);
+      CAPTURE(offload == pt::memory_policy::all);
+      const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(s.name, s.ranks, m, s.chunks));
+      REQUIRE(plan.ok());
+      const int n = s.ranks * s.chunks;
+      const reference r = reference_of(d, n, m);
+      auto model = make_model(n);
+      // a graph of 4 KB besides its input (what placement weighs; the run counts graphs)
+      constexpr std::int64_t input = rows * width * sizeof(float);
+      pt::memory_sizes z;
+      z.saved.assign(static_cast<std::size_t>(n), 4096 + input);
+      z.kept.assign(static_cast<std::size_t>(n), input);
+      pt::memory_options o;
+      o.offload = offload;
+      o.recompute = pt::memory_policy::all;
+      o.copy_bandwidth = static_cast<double>(z.saved_of(0));
+      const pt::memory_placement placed = pt::place_memory(plan.compute(), z, pt::costs{.f = 1, .b = 2}, o);
+      REQUIRE_MESSAGE(placed.result.ok(), pt::describe(placed.result));
+      int offloads = 0, recomputes = 0;
+      for (const pt::memory_action& a : placed.actions.ops) {
+        offloads += a.what == pt::memory_kind::offload;
+        recomputes += a.what == pt::memory_kind::recompute;
+      }
+      CHECK(recomputes > 0);
+      if (offload == pt::memory_policy::all) CHECK(offloads > 0);
+      std::vector<pt::uniform_chain<block_stage>*> one{&model};
+      ph::mesh_executor ex{plan, pt::mesh{s.ranks, 1}, pt::dp_options{}, one,
+                           {.exec = {.deadline = 60s}, .memory = placed.actions}};
+      pt::batch b;
+      b.input(d.x).target(d.t);
+      const pt::step_losses& l = ex.step(b);
+      for (int j = 0; j < m; ++j) CHECK(l.at(0, j) == r.losses[static_cast<std::size_t>(j)]);
+      // in graphs: a recomputed forward keeps none, its RECOMPUTE one until the last backward
+      const std::vector<pt::rank_memory> planned =
+          pt::memory_of(plan.compute(), placed.actions, pt::memory_sizes{{1}, {0}}, pt::stash_model);
+      const std::vector<ph::stash_pool_use> pools = ex.stash_pools();
+      const std::vector<int> owner = pt::detail::stage_owners(plan.compute());
+      for (int k = 0; k < n; ++k) {
+        CAPTURE(k);
+        block_stage& st = model.stage(k);
+        CHECK(same_bits(st.weight_gradients(), r.grads[static_cast<std::size_t>(k)]));
+        CHECK(st.graphs_held() == 0);
+        const auto rank = static_cast<std::size_t>(owner[static_cast<std::size_t>(k)]);
+        const auto peak = static_cast<std::size_t>(planned[rank].peak_bytes);
+        CHECK(peak <= static_cast<std::size_t>(planned[rank].base_peak_bytes));
+        if (s.chunks == 1) {
+          CHECK(st.graphs_high_water() == peak);
+          CHECK(static_cast<std::size_t>(pools[rank].high_water) == peak);  // the executor's count agrees
+        } else {
+          CHECK(st.graphs_high_water() <= peak);
+        }
+      }
+    }
+}
+
+TEST_CASE("torch stage: a step that offloads a module stage's microbatch without recomputing it is refused") {
+  at::set_num_threads(1);
+  const int m = 4, n = 2;
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("gpipe", n, m, 1));
+  REQUIRE(plan.ok());
+  auto model = make_model(n);
+  std::vector<pt::uniform_chain<block_stage>*> one{&model};
+  // rank 0 runs F0 F1 F2 F3 B0 ...: OFFLOAD(0, 0) after F0, RELOAD after F3, before B0; right for a
+  // stash, not for a graph
+  const pt::memory_program moves = pt::memory_program_of(plan.compute(), {{pt::offload(0, 0, 0), pt::reload(0, 0, 3)}, {}});
+  CHECK_THROWS_WITH_AS((ph::mesh_executor{plan, pt::mesh{n, 1}, pt::dp_options{}, one, {.memory = moves}}),
+                       doctest::Contains("an OFFLOAD of a forward the step does not recompute, but the stage keeps "
+                                         "what its backward needs outside its stash"),
+                       std::invalid_argument);
 }

@@ -42,6 +42,23 @@ inline memory_layout memory_layout_of(const memory_program& mem, const mesh_prog
           mp.rank_ops(g)};
 }
 
+/// Refuses (std::invalid_argument, one sentence) an OFFLOAD on global rank g of `mp` that would
+/// move a whole microbatch of a stage that keeps state for its backward outside its stash
+/// (stage_entry::saves_outside_stash: a LibTorch module's autograd graph), which no copy can move;
+/// an OFFLOAD of a recomputed forward's input (mesh_op::kept_only) is fine. `entry(stage)` gives a
+/// plan stage's entry.
+template <class EntryOf>
+void check_offloads_movable(const mesh_program& mp, int g, EntryOf&& entry) {
+  for (const mesh_op& o : mp.rank_ops(g))
+    if (o.code == mesh_op_code::offload && !o.kept_only && entry(o.stage).saves_outside_stash)
+      throw std::invalid_argument(
+          "pipetype: global rank " + std::to_string(g) + ", stage " + std::to_string(o.stage) + ", microbatch " +
+          std::to_string(o.microbatch) +
+          ": an OFFLOAD of a forward the step does not recompute, but the stage keeps what its backward needs "
+          "outside its stash (saves_outside_stash: a LibTorch module's autograd graph), which a copy cannot move; "
+          "recompute the microbatches it offloads (memory_options::recompute), so that only their inputs move");
+}
+
 /// The most inputs one OFFLOAD of global rank g moves with its stash (compile/activation_slots.hpp):
 /// a host slot holds the stash, then that many activation slots.
 inline std::size_t most_moved_inputs(const mesh_program& mp, int g) {

@@ -103,6 +103,7 @@ struct stage_entry {
   bool sums_outputs = false;         // its output type has += (or add_grad_output): a fan-out's gradients can be summed
   bool sums_on_stream = false;       // the stage adds them itself, on a stream (add_grad_output)
   bool varies = false;               // some tensor of in, out or target varies per microbatch (varying<...>)
+  bool saves_outside_stash = false;  // keeps state for its backward outside its stash (graph/stage.hpp)
   edge_shape in, out;                // its input's and output's bytes per microbatch (a tensor, or a set)
   edge_shape target;                 // a sink's targets per microbatch (no tensors: none declared)
   std::vector<edge_shape> in_edges;  // per-edge inputs (per_edge<...>): one shape per incoming edge; else empty
@@ -171,6 +172,7 @@ struct bound_op {
   // stages of a graph with several inputs or consumers (bind_compute): addresses in edge order,
   // in the bound rank's list pool; nullptr where `in`, `grad_in` and `grad_out` say it all
   int n_inputs = 1, n_grad_outs = 1;
+  bool recomputed = false;  // a forward the step recomputes (mesh_op::scratch): forward_ctx::grad is false
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
   memory_use* use = nullptr;                  // where freed_before, taken and freed_after count
@@ -317,7 +319,7 @@ template <class S>
           inputs_of<S>(op, sh, in),
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr,
-          !feed.forward_only};
+          !feed.forward_only && !op.recomputed};
 }
 template <class S>
 [[gnu::always_inline]] inline backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed,
@@ -584,6 +586,7 @@ stage_entry entry_of(S& s) {
   e.in_edges = per_edge_shapes(s);
   e.varies = e.in.varies || e.out.varies || e.target.varies;
   e.stash_elems = stash_extent(s);
+  e.saves_outside_stash = saves_outside_stash<S>;
   e.sums_on_stream = adds_grad_output_on_stream<S>;
   e.sums_outputs = sums_outputs_v<S> || e.sums_on_stream;
   e.stash_size = sizeof(stash_t<S>);

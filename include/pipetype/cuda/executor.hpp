@@ -637,6 +637,8 @@ class executor {
     std::byte *stash_pool = nullptr, *scratch_stash = nullptr, *scratch_out = nullptr;
     if (memory) {
       ml = pipetype::detail::memory_layout_of(mesh_->memory, *mesh_, global_, layout.stash_stride);
+      pipetype::detail::check_offloads_movable(*mesh_, global_,
+                                               [&](int stage) -> const stage_entry& { return entry(stage); });
       stash_pool = alloc(ml.stride * static_cast<std::size_t>(ml.device_slots));
       scratch_stash = alloc(ml.stride);
       std::size_t out_bytes = 0;
@@ -776,6 +778,7 @@ class executor {
           again.stream = compute_native_;  // (on the compute stream, after the RELOAD it waits for)
           again.out = scratch_out;         // (its output is the forward's, still in its slot)
           again.add_count = 0;
+          again.recomputed = false;  // (the forward it repeats keeps nothing; this one builds the backward's state)
           x.code = op_code::compute;
           x.index = static_cast<std::uint32_t>(calls_.size());
           calls_.push_back(again);
@@ -878,6 +881,7 @@ class executor {
                                                  : nullptr,
                                        l, batch_, lists_);
         if (memory && o.what == kind::F) {
+          call.recomputed = mesh_ops[k].scratch;
           const std::size_t cell = static_cast<std::size_t>(o.stage) * static_cast<std::size_t>(p.microbatches) +
                                    static_cast<std::size_t>(o.microbatch);
           forward_call[cell] = static_cast<int>(x.index);

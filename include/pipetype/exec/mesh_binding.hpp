@@ -180,6 +180,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     stash_pool* pool = nullptr;
     if (with_memory) {
       ml = pipetype::detail::memory_layout_of(st.memory, mp, g, br.stash_stride);
+      pipetype::detail::check_offloads_movable(
+          mp, g, [&](int stage) -> const stage_entry& { return E[static_cast<std::size_t>(stage % L) % E.size()]; });
       pool = st.pools.emplace_back(std::make_unique<stash_pool>()).get();
       pool->stride = ml.stride;
       pool->device_slots = ml.device_slots;
@@ -251,7 +253,10 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.comm = o2.comm;
           b.peer = o2.peer;
         }
-        if (pool && b.code == op_code::compute) b.stash = device_at(i);
+        if (pool && b.code == op_code::compute) {
+          b.stash = device_at(i);
+          b.recomputed = ml.ops[i].scratch;  // (its RECOMPUTE, below, copies the replica's op: false)
+        }
         if (pool && o2.act >= 0) move_to_step(b, o2, low[static_cast<std::size_t>(o2.source)], true);
       } else if (pool && (is_copy(o2.code) || o2.code == mesh_op_code::recompute)) {
         const stage_entry& e = E[static_cast<std::size_t>(o2.stage % L) % E.size()];

@@ -95,6 +95,13 @@
 //   std::span<T> tied_gradients(int tie);   a stage in tie group `tie` (dp_options::ties): the
 //                                           part of weight_gradients() that holds the tied
 //                                           parameter's gradient, summed over the group's stages
+//
+// Memory actions (docs/13_memory.md) move what a stage keeps for its backward: its stash and its
+// input. A stage that keeps more outside the stash (a LibTorch module's autograd graph) says so
+// with `static constexpr bool saves_outside_stash = true;`: a step then may not OFFLOAD its
+// microbatches unless it recomputes them (their inputs may still be offloaded), and a forward
+// that the step recomputes runs with ctx.grad false, so it keeps nothing; its RECOMPUTE's forward,
+// with ctx.grad true, builds what the backward needs.
 #pragma once
 
 #include <concepts>
@@ -299,7 +306,8 @@ struct forward_ctx {
   float* loss = nullptr;      // a sink: where its forward writes this microbatch's loss (device memory on a device
                               // executor: write it from a kernel on `stream`); nullptr on the other stages
   bool grad = true;           // a backward of this forward follows; false in a forward-only plan (evaluation,
-                              // inference: keep nothing for a backward)
+                              // inference) and for a forward the step recomputes before its backward (its
+                              // RECOMPUTE's forward has it true): keep nothing outside the stash
 };
 
 template <class S>
@@ -373,6 +381,12 @@ concept has_parameters = requires(S& s) {
 template <class S>
 concept has_tied_gradients = has_weight_grad<S> && requires(S& s, int tie) {
   { s.tied_gradients(tie) } -> std::convertible_to<std::span<weight_grad_t<S>>>;
+};
+
+/// A stage that keeps state for its backward outside its stash (see the top of this file).
+template <class S>
+concept saves_outside_stash = requires {
+  requires S::saves_outside_stash;
 };
 
 /// A pipeline stage: declared input/output tensors, forward, and a full or split backward.

@@ -13,8 +13,9 @@
 //                    graph, copies the outputs into the output slots (or, on a sink, computes the
 //                    loss from the outputs and the targets and writes it), and keeps the graph for
 //                    this microbatch (one holder per microbatch, behind a mutex: DualPipe may run
-//                    one stage object from two lanes at once). In a forward-only plan (ctx.grad
-//                    false) it runs without a graph, as under NoGradGuard, and keeps nothing
+//                    one stage object from two lanes at once). With ctx.grad false (a forward-only
+//                    plan, or a forward the step recomputes) it runs without a graph, as under
+//                    NoGradGuard, and keeps nothing
 //   backward         one autograd pass from the outputs (or the loss, seeded with ctx.loss_scale)
 //                    to the inputs and the parameters; the input gradients go to the grad_input
 //                    slots, the parameters' to ctx.weight_grad (pipetype adds them up in
@@ -44,9 +45,15 @@
 // pipetype::shape_error for sizes): an output of the wrong dtype or size, an output that carries a
 // gradient back but does not depend on anything with one, a loss that is not one number, a
 // parameter that is not the weight gradient's type or that changed after binding, a forward that
-// ran a backward itself, an input that moved between forward and backward (the memory actions
-// OFFLOAD/RELOAD are not supported by module stages yet). Nothing is half-bound: the constructor
-// checks everything before it moves a parameter.
+// ran a backward itself, an input that moved between its graph's forward and its backward.
+// Nothing is half-bound: the constructor checks everything before it moves a parameter.
+//
+// Memory actions (docs/13, docs/14 §14.5). LibTorch has no C++ route to the tensors autograd saves
+// (its saved-tensor hooks take Python objects), so no copy can move a graph: the stage declares
+// saves_outside_stash, and a step may offload a microbatch of it only if it recomputes it. Such a
+// microbatch's forward runs without a graph (ctx.grad false) and keeps only its input, pipetype's
+// own slot, which OFFLOAD and RELOAD move; its RECOMPUTE runs the forward again with a graph,
+// from wherever the input is then, and that graph lives to the microbatch's last backward.
 //
 // Threads. The host executor runs one thread per rank; LibTorch's own intra-op pool would run more
 // on each: set `at::set_num_threads` to what the machine's cores allow per rank (docs/14).
@@ -223,6 +230,8 @@ class module_stage : public detail::target_decl<Target> {
   using input = In;
   using output = Out;
   using weight_grad = tensor<float, dynamic>;
+  /// What the backward needs is the autograd graph, which no copy moves (graph/stage.hpp).
+  static constexpr bool saves_outside_stash = true;
 
   /// A module with `forward(at::Tensor) -> at::Tensor` (torch::nn::Linear, a user's
   /// TORCH_MODULE, ...): one tensor in, one out.
@@ -785,8 +794,8 @@ class module_stage : public detail::target_decl<Target> {
     });
     if (moved)
       throw std::invalid_argument(who() + ": microbatch " + std::to_string(c.microbatch) +
-                                  "'s input moved between its forward and its backward (OFFLOAD/RELOAD): autograd "
-                                  "keeps views of it, so module stages do not take memory actions yet");
+                                  "'s input moved between the forward that built its graph and its backward: "
+                                  "autograd keeps views of it (a step that moves it must recompute the microbatch)");
   }
 
   ::torch::autograd::edge_list root_edges(const record& rec) const {
