@@ -11,6 +11,8 @@
 #   - the stage API a transformer needs, on two loopback ranks: an edge of two tensors (one at each
 #     microbatch's length, one without a gradient), a sink reading its targets and writing its
 #     losses, a batch missing a target refused;
+#   - LibTorch module stages (docs/14) on two loopback ranks, 1F1B and ZB-H1, against the same
+#     model unpipelined on the GPU, where this machine's python3 has torch with CUDA;
 #   - examples/cuda_mlp --memory offload|recompute|both: the same with every stash offloaded to
 #     pinned host memory and reloaded on a copy stream, or every forward recomputed (docs/13);
 #   - examples/cuda_mlp: every schedule on 4 ranks over the loopback transport on this GPU, eager
@@ -35,9 +37,15 @@ if [ -n "${NCCL_ROOT}" ]; then export LD_LIBRARY_PATH="${NCCL_ROOT}/lib:${LD_LIB
 
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
+# LibTorch module stages on the device (docs/14): where this machine's Python has torch with CUDA
+torch_py=()
+if python3 -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null; then
+  torch_py=(-DPIPETYPE_TORCH_PYTHON="$(command -v python3)")
+fi
 cmake -S . -B build/gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
-      -DNCCL_ROOT="${NCCL_ROOT}" -DPIPETYPE_BUILD_BENCH=OFF >/dev/null
+      -DNCCL_ROOT="${NCCL_ROOT}" -DPIPETYPE_BUILD_BENCH=OFF "${torch_py[@]}" >/dev/null
 targets=(test_gpu test_cuda_runtime test_cuda cuda_mlp)
+if cmake --build build/gpu --target help | grep test_torch_gpu >/dev/null; then targets+=(test_torch_gpu); fi
 if cmake --build build/gpu --target help | grep test_cuda_mpi >/dev/null; then targets+=(test_cuda_mpi); fi  # where MPI is found
 cmake --build build/gpu -j"$(nproc)" --target "${targets[@]}"
 # each step's failure is remembered, the table is printed, and the script then exits non-zero
@@ -66,6 +74,7 @@ echo "| GPU: cuda_mlp loopback p=4, every schedule, eager + graph, batch + losse
 echo "| GPU: cuda_mlp over NCCL, one-rank world, model part | $(status 'gpu: cuda_mlp over NCCL') |"
 echo "| GPU: cuda_mlp loopback, offload + recompute, eager + graph | $(status 'gpu: cuda_mlp loopback, memory actions') |"
 echo "| GPU: cuda_mlp loopback, offload to pinned memory, eager + graph | $(status 'gpu: cuda_mlp loopback, offload') |"
+echo "| GPU: LibTorch module stages on the executor's streams, 1F1B + ZB-H1 (needs torch with CUDA) | $(status 'gpu: LibTorch module stages') |"
 echo
 echo "| schedule (p=4, m=8, loopback) | rel err | host µs/step eager | host µs/step graph | device ms/step eager | device ms/step graph | unpipelined ms |"
 echo "|---|---|---|---|---|---|---|"

@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include "spec.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -37,17 +39,7 @@ torch::nn::Sequential make_block(int k, int n) {
   return s;
 }
 
-pt::torch::stage_spec spec_of(int k) {
-  pt::torch::stage_spec s;
-  s.name = "block " + std::to_string(k);
-  s.inputs = {{{rows, width}}};
-  s.outputs = {{{rows, width}}};
-  s.targets = {{{rows, width}}};
-  s.loss = [](const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& target) {
-    return torch::mse_loss(out.at(0), target.at(0), at::Reduction::Sum);
-  };
-  return s;
-}
+pt::torch::stage_spec spec_of(int k) { return torch_test::square_spec("block " + std::to_string(k), rows, width); }
 
 pt::uniform_chain<block_stage> make_model(int n) {
   std::vector<block_stage> v;

@@ -55,6 +55,13 @@
 // own slot, which OFFLOAD and RELOAD move; its RECOMPUTE runs the forward again with a graph,
 // from wherever the input is then, and that graph lives to the microbatch's last backward.
 //
+// Devices. A module whose parameters are on a CUDA device runs under a device executor
+// (pipetype::cuda): its slots are viewed as CUDA tensors, every call runs with ctx.stream as
+// LibTorch's current stream (torch/cuda/stream.hpp makes it one; include that header once and link
+// pipetype::torch_cuda), outputs, gradients and the loss are stored by asynchronous copies on that
+// stream, and add_weight_grad adds on it: nothing synchronises the device. A host executor refuses
+// such a module, and a device executor a CPU one, in a sentence.
+//
 // Threads. The host executor runs one thread per rank; LibTorch's own intra-op pool would run more
 // on each: set `at::set_num_threads` to what the machine's cores allow per rank (docs/14).
 #pragma once
@@ -68,7 +75,10 @@
 
 #include <ATen/ATen.h>
 #include <malloc.h>
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -77,6 +87,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -153,6 +164,41 @@ inline std::string shape_text(at::IntArrayRef s) {
   for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
   return t + "]";
 }
+
+/// How a device executor's stream (ctx.stream, a cudaStream_t) becomes a LibTorch stream:
+/// <pipetype/torch/cuda/stream.hpp> sets it (the one header that includes CUDA's and LibTorch's
+/// both; a CUDA build includes it and links pipetype::torch_cuda). nullptr: a build without it.
+using external_stream_fn = c10::Stream (*)(void* stream, c10::DeviceIndex device);
+inline external_stream_fn& external_stream() {
+  static external_stream_fn f = nullptr;
+  return f;
+}
+
+/// For one call: ctx.stream as LibTorch's current stream on the stage's device, so that every
+/// kernel the module launches, autograd's included, is ordered on the executor's stream (nothing
+/// synchronises the device). Nothing on host threads (stream nullptr).
+class stream_scope {
+ public:
+  stream_scope(void* stream, const c10::Device& device, const std::string& who) {
+    if (stream == nullptr) {
+      if (!device.is_cpu())
+        throw std::invalid_argument(who + "'s parameters are on " + device.str() +
+                                    ", but a host executor runs it: run it with a device executor (pipetype::cuda), "
+                                    "or keep the module on the CPU");
+      return;
+    }
+    if (!device.is_cuda())
+      throw std::invalid_argument(who + "'s parameters are on " + device.str() +
+                                  ", but a device executor runs it: move the module to the GPU before wrapping it");
+    if (external_stream() == nullptr)
+      throw std::logic_error(who + " runs on a device stream, but nothing includes <pipetype/torch/cuda/stream.hpp> "
+                                   "(link pipetype::torch_cuda and include it once)");
+    guard_.emplace(external_stream()(stream, device.index()));
+  }
+
+ private:
+  std::optional<c10::StreamGuard> guard_;
+};
 
 /// Declares `target` when the stage has one.
 template <class Target>
@@ -284,6 +330,22 @@ class module_stage : public detail::target_decl<Target> {
     st_->flat_grads.zero_();
     attach_grads();
   }
+  /// Adds one microbatch's weight gradient (pipetype's, written by a backward) into
+  /// weight_gradients(), in the order pipetype calls it: element by element on host threads
+  /// (stream nullptr), asynchronously on `stream` on a device.
+  void add_weight_grad(std::span<const float> g, void* stream) {
+    const detail::stream_scope on_stream(stream, st_->device, who());
+    if (stream == nullptr) {
+      float* acc = static_cast<float*>(st_->flat_grads.data_ptr());
+      for (std::size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+      return;
+    }
+    const at::NoGradGuard no_grad;
+    st_->flat_grads.add_(at::from_blob(const_cast<float*>(g.data()), {static_cast<std::int64_t>(g.size())},
+                                       st_->flat_grads.options()));
+  }
+  /// The device the parameters (and so the stage) are on.
+  c10::Device device() const { return st_->device; }
   /// Whether the last backward_weight started from the kept intermediate gradients (true) or had
   /// to run from the outputs again (false; see the top of this file).
   bool split_exact() const { return st_->last_exact; }
@@ -291,9 +353,11 @@ class module_stage : public detail::target_decl<Target> {
   /// loss's part), measured by a forward on zeros of the largest inputs (and targets, where the
   /// spec has a loss), the second of two: how much the C library's heap grows while that graph is
   /// alive. An estimate
-  /// (allocator rounding included), 0 where the C library cannot tell (glibc's mallinfo2 only).
+  /// (allocator rounding included), 0 where the C library cannot tell (glibc's mallinfo2 only) and
+  /// on a device (LibTorch's caching allocator holds that memory).
   /// Call it before a step, from one thread: other threads' allocations would count too.
   std::size_t measure_graph_bytes() {
+    if (!st_->device.is_cpu()) return 0;  // (the C library's heap holds no device memory)
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
     const auto heap = [] {
       const struct mallinfo2 mi = ::mallinfo2();
@@ -353,6 +417,7 @@ class module_stage : public detail::target_decl<Target> {
 
   // ---- the stage's calls ------------------------------------------------------------------------
   void forward(const forward_ctx<module_stage>& c) {
+    const detail::stream_scope on_stream(c.stream, st_->device, who());
     check_parameters();
     auto rec = std::make_unique<record>();
     for_inputs(c.input, [&](std::size_t, at::Tensor t, bool grad) {
@@ -385,7 +450,7 @@ class module_stage : public detail::target_decl<Target> {
                                     ")");
       if (c.grad && !loss.requires_grad())
         throw std::invalid_argument(who() + "'s loss does not depend on anything with a gradient");
-      *c.loss = loss.detach().to(at::kFloat).item<float>();
+      store(std::span<float>(c.loss, 1), loss.detach().to(at::kFloat));  // (a device: no item(), no sync)
       rec->roots.push_back(loss.reshape({}));
       rec->root_grad_index.push_back(-1);
     } else if (c.grad) {
@@ -399,6 +464,7 @@ class module_stage : public detail::target_decl<Target> {
   }
 
   void backward(const backward_ctx<module_stage>& c) {
+    const detail::stream_scope on_stream(c.stream, st_->device, who());
     std::unique_ptr<record> rec = take(c, true);
     ::torch::autograd::variable_list grads = root_grads(c, *rec, false);
     ::torch::autograd::edge_list outs = input_edges(c, *rec);
@@ -410,6 +476,7 @@ class module_stage : public detail::target_decl<Target> {
   }
 
   void backward_input(const backward_ctx<module_stage>& c) {
+    const detail::stream_scope on_stream(c.stream, st_->device, who());
     record& rec = find(c);
     ::torch::autograd::edge_list ins = input_edges(c, rec);
     const ::torch::autograd::edge_list roots = root_edges(rec);
@@ -468,6 +535,7 @@ class module_stage : public detail::target_decl<Target> {
   }
 
   void backward_weight(const backward_ctx<module_stage>& c) {
+    const detail::stream_scope on_stream(c.stream, st_->device, who());
     std::unique_ptr<record> rec = take(c, false);
     if (!rec->split) throw std::logic_error(who() + ": backward_weight of microbatch " + std::to_string(c.microbatch) +
                                             " without its backward_input");
@@ -532,6 +600,7 @@ class module_stage : public detail::target_decl<Target> {
     std::vector<std::string> names;
     std::vector<std::int64_t> offsets;
     at::Tensor flat_params, flat_grads;
+    c10::Device device = c10::Device(c10::kCPU);  // the parameters' (a CUDA device: a device executor runs it)
     ::torch::autograd::edge_list param_edges;  // each parameter's gradient accumulator
     mutable std::mutex mu;
     std::unordered_map<int, std::unique_ptr<record>> records;
@@ -581,9 +650,13 @@ class module_stage : public detail::target_decl<Target> {
       if (p.scalar_type() != at::kFloat)
         throw std::invalid_argument(who() + "'s parameter '" + name + "' is " + std::string(c10::toString(p.scalar_type())) +
                                     "; the stage's flat parameters and gradients are float");
-      if (p.device() != at::kCPU)
+      if (s.names.empty()) s.device = p.device();
+      if (p.device() != s.device)
+        throw std::invalid_argument(who() + "'s parameter '" + name + "' is on " + p.device().str() + ", its first on " +
+                                    s.device.str() + ": a stage's parameters live on one device");
+      if (!s.device.is_cpu() && !s.device.is_cuda())
         throw std::invalid_argument(who() + "'s parameter '" + name + "' is on " + p.device().str() +
-                                    "; this build runs module stages on the CPU");
+                                    "; module stages run on the CPU or a CUDA device");
       s.names.push_back(name);
       s.params.push_back(p);
       s.offsets.push_back(total);
@@ -594,8 +667,9 @@ class module_stage : public detail::target_decl<Target> {
         throw std::invalid_argument(who() + ": tie group " + std::to_string(group) + " names a parameter '" + name +
                                     "' the module does not have");
     // Nothing above moved a parameter; now they move, all of them.
-    s.flat_params = at::empty({total}, at::kFloat);
-    s.flat_grads = at::zeros({total}, at::kFloat);
+    const at::TensorOptions flat = at::TensorOptions().dtype(at::kFloat).device(s.device);
+    s.flat_params = at::empty({total}, flat);
+    s.flat_grads = at::zeros({total}, flat);
     for (std::size_t i = 0; i < s.params.size(); ++i) {
       at::Tensor& p = s.params[i];
       at::Tensor view = s.flat_params.narrow(0, s.offsets[i], p.numel()).view(p.sizes());
@@ -689,7 +763,8 @@ class module_stage : public detail::target_decl<Target> {
                         detail::shape_text(shape) + " has " + std::to_string(detail::numel_of(shape)));
     }
     using E = std::remove_const_t<T>;
-    return at::from_blob(const_cast<E*>(v.data()), shape, at::TensorOptions().dtype(detail::scalar_type_of<E>()));
+    return at::from_blob(const_cast<E*>(v.data()), shape,
+                         at::TensorOptions().dtype(detail::scalar_type_of<E>()).device(st_->device));
   }
 
   /// f(k, view, carries_gradient) for each tensor of a context's view of X.
@@ -725,8 +800,9 @@ class module_stage : public detail::target_decl<Target> {
       if (o.scalar_type() != detail::scalar_type_of<T>())
         throw std::invalid_argument(who() + "'s " + name + " is " + std::string(c10::toString(o.scalar_type())) +
                                     "; the edge declares " + c10::toString(detail::scalar_type_of<T>()));
-      if (o.device() != at::kCPU)
-        throw std::invalid_argument(who() + "'s " + name + " is on " + o.device().str() + "; this build runs on the CPU");
+      if (o.device() != st_->device)
+        throw std::invalid_argument(who() + "'s " + name + " is on " + o.device().str() + "; the stage runs on " +
+                                    st_->device.str());
     });
   }
 
@@ -742,8 +818,7 @@ class module_stage : public detail::target_decl<Target> {
       if (static_cast<std::size_t>(o.numel()) != dst.size())
         throw shape_error(who() + "'s output " + std::to_string(K) + " has shape " + detail::shape_text(o.sizes()) +
                           " (" + std::to_string(o.numel()) + " elements); its slot holds " + std::to_string(dst.size()));
-      const at::Tensor c = o.detach().contiguous();
-      std::memcpy(static_cast<void*>(dst.data()), c.data_ptr(), dst.size() * sizeof(T));
+      store(dst, o.detach());
     });
   }
   /// Keeps the outputs that carry a gradient back as the graph's roots.
@@ -852,17 +927,32 @@ class module_stage : public detail::target_decl<Target> {
     std::size_t k = 0;
     detail::for_each_member<In>([&](auto kc) {
       constexpr std::size_t K = decltype(kc)::value;
-      using T = typename pipetype::detail::tensor_t<In, K>::value_type;
       const auto dst = detail::member_span<In, K>(c.grad_input);
       if (dst.empty() || !rec.inputs[K].requires_grad() || k >= count) return;
       const at::Tensor& gk = g[k++];
-      if (!gk.defined()) {
-        std::memset(static_cast<void*>(dst.data()), 0, dst.size() * sizeof(T));
+      store(dst, gk);
+    });
+  }
+
+  /// `src` (undefined: zeros) into a slot of pipetype's: a copy on the CPU, an asynchronous one
+  /// on the current (the executor's) stream on a device.
+  template <class T>
+  void store(std::span<T> dst, const at::Tensor& src) const {
+    if (st_->device.is_cpu()) {
+      if (!src.defined()) {
+        std::memset(static_cast<void*>(dst.data()), 0, dst.size_bytes());
         return;
       }
-      const at::Tensor cg = gk.contiguous();
-      std::memcpy(static_cast<void*>(dst.data()), cg.data_ptr(), dst.size() * sizeof(T));
-    });
+      const at::Tensor c = src.contiguous();
+      std::memcpy(static_cast<void*>(dst.data()), c.data_ptr(), dst.size_bytes());
+      return;
+    }
+    at::Tensor to = at::from_blob(static_cast<void*>(dst.data()), {static_cast<std::int64_t>(dst.size())},
+                                  at::TensorOptions().dtype(detail::scalar_type_of<T>()).device(st_->device));
+    if (!src.defined())
+      to.zero_();
+    else
+      to.copy_(src.reshape({-1}), /*non_blocking=*/true);
   }
 
   void write_weight_grads(std::span<float> dst, const ::torch::autograd::variable_list& g, std::size_t from) const {
@@ -874,12 +964,7 @@ class module_stage : public detail::target_decl<Target> {
       float* out = dst.data() + s.offsets[i];
       const auto n = static_cast<std::size_t>(s.params[i].numel());
       const at::Tensor gi = from + i < g.size() ? g[from + i] : at::Tensor();
-      if (!gi.defined()) {
-        std::memset(out, 0, n * sizeof(float));
-        continue;
-      }
-      const at::Tensor cg = gi.contiguous();
-      std::memcpy(out, cg.data_ptr(), n * sizeof(float));
+      store(std::span<float>(out, n), gi);
     }
   }
 
