@@ -185,8 +185,16 @@ def main():
     except ImportError as e:
         print(f"SKIP: {e} (this comparison needs torch)")
         return 77
-    rows, failed = [], 0
+    rows, failed, one_rank = [], 0, {}
+    cores = os.cpu_count() or 1
     for size in SIZES:
+        # pipetype's own step on one rank: what a pipeline of p ranks on this machine can at best
+        # reach, (m + p - 1) / m of the p-th part of it, and never less than the cores allow
+        try:
+            one_rank[size] = run_pipetype(a.torch_gpt, size, 1, "1f1b", a.steps, a.timeout)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"FAILED {size} one rank: {e}")
+            failed += 1
         for world in (2, 4):
             for schedule in SCHEDULES:
                 try:
@@ -198,10 +206,16 @@ def main():
                     failed += 1
     print(f"\nthe same GPT, {MICROBATCHES} microbatches of {ROWS} x {SEQ} tokens, one intra-op thread per rank; "
           f"median step (ms) of {a.steps}")
-    print(f"{'size':<7}{'world':>6}  {'PyTorch schedule':<30}{'PyTorch':>9}  {'pipetype':<10}{'pipetype':>9}{'ratio':>8}")
+    print(f"bound: pipetype's one-rank step T1 (small {one_rank.get('small', 0):.1f} ms, large "
+          f"{one_rank.get('large', 0):.1f} ms) as a pipeline of p ranks on {cores} cores can at best run it, "
+          f"max((m + p - 1) / m * T1 / p, T1 / cores)")
+    print(f"{'size':<7}{'world':>6}  {'PyTorch schedule':<30}{'PyTorch':>9}  {'pipetype':<10}{'pipetype':>9}{'ratio':>8}"
+          f"{'bound':>8}{'pipetype/bound':>16}")
     for size, world, schedule, theirs, ours in rows:
+        t1 = one_rank.get(size, 0.0)
+        bound = max((MICROBATCHES + world - 1) / MICROBATCHES * t1 / world, t1 / min(world, cores))
         print(f"{size:<7}{world:>6}  {SCHEDULES[schedule][0]:<30}{theirs:>9.1f}  {PIPETYPE[schedule]:<10}{ours:>9.1f}"
-              f"{ours / theirs:>8.2f}")
+              f"{ours / theirs:>8.2f}{bound:>8.1f}{(ours / bound if bound else 0):>16.2f}")
     return 1 if failed else 0
 
 
