@@ -11,8 +11,9 @@ namespace test_verdict {
 namespace pt = pipetype;
 
 TEST_CASE("verdict: every code has a name") {
-  for (int c = 0; c <= static_cast<int>(pt::errc::memory_action_misplaced); ++c)
-    CHECK(std::string(pt::errc_name(static_cast<pt::errc>(c))) != "unknown");
+  for (int c = 0; c < pt::errc_count; ++c) CHECK(std::string(pt::errc_name(static_cast<pt::errc>(c))) != "unknown");
+  CHECK(pt::errc_count == static_cast<int>(pt::errc::memory_action_misplaced) + 1);  // the table's last row
+  CHECK(std::string(pt::errc_name(static_cast<pt::errc>(pt::errc_count))) == "unknown");
 }
 
 TEST_CASE("verdict: describe lists only the parts that are known") {

@@ -119,14 +119,7 @@ constexpr std::vector<int> stages_in_order(std::span<const action> acts) {
 /// errc::collective_misplaced at `rank` (−1: none), naming `stage` and the action `op` (index:
 /// the collective's in the rank's collectives, or a tie group's; −1: none).
 constexpr verdict misplaced(int rank, int stage, const char* op, int index, const char* why) {
-  verdict v;
-  v.code = errc::collective_misplaced;
-  v.rank = rank;
-  v.stage = stage;
-  v.index = index;
-  v.op = op;
-  v.detail = why;
-  return v;
+  return refusal(errc::collective_misplaced, why).on_rank(rank).on_stage(stage).on_index(index).on_op(op);
 }
 
 constexpr verdict collective_error(int rank, const collective& c, int index, const char* why) {

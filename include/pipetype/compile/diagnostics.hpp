@@ -21,20 +21,11 @@ namespace pipetype {
 
 // ---- the compile-time form ---------------------------------------------------------------
 
-// clang-format off
-struct _EMPTY_PROGRAM_ {};           struct _RANK_OUT_OF_RANGE_ {};
-struct _INDEX_OUT_OF_RANGE_ {};      struct _STAGE_ON_TWO_RANKS_ {};
-struct _MISSING_ACTION_ {};          struct _DUPLICATE_ACTION_ {};
-struct _MIXED_BACKWARD_ {};          struct _BACKWARD_BEFORE_FORWARD_ {};
-struct _ACTION_BEFORE_ITS_INPUT_ {}; struct _INVALID_OVERLAP_ {};
-struct _CROSS_RANK_DEADLOCK_ {};     struct _MEMORY_LIMIT_EXCEEDED_ {};
-struct _PARSE_ERROR_ {};             struct _TRANSFER_MISMATCH_ {};
-struct _NCCL_DEADLOCK_ {};           struct _EVENT_MISUSE_ {};
-struct _INVALID_LANES_ {};          struct _BAD_EXTENT_ {};
-struct _TOO_LARGE_ {};               struct _INVALID_GRAPH_ {};
-struct _BAD_MESH_ {};                struct _COLLECTIVE_MISPLACED_ {};
-struct _COLLECTIVE_MISMATCH_ {};     struct _MEMORY_ACTION_MISPLACED_ {};
-// clang-format on
+// One tag type per code of the error table (core/verdict.hpp): what<_MISSING_ACTION_> names the category.
+#define PIPETYPE_ERRC_TAG_TYPE(code, tag, name, advice) \
+  struct tag {};
+PIPETYPE_ERRORS(PIPETYPE_ERRC_TAG_TYPE)
+#undef PIPETYPE_ERRC_TAG_TYPE
 
 template <class What>
 struct what {};
@@ -73,108 +64,20 @@ struct error {};
 
 namespace detail {
 
+/// The tag type of code E (void for ok), from the error table.
 template <errc E>
 struct errc_tag;
 template <>
 struct errc_tag<errc::ok> {
   using type = void;
 };
-template <>
-struct errc_tag<errc::empty_program> {
-  using type = _EMPTY_PROGRAM_;
-};
-template <>
-struct errc_tag<errc::rank_out_of_range> {
-  using type = _RANK_OUT_OF_RANGE_;
-};
-template <>
-struct errc_tag<errc::index_out_of_range> {
-  using type = _INDEX_OUT_OF_RANGE_;
-};
-template <>
-struct errc_tag<errc::stage_on_two_ranks> {
-  using type = _STAGE_ON_TWO_RANKS_;
-};
-template <>
-struct errc_tag<errc::missing_action> {
-  using type = _MISSING_ACTION_;
-};
-template <>
-struct errc_tag<errc::duplicate_action> {
-  using type = _DUPLICATE_ACTION_;
-};
-template <>
-struct errc_tag<errc::mixed_backward> {
-  using type = _MIXED_BACKWARD_;
-};
-template <>
-struct errc_tag<errc::backward_before_forward> {
-  using type = _BACKWARD_BEFORE_FORWARD_;
-};
-template <>
-struct errc_tag<errc::action_before_its_input> {
-  using type = _ACTION_BEFORE_ITS_INPUT_;
-};
-template <>
-struct errc_tag<errc::invalid_overlap> {
-  using type = _INVALID_OVERLAP_;
-};
-template <>
-struct errc_tag<errc::cross_rank_deadlock> {
-  using type = _CROSS_RANK_DEADLOCK_;
-};
-template <>
-struct errc_tag<errc::memory_limit_exceeded> {
-  using type = _MEMORY_LIMIT_EXCEEDED_;
-};
-template <>
-struct errc_tag<errc::parse_error> {
-  using type = _PARSE_ERROR_;
-};
-template <>
-struct errc_tag<errc::transfer_mismatch> {
-  using type = _TRANSFER_MISMATCH_;
-};
-template <>
-struct errc_tag<errc::nccl_deadlock> {
-  using type = _NCCL_DEADLOCK_;
-};
-template <>
-struct errc_tag<errc::event_misuse> {
-  using type = _EVENT_MISUSE_;
-};
-template <>
-struct errc_tag<errc::invalid_lanes> {
-  using type = _INVALID_LANES_;
-};
-template <>
-struct errc_tag<errc::bad_extent> {
-  using type = _BAD_EXTENT_;
-};
-template <>
-struct errc_tag<errc::too_large> {
-  using type = _TOO_LARGE_;
-};
-template <>
-struct errc_tag<errc::invalid_graph> {
-  using type = _INVALID_GRAPH_;
-};
-template <>
-struct errc_tag<errc::bad_mesh> {
-  using type = _BAD_MESH_;
-};
-template <>
-struct errc_tag<errc::collective_misplaced> {
-  using type = _COLLECTIVE_MISPLACED_;
-};
-template <>
-struct errc_tag<errc::collective_mismatch> {
-  using type = _COLLECTIVE_MISMATCH_;
-};
-template <>
-struct errc_tag<errc::memory_action_misplaced> {
-  using type = _MEMORY_ACTION_MISPLACED_;
-};
+#define PIPETYPE_ERRC_TAG(code, tag, name, advice) \
+  template <>                                      \
+  struct errc_tag<errc::code> {                    \
+    using type = tag;                              \
+  };
+PIPETYPE_ERRORS(PIPETYPE_ERRC_TAG)
+#undef PIPETYPE_ERRC_TAG
 
 /// Append Fact to error<...> E when Keep.
 template <class E, bool Keep, class Fact>

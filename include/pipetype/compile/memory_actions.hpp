@@ -157,15 +157,12 @@ struct rank_memory {
 namespace detail {
 
 constexpr verdict memory_error(int rank, const memory_action& a, int index, const char* why) {
-  verdict v;
-  v.code = errc::memory_action_misplaced;
-  v.rank = rank;
-  v.stage = a.stage;
-  v.microbatch = a.microbatch;
-  v.op = memory_action_name(a.what);
-  v.index = index;
-  v.detail = why;
-  return v;
+  return refusal(errc::memory_action_misplaced, why)
+      .on_rank(rank)
+      .on_stage(a.stage)
+      .on_microbatch(a.microbatch)
+      .on_op(memory_action_name(a.what))
+      .on_index(index);
 }
 
 /// One (stage, microbatch)'s saved activation on its rank, as a rank's list and its memory
@@ -375,10 +372,7 @@ constexpr verdict walk_memory(program_view p, int r, std::span<const memory_acti
 /// RECOMPUTE of a forward whose input is offloaded, after its backward, or missing before it.
 constexpr verdict check_memory_actions(program_view p, const memory_program& mp) {
   if (mp.ranks != p.ranks || mp.begin.size() != static_cast<std::size_t>(p.ranks) + 1) {
-    verdict v;
-    v.code = errc::memory_action_misplaced;
-    v.detail = "the memory actions are for a program with another number of ranks";
-    return v;
+    return refusal(errc::memory_action_misplaced, "the memory actions are for a program with another number of ranks");
   }
   const memory_sizes none{};
   for (int r = 0; r < p.ranks; ++r)
@@ -394,12 +388,10 @@ constexpr verdict check_memory_sizes(const memory_sizes& z) {
   for (const std::vector<std::int64_t>* v : {&z.saved, &z.kept})
     for (std::size_t s = 0; s < v->size(); ++s)
       if ((*v)[s] < 0 || (*v)[s] > limits::saved_bytes) {
-        verdict out;
-        out.code = errc::too_large;
-        out.stage = v->size() == 1 ? -1 : static_cast<int>(s);
-        out.detail = v == &z.saved ? "a microbatch's saved bytes must be in [0, 2^40] (pipetype::limits::saved_bytes)"
-                                   : "a microbatch's kept bytes must be in [0, 2^40] (pipetype::limits::saved_bytes)";
-        return out;
+        return refusal(errc::too_large,
+                       v == &z.saved ? "a microbatch's saved bytes must be in [0, 2^40] (pipetype::limits::saved_bytes)"
+                                     : "a microbatch's kept bytes must be in [0, 2^40] (pipetype::limits::saved_bytes)")
+            .on_stage(v->size() == 1 ? -1 : static_cast<int>(s));
       }
   return {};
 }
@@ -412,12 +404,9 @@ constexpr verdict check_memory_limit(program_view p, const memory_sizes& z, std:
   for (int s = 0; s < p.stages; ++s) {
     const int r = p.stage_rank[static_cast<std::size_t>(s)];
     if (r < 0 || z.saved_of(s) <= limit) continue;
-    verdict v;
-    v.code = errc::memory_limit_exceeded;
-    v.rank = r;
-    v.stage = s;
-    v.detail = "the limit is below one microbatch's saved activation of this stage";
-    return v;
+    return refusal(errc::memory_limit_exceeded, "the limit is below one microbatch's saved activation of this stage")
+        .on_rank(r)
+        .on_stage(s);
   }
   return {};
 }

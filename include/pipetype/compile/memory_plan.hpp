@@ -146,9 +146,8 @@ constexpr memory_facts memory_facts_of() {
   for (int r = 0; r < p.ranks; ++r) {
     const rank_memory& x = mem[static_cast<std::size_t>(r)];
     if (q.options.limit > 0 && x.peak_bytes > q.options.limit) {
-      f.rejection.code = errc::memory_limit_exceeded;
-      f.rejection.rank = r;
-      f.rejection.detail = "the step's saved activations on this rank exceed the limit";
+      f.rejection =
+          refusal(errc::memory_limit_exceeded, "the step's saved activations on this rank exceed the limit").on_rank(r);
       return f;
     }
     f.peak_bytes = std::max(f.peak_bytes, x.peak_bytes);

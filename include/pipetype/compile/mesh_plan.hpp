@@ -95,12 +95,7 @@ constexpr collective_program mesh_collectives(program_view p, const dp_options& 
   return place_collectives(p, o);
 }
 
-constexpr verdict mesh_misfit(const char* why) {
-  verdict v;
-  v.code = errc::bad_mesh;
-  v.detail = why;
-  return v;
-}
+constexpr verdict mesh_misfit(const char* why) { return refusal(errc::bad_mesh, why); }
 
 template <class S, class Mesh, class... Options>
 constexpr mesh_facts facts_of() {

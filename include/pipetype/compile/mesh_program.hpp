@@ -395,16 +395,14 @@ inline std::string mesh_op_label(const mesh_op& o, bool with_comm = true) {
 
 constexpr verdict mesh_error(errc code, const mesh_program& mp, int g, int i, const char* why) {
   const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
-  verdict v;
-  v.code = code;
-  v.rank = g;
-  v.stage = o.stage;
-  v.microbatch = o.microbatch;
-  v.kind = o.code == mesh_op_code::compute ? kind_char(o.what) : '?';
-  v.op = o.code == mesh_op_code::compute ? "" : mesh_action_name(o);
-  v.index = i - mp.begin[static_cast<std::size_t>(g)];
-  v.detail = why;
-  return v;
+  const bool compute = o.code == mesh_op_code::compute;
+  return refusal(code, why)
+      .on_rank(g)
+      .on_stage(o.stage)
+      .on_microbatch(o.microbatch)
+      .on_kind(compute ? kind_char(o.what) : '?')
+      .on_op(compute ? "" : mesh_action_name(o))
+      .on_index(i - mp.begin[static_cast<std::size_t>(g)]);
 }
 
 constexpr wait_link mesh_link(const mesh_program& mp, int g, int at, int needs, int from) {
@@ -480,10 +478,7 @@ constexpr std::pair<std::size_t, std::size_t> channel_of(const std::vector<chann
 constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   const int G = mp.shape.size(), N = static_cast<int>(mp.ops.size()), C = static_cast<int>(mp.comms.size());
   if (static_cast<int>(mp.begin.size()) != G + 1 || static_cast<int>(mp.events.size()) != G) {
-    verdict v;
-    v.code = errc::index_out_of_range;
-    v.detail = "a mesh program without one op list and one event pool per rank";
-    return v;
+    return refusal(errc::index_out_of_range, "a mesh program without one op list and one event pool per rank");
   }
   auto member = [&](int comm, int g) {
     const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(comm)].members;

@@ -228,8 +228,8 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
   if (start && end && start->size() == t.start.size() && end->size() == t.end.size())
     t.start = *start, t.end = *end;  // predictions from a timing the caller measured (plan_memory)
   if (!t.complete) {
-    out.result.code = errc::cross_rank_deadlock;
-    out.result.detail = "the program cannot complete, so no memory actions can be placed (verify says why)";
+    out.result = refusal(errc::cross_rank_deadlock,
+                         "the program cannot complete, so no memory actions can be placed (verify says why)");
     return out;
   }
   const bool forward_only = is_forward_only(p);
@@ -355,18 +355,18 @@ constexpr memory_placement place_memory(program_view p, const memory_sizes& z, c
       }
     }
     if (o.limit > 0 && peak(mine) > o.limit) {
-      out.result.code = errc::memory_limit_exceeded;
-      out.result.rank = r;
       // the advice names only what the options did not allow already
-      out.result.detail =
-          o.recompute == memory_policy::none
-              ? "the offloads and recomputes the options allow do not bring this rank's saved activations "
-                "under the limit (allow recompute, or offload with a smaller min_gap)"
-          : o.offload == memory_policy::none
-              ? "even recomputing every forward it may, this rank's saved activations stay over the limit "
-                "(allow offload too, or raise the limit)"
-              : "even with offload and recompute allowed, this rank's saved activations stay over the limit "
-                "(raise the limit, or offload with a smaller min_gap)";
+      out.result =
+          refusal(errc::memory_limit_exceeded,
+                  o.recompute == memory_policy::none
+                      ? "the offloads and recomputes the options allow do not bring this rank's saved activations "
+                        "under the limit (allow recompute, or offload with a smaller min_gap)"
+                  : o.offload == memory_policy::none
+                      ? "even recomputing every forward it may, this rank's saved activations stay over the limit "
+                        "(allow offload too, or raise the limit)"
+                      : "even with offload and recompute allowed, this rank's saved activations stay over the limit "
+                        "(raise the limit, or offload with a smaller min_gap)")
+              .on_rank(r);
       return out;
     }
     per_rank[static_cast<std::size_t>(r)] = std::move(mine);

@@ -274,14 +274,11 @@ constexpr frozen_program<Cap> freeze(const program& prog, const plan_options& op
   if (!fits || !edges_fit || !prog.source_error.ok() || prog.invalid_rank != no_rank) {
     // not kept: its verdict now (the program's own error first, then what its extent() got wrong)
     verdict v = check_program(prog.view(), {opt.mem_limit, opt.memory, opt.mem_limit_units}).result;
-    if (v.ok() && !fits) {  // a schedule whose extent() undercounts what generate() returns
-      v.code = errc::bad_extent;
-      v.detail = "the schedule's extent() is smaller than the program it generates";
-    }
-    if (v.ok() && !edges_fit) {
-      v.code = errc::bad_extent;
-      v.detail = "the schedule's extent().edges is not the number of stage-graph edges it generates";
-    }
+    if (v.ok() && !fits)  // a schedule whose extent() undercounts what generate() returns
+      v = refusal(errc::bad_extent, "the schedule's extent() is smaller than the program it generates");
+    if (v.ok() && !edges_fit)
+      v = refusal(errc::bad_extent,
+                  "the schedule's extent().edges is not the number of stage-graph edges it generates");
     out.early = v;
     return out;
   }
@@ -316,8 +313,7 @@ constexpr checked_program<Cap> check_frozen(const frozen_program<Cap>& f, const 
   out.result = facts.result;
   out.ticks = facts.ticks;
   if (out.result.ok() && p.split_backward() != Cap.split) {  // the executors trust Cap.split
-    out.result.code = errc::bad_extent;
-    out.result.detail = "the schedule's extent().split does not say whether it splits backwards";
+    out.result = refusal(errc::bad_extent, "the schedule's extent().split does not say whether it splits backwards");
   }
   return out;
 }
@@ -399,8 +395,7 @@ constexpr lowered_front<Cap> lower_front(const frozen_program<Cap>& f, const che
   if (!out.result.ok()) return out;
   const program_view p = f.view();
   const auto fault = [&](const char* why) {
-    out.result.code = errc::bad_extent;
-    out.result.detail = why;
+    out.result = refusal(errc::bad_extent, why);
     return out;
   };
   constexpr const char* undercounts = "the schedule's extent() undercounts the edges between stages on different ranks";
@@ -475,8 +470,8 @@ constexpr static_plan<Cap> build_static(const frozen_program<Cap>& f, const chec
   // a rank has fewer steps (computes and transfer ends) and slots than the plan has ops
   for (int r = 0; r < f.ranks; ++r)
     if (s.resources[r].activation_slots + s.resources[r].gradient_slots > Cap.ops) {
-      s.rejection.code = z.code = errc::bad_extent;
-      s.rejection.detail = "a rank's buffer slots outgrew the plan's capacity";
+      z.code = errc::bad_extent;
+      s.rejection = refusal(errc::bad_extent, "a rank's buffer slots outgrew the plan's capacity");
       return s;
     }
   const static_rank_input<Cap> in{f.actions,   c.tick,          f.begin,    f.ranks,         f.count,       F::MX,

@@ -56,22 +56,6 @@ struct program_facts {
 
 namespace detail {
 
-constexpr verdict at(errc e, int rank, const action& a, int index, const char* detail = "") {
-  verdict v;
-  v.code = e;
-  v.rank = rank;
-  v.stage = a.stage;
-  v.microbatch = a.microbatch;
-  v.kind = kind_char(a.what);
-  v.index = index;
-  v.detail = detail;
-  return v;
-}
-
-}  // namespace detail
-
-namespace detail {
-
 /// Why `p` is past pipetype::limits, or nullptr: checked first, in 64 bits, before any table.
 constexpr const char* too_large(program_view p) {
   return limits::exceeded(p.ranks, p.stages, p.microbatches, static_cast<long long>(p.actions.size()),
@@ -149,22 +133,13 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
   };
   if (!p.source_error.ok()) return fail(p.source_error);
   if (p.ranks < 1 || p.stages < 1 || p.microbatches < 1) {
-    verdict v;
-    v.code = errc::empty_program;
-    v.detail = "ranks, stages and microbatches must be positive";
-    return fail(v);
+    return fail(refusal(errc::empty_program, "ranks, stages and microbatches must be positive"));
   }
   if (const char* why = detail::too_large(p)) {
-    verdict v;
-    v.code = errc::too_large;
-    v.detail = why;
-    return fail(v);
+    return fail(refusal(errc::too_large, why));
   }
   if (p.lanes < 1 || p.stages % p.lanes != 0 || p.microbatches % p.lanes != 0) {
-    verdict v;
-    v.code = errc::invalid_lanes;
-    v.detail = "lanes must be positive and divide both the stages and the microbatches";
-    return fail(v);
+    return fail(refusal(errc::invalid_lanes, "lanes must be positive and divide both the stages and the microbatches"));
   }
   if (p.has_edges()) {  // the stage graph's own rules (graph/dag.hpp), on one lane's copy
     const int c = p.lanes, L = p.stages / p.lanes;
@@ -176,12 +151,9 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
       copies = p.edges[k] == stage_edge{e.from + shift, e.to + shift};
     }
     if (!copies) {
-      verdict v;
-      v.code = errc::invalid_graph;
-      v.detail =
-          "with several lanes, the edges come lane by lane, each lane's those of lane 0 shifted by its first stage, "
-          "in the same order (every lane is a copy of the model)";
-      return fail(v);
+      return fail(refusal(errc::invalid_graph,
+                          "with several lanes, the edges come lane by lane, each lane's those of lane 0 shifted by its "
+                          "first stage, in the same order (every lane is a copy of the model)"));
     }
     stage_dag g;
     g.stages = L;
@@ -189,12 +161,10 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
     if (const verdict v = check_dag(g); !v.ok()) return fail(v);
   }
   if (p.invalid_rank != no_rank) {
-    verdict v;
-    v.code = errc::rank_out_of_range;
-    v.rank = p.invalid_rank;
-    v.detail = p.invalid_rank == -1 ? "an action was added to rank -1 or before any rank() was selected"
-                                    : "an action was added to a rank outside [0, ranks)";
-    return fail(v);
+    return fail(refusal(errc::rank_out_of_range,
+                        p.invalid_rank == -1 ? "an action was added to rank -1 or before any rank() was selected"
+                                             : "an action was added to a rank outside [0, ranks)")
+                    .on_rank(p.invalid_rank));
   }
   const int S = p.stages, m = p.microbatches, P = p.ranks;
   const int L = p.lane_length();  // stages per lane

@@ -32,15 +32,13 @@ namespace pipetype {
 namespace detail {
 
 constexpr verdict at_op(errc e, int rank, const lowered_op& o, int index, const char* why) {
-  verdict v;
-  v.code = e;
-  v.rank = rank;
-  v.stage = o.stage;
-  v.microbatch = o.microbatch;
-  v.kind = o.code == op_code::compute || o.code == op_code::send || o.code == op_code::recv ? kind_char(o.what) : '?';
-  v.index = index;
-  v.detail = why;
-  return v;
+  const bool has_kind = o.code == op_code::compute || o.code == op_code::send || o.code == op_code::recv;
+  return refusal(e, why)
+      .on_rank(rank)
+      .on_stage(o.stage)
+      .on_microbatch(o.microbatch)
+      .on_kind(has_kind ? kind_char(o.what) : '?')
+      .on_index(index);
 }
 
 }  // namespace detail
@@ -104,10 +102,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
     events = res[r].events > events ? res[r].events : events;
   }
   if ((event_bound >= 0 && events > event_bound) || (slot_bound >= 0 && slots > slot_bound)) {
-    verdict v;
-    v.code = errc::index_out_of_range;
-    v.detail = "a rank's events or buffer slots exceed what the plan's tables hold";
-    return v;
+    return refusal(errc::index_out_of_range, "a rank's events or buffer slots exceed what the plan's tables hold");
   }
   for (int i = 0; i < N; ++i) group_of[i] = -1, waits_on[i] = -1;
   // the rank issuing an op (error paths only). A lambda's parameters in a template are checked
@@ -436,12 +431,11 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
     events = q.events > events ? q.events : events;
   }
   if (negative || P > limits::ranks || all_slots > limits::actions || all_events > limits::actions) {
-    verdict v;
-    v.code = negative ? errc::index_out_of_range : errc::too_large;
-    v.detail = negative ? "a negative rank count, slot count or event count, or fewer tables than ranks"
-                        : "more ranks than pipetype::limits::ranks, or more buffer slots or events in all ranks "
-                          "together than pipetype::limits::actions";
-    return v;
+    return negative ? refusal(errc::index_out_of_range,
+                              "a negative rank count, slot count or event count, or fewer tables than ranks")
+                    : refusal(errc::too_large,
+                              "more ranks than pipetype::limits::ranks, or more buffer slots or events in all ranks "
+                              "together than pipetype::limits::actions");
   }
   const int channels = 2 * C, lanes = P * stream_count;
   // one block of ints: nine of N + 1, the events, the slots' uses, four of channels + 1, two of lanes + 1

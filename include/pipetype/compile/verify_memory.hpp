@@ -37,16 +37,13 @@ namespace pipetype {
 namespace detail {
 
 constexpr verdict memory_order_error(int rank, int stage, int mb, const char* op, char k, int index, const char* why) {
-  verdict v;
-  v.code = errc::event_misuse;
-  v.rank = rank;
-  v.stage = stage;
-  v.microbatch = mb;
-  v.op = op;
-  v.kind = k;
-  v.index = index;
-  v.detail = why;
-  return v;
+  return refusal(errc::event_misuse, why)
+      .on_rank(rank)
+      .on_stage(stage)
+      .on_microbatch(mb)
+      .on_op(op)
+      .on_kind(k)
+      .on_index(index);
 }
 
 /// The slots of global rank g of `mp` (compile/memory_slots.hpp), given happens-before `before`

@@ -47,18 +47,9 @@ namespace pipetype {
 namespace detail {
 
 constexpr verdict at_step(errc e, int rank, const step& s, int index, const char* why) {
-  verdict v;
-  v.code = e;
-  v.rank = rank;
-  v.stage = s.stage;
-  v.microbatch = s.microbatch;
-  if (s.op == step_kind::compute)
-    v.kind = kind_char(s.what);
-  else
-    v.op = step_kind_name(s.op);
-  v.index = index;
-  v.detail = why;
-  return v;
+  verdict v = refusal(e, why).on_rank(rank).on_stage(s.stage).on_microbatch(s.microbatch).on_index(index);
+  if (s.op == step_kind::compute) return v.on_kind(kind_char(s.what));
+  return v.on_op(step_kind_name(s.op));
 }
 
 /// The rank a transfer step talks to, or -1 when its edge does not cross ranks.

@@ -75,28 +75,21 @@ struct mesh_t {
 /// lowered ops, collectives and memory actions of one) would pass pipetype::limits::mesh_ops:
 /// checked before any of the step's tables is made.
 constexpr verdict check_mesh_ops(const mesh& m, long long per_replica) noexcept {
-  verdict v;
-  if (per_replica > 0 && m.dp > 0 && per_replica > limits::mesh_ops / m.dp) {
-    v.code = errc::too_large;
-    v.detail = "dp × a replica's ops is above 33554432 (pipetype::limits::mesh_ops)";
-  }
-  return v;
+  if (per_replica > 0 && m.dp > 0 && per_replica > limits::mesh_ops / m.dp)
+    return refusal(errc::too_large, "dp × a replica's ops is above 33554432 (pipetype::limits::mesh_ops)");
+  return {};
 }
 
 constexpr verdict check_mesh(const mesh& m, int world = -1) noexcept {
-  verdict v;
-  if (m.pp < 1 || m.dp < 1) {
-    v.code = errc::bad_mesh;
-    v.detail = "a mesh needs at least one pipeline rank (pp) and one replica (dp)";
-  } else if (static_cast<long long>(m.pp) * m.dp > limits::ranks) {
-    v.code = errc::too_large;
-    v.detail = "pp × dp is more ranks than pipetype::limits::ranks";
-  } else if (world >= 0 && m.pp * m.dp != world) {
-    v.code = errc::bad_mesh;
-    v.detail = world % m.pp != 0 ? "the world's ranks are not a multiple of the pipeline's ranks (pp)"
-                                 : "pp × dp is not the world's number of ranks";
-  }
-  return v;
+  if (m.pp < 1 || m.dp < 1)
+    return refusal(errc::bad_mesh, "a mesh needs at least one pipeline rank (pp) and one replica (dp)");
+  if (static_cast<long long>(m.pp) * m.dp > limits::ranks)
+    return refusal(errc::too_large, "pp × dp is more ranks than pipetype::limits::ranks");
+  if (world >= 0 && m.pp * m.dp != world)
+    return refusal(errc::bad_mesh, world % m.pp != 0
+                                       ? "the world's ranks are not a multiple of the pipeline's ranks (pp)"
+                                       : "pp × dp is not the world's number of ranks");
+  return {};
 }
 
 }  // namespace pipetype

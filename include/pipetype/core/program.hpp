@@ -322,6 +322,16 @@ class program_builder {
 
 namespace detail {
 
+/// A failing verdict of code `e` at action `a`, index `index` of rank `rank`'s list.
+constexpr verdict at(errc e, int rank, const action& a, int index, const char* why = "") {
+  return refusal(e, why)
+      .on_rank(rank)
+      .on_stage(a.stage)
+      .on_microbatch(a.microbatch)
+      .on_kind(kind_char(a.what))
+      .on_index(index);
+}
+
 /// The index of (stage, microbatch) in a stage-major table of `m` microbatches per stage.
 constexpr std::size_t key(int stage, int mb, int m) {
   return static_cast<std::size_t>(stage) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);

@@ -17,36 +17,116 @@
 
 namespace pipetype {
 
+/// The error table: one row per code, from which the enum `errc`, `errc_name`, `how_to_fix` and
+/// the tag type that names a rejected schedule's category at compile time (compile/diagnostics.hpp)
+/// are made. Adding a code is adding a row: X(enumerator, tag type, name in sentences, how to fix
+/// it; one sentence that docs/03 also lists), after a comment saying when it is returned.
+// clang-format off
+#define PIPETYPE_ERRORS(X)                                                                                             \
+  /* ranks, stages or microbatches not positive */                                                                     \
+  X(empty_program, _EMPTY_PROGRAM_, "empty program",                                                                   \
+    "give the program at least one rank, one stage and one microbatch")                                                \
+  /* the builder was asked for a rank outside [0, ranks) */                                                            \
+  X(rank_out_of_range, _RANK_OUT_OF_RANGE_, "rank out of range",                                                       \
+    "select a rank with rank(r) for 0 <= r < ranks before adding actions")                                             \
+  /* an action names a stage or microbatch out of range (lowered: a slot) */                                           \
+  X(index_out_of_range, _INDEX_OUT_OF_RANGE_, "index out of range",                                                    \
+    "name only stages and microbatches below the program's counts, and each microbatch on its own lane")               \
+  /* a stage's actions appear on two ranks (or off its placement) */                                                   \
+  X(stage_on_two_ranks, _STAGE_ON_TWO_RANKS_, "stage on two ranks",                                                    \
+    "put every action of a stage on one rank, the rank its placement names")                                           \
+  /* some (stage, microbatch) lacks its F, B, I or W */                                                                \
+  X(missing_action, _MISSING_ACTION_, "missing action",                                                                \
+    "add the missing action; every stage and microbatch needs one F and either one B or one I and one W")              \
+  /* an action appears twice */                                                                                        \
+  X(duplicate_action, _DUPLICATE_ACTION_, "duplicate action", "remove the second copy of the action")                  \
+  /* a (stage, microbatch) has both a full B and an I/W split */                                                       \
+  X(mixed_backward, _MIXED_BACKWARD_, "full backward mixed with I/W split",                                            \
+    "use either the full backward B or the split pair I and W for a stage and microbatch, not both")                   \
+  /* B/I/W before the F of the same (stage, microbatch) on its rank */                                                 \
+  X(backward_before_forward, _BACKWARD_BEFORE_FORWARD_, "backward before forward",                                     \
+    "move the backward after the forward of the same stage and microbatch")                                            \
+  /* an action before the same-rank action that produces its input */                                                 \
+  X(action_before_its_input, _ACTION_BEFORE_ITS_INPUT_, "action before its input",                                     \
+    "move the action after the action on its rank that produces its input")                                            \
+  /* an overlapped pair that is not one forward and one backward */                                                    \
+  X(invalid_overlap, _INVALID_OVERLAP_, "invalid overlapped pair",                                                     \
+    "overlap one F with one B or I of another stage or microbatch, the second right after the first")                  \
+  /* ranks wait on each other forever */                                                                               \
+  X(cross_rank_deadlock, _CROSS_RANK_DEADLOCK_, "cross-rank deadlock",                                                 \
+    "reorder one rank of the cycle so that it runs the awaited action before the one it waits at")                     \
+  /* peak activations above the limit */                                                                               \
+  X(memory_limit_exceeded, _MEMORY_LIMIT_EXCEEDED_, "memory limit exceeded",                                           \
+    "run backwards earlier (fewer forwards in flight), or raise the memory limit")                                     \
+  /* text notation: see line / column */                                                                               \
+  X(parse_error, _PARSE_ERROR_, "parse error",                                                                         \
+    "write actions as 2F0, 3I1, 1SEND_F0 or (0F7;7B3)OVERLAP_F_B, separated by commas, one rank a line")               \
+  /* lowered: the k-th send and the k-th recv of a channel carry different data */                                     \
+  X(transfer_mismatch, _TRANSFER_MISMATCH_, "transfer mismatch",                                                       \
+    "issue the sends and receives of each channel in the same order at both ends")                                     \
+  /* lowered: rendezvous / group / event order can never complete */                                                   \
+  X(nccl_deadlock, _NCCL_DEADLOCK_, "NCCL deadlock",                                                                   \
+    "post both ends of every transfer in matching groups, and every communicator's collectives, in the same "          \
+    "order on every rank")                                                                                             \
+  /* lowered: a wait with no earlier record, an event outside the pool, an event on a transfer, or a buffer the        \
+     other stream may still use */                                                                                     \
+  X(event_misuse, _EVENT_MISUSE_, "event misuse",                                                                      \
+    "record each event before it is waited on, and wait before a stream touches a buffer the other used")              \
+  /* lanes not positive, or not dividing the stages and microbatches */                                                \
+  X(invalid_lanes, _INVALID_LANES_, "invalid lanes",                                                                   \
+    "use a lane count of at least 1 that divides both the stages and the microbatches")                                \
+  /* a schedule's extent() disagrees with the program it generates */                                                  \
+  X(bad_extent, _BAD_EXTENT_, "schedule extent mismatch",                                                              \
+    "make the schedule's extent() count every rank, stage and action generate() returns, and say if it splits")        \
+  /* a size past pipetype::limits (core/sizes.hpp), refused before any table is made */                                \
+  X(too_large, _TOO_LARGE_, "program too large",                                                                       \
+    "stay within pipetype::limits (docs/03): fewer ranks, stages, microbatches or stage-graph edges")                  \
+  /* the stage graph breaks a rule of graph/dag.hpp (detail says which; stage: where) */                               \
+  X(invalid_graph, _INVALID_GRAPH_, "invalid stage graph",                                                             \
+    "give every edge two existing stages, break the cycle, and let every stage be fed by a source and reach a "        \
+    "loss (docs/10)")                                                                                                  \
+  /* a pp x dp mesh with a side below 1, or not the world it should cover (core/mesh.hpp) */                           \
+  X(bad_mesh, _BAD_MESH_, "bad mesh",                                                                                  \
+    "give the mesh at least one pipeline rank and one replica, with pp x dp equal to the world's ranks")               \
+  /* a REDUCE_GRAD / UNSHARD / RESHARD / TIE where the step would be wrong (compile/collectives.hpp) */                \
+  X(collective_misplaced, _COLLECTIVE_MISPLACED_, "collective misplaced",                                              \
+    "place each REDUCE_GRAD after its stage's last B or W, each compute between an UNSHARD and a RESHARD of "          \
+    "its stage, and the ties in increasing order before their stages' REDUCE_GRAD (place_collectives does)")           \
+  /* members of a communicator issue different collectives (compile/mesh_program.hpp) */                               \
+  X(collective_mismatch, _COLLECTIVE_MISMATCH_, "collective mismatch",                                                 \
+    "issue the same collectives in the same order on every member of a communicator")                                  \
+  /* an OFFLOAD / RELOAD / RECOMPUTE where the step would read what is not there (compile/memory_actions.hpp) */       \
+  X(memory_action_misplaced, _MEMORY_ACTION_MISPLACED_, "memory action misplaced",                                     \
+    "OFFLOAD a microbatch's activation after its F, RELOAD it after the OFFLOAD and before its first "                 \
+    "backward, and RECOMPUTE it after its F (with its input on the device) and before its first backward "             \
+    "(place_memory does)")
+// clang-format on
+
+/// What went wrong: `ok`, then the table's codes in its order.
 enum class errc : std::uint8_t {
   ok,
-  empty_program,            // ranks, stages or microbatches not positive
-  rank_out_of_range,        // the builder was asked for a rank outside [0, ranks)
-  index_out_of_range,       // an action names a stage or microbatch out of range (lowered: a slot)
-  stage_on_two_ranks,       // a stage's actions appear on two ranks (or off its placement)
-  missing_action,           // some (stage, microbatch) lacks its F, B, I or W
-  duplicate_action,         // an action appears twice
-  mixed_backward,           // a (stage, microbatch) has both a full B and an I/W split
-  backward_before_forward,  // B/I/W before the F of the same (stage, microbatch) on its rank
-  action_before_its_input,  // an action before the same-rank action that produces its input
-  invalid_overlap,          // an overlapped pair that is not one forward and one backward
-  cross_rank_deadlock,      // ranks wait on each other forever
-  memory_limit_exceeded,    // peak activations above the limit
-  parse_error,              // text notation: see line / column
-  transfer_mismatch,        // lowered: k-th send and k-th recv of a channel carry different data
-  nccl_deadlock,            // lowered: rendezvous / group / event order can never complete
-  event_misuse,             // lowered: a wait with no earlier record, an event outside the pool, an
-                            // event on a transfer, or a buffer the other stream may still use
-  invalid_lanes,            // lanes not positive, or not dividing the stages and microbatches
-  bad_extent,               // a schedule's extent() disagrees with the program it generates
-  too_large,                // a size past pipetype::limits (core/sizes.hpp), refused before any table is made
-  invalid_graph,            // the stage graph breaks a rule of graph/dag.hpp (detail says which; stage: where)
-  bad_mesh,                 // a pp × dp mesh with a side below 1, or not the world it should cover (core/mesh.hpp)
-  collective_misplaced,     // a REDUCE_GRAD / UNSHARD / RESHARD / TIE where the step would be wrong
-                            // (compile/collectives.hpp)
-  collective_mismatch,      // members of a communicator issue different collectives (compile/mesh_program.hpp)
-  memory_action_misplaced,  // an OFFLOAD / RELOAD / RECOMPUTE where the step would read what is not there
-                            // (compile/memory_actions.hpp)
+#define PIPETYPE_ERRC_ENUMERATOR(code, tag, name, advice) code,
+  PIPETYPE_ERRORS(PIPETYPE_ERRC_ENUMERATOR)
+#undef PIPETYPE_ERRC_ENUMERATOR
 };
+
+namespace detail {
+struct errc_row {
+  const char* name;
+  const char* advice;
+};
+// clang-format off
+inline constexpr errc_row errc_rows[] = {
+    {"ok", "nothing to fix"},
+#define PIPETYPE_ERRC_ROW(code, tag, name, advice) {name, advice},
+    PIPETYPE_ERRORS(PIPETYPE_ERRC_ROW)
+#undef PIPETYPE_ERRC_ROW
+};
+// clang-format on
+}  // namespace detail
+
+/// The number of codes, ok included (errc's values are 0 .. errc_count - 1).
+inline constexpr int errc_count = static_cast<int>(sizeof(detail::errc_rows) / sizeof(detail::errc_rows[0]));
 
 /// One link of a deadlock's wait-for cycle: `rank` stopped at its action `at_*` (`index` in its
 /// list) waits for the action `needs_*`, which rank `from` runs.
@@ -85,124 +165,37 @@ struct verdict {
 
   constexpr bool ok() const noexcept { return code == errc::ok; }
   constexpr explicit operator bool() const noexcept { return ok(); }
+
+  // Where it went wrong, one fact a call, each returning the verdict so that they chain after
+  // refusal() (below): refusal(errc::memory_limit_exceeded, "...").on_rank(r).on_stage(s).
+  constexpr verdict& on_rank(int r) noexcept { return rank = r, *this; }
+  constexpr verdict& on_stage(int s) noexcept { return stage = s, *this; }
+  constexpr verdict& on_microbatch(int m) noexcept { return microbatch = m, *this; }
+  constexpr verdict& on_kind(char k) noexcept { return kind = k, *this; }
+  constexpr verdict& on_op(const char* name) noexcept { return op = name, *this; }
+  constexpr verdict& on_index(int i) noexcept { return index = i, *this; }
+  constexpr verdict& on_line(int l, int c) noexcept { return line = l, column = c, *this; }
 };
 
+/// A failing verdict of code `e` for the static reason `why`; its place follows from the on_*
+/// calls (a verdict's every builder: the checks build no verdict field by field).
+constexpr verdict refusal(errc e, const char* why = "") noexcept {
+  verdict v;
+  v.code = e;
+  v.detail = why;
+  return v;
+}
+
+/// The code's name in sentences ("missing action").
 constexpr const char* errc_name(errc e) noexcept {
-  switch (e) {
-    case errc::ok:
-      return "ok";
-    case errc::empty_program:
-      return "empty program";
-    case errc::rank_out_of_range:
-      return "rank out of range";
-    case errc::index_out_of_range:
-      return "index out of range";
-    case errc::stage_on_two_ranks:
-      return "stage on two ranks";
-    case errc::missing_action:
-      return "missing action";
-    case errc::duplicate_action:
-      return "duplicate action";
-    case errc::mixed_backward:
-      return "full backward mixed with I/W split";
-    case errc::backward_before_forward:
-      return "backward before forward";
-    case errc::action_before_its_input:
-      return "action before its input";
-    case errc::invalid_overlap:
-      return "invalid overlapped pair";
-    case errc::cross_rank_deadlock:
-      return "cross-rank deadlock";
-    case errc::memory_limit_exceeded:
-      return "memory limit exceeded";
-    case errc::parse_error:
-      return "parse error";
-    case errc::transfer_mismatch:
-      return "transfer mismatch";
-    case errc::nccl_deadlock:
-      return "NCCL deadlock";
-    case errc::event_misuse:
-      return "event misuse";
-    case errc::invalid_lanes:
-      return "invalid lanes";
-    case errc::bad_extent:
-      return "schedule extent mismatch";
-    case errc::too_large:
-      return "program too large";
-    case errc::invalid_graph:
-      return "invalid stage graph";
-    case errc::bad_mesh:
-      return "bad mesh";
-    case errc::collective_misplaced:
-      return "collective misplaced";
-    case errc::collective_mismatch:
-      return "collective mismatch";
-    case errc::memory_action_misplaced:
-      return "memory action misplaced";
-  }
-  return "unknown";
+  const auto i = static_cast<int>(e);
+  return i < errc_count ? detail::errc_rows[i].name : "unknown";
 }
 
 /// How to fix a verdict of this category: one sentence (docs/03 keeps the same list).
 constexpr const char* how_to_fix(errc e) noexcept {
-  switch (e) {
-    case errc::ok:
-      return "nothing to fix";
-    case errc::empty_program:
-      return "give the program at least one rank, one stage and one microbatch";
-    case errc::rank_out_of_range:
-      return "select a rank with rank(r) for 0 <= r < ranks before adding actions";
-    case errc::index_out_of_range:
-      return "name only stages and microbatches below the program's counts, and each microbatch on its own lane";
-    case errc::stage_on_two_ranks:
-      return "put every action of a stage on one rank, the rank its placement names";
-    case errc::missing_action:
-      return "add the missing action; every stage and microbatch needs one F and either one B or one I and one W";
-    case errc::duplicate_action:
-      return "remove the second copy of the action";
-    case errc::mixed_backward:
-      return "use either the full backward B or the split pair I and W for a stage and microbatch, not both";
-    case errc::backward_before_forward:
-      return "move the backward after the forward of the same stage and microbatch";
-    case errc::action_before_its_input:
-      return "move the action after the action on its rank that produces its input";
-    case errc::invalid_overlap:
-      return "overlap one F with one B or I of another stage or microbatch, the second right after the first";
-    case errc::cross_rank_deadlock:
-      return "reorder one rank of the cycle so that it runs the awaited action before the one it waits at";
-    case errc::memory_limit_exceeded:
-      return "run backwards earlier (fewer forwards in flight), or raise the memory limit";
-    case errc::parse_error:
-      return "write actions as 2F0, 3I1, 1SEND_F0 or (0F7;7B3)OVERLAP_F_B, separated by commas, one rank a line";
-    case errc::transfer_mismatch:
-      return "issue the sends and receives of each channel in the same order at both ends";
-    case errc::nccl_deadlock:
-      return "post both ends of every transfer in matching groups, and every communicator's collectives, in the same "
-             "order on every rank";
-    case errc::event_misuse:
-      return "record each event before it is waited on, and wait before a stream touches a buffer the other used";
-    case errc::invalid_lanes:
-      return "use a lane count of at least 1 that divides both the stages and the microbatches";
-    case errc::bad_extent:
-      return "make the schedule's extent() count every rank, stage and action generate() returns, and say if it splits";
-    case errc::too_large:
-      return "stay within pipetype::limits (docs/03): fewer ranks, stages, microbatches or stage-graph edges";
-    case errc::invalid_graph:
-      return "give every edge two existing stages, break the cycle, and let every stage be fed by a source and reach a "
-             "loss (docs/10)";
-    case errc::bad_mesh:
-      return "give the mesh at least one pipeline rank and one replica, with pp x dp equal to the world's ranks";
-    case errc::collective_misplaced:
-      return "place each REDUCE_GRAD after its stage's last B or W, each compute between an UNSHARD and a RESHARD of "
-             "its stage, and the ties in increasing order before their stages' REDUCE_GRAD (place_collectives does)";
-    case errc::collective_mismatch:
-      return "issue the same collectives in the same order on every member of a communicator";
-    case errc::memory_action_misplaced:
-      return "OFFLOAD a microbatch's activation after its F, RELOAD it after the OFFLOAD and before its first "
-             "backward, and RECOMPUTE it after its F (with its input on the device) and before its first backward "
-             "(place_memory does)";
-  }
-  return "";
+  const auto i = static_cast<int>(e);
+  return i < errc_count ? detail::errc_rows[i].advice : "";
 }
 
 namespace detail {

@@ -240,13 +240,8 @@ constexpr dag_fault find_dag_fault(const stage_dag& g) {
 /// `stage`, the edge (where one is) in `index` and the rule in `detail`; or an ok verdict.
 constexpr verdict check_dag(const stage_dag& g) {
   const detail::dag_fault f = detail::find_dag_fault(g);
-  verdict v;
-  if (f.rule == detail::dag_rule::ok) return v;
-  v.code = errc::invalid_graph;
-  v.stage = f.stage;
-  v.index = f.edge;
-  v.detail = detail::dag_rule_text(f.rule);
-  return v;
+  if (f.rule == detail::dag_rule::ok) return {};
+  return refusal(errc::invalid_graph, detail::dag_rule_text(f.rule)).on_stage(f.stage).on_index(f.edge);
 }
 
 /// The stages in an order where every producer precedes its consumers (lowest ready first);

@@ -78,10 +78,7 @@ struct layout_parser {
 
   constexpr bool fail(std::size_t at, const char* why) {
     if (error.ok()) {
-      error.code = errc::parse_error;
-      error.line = 1;
-      error.column = static_cast<int>(at) + 1;
-      error.detail = why;
+      error = refusal(errc::parse_error, why).on_line(1, static_cast<int>(at) + 1);
     }
     return false;
   }
@@ -158,10 +155,7 @@ constexpr layer_layout parse_layout(std::string_view text) {
   }
   auto refuse = [&](const char* why) {
     out.stages.clear();
-    out.error.code = errc::parse_error;
-    out.error.line = 1;
-    out.error.column = static_cast<int>(text.size()) + 1;
-    out.error.detail = why;
+    out.error = refusal(errc::parse_error, why).on_line(1, static_cast<int>(text.size()) + 1);
     return out;
   };
   int embeddings = 0, losses = 0;

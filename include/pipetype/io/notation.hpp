@@ -162,10 +162,7 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
   int bw_line = -1, bw_col = -1;
   auto fail = [&](int line, int col, const char* why) {
     if (f.error.ok()) {
-      f.error.code = errc::parse_error;
-      f.error.line = line;
-      f.error.column = col;
-      f.error.detail = why;
+      f.error = refusal(errc::parse_error, why).on_line(line, col);
     }
   };
   std::size_t i = 0, line_start = 0;
@@ -455,22 +452,17 @@ constexpr program to_program(const schedule_file& f, const read_options& o = {})
   if (p.invalid_rank == no_rank && o.ranks > 0 && f.rows > o.ranks) p.invalid_rank = o.ranks;
   p.source_error = f.error;
   if (p.source_error.ok() && f.marker_stage >= p.stages) {  // markers are kept, so they must be of a stage
-    p.source_error.code = errc::parse_error;
-    p.source_error.line = f.marker_at.line;
-    p.source_error.column = f.marker_at.column;
-    p.source_error.detail = "a marker (UNSHARD, RESHARD, REDUCE_GRAD, ...) names a stage no action of the file has";
+    p.source_error = refusal(errc::parse_error,
+                             "a marker (UNSHARD, RESHARD, REDUCE_GRAD, ...) names a stage no action of the file has")
+                         .on_line(f.marker_at.line, f.marker_at.column);
   }
-  if (p.source_error.ok() && f.steps.empty()) {
-    p.source_error.code = errc::parse_error;
-    p.source_error.line = p.source_error.column = 1;
-    p.source_error.detail = "the schedule has no actions";
-  }
-  if (p.source_error.ok() && f.has_transfers() && !f.edges.empty()) {  // verify_transfers knows chains only
-    p.source_error.code = errc::parse_error;
-    p.source_error.line = p.source_error.column = 1;
-    p.source_error.detail =
-        "a file with an `edges` line cannot list its own transfers yet (docs/10): give its computes only";
-  }
+  if (p.source_error.ok() && f.steps.empty())
+    p.source_error = refusal(errc::parse_error, "the schedule has no actions").on_line(1, 1);
+  if (p.source_error.ok() && f.has_transfers() && !f.edges.empty())  // verify_transfers knows chains only
+    p.source_error = refusal(errc::parse_error,
+                             "a file with an `edges` line cannot list its own transfers yet (docs/10): give its "
+                             "computes only")
+                         .on_line(1, 1);
   if (p.source_error.ok() && f.has_transfers() && verify(p.view()).ok())
     p.source_error = verify_transfers(p.view(), f.view(), o.p2p);
   return p;
