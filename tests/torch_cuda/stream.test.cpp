@@ -132,3 +132,34 @@ TEST_CASE("gpu torch: a module on the wrong side of its executor is refused in a
     CHECK_THROWS_WITH(pipe.step(b), doctest::Contains("but a device executor runs it"));
   }
 }
+
+TEST_CASE("gpu torch: a forward that synchronises the device is refused in a sentence naming the stage") {
+  const torch::Device gpu(torch::kCUDA, 0);
+  const int ranks = 2, m = 2;
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", ranks, m, 1));
+  REQUIRE(plan.ok());
+  std::vector<block_stage> v;
+  for (int k = 0; k < ranks; ++k) {
+    auto lin = torch::nn::Linear(width, width);
+    lin->to(gpu);
+    v.emplace_back(lin.ptr(),
+                   [lin, k](const std::vector<at::Tensor>& x) mutable -> std::vector<at::Tensor> {
+                     at::Tensor y = lin->forward(x.at(0));
+                     if (k == 0 && y.sum().item<float>() > 1e30f) y = y * 0;  // reads a value to the host
+                     return {y};
+                   },
+                   spec_of(k));
+  }
+  pt::uniform_chain<block_stage> model(std::move(v));
+  auto drivers = drivers_of(ranks);
+  std::vector<pc::runtime_driver*> ptrs;
+  for (auto& d : drivers) ptrs.push_back(d.get());
+  pc::loopback_pipeline<pc::runtime_driver> pipe{plan, model, ptrs};
+  const at::Tensor x = torch::zeros({m, rows, width}, gpu);
+  pt::batch b;
+  b.input(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())))
+      .target(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())));
+  CHECK_THROWS_WITH(pipe.step(b), doctest::Contains("stage 'gpu block 0''s forward failed in LibTorch"));
+  // outside a stage's call, LibTorch synchronises as it likes again
+  CHECK(x.sum().item<float>() == 0.0f);
+}

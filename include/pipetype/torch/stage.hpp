@@ -173,6 +173,13 @@ inline external_stream_fn& external_stream() {
   static external_stream_fn f = nullptr;
   return f;
 }
+/// Called as a stage's call on a device begins (true) and ends (false): <pipetype/torch/cuda/stream.hpp>
+/// makes LibTorch raise on an operation that synchronises the device while any such call runs.
+using device_call_fn = void (*)(bool begins);
+inline device_call_fn& device_call() {
+  static device_call_fn f = nullptr;
+  return f;
+}
 
 /// For one call: ctx.stream as LibTorch's current stream on the stage's device, so that every
 /// kernel the module launches, autograd's included, is ordered on the executor's stream (nothing
@@ -194,10 +201,17 @@ class stream_scope {
       throw std::logic_error(who + " runs on a device stream, but nothing includes <pipetype/torch/cuda/stream.hpp> "
                                    "(link pipetype::torch_cuda and include it once)");
     guard_.emplace(external_stream()(stream, device.index()));
+    if (device_call() != nullptr) device_call()(true), counted_ = true;
   }
+  ~stream_scope() {
+    if (counted_) device_call()(false);
+  }
+  stream_scope(const stream_scope&) = delete;
+  stream_scope& operator=(const stream_scope&) = delete;
 
  private:
   std::optional<c10::StreamGuard> guard_;
+  bool counted_ = false;
 };
 
 /// Declares `target` when the stage has one.
@@ -783,7 +797,11 @@ class module_stage : public detail::target_decl<Target> {
 
   std::vector<at::Tensor> call_forward(const std::vector<at::Tensor>& inputs, bool grad) {
     at::AutoGradMode mode(grad);  // (a forward-only plan: as under NoGradGuard)
-    return st_->forward(inputs);
+    try {
+      return st_->forward(inputs);
+    } catch (const c10::Error& e) {  // (on a device: a forward that synchronises it, among others)
+      throw std::runtime_error(who() + "'s forward failed in LibTorch: " + e.what_without_backtrace());
+    }
   }
 
   void check_outputs(const std::vector<at::Tensor>& out) const {
