@@ -3,9 +3,9 @@
 // of them with its collectives (mesh_executor).
 #pragma once
 
-#include "pipetype/exec/binding.hpp"
-#include "pipetype/exec/channel.hpp"
-#include "pipetype/exec/collective.hpp"
-#include "pipetype/exec/host_executor.hpp"
-#include "pipetype/exec/mesh_executor.hpp"
+#include "pipetype/host/binding.hpp"
+#include "pipetype/host/channel.hpp"
+#include "pipetype/host/collective.hpp"
+#include "pipetype/host/executor.hpp"
+#include "pipetype/host/mesh_executor.hpp"
 #include "pipetype/pipetype.hpp"

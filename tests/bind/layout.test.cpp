@@ -3,7 +3,7 @@
 // constants (stage_bytes_of) equal to its bound entry's, and the host binding allocating exactly
 // the pools the plan counts (compile/pool_bytes.hpp).
 #include <pipetype/bind/layout.hpp>
-#include <pipetype/exec/binding.hpp>
+#include <pipetype/host/binding.hpp>
 #include <pipetype/pipetype.hpp>
 
 #include <doctest/doctest.h>

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "../exec/memory_modes.hpp"
+#include "../host/memory_modes.hpp"
 
 namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
 namespace test_memory_slots {

@@ -25,7 +25,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../exec/fan_out_stages.hpp"
+#include "../host/fan_out_stages.hpp"
 #include "graph_model.hpp"
 #include "mlp.hpp"
 #include "order.hpp"

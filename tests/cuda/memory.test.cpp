@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "../exec/memory_modes.hpp"
+#include "../host/memory_modes.hpp"
 #include "mlp.hpp"
 
 namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)

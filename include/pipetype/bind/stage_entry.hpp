@@ -7,7 +7,7 @@
 // tensor or a set, in bytes), its stash and weight-gradient extents and element sizes, and — for stages that hand their
 // weight gradients to pipetype — the function that adds one into the stage's accumulator. A `bound_op` is one lowered
 // op with its addresses resolved; an executor calls `op.fn(op.obj, op, feed)` and the stage receives the typed context
-// of graph/stage.hpp. Nothing here allocates or knows an executor: the host executor (exec/) and the device executor
+// of graph/stage.hpp. Nothing here allocates or knows an executor: the host executor (host/) and the device executor
 // (cuda/) both bind through it.
 #pragma once
 
@@ -107,7 +107,7 @@ struct stage_entry {
   edge_shape in, out;                // its input's and output's bytes per microbatch (a tensor, or a set)
   edge_shape target;                 // a sink's targets per microbatch (no tensors: none declared)
   std::vector<edge_shape> in_edges;  // per-edge inputs (per_edge<...>): one shape per incoming edge; else empty
-  // data parallelism (exec/mesh_binding.hpp); nullptr where the stage lacks the member
+  // data parallelism (host/mesh_binding.hpp); nullptr where the stage lacks the member
   bytes_fn weight_grads_of = nullptr;      // weight_gradients()
   bytes_fn params_of = nullptr;            // parameters()
   bytes_fn tied_of = nullptr;              // tied_gradients(tie)

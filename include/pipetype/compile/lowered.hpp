@@ -22,7 +22,7 @@
 
 namespace pipetype {
 
-/// `collective` appears only in an executor's bound mesh program (exec/mesh_binding.hpp): a
+/// `collective` appears only in an executor's bound mesh program (host/mesh_binding.hpp): a
 /// data-parallel stream's collective, release, or an event's record or wait; a lowered
 /// pipeline program never holds one.
 enum class op_code : std::uint8_t { compute, send, recv, group, collective };

@@ -9,7 +9,7 @@
 //   sender, after that:     wait(comm stream, done)               — the buffer may be reused
 //
 // which is what ncclSend/ncclRecv promise their streams. The two sides meet on the host, in the
-// rendezvous the host executor's fabric uses too (exec/rendezvous.hpp): at group_end a rank
+// rendezvous the host executor's fabric uses too (host/rendezvous.hpp): at group_end a rank
 // posts its sends and, for each of its recvs in order, takes the oldest posted send of that
 // (communicator, sender → receiver) channel — NCCL's FIFO per (communicator, peer) — then waits
 // until its own sends were taken. A rank blocks only on peers reaching their matching group, so
@@ -59,8 +59,8 @@
 #include "pipetype/cuda/capture.hpp"
 #include "pipetype/cuda/driver.hpp"
 #include "pipetype/cuda/executor.hpp"
-#include "pipetype/exec/rank_threads.hpp"
-#include "pipetype/exec/rendezvous.hpp"
+#include "pipetype/host/rank_threads.hpp"
+#include "pipetype/host/rendezvous.hpp"
 
 namespace pipetype::cuda {
 
@@ -74,7 +74,7 @@ template <class Base>
 class loopback_driver;
 
 /// The meeting point of one pipeline's ranks (one per pipeline, shared by its drivers): the
-/// NCCL-semantics rendezvous every in-process transport shares (exec/rendezvous.hpp), whose
+/// NCCL-semantics rendezvous every in-process transport shares (host/rendezvous.hpp), whose
 /// posted sends carry the sender's ready event and take the receiver's done event back.
 template <class Base>
 class loopback_hub {

@@ -1,4 +1,4 @@
 // The same include inside torch/: allowed.
 #pragma once
 #include <ATen/ATen.h>
-#include "pipetype/exec/t.hpp"
+#include "pipetype/host/t.hpp"

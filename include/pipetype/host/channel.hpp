@@ -1,4 +1,4 @@
-// pipetype/exec/channel.hpp — point-to-point transfers between rank threads, with NCCL's rules.
+// pipetype/host/channel.hpp — point-to-point transfers between rank threads, with NCCL's rules.
 //
 // The host executor runs each rank on threads and moves activations and gradients through a
 // `fabric`: the in-process stand-in for NCCL that the lowered program's send/recv/group ops are
@@ -12,7 +12,7 @@
 //     group_end returns when all of them have;
 //   • abort(reason) wakes every waiting thread with an error (a stage that threw ends the step
 //     on all ranks, and no thread is left blocked).
-// The rules themselves live in one place, exec/rendezvous.hpp, which the device executor's
+// The rules themselves live in one place, host/rendezvous.hpp, which the device executor's
 // loopback transport shares; here whichever end of a transfer comes second copies the bytes,
 // and the fabric words the errors. One mutex and one condition variable serve the whole fabric: a pipeline
 // moves a few transfers per tick, so contention is not what limits it.
@@ -35,7 +35,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pipetype/exec/rendezvous.hpp"
+#include "pipetype/host/rendezvous.hpp"
 
 namespace pipetype::host {
 

@@ -1,4 +1,4 @@
-// The host executor over a pp × dp mesh (exec/mesh_executor.hpp): every schedule that runs over a
+// The host executor over a pp × dp mesh (host/mesh_executor.hpp): every schedule that runs over a
 // mesh gives, on every replica, bitwise the gradients of an unpipelined run over the same dp · m
 // microbatches summed in the documented order (each replica's in microbatch order, then the
 // replicas' sums in replica order), plain, sharded (FSDP: on each replica's own shard, its own

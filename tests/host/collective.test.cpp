@@ -1,4 +1,4 @@
-// exec/collective.hpp: NCCL's collectives between threads — the fixed arithmetic of all-reduce,
+// host/collective.hpp: NCCL's collectives between threads — the fixed arithmetic of all-reduce,
 // reduce-scatter (uneven shards) and all-gather, a local sum and a release; a member that never
 // arrives is named at the deadline; an abort wakes every waiter; members that disagree fail together.
 #include <pipetype/host.hpp>

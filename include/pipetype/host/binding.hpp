@@ -1,4 +1,4 @@
-// pipetype/exec/binding.hpp — a lowered program bound to a model's stages and host buffers.
+// pipetype/host/binding.hpp — a lowered program bound to a model's stages and host buffers.
 //
 // Binding is what the host executor does once, before any step (like instantiating a CUDA
 // graph): every slot index of the lowered program becomes an address in a pool allocated here

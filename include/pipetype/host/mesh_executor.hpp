@@ -1,4 +1,4 @@
-// pipetype/exec/mesh_executor.hpp — a pp × dp mesh step on host threads: pipeline and data
+// pipetype/host/mesh_executor.hpp — a pp × dp mesh step on host threads: pipeline and data
 // parallelism, with every collective where the proof put it.
 // Example, given a, b, global_batch (two models of one chain type, each with its own parameters):
 //   const auto plan = pipetype::build_plan(pipetype::make_schedule("1f1b", 2, 4));
@@ -10,7 +10,7 @@
 // (check_collectives), lowers the mesh (lower_mesh), proves it (verify_mesh) and binds every
 // global rank's ops to its replica's model (mesh_binding.hpp); then each step runs pp · dp ranks
 // of three streams each (compute, communication, data-parallel) on parked threads, as the
-// pipeline executor runs its ranks (host_executor.hpp: same waits, same fabric, same faults).
+// pipeline executor runs its ranks (executor.hpp: same waits, same fabric, same faults).
 //
 // The global batch holds dp · m microbatches; replica d runs microbatches [d·m, (d+1)·m) and the
 // loss scaling is the global batch's (mean(): 1/(dp·m)), so the reduced gradient is the
@@ -48,8 +48,8 @@
 
 #include "pipetype/bind/batch.hpp"
 #include "pipetype/bind/checks.hpp"
-#include "pipetype/exec/host_executor.hpp"
-#include "pipetype/exec/mesh_binding.hpp"
+#include "pipetype/host/executor.hpp"
+#include "pipetype/host/mesh_binding.hpp"
 
 namespace pipetype::host {
 

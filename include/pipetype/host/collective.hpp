@@ -1,4 +1,4 @@
-// pipetype/exec/collective.hpp — NCCL's collectives between threads of one process.
+// pipetype/host/collective.hpp — NCCL's collectives between threads of one process.
 //
 // The host executor's stand-in for ncclAllReduce, ncclReduceScatter and ncclAllGather on the
 // communicators a mesh program made (compile/mesh_program.hpp), with the semantics its proof
@@ -40,7 +40,7 @@
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/mesh_program.hpp"
 #include "pipetype/core/mesh.hpp"
-#include "pipetype/exec/channel.hpp"
+#include "pipetype/host/channel.hpp"
 
 namespace pipetype::host {
 

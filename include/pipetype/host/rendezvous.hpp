@@ -1,4 +1,4 @@
-// pipetype/exec/rendezvous.hpp — NCCL's point-to-point rules between threads of one process.
+// pipetype/host/rendezvous.hpp — NCCL's point-to-point rules between threads of one process.
 //
 // The one meeting point of every in-process transport: the host executor's fabric (channel.hpp:
 // the receiver copies the bytes) and the loopback transport of the device executor

@@ -1,4 +1,4 @@
-// pipetype/exec/mesh_binding.hpp — a mesh step bound to its replicas' stages, for host threads.
+// pipetype/host/mesh_binding.hpp — a mesh step bound to its replicas' stages, for host threads.
 //
 // bind_mesh() binds each replica's pipeline program to that replica's model (binding.hpp: its
 // buffers, its stages' entry points), then writes every global rank's op lists from the proven
@@ -43,8 +43,8 @@
 #include "pipetype/compile/mesh_program.hpp"
 #include "pipetype/compile/verify_memory.hpp"
 #include "pipetype/core/mesh.hpp"
-#include "pipetype/exec/binding.hpp"
-#include "pipetype/exec/collective.hpp"
+#include "pipetype/host/binding.hpp"
+#include "pipetype/host/collective.hpp"
 
 namespace pipetype::host {
 

@@ -1,5 +1,5 @@
-// exec/rank_threads.hpp: threads kept for an owner's life, parked between runs.
-#include <pipetype/exec/rank_threads.hpp>
+// host/rank_threads.hpp: threads kept for an owner's life, parked between runs.
+#include <pipetype/host/rank_threads.hpp>
 
 #include <doctest/doctest.h>
 

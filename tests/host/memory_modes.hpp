@@ -1,4 +1,4 @@
-// The schedules and memory-action policies the executors' memory tests sweep (exec/host_memory
+// The schedules and memory-action policies the executors' memory tests sweep (host/host_memory
 // and cuda/memory): every schedule that runs over a mesh, with every activation offloaded, every
 // forward recomputed, and both. f(name, offload, recompute) runs inside their CAPTUREs.
 #pragma once

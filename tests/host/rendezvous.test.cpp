@@ -1,6 +1,6 @@
-// exec/rendezvous.hpp on its own: the core both in-process transports (the host fabric, the
+// host/rendezvous.hpp on its own: the core both in-process transports (the host fabric, the
 // loopback transport) are built on.
-#include <pipetype/exec/rendezvous.hpp>
+#include <pipetype/host/rendezvous.hpp>
 
 #include <doctest/doctest.h>
 

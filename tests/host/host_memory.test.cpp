@@ -1,4 +1,4 @@
-// Memory actions on host threads (exec/mesh_binding.hpp, bind/memory_layout.hpp): OFFLOAD and
+// Memory actions on host threads (host/mesh_binding.hpp, bind/memory_layout.hpp): OFFLOAD and
 // RELOAD copy a microbatch's stash and input to a host pool and back on the copy stream (the input
 // into the activation slot the step planned for it), RECOMPUTE runs its forward again; the MLP of
 // examples/mlp.hpp, whose backward reads its input, trains with gradients bitwise equal to the

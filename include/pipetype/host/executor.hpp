@@ -1,4 +1,4 @@
-// pipetype/exec/host_executor.hpp — runs a plan on host threads: real numerics, NCCL's rules.
+// pipetype/host/executor.hpp — runs a plan on host threads: real numerics, NCCL's rules.
 // Example, given model, batch (a uniform_chain<block> of 4 stages, or a chain<embed, block, head>):
 //   const auto plan = pipetype::build_plan(pipetype::make_schedule("1f1b", 4, 8));
 //   pipetype::host::executor ex{plan, model};                        // bind once
@@ -48,10 +48,10 @@
 
 #include "pipetype/bind/batch.hpp"
 #include "pipetype/bind/report.hpp"
-#include "pipetype/exec/binding.hpp"
-#include "pipetype/exec/channel.hpp"
-#include "pipetype/exec/mesh_binding.hpp"
-#include "pipetype/exec/rank_threads.hpp"
+#include "pipetype/host/binding.hpp"
+#include "pipetype/host/channel.hpp"
+#include "pipetype/host/mesh_binding.hpp"
+#include "pipetype/host/rank_threads.hpp"
 #include "pipetype/graph/chain.hpp"
 
 namespace pipetype::host {
@@ -106,7 +106,7 @@ struct null_transport {
 class engine {
  public:
   /// A pipeline's program, or (with `mesh`) a mesh's: every global rank's lists, and what they
-  /// point into (exec/mesh_binding.hpp).
+  /// point into (host/mesh_binding.hpp).
   explicit engine(bound_program prog, const executor_options& opt, std::unique_ptr<mesh_state> mesh = nullptr)
       : prog_(std::move(prog)),
         opt_(opt),

@@ -1,4 +1,4 @@
-// pipetype/exec/rank_threads.hpp — threads kept for an executor's life, parked between steps.
+// pipetype/host/rank_threads.hpp — threads kept for an executor's life, parked between steps.
 //
 // Starting a thread costs tens of microseconds; a step of a pipeline with no-op stages costs
 // less than that per rank. So the host executor (one thread per stream per rank) and the
