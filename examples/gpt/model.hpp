@@ -1,0 +1,223 @@
+// examples/gpt/model.hpp — the whole model unpipelined: every part's parameters, the reference step and forward the
+// pipelined runs are checked against, tied embeddings.
+// Part of examples/gpt's model (layers.hpp says its equations and conventions).
+#pragma once
+
+#include "blocks.hpp"
+
+namespace gpt {
+
+// ---------------------------------------------------------------------------------------------
+// The whole model, unpipelined
+
+/// Every part's flat vector: parameters, or gradients of the same layout.
+template <class R>
+struct model_params {
+  std::vector<R> embedding;
+  std::vector<std::vector<R>> blocks;  // L of them
+  std::vector<R> head;
+};
+
+inline model_params<float> init_model(const gpt_config& c, std::uint64_t seed) {
+  validate(c);
+  model_params<float> p;
+  p.embedding = init_embedding(c, seed);
+  for (int i = 0; i < c.layers; ++i) p.blocks.push_back(init_block(c, i, seed));
+  p.head = init_head(c, seed);
+  return p;
+}
+
+/// Zeroed vectors of the parameters' sizes.
+template <class R>
+model_params<R> zero_params(const gpt_config& c) {
+  model_params<R> p;
+  p.embedding.assign(embedding_params(c), R(0));
+  p.blocks.assign(detail::z(c.layers), std::vector<R>(block_params(c), R(0)));
+  p.head.assign(head_params(c), R(0));
+  return p;
+}
+
+template <class To, class From>
+model_params<To> convert(const model_params<From>& p) {
+  auto cv = [](const std::vector<From>& v) { return std::vector<To>(v.begin(), v.end()); };
+  model_params<To> q;
+  q.embedding = cv(p.embedding);
+  for (const auto& b : p.blocks) q.blocks.push_back(cv(b));
+  q.head = cv(p.head);
+  return q;
+}
+
+/// acc[k] += g[k], k in order (how a step's per-microbatch gradients are summed).
+template <class R>
+void add_into(std::span<R> acc, std::span<const R> g) {
+  if (acc.size() != g.size()) throw std::invalid_argument("add_into: sizes differ");
+  for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += g[k];
+}
+
+/// Every tensor of the model with its part: part 0 the embedding, 1..L block part−1, L+1 the head.
+struct model_tensor {
+  int part = 0;
+  tensor_info tensor;
+};
+
+inline std::vector<model_tensor> model_tensors(const gpt_config& c) {
+  std::vector<model_tensor> out;
+  for (auto& t : embedding_tensors(c)) out.push_back({0, t});
+  for (int i = 0; i < c.layers; ++i)
+    for (auto& t : block_tensors(c, i)) out.push_back({i + 1, t});
+  for (auto& t : head_tensors(c)) out.push_back({c.layers + 1, t});
+  return out;
+}
+
+template <class R>
+std::vector<R>& part_vector(model_params<R>& p, int part) {
+  if (part == 0) return p.embedding;
+  if (part <= static_cast<int>(p.blocks.size())) return p.blocks[detail::z(part - 1)];
+  return p.head;
+}
+template <class R>
+const std::vector<R>& part_vector(const model_params<R>& p, int part) {
+  if (part == 0) return p.embedding;
+  if (part <= static_cast<int>(p.blocks.size())) return p.blocks[detail::z(part - 1)];
+  return p.head;
+}
+
+/// One microbatch: `rows` sequences of length t; ids and targets int32 [rows, t], packed.
+struct microbatch {
+  int t = 0;
+  std::vector<std::int32_t> ids, targets;
+};
+
+namespace detail {
+inline void check_microbatch(const gpt_config& c, const microbatch& mb) {
+  check_length(c, mb.t);
+  const std::size_t n = z(c.rows) * z(mb.t);
+  if (mb.ids.size() != n || mb.targets.size() != n)
+    throw std::invalid_argument("gpt: a microbatch's ids and targets must hold rows·t tokens");
+}
+
+/// Buffers for running the parts one after the other (one microbatch at a time).
+template <class R>
+struct runner {
+  std::vector<std::vector<R>> hidden;  // L + 1 activations: the embedding's output, then each block's
+  std::vector<R> grad_a, grad_b, emb_stash, head_stash;
+  std::vector<std::vector<R>> block_stash;
+  explicit runner(const gpt_config& c)
+      : hidden(z(c.layers) + 1, std::vector<R>(activation_floats(c))),
+        grad_a(activation_floats(c)),
+        grad_b(activation_floats(c)),
+        emb_stash(embedding_stash_floats(c)),
+        head_stash(head_stash_floats(c)),
+        block_stash(z(c.layers), std::vector<R>(block_stash_floats(c))) {}
+
+  double forward(const gpt_config& c, const model_params<R>& p, const microbatch& mb) {
+    check_microbatch(c, mb);
+    embedding_forward(c, p.embedding.data(), mb.ids.data(), hidden[0].data(), emb_stash.data(), mb.t);
+    for (std::size_t i = 0; i < z(c.layers); ++i)
+      block_forward(c, p.blocks[i].data(), hidden[i].data(), hidden[i + 1].data(), block_stash[i].data(), mb.t);
+    return head_forward(c, p.head.data(), hidden[z(c.layers)].data(), mb.targets.data(), head_stash.data(), mb.t);
+  }
+};
+}  // namespace detail
+
+/// Per-microbatch loss sums of a forward-only run (for evaluation).
+template <class R>
+std::vector<double> reference_forward(const gpt_config& c, const model_params<R>& params,
+                                      std::span<const microbatch> batch) {
+  validate(c);
+  detail::runner<R> run(c);
+  std::vector<double> sums;
+  for (const microbatch& mb : batch) sums.push_back(run.forward(c, params, mb));
+  return sums;
+}
+
+/// One unpipelined training step's gradients. Runs microbatch j = 0..m−1 one after the other
+/// (embedding, blocks, head forward; head, blocks in reverse, embedding backward), with loss_scale =
+/// 1/(Σ_j rows·t_j) so that the loss is the mean cross-entropy over every token of the step (or
+/// 1/scale_tokens: the step is a replica's share of a larger batch). Each
+/// part's per-microbatch weight gradient is written into a temporary and added into `grads`
+/// (zeroed first, resized to the parameters' shapes) in microbatch order. Returns the per-microbatch
+/// loss sums (loss = Σ sums · loss_scale).
+template <class R>
+std::vector<double> reference_step(const gpt_config& c, const model_params<R>& params,
+                                   std::span<const microbatch> batch, model_params<R>& grads,
+                                   std::size_t scale_tokens = 0) {
+  validate(c);
+  const std::size_t L = detail::z(c.layers);
+  if (params.blocks.size() != L || params.embedding.size() != embedding_params(c) ||
+      params.head.size() != head_params(c))
+    throw std::invalid_argument("reference_step: parameters do not match the config");
+  std::size_t tokens = 0;
+  for (const microbatch& mb : batch) {
+    detail::check_microbatch(c, mb);
+    tokens += detail::z(c.rows) * detail::z(mb.t);
+  }
+  const R loss_scale = R(1) / R(static_cast<double>(scale_tokens > 0 ? scale_tokens : tokens));
+  grads = zero_params<R>(c);
+  model_params<R> tmp = zero_params<R>(c);
+  detail::runner<R> run(c);
+  std::vector<double> sums;
+  for (const microbatch& mb : batch) {
+    const int t = mb.t;
+    sums.push_back(run.forward(c, params, mb));
+    head_backward(c, params.head.data(), run.hidden[L].data(), loss_scale, run.grad_a.data(), run.head_stash.data(),
+                  tmp.head.data(), t);
+    for (std::size_t i = L; i-- > 0;) {
+      block_backward(c, params.blocks[i].data(), run.hidden[i].data(), run.grad_a.data(), run.grad_b.data(),
+                     run.block_stash[i].data(), tmp.blocks[i].data(), t);
+      std::swap(run.grad_a, run.grad_b);
+    }
+    embedding_backward(c, params.embedding.data(), mb.ids.data(), run.grad_a.data(), run.emb_stash.data(),
+                       tmp.embedding.data(), t);
+    add_into<R>(grads.embedding, tmp.embedding);
+    for (std::size_t i = 0; i < L; ++i) add_into<R>(grads.blocks[i], tmp.blocks[i]);
+    add_into<R>(grads.head, tmp.head);
+  }
+  return sums;
+}
+
+/// The tied parameter's two copies: wte.weight in the embedding part, lm_head.weight in the head's.
+template <class R>
+std::span<R> tied_in_embedding(std::vector<R>& embedding, const gpt_config& c) {
+  return std::span<R>(embedding).first(detail::z(c.vocab) * detail::z(c.width));
+}
+template <class R>
+std::span<R> tied_in_head(std::vector<R>& head, const gpt_config& c) {
+  return std::span<R>(head).subspan(2 * detail::z(c.width), detail::z(c.vocab) * detail::z(c.width));
+}
+
+/// The unpipelined step of `replicas` data-parallel replicas, as a mesh sums it: replica d's
+/// microbatches are batch[d·m, (d+1)·m), each replica's gradients summed in microbatch order
+/// (reference_step, scaled by the whole batch's tokens); with `tied`, a replica's wte and lm_head
+/// gradients are both set to their sum (wte's first); then the replicas' sums are added in replica
+/// order, from replica 0's. Returns the per-microbatch loss sums of the whole batch.
+template <class R>
+std::vector<double> reference_step_dp(const gpt_config& c, const model_params<R>& params,
+                                      std::span<const microbatch> batch, int replicas, bool tied,
+                                      model_params<R>& grads) {
+  if (replicas < 1 || batch.size() % detail::z(replicas) != 0)
+    throw std::invalid_argument("reference_step_dp: the batch does not split into the replicas");
+  std::size_t tokens = 0;
+  for (const microbatch& mb : batch) tokens += detail::z(c.rows) * detail::z(mb.t);
+  const std::size_t m = batch.size() / detail::z(replicas);
+  std::vector<double> sums;
+  model_params<R> one;
+  for (int d = 0; d < replicas; ++d) {
+    const std::vector<double> s = reference_step<R>(c, params, batch.subspan(detail::z(d) * m, m), one, tokens);
+    sums.insert(sums.end(), s.begin(), s.end());
+    if (tied) {
+      const std::span<R> e = tied_in_embedding(one.embedding, c), h = tied_in_head(one.head, c);
+      for (std::size_t i = 0; i < e.size(); ++i) e[i] = h[i] = e[i] + h[i];
+    }
+    if (d == 0) {
+      grads = one;
+      continue;
+    }
+    add_into<R>(grads.embedding, one.embedding);
+    for (std::size_t i = 0; i < grads.blocks.size(); ++i) add_into<R>(grads.blocks[i], one.blocks[i]);
+    add_into<R>(grads.head, one.head);
+  }
+  return sums;
+}
+
+}  // namespace gpt
