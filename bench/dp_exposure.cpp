@@ -1,5 +1,5 @@
 // Not a Google Benchmark: prints the modelled data-parallel time each schedule leaves exposed
-// (compile/mesh_costs.hpp's exposed_dp) on a pp × dp = 4 × 2 mesh, for docs/12_data_parallel.md.
+// (mesh/simulate.hpp's exposed_dp) on a pp × dp = 4 × 2 mesh, for docs/12_data_parallel.md.
 //
 //   ./build/release/bench/bench_dp_exposure
 //
@@ -12,7 +12,7 @@
 // stages unsharded at once (PyTorch's default), or of 1 (the least memory: a stage is gathered
 // again whenever the rank comes back to it).
 // Pipeline transfers cost nothing, so the table isolates the collectives.
-#include <pipetype/compile/mesh_costs.hpp>
+#include <pipetype/mesh/simulate.hpp>
 #include <pipetype/pipetype.hpp>
 
 #include <cstdio>

@@ -514,7 +514,7 @@ result evaluate(pt::program prog, const args& a, int chunks) {
 }
 
 /// The step of `r` over --dp replicas: its collectives placed, the mesh lowered and proved, and
-/// its makespan with and without them (compile/mesh_costs.hpp).
+/// its makespan with and without them (mesh/simulate.hpp).
 struct dp_figures {
   std::string error;  // why the plan cannot run over the mesh ("" when it can)
   double makespan = 0, without = 0, exposed = 0;
@@ -590,7 +590,7 @@ std::string host_link_text(const args& a) {
   return out;
 }
 /// The step of `r` with memory actions (--offload, --recompute): placed, lowered onto each rank's
-/// copy stream, proved and simulated (compile/memory_step.hpp), in rank shares as the report.
+/// copy stream, proved and simulated (mesh/memory_step.hpp), in rank shares as the report.
 struct memory_figures {
   std::string error;  // why no such step ("" when there is one)
   pt::memory_step step;
@@ -681,7 +681,7 @@ double memory_peak_max(const memory_figures& m) {
 /// zb-auto under --act-limit-mb with memory actions and no --mem-limit of its own: its searches at
 /// activation limits from what the byte limit holds as it is up to none are the candidates, and
 /// the one whose step with the actions models fastest under the byte limit is kept
-/// (compile/memory_search.hpp): holding more and offloading or recomputing wins where it saves
+/// (mesh/memory_search.hpp): holding more and offloading or recomputing wins where it saves
 /// more bubble than it costs.
 struct limit_search {
   std::vector<double> limits;     // per candidate, zb-auto's limit in rank-share activations (0: none)

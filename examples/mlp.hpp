@@ -14,7 +14,7 @@
 // `reference_step`, which runs the microbatches one after the other on one thread.
 #pragma once
 
-#include <pipetype/compile/memory_actions.hpp>
+#include <pipetype/mesh/memory_actions.hpp>
 #include <pipetype/core/program.hpp>
 #include <pipetype/graph/chain.hpp>
 #include <pipetype/graph/stage.hpp>

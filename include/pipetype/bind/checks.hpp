@@ -32,7 +32,7 @@ struct binding_options {
   bool ordered_gradients = true;  // require weight gradients in microbatch order (determinism)
   bool keep_outputs = false;      // the sinks write their outputs where the executor keeps them (outputs_of)
   bool place_stashes = true;      // false: the caller places the stashes (a step with memory actions,
-                                  // compile/memory_slots.hpp), and bind allocates none
+                                  // mesh/memory_slots.hpp), and bind allocates none
 };
 
 namespace detail {

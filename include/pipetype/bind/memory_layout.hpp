@@ -1,6 +1,6 @@
 // pipetype/bind/memory_layout.hpp — the stash pool of a step with memory actions, and its host pool.
 //
-// The slots are the lowering's (compile/memory_slots.hpp: mesh_op::stash_slot, host_slot, scratch,
+// The slots are the lowering's (mesh/memory_slots.hpp: mesh_op::stash_slot, host_slot, scratch,
 // and each rank's counts, mesh_program::stash_slots and host_slots), proved by verify_memory; a
 // step with memory actions runs with the sizes memory_sizes{stash bytes per stage, kept 0}. This
 // header only hands them to an executor with the stride of a slot: the largest stash of the
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "pipetype/bind/stage_entry.hpp"
-#include "pipetype/compile/memory_actions.hpp"
-#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
+#include "pipetype/mesh/program.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype::detail {
@@ -59,7 +59,7 @@ void check_offloads_movable(const mesh_program& mp, int g, EntryOf&& entry) {
           "recompute the microbatches it offloads (memory_options::recompute), so that only their inputs move");
 }
 
-/// The most inputs one OFFLOAD of global rank g moves with its stash (compile/activation_slots.hpp):
+/// The most inputs one OFFLOAD of global rank g moves with its stash (mesh/activation_slots.hpp):
 /// a host slot holds the stash, then that many activation slots.
 inline std::size_t most_moved_inputs(const mesh_program& mp, int g) {
   int most = 0;

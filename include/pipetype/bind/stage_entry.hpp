@@ -38,7 +38,7 @@ struct shape_error : std::invalid_argument {
 struct bound_op;
 struct step_feed;
 /// A rank's stash slots in use, as its ops run, and the most at once (a step with memory
-/// actions: compile/memory_slots.hpp; ops on several streams update it).
+/// actions: mesh/memory_slots.hpp; ops on several streams update it).
 struct memory_use {
   std::atomic<int> in_use{0}, high{0};
 };

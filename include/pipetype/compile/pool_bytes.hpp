@@ -23,7 +23,7 @@
 //       {.input = 4096, .output = 4096, .input_grad = 4096, .output_grad = 4096, .stash = 1000}};
 //   static_assert(pipetype::pools_of(plan, 0, sizes).stashes == 4 * 1024);  // rank 0 holds 4 stashes
 //
-// A step with memory actions has a stash pool of its own (compile/memory_slots.hpp).
+// A step with memory actions has a stash pool of its own (mesh/memory_slots.hpp).
 #pragma once
 
 #include <algorithm>

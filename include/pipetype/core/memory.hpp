@@ -37,7 +37,7 @@ struct memory_model {
 
 /// A stage's stash as the executors keep it: whole from F to the last backward of its microbatch
 /// (an I's working values stay in it for the W), so an I releases nothing. What a step's stash
-/// pools count in (compile/memory_slots.hpp).
+/// pools count in (mesh/memory_slots.hpp).
 inline constexpr memory_model stash_model{1, -1, 0, -1, 1};
 
 namespace detail {

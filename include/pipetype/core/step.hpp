@@ -36,7 +36,7 @@ enum class step_kind : std::uint8_t {
   reshard,
   reduce_grad,
   wait_reduce_grad,
-  offload,  // pipetype's memory actions (compile/memory_actions.hpp); PyTorch has none
+  offload,  // pipetype's memory actions (mesh/memory_actions.hpp); PyTorch has none
   reload,
   recompute,
 };

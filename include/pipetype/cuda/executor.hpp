@@ -40,7 +40,7 @@
 //
 // Memory actions (a mesh step lowered with OFFLOAD, RELOAD and RECOMPUTE: docs/13): the stashes
 // then live in a pool of the step's peak, in the lowering's slots as on the host, and the
-// activations in the pool the step planned (compile/activation_slots.hpp: an offloaded input
+// activations in the pool the step planned (mesh/activation_slots.hpp: an offloaded input
 // leaves its slot); a copy stream joins the others (and the fence); the offloaded stashes and
 // inputs go to one block of pinned host memory allocated at binding (a driver that
 // moves_to_host: cudaHostAlloc), a host slot being the stash, then the inputs. An OFFLOAD is
@@ -76,7 +76,7 @@
 #include "pipetype/bind/report.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/mesh/program.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/cuda/capture.hpp"
@@ -624,8 +624,8 @@ class executor {
     auto entry = [&](int s) -> const stage_entry& { return entries_[static_cast<std::size_t>(s % L)]; };
     const rank_pools layout = pipetype::detail::layout_of(p, ops, res, entries_);  // the plan's pools (pools_of)
     // a mesh step with memory actions: the stashes in a pool of the step's peak, in the slots its
-    // lowering gave them (compile/memory_slots.hpp), the offloaded ones in pinned host memory, and
-    // the activations in the pool it planned (compile/activation_slots.hpp)
+    // lowering gave them (mesh/memory_slots.hpp), the offloaded ones in pinned host memory, and
+    // the activations in the pool it planned (mesh/activation_slots.hpp)
     const bool memory = mesh_ && !mesh_->memory.empty();
     const std::size_t activation_slots =
         memory ? static_cast<std::size_t>(mesh_->activation_slots.at(static_cast<std::size_t>(global_)))

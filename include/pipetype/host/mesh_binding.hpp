@@ -2,7 +2,7 @@
 //
 // bind_mesh() binds each replica's pipeline program to that replica's model (binding.hpp: its
 // buffers, its stages' entry points), then writes every global rank's op lists from the proven
-// mesh program (compile/mesh_program.hpp), one bound op per mesh op: the pipeline's ops as the
+// mesh program (mesh/program.hpp), one bound op per mesh op: the pipeline's ops as the
 // replica bound them, on the replica's copies of the communicators; on the data-parallel stream
 // each collective as a call into the mesh's `collectives` (collective.hpp), which carries the
 // member's arrays (a stage's weight_gradients(), parameters() or tied_gradients(tie)); a RESHARD
@@ -10,8 +10,8 @@
 // Events resolve as in binding.hpp, now over three streams. Nothing is decided here either: the
 // bound ops are the mesh program's, in its order.
 //
-// With memory actions (mesh_binding_options::memory; compile/memory_actions.hpp) the stashes are in
-// the slots the step's lowering gave them (compile/memory_slots.hpp), not the replicas' bindings,
+// With memory actions (mesh_binding_options::memory; mesh/memory_actions.hpp) the stashes are in
+// the slots the step's lowering gave them (mesh/memory_slots.hpp), not the replicas' bindings,
 // per global rank: a stash pool of the step's peak in slots, a host pool, a scratch stash for
 // recomputed forwards and a scratch output for RECOMPUTE; an OFFLOAD and a RELOAD are copies on the
 // copy stream (an OFFLOAD then fills the device slot with 0xFF bytes, NaN in a float, with
@@ -39,9 +39,9 @@
 
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/memory_layout.hpp"
-#include "pipetype/compile/collectives.hpp"
-#include "pipetype/compile/mesh_program.hpp"
-#include "pipetype/compile/verify_memory.hpp"
+#include "pipetype/mesh/collectives.hpp"
+#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify_memory.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/host/binding.hpp"
 #include "pipetype/host/collective.hpp"
@@ -49,14 +49,14 @@
 namespace pipetype::host {
 
 /// One global rank's pools for a step with memory actions: the slots the lowering assigned
-/// (compile/memory_slots.hpp), handed over by bind/memory_layout.hpp.
+/// (mesh/memory_slots.hpp), handed over by bind/memory_layout.hpp.
 struct stash_pool {
   pipetype::detail::aligned_bytes device, host, scratch_stash, scratch_out;
   std::size_t stride = 0;       // a stash slot
   std::size_t host_stride = 0;  // a host slot: a stash, then the inputs the copy moves (activation slots)
   int device_slots = 0, host_slots = 0;
   memory_use use;  // slots in use as the ops run, and the most at once
-  // the activation pool the step plans (compile/activation_slots.hpp), and its fan-ins' address lists
+  // the activation pool the step plans (mesh/activation_slots.hpp), and its fan-ins' address lists
   pipetype::detail::aligned_bytes activations;
   std::size_t activation_stride = 0;
   int activation_slots = 0, lowered_activation_slots = 0;  // the step's, and the lowering's without actions
@@ -208,7 +208,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
                  ? pool->device.data() + ml.stride * static_cast<std::size_t>(held.stash_slot)
                  : nullptr;
     };
-    // the step's own activation slots (compile/activation_slots.hpp): an address the replica bound
+    // the step's own activation slots (mesh/activation_slots.hpp): an address the replica bound
     // into its lowered pool becomes the one this op finds it at in the step's pool
     const std::span<const lowered_op> low = l.rank_ops(r);
     auto act_of = [&](int slot) {

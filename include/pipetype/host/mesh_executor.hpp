@@ -63,7 +63,7 @@ struct mesh_options {
 
 /// One global rank's stash pool in a step with memory actions: its slots (the plan's peak), the
 /// most in use at once in the last step (measured as the ops ran), the slot's bytes, the host pool;
-/// and its activation pool's slots, which the step plans (compile/activation_slots.hpp: fewer
+/// and its activation pool's slots, which the step plans (mesh/activation_slots.hpp: fewer
 /// than the lowering's when offloaded inputs leave theirs), beside the lowering's.
 struct stash_pool_use {
   int slots = 0, high_water = 0, host_slots = 0;

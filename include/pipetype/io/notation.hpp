@@ -36,7 +36,7 @@
 //   constexpr auto plan = pipetype::make_plan<mine>();
 //
 // Data-parallel markers: `collectives_of(file)` reads UNSHARD, RESHARD and REDUCE_GRAD as the
-// collectives of a mesh step (compile/collectives.hpp), each after the compute action before it
+// collectives of a mesh step (mesh/collectives.hpp), each after the compute action before it
 // on its row (WAIT_REDUCE_GRAD is PyTorch's wait for the reduction and adds nothing), so that
 // check_collectives says whether the file computes only on unsharded stages, reduces each stage
 // after its last weight backward and keeps to a window; `to_csv(program, lowered, collectives)`
@@ -44,7 +44,7 @@
 // written).
 //
 // Memory actions: `memory_actions_of(file, program)` reads OFFLOAD, RELOAD and RECOMPUTE as the
-// memory actions of the step (compile/memory_actions.hpp), each after the compute action before it
+// memory actions of the step (mesh/memory_actions.hpp), each after the compute action before it
 // on its row, an OFFLOAD completing by default before the second action after it;
 // check_memory_actions says whether they are placed so that the step reads only what is there.
 // `to_text(program, memory)` writes them so. PyTorch's runtime has no such actions: torch_load_note
@@ -70,10 +70,10 @@
 #include <string_view>
 #include <vector>
 
-#include "pipetype/compile/collectives.hpp"
+#include "pipetype/mesh/collectives.hpp"
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/compile/memory_actions.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/compile/verify_transfers.hpp"
 #include "pipetype/core/program.hpp"
@@ -482,7 +482,7 @@ template <detail::fixed_string Text>
 struct from_text {
   static constexpr program generate() { return parse_schedule(Text.view()); }
   /// Its UNSHARD, RESHARD and REDUCE_GRAD as a mesh step's collectives (none: empty), for
-  /// mesh_plan (compile/mesh_plan.hpp).
+  /// mesh_plan (mesh/plan.hpp).
   static constexpr collective_program collectives();
   /// Its OFFLOAD, RELOAD and RECOMPUTE as the step's memory actions (none: empty).
   static constexpr memory_program memory();

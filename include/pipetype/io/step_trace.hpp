@@ -22,9 +22,9 @@
 //               the send and its receive), sent at the first's start, arrived at the second's end.
 //               In the order they were sent.
 //   collectives one span per collective of a mesh step on its rank's data-parallel stream
-//               (compile/mesh_program.hpp), named by its action: REDUCE_GRAD(1), UNSHARD(2), TIE(0)
+//               (mesh/program.hpp), named by its action: REDUCE_GRAD(1), UNSHARD(2), TIE(0)
 //   copies      one span per OFFLOAD(0,3) / RELOAD(0,3) on its rank's copy stream; a RECOMPUTE is a
-//               compute span labelled 0R3 (compile/memory_actions.hpp)
+//               compute span labelled 0R3 (mesh/memory_actions.hpp)
 // Its figures (makespan, busy, bubble fraction, peak activations) are computed the way
 // analysis/simulate.hpp computes them, so a measured step reads on the same scale.
 #pragma once
@@ -38,8 +38,8 @@
 #include "pipetype/analysis/costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/compile/mesh_costs.hpp"
-#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/mesh/simulate.hpp"
+#include "pipetype/mesh/program.hpp"
 #include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/io/notation.hpp"
@@ -55,7 +55,7 @@ struct traced_compute {
   double start = 0, end = 0;
   double activations = 0;  // live activations on the rank after the span
   double high = 0;         // the most during it (a pair: after its first half)
-  bool recompute = false;  // a RECOMPUTE of `first` (compile/memory_actions.hpp), labelled 0R3
+  bool recompute = false;  // a RECOMPUTE of `first` (mesh/memory_actions.hpp), labelled 0R3
 
   std::string label() const {
     if (recompute) return std::to_string(first.stage) + 'R' + std::to_string(first.microbatch);

@@ -1,8 +1,8 @@
-// pipetype/compile/memory_slots.hpp — the stash and host slots of a step with memory actions.
+// pipetype/mesh/memory_slots.hpp — the stash and host slots of a step with memory actions.
 //
 // What a stage saves for its backward besides its input is its stash. With memory actions
-// (compile/memory_actions.hpp) an OFFLOAD copies a microbatch's stash to a host slot (its input
-// too, which compile/activation_slots.hpp moves out of the activation pool), a RELOAD copies it
+// (mesh/memory_actions.hpp) an OFFLOAD copies a microbatch's stash to a host slot (its input
+// too, which mesh/activation_slots.hpp moves out of the activation pool), a RELOAD copies it
 // back into a device slot, and a forward that will be recomputed
 // writes its stash to a scratch block that no one reads (its RECOMPUTE writes it again into a slot
 // of its own before the backward). lower_mesh runs this pass last, on each global rank's ops in
@@ -16,13 +16,13 @@
 //                  has completed when the RELOAD starts
 //   host slots     taken by an OFFLOAD, freed when the backward or RECOMPUTE that reads the
 //                  RELOADed stash runs (the RELOAD has completed then). A slot holds the stash,
-//                  then the inputs the copy moves (compile/activation_slots.hpp). The OFFLOAD and
+//                  then the inputs the copy moves (mesh/activation_slots.hpp). The OFFLOAD and
 //                  RELOAD of a forward that is recomputed move no stash, only its input: they take
 //                  a host slot when they move one (not on a first stage, which reads the batch)
 //
 // The results are mesh_op::stash_slot, host_slot, scratch and the pool's take/free counts per op,
 // and per global rank mesh_program::stash_slots and host_slots: the step's peak in stash slots,
-// constants of a plan that is a type like every other pool (compile/memory_plan.hpp). The slot
+// constants of a plan that is a type like every other pool (mesh/memory_plan.hpp). The slot
 // counts do not depend on the stages' sizes. verify_memory proves that no slot is written while
 // an op of its previous holder may still read or copy it.
 #pragma once
@@ -32,8 +32,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "pipetype/compile/memory_actions.hpp"
-#include "pipetype/compile/mesh_ops.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
+#include "pipetype/mesh/ops.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype::detail {

@@ -1,8 +1,8 @@
-// pipetype/compile/activation_slots.hpp — the activation pool of a step with memory actions.
+// pipetype/mesh/activation_slots.hpp — the activation pool of a step with memory actions.
 //
 // The lowering gives every activation a slot from the op that writes it to its last reader: a
 // stage's input stays in its slot until the microbatch's last backward (compile/lower.hpp,
-// "Slots"). With memory actions that input moves with its stash (compile/memory_slots.hpp): the
+// "Slots"). With memory actions that input moves with its stash (mesh/memory_slots.hpp): the
 // OFFLOAD copies it to the host after the stash, and the RELOAD copies it back. lower_mesh runs
 // this pass before the stash pass (which gives a host slot to a copy that moves only an input),
 // on each global rank's ops in issue order:
@@ -16,7 +16,7 @@
 //             that another consumer reads. A recomputed forward's input moves too (all it saved):
 //             its RECOMPUTE reads it where the RELOAD put it
 //   slots     each buffer in the order it is first written takes the lowest slot whose previous
-//             holder's ops all happen before its writer (compile/stream_clocks.hpp: the events
+//             holder's ops all happen before its writer (mesh/stream_clocks.hpp: the events
 //             the step already has, no new ones; on the writer's own stream strictly before, so
 //             that a send and a recv of one NCCL group never share a slot; the halves of an
 //             overlapped pair may run at once). A slot is free once its holder's last op is known
@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/compile/mesh_ops.hpp"
-#include "pipetype/compile/stream_clocks.hpp"
+#include "pipetype/mesh/ops.hpp"
+#include "pipetype/mesh/stream_clocks.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype::detail {

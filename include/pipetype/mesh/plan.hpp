@@ -1,4 +1,4 @@
-// pipetype/compile/mesh_plan.hpp — a plan over a pp × dp mesh, proven at compile time.
+// pipetype/mesh/plan.hpp — a plan over a pp × dp mesh, proven at compile time.
 //
 //   using S = pipetype::one_f_one_b<pipetype::ranks<4>, pipetype::microbatches<8>>;
 //   using step = pipetype::mesh_plan<S, pipetype::mesh_t<4, 2>, pipetype::sharded<3>, pipetype::tied<0, 3>>;
@@ -26,9 +26,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "pipetype/compile/collectives.hpp"
+#include "pipetype/mesh/collectives.hpp"
 #include "pipetype/compile/diagnostics.hpp"
-#include "pipetype/compile/mesh_program.hpp"
+#include "pipetype/mesh/program.hpp"
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/schedule.hpp"

@@ -1,4 +1,4 @@
-// pipetype/compile/memory_search.hpp — of several schedules, the fastest under a byte limit once
+// pipetype/mesh/memory_search.hpp — of several schedules, the fastest under a byte limit once
 // offload and recompute may bring each under it.
 //
 // Under a per-rank byte limit, the schedule that fits as it is need not be the fastest: one that
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipetype/compile/memory_step.hpp"
+#include "pipetype/mesh/memory_step.hpp"
 #include "pipetype/compile/plan.hpp"
 
 namespace pipetype {

@@ -1,4 +1,4 @@
-// pipetype/compile/memory_actions.hpp — offload, reload and recompute as actions of a step.
+// pipetype/mesh/memory_actions.hpp — offload, reload and recompute as actions of a step.
 //
 // Activation memory, not compute, limits pipeline depth: 1F1B's first rank holds p microbatches'
 // activations, interleaved schedules more. Three actions trade that memory for copies or compute:
@@ -18,9 +18,9 @@
 // Text: `0OFFLOAD3`, `0RELOAD3`, `0RECOMPUTE3` (stage, name, microbatch, as PyTorch writes
 // `0UNSHARD`) in a rank's list, after the compute action they follow (io/notation.hpp).
 //
-// Like the collectives (compile/collectives.hpp), memory actions live beside the compute program:
+// Like the collectives (mesh/collectives.hpp), memory actions live beside the compute program:
 // per rank in issue order, each after one of the rank's compute actions (`after`, −1: before the
-// first). place_memory (compile/place_memory.hpp) is the pass that writes them; a user may write
+// first). place_memory (mesh/place_memory.hpp) is the pass that writes them; a user may write
 // them instead, and check_memory_actions says whether the step then reads only what is there.
 // memory_of counts, per rank, the bytes of saved activations resident on the device at once (the
 // pool a static plan allocates), the same without the actions, and the host pool's peak — in

@@ -1,11 +1,11 @@
-// Memory actions (compile/memory_actions.hpp): the checks, the program-order accounting, the
-// lowering onto a copy stream (compile/mesh_program.hpp) and its proofs (verify_mesh,
-// verify_memory), the pass (compile/place_memory.hpp) and the copy lane's cost (mesh_costs.hpp).
-#include <pipetype/compile/memory_actions.hpp>
-#include <pipetype/compile/memory_step.hpp>
-#include <pipetype/compile/mesh_costs.hpp>
-#include <pipetype/compile/place_memory.hpp>
-#include <pipetype/compile/verify_memory.hpp>
+// Memory actions (mesh/memory_actions.hpp): the checks, the program-order accounting, the
+// lowering onto a copy stream (mesh/program.hpp) and its proofs (verify_mesh,
+// verify_memory), the pass (mesh/place_memory.hpp) and the copy lane's cost (mesh/simulate.hpp).
+#include <pipetype/mesh/memory_actions.hpp>
+#include <pipetype/mesh/memory_step.hpp>
+#include <pipetype/mesh/simulate.hpp>
+#include <pipetype/mesh/place_memory.hpp>
+#include <pipetype/mesh/verify_memory.hpp>
 #include <pipetype/pipetype.hpp>
 
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// fastest_under_limit (compile/memory_search.hpp): zb-auto's searches at activation limits 2, 3,
+// fastest_under_limit (mesh/memory_search.hpp): zb-auto's searches at activation limits 2, 3,
 // 4 and none, under a byte limit of two activations per rank. With cheap copies and recompute, a
 // candidate that holds more is faster than the one that fits as it is (47.8 against 61 time units); with no memory
 // actions allowed only that one fits; every rank of the answer is under the limit; a limit below one activation is

@@ -1,10 +1,10 @@
-// compile/memory_slots.hpp: lower_mesh gives a step with memory actions its stash and host slots,
+// mesh/memory_slots.hpp: lower_mesh gives a step with memory actions its stash and host slots,
 // and verify_memory proves them. Checked: for every schedule and policy the executors' tests sweep,
 // each rank's stash pool is memory_of's peak in stashes (an independent count in program order)
 // and the proof holds; 1F1B's rank 0 needs 2 stash slots instead of 4 with every activation
 // offloaded, as a constant of a plan that is a type; and three mutations the proof refuses: every
 // stash in slot 0, a forward writing into a slot its OFFLOAD still copies out of, and a RELOAD
-// reading another microbatch's host slot. compile/activation_slots.hpp: an offloaded input leaves
+// reading another microbatch's host slot. mesh/activation_slots.hpp: an offloaded input leaves
 // its activation slot (1F1B p=8's rank 1 needs 4 instead of 9), and the proof refuses a slot reused
 // too early, a backward reading a slot its input was offloaded from, and a RELOAD that brings back
 // what its OFFLOAD did not take.

@@ -1,6 +1,6 @@
-// pipetype/compile/place_memory.hpp — the pass that places OFFLOAD, RELOAD and RECOMPUTE.
+// pipetype/mesh/place_memory.hpp — the pass that places OFFLOAD, RELOAD and RECOMPUTE.
 //
-// place_memory() writes a step's memory actions (compile/memory_actions.hpp) for a compute
+// place_memory() writes a step's memory actions (mesh/memory_actions.hpp) for a compute
 // program, its saved bytes and a cost model, under memory_options:
 //
 //   offload   none; all: every microbatch activation whose F→B gap holds the round trip;
@@ -19,7 +19,7 @@
 // RECOMPUTE right before the first backward, where 1F1B-like schedules leave the rank waiting for the gradient, so it
 // runs in that bubble. Predictions come from the cost model's timeline and the rank's one copy stream, FIFO in issue
 // order. They only place the actions: what the step then costs is the lowered step's simulation
-// (compile/mesh_costs.hpp), and its correctness the checks' and proofs' (check_memory_actions,
+// (mesh/simulate.hpp), and its correctness the checks' and proofs' (check_memory_actions,
 // verify_mesh, verify_memory), whatever the timing.
 //
 // k, PipeOffload's ratio of a round trip to the compute it hides behind (offload_ratio): the
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "pipetype/analysis/simulate.hpp"
-#include "pipetype/compile/memory_actions.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
 #include "pipetype/core/verdict.hpp"
 
 namespace pipetype {

@@ -1,6 +1,6 @@
-// pipetype/compile/memory_step.hpp — a step with memory actions, placed, lowered, proved and timed.
+// pipetype/mesh/memory_step.hpp — a step with memory actions, placed, lowered, proved and timed.
 //
-// plan_memory() is what tools call: place_memory (compile/place_memory.hpp) writes the actions,
+// plan_memory() is what tools call: place_memory (mesh/place_memory.hpp) writes the actions,
 // check_memory_actions checks them, lower_mesh puts them on each rank's copy and compute streams
 // (a lone pipeline is a mesh of one replica), verify_mesh and verify_memory prove the result, and
 // simulate_mesh times it beside the same step without them:
@@ -30,10 +30,10 @@
 #include <span>
 #include <vector>
 
-#include "pipetype/compile/memory_actions.hpp"
-#include "pipetype/compile/mesh_costs.hpp"
-#include "pipetype/compile/place_memory.hpp"
-#include "pipetype/compile/verify_memory.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
+#include "pipetype/mesh/simulate.hpp"
+#include "pipetype/mesh/place_memory.hpp"
+#include "pipetype/mesh/verify_memory.hpp"
 
 namespace pipetype {
 

@@ -1,8 +1,8 @@
-// The mesh (core/mesh.hpp), the collectives' passes and checks (compile/collectives.hpp), and the
-// mesh step's lowering and proof (compile/mesh_program.hpp), against an independent oracle.
-#include <pipetype/compile/collectives.hpp>
-#include <pipetype/compile/mesh_costs.hpp>
-#include <pipetype/compile/mesh_program.hpp>
+// The mesh (core/mesh.hpp), the collectives' passes and checks (mesh/collectives.hpp), and the
+// mesh step's lowering and proof (mesh/program.hpp), against an independent oracle.
+#include <pipetype/mesh/collectives.hpp>
+#include <pipetype/mesh/simulate.hpp>
+#include <pipetype/mesh/program.hpp>
 #include <pipetype/core/mesh.hpp>
 #include <pipetype/pipetype.hpp>
 

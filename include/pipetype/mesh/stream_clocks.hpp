@@ -1,4 +1,4 @@
-// pipetype/compile/stream_clocks.hpp — happens-before on one rank of a mesh step.
+// pipetype/mesh/stream_clocks.hpp — happens-before on one rank of a mesh step.
 //
 // Per op of a global rank, a vector clock over the rank's streams: op a happens before op b iff
 // clock[b][stream(a)] ≥ clock[a][stream(a)]. Program order on one stream, and an event's record
@@ -6,7 +6,7 @@
 // and recvs of an NCCL group share their group's clock: the group's own wait is issued before
 // ncclGroupStart and its record after ncclGroupEnd (compile/lowered.hpp), so both cover every
 // transfer in it. Nothing is assumed about how long an op takes. The memory pass
-// (compile/activation_slots.hpp) plans slots with it, and verify_memory proves them with it.
+// (mesh/activation_slots.hpp) plans slots with it, and verify_memory proves them with it.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "pipetype/compile/mesh_ops.hpp"
+#include "pipetype/mesh/ops.hpp"
 
 namespace pipetype::detail {
 

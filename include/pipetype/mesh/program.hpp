@@ -1,7 +1,7 @@
-// pipetype/compile/mesh_program.hpp — a whole mesh step, op by op, and its proof.
+// pipetype/mesh/program.hpp — a whole mesh step, op by op, and its proof.
 //
 // lower_mesh() takes one verified pipeline plan (its compute program and lowered program), a
-// mesh (core/mesh.hpp) and the step's collectives (compile/collectives.hpp), and writes what
+// mesh (core/mesh.hpp) and the step's collectives (mesh/collectives.hpp), and writes what
 // every global rank issues: its pipeline rank's lowered ops, on its replica's communicators,
 // with the collectives inserted where they were placed, on a third stream of their own:
 //
@@ -41,12 +41,12 @@
 #include <utility>
 #include <vector>
 
-#include "pipetype/compile/activation_slots.hpp"
-#include "pipetype/compile/collectives.hpp"
+#include "pipetype/mesh/activation_slots.hpp"
+#include "pipetype/mesh/collectives.hpp"
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/compile/memory_actions.hpp"
-#include "pipetype/compile/memory_slots.hpp"
-#include "pipetype/compile/mesh_ops.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
+#include "pipetype/mesh/memory_slots.hpp"
+#include "pipetype/mesh/ops.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/program.hpp"
 
@@ -134,7 +134,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     std::vector<int> released(static_cast<std::size_t>(p.stages), -1);  // the last RESHARD's event
     std::size_t next = 0;                                               // the next collective
     std::vector<mesh_op> mine;
-    // memory actions (compile/memory_actions.hpp): per (stage, microbatch) the event a RELOAD
+    // memory actions (mesh/memory_actions.hpp): per (stage, microbatch) the event a RELOAD
     // records until its first reader waits, whether it is recomputed (only its input moves); per
     // action the OFFLOADs' events it waits for (their `until`)
     const std::span<const memory_action> mops = mem.rank_ops(r);
@@ -328,8 +328,8 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     out.events[static_cast<std::size_t>(g)] = events;
   }
   if (!mem.empty()) {
-    detail::assign_activation_slots(p, l, out);  // the activation slots (compile/activation_slots.hpp)
-    detail::assign_memory_slots(p, mem, out);    // the stash and host slots (compile/memory_slots.hpp)
+    detail::assign_activation_slots(p, l, out);  // the activation slots (mesh/activation_slots.hpp)
+    detail::assign_memory_slots(p, mem, out);    // the stash and host slots (mesh/memory_slots.hpp)
   }
   return out;
 }
@@ -735,7 +735,7 @@ inline void check_mesh_inputs(program_view p, const mesh& m, const collective_pr
 /// The proven mesh step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`):
 /// check_mesh, check_collectives, lower_mesh, verify_mesh; std::invalid_argument with one
 /// sentence (prefixed `who`) otherwise. What the executors bind each global rank from (with
-/// memory actions: compile/verify_memory.hpp's build_mesh).
+/// memory actions: mesh/verify_memory.hpp's build_mesh).
 inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
                                const dp_options& o, const std::string& who = "pipetype") {
   detail::check_mesh_inputs(p, m, c, o, who);

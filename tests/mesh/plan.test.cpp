@@ -1,4 +1,4 @@
-// compile/mesh_plan.hpp: a plan over a mesh, proven at compile time — its facts are constants, the
+// mesh/plan.hpp: a plan over a mesh, proven at compile time — its facts are constants, the
 // schedule's own UNSHARD/RESHARD/REDUCE_GRAD are its collectives when it writes them, and the
 // step program() lowers at run time is the proven one. (The rejections: tests/compile_fail/mesh_*.)
 #include <pipetype/pipetype.hpp>

@@ -1,4 +1,4 @@
-// pipetype/compile/memory_plan.hpp — a step with memory actions, proven at compile time.
+// pipetype/mesh/memory_plan.hpp — a step with memory actions, proven at compile time.
 //
 //   using S = pipetype::one_f_one_b<pipetype::ranks<4>, pipetype::microbatches<8>>;
 //   using step = pipetype::memory_plan<S, pipetype::saved_bytes<1 << 20>,
@@ -8,7 +8,7 @@
 //
 // The schedule's plan is make_plan's (plan_v<S>). Over it, at compile time: the memory actions are
 // the schedule's own (a from_text schedule whose rows carry OFFLOAD, RELOAD, RECOMPUTE) or placed
-// (place_memory, compile/place_memory.hpp, under the default cost model); a limit is checked
+// (place_memory, mesh/place_memory.hpp, under the default cost model); a limit is checked
 // against one microbatch's bytes on every rank; the actions are checked (check_memory_actions: a
 // RELOAD before its OFFLOAD, a RECOMPUTE of a forward whose input is offloaded, ...) and counted
 // (memory_of) against the limit; the step is lowered onto each rank's copy stream and proven
@@ -29,11 +29,11 @@
 #include <vector>
 
 #include "pipetype/compile/diagnostics.hpp"
-#include "pipetype/compile/memory_actions.hpp"
-#include "pipetype/compile/mesh_program.hpp"
-#include "pipetype/compile/place_memory.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
+#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/place_memory.hpp"
 #include "pipetype/compile/plan.hpp"
-#include "pipetype/compile/verify_memory.hpp"
+#include "pipetype/mesh/verify_memory.hpp"
 #include "pipetype/core/schedule.hpp"
 
 namespace pipetype {
@@ -232,7 +232,7 @@ struct memory_plan {
   /// Rank r's host pool peak.
   static constexpr std::int64_t host_peak_bytes(int r) { return memory()[static_cast<std::size_t>(r)].host_peak_bytes; }
   /// The step lowered with its actions on one replica, its stash, host and activation slots assigned
-  /// (compile/memory_slots.hpp), as the executors run it.
+  /// (mesh/memory_slots.hpp), as the executors run it.
   static constexpr mesh_program step() {
     const program_view p = plan().compute();
     return lower_mesh(p, plan().lowered(), mesh{p.ranks, 1}, place_collectives(p, {}), {}, actions());
@@ -243,7 +243,7 @@ struct memory_plan {
   /// All three accessors read one table, lowered once (a constant evaluation of its own).
   static constexpr int stash_slots(int r) { return slots(r).stash; }
   static constexpr int host_slots(int r) { return slots(r).host; }
-  /// Rank r's activation slots with the actions (compile/activation_slots.hpp: an offloaded input
+  /// Rank r's activation slots with the actions (mesh/activation_slots.hpp: an offloaded input
   /// leaves its slot, so fewer may do), a constant; without actions, the lowering's.
   static constexpr int activation_slots(int r) { return slots(r).activation; }
 

@@ -1,4 +1,4 @@
-// compile/memory_plan.hpp: a step with memory actions as a type, its peaks constants.
+// mesh/memory_plan.hpp: a step with memory actions as a type, its peaks constants.
 #include <pipetype/pipetype.hpp>
 
 #include <doctest/doctest.h>

@@ -1,7 +1,7 @@
-// pipetype/compile/verify_memory.hpp — the proof that a step's copies and recomputes are ordered.
+// pipetype/mesh/verify_memory.hpp — the proof that a step's copies and recomputes are ordered.
 //
-// verify_memory() takes a compute program, its memory actions (compile/memory_actions.hpp) and
-// the mesh step lowered from them (compile/mesh_program.hpp, a lone pipeline is a mesh with one
+// verify_memory() takes a compute program, its memory actions (mesh/memory_actions.hpp) and
+// the mesh step lowered from them (mesh/program.hpp, a lone pipeline is a mesh with one
 // replica) and proves, for every timing of the ops, that on each rank
 //   - an OFFLOAD starts after the forward that wrote what it copies,
 //   - a RELOAD starts after its OFFLOAD has completed,
@@ -9,10 +9,10 @@
 //     completed, and a recomputed forward's backwards after its RECOMPUTE,
 //   - the compute action at an OFFLOAD's `until` — from which the plan counts its device bytes as
 //     free, so later work may write there — starts after the copy has completed,
-//   - and, on the slots the step gives its stashes (compile/memory_slots.hpp), no op writes a
+//   - and, on the slots the step gives its stashes (mesh/memory_slots.hpp), no op writes a
 //     device or host slot before every op of its previous holder that reads or copies it, and
 //     every reader finds its own microbatch's stash there,
-//   - and, on the activation slots the step planned (compile/activation_slots.hpp), the same: no
+//   - and, on the activation slots the step planned (mesh/activation_slots.hpp), the same: no
 //     slot written before every op of its previous holder, every reader finding what the lowered
 //     data flow (or its RELOAD) put there. The sends and recvs of an NCCL group share its clock.
 // "After" is happens-before on the rank: program order on one stream, and an event's record before
@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "pipetype/compile/memory_actions.hpp"
-#include "pipetype/compile/mesh_program.hpp"
-#include "pipetype/compile/stream_clocks.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
+#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/stream_clocks.hpp"
 
 namespace pipetype {
 
@@ -46,7 +46,7 @@ constexpr verdict memory_order_error(int rank, int stage, int mb, const char* op
       .on_index(index);
 }
 
-/// The slots of global rank g of `mp` (compile/memory_slots.hpp), given happens-before `before`
+/// The slots of global rank g of `mp` (mesh/memory_slots.hpp), given happens-before `before`
 /// on its ops: each slot is written (a forward, a RELOAD or a RECOMPUTE into a device slot, an
 /// OFFLOAD into a host slot) only after every op of its previous holder that reads or copies it
 /// (the halves of an overlapped pair may run at once), and each reader finds its own microbatch
@@ -131,7 +131,7 @@ constexpr verdict verify_memory_slots(program_view p, const mesh_program& mp, in
   return {};
 }
 
-/// The activation slots of global rank g of `mp` (compile/activation_slots.hpp), given its clocks:
+/// The activation slots of global rank g of `mp` (mesh/activation_slots.hpp), given its clocks:
 /// each slot is written only after every op of its previous holder (on the writer's stream
 /// strictly before it: a send and a recv of one NCCL group run at once, as may the halves of an
 /// overlapped pair), and each reader finds there what the lowered program's data flow gives it:

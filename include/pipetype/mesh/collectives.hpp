@@ -1,4 +1,4 @@
-// pipetype/compile/collectives.hpp — the data-parallel and tied-weight actions of a step.
+// pipetype/mesh/collectives.hpp — the data-parallel and tied-weight actions of a step.
 //
 // A plan over a mesh (core/mesh.hpp) adds to each rank's compute actions the collectives that
 // data parallelism and tied weights need, with PyTorch's names where it has them:

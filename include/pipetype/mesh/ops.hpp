@@ -1,7 +1,7 @@
-// pipetype/compile/mesh_ops.hpp — what a mesh step is made of: its ops, communicators and streams.
+// pipetype/mesh/ops.hpp — what a mesh step is made of: its ops, communicators and streams.
 //
-// lower_mesh (compile/mesh_program.hpp) writes a mesh_program; the memory pass
-// (compile/memory_slots.hpp) gives a step with memory actions its stash and host slots; the
+// lower_mesh (mesh/program.hpp) writes a mesh_program; the memory pass
+// (mesh/memory_slots.hpp) gives a step with memory actions its stash and host slots; the
 // proofs (verify_mesh, verify_memory) and the executors read it.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "pipetype/compile/memory_actions.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
 #include "pipetype/core/action.hpp"
 #include "pipetype/core/mesh.hpp"
 
@@ -27,7 +27,7 @@ enum class mesh_op_code : std::uint8_t {
   all_gather,      // UNSHARD
   release,         // RESHARD: the gathered parameters freed (no communication)
   local_sum,       // a tie group held by one rank: its stages' tied gradients summed there (no communication)
-  offload,         // OFFLOAD(s, j): the saved activation copied to the host pool (compile/memory_actions.hpp)
+  offload,         // OFFLOAD(s, j): the saved activation copied to the host pool (mesh/memory_actions.hpp)
   reload,          // RELOAD(s, j): copied back to the device
   recompute,       // RECOMPUTE(s, j): F(s, j) run again from its kept input, on the compute stream
 };
@@ -93,14 +93,14 @@ struct mesh_op {
   int record_event = -1;    // a pipeline op's own record
   int source = -1;          // the index of the pipeline op (in its rank's lowered list) it copies; -1: added
   bool kept_only = false;   // OFFLOAD/RELOAD of a forward that is recomputed: only its kept input moves
-  // a step with memory actions (compile/memory_slots.hpp; −1 and 0 in one without):
+  // a step with memory actions (mesh/memory_slots.hpp; −1 and 0 in one without):
   int stash_slot = -1;   // compute, copies, RECOMPUTE: the device stash slot it writes or reads
   int host_slot = -1;    // OFFLOAD, RELOAD: the host slot it writes or reads
   bool scratch = false;  // a forward that is recomputed: writes its stash to a scratch block no one reads
   // the device stash slots in use around it: freed before it (an OFFLOAD's `until`), taken by it,
   // freed after it (a last backward); an executor sums them into a measured high-water mark
   std::int8_t freed_before = 0, taken = 0, freed_after = 0;
-  // a step with memory actions (compile/activation_slots.hpp): where its activation-pool references
+  // a step with memory actions (mesh/activation_slots.hpp): where its activation-pool references
   // are in mesh_program::act_map; −1: it has none
   int act = -1;
 
@@ -127,7 +127,7 @@ struct mesh_program {
   std::vector<std::vector<int>> ties;  // the tie groups' stages (dp_options::ties), for the executors
   memory_program memory{};             // the memory actions it was lowered with (ranks 0: none), for the executors
   std::vector<int> stash_slots;        // with memory actions, per global rank: its device stash pool's slots
-  std::vector<int> host_slots;         // and its host pool's (compile/memory_slots.hpp); else empty
+  std::vector<int> host_slots;         // and its host pool's (mesh/memory_slots.hpp); else empty
   std::vector<int> activation_slots;   // with memory actions, per global rank: its activation pool's slots
   std::vector<int> act_map;            // per op with act ≥ 0, at act: n, then n × (lowered slot, slot, writes)
 
@@ -136,7 +136,7 @@ struct mesh_program {
     const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(g) + 1]);
     return std::span<const mesh_op>(ops).subspan(b, e - b);
   }
-  /// Op o's activation-pool references (compile/activation_slots.hpp): each the activation slot of
+  /// Op o's activation-pool references (mesh/activation_slots.hpp): each the activation slot of
   /// the lowered program (lowered_op::slot, slots_of) it reads or writes, the slot of the step's
   /// own pool it is in at o, and whether o writes it. Empty for an op with none.
   struct act_ref {
