@@ -54,7 +54,7 @@
 #include "pipetype/mesh/simulate.hpp"
 #include "pipetype/mesh/ops.hpp"
 #include "pipetype/mesh/plan.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/place_memory.hpp"
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/compile/pool_bytes.hpp"

@@ -1,5 +1,5 @@
 // Memory actions (mesh/memory_actions.hpp): the checks, the program-order accounting, the
-// lowering onto a copy stream (mesh/program.hpp) and its proofs (verify_mesh,
+// lowering onto a copy stream (mesh/lower.hpp) and its proofs (verify_mesh,
 // verify_memory), the pass (mesh/place_memory.hpp) and the copy lane's cost (mesh/simulate.hpp).
 #include <pipetype/mesh/memory_actions.hpp>
 #include <pipetype/mesh/memory_step.hpp>

@@ -16,7 +16,7 @@
 
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/mesh/memory_actions.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype::detail {

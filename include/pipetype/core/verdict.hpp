@@ -46,7 +46,7 @@ namespace pipetype {
   /* B/I/W before the F of the same (stage, microbatch) on its rank */                                                 \
   X(backward_before_forward, _BACKWARD_BEFORE_FORWARD_, "backward before forward",                                     \
     "move the backward after the forward of the same stage and microbatch")                                            \
-  /* an action before the same-rank action that produces its input */                                                 \
+  /* an action before the same-rank action that produces its input */                                                  \
   X(action_before_its_input, _ACTION_BEFORE_ITS_INPUT_, "action before its input",                                     \
     "move the action after the action on its rank that produces its input")                                            \
   /* an overlapped pair that is not one forward and one backward */                                                    \
@@ -88,14 +88,14 @@ namespace pipetype {
   /* a pp x dp mesh with a side below 1, or not the world it should cover (core/mesh.hpp) */                           \
   X(bad_mesh, _BAD_MESH_, "bad mesh",                                                                                  \
     "give the mesh at least one pipeline rank and one replica, with pp x dp equal to the world's ranks")               \
-  /* a REDUCE_GRAD / UNSHARD / RESHARD / TIE where the step would be wrong (mesh/collectives.hpp) */                \
+  /* a REDUCE_GRAD / UNSHARD / RESHARD / TIE where the step would be wrong (mesh/collectives.hpp) */                   \
   X(collective_misplaced, _COLLECTIVE_MISPLACED_, "collective misplaced",                                              \
     "place each REDUCE_GRAD after its stage's last B or W, each compute between an UNSHARD and a RESHARD of "          \
     "its stage, and the ties in increasing order before their stages' REDUCE_GRAD (place_collectives does)")           \
-  /* members of a communicator issue different collectives (mesh/program.hpp) */                               \
+  /* members of a communicator issue different collectives (mesh/verify.hpp) */                                        \
   X(collective_mismatch, _COLLECTIVE_MISMATCH_, "collective mismatch",                                                 \
     "issue the same collectives in the same order on every member of a communicator")                                  \
-  /* an OFFLOAD / RELOAD / RECOMPUTE where the step would read what is not there (mesh/memory_actions.hpp) */       \
+  /* an OFFLOAD / RELOAD / RECOMPUTE where the step would read what is not there (mesh/memory_actions.hpp) */          \
   X(memory_action_misplaced, _MEMORY_ACTION_MISPLACED_, "memory action misplaced",                                     \
     "OFFLOAD a microbatch's activation after its F, RELOAD it after the OFFLOAD and before its first "                 \
     "backward, and RECOMPUTE it after its F (with its input on the device) and before its first backward "             \
@@ -137,7 +137,7 @@ struct wait_link {
   char needs_kind = '?';
   int needs_stage = -1, needs_microbatch = -1;
   int from = -1;
-  // a mesh step's ops that are no compute action (mesh/program.hpp): their names
+  // a mesh step's ops that are no compute action (mesh/verify.hpp): their names
   // ("all-reduce", "group", ...) in place of the kinds, and the communicator the wait is on
   // (nullptr, not "": g++ 12 cannot copy-list-initialize an array of aggregates whose pointer
   // member defaults to a string literal, and verdict holds such an array)

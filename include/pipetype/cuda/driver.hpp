@@ -79,7 +79,7 @@ concept copies = requires(D& d, typename D::stream s, void* p, const void* cp, s
   d.copy(p, cp, n, s);
 };
 
-/// Drivers that issue a mesh step's collectives (mesh/program.hpp), each in place on
+/// Drivers that issue a mesh step's collectives (mesh/lower.hpp), each in place on
 /// `count` elements of kind `t` per member, on communicator `c` and stream `s`:
 ///   all_reduce(buf, count, t, c, s)       ncclAllReduce(buf, buf, count, t, ncclSum, c, s)
 ///   reduce_scatter(buf, count, t, c, s)   buf holds members · count; member k keeps the sums of

@@ -76,7 +76,7 @@
 #include "pipetype/bind/report.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/cuda/capture.hpp"

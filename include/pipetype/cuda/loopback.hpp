@@ -53,7 +53,7 @@
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/mesh/collectives.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/verify_memory.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/cuda/capture.hpp"

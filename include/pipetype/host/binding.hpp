@@ -23,7 +23,7 @@
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/core/program.hpp"
 
 namespace pipetype {

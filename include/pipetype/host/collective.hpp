@@ -1,7 +1,7 @@
 // pipetype/host/collective.hpp — NCCL's collectives between threads of one process.
 //
 // The host executor's stand-in for ncclAllReduce, ncclReduceScatter and ncclAllGather on the
-// communicators a mesh program made (mesh/program.hpp), with the semantics its proof
+// communicators a mesh program made (mesh/lower.hpp), with the semantics its proof
 // assumed (NCCL user guide, "Collective operations"): every member of a communicator issues the
 // same collectives on it in the same order, and a collective completes on no member before every
 // member has reached it. A member's call blocks until all have arrived; the last to arrive does
@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "pipetype/bind/stage_entry.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/host/channel.hpp"
 

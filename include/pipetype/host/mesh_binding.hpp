@@ -2,7 +2,7 @@
 //
 // bind_mesh() binds each replica's pipeline program to that replica's model (binding.hpp: its
 // buffers, its stages' entry points), then writes every global rank's op lists from the proven
-// mesh program (mesh/program.hpp), one bound op per mesh op: the pipeline's ops as the
+// mesh program (mesh/lower.hpp, proved by mesh/verify.hpp), one bound op per mesh op: the pipeline's ops as the
 // replica bound them, on the replica's copies of the communicators; on the data-parallel stream
 // each collective as a call into the mesh's `collectives` (collective.hpp), which carries the
 // member's arrays (a stage's weight_gradients(), parameters() or tied_gradients(tie)); a RESHARD
@@ -40,7 +40,7 @@
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/memory_layout.hpp"
 #include "pipetype/mesh/collectives.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/verify_memory.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/host/binding.hpp"

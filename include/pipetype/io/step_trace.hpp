@@ -22,7 +22,7 @@
 //               the send and its receive), sent at the first's start, arrived at the second's end.
 //               In the order they were sent.
 //   collectives one span per collective of a mesh step on its rank's data-parallel stream
-//               (mesh/program.hpp), named by its action: REDUCE_GRAD(1), UNSHARD(2), TIE(0)
+//               (mesh/lower.hpp), named by its action: REDUCE_GRAD(1), UNSHARD(2), TIE(0)
 //   copies      one span per OFFLOAD(0,3) / RELOAD(0,3) on its rank's copy stream; a RECOMPUTE is a
 //               compute span labelled 0R3 (mesh/memory_actions.hpp)
 // Its figures (makespan, busy, bubble fraction, peak activations) are computed the way
@@ -39,7 +39,7 @@
 #include "pipetype/analysis/simulate.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/mesh/simulate.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/io/notation.hpp"

@@ -30,7 +30,7 @@
 
 #include "pipetype/compile/diagnostics.hpp"
 #include "pipetype/mesh/memory_actions.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/place_memory.hpp"
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/mesh/verify_memory.hpp"

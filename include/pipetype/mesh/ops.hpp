@@ -1,6 +1,6 @@
 // pipetype/mesh/ops.hpp — what a mesh step is made of: its ops, communicators and streams.
 //
-// lower_mesh (mesh/program.hpp) writes a mesh_program; the memory pass
+// lower_mesh (mesh/lower.hpp) writes a mesh_program; the memory pass
 // (mesh/memory_slots.hpp) gives a step with memory actions its stash and host slots; the
 // proofs (verify_mesh, verify_memory) and the executors read it.
 #pragma once

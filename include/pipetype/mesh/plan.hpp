@@ -28,7 +28,7 @@
 
 #include "pipetype/mesh/collectives.hpp"
 #include "pipetype/compile/diagnostics.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/schedule.hpp"

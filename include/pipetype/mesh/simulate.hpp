@@ -1,7 +1,7 @@
 // pipetype/mesh/simulate.hpp — how long a mesh step takes, and how much of its data-parallel
 // communication shows.
 //
-// simulate_mesh() runs a mesh program (mesh/program.hpp) as verify_mesh proves it runs —
+// simulate_mesh() runs a mesh program (mesh/lower.hpp) as verify_mesh proves it runs —
 // every (rank, stream) lane in order, a wait until its event's op has ended, a group once its
 // partners' groups are reached, a collective once every member has reached it — with times:
 //   compute      the cost model's time of its action (an overlapped pair: the pair's time on its
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "pipetype/analysis/costs.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 
 namespace pipetype {
 

@@ -1,7 +1,7 @@
 // pipetype/mesh/verify_memory.hpp — the proof that a step's copies and recomputes are ordered.
 //
 // verify_memory() takes a compute program, its memory actions (mesh/memory_actions.hpp) and
-// the mesh step lowered from them (mesh/program.hpp, a lone pipeline is a mesh with one
+// the mesh step lowered from them (mesh/lower.hpp, a lone pipeline is a mesh with one
 // replica) and proves, for every timing of the ops, that on each rank
 //   - an OFFLOAD starts after the forward that wrote what it copies,
 //   - a RELOAD starts after its OFFLOAD has completed,
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "pipetype/mesh/memory_actions.hpp"
-#include "pipetype/mesh/program.hpp"
+#include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/stream_clocks.hpp"
 
 namespace pipetype {

@@ -1,8 +1,8 @@
 // The mesh (core/mesh.hpp), the collectives' passes and checks (mesh/collectives.hpp), and the
-// mesh step's lowering and proof (mesh/program.hpp), against an independent oracle.
+// mesh step's lowering and proof (mesh/lower.hpp, mesh/verify.hpp), against an independent oracle.
 #include <pipetype/mesh/collectives.hpp>
 #include <pipetype/mesh/simulate.hpp>
-#include <pipetype/mesh/program.hpp>
+#include <pipetype/mesh/verify.hpp>
 #include <pipetype/core/mesh.hpp>
 #include <pipetype/pipetype.hpp>
 
