@@ -138,7 +138,8 @@ struct bound_op {
   // a step with memory actions: the rank's stash slots this op frees before it runs, takes, and
   // frees after it (mesh_op::freed_before, taken, freed_after), counted in `use`; all 0 elsewhere
   std::int8_t freed_before = 0, taken = 0, freed_after = 0;
-  bool counted = false;  // some of the three is not 0 (`use` is set)
+  bool counted : 1 = false;     // some of the three is not 0 (`use` is set)
+  bool recomputed : 1 = false;  // a forward the step recomputes (mesh_op::scratch): forward_ctx::grad is false
   int wait = 0;
   int end = 0;  // position after this op (a group: after its transfers)
   int stage = -1;
@@ -172,7 +173,6 @@ struct bound_op {
   // stages of a graph with several inputs or consumers (bind_compute): addresses in edge order,
   // in the bound rank's list pool; nullptr where `in`, `grad_in` and `grad_out` say it all
   int n_inputs = 1, n_grad_outs = 1;
-  bool recomputed = false;  // a forward the step recomputes (mesh_op::scratch): forward_ctx::grad is false
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
   memory_use* use = nullptr;                  // where freed_before, taken and freed_after count
