@@ -167,6 +167,9 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     const bound_program& rep = st.replicas[static_cast<std::size_t>(d)];
     const bound_rank& br = rep.rank[static_cast<std::size_t>(r)];
     const std::vector<stage_entry>& E = rep.entries;
+    auto entry_of = [&](int stage) -> const stage_entry& {  // a plan stage's (a later lane's: its model stage's)
+      return E[static_cast<std::size_t>(stage % L) % E.size()];
+    };
     // where each lowered op of the pipeline rank was bound: (stream, position)
     std::vector<std::pair<int, int>> where(l.rank_ops(r).size(), {-1, -1});
     for (int s = 0; s < stream_count; ++s)
@@ -180,8 +183,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     stash_pool* pool = nullptr;
     if (with_memory) {
       ml = pipetype::detail::memory_layout_of(st.memory, mp, g, br.stash_stride);
-      pipetype::detail::check_offloads_movable(
-          mp, g, [&](int stage) -> const stage_entry& { return E[static_cast<std::size_t>(stage % L) % E.size()]; });
+      pipetype::detail::check_offloads_movable(mp, g, entry_of);
       pool = st.pools.emplace_back(std::make_unique<stash_pool>()).get();
       pool->stride = ml.stride;
       pool->device_slots = ml.device_slots;
@@ -190,7 +192,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       pool->scratch_stash = pipetype::detail::aligned_bytes(ml.stride);
       std::size_t out_bytes = 0;
       for (const action& a : p.rank_actions(r))
-        out_bytes = std::max(out_bytes, E[static_cast<std::size_t>(a.stage % L) % E.size()].out.bytes);
+        out_bytes = std::max(out_bytes, entry_of(a.stage).out.bytes);
       pool->scratch_out = pipetype::detail::aligned_bytes(pipetype::detail::round_up64(out_bytes));
       pool->activation_stride = br.activation_stride;
       pool->activation_slots = mp.activation_slots.at(static_cast<std::size_t>(g));
@@ -259,7 +261,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         }
         if (pool && o2.act >= 0) move_to_step(b, o2, low[static_cast<std::size_t>(o2.source)], true);
       } else if (pool && (is_copy(o2.code) || o2.code == mesh_op_code::recompute)) {
-        const stage_entry& e = E[static_cast<std::size_t>(o2.stage % L) % E.size()];
+        const stage_entry& e = entry_of(o2.stage);
         label = pipetype::detail::mesh_op_label(o2, false);
         if (o2.code == mesh_op_code::recompute) {  // the microbatch's forward again, into its slot
           const bound_op* f = nullptr;
@@ -331,7 +333,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
             stages.push_back(o2.stage);
           }
           for (const int s : stages) {
-            const stage_entry& e = E[static_cast<std::size_t>(s % L) % E.size()];
+            const stage_entry& e = entry_of(s);
             std::size_t size = 0;
             const std::span<std::byte> a = pipetype::detail::collective_array(
                 e, o2.code == mesh_op_code::all_gather || o2.code == mesh_op_code::release, o2.tie, s, size,

@@ -181,24 +181,30 @@ inline device_call_fn& device_call() {
   return f;
 }
 
+/// How errors name a stage: "pipetype::torch: stage 'block 1'" (`name` empty: no quotes).
+inline std::string stage_who(const std::string& name) {
+  return "pipetype::torch: stage" + (name.empty() ? std::string() : " '" + name + "'");
+}
+
 /// For one call: ctx.stream as LibTorch's current stream on the stage's device, so that every
 /// kernel the module launches, autograd's included, is ordered on the executor's stream (nothing
-/// synchronises the device). Nothing on host threads (stream nullptr).
+/// synchronises the device). Nothing on host threads (stream nullptr). `name` is the stage's
+/// (stage_spec::name), spelled out only in an error.
 class stream_scope {
  public:
-  stream_scope(void* stream, const c10::Device& device, const std::string& who) {
+  stream_scope(void* stream, const c10::Device& device, const std::string& name) {
     if (stream == nullptr) {
       if (!device.is_cpu())
-        throw std::invalid_argument(who + "'s parameters are on " + device.str() +
+        throw std::invalid_argument(stage_who(name) + "'s parameters are on " + device.str() +
                                     ", but a host executor runs it: run it with a device executor (pipetype::cuda), "
                                     "or keep the module on the CPU");
       return;
     }
     if (!device.is_cuda())
-      throw std::invalid_argument(who + "'s parameters are on " + device.str() +
+      throw std::invalid_argument(stage_who(name) + "'s parameters are on " + device.str() +
                                   ", but a device executor runs it: move the module to the GPU before wrapping it");
     if (external_stream() == nullptr)
-      throw std::logic_error(who + " runs on a device stream, but nothing includes <pipetype/torch/cuda/stream.hpp> "
+      throw std::logic_error(stage_who(name) + " runs on a device stream, but nothing includes <pipetype/torch/cuda/stream.hpp> "
                                    "(link pipetype::torch_cuda and include it once)");
     guard_.emplace(external_stream()(stream, device.index()));
     if (device_call() != nullptr) device_call()(true), counted_ = true;
@@ -345,15 +351,10 @@ class module_stage : public detail::target_decl<Target> {
     attach_grads();
   }
   /// Adds one microbatch's weight gradient (pipetype's, written by a backward) into
-  /// weight_gradients(), in the order pipetype calls it: element by element on host threads
-  /// (stream nullptr), asynchronously on `stream` on a device.
+  /// weight_gradients(), in the order pipetype calls it: elementwise, on `stream` on a device
+  /// (asynchronously), on the calling thread on the host.
   void add_weight_grad(std::span<const float> g, void* stream) {
-    const detail::stream_scope on_stream(stream, st_->device, who());
-    if (stream == nullptr) {
-      float* acc = static_cast<float*>(st_->flat_grads.data_ptr());
-      for (std::size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
-      return;
-    }
+    const detail::stream_scope on_stream(stream, st_->device, st_->spec.name);
     const at::NoGradGuard no_grad;
     st_->flat_grads.add_(at::from_blob(const_cast<float*>(g.data()), {static_cast<std::int64_t>(g.size())},
                                        st_->flat_grads.options()));
@@ -431,7 +432,7 @@ class module_stage : public detail::target_decl<Target> {
 
   // ---- the stage's calls ------------------------------------------------------------------------
   void forward(const forward_ctx<module_stage>& c) {
-    const detail::stream_scope on_stream(c.stream, st_->device, who());
+    const detail::stream_scope on_stream(c.stream, st_->device, st_->spec.name);
     check_parameters();
     auto rec = std::make_unique<record>();
     for_inputs(c.input, [&](std::size_t, at::Tensor t, bool grad) {
@@ -478,7 +479,7 @@ class module_stage : public detail::target_decl<Target> {
   }
 
   void backward(const backward_ctx<module_stage>& c) {
-    const detail::stream_scope on_stream(c.stream, st_->device, who());
+    const detail::stream_scope on_stream(c.stream, st_->device, st_->spec.name);
     std::unique_ptr<record> rec = take(c, true);
     ::torch::autograd::variable_list grads = root_grads(c, *rec, false);
     ::torch::autograd::edge_list outs = input_edges(c, *rec);
@@ -490,7 +491,7 @@ class module_stage : public detail::target_decl<Target> {
   }
 
   void backward_input(const backward_ctx<module_stage>& c) {
-    const detail::stream_scope on_stream(c.stream, st_->device, who());
+    const detail::stream_scope on_stream(c.stream, st_->device, st_->spec.name);
     record& rec = find(c);
     ::torch::autograd::edge_list ins = input_edges(c, rec);
     const ::torch::autograd::edge_list roots = root_edges(rec);
@@ -549,7 +550,7 @@ class module_stage : public detail::target_decl<Target> {
   }
 
   void backward_weight(const backward_ctx<module_stage>& c) {
-    const detail::stream_scope on_stream(c.stream, st_->device, who());
+    const detail::stream_scope on_stream(c.stream, st_->device, st_->spec.name);
     std::unique_ptr<record> rec = take(c, false);
     if (!rec->split) throw std::logic_error(who() + ": backward_weight of microbatch " + std::to_string(c.microbatch) +
                                             " without its backward_input");
@@ -623,9 +624,7 @@ class module_stage : public detail::target_decl<Target> {
   };
   std::unique_ptr<state> st_;
 
-  std::string who() const {
-    return "pipetype::torch: stage" + (st_->spec.name.empty() ? std::string() : " '" + st_->spec.name + "'");
-  }
+  std::string who() const { return detail::stage_who(st_->spec.name); }
 
   std::span<float> tied_part(const at::Tensor& flat, int tie) const {
     for (const auto& [group, name] : st_->spec.ties)
