@@ -53,6 +53,19 @@ std::vector<std::unique_ptr<pc::runtime_driver>> drivers_of(int ranks) {
   return d;
 }
 
+// One step of `model`, the plan's ranks as loopback ranks on GPU 0, every input and target 0.
+void step_on_zeros(const pt::runtime_plan& plan, pt::uniform_chain<block_stage>& model) {
+  auto drivers = drivers_of(plan.compute().ranks);
+  std::vector<pc::runtime_driver*> ptrs;
+  for (auto& d : drivers) ptrs.push_back(d.get());
+  pc::loopback_pipeline<pc::runtime_driver> pipe{plan, model, ptrs};
+  const at::Tensor x = torch::zeros({plan.compute().microbatches, rows, width}, torch::Device(torch::kCUDA, 0));
+  pt::batch b;
+  b.input(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())))
+      .target(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())));
+  pipe.step(b);
+}
+
 }  // namespace test_torch_cuda
 }  // namespace
 
@@ -121,15 +134,7 @@ TEST_CASE("gpu torch: a module on the wrong side of its executor is refused in a
   }
   {  // parameters on the CPU, a device executor
     auto model = make_model(ranks, torch::Device(torch::kCPU));
-    auto drivers = drivers_of(ranks);
-    std::vector<pc::runtime_driver*> ptrs;
-    for (auto& d : drivers) ptrs.push_back(d.get());
-    pc::loopback_pipeline<pc::runtime_driver> pipe{plan, model, ptrs};
-    const at::Tensor x = torch::zeros({m, rows, width}, gpu);
-    pt::batch b;
-    b.input(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())))
-        .target(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())));
-    CHECK_THROWS_WITH(pipe.step(b), doctest::Contains("but a device executor runs it"));
+    CHECK_THROWS_WITH(step_on_zeros(plan, model), doctest::Contains("but a device executor runs it"));
   }
 }
 
@@ -151,15 +156,7 @@ TEST_CASE("gpu torch: a forward that synchronises the device is refused in a sen
                    spec_of(k));
   }
   pt::uniform_chain<block_stage> model(std::move(v));
-  auto drivers = drivers_of(ranks);
-  std::vector<pc::runtime_driver*> ptrs;
-  for (auto& d : drivers) ptrs.push_back(d.get());
-  pc::loopback_pipeline<pc::runtime_driver> pipe{plan, model, ptrs};
-  const at::Tensor x = torch::zeros({m, rows, width}, gpu);
-  pt::batch b;
-  b.input(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())))
-      .target(std::span<const float>(x.data_ptr<float>(), static_cast<std::size_t>(x.numel())));
-  CHECK_THROWS_WITH(pipe.step(b), doctest::Contains("stage 'gpu block 0''s forward failed in LibTorch"));
+  CHECK_THROWS_WITH(step_on_zeros(plan, model), doctest::Contains("stage 'gpu block 0''s forward failed in LibTorch"));
   // outside a stage's call, LibTorch synchronises as it likes again
-  CHECK(x.sum().item<float>() == 0.0f);
+  CHECK(torch::zeros({m, rows, width}, gpu).sum().item<float>() == 0.0f);
 }
