@@ -234,7 +234,9 @@ def emulate_nccl(dist, rank, streams, wait_s):
     runs on a stream (a thread) in issue order — one per rank (`shared`), per peer (`per-peer`) or
     per peer and direction (`per-direction`) — and blocks that stream until its partner is
     reached (a request/acknowledge handshake before the data), FIFO per directed pair. A wait on
-    an op that has not completed within `wait_s` seconds raises _Hang: the order would hang.
+    an op that has not completed within `wait_s` seconds raises _Hang: the order would hang. The
+    rank that finds it says so in the process group's store, and every rank's waits on the same
+    schedule end at once (each would end after its own `wait_s` anyway, one after another).
     Each schedule's transfers run on a gloo group of their own (`wrap`), so the threads that a
     hang leaves blocked hold only that group, and the next schedule starts clean in the same
     processes."""
@@ -247,6 +249,7 @@ def emulate_nccl(dist, rank, streams, wait_s):
     real_isend, real_irecv = c10d.isend, c10d.irecv  # (c10d.send and recv call the patched names)
     lanes = {}
     group = [None]  # the current schedule's gloo group (wrap)
+    store, hung = c10d._get_default_store(), ["pipetype_hang_0"]  # the key a hang of this schedule sets
 
     def send(tensor, peer, tag, g):
         real_isend(tensor, peer, group=g, tag=tag).wait()
@@ -259,8 +262,13 @@ def emulate_nccl(dist, rank, streams, wait_s):
             self.what, self.done, self.error = what, threading.Event(), None
 
         def wait(self, timeout=None):
-            if not self.done.wait(wait_s):
-                raise _Hang(f"rank {rank} waits for {self.what}")
+            end = time.monotonic() + wait_s
+            while not self.done.wait(0.05):
+                if time.monotonic() > end:
+                    store.set(hung[0], str(rank))
+                    raise _Hang(f"rank {rank} waits for {self.what}")
+                if store.check([hung[0]]):  # another rank found the hang
+                    raise _Hang(f"rank {rank} waits for {self.what}")
             if self.error:
                 raise self.error
             return True
@@ -320,6 +328,7 @@ def emulate_nccl(dist, rank, streams, wait_s):
             active[0] = False
             lanes.clear()  # a hang's blocked lanes stay with the old group
             group[0] = dist.new_group(backend="gloo")
+            hung[0] = f"pipetype_hang_{int(hung[0].rsplit('_', 1)[1]) + 1}"
             init = schedule._initialize_stages
 
             def initialize_then_emulate(*a, **k):

@@ -1,14 +1,28 @@
 # Compiles SRC with CXX (-std=c++20 -fsyntax-only, from a precompiled header when PCH is given).
 # MODE=pass: must succeed. MODE=fail: must fail, and the compiler's output must match its
 # expectation (below).
-# PCH (clang++ only, tests/CMakeLists.txt): the precompiled pipetype/host.hpp to start from.
+# PCH (tests/CMakeLists.txt): the precompiled header to start from, clang++'s .pch or g++'s .gch
+# (beside the pch.hpp it was made from); not used when a header is newer than it (edited since
+# the build), since g++ would not notice.
 set(pch_flags "")
 if(PCH)
+  file(GLOB_RECURSE headers ${INCLUDE}/pipetype/*.hpp)
+  foreach(header IN LISTS headers)
+    if(${header} IS_NEWER_THAN ${PCH})
+      set(PCH "")
+      break()
+    endif()
+  endforeach()
+endif()
+if(PCH MATCHES "[.]gch$")
+  string(REGEX REPLACE "[.]gch$" "" pch_header ${PCH})
+  set(pch_flags -include ${pch_header})
+elseif(PCH)
   set(pch_flags -include-pch ${PCH})
 endif()
 execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${pch_flags} ${SRC}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(PCH AND err MATCHES "modified since the precompiled header")  # a header edited since the build
+if(pch_flags AND err MATCHES "modified since the precompiled header")  # clang++'s own check
   execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${SRC}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 endif()

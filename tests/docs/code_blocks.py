@@ -33,6 +33,9 @@ GIVEN = re.compile(r"^, given ([A-Za-z_][A-Za-z_0-9]*(?:, [A-Za-z_][A-Za-z_0-9]*
 SKETCH = re.compile(r"^<!-- not compiled: (.*) -->$")  # the line before a fence: a sketch, said why
 NEEDS_CUDA = ("pipetype/cuda/runtime.hpp", "pipetype/cuda/mpi.hpp", "pipetype/cuda.hpp")
 NEEDS_TORCH = ("pipetype/torch/",)
+# a block that specializes a template or defines macros stands in a translation unit of its own;
+# the others are compiled together (batched), each in a namespace of its own
+STANDALONE = re.compile(r"template\s*<>|^\s*namespace pipetype\b|^\s*#\s*(?!include)", re.M)
 
 
 def doc_blocks(root):
@@ -93,6 +96,21 @@ def header_examples(root):
     return out
 
 
+def batched(members):
+    """One translation unit of several blocks: their #include lines first, then each block in a
+    namespace of its own (a `main` there is an ordinary function), its lines numbered as in its
+    file so that a diagnostic names the block. A batch that does not compile is compiled again
+    block by block (main), so a failure is always a block's own."""
+    includes, bodies = [], []
+    for k, where, src in members:
+        lines = src.split("\n")
+        includes += [line for line in lines if line.startswith("#include") and line not in includes]
+        file, line = where.rsplit(":", 1)
+        body = "\n".join("" if x.startswith("#include") else x for x in lines)
+        bodies.append(f'namespace pipetype_block_{k} {{\n#line {line} "{file}"\n{body}\n}}  // namespace pipetype_block_{k}\n')
+    return "\n".join(includes) + "\n" + "".join(bodies)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cxx", required=True)
@@ -106,24 +124,39 @@ def main():
     flags += [f for d in args.includes for f in ("-I", d)]
     with tempfile.TemporaryDirectory(prefix="pipetype-code-blocks-") as tmp:
 
-        def check(k_where_src):
-            k, (where, src) = k_where_src
-            if src is None:
-                return where, False, "an `Example:` mark with no indented example under it"
-            if isinstance(src, tuple):
-                return where, None, src[1]
-            if not args.cuda and any(h in src for h in NEEDS_CUDA):
-                return where, None, "needs the CUDA toolkit's headers (not found)"
-            if not args.torch and any(h in src for h in NEEDS_TORCH):
-                return where, None, "needs LibTorch's headers (not found)"
-            path = os.path.join(tmp, f"block{k}.cpp")
+        def compile_source(name, src):
+            path = os.path.join(tmp, name)
             with open(path, "w") as f:
                 f.write(src)
             p = subprocess.run([args.cxx, *flags, path], capture_output=True, text=True, timeout=300)
-            return where, p.returncode == 0, (p.stderr.strip()[:3000] + "\n--- the code:\n" + src) if p.returncode else ""
+            return p.returncode == 0, p.stderr.strip()
 
+        def alone(k, where, src):
+            ok, err = compile_source(f"block{k}.cpp", src)
+            return where, ok, "" if ok else err[:3000] + "\n--- the code:\n" + src
+
+        def batch(members):  # [(k, where, src)]: one translation unit, or each alone if it fails
+            ok, _ = compile_source(f"batch{members[0][0]}.cpp", batched(members))
+            return [(where, True, "") for _, where, _ in members] if ok else [alone(*m) for m in members]
+
+        results, batches = {}, {}
+        for k, (where, src) in enumerate(blocks):
+            if src is None:
+                results[k] = where, False, "an `Example:` mark with no indented example under it"
+            elif isinstance(src, tuple):
+                results[k] = where, None, src[1]
+            elif not args.cuda and any(h in src for h in NEEDS_CUDA):
+                results[k] = where, None, "needs the CUDA toolkit's headers (not found)"
+            elif not args.torch and any(h in src for h in NEEDS_TORCH):
+                results[k] = where, None, "needs LibTorch's headers (not found)"
+            else:  # LibTorch's and CUDA's headers are slow to read: the blocks that need them go together
+                heavy = any(h in src for h in NEEDS_CUDA + NEEDS_TORCH)
+                batches.setdefault("alone" if STANDALONE.search(src) else heavy, []).append((k, where, src))
+        jobs = [[m] for m in batches.pop("alone", [])] + list(batches.values())
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            results = list(pool.map(check, enumerate(blocks)))
+            for members, got in zip(jobs, pool.map(batch, jobs)):
+                results.update((m[0], r) for m, r in zip(members, got))
+        results = [results[k] for k in sorted(results)]
     failed = 0
     for where, ok, why in results:
         print(f"{'compiles' if ok else 'not compiled' if ok is None else 'FAILS'}: {where}" +

@@ -113,7 +113,8 @@ def emulated_nccl(args, files, verdicts):
             rc, _, _ = common.run_explorer(args.explorer, ["--file", path, "--ranks", str(p), "--microbatches", str(m),
                                                            "--p2p", layout])
             runs.append((label, path, p, m, layout, rc == 0))
-    # one launch per size and layout, three at a time: a file that hangs leaves its transfers'
+    # one launch per size and layout, all at once (six launches of 2 or 4 workers; most of their
+    # time is the 5 s each hanging file waits before it is reported): a file that hangs leaves its transfers'
     # group blocked and the workers go on to the next file
     batches = {}
     for r in runs:
@@ -130,7 +131,7 @@ def emulated_nccl(args, files, verdicts):
 
     print(f"{len(runs)} of them run in PyTorch's runtime under an emulation of NCCL's blocking point-to-point:")
     disagree = 0
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=len(batches)) as pool:
         for batch, got in pool.map(launch, batches.values()):
             for label, path, _, _, layout, completes in batch:
                 res = got.get(f"{label} [{layout}]", {"loads": False, "error": "no result (an earlier file hung)"})
