@@ -42,7 +42,7 @@
 #include "pipetype/mesh/verify.hpp"
 #include "pipetype/core/memory.hpp"
 #include "pipetype/core/program.hpp"
-#include "pipetype/io/notation.hpp"
+#include "pipetype/io/write_schedule.hpp"
 
 namespace pipetype {
 

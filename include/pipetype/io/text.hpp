@@ -1,5 +1,5 @@
 // pipetype/io/text.hpp — lowered ops as text (the notation of compute programs, read and
-// written, is io/notation.hpp).
+// written, is io/notation.hpp and io/write_schedule.hpp).
 //
 //   to_text(op)               one lowered op: "[wait e0] compute 1F0 in=a0 out=- [record e1]",
 //                             "send act 0F0 -> rank 1 comm 0 slot a1", ...
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "pipetype/compile/lowered.hpp"
-#include "pipetype/io/notation.hpp"
+#include "pipetype/io/write_schedule.hpp"
 
 namespace pipetype {
 
