@@ -590,7 +590,7 @@ std::string host_link_text(const args& a) {
   return out;
 }
 /// The step of `r` with memory actions (--offload, --recompute): placed, lowered onto each rank's
-/// copy stream, proved and simulated (mesh/memory_step.hpp), in rank shares as the report.
+/// copy stream, proved and simulated (mesh/memory_plan.hpp: plan_memory), in rank shares as the report.
 struct memory_figures {
   std::string error;  // why no such step ("" when there is one)
   pt::memory_step step;

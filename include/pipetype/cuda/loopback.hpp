@@ -53,6 +53,7 @@
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/mesh/collectives.hpp"
+#include "pipetype/mesh/plan.hpp"
 #include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/verify_memory.hpp"
 #include "pipetype/core/mesh.hpp"

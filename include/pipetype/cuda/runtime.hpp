@@ -255,7 +255,7 @@ class runtime_driver {
     }
     return out;
   }
-  /// The same for a mesh step (mesh/verify.hpp: build_mesh), this driver's rank its
+  /// The same for a mesh step (mesh/plan.hpp: build_mesh), this driver's rank its
   /// global rank: one communicator per mesh communicator (each replica's copies of the pipeline's,
   /// the DP groups', the tie groups'), split from the world in id order with key = global rank, so
   /// that a member's rank in each is its place among the communicator's members.

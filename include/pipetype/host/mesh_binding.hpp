@@ -40,6 +40,7 @@
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/memory_layout.hpp"
 #include "pipetype/mesh/collectives.hpp"
+#include "pipetype/mesh/plan.hpp"
 #include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/verify_memory.hpp"
 #include "pipetype/core/mesh.hpp"

@@ -22,7 +22,7 @@
 // and replica that spans two ranks or more. A tie group within one rank needs none: its sum is a
 // `local_sum` on the dp stream, ordered by events as an all-reduce would be.
 //
-// Its proof is mesh/verify.hpp's verify_mesh; build_mesh (there) lowers and proves in one call.
+// Its proof is mesh/verify.hpp's verify_mesh; build_mesh (mesh/plan.hpp) lowers and proves in one call.
 #pragma once
 
 #include <algorithm>

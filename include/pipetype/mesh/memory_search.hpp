@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipetype/mesh/memory_step.hpp"
+#include "pipetype/mesh/memory_plan.hpp"
 #include "pipetype/compile/plan.hpp"
 
 namespace pipetype {

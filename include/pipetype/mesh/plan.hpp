@@ -21,17 +21,27 @@
 // world<N> (the world the mesh must cover). program() lowers the same step again at run time
 // (the compile-time one leaves no storage behind) for the executors: the host mesh_executor takes
 // the plan and options(), the CUDA executor the program.
+//
+// At run time, for a plan known only then, build_mesh (the end of this file) is the same step:
+// the same checks, lower_mesh and verify_mesh (and with memory actions check_memory_actions and
+// verify_memory), a refusal being std::invalid_argument with the sentence the type's compile
+// error carries. Every plan header has this shape: the type, proven at compile time, and its
+// run-time twin (compile/plan.hpp: static_plan and build_plan; mesh/memory_plan.hpp: memory_plan
+// and plan_memory).
 #pragma once
 
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
-#include "pipetype/mesh/collectives.hpp"
 #include "pipetype/compile/diagnostics.hpp"
-#include "pipetype/mesh/verify.hpp"
 #include "pipetype/compile/plan.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/core/schedule.hpp"
+#include "pipetype/mesh/collectives.hpp"
+#include "pipetype/mesh/verify.hpp"
+#include "pipetype/mesh/verify_memory.hpp"
 
 namespace pipetype {
 
@@ -161,6 +171,54 @@ struct mesh_plan {
 template <schedule S, class Mesh, class... Options>
 constexpr mesh_facts make_mesh_plan() {
   return detail::checked_mesh<S, Mesh, Options...>();
+}
+
+// ---- at run time: build_mesh, the proven step of a plan known only then -------------------------
+
+namespace detail {
+/// build_mesh's checks of its inputs (the mesh, its fit to the plan and the options, the
+/// collectives); std::invalid_argument with one sentence (prefixed `who`).
+inline void check_mesh_inputs(program_view p, const mesh& m, const collective_program& c, const dp_options& o,
+                              const std::string& who) {
+  if (const verdict mv = check_mesh(m); !mv.ok()) throw std::invalid_argument(who + ": " + describe(mv));
+  if (m.pp != p.ranks)
+    throw std::invalid_argument(who + ": the mesh has " + std::to_string(m.pp) + " pipeline ranks (pp), the plan " +
+                                std::to_string(p.ranks));
+  if (o.dp != m.dp)
+    throw std::invalid_argument(who + ": dp_options::dp is " + std::to_string(o.dp) + " but the mesh has " +
+                                std::to_string(m.dp) + " replicas");
+  if (const verdict cv = check_collectives(p, c, o); !cv.ok()) throw std::invalid_argument(who + ": " + describe(cv));
+}
+}  // namespace detail
+
+/// The proven mesh step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`):
+/// check_mesh, check_collectives, lower_mesh, verify_mesh; std::invalid_argument with one
+/// sentence (prefixed `who`) otherwise. What the executors bind each global rank from (with
+/// memory actions: the overload below).
+inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
+                               const dp_options& o, const std::string& who = "pipetype") {
+  detail::check_mesh_inputs(p, m, c, o, who);
+  mesh_program mp = lower_mesh(p, l, m, c, o);
+  if (const verdict v = verify_mesh(mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
+  return mp;
+}
+/// The same with the collectives place_collectives(p, o) writes.
+inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const dp_options& o,
+                               const std::string& who = "pipetype") {
+  return build_mesh(p, l, m, place_collectives(p, o), o, who);
+}
+
+/// The proven step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`) and memory
+/// actions `mem`: build_mesh's checks, then check_memory_actions, lower_mesh, verify_mesh and
+/// verify_memory; std::invalid_argument with one sentence (prefixed `who`) otherwise.
+inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
+                               const dp_options& o, const memory_program& mem, const std::string& who = "pipetype") {
+  detail::check_mesh_inputs(p, m, c, o, who);
+  if (const verdict v = check_memory_actions(p, mem); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
+  mesh_program mp = lower_mesh(p, l, m, c, o, mem);
+  if (const verdict v = verify_mesh(mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
+  if (const verdict v = verify_memory(p, mem, mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
+  return mp;
 }
 
 }  // namespace pipetype

@@ -1,5 +1,5 @@
-// pipetype/mesh/verify.hpp — the proof of a mesh step (mesh/lower.hpp writes it), and build_mesh,
-// which lowers and proves in one call.
+// pipetype/mesh/verify.hpp — the proof of a mesh step (mesh/lower.hpp writes it). build_mesh, which
+// lowers and proves in one call at run time, is mesh/plan.hpp's (beside the compile-time mesh_plan).
 //
 // verify_mesh() proves that the step completes under NCCL's semantics on every communicator at
 // once: every member of a communicator issues the same collectives on it in the same order (the
@@ -398,39 +398,6 @@ constexpr verdict verify_mesh(const mesh_program& mp) {
     ++v.cycle_length;
   }
   return v;
-}
-
-namespace detail {
-/// build_mesh's checks of its inputs (the mesh, its fit to the plan and the options, the
-/// collectives); std::invalid_argument with one sentence (prefixed `who`).
-inline void check_mesh_inputs(program_view p, const mesh& m, const collective_program& c, const dp_options& o,
-                              const std::string& who) {
-  if (const verdict mv = check_mesh(m); !mv.ok()) throw std::invalid_argument(who + ": " + describe(mv));
-  if (m.pp != p.ranks)
-    throw std::invalid_argument(who + ": the mesh has " + std::to_string(m.pp) + " pipeline ranks (pp), the plan " +
-                                std::to_string(p.ranks));
-  if (o.dp != m.dp)
-    throw std::invalid_argument(who + ": dp_options::dp is " + std::to_string(o.dp) + " but the mesh has " +
-                                std::to_string(m.dp) + " replicas");
-  if (const verdict cv = check_collectives(p, c, o); !cv.ok()) throw std::invalid_argument(who + ": " + describe(cv));
-}
-}  // namespace detail
-
-/// The proven mesh step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`):
-/// check_mesh, check_collectives, lower_mesh, verify_mesh; std::invalid_argument with one
-/// sentence (prefixed `who`) otherwise. What the executors bind each global rank from (with
-/// memory actions: mesh/verify_memory.hpp's build_mesh).
-inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
-                               const dp_options& o, const std::string& who = "pipetype") {
-  detail::check_mesh_inputs(p, m, c, o, who);
-  mesh_program mp = lower_mesh(p, l, m, c, o);
-  if (const verdict v = verify_mesh(mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
-  return mp;
-}
-/// The same with the collectives place_collectives(p, o) writes.
-inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const dp_options& o,
-                               const std::string& who = "pipetype") {
-  return build_mesh(p, l, m, place_collectives(p, o), o, who);
 }
 
 }  // namespace pipetype

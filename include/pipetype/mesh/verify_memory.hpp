@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "pipetype/mesh/memory_actions.hpp"
-#include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/stream_clocks.hpp"
+#include "pipetype/mesh/verify.hpp"
 
 namespace pipetype {
 
@@ -311,19 +311,6 @@ constexpr verdict verify_memory(program_view p, const memory_program& mem, const
     if (verdict v = detail::verify_activation_slots(p, mp, g, clock); !v.ok()) return v;
   }
   return {};
-}
-
-/// The proven step of `p` lowered as `l` on mesh `m` with collectives `c` (options `o`) and memory
-/// actions `mem`: build_mesh's checks, then check_memory_actions, lower_mesh, verify_mesh and
-/// verify_memory; std::invalid_argument with one sentence (prefixed `who`) otherwise.
-inline mesh_program build_mesh(program_view p, lowered_view l, const mesh& m, const collective_program& c,
-                               const dp_options& o, const memory_program& mem, const std::string& who = "pipetype") {
-  detail::check_mesh_inputs(p, m, c, o, who);
-  if (const verdict v = check_memory_actions(p, mem); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
-  mesh_program mp = lower_mesh(p, l, m, c, o, mem);
-  if (const verdict v = verify_mesh(mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
-  if (const verdict v = verify_memory(p, mem, mp); !v.ok()) throw std::invalid_argument(who + ": " + describe(v));
-  return mp;
 }
 
 }  // namespace pipetype
