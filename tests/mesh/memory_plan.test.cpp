@@ -1,12 +1,19 @@
-// mesh/memory_plan.hpp: a step with memory actions as a type, its peaks constants.
+// mesh/memory_plan.hpp: a step with memory actions as a type, its peaks constants; and its
+// run-time twin, plan_memory, over data-parallel replicas.
 #include <pipetype/pipetype.hpp>
 
 #include <doctest/doctest.h>
+
+#include "memory_test.hpp"
+
+#include <string>
 
 namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
 namespace test_memory_plan {
 
 namespace pt = pipetype;
+using mesh_test::at_k;
+using mesh_test::why;
 
 using S = pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>;
 
@@ -45,6 +52,54 @@ TEST_CASE("memory plan: the type's actions are the ones its facts count") {
   CHECK(offloads == offloaded::facts.offloads);
   CHECK(pt::check_memory_actions(offloaded::plan().compute(), m).ok());
   CHECK(offloaded::memory()[0].base_peak_activations == doctest::Approx(4));
+}
+
+TEST_CASE("memory actions: over data-parallel replicas the step is lowered, proved and timed with its collectives") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 4, 8));
+  REQUIRE(plan.ok());
+  const pt::costs c{.f = 1, .b = 2};
+  const pt::memory_sizes z{{1000}, {50}};
+  const pt::memory_options o = at_k(0.5, pt::memory_policy::all);
+  const pt::memory_step lone = pt::plan_memory(plan.compute(), plan.lowered(), z, c, o);
+  REQUIRE(lone.result.ok());
+  pt::memory_mesh over;
+  over.dp = {.dp = 2};
+  over.costs.param_bytes = {4000};
+  over.costs.bandwidth = 1000;  // an all-reduce of 2 members: 2 · 1/2 · 4000 / 1000 = 4 time units
+  const pt::memory_step s = pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, over);
+  REQUIRE(s.result.ok());
+  CHECK(s.step.shape.dp == 2);
+  int collectives = 0, copies = 0, lone_copies = 0;
+  for (const pt::mesh_op& op : s.step.ops) collectives += pt::is_collective(op.code), copies += pt::is_copy(op.code);
+  for (const pt::mesh_op& op : lone.step.ops) lone_copies += pt::is_copy(op.code);
+  CHECK(collectives == 2 * 4);  // a REDUCE_GRAD per stage on each replica
+  CHECK(lone_copies > 0);
+  CHECK(copies == 2 * lone_copies);  // every replica runs the pipeline's actions
+  CHECK(s.actions.ops == lone.actions.ops);
+  REQUIRE(s.memory.size() == lone.memory.size());
+  for (std::size_t r = 0; r < s.memory.size(); ++r) {
+    CAPTURE(r);
+    CHECK(s.memory[r].peak_bytes == lone.memory[r].peak_bytes);
+    CHECK(s.memory[r].offloaded == lone.memory[r].offloaded);
+  }
+  // the baseline is the same mesh step without the actions: its collectives' time included
+  pt::mesh_costs d = over.costs;
+  d.activations = z;
+  d.copy_bandwidth = o.copy_bandwidth;
+  const pt::mesh_program plain = pt::lower_mesh(plan.compute(), plan.lowered(), {.pp = 4, .dp = 2},
+                                                pt::place_collectives(plan.compute(), over.dp), over.dp);
+  CHECK(s.base_makespan == doctest::Approx(pt::simulate_mesh(plain, c, d).makespan));
+  CHECK(s.base_makespan > lone.base_makespan + 1);
+  CHECK(pt::verify_memory(plan.compute(), s.actions, s.step).ok());
+  // collectives the options refuse are the answer's result
+  pt::memory_mesh sharded = over;
+  sharded.dp.shard = true;
+  sharded.collectives = pt::place_collectives(plan.compute(), over.dp);  // no UNSHARD for a sharded step
+  CHECK(why(pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, sharded).result)
+            .find("a compute action on a sharded stage") != std::string::npos);
+  pt::memory_mesh none = over;
+  none.dp.dp = 0;
+  CHECK(!pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, none).result.ok());
 }
 
 }  // namespace test_memory_plan

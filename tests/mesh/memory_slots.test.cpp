@@ -4,10 +4,8 @@
 // and the proof holds; 1F1B's rank 0 needs 2 stash slots instead of 4 with every activation
 // offloaded, as a constant of a plan that is a type; and three mutations the proof refuses: every
 // stash in slot 0, a forward writing into a slot its OFFLOAD still copies out of, and a RELOAD
-// reading another microbatch's host slot. mesh/activation_slots.hpp: an offloaded input leaves
-// its activation slot (1F1B p=8's rank 1 needs 4 instead of 9), and the proof refuses a slot reused
-// too early, a backward reading a slot its input was offloaded from, and a RELOAD that brings back
-// what its OFFLOAD did not take.
+// reading another microbatch's host slot. The activation slots are
+// tests/mesh/activation_slots.test.cpp's.
 #include <pipetype/pipetype.hpp>
 
 #include <doctest/doctest.h>
@@ -18,11 +16,16 @@
 #include <vector>
 
 #include "../host/memory_modes.hpp"
+#include "memory_test.hpp"
 
 namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
 namespace test_memory_slots {
 
 namespace pt = pipetype;
+using mesh_test::make_step;
+using mesh_test::ops_where;
+using mesh_test::step;
+using mesh_test::verify;
 
 // 1F1B, p = 4, m = 8, one byte saved a microbatch, every activation offloaded: the slots are constants
 using offloaded = pt::memory_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>,
@@ -38,38 +41,6 @@ static_assert(plain::stash_slots(0) == 4 && plain::stash_slots(3) == 1 && plain:
 // offloaded input leaves its slot: p = 8 below; a larger plan as a type needs pipetype_large_plans)
 static_assert(offloaded::activation_slots(1) <= plain::activation_slots(1) && plain::activation_slots(1) == 5);
 static_assert(offloaded::activation_slots(0) == plain::activation_slots(0));  // stage 0 reads the batch
-
-struct step {
-  pt::runtime_plan plan;
-  pt::memory_program actions;
-  pt::mesh_program mesh;
-};
-
-/// The step's plan lowered with its actions on one replica, checked and proved (build_mesh).
-pt::mesh_program lowered_with_actions(const step& s) {
-  const pt::dp_options dp{};
-  return pt::build_mesh(s.plan.compute(), s.plan.lowered(), pt::mesh{s.plan.compute().ranks, 1},
-                        pt::place_collectives(s.plan.compute(), dp), dp, s.actions);
-}
-
-step make_step(const std::string& name, pt::memory_policy offload, pt::memory_policy recompute, int p = 4, int m = 8) {
-  step s{pt::build_plan(pt::make_schedule(name, p, m)), {}, {}};
-  REQUIRE_MESSAGE(s.plan.ok(), pt::describe(s.plan.result));
-  const pt::memory_sizes one{{1}, {0}};  // a stash a microbatch, nothing kept by a recomputed forward
-  pt::memory_options o;
-  o.offload = offload;
-  o.recompute = recompute;
-  o.copy_bandwidth = 1;  // a copy takes one forward: k = 2/3
-  const pt::memory_placement placed = pt::place_memory(s.plan.compute(), one, pt::costs{.f = 1, .b = 2}, o);
-  REQUIRE_MESSAGE(placed.result.ok(), pt::describe(placed.result));
-  s.actions = placed.actions;
-  s.mesh = lowered_with_actions(s);
-  return s;
-}
-
-pt::verdict verify(const step& s, const pt::mesh_program& mp) {
-  return pt::verify_memory(s.plan.compute(), s.actions, mp);
-}
 
 TEST_CASE("memory slots: every rank's stash pool is its planned peak, and the proof holds") {
   for_each_memory_mode([](const char* name, pt::memory_policy offload, pt::memory_policy recompute) {
@@ -99,16 +70,6 @@ TEST_CASE("memory slots: 1F1B's rank 0 holds 2 stashes instead of 4 with every a
   CHECK(s.mesh.stash_slots == std::vector<int>{2, 2, 2, 1});
   CHECK(s.mesh.host_slots[0] == 4);
   CHECK(s.mesh.host_slots[3] == 0);  // the last rank offloads nothing
-}
-
-/// The mesh op index (in global rank g's ops) of each op `pick` accepts.
-template <class Pick>
-std::vector<std::size_t> ops_where(const pt::mesh_program& mp, Pick pick, int g = 0) {
-  std::vector<std::size_t> out;
-  const auto ops = mp.rank_ops(g);
-  for (std::size_t i = 0; i < ops.size(); ++i)
-    if (pick(ops[i])) out.push_back(i);
-  return out;
 }
 
 TEST_CASE("memory slots: the proof refuses a slot written while its holder may still use it") {
@@ -241,72 +202,6 @@ TEST_CASE("memory slots: a slot a RELOAD borrowed is not freed by the OFFLOAD it
   REQUIRE(!reloads.empty());
   CHECK(s.mesh.ops[static_cast<std::size_t>(s.mesh.begin[0]) + reloads[0]].taken == 0);  // it borrowed
   CHECK(verify(s, s.mesh).ok());
-}
-
-TEST_CASE("activation slots: 1F1B p=8's rank 1 needs 4 activation slots instead of 9 with every input offloaded") {
-  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::none, 8, 16);
-  CHECK(s.plan.lowered().resources[1].activation_slots == 9);
-  CHECK(s.mesh.activation_slots[1] == 4);
-  CHECK(s.mesh.activation_slots[0] == s.plan.lowered().resources[0].activation_slots);
-  // rank 1's copies move its input with its stash; rank 0's move only the stash (stage 0 reads the batch)
-  for (const int g : {0, 1})
-    for (const std::size_t i : ops_where(
-             s.mesh, [](const pt::mesh_op& o) { return pt::is_copy(o.code) && !o.kept_only; }, g)) {
-      CAPTURE(g);
-      CHECK(s.mesh.act_count(s.mesh.rank_ops(g)[i]) == g);
-    }
-}
-
-TEST_CASE("activation slots: a recomputed forward's OFFLOAD moves its input, into a host slot of its own") {
-  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::all, 8, 16);
-  int moved = 0;
-  for (const pt::mesh_op& o : s.mesh.rank_ops(1))
-    if (o.code == pt::mesh_op_code::offload && o.kept_only) {
-      CHECK(s.mesh.act_count(o) == 1);
-      CHECK(o.host_slot >= 0);
-      ++moved;
-    }
-  CHECK(moved > 0);
-  CHECK(s.mesh.activation_slots[1] < s.plan.lowered().resources[1].activation_slots);
-  for (const pt::mesh_op& o : s.mesh.rank_ops(0))  // stage 0 reads the batch: nothing to move, no slot
-    if (o.code == pt::mesh_op_code::offload && o.kept_only) CHECK((s.mesh.act_count(o) == 0 && o.host_slot < 0));
-}
-
-TEST_CASE("activation slots: the proof refuses a slot reused too early and an input read where it is not") {
-  const step s = make_step("1f1b", pt::memory_policy::all, pt::memory_policy::none, 8, 16);
-  REQUIRE(verify(s, s.mesh).ok());
-  const auto b = static_cast<std::size_t>(s.mesh.begin[1]);
-  const std::vector<std::size_t> reloads = ops_where(
-      s.mesh, [](const pt::mesh_op& o) { return o.code == pt::mesh_op_code::reload && o.act >= 0; }, 1);
-  REQUIRE(!reloads.empty());
-  const std::size_t reload = static_cast<std::size_t>(s.mesh.ops[b + reloads[0]].act);
-  REQUIRE(s.mesh.act_map[reload] == 1);  // one input: (lowered slot, slot, writes) at reload + 1
-
-  SUBCASE("every activation in slot 0") {
-    pt::mesh_program bad = s.mesh;
-    for (const pt::mesh_op& o : bad.rank_ops(1))
-      for (int k = 0; k < bad.act_count(o); ++k) bad.act_map[static_cast<std::size_t>(o.act + 2 + 3 * k)] = 0;
-    const pt::verdict v = verify(s, bad);
-    REQUIRE_FALSE(v.ok());
-    CHECK(std::string(v.detail) ==
-          "an activation slot may be written while an op of its previous holder still uses it");
-  }
-
-  SUBCASE("a RELOAD into a slot of its own, while its backward reads the one it left") {
-    pt::mesh_program bad = s.mesh;
-    bad.act_map[reload + 2] = bad.activation_slots[1]++;
-    const pt::verdict v = verify(s, bad);
-    REQUIRE_FALSE(v.ok());
-    CHECK(std::string(v.detail) == "an op reads an activation slot that holds another activation");
-  }
-
-  SUBCASE("a RELOAD bringing back another lowered slot than its OFFLOAD took") {
-    pt::mesh_program bad = s.mesh;
-    bad.act_map[reload + 1] += 1;
-    const pt::verdict v = verify(s, bad);
-    REQUIRE_FALSE(v.ok());
-    CHECK(std::string(v.detail) == "a RELOAD brings back an activation its OFFLOAD did not take");
-  }
 }
 
 }  // namespace test_memory_slots
