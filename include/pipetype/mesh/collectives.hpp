@@ -32,7 +32,7 @@
 // action on an unsharded stage, each stage's REDUCE_GRAD once and after its last weight
 // backward, ties after their stages' backwards and before their REDUCE_GRAD, at most `window`
 // stages unsharded at once, nothing sharded at the end. Whether they can hang is the mesh
-// proof's question (compile/verify_mesh.hpp).
+// proof's question (mesh/verify.hpp).
 #pragma once
 
 #include <algorithm>
