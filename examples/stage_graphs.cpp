@@ -10,8 +10,11 @@
 // 3. An uneven split in Megatron's layout language, its per-stage costs and layer-weighted peaks.
 #include <pipetype/pipetype.hpp>
 
+#include "cli.hpp"
+
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 namespace pt = pipetype;
 
@@ -35,7 +38,14 @@ static_assert(five::stages == 5 && five::stage(4).loss == 1);
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  constexpr examples::cli cli{"stage_graphs",
+                              "usage: stage_graphs\n  no options: a skip connection as a type, a schedule over its "
+                              "graph, and an uneven layout\n  (docs/10_stage_graphs.md)\n"};
+  for (int i = 1; i < argc; ++i) {  // --help, or nothing
+    cli.help(argv[i]);
+    cli.fail(std::string("unknown argument '") + argv[i] + "' (--help: what it does)");
+  }
   // 1. the graph as data
   const pt::stage_dag g = skip_net::topology();
   std::printf("skip_net: %d stages, edges", g.stages);

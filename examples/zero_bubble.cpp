@@ -5,7 +5,10 @@
 // microbatches, where zb-auto searches at run time with the same code. docs/05_zero_bubble.md.
 #include <pipetype/pipetype.hpp>
 
+#include "cli.hpp"
+
 #include <cstdio>
+#include <string>
 
 namespace pt = pipetype;
 
@@ -34,7 +37,15 @@ static_assert(span(v, pt::costs{.f = 0.5, .b = 1}) == 24 && v.peak_activations(0
 // DualPipeV: (R-1)(F&B + B - 3W) idle per rank with chunk costs F = I = W = 1/2
 static_assert(span(dpv, pt::costs{.f = 0.5, .b = 1}) == 24 + 3 * (1.5 + 1 - 1.5));
 
-int main() {
+int main(int argc, char** argv) {
+  constexpr examples::cli cli{
+      "zero_bubble",
+      "usage: zero_bubble\n  no options: builds ZB-H1, ZB-V, DualPipeV and zb-auto plans at compile time and prints a "
+      "comparison\n  for a heavier loss head and unequal microbatches (docs/05_zero_bubble.md)\n"};
+  for (int i = 1; i < argc; ++i) {  // --help, or nothing
+    cli.help(argv[i]);
+    cli.fail(std::string("unknown argument '") + argv[i] + "' (--help: what it does)");
+  }
   // a loss head twice as heavy and microbatches of unequal length, as measured costs would say
   const int p = 4, m = 8;
   pt::cost_model c{pt::costs{.f = 1, .b = 2}};

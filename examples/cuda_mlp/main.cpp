@@ -71,12 +71,13 @@ struct result {
   bool bitwise = false, ok = false;
 };
 
+constexpr const char* usage_text =
+    "usage: cuda_mlp [--transport loopback|nccl] [--schedule NAME|all] [--ranks P] [--microbatches M] [--layers L]\n"
+    "                [--steps N] [--graph] [--groups auto|tick|peer] [--id-file PATH]\n"
+    "                [--memory none|offload|recompute|both]\n";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "cuda_mlp: %s\nusage: cuda_mlp [--transport loopback|nccl] [--schedule NAME|all] [--ranks P] "
-               "[--microbatches M] [--layers L] [--steps N] [--graph] [--groups auto|tick|peer] [--id-file PATH]\n"
-               "                [--memory none|offload|recompute|both]\n",
-               why.c_str());
+  std::fprintf(stderr, "cuda_mlp: %s\n%s", why.c_str(), usage_text);
   std::exit(2);
 }
 
@@ -96,6 +97,10 @@ options parse(int argc, char** argv) {
         usage(a + " " + v + ": expected an integer ≥ " + std::to_string(lo));
       return static_cast<int>(x);
     };
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage_text, stdout);
+      std::exit(0);
+    }
     if (a == "--transport")
       o.transport = value();
     else if (a == "--schedule")

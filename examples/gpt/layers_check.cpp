@@ -480,8 +480,14 @@ int main(int argc, char** argv) {
       script = argv[++i];
     } else if (a == "--time") {
       timing = true;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("usage: gpt_layers_check [--dump DIR] [--torch PYTHON SCRIPT] [--time]\n");
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: %s [--dump DIR] [--torch PYTHON SCRIPT] [--time]\n", argv[0]);
+      std::fprintf(stderr,
+                   "gpt_layers_check: unknown argument %s\nusage: gpt_layers_check [--dump DIR] [--torch PYTHON "
+                   "SCRIPT] [--time]\n",
+                   a.c_str());
       return 2;
     }
   }
