@@ -47,7 +47,11 @@ constexpr const char* usage =
     "usage: train_graph [--graph skip|two-tower] [--schedule NAME | --file SCHEDULE.txt] [--ranks P]\n"
     "                   [--microbatches M] [--steps N] [--lr X] [--json]\n"
     "NAME: any built-in schedule (dualpipe: M >= 8); P: 4 for one stage per rank, 2 for interleaved-1f1b,\n"
-    "      looped-bfs, zb-v and dualpipe-v (two stages per rank)\n";
+    "      looped-bfs, zb-v and dualpipe-v (two stages per rank)\n"
+    "--graph: the model's stage graph, a skip connection (0>1,1>2,2>3,0>2) or two towers (default skip)\n"
+    "--file: a schedule in the text notation over that graph (an `edges` line; docs/10)\n"
+    "--microbatches M (default 8); --steps N: training steps (default 10); --lr X: the learning rate\n"
+    "           (default 0.5); --json: the run's figures as one JSON object\n";
 
 constexpr examples::cli cli{"train_graph", usage};
 

@@ -64,9 +64,14 @@ constexpr const char* usage =
     "                 [--svg FILE] [--trace FILE] [--json]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
     "zb-auto\n"
+    "--file: a schedule in the text notation instead (docs/02; its sizes from the file)\n"
+    "--ranks, --microbatches, --chunks: the plan's sizes (defaults 4, 8, and the schedule's own chunks)\n"
+    "--steps N: training steps (default 20); --layers L: the MLP's dense layers, split over the stages\n"
+    "           (default 8); --lr X: the learning rate on the mean gradient (default 4)\n"
     "--mem-limit: zb-auto's memory limit in activations per rank, halves allowed (default: none)\n"
     "--calibrate: zb-auto rebuilt from the costs measured on this machine before training\n"
-    "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace\n";
+    "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace\n"
+    "--json: the run's figures as one JSON object\n";
 
 constexpr examples::cli cli{"train_mlp", usage};
 

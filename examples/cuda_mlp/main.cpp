@@ -74,7 +74,16 @@ struct result {
 constexpr const char* usage_text =
     "usage: cuda_mlp [--transport loopback|nccl] [--schedule NAME|all] [--ranks P] [--microbatches M] [--layers L]\n"
     "                [--steps N] [--graph] [--groups auto|tick|peer] [--id-file PATH]\n"
-    "                [--memory none|offload|recompute|both]\n";
+    "                [--memory none|offload|recompute|both]\n"
+    "--transport: every rank on this process's device (loopback, the default) or one process per rank\n"
+    "             over NCCL (nccl: launched by mpirun, torchrun or srun; --id-file shares NCCL's id)\n"
+    "--schedule: a built-in schedule, or all of them one after another (the default)\n"
+    "--ranks P, --microbatches M: the plan's sizes (defaults 4, 8); --layers L: the MLP's dense layers\n"
+    "             (default 8); --steps N: steps per schedule (default 3)\n"
+    "--graph: also each step captured as one CUDA graph and replayed\n"
+    "--groups: one NCCL group per tick, per peer and tick, or (auto, the default) per peer for\n"
+    "             schedules with overlapped F&B pairs\n"
+    "--memory: the stashes offloaded, recomputed or both over the loopback transport (docs/13)\n";
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "cuda_mlp: %s\n%s", why.c_str(), usage_text);

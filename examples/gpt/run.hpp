@@ -12,8 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <span>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -27,13 +27,18 @@
 
 /// The lines of both tools' usage that explain the flags they share (a macro: the usages are
 /// string literals joined at compile time).
-#define GPT_RUN_FLAGS_HELP                                                                                            \
-  "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "         \
-  "zb-auto\n"                                                                                                          \
-  "--seq-lens: the microbatches' sequence lengths, each in [1, T], cycled over the microbatches\n"                     \
-  "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"              \
-  "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"                           \
-  "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"                       \
+#define GPT_RUN_FLAGS_HELP                                                                                     \
+  "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, " \
+  "zb-auto\n"                                                                                                  \
+  "--ranks P, --microbatches M, --chunks V: the plan's sizes (defaults 4, 8, and the schedule's own chunks)\n" \
+  "--layers L, --heads H, --width C, --seq T: the decoder's blocks, attention heads, width and context\n"      \
+  "            (defaults 4, 4, 64, 64); --rows R: sequences per microbatch (default 4)\n"                      \
+  "--steps N: training steps (default 200); --lr X: Adam's learning rate (default 0.003)\n"                    \
+  "--json: the run's figures as one JSON object\n"                                                             \
+  "--seq-lens: the microbatches' sequence lengths, each in [1, T], cycled over the microbatches\n"             \
+  "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"      \
+  "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"                   \
+  "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"               \
   "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"
 
 namespace gpt {
@@ -212,7 +217,8 @@ void gather_shards(std::deque<Model>& models, const run_args& a, bool gradients)
       auto& from = models[static_cast<std::size_t>(r)].stage(s);
       const std::span<float> src = gradients ? from.weight_gradients() : from.parameters();
       const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
-      std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin), src.begin() + static_cast<std::ptrdiff_t>(own.end),
+      std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin),
+                src.begin() + static_cast<std::ptrdiff_t>(own.end),
                 dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
     }
   }
@@ -252,7 +258,8 @@ inline void draw(step_data& d, const char_corpus& corpus, const run_args& a, int
   d.tokens = 0;
   for (int j = 0; j < count; ++j) {
     const int t = a.seq_lens.empty() ? c.seq : a.seq_lens[static_cast<std::size_t>(j) % a.seq_lens.size()];
-    d.mbs.push_back(draw_microbatch(corpus, c.rows, t, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(j)));
+    d.mbs.push_back(
+        draw_microbatch(corpus, c.rows, t, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(j)));
     const microbatch& mb = d.mbs.back();
     std::copy(mb.ids.begin(), mb.ids.end(),
               d.ids.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(j)));
