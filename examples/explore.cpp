@@ -940,7 +940,7 @@ struct file_facts {
   const char* torch_format = "compute_only";  // as torch would be asked to load it
   bool torch_loads = false;                   // torch 2.15's loader takes it as pipetype reads it
   bool transfer_verdict = false;              // the file's transfers were rejected (its computes verify)
-  std::string torch_note;                     // why not (io/notation.hpp: torch_load_note)
+  std::string torch_note;                     // why not (io/write_schedule.hpp: torch_load_note)
 };
 
 std::string torch_json(const file_facts& ff) {

@@ -1,4 +1,4 @@
-// The lowering's passes (compile/lower.hpp), each on its own: communicators, transfers, slots,
+// The lowering's passes (compile/lower_tables.hpp and compile/lower.hpp), each on its own: communicators, transfers, slots,
 // transfer-end order and groups, and the per-rank emission with its events.
 #include <pipetype/pipetype.hpp>
 

@@ -27,8 +27,8 @@ namespace pipetype {
 
 namespace detail {
 
-// Passes 0–5 take their tables as pointers or arrays (the file's header says why); the run-time
-// wrappers (lowering_tables_of, lower_transfers, assign_slots, order_ends, lower_rank) hand them
+// Passes 0–4 take their tables as pointers or arrays (compile/lower.hpp's header says why); the
+// run-time wrappers (lowering_tables_of, lower_transfers, assign_slots, order_ends) hand them
 // pointers into scratch allocations, make_plan arrays of a literal room (plan.hpp, front_room).
 
 /// Stable counting sort: `order` gets the permutation that orders keys[ko ..][0, n) (each in

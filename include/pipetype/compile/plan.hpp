@@ -318,7 +318,7 @@ constexpr checked_program<Cap> check_frozen(const frozen_program<Cap>& f, const 
   return out;
 }
 
-/// The third: passes 1–4 of the lowering (lower.hpp) frozen into arrays — what pass 5 reads,
+/// The third: passes 1–4 of the lowering (lower_tables.hpp) frozen into arrays — what pass 5 reads,
 /// the communicators, slot counts and slot lists. Pass 5 is the fourth evaluation
 /// (build_static): in one, the lowering of ZB-H1 with 16 ranks and 128 microbatches took clang
 /// past its default steps.
@@ -345,7 +345,7 @@ struct lowered_front {
   std::array<comm_desc, static_cast<std::size_t>(Cap.comms)> comm_table{};
 };
 
-/// The tables and scratch of passes 0–4 in make_plan (lower.hpp: what each holds), as arrays
+/// The tables and scratch of passes 0–4 in make_plan (lower_tables.hpp: what each holds), as arrays
 /// bounded by the capacities: T ticks ≤ A actions, a transfer end per transfer side, a buffer per
 /// output, per received copy and per gradient (transfer_table::buffers_for).
 template <plan_shape Cap>
@@ -366,7 +366,7 @@ struct front_room {
   int end_rank[2 * F::MX + 2], end_of[2 * F::MX + 2], key[2 * F::MX + 2], vote[2 * (A + 3)];
 };
 
-/// What passes 1–4 read (lower.hpp, lowering_input: the same names), as references to arrays.
+/// What passes 1–4 read (lower_tables.hpp, lowering_input: the same names), as references to arrays.
 template <plan_shape Cap>
 struct static_lowering_input : lowering_shape {
   using R = front_room<Cap>;

@@ -13,8 +13,8 @@
 // RECV_B at the stage that consumes it (`2SEND_B0` matches `1RECV_B0`).
 //
 // A `step_view` is every rank's steps in file order (rank-major CSR, like program_view). It is
-// what `verify_transfers` (compile/verify_transfers.hpp) checks and what io/notation.hpp reads and
-// writes.
+// what `verify_transfers` (compile/verify_transfers.hpp) checks, what io/notation.hpp reads and
+// io/write_schedule.hpp writes.
 #pragma once
 
 #include <cstdint>

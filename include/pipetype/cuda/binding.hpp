@@ -8,7 +8,7 @@
 // The result is the issue list the executor walks, one issue_op per op, in lowered order (a
 // mesh step: its mesh program's order), and nothing a step allocates or decides.
 //
-// bind() is five steps, each reading the rank's ops once:
+// bind() is five steps, each a pass of its own over the rank's ops:
 //   place_pools     the pools (the plan's, or a mesh step's with memory actions)
 //   place_sinks     the losses and kept outputs of the sinks on this rank
 //   place_weights   the held weight gradients and their adds (plan_weight_grads)

@@ -1,4 +1,4 @@
-// pipetype/io/notation.hpp — the schedule notation, read and written in one place.
+// pipetype/io/notation.hpp — the schedule notation, read (io/write_schedule.hpp writes it).
 //
 // The notation is PyTorch's (torch.distributed.pipelining: `_Action`, `_load_csv`, `_dump_csv`;
 // facts from torch 2.15, docs/07_pytorch.md). One line per rank, the rank's actions in the order
@@ -40,19 +40,19 @@
 // on its row (WAIT_REDUCE_GRAD is PyTorch's wait for the reduction and adds nothing), so that
 // check_collectives says whether the file computes only on unsharded stages, reduces each stage
 // after its last weight backward and keeps to a window; `to_csv(program, lowered, collectives)`
-// writes a mesh step's collectives so (a tie group's reduction has no PyTorch name and is not
-// written).
+// (io/write_schedule.hpp) writes a mesh step's collectives so (a tie group's reduction has no
+// PyTorch name and is not written).
 //
 // Memory actions: `memory_actions_of(file, program)` reads OFFLOAD, RELOAD and RECOMPUTE as the
 // memory actions of the step (mesh/memory_actions.hpp), each after the compute action before it
 // on its row, an OFFLOAD completing by default before the second action after it;
 // check_memory_actions says whether they are placed so that the step reads only what is there.
-// `to_text(program, memory)` writes them so. PyTorch's runtime has no such actions: torch_load_note
-// names the first.
+// `to_text(program, memory)` (io/write_schedule.hpp) writes them so. PyTorch's runtime has no such
+// actions: torch_load_note names the first.
 //
 // pipetype reads more than torch's loader does (spaces, comments, blank lines, fused and bare
-// cells); `torch_load_note(file, program, format)` says where torch 2.15 would read a file
-// otherwise or refuse it (docs/07_pytorch.md).
+// cells); `torch_load_note(file, program, format)` (io/write_schedule.hpp) says where torch 2.15
+// would read a file otherwise or refuse it (docs/07_pytorch.md).
 //
 #pragma once
 

@@ -12,11 +12,16 @@
 // writes a step's memory actions after the compute actions they follow.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "pipetype/compile/lowered.hpp"
+#include "pipetype/compile/verify.hpp"
 #include "pipetype/core/program.hpp"
 #include "pipetype/core/step.hpp"
 #include "pipetype/io/notation.hpp"

@@ -6,7 +6,7 @@
 //   walk_graph                the graph walk that finds where a split backward's W starts
 //   module_core               the module, its parameters and gradients moved into two flat
 //                             tensors, the graphs kept per microbatch (record), the split
-//                             backward's two halves on them (find_frontier, backward_input_pass,
+//                             backward's two halves on them (find_frontier, input_pass,
 //                             weight_pass), and the copies into pipetype's slots (store)
 #pragma once
 
