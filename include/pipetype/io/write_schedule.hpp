@@ -41,11 +41,14 @@ inline std::string to_text(const step& s) {
   return s.microbatch >= 0 ? out + std::to_string(s.microbatch) : out;
 }
 
-/// Rows of cells, comma-separated; a pair as (a;b)OVERLAP_F_B.
+/// Rows of cells, comma-separated; a pair as (a;b)OVERLAP_F_B. A rank with no steps is one idle
+/// cell pair (`,`), not a blank line: the reader skips blank lines, so that rank would vanish and
+/// every later rank move up one (torch's loader reads `,` as a rank of idle cells too).
 inline std::string to_csv(step_view f) {
   std::string out;
   for (int r = 0; r < f.ranks; ++r) {
     const auto row = f.rank_steps(r);
+    if (row.empty()) out += ',';
     for (std::size_t k = 0; k < row.size(); ++k) {
       if (k) out += ',';
       if (row[k].overlapped && k + 1 < row.size()) {
