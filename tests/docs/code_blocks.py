@@ -27,6 +27,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pages import pages  # noqa: E402
+
 FENCE = re.compile(r"```(?:cpp|c\+\+)\n(.*?)```", re.S)
 MARK = re.compile(r"^//+ ?Example\b(.*):$")  # any such line: an example follows (none after it fails)
 GIVEN = re.compile(r"^, given ([A-Za-z_][A-Za-z_0-9]*(?:, [A-Za-z_][A-Za-z_0-9]*)*)")
@@ -41,8 +44,7 @@ STANDALONE = re.compile(r"template\s*<>|^\s*namespace pipetype\b|^\s*#\s*(?!incl
 def doc_blocks(root):
     """(where, source) for every whole-file ```cpp block of the README and docs/."""
     out = []
-    names = ["README.md"] + sorted("docs/" + n for n in os.listdir(os.path.join(root, "docs")) if n.endswith(".md"))
-    for name in names:
+    for name in pages(root):
         text = open(os.path.join(root, name)).read()
         for m in FENCE.finditer(text):
             where = f"{name}:{text[: m.start()].count(chr(10)) + 2}"

@@ -12,6 +12,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pages import pages  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -20,8 +23,7 @@ def main():
     include = os.path.join(args.root, "include", "pipetype")
     areas = sorted(d for d in os.listdir(include) if os.path.isdir(os.path.join(include, d)))
     name = re.compile(r"(?<![\w/.-])(?:pipetype/)?((?:%s)/[A-Za-z0-9_/]+\.hpp)" % "|".join(areas))
-    texts = [os.path.join(args.root, "README.md")]
-    texts += [os.path.join(args.root, "docs", n) for n in sorted(os.listdir(os.path.join(args.root, "docs"))) if n.endswith(".md")]
+    texts = [os.path.join(args.root, page) for page in pages(args.root)]
     for d, _, files in sorted(os.walk(include)):
         texts += [os.path.join(d, f) for f in sorted(files) if f.endswith(".hpp")]
     missing, seen = [], set()

@@ -11,6 +11,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pages import pages  # noqa: E402
+
 MARK = re.compile(r"^<!-- help: ([A-Za-z_-]+) -->\n```\n(.*?)```", re.M | re.S)
 
 
@@ -20,9 +23,8 @@ def main():
     ap.add_argument("--tool", action="append", default=[], help="NAME=PATH of a built tool")
     args = ap.parse_args()
     tools = dict(t.split("=", 1) for t in args.tool)
-    pages = ["README.md"] + sorted("docs/" + n for n in os.listdir(os.path.join(args.root, "docs")) if n.endswith(".md"))
     failed, shown = 0, set()
-    for page in pages:
+    for page in pages(args.root):
         text = open(os.path.join(args.root, page), encoding="utf-8").read()
         for m in MARK.finditer(text):
             name, block = m.group(1), m.group(2)
