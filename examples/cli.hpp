@@ -24,6 +24,13 @@ struct cli {
     std::cout << usage;
     std::exit(0);
   }
+  /// A tool that takes no options: --help (the usage, exit 0) or nothing; anything else fails.
+  void no_options(int argc, char** argv) const {
+    for (int i = 1; i < argc; ++i) {
+      help(argv[i]);
+      fail(std::string("unknown argument '") + argv[i] + "' (--help: what it does)");
+    }
+  }
   /// `v` as a whole number in [lo, hi], or fail saying what `flag` needs.
   int whole(const std::string& flag, const std::string& v, int lo, int hi) const {
     char* end = nullptr;

@@ -14,7 +14,6 @@
 
 #include <cstdio>
 #include <iostream>
-#include <string>
 
 namespace pt = pipetype;
 
@@ -42,10 +41,7 @@ int main(int argc, char** argv) {
   constexpr examples::cli cli{"stage_graphs",
                               "usage: stage_graphs\n  no options: a skip connection as a type, a schedule over its "
                               "graph, and an uneven layout\n  (docs/10_stage_graphs.md)\n"};
-  for (int i = 1; i < argc; ++i) {  // --help, or nothing
-    cli.help(argv[i]);
-    cli.fail(std::string("unknown argument '") + argv[i] + "' (--help: what it does)");
-  }
+  cli.no_options(argc, argv);
   // 1. the graph as data
   const pt::stage_dag g = skip_net::topology();
   std::printf("skip_net: %d stages, edges", g.stages);

@@ -8,7 +8,6 @@
 #include "cli.hpp"
 
 #include <cstdio>
-#include <string>
 
 namespace pt = pipetype;
 
@@ -42,10 +41,7 @@ int main(int argc, char** argv) {
       "zero_bubble",
       "usage: zero_bubble\n  no options: builds ZB-H1, ZB-V, DualPipeV and zb-auto plans at compile time and prints a "
       "comparison\n  for a heavier loss head and unequal microbatches (docs/05_zero_bubble.md)\n"};
-  for (int i = 1; i < argc; ++i) {  // --help, or nothing
-    cli.help(argv[i]);
-    cli.fail(std::string("unknown argument '") + argv[i] + "' (--help: what it does)");
-  }
+  cli.no_options(argc, argv);
   // a loss head twice as heavy and microbatches of unequal length, as measured costs would say
   const int p = 4, m = 8;
   pt::cost_model c{pt::costs{.f = 1, .b = 2}};
