@@ -255,56 +255,54 @@ class module_core {
   /// Moves the module's parameters into the flat arrays (each becomes a view into them) and
   /// attaches their gradients. Checks every parameter before it moves one.
   void bind_parameters() {
-    module_core& s = *this;
     std::int64_t total = 0;
-    for (const auto& item : s.module->named_parameters(true)) {
+    for (const auto& item : module->named_parameters(true)) {
       const std::string& name = item.key();
       const at::Tensor& p = item.value();
       if (p.scalar_type() != at::kFloat)
         throw std::invalid_argument(who() + "'s parameter '" + name + "' is " +
                                     std::string(c10::toString(p.scalar_type())) +
                                     "; the stage's flat parameters and gradients are float");
-      if (s.names.empty()) s.device = p.device();
-      if (p.device() != s.device)
+      if (names.empty()) device = p.device();
+      if (p.device() != device)
         throw std::invalid_argument(who() + "'s parameter '" + name + "' is on " + p.device().str() +
-                                    ", its first on " + s.device.str() + ": a stage's parameters live on one device");
-      if (!s.device.is_cpu() && !s.device.is_cuda())
+                                    ", its first on " + device.str() + ": a stage's parameters live on one device");
+      if (!device.is_cpu() && !device.is_cuda())
         throw std::invalid_argument(who() + "'s parameter '" + name + "' is on " + p.device().str() +
                                     "; module stages run on the CPU or a CUDA device");
-      s.names.push_back(name);
-      s.params.push_back(p);
-      s.offsets.push_back(total);
+      names.push_back(name);
+      params.push_back(p);
+      offsets.push_back(total);
       total += p.numel();
     }
-    for (const auto& [group, name] : s.spec.ties)
-      if (std::find(s.names.begin(), s.names.end(), name) == s.names.end())
+    for (const auto& [group, name] : spec.ties)
+      if (std::find(names.begin(), names.end(), name) == names.end())
         throw std::invalid_argument(who() + ": tie group " + std::to_string(group) + " names a parameter '" + name +
                                     "' the module does not have");
     // Nothing above moved a parameter; now they move, all of them.
-    const at::TensorOptions flat = at::TensorOptions().dtype(at::kFloat).device(s.device);
-    s.flat_params = at::empty({total}, flat);
-    s.flat_grads = at::zeros({total}, flat);
-    for (std::size_t i = 0; i < s.params.size(); ++i) {
-      at::Tensor& p = s.params[i];
-      at::Tensor view = s.flat_params.narrow(0, s.offsets[i], p.numel()).view(p.sizes());
+    const at::TensorOptions flat = at::TensorOptions().dtype(at::kFloat).device(device);
+    flat_params = at::empty({total}, flat);
+    flat_grads = at::zeros({total}, flat);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      at::Tensor& p = params[i];
+      at::Tensor view = flat_params.narrow(0, offsets[i], p.numel()).view(p.sizes());
       {
         at::NoGradGuard no_grad;
         view.copy_(p);
       }
       p.set_data(view);
-      s.param_edges.push_back(::torch::autograd::impl::gradient_edge(p));
+      param_edges.push_back(::torch::autograd::impl::gradient_edge(p));
     }
     attach_grads();
   }
   void attach_grads() {
-    module_core& s = *this;
     // Tensors over the flat gradients' memory that are no views in autograd's sense (an
     // optimizer's zero_grad detaches them in place, which a view refuses); each keeps the flat
     // array alive.
-    for (std::size_t i = 0; i < s.params.size(); ++i)
-      s.params[i].mutable_grad() = at::from_blob(
-          static_cast<float*>(s.flat_grads.data_ptr()) + s.offsets[i], s.params[i].sizes(),
-          [keep = s.flat_grads](void*) {}, s.flat_grads.options());
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i].mutable_grad() = at::from_blob(
+          static_cast<float*>(flat_grads.data_ptr()) + offsets[i], params[i].sizes(), [keep = flat_grads](void*) {},
+          flat_grads.options());
   }
 
   /// Changes when autograd writes a parameter's .grad() (in place: its version; or a new tensor).
@@ -318,12 +316,11 @@ class module_core {
   }
 
   void check_parameters() const {
-    const module_core& s = *this;
-    const auto* base = static_cast<const float*>(s.flat_params.data_ptr());
-    for (std::size_t i = 0; i < s.params.size(); ++i) {
-      const at::Tensor& p = s.params[i];
-      if (p.data_ptr() != static_cast<const void*>(base + s.offsets[i]) || !p.is_contiguous())
-        throw std::invalid_argument(who() + "'s parameter '" + s.names[i] + "' changed after binding (now shape " +
+    const auto* base = static_cast<const float*>(flat_params.data_ptr());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& p = params[i];
+      if (p.data_ptr() != static_cast<const void*>(base + offsets[i]) || !p.is_contiguous())
+        throw std::invalid_argument(who() + "'s parameter '" + names[i] + "' changed after binding (now shape " +
                                     detail::shape_text(p.sizes()) +
                                     "): pipetype owns its storage; change it in place or build a new stage");
     }
@@ -366,13 +363,12 @@ class module_core {
   }
 
   void write_weight_grads(std::span<float> dst, const ::torch::autograd::variable_list& g, std::size_t from) const {
-    const module_core& s = *this;
-    if (dst.size() != static_cast<std::size_t>(s.flat_params.numel()))
+    if (dst.size() != static_cast<std::size_t>(flat_params.numel()))
       throw std::logic_error(who() + ": ctx.weight_grad holds " + std::to_string(dst.size()) + " elements, not " +
-                             std::to_string(s.flat_params.numel()));
-    for (std::size_t i = 0; i < s.params.size(); ++i) {
-      float* out = dst.data() + s.offsets[i];
-      const auto n = static_cast<std::size_t>(s.params[i].numel());
+                             std::to_string(flat_params.numel()));
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      float* out = dst.data() + offsets[i];
+      const auto n = static_cast<std::size_t>(params[i].numel());
       const at::Tensor gi = from + i < g.size() ? g[from + i] : at::Tensor();
       store(std::span<float>(out, n), gi);
     }
