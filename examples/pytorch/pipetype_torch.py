@@ -249,7 +249,7 @@ def emulate_nccl(dist, rank, streams, wait_s):
     real_isend, real_irecv = c10d.isend, c10d.irecv  # (c10d.send and recv call the patched names)
     lanes = {}
     group = [None]  # the current schedule's gloo group (wrap)
-    store, hung = c10d._get_default_store(), ["pipetype_hang_0"]  # the key a hang of this schedule sets
+    store, schedules = c10d._get_default_store(), [0]  # a hang of schedule n sets the key pipetype_hang_n
 
     def send(tensor, peer, tag, g):
         real_isend(tensor, peer, group=g, tag=tag).wait()
@@ -265,9 +265,9 @@ def emulate_nccl(dist, rank, streams, wait_s):
             end = time.monotonic() + wait_s
             while not self.done.wait(0.05):
                 if time.monotonic() > end:
-                    store.set(hung[0], str(rank))
+                    store.set(f"pipetype_hang_{schedules[0]}", str(rank))
                     raise _Hang(f"rank {rank} waits for {self.what}")
-                if store.check([hung[0]]):  # another rank found the hang
+                if store.check([f"pipetype_hang_{schedules[0]}"]):  # another rank found the hang
                     raise _Hang(f"rank {rank} waits for {self.what}")
             if self.error:
                 raise self.error
@@ -328,7 +328,7 @@ def emulate_nccl(dist, rank, streams, wait_s):
             active[0] = False
             lanes.clear()  # a hang's blocked lanes stay with the old group
             group[0] = dist.new_group(backend="gloo")
-            hung[0] = f"pipetype_hang_{int(hung[0].rsplit('_', 1)[1]) + 1}"
+            schedules[0] += 1
             init = schedule._initialize_stages
 
             def initialize_then_emulate(*a, **k):
