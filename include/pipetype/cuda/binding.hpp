@@ -261,7 +261,7 @@ struct device_binding {
     std::span<const lowered_op> rank_ops;
     int L;
     const pools& pl;
-    const weights& w;
+    const weights& wg;
     std::vector<int> edge_inputs;  // per-edge inputs' positions
     std::span<const mesh_op> mesh_ops{};
     const mesh_op* here = nullptr;    // the mesh op being bound (act_at)
@@ -506,12 +506,12 @@ struct device_binding {
     call.stream = x.pair == 2 ? w.aux_native : compute_native;
     if (outputs && o.what == kind::F && call.sink >= 0)  // a sink's output, kept
       call.out = outputs + outputs_at.at(call.sink, o.microbatch, w.p.microbatches);
-    if (w.w.plan.slot[i] >= 0) {
-      call.weight_grad = w.w.at(w.w.plan.slot[i]);
+    if (const weights& wg = w.wg; wg.plan.slot[i] >= 0) {
+      call.weight_grad = wg.at(wg.plan.slot[i]);
       call.add = e.add;
       call.add_begin = static_cast<int>(adds.size());
-      call.add_count = static_cast<int>(w.w.plan.adds[i].size());
-      for (int g : w.w.plan.adds[i]) adds.push_back(w.w.at(g));
+      call.add_count = static_cast<int>(wg.plan.adds[i].size());
+      for (int g : wg.plan.adds[i]) adds.push_back(wg.at(g));
     }
     ops.push_back(x);
   }
