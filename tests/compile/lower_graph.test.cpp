@@ -136,7 +136,7 @@ int count(const pt::runtime_plan& plan, pt::op_code code, pt::kind what) {
   return n;
 }
 
-const pt::lowered_op& compute_op(const pt::runtime_plan& plan, pt::action a) {
+pt::lowered_op compute_op(const pt::runtime_plan& plan, pt::action a) {
   for (const pt::lowered_op& o : plan.ops())
     if (o.code == pt::op_code::compute && o.what == a.what && o.stage == a.stage && o.microbatch == a.microbatch)
       return o;
@@ -321,7 +321,7 @@ TEST_CASE("lower graph: the proof catches a receive of the wrong edge and a slot
   const pt::runtime_plan plan = pt::build_plan(pt::make_gpipe(4, 2, pt::stage_dag{4, skip}));
   REQUIRE(plan.ok());
   {
-    pt::lowered_program bad = plan.lowered_table;
+    pt::lowered_program bad = pt::copy_of(plan.lowered());
     for (pt::lowered_op& o : bad.ops)
       if (o.code == pt::op_code::recv && o.link == 3) {
         o.link = 1;
@@ -331,14 +331,14 @@ TEST_CASE("lower graph: the proof catches a receive of the wrong edge and a slot
     CHECK(v.code == pt::errc::transfer_mismatch);
   }
   {
-    pt::lowered_program bad = plan.lowered_table;
+    pt::lowered_program bad = pt::copy_of(plan.lowered());
     REQUIRE(bad.slot_lists.size() > 3);
     bad.slot_lists.resize(bad.slot_lists.size() - 1);
     const pt::verdict v = pt::verify_lowered(bad.view());
     CHECK(v.code == pt::errc::index_out_of_range);
   }
   {
-    pt::lowered_program bad = plan.lowered_table;
+    pt::lowered_program bad = pt::copy_of(plan.lowered());
     for (pt::lowered_op& o : bad.ops)
       if (o.code == pt::op_code::compute && o.link >= 0) {
         bad.slot_lists[static_cast<std::size_t>(o.link) + 3] = 1000;

@@ -49,7 +49,7 @@ static_assert(pt::pools_of(interleaved, 1, four).weight_grads == 0);
 static_assert(pt::pools_of(interleaved, 0, four).weight_grads > 0);
 
 /// The pools of rank r counted from its ops alone: each stage it runs, each slot number it uses.
-pt::rank_pools counted(const pt::program_view& p, std::span<const pt::lowered_op> ops,
+pt::rank_pools counted(const pt::program_view& p, pt::op_span ops,
                        std::span<const pt::stage_bytes> sizes) {
   std::size_t act = 0, grad = 0, stash = 0;
   int act_slots = 0, grad_slots = 0, stash_slots = 0;

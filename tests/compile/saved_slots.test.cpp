@@ -25,7 +25,7 @@ constexpr auto gpipe = pt::make_plan<pt::gpipe<pt::ranks<2>, pt::microbatches<6>
 static_assert(gpipe.resources[0].stash_slots == 6 && gpipe.resources[1].stash_slots == 6);
 
 /// What one rank's ops must satisfy; "" or the first thing that does not hold.
-std::string check_rank(const pt::program_view& p, std::span<const pt::lowered_op> ops, const pt::rank_resources& res) {
+std::string check_rank(const pt::program_view& p, pt::op_span ops, const pt::rank_resources& res) {
   const auto m = static_cast<std::size_t>(p.microbatches), cells = static_cast<std::size_t>(p.stages) * m;
   auto cell = [m](const pt::lowered_op& o) {
     return static_cast<std::size_t>(o.stage) * m + static_cast<std::size_t>(o.microbatch);

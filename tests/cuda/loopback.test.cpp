@@ -118,7 +118,7 @@ std::string pipeline_happens_before(const pt::runtime_plan& plan, const std::vec
   for (int r = 0; r < p; ++r) {  // a send stands for the receiver's copy; every other op for itself
     const auto ops = L.rank_ops(r);
     const std::string e = slot_order<unit>(
-        ops.size(), [&](std::size_t i) -> const pt::lowered_op& { return ops[i]; },
+        ops.size(), [&](std::size_t i) { return ops[i]; },
         [&](std::size_t i) {
           return ops[i].code == pt::op_code::send ? copy_of.at({r, i}) : unit{r, i};
         },

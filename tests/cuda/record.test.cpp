@@ -197,7 +197,7 @@ std::string happens_before(const pt::lowered_view& L, int r, const std::vector<c
     unit[n] = code == pt::op_code::send || code == pt::op_code::recv ? group : n;
   }
   return slot_order<std::size_t>(
-      count, [&](std::size_t n) -> const pt::lowered_op& { return ops[n % ops.size()]; },
+      count, [&](std::size_t n) { return ops[n % ops.size()]; },
       [&](std::size_t n) { return unit[n]; }, hb, [](std::size_t x) { return "op " + std::to_string(x); },
       L.slot_lists);
 }

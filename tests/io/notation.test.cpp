@@ -309,7 +309,7 @@ TEST_CASE("notation: compute+comms files complete one transfer at a time, whatev
     CAPTURE(name);
     const pt::runtime_plan built = pt::build_plan(pt::make_schedule(name, 4, 8));
     REQUIRE(built.ok());
-    pt::lowered_program reversed = built.lowered_table;
+    pt::lowered_program reversed = pt::copy_of(built.lowered());
     int reversed_groups = 0;
     for (std::size_t k = 0; k < reversed.ops.size(); ++k) {
       const bool even_rank = (std::upper_bound(reversed.begin.begin(), reversed.begin.end(), static_cast<int>(k)) -

@@ -91,7 +91,7 @@ inline std::vector<stage_bytes> bytes_of(const std::vector<stage_entry>& entries
 /// themselves are the lowering's (lowered_op::slot, grad_slot, out_slot, stash_slot;
 /// rank_resources counts them), and so are the bytes: the same pools_of a plan that is a type
 /// answers at compile time.
-inline rank_pools layout_of(const program_view& p, std::span<const lowered_op> ops, const rank_resources& res,
+inline rank_pools layout_of(const program_view& p, op_span ops, const rank_resources& res,
                             const std::vector<stage_entry>& entries) {
   return pools_of(p, ops, res, bytes_of(entries));
 }
@@ -111,7 +111,7 @@ struct weight_grad_plan {
   std::vector<held> later;             // later lanes' slots, in op order
 };
 
-inline weight_grad_plan plan_weight_grads(std::span<const lowered_op> ops, const rank_resources& res,
+inline weight_grad_plan plan_weight_grads(op_span ops, const rank_resources& res,
                                           const std::vector<stage_entry>& entries) {
   const std::size_t L = entries.size();
   weight_grad_plan out;
@@ -236,7 +236,7 @@ inline void feed_from_rows(const batch_layout& b, const std::vector<stage_entry>
 
 /// The addresses a rank's compute ops list (a stage graph's fan-ins and fan-outs): the size of
 /// the pool bind_compute fills, reserved once so that its addresses stay put.
-inline std::size_t list_pool_size(const lowered_view& l, std::span<const lowered_op> ops) {
+inline std::size_t list_pool_size(const lowered_view& l, op_span ops) {
   std::size_t n = 0;
   for (const lowered_op& o : ops)
     if (o.code == op_code::compute && o.link >= 0) {

@@ -292,10 +292,6 @@ constexpr int lower_rank_in(const In& v, int r, Scratch& ws, rank_resources& rr,
 }
 
 /// Pass 5 from the tables of passes 1–4.
-constexpr int lower_rank(const rank_input& v, int r, rank_scratch& ws, rank_resources& rr, lowered_op* ops_out,
-                         int nout) {
-  return lower_rank_in(v, r, ws, rr, ops_out, nout);
-}
 constexpr int lower_rank(const lowering_input& in, int r, const transfer_table& tt, const slot_table& st,
                          const end_table& et, const int* edge_comm, rank_scratch& ws, rank_resources& rr,
                          lowered_op* ops_out, int nout) {
@@ -331,12 +327,20 @@ constexpr auto lower_passes(program_view p, std::span<const int> tick_span, comm
   return then(in, tt, st, et, edge_comm.data(), count_ops(in, tt, et));
 }
 
-/// The lowering: the five passes, writing the ops where `storage(count)` says (a pointer to
-/// `count` ops, or nullptr to give up).
-template <class Storage>
-constexpr lowered_program lower_with(program_view p, std::span<const int> tick_span, comm_policy policy,
-                                     group_policy groups, Storage&& storage) {
-  lowered_program out;
+/// One rank's ops as pass 5 writes them: indexed like an array, growing as it is written.
+struct rank_ops_buffer {
+  std::vector<lowered_op> ops;
+  constexpr lowered_op& operator[](int i) {
+    if (static_cast<std::size_t>(i) >= ops.size()) ops.resize(static_cast<std::size_t>(i) + 1);
+    return ops[static_cast<std::size_t>(i)];
+  }
+};
+
+/// The lowering: the five passes into `out`, each rank's ops appended to `packed` when given,
+/// else to out.ops. (One function for both forms: g++ instantiates a constexpr function's
+/// templates where it is defined, so each form of its own would cost every includer.)
+constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view p, std::span<const int> tick_span,
+                          comm_policy policy, group_policy groups) {
   out.ranks = p.ranks;
   out.policy = policy;
   out.resources.assign(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), rank_resources{});
@@ -344,22 +348,29 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
   lower_passes(p, tick_span, policy, groups, out.comms, res,
                [&](const lowering_input& in, const transfer_table& tt, slot_table& st, const end_table& et,
                    const int* edge_comm, int count) {
-                 lowered_op* const ops_out = storage(count);
-                 if (ops_out == nullptr) return 0;
                  const rank_input input = rank_input_of(in, tt, st, et, edge_comm);
                  rank_scratch ws = rank_scratch_for(input, res);
+                 rank_ops_buffer buffer;
                  int nout = 0;
+                 if (packed)
+                   packed->reserve(static_cast<std::size_t>(count));
+                 else
+                   out.ops.reserve(static_cast<std::size_t>(count));
+                 out.begin.reserve(static_cast<std::size_t>(in.P) + 1);
                  out.begin.push_back(0);
                  for (int r = 0; r < in.P; ++r) {
-                   const int first = nout;
-                   nout = lower_rank(input, r, ws, res[r], ops_out, nout);
-                   assign_saved_slots(ops_out, first, nout, p.stages, p.microbatches, p.lane_length(), res[r]);
-                   out.begin.push_back(nout);
+                   const int n = lower_rank_in(input, r, ws, res[r], buffer, 0);
+                   lowered_op* const ops = buffer.ops.data();
+                   assign_saved_slots(ops, 0, n, p.stages, p.microbatches, p.lane_length(), res[r]);
+                   if (packed)
+                     for (int i = 0; i < n; ++i) packed->push_back(ops[i]);
+                   else
+                     out.ops.insert(out.ops.end(), ops, ops + n);
+                   out.begin.push_back(nout += n);
                  }
                  out.slot_lists = std::move(st.lists);
                  return 0;
                });
-  return out;
 }
 
 }  // namespace detail
@@ -368,12 +379,21 @@ constexpr lowered_program lower_with(program_view p, std::span<const int> tick_s
 constexpr lowered_program lower(program_view p, std::span<const int> tick, comm_policy policy = comm_policy::per_edge,
                                 group_policy groups = group_policy::automatic) {
   lowered_program out;
-  lowered_program l = detail::lower_with(p, tick, policy, groups, [&](int count) {
-    out.ops.resize(static_cast<std::size_t>(count));
-    return out.ops.data();
-  });
-  l.ops = std::move(out.ops);
-  return l;
+  detail::lower_into(out, nullptr, p, tick, policy, groups);
+  return out;
+}
+
+/// The same lowering, its ops packed as they are made (packed_ops.hpp): what build_plan keeps.
+constexpr packed_program lower_packed(program_view p, std::span<const int> tick,
+                                      comm_policy policy = comm_policy::per_edge,
+                                      group_policy groups = group_policy::automatic) {
+  packed_program out;
+  lowered_program rest;  // everything but the ops
+  detail::lower_into(rest, &out.ops, p, tick, policy, groups);
+  out.ranks = rest.ranks, out.policy = rest.policy, out.begin = std::move(rest.begin);
+  out.comms = std::move(rest.comms), out.resources = std::move(rest.resources);
+  out.slot_lists = std::move(rest.slot_lists);
+  return out;
 }
 
 }  // namespace pipetype

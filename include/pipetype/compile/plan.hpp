@@ -48,16 +48,16 @@ struct plan_options {
 struct runtime_plan {
   program compute_table;
   program_facts facts;
-  lowered_program lowered_table;
+  packed_program lowered_table;  // ops packed (packed_ops.hpp); copy_of(lowered()) to edit them
   verdict result;
   memory_model memory{};
 
   constexpr bool ok() const noexcept { return result.ok(); }
   constexpr program_view compute() const { return compute_table.view(); }
   constexpr lowered_view lowered() const { return lowered_table.view(); }
-  constexpr std::span<const lowered_op> ops() const { return lowered_table.ops; }
+  constexpr op_span ops() const { return lowered_table.ops; }
   constexpr std::span<const comm_desc> comms() const { return lowered_table.comms; }
-  constexpr std::span<const lowered_op> rank_ops(int r) const { return lowered().rank_ops(r); }
+  constexpr op_span rank_ops(int r) const { return lowered().rank_ops(r); }
   constexpr int ticks() const noexcept { return facts.ticks; }
   constexpr double peak_activations(int r) const {
     return static_cast<double>(facts.peak_units[static_cast<std::size_t>(r)]) / memory.unit;
@@ -71,7 +71,7 @@ constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   out.facts = check_program(out.compute(), {opt.mem_limit, opt.memory, opt.mem_limit_units});
   out.result = out.facts.result;
   if (!out.result.ok()) return out;
-  out.lowered_table = lower(out.compute(), out.facts.tick, opt.comms, opt.groups);
+  out.lowered_table = lower_packed(out.compute(), out.facts.tick, opt.comms, opt.groups);
   out.result = verify_lowered(out.lowered());
   return out;
 }
@@ -152,7 +152,7 @@ struct static_plan {
   constexpr double peak_activations(int r) const {
     return static_cast<double>(peak_units[static_cast<std::size_t>(r)]) / memory.unit;
   }
-  constexpr std::span<const lowered_op> rank_ops(int r) const { return lowered().rank_ops(r); }
+  constexpr op_span rank_ops(int r) const { return lowered().rank_ops(r); }
   constexpr int ticks() const noexcept { return tick_count; }
   /// Always true: a static plan exists only for an accepted schedule.
   constexpr bool ok() const noexcept { return true; }

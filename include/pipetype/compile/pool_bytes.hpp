@@ -73,7 +73,7 @@ constexpr const stage_bytes& sizes_of_stage(std::span<const stage_bytes> sizes, 
 /// The weight-gradient pool of the rank whose ops are `ops` (with counts `res`): returns its
 /// bytes, and writes slot k's byte offset to offset[k] when `offset` is given (res.weight_grad_slots
 /// entries). A slot's bytes are its stage's weight_grad, rounded up to 64.
-constexpr std::size_t weight_grad_offsets(std::span<const lowered_op> ops, const rank_resources& res,
+constexpr std::size_t weight_grad_offsets(op_span ops, const rank_resources& res,
                                           std::span<const stage_bytes> sizes, std::size_t* offset = nullptr) {
   scratch<int> stage_of(res.weight_grad_slots, -1);
   for (const lowered_op& o : ops)
@@ -147,7 +147,7 @@ constexpr stage_bytes stage_bytes_of() {
 
 /// The pools of the rank whose ops (in `p` lowered) are `ops`, with counts `res`, for stages of
 /// sizes `sizes` (plan stage s: sizes[s % sizes.size()]; none: every pool empty).
-constexpr rank_pools pools_of(const program_view& p, std::span<const lowered_op> ops, const rank_resources& res,
+constexpr rank_pools pools_of(const program_view& p, op_span ops, const rank_resources& res,
                               std::span<const stage_bytes> sizes) {
   rank_pools out;
   if (sizes.empty()) return out;

@@ -47,7 +47,7 @@ namespace detail {
 
 /// verify_lowered's scratch as pointers (run time: build_plan, hand-made programs).
 struct verify_scratch_ptrs {
-  int *group_of, *waits_on, *group_end_of, *last_record, *use, *t_op, *t_ch, *partner, *send_list, *recv_list;
+  int *group_of, *waits_on, *group_end_of, *last_record, *last_cover, *use, *t_op, *t_ch, *partner, *send_list, *recv_list;
   int *send_begin, *recv_begin, *send_fill, *recv_fill, *lane_begin, *pc, *lane_ops;
   signed char* direction;
   char *done, *reached;
@@ -60,7 +60,8 @@ struct verify_scratch_ptrs {
 /// evaluation), so make_plan hands verify_lowered_in its tables and scratch as arrays.
 template <int Ops, int Events, int Slots, int Channels, int Lanes>
 struct verify_scratch_fixed {
-  int group_of[Ops + 1], waits_on[Ops + 1], group_end_of[Ops + 1], last_record[Events + 1], use[8 * Slots + 8];
+  int group_of[Ops + 1], waits_on[Ops + 1], group_end_of[Ops + 1], last_record[Events + 1], last_cover[Events + 1];
+  int use[8 * Slots + 8];
   int t_op[Ops + 1], t_ch[Ops + 1], partner[Ops + 1], send_list[Ops + 1], recv_list[Ops + 1];
   int send_begin[Channels + 1], recv_begin[Channels + 1], send_fill[Channels + 1], recv_fill[Channels + 1];
   int lane_begin[Lanes + 1], pc[Lanes + 1], lane_ops[Ops + 1];
@@ -77,10 +78,8 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
                                     const Res& res, const Lists& lists, Scratch& w, int event_bound, int slot_bound,
                                     bool* by_certificate) {
   // Flat loops and plain indexing: this runs inside make_plan's constant evaluation.
-  auto& group_of = w.group_of;          // -1: not in a group (yet)
-  auto& waits_on = w.waits_on;          // -1: no wait
-  auto& group_end_of = w.group_end_of;  // written wherever group_of is
-  auto& last_record = w.last_record;
+  auto& last_record = w.last_record;  // per event: the op that last recorded it on this rank
+  auto& last_cover = w.last_cover;    // and where that record completes: its group's last transfer
   auto& use = w.use;
   auto& direction = w.direction;
   auto& t_op = w.t_op;
@@ -104,7 +103,6 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
   if ((event_bound >= 0 && events > event_bound) || (slot_bound >= 0 && slots > slot_bound)) {
     return refusal(errc::index_out_of_range, "a rank's events or buffer slots exceed what the plan's tables hold");
   }
-  for (int i = 0; i < N; ++i) group_of[i] = -1, waits_on[i] = -1;
   // the rank issuing an op (error paths only). A lambda's parameters in a template are checked
   // against the user's globals by g++'s -Wshadow, hence the long name
   const auto rank_of = [&](int op_index) {
@@ -130,12 +128,13 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
     // this rank's events and slots only (each within the scratch: the maxima above)
     const int nslots[2] = {res[r].activation_slots, res[r].gradient_slots};
     const int nevents = res[r].events;
-    for (int e = 0; e < nevents; ++e) last_record[e] = -1;
+    for (int e = 0; e < nevents; ++e) last_record[e] = -1, last_cover[e] = -1;
     for (int u = 0; u < 4 * nslots[0]; ++u) use[u] = -1;
     for (int u = 0; u < 4 * nslots[1]; ++u) use[4 * slots + u] = -1;
     int known[stream_count] = {-1, -1};
     long long prev_phase = -1;
     int last_group_tick = -2147483647 - 1, last_group_peer = -1;  // -1: several
+    int group_end = -1;  // the last transfer of the group being read (a transfer after it is ungrouped)
     for (int i = beg[r]; i < beg[r + 1]; ++i) {
       const lowered_op o = ops[i];  // a copy: the cheapest read in constant evaluation
       const int local = i - beg[r], s = static_cast<int>(o.stream), other = 1 - s;
@@ -150,7 +149,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
       // same updates here; an op that fails any check goes on to the checks, which name it.
       if (o.code == op_code::compute && o.link < 0) {
         const int wv = o.wait_event, rec = wv >= 0 && wv < nevents ? last_record[wv] : -1,
-                  covered = rec < 0 ? -1 : (ops[rec].code == op_code::group ? group_end_of[rec] : rec),
+                  covered = rec < 0 ? -1 : last_cover[wv],
                   kn = rec >= 0 && static_cast<int>(ops[rec].stream) != s && covered > known[s] ? covered : known[s],
                   pool = o.what == kind::F ? 0 : 1, ui = 4 * o.slot, ug = 4 * (slots + o.grad_slot),
                   uo = 4 * (pool * slots + o.out_slot);
@@ -158,13 +157,13 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
             (o.slot < 0 || (o.slot < nslots[0] && use[ui + other] <= kn)) &&
             (o.grad_slot < 0 || (o.grad_slot < nslots[1] && use[ug + other] <= kn)) &&
             (o.out_slot < 0 || (o.out_slot < nslots[pool] && use[uo + other] <= kn && use[uo + 2 + other] <= kn))) {
-          (wv >= 0 ? waits_on[i] = rec : 0),
-              known[s] = kn,
+          known[s] = kn,
               certified = wv >= 0 && 2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase
                               ? false
                               : certified,
               (o.slot >= 0 ? use[ui + 2 + s] = i : 0), (o.grad_slot >= 0 ? use[ug + 2 + s] = i : 0),
-              (o.out_slot >= 0 ? use[uo + s] = i : 0), (o.record_event >= 0 ? last_record[o.record_event] = i : 0);
+              (o.out_slot >= 0 ? use[uo + s] = i : 0),
+              (o.record_event >= 0 ? (last_record[o.record_event] = i, last_cover[o.record_event] = i) : 0);
           continue;
         }
       } else if ((o.code == op_code::send || o.code == op_code::recv) && o.stream == stream_id::comm) {
@@ -174,11 +173,11 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         const bool sending = o.code == op_code::send;
         const int pool = o.what == kind::F ? 0 : 1, ub = 4 * (pool * slots + o.slot),
                   chn = member ? 2 * o.comm + (comms[o.comm].rank_a == (sending ? r : o.peer) ? 0 : 1) : 0;
-        if (group_of[i] >= 0 && member && o.wait_event < 0 && o.record_event < 0 &&
+        if (i <= group_end && member && o.wait_event < 0 && o.record_event < 0 &&
             (o.slot < 0 ||
              (o.slot < nslots[pool] && use[ub + other] <= known[s] && (sending || use[ub + 2 + other] <= known[s])))) {
           t_op[nt] = i, t_ch[nt] = chn, ++nt, (sending ? ++send_begin[chn + 1] : ++recv_begin[chn + 1]),
-          (o.slot >= 0 ? use[ub + (sending ? 2 : 0) + s] = group_end_of[i] : 0);
+          (o.slot >= 0 ? use[ub + (sending ? 2 : 0) + s] = group_end : 0);
           continue;
         }
       }
@@ -200,12 +199,12 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         last_group_peer = peer;
         if (o.stream != stream_id::comm)
           return at_op(errc::nccl_deadlock, r, o, local, "a group off the communication stream");
-        for (int j = i; j <= e; ++j) group_of[j] = i, group_end_of[j] = e;
+        group_end = e;
       } else if (o.code == op_code::send || o.code == op_code::recv) {
         if (o.stream != stream_id::comm)
           return at_op(errc::nccl_deadlock, r, o, local, "transfer outside the communication stream");
-        if (group_of[i] < 0) {  // an ungrouped transfer is a group of one
-          group_of[i] = i, group_end_of[i] = i;
+        if (i > group_end) {  // an ungrouped transfer is a group of one
+          group_end = i;
           certified = false;
         }
         if (o.comm < 0 || o.comm >= C)
@@ -230,10 +229,9 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         if (o.wait_event >= nevents) return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
         const int rec = last_record[o.wait_event];
         if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
-        waits_on[i] = rec;
         // the certificate: a wait refers to an op of an earlier phase
         if (2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase) certified = false;
-        const int covered = ops[rec].code == op_code::group ? group_end_of[rec] : rec;  // a group records when it ends
+        const int covered = last_cover[o.wait_event];  // a group records when it ends
         if (static_cast<int>(ops[rec].stream) != s && covered > known[s]) known[s] = covered;
       }
       // buffers: each slot this op reads or writes must not still be in use by the other stream
@@ -248,7 +246,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
           const bool write = o.code == op_code::recv;
           if (use[u + other] > known[s] || (write && use[u + 2 + other] > known[s]))
             return at_op(errc::event_misuse, r, o, local, race);
-          use[u + (write ? 0 : 2) + s] = group_end_of[i];
+          use[u + (write ? 0 : 2) + s] = group_end;
         }
       } else if (o.code == op_code::compute && o.link >= 0) {  // a stage-graph op's lists (op_slots)
         const int h = o.link;                                  // n_in, n_grad, n_out, then the slots
@@ -296,14 +294,13 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
       if (o.record_event >= 0) {
         if (o.record_event >= nevents)
           return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
-        last_record[o.record_event] = i;
+        last_record[o.record_event] = i, last_cover[o.record_event] = o.code == op_code::group ? group_end : i;
       }
     }
   }
 
   // 2. FIFO matching per (communicator, direction): the sends and recvs of each channel in issue
   //    order; the k-th of each must carry the same data.
-  auto& partner = w.partner;
   auto& send_list = w.send_list;
   auto& recv_list = w.recv_list;
   for (int c = 0; c < channels; ++c) {
@@ -328,8 +325,6 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         return at_op(errc::transfer_mismatch, rank_of(ri), b, ri - beg[rank_of(ri)],
                      "the recv matches (FIFO per communicator and peer) a send of other data");
       if (a.tick != b.tick) certified = false;
-      partner[si] = ri;
-      partner[ri] = si;
     }
     if (ns != nr) {
       const int i = ns > nr ? send_list[send_begin[c] + common] : recv_list[recv_begin[c] + common];
@@ -354,7 +349,34 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
   if (certified) return {};
   //    The simulation: run every (rank, stream) lane as far as it can until all finish or none moves.
   //    A group completes once every partner's group has been reached (grouped ops progress
-  //    together; a rendezvous needs both ends posted).
+  //    together; a rendezvous needs both ends posted). Its tables, which the checks above found
+  //    consistent, are made here: each op's group, its wait's record and each transfer's partner.
+  auto& group_of = w.group_of;          // -1: a compute op
+  auto& group_end_of = w.group_end_of;  // the group's last transfer
+  auto& waits_on = w.waits_on;          // -1: no wait
+  auto& partner = w.partner;
+  for (int r = 0; r < P; ++r) {
+    for (int e = 0; e < res[r].events; ++e) last_record[e] = -1;
+    int group = -1, group_end = -1;
+    for (int i = beg[r]; i < beg[r + 1]; ++i) {
+      const lowered_op o = ops[i];
+      if (o.code == op_code::group) {
+        group = i, group_end = i;
+        while (group_end + 1 < beg[r + 1] &&
+               (ops[group_end + 1].code == op_code::send || ops[group_end + 1].code == op_code::recv))
+          ++group_end;
+      } else if (o.code != op_code::compute && i > group_end) {
+        group = i, group_end = i;
+      }
+      group_of[i] = o.code == op_code::compute ? -1 : group, group_end_of[i] = group_end;
+      waits_on[i] = o.wait_event >= 0 ? last_record[o.wait_event] : -1;
+      if (o.record_event >= 0) last_record[o.record_event] = i;
+    }
+  }
+  for (int c = 0; c < channels; ++c)
+    for (int k = 0; k < send_begin[c + 1] - send_begin[c]; ++k)
+      partner[send_list[send_begin[c] + k]] = recv_list[recv_begin[c] + k],
+      partner[recv_list[recv_begin[c] + k]] = send_list[send_begin[c] + k];
   const int lanes = P * stream_count;
   auto& lane_begin = w.lane_begin;  // [lanes + 1]
   auto& pc = w.pc;
@@ -438,9 +460,11 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
                               "together than pipetype::limits::actions");
   }
   const int channels = 2 * C, lanes = P * stream_count;
-  // one block of ints: nine of N + 1, the events, the slots' uses, four of channels + 1, two of lanes + 1
+  // one block of ints: nine of N + 1, two of the events, the slots' uses, four of channels + 1, two of lanes + 1.
+  // A program with a tick certificate (every lowering's) touches only the transfers' lists of these
+  // (the rest is the simulation's), so most of the block never costs memory
   const int n1 = N + 1, c1 = channels + 1, l1 = lanes + 1;
-  detail::scratch<int> ints(9 * n1 + (events + 1) + (8 * slots + 8) + 4 * c1 + 2 * l1, detail::unset);
+  detail::scratch<int> ints(9 * n1 + 2 * (events + 1) + (8 * slots + 8) + 4 * c1 + 2 * l1, detail::unset);
   detail::scratch<char> chars(2 * n1, detail::unset);
   detail::scratch<signed char> dir(N + 2, detail::unset);
   detail::pieces<int> q{ints.data()};
@@ -448,11 +472,11 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   w.group_of = q.next(n1), w.waits_on = q.next(n1), w.group_end_of = q.next(n1), w.t_op = q.next(n1),
   w.t_ch = q.next(n1), w.partner = q.next(n1), w.send_list = q.next(n1), w.recv_list = q.next(n1),
   w.lane_ops = q.next(n1);
-  w.last_record = q.next(events + 1), w.use = q.next(8 * slots + 8);
+  w.last_record = q.next(events + 1), w.last_cover = q.next(events + 1), w.use = q.next(8 * slots + 8);
   w.send_begin = q.next(c1), w.recv_begin = q.next(c1), w.send_fill = q.next(c1), w.recv_fill = q.next(c1);
   w.lane_begin = q.next(l1), w.pc = q.next(l1);
   w.done = chars.data(), w.reached = chars.data() + n1, w.direction = dir.data();
-  return detail::verify_lowered_in(P, N, C, static_cast<int>(L.slot_lists.size()), L.ops.data(), L.begin.data(),
+  return detail::verify_lowered_in(P, N, C, static_cast<int>(L.slot_lists.size()), L.ops, L.begin.data(),
                                    L.comms.data(), L.resources.data(), L.slot_lists.data(), w, -1, -1, by_certificate);
 }
 

@@ -153,7 +153,7 @@ struct device_binding {
 
   void bind(const program_view& p, const lowered_view& l) {
     const int L = p.lane_length();
-    const std::span<const lowered_op> rank_ops = l.rank_ops(rank);
+    const op_span rank_ops = l.rank_ops(rank);
     const rank_resources& res = l.resources[static_cast<std::size_t>(rank)];
     pools pl = place_pools(p, rank_ops, res, L);
     place_sinks(p, rank_ops, L);
@@ -258,7 +258,7 @@ struct device_binding {
   struct walk {
     const program_view& p;
     const lowered_view& l;
-    std::span<const lowered_op> rank_ops;
+    op_span rank_ops;
     int L;
     const pools& pl;
     const weights& wg;
@@ -286,7 +286,7 @@ struct device_binding {
     return owned.back();
   }
 
-  pools place_pools(const program_view& p, std::span<const lowered_op> rank_ops, const rank_resources& res, int L) {
+  pools place_pools(const program_view& p, op_span rank_ops, const rank_resources& res, int L) {
     pools pl;
     pl.layout = pipetype::detail::layout_of(p, rank_ops, res, entries);  // the plan's pools (pools_of)
     pl.memory = mesh && !mesh->memory.empty();
@@ -322,7 +322,7 @@ struct device_binding {
   }
 
   // The plan stages this rank runs; the losses its sinks write and, with keep_outputs, their outputs.
-  void place_sinks(const program_view& p, std::span<const lowered_op> rank_ops, int L) {
+  void place_sinks(const program_view& p, op_span rank_ops, int L) {
     bool sinks_here = false;
     for (const lowered_op& o : rank_ops) {
       if (o.code != op_code::compute) continue;
@@ -346,7 +346,7 @@ struct device_binding {
     }
   }
 
-  weights place_weights(std::span<const lowered_op> rank_ops, const rank_resources& res, int L) {
+  weights place_weights(op_span rank_ops, const rank_resources& res, int L) {
     weights w{pipetype::detail::plan_weight_grads(rank_ops, res, entries)};
     w.grads = alloc(w.plan.bytes);
     for (const pipetype::detail::weight_grad_plan::held& h : w.plan.later)
@@ -356,7 +356,7 @@ struct device_binding {
   }
 
   // Events and streams, once (a mesh step's rank has the mesh program's events: the pipeline's and more).
-  void make_streams(std::span<const lowered_op> rank_ops, int nevents) {
+  void make_streams(op_span rank_ops, int nevents) {
     for (int e = 0; e < nevents; ++e) events.push_back(d.make_event());
     streams[0] = d.make_stream();
     streams[1] = d.make_stream();

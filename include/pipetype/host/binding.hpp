@@ -189,7 +189,7 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
   for (int r = 0; r < p.ranks; ++r) {
     bound_rank& br = out.rank[static_cast<std::size_t>(r)];
     const rank_resources& res = l.resources[static_cast<std::size_t>(r)];
-    const std::span<const lowered_op> ops = l.rank_ops(r);
+    const op_span ops = l.rank_ops(r);
     const rank_pools layout = pipetype::detail::layout_of(p, ops, res, E);  // the plan's pools (pools_of)
     br.activation_stride = layout.activation_stride;
     br.gradient_stride = layout.gradient_stride;

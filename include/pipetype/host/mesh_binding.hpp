@@ -213,7 +213,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     };
     // the step's own activation slots (mesh/activation_slots.hpp): an address the replica bound
     // into its lowered pool becomes the one this op finds it at in the step's pool
-    const std::span<const lowered_op> low = l.rank_ops(r);
+    const op_span low = l.rank_ops(r);
     auto act_of = [&](int slot) {
       return slot < 0 ? nullptr : pool->activations.data() + pool->activation_stride * static_cast<std::size_t>(slot);
     };

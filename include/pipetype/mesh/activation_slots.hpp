@@ -68,7 +68,7 @@ constexpr activation_walk walk_activations(const program_view& p, const lowered_
                                            const std::vector<stream_clock>& clock, const std::vector<char>& moves,
                                            bool readers_only = false) {
   const int r = mp.shape.pipeline_rank(g);
-  const std::span<const lowered_op> low = l.rank_ops(r);
+  const op_span low = l.rank_ops(r);
   const std::span<const mesh_op> ops = mp.rank_ops(g);
   const auto M = static_cast<std::size_t>(p.microbatches);
   const std::size_t cells = static_cast<std::size_t>(p.stages) * M;

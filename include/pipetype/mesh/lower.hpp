@@ -103,7 +103,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
   out.events.assign(static_cast<std::size_t>(m.size()), 0);
   for (int g = 0; g < m.size(); ++g) {
     const int r = m.pipeline_rank(g), d = m.replica(g);
-    const std::span<const lowered_op> ops = l.rank_ops(r);
+    const op_span ops = l.rank_ops(r);
     const std::span<const action> acts = p.rank_actions(r);
     // (kind, stage, microbatch) → its index in acts
     const auto key = [&](kind k, int s, int j) {

@@ -1,0 +1,223 @@
+// pipetype/compile/packed_ops.hpp — lowered ops kept in about a sixth of their size, and one view
+// that reads them packed or plain.
+//
+// A lowered_op is 56 bytes, and a plan has about four ops per action (a compute, a group and a
+// transfer at each end), most of whose thirteen integer fields are -1 or close to the same field
+// of the op before. A built plan (compile/plan.hpp's runtime_plan) therefore keeps its ops packed:
+//
+//   byte 0      code (3 bits) | stream (2) | kind (2) | overlapped (1)
+//   bytes 1, 2  which of the thirteen fields are set (not -1), one bit each (op_field order)
+//   then        each set field, as the zigzag LEB128 varint of its difference from that field's
+//               last set value before the op's block (blocks of 256 ops)
+//
+// A block's bases and its bytes' position are stored with it and each op's offset in its block
+// is two bytes, so op i is read without reading the ops before it. The bytes sit in chunks of
+// 1 MiB (a block never straddles two), so the storage grows without copying what it holds.
+// GPipe over 30 ranks and 65536 microbatches packs to 11 bytes an op (bench/scale.sh).
+//
+// op_span is what every reader of a lowered program takes: a sized range of lowered_op values
+// over either form, with indexing, iterators and subspans; a plain array or vector of lowered_op
+// converts to it. Its elements are values (decoded on each read): bind `const lowered_op&` or
+// `auto` to them, never keep a pointer into the range.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pipetype/compile/op.hpp"
+
+namespace pipetype {
+
+namespace detail {
+
+/// The integer fields of a lowered_op, in the order of their bits in a packed op's mask.
+inline constexpr int op_field_count = 13;
+inline constexpr int lowered_op::*op_fields[op_field_count] = {&lowered_op::stage,
+                                                               &lowered_op::microbatch,
+                                                               &lowered_op::peer,
+                                                               &lowered_op::comm,
+                                                               &lowered_op::slot,
+                                                               &lowered_op::grad_slot,
+                                                               &lowered_op::out_slot,
+                                                               &lowered_op::wait_event,
+                                                               &lowered_op::record_event,
+                                                               &lowered_op::tick,
+                                                               &lowered_op::link,
+                                                               &lowered_op::stash_slot,
+                                                               &lowered_op::weight_grad_slot};
+
+}  // namespace detail
+
+/// Lowered ops, packed (see the header comment). Appended one at a time; read by index.
+class packed_ops {
+ public:
+  static constexpr std::size_t block_ops = 256;
+  static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+  /// The most bytes one op takes: its three, and a ten-byte varint per field.
+  static constexpr std::size_t max_op_bytes = 3 + 10 * detail::op_field_count;
+
+  constexpr std::size_t size() const noexcept { return at_.size() / 2; }
+  constexpr bool empty() const noexcept { return at_.empty(); }
+
+  /// Room for `n` ops' offsets (the bytes grow chunk by chunk).
+  constexpr void reserve(std::size_t n) { at_.reserve(2 * n); }
+
+  constexpr void push_back(const lowered_op& o) {
+    if (size() % block_ops == 0) start_block();
+    std::vector<std::uint8_t>& chunk = chunks_.back();
+    const std::size_t at = chunk.size() - static_cast<std::size_t>(block_at_.back());
+    at_.push_back(static_cast<std::uint8_t>(at & 0xffu));
+    at_.push_back(static_cast<std::uint8_t>(at >> 8));
+    const int* base = base_.data() + (base_.size() - detail::op_field_count);
+    unsigned mask = 0;
+    for (int f = 0; f < detail::op_field_count; ++f)
+      if (o.*detail::op_fields[f] != -1) mask |= 1u << f;
+    chunk.push_back(static_cast<std::uint8_t>((static_cast<unsigned>(o.code) & 7u) |
+                                              (static_cast<unsigned>(o.stream) & 3u) << 3 |
+                                              (static_cast<unsigned>(o.what) & 3u) << 5 | (o.overlapped ? 128u : 0u)));
+    chunk.push_back(static_cast<std::uint8_t>(mask & 0xffu));
+    chunk.push_back(static_cast<std::uint8_t>(mask >> 8));
+    for (int f = 0; f < detail::op_field_count; ++f) {
+      const int v = o.*detail::op_fields[f];
+      if (v == -1) continue;
+      const long long d = static_cast<long long>(v) - base[f];
+      auto z = static_cast<std::uint64_t>(d < 0 ? ((-(d + 1)) << 1) | 1 : d << 1);  // zigzag
+      for (; z >= 128; z >>= 7) chunk.push_back(static_cast<std::uint8_t>((z & 127u) | 128u));
+      chunk.push_back(static_cast<std::uint8_t>(z));
+      last_[static_cast<std::size_t>(f)] = v;
+    }
+  }
+
+  constexpr lowered_op operator[](std::size_t i) const {
+    const std::size_t b = i / block_ops;
+    const std::uint8_t* p = chunks_[static_cast<std::size_t>(block_chunk_[b])].data() +
+                            static_cast<std::size_t>(block_at_[b]) + (at_[2 * i] | std::size_t{at_[2 * i + 1]} << 8);
+    const int* base = base_.data() + b * detail::op_field_count;
+    lowered_op o;
+    o.code = static_cast<op_code>(p[0] & 7u);
+    o.stream = static_cast<stream_id>((p[0] >> 3) & 3u);
+    o.what = static_cast<kind>((p[0] >> 5) & 3u);
+    o.overlapped = (p[0] & 128u) != 0;
+    const unsigned mask = p[1] | static_cast<unsigned>(p[2]) << 8;
+    p += 3;
+    for (int f = 0; f < detail::op_field_count; ++f) {
+      if (!(mask >> f & 1u)) continue;
+      std::uint64_t z = 0;
+      for (int shift = 0;; shift += 7) {
+        const std::uint8_t byte = *p++;
+        z |= static_cast<std::uint64_t>(byte & 127u) << shift;
+        if (byte < 128) break;
+      }
+      const long long d = (z & 1u) ? -static_cast<long long>(z >> 1) - 1 : static_cast<long long>(z >> 1);
+      o.*detail::op_fields[f] = static_cast<int>(base[f] + d);
+    }
+    return o;
+  }
+
+  /// Bytes held: the chunks' used bytes, the per-op offsets and the per-block tables.
+  constexpr std::size_t bytes() const noexcept {
+    std::size_t n = 0;
+    for (const auto& c : chunks_) n += c.size();
+    return n + at_.size() + (base_.size() + block_at_.size() + block_chunk_.size()) * sizeof(int);
+  }
+
+  friend constexpr bool operator==(const packed_ops& a, const packed_ops& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!(a[i] == b[i])) return false;
+    return true;
+  }
+
+ private:
+  constexpr void start_block() {
+    if (chunks_.empty() || chunks_.back().size() + block_ops * max_op_bytes > chunk_bytes) {
+      chunks_.emplace_back();
+      chunks_.back().reserve(chunk_bytes);
+    }
+    block_chunk_.push_back(static_cast<int>(chunks_.size() - 1));
+    block_at_.push_back(static_cast<int>(chunks_.back().size()));
+    base_.insert(base_.end(), last_, last_ + detail::op_field_count);
+  }
+
+  std::vector<std::vector<std::uint8_t>> chunks_;
+  std::vector<int> block_chunk_, block_at_;  // [blocks] the block's chunk, and its first byte there
+  std::vector<int> base_;                    // [blocks × op_field_count]
+  std::vector<std::uint8_t> at_;             // [2 × ops] the op's offset from its block's first byte
+  int last_[detail::op_field_count]{};       // each field's last set value
+};
+
+/// A sized range of lowered_op values over a plain array or packed_ops (see the header comment).
+class op_span {
+ public:
+  class iterator {
+   public:
+    using value_type = lowered_op;
+    using reference = lowered_op;
+    using difference_type = std::ptrdiff_t;
+    using iterator_category = std::random_access_iterator_tag;
+    using iterator_concept = std::random_access_iterator_tag;
+
+    constexpr iterator() = default;
+    constexpr lowered_op operator*() const { return plain_ ? plain_[i_] : (*packed_)[i_]; }
+    constexpr lowered_op operator[](difference_type n) const { return *(*this + n); }
+    constexpr iterator& operator++() { return ++i_, *this; }
+    constexpr iterator operator++(int) { return iterator(plain_, packed_, i_++); }
+    constexpr iterator& operator--() { return --i_, *this; }
+    constexpr iterator operator--(int) { return iterator(plain_, packed_, i_--); }
+    constexpr iterator& operator+=(difference_type n) {
+      return i_ = static_cast<std::size_t>(static_cast<difference_type>(i_) + n), *this;
+    }
+    constexpr iterator& operator-=(difference_type n) { return *this += -n; }
+    friend constexpr iterator operator+(iterator a, difference_type n) { return a += n; }
+    friend constexpr iterator operator+(difference_type n, iterator a) { return a += n; }
+    friend constexpr iterator operator-(iterator a, difference_type n) { return a -= n; }
+    friend constexpr difference_type operator-(const iterator& a, const iterator& b) {
+      return static_cast<difference_type>(a.i_) - static_cast<difference_type>(b.i_);
+    }
+    friend constexpr bool operator==(const iterator& a, const iterator& b) { return a.i_ == b.i_; }
+    friend constexpr auto operator<=>(const iterator& a, const iterator& b) { return a.i_ <=> b.i_; }
+
+   private:
+    friend class op_span;
+    constexpr iterator(const lowered_op* plain, const packed_ops* packed, std::size_t i)
+        : plain_(plain), packed_(packed), i_(i) {}
+    const lowered_op* plain_ = nullptr;
+    const packed_ops* packed_ = nullptr;
+    std::size_t i_ = 0;
+  };
+
+  constexpr op_span() = default;
+  constexpr op_span(std::span<const lowered_op> ops) : plain_(ops.data()), size_(ops.size()) {}
+  constexpr op_span(const std::vector<lowered_op>& ops) : plain_(ops.data()), size_(ops.size()) {}
+  constexpr op_span(const packed_ops& ops) : packed_(&ops), size_(ops.size()) {}
+
+  constexpr std::size_t size() const noexcept { return size_; }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  constexpr lowered_op operator[](std::size_t i) const { return plain_ ? plain_[i] : (*packed_)[first_ + i]; }
+  constexpr lowered_op front() const { return (*this)[0]; }
+  constexpr lowered_op back() const { return (*this)[size_ - 1]; }
+  constexpr iterator begin() const {
+    return plain_ ? iterator(plain_, nullptr, 0) : iterator(nullptr, packed_, first_);
+  }
+  constexpr iterator end() const { return begin() + static_cast<std::ptrdiff_t>(size_); }
+  constexpr op_span subspan(std::size_t offset, std::size_t count = std::dynamic_extent) const {
+    op_span s = *this;
+    s.size_ = count == std::dynamic_extent ? size_ - offset : count;
+    if (plain_)
+      s.plain_ = plain_ + offset;
+    else
+      s.first_ = first_ + offset;
+    return s;
+  }
+  /// The plain array underneath, or nullptr when the ops are packed.
+  constexpr const lowered_op* plain() const noexcept { return plain_; }
+
+ private:
+  const lowered_op* plain_ = nullptr;  // set: a plain array; else the packed ops from first_
+  const packed_ops* packed_ = nullptr;
+  std::size_t first_ = 0, size_ = 0;
+};
+
+}  // namespace pipetype
