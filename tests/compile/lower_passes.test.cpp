@@ -60,10 +60,10 @@ TEST_CASE("lower passes: transfers, one each way per crossing edge and microbatc
       if (!prog.view().lane_tail(s) && c.in.owner[s] != c.in.owner[s + 1])
         for (int j = 0; j < prog.microbatches; ++j) crossing += prog.view().runs_through(s, j) ? 1 : 0;
     CHECK(tt.nx == 2 * crossing);
-    const int* tick = tt.x_field(pd::transfer_table::x_tick);
-    const int* pool = tt.x_field(pd::transfer_table::x_pool);
-    const int* stage = tt.x_field(pd::transfer_table::x_stage);
-    const int* mb = tt.x_field(pd::transfer_table::x_mb);
+    const auto tick = tt.x_field(pd::transfer_table::x_tick);
+    const auto pool = tt.x_field(pd::transfer_table::x_pool);
+    const auto stage = tt.x_field(pd::transfer_table::x_stage);
+    const auto mb = tt.x_field(pd::transfer_table::x_mb);
     for (int x = 0; x < tt.nx; ++x) {
       // the producer: F(stage) for an activation, B/I(stage) for a gradient
       const int q = stage[x] * prog.microbatches + mb[x];
@@ -118,32 +118,32 @@ TEST_CASE(
     std::vector<pt::rank_resources> res(4);
     const pd::slot_table st = pd::assign_slots(c.in, tt, res.data());
     const pd::end_table et = pd::order_ends(c.in, tt, st, groups);
-    const int* src = tt.x_field(pd::transfer_table::x_src);
-    const int* dst = tt.x_field(pd::transfer_table::x_dst);
+    const auto src = tt.x_field(pd::transfer_table::x_src);
+    const auto dst = tt.x_field(pd::transfer_table::x_dst);
     std::map<std::tuple<int, int, int>, std::vector<int>> sent, received;  // (src, dst, pool) → transfers
     for (int r = 0; r < 4; ++r)
       for (int e = et.rank_begin[r]; e < et.rank_begin[r + 1]; ++e) {
-        const int x = et.x[e];
+        const int x = et.x()[e];
         CHECK((et.send[e] ? src[x] : dst[x]) == r);
         if (e > et.rank_begin[r]) {
-          CHECK(et.tick[e] >= et.tick[e - 1]);
-          if (groups == pt::group_policy::per_peer && et.tick[e] == et.tick[e - 1]) {
+          CHECK(et.tick()[e] >= et.tick()[e - 1]);
+          if (groups == pt::group_policy::per_peer && et.tick()[e] == et.tick()[e - 1]) {
             // one direction per tick: highest peer first where the transfers read in their own tick
             // mostly come from above (or, none being read at once, most transfers go down)
             int lean = 0, vote = 0;
             for (int y = 0; y < tt.nx; ++y) {
-              if (tt.x_field(pd::transfer_table::x_tick)[y] != et.tick[e]) continue;
+              if (tt.x_field(pd::transfer_table::x_tick)[y] != et.tick()[e]) continue;
               const int down = src[y] > dst[y] ? 1 : -1, s = tt.x_field(pd::transfer_table::x_stage)[y],
                         j = tt.x_field(pd::transfer_table::x_mb)[y];
               lean += down;
               const int use = tt.x_field(pd::transfer_table::x_pool)[y] == 0 ? c.in.posF[(s + 1) * c.in.m + j]
                                                                              : c.in.posG[(s - 1) * c.in.m + j];
-              if ((use - 1) / 2 == et.tick[e]) vote += down;
+              if ((use - 1) / 2 == et.tick()[e]) vote += down;
             }
             if ((vote != 0 ? vote : lean) > 0)
-              CHECK(et.peer[e] <= et.peer[e - 1]);
+              CHECK(et.peer()[e] <= et.peer()[e - 1]);
             else
-              CHECK(et.peer[e] >= et.peer[e - 1]);
+              CHECK(et.peer()[e] >= et.peer()[e - 1]);
           }
         }
         const int pl = tt.x_field(pd::transfer_table::x_pool)[x];

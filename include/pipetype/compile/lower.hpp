@@ -92,22 +92,23 @@ struct rank_input {
   const int* beg = nullptr;   // [P + 1]
   int P = 0, N = 0, MX = 0, EX = 0;
   bool graph = false;
-  const int* x = nullptr;
-  const int* edge_comm = nullptr;  // per edge
-  const int* compute = nullptr;
+  field_of<paged<int>> x{};         // transfer_table::x
+  const int* edge_comm = nullptr;   // per edge
+  field_of<paged<int>> compute{};   // slot_table::compute
   const int* link = nullptr;        // [N] slot_table::link (with edges)
   const int* lists = nullptr;       // slot_table::lists
   const int* rank_begin = nullptr;  // [P + 1] end_table::rank_begin
-  const int* ends = nullptr;
-  const char* e_send = nullptr;  // end_table::send
+  field_of<paged<int>> ends{};      // end_table::fields
+  const char* e_send = nullptr;     // end_table::send
 };
 
 constexpr rank_input rank_input_of(const lowering_input& in, const transfer_table& tt, const slot_table& st,
                                    const end_table& et, const int* edge_comm) {
   rank_input v;
   v.A = in.A, v.tick = in.tick, v.beg = in.beg, v.P = in.P, v.N = in.N, v.graph = in.graph;
-  v.x = tt.x.data(), v.MX = tt.max_x, v.edge_comm = edge_comm, v.compute = st.compute.data(), v.link = st.link.data(),
-  v.lists = st.lists.data(), v.rank_begin = et.rank_begin, v.ends = et.x, v.EX = et.stride, v.e_send = et.send;
+  v.x = {&tt.x, 0}, v.MX = tt.max_x, v.edge_comm = edge_comm, v.compute = {&st.compute, 0}, v.link = st.link.data(),
+  v.lists = st.lists.data(), v.rank_begin = et.rank_begin, v.ends = {&et.fields, 0}, v.EX = et.stride,
+  v.e_send = et.send;
   return v;
 }
 
@@ -316,14 +317,21 @@ namespace detail {
 template <class Then>
 constexpr auto lower_passes(program_view p, std::span<const int> tick_span, comm_policy policy, group_policy groups,
                             std::vector<comm_desc>& comms, rank_resources* res, Then&& then) {
-  const lowering_tables lt = lowering_tables_of(p, tick_span.data());
+  lowering_tables lt = lowering_tables_of(p, tick_span.data());
   const lowering_input in = lowering_input_of(p, tick_span.data(), lt);
   const scratch<int> edge_comm = lower_communicators(in, policy, comms);
   transfer_table tt = lower_transfers(in);
+  // the action positions are read by pass 2 and by pass 4's vote on each tick's peer order only:
+  // each table is freed once no later pass reads it
+  const group_policy grouping = resolve(groups, p);
+  if (grouping != group_policy::per_peer) lt.pos = scratch<int>(0, unset);
   slot_table st = assign_slots(in, tt, res);
   tt.iv = scratch<int>(0, unset);  // the intervals are coloured: free them before the ops are made
-  const end_table et = order_ends(in, tt, st, resolve(groups, p));
+  end_table et = order_ends(in, tt, st, grouping);
   st.of_buffer = scratch<int>(0, unset);  // each end has its slot
+  lt.pos = scratch<int>(0, unset);
+  for (const int f : {transfer_table::x_tick, transfer_table::x_sid, transfer_table::x_did})  // pass 5 reads the rest
+    tt.x.release(f * tt.max_x, (f + 1) * tt.max_x);
   return then(in, tt, st, et, edge_comm.data(), count_ops(in, tt, et));
 }
 
@@ -346,11 +354,17 @@ constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view
   out.resources.assign(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), rank_resources{});
   rank_resources* res = out.resources.data();
   lower_passes(p, tick_span, policy, groups, out.comms, res,
-               [&](const lowering_input& in, const transfer_table& tt, slot_table& st, const end_table& et,
+               [&](const lowering_input& in, const transfer_table& tt, slot_table& st, end_table& et,
                    const int* edge_comm, int count) {
                  const rank_input input = rank_input_of(in, tt, st, et, edge_comm);
                  rank_scratch ws = rank_scratch_for(input, res);
-                 rank_ops_buffer buffer;
+                 rank_ops_buffer buffer;  // room for the largest rank: its computes, ends and groups
+                 std::size_t most = 0;
+                 for (int r = 0; r < in.P; ++r) {
+                   const int n = in.beg[r + 1] - in.beg[r] + 2 * (et.rank_begin[r + 1] - et.rank_begin[r]);
+                   most = static_cast<std::size_t>(n) > most ? static_cast<std::size_t>(n) : most;
+                 }
+                 buffer.ops.reserve(most);
                  int nout = 0;
                  if (packed)
                    packed->reserve(static_cast<std::size_t>(count));
@@ -367,6 +381,10 @@ constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view
                    else
                      out.ops.insert(out.ops.end(), ops, ops + n);
                    out.begin.push_back(nout += n);
+                   // the rank's ends and its actions' slots are read: hand their pages back while
+                   // the packed ops grow (the two tables are rank-major)
+                   for (int f = 0; f < 4; ++f) et.fields.release(f * et.stride, f * et.stride + et.rank_begin[r + 1]);
+                   for (int f = 0; f < 3; ++f) st.compute.release(f * in.N, f * in.N + in.beg[r + 1]);
                  }
                  out.slot_lists = std::move(st.lists);
                  return 0;

@@ -189,10 +189,10 @@ constexpr void lower_communicators_in(const In& in, comm_policy policy, std::vec
 /// microbatch, edge) order.
 struct transfer_table {
   scratch<int> iv;  // struct of arrays, max_iv each: rank, alloc, free, pool, id
-  scratch<int> x;   // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id, edge
+  paged<int> x;     // struct of arrays, max_x each: tick, pool, stage, mb, src, dst, src id, dst id, edge
   int max_iv = 0, niv = 0, max_x = 0, nx = 0;
   constexpr const int* iv_field(int f) const { return iv.data() + f * max_iv; }
-  constexpr const int* x_field(int f) const { return x.data() + f * max_x; }
+  constexpr field_of<paged<int>> x_field(int f) const { return {&x, f * max_x}; }
   enum iv_fields { iv_rank, iv_alloc, iv_free, iv_pool, iv_id };
   enum x_fields { x_tick, x_pool, x_stage, x_mb, x_src, x_dst, x_sid, x_did, x_edge };
   /// Room for a program of shape `sh`: buffers and transfers at most.
@@ -271,9 +271,9 @@ constexpr void lower_transfers_in(const In& in, IV& iv, int max_iv, X& x, int ma
 /// Pass 2 at run time.
 constexpr transfer_table lower_transfers(const lowering_input& in) {
   const int max_iv = transfer_table::buffers_for(in), max_x = transfer_table::transfers_for(in);
-  transfer_table tt{scratch<int>(5 * max_iv, unset), scratch<int>(9 * max_x, unset), max_iv, 0, max_x, 0};
+  transfer_table tt{scratch<int>(5 * max_iv, unset), paged<int>(9 * max_x), max_iv, 0, max_x, 0};
   int* iv = tt.iv.data();
-  int* x = tt.x.data();
+  paged<int>& x = tt.x;
   lower_transfers_in(in, iv, max_iv, x, max_x, tt.niv, tt.nx);
   return tt;
 }
@@ -281,7 +281,7 @@ constexpr transfer_table lower_transfers(const lowering_input& in) {
 /// Pass 3's result: the slot of every buffer, by pool · stride + id, and of every compute op.
 struct slot_table {
   scratch<int> of_buffer;  // [2 · stride]
-  scratch<int> compute;    // [3N]: input, incoming gradient, output per action (-1: none)
+  paged<int> compute;      // [3N]: input, incoming gradient, output per action (-1: none)
   scratch<int> link;       // [N] with edges: the action's list in `lists` (-1: its three fields say it)
   std::vector<int> lists;  // lowered_view::slot_lists
   int stride = 0;          // 2 · max(S, E) · m + 2: the gradient pool's offset in of_buffer
@@ -300,8 +300,9 @@ template <class In, class IV, class Slots, class Compute, class Link, class Work
 constexpr void assign_slots_in(const In& in, const IV& iv, int max_iv, int niv, int stride, rank_resources* res,
                                Slots& slot_of, Compute& compute, Link& link, std::vector<int>& lists, Work& w) {
   const int P = in.P, N = in.N, m = in.m;
-  fill_in(compute, 3 * N, -1), fill_in(slot_of, 2 * stride, -1), fill_in(w.busy, niv + 1, 0LL),
-      fill_in(w.idle, niv + 1, 0LL);
+  // (the heaps are written before they are read: left unset, a run touches only what they hold at
+  // once, about a rank's peak of live buffers, not a word per interval)
+  fill_in(compute, 3 * N, -1), fill_in(slot_of, 2 * stride, -1);
   if (in.graph) fill_in(link, N, -1);
   const int i_alloc = max_iv, i_free = 2 * max_iv, i_pool = 3 * max_iv, i_id = 4 * max_iv;
   {
@@ -394,7 +395,7 @@ constexpr void assign_slots_in(const In& in, const IV& iv, int max_iv, int niv, 
 constexpr slot_table assign_slots(const lowering_input& in, const transfer_table& tt, rank_resources* res) {
   const int P = in.P, N = in.N, niv = tt.niv;
   slot_table st{scratch<int>(2 * slot_table::stride_for(in), unset),
-                scratch<int>(3 * N, unset),
+                paged<int>(3 * N),
                 scratch<int>(in.graph ? N : 1, unset),
                 {},
                 slot_table::stride_for(in)};
@@ -407,7 +408,7 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
   w.start = ints.data(), w.order = w.start + in.limit() + 1, w.base = w.order + niv, w.nslots = w.base + 2 * P + 1,
   w.nbusy = w.nslots + 2 * P, w.nidle = w.nbusy + 2 * P, w.busy = heaps.data(), w.idle = w.busy + niv + 1;
   int* slot_of = st.of_buffer.data();
-  int* compute = st.compute.data();
+  paged<int>& compute = st.compute;
   int* link = st.link.data();
   assign_slots_in(in, tt.iv.data(), tt.max_iv, niv, st.stride, res, slot_of, compute, link, st.lists, w);
   return st;
@@ -415,15 +416,17 @@ constexpr slot_table assign_slots(const lowering_input& in, const transfer_table
 
 /// Pass 4's result: every transfer end, rank by rank and within a rank in issue order.
 struct end_table {
-  scratch<int> own;  // the fields' room
+  paged<int> fields;  // x, tick, slot, peer: one block, `stride` each (pass 5 frees it as it goes)
   scratch<char> own_send;
+  scratch<int> own_begin;
   int* rank_begin = nullptr;  // [P + 1]: rank r's ends are [rank_begin[r], rank_begin[r + 1])
-  int* x = nullptr;           // its transfer
-  int* tick = nullptr;        // its tick
-  int* slot = nullptr;        // its buffer's slot
   char* send = nullptr;       // 1: the send end, 0: the receive
-  int* peer = nullptr;        // the rank on the other end (per_peer), or 0 (per_tick: one group a tick)
-  int stride = 0;             // x, tick, slot and peer are one block: tick = x + stride, and so on
+  int stride = 0;
+  constexpr field_of<paged<int>> x() const { return {&fields, 0}; }  // each end's transfer
+  constexpr field_of<paged<int>> tick() const { return {&fields, stride}; }
+  constexpr field_of<paged<int>> slot() const { return {&fields, 2 * stride}; }  // its buffer's slot
+  /// the rank on the other end (per_peer), or 0 (per_tick: one group a tick)
+  constexpr field_of<paged<int>> peer() const { return {&fields, 3 * stride}; }
 };
 
 /// Pass 4: each rank's transfer ends in tick order (a stable sort of the transfers by tick, then
@@ -433,7 +436,7 @@ struct end_table {
 /// the tick's one direction, so all take their (tick, rank pair) groups in one global order;
 /// per_tick counts every end as the same "peer", so each tick keeps one group. Writes `ends`
 /// (x, tick, slot, peer: EX each, EX ≥ 2·nx), send [EX] and rank_begin [P + 1]; `w` is scratch:
-/// start [max(T + 3, P + 1)], order, end_rank, end_of, key [2·nx + 2], vote [2(T + 3)].
+/// start [max(T + 3, P + 1)], order [nx + 1], key [2·nx + 2] and vote [2(T + 3)] (per_peer only).
 template <class In, class X, class Slots, class Ends, class Send, class Begin, class Work>
 constexpr void order_ends_in(const In& in, const X& x, int max_x, int nx, const Slots& slot_of, int stride,
                              group_policy groups, Ends& ends, int EX, Send& send, Begin& rank_begin, Work& w) {
@@ -442,27 +445,23 @@ constexpr void order_ends_in(const In& in, const X& x, int max_x, int nx, const 
   const int x_pool = tt::x_pool * max_x, x_mb = tt::x_mb * max_x, x_src = tt::x_src * max_x, x_dst = tt::x_dst * max_x,
             x_sid = tt::x_sid * max_x, x_did = tt::x_did * max_x, x_edge = tt::x_edge * max_x;
   auto& order = w.order;
-  auto& end_rank = w.end_rank;
-  auto& end_of = w.end_of;
   auto& key = w.key;
+  auto& at = w.start;  // each rank's next end, once the sort by tick is done with `start`
   const int e_tick = EX, e_slot = 2 * EX, e_peer = 3 * EX;
-  fill_in(ends, 4 * EX, 0);
+  fill_in(ends, 4 * EX, 0);                               // (make_plan keeps the spare room too)
   counting_order_in(x, 0, nx, in.T + 2, w.start, order);  // by tick (field 0)
-  for (int o = 0; o < nx; ++o) {
-    const int t = order[o];
-    end_of[2 * o] = 2 * t, end_rank[2 * o] = x[x_src + t], end_of[2 * o + 1] = 2 * t + 1,
-               end_rank[2 * o + 1] = x[x_dst + t];
-  }
-  counting_order_in(end_rank, 0, 2 * nx, P, w.start, order);  // then by rank, stably
+  // then by rank, stably: each transfer's send end, then its receive end, at its rank's next place
   for (int r = 0; r <= P; ++r) rank_begin[r] = 0;
-  for (int e = 0; e < 2 * nx; ++e) ++rank_begin[end_rank[e] + 1];
+  for (int t = 0; t < nx; ++t) ++rank_begin[x[x_src + t] + 1], ++rank_begin[x[x_dst + t] + 1];
   for (int r = 0; r < P; ++r) rank_begin[r + 1] += rank_begin[r];
-  for (int e = 0; e < 2 * nx; ++e) {
-    const int en = end_of[order[e]], t = en / 2;
-    ends[e] = t, send[e] = (en & 1) == 0 ? 1 : 0, ends[e_tick + e] = x[t], ends[e_peer + e] = 0,
-    ends[e_slot + e] = slot_of[x[x_pool + t] * stride + ((en & 1) == 0 ? x[x_sid + t] : x[x_did + t])];
+  for (int r = 0; r < P; ++r) at[r] = rank_begin[r];
+  for (int o = 0; o < nx; ++o) {
+    const int t = order[o], es = at[x[x_src + t]]++, er = at[x[x_dst + t]]++, pool = x[x_pool + t] * stride;
+    ends[es] = t, send[es] = 1, ends[e_tick + es] = x[t], ends[e_peer + es] = 0,
+    ends[e_slot + es] = slot_of[pool + x[x_sid + t]];
+    ends[er] = t, send[er] = 0, ends[e_tick + er] = x[t], ends[e_peer + er] = 0,
+    ends[e_slot + er] = slot_of[pool + x[x_did + t]];
   }
-  for (int e = 0; e < 2 * nx + 2; ++e) key[e] = 0;
   if (groups == group_policy::per_peer) {
     // per tick, a vote on its peer order: each transfer that a compute of the same tick reads
     // wants its sender's group first (a sender above the receiver: highest peer first); where no
@@ -484,15 +483,18 @@ constexpr void order_ends_in(const In& in, const X& x, int max_x, int nx, const 
       key[e] = vote[ends[e_tick + e]] > 0 ? -ends[e_peer + e] : ends[e_peer + e];
     }
   }
-  for (int r = 0; r < P; ++r)
-    for (int e = rank_begin[r] + 1; e < rank_begin[r + 1]; ++e)
-      for (int f = e; f > rank_begin[r] && ends[e_tick + f] == ends[e_tick + f - 1] && key[f] < key[f - 1]; --f) {
-        const int tx = ends[f], ts = ends[e_slot + f], tp = ends[e_peer + f], tk = key[f];
-        const char tsend = send[f];
-        ends[f] = ends[f - 1], ends[e_slot + f] = ends[e_slot + f - 1], send[f] = send[f - 1],
-        ends[e_peer + f] = ends[e_peer + f - 1], key[f] = key[f - 1];
-        ends[f - 1] = tx, ends[e_slot + f - 1] = ts, send[f - 1] = tsend, ends[e_peer + f - 1] = tp, key[f - 1] = tk;
-      }
+  // per tick (a rank's ends of one tick are together), by key: one group per peer in the tick's
+  // order. Per tick, every end has the same "peer" and nothing moves
+  if (groups == group_policy::per_peer)
+    for (int r = 0; r < P; ++r)
+      for (int e = rank_begin[r] + 1; e < rank_begin[r + 1]; ++e)
+        for (int f = e; f > rank_begin[r] && ends[e_tick + f] == ends[e_tick + f - 1] && key[f] < key[f - 1]; --f) {
+          const int tx = ends[f], ts = ends[e_slot + f], tp = ends[e_peer + f], tk = key[f];
+          const char tsend = send[f];
+          ends[f] = ends[f - 1], ends[e_slot + f] = ends[e_slot + f - 1], send[f] = send[f - 1],
+          ends[e_peer + f] = ends[e_peer + f - 1], key[f] = key[f - 1];
+          ends[f - 1] = tx, ends[e_slot + f - 1] = ts, send[f - 1] = tsend, ends[e_peer + f - 1] = tp, key[f - 1] = tk;
+        }
 }
 
 /// Pass 4 at run time.
@@ -500,18 +502,15 @@ constexpr end_table order_ends(const lowering_input& in, const transfer_table& t
                                group_policy groups) {
   const int P = in.P, nx = tt.nx;
   const int stride = 2 * nx + 2;
-  end_table et{scratch<int>(4 * stride + P + 1, unset), scratch<char>(stride, unset)};
-  int* const room = et.own.data();
-  et.x = room, et.tick = room + stride, et.slot = room + 2 * stride, et.peer = room + 3 * stride, et.stride = stride,
-  et.rank_begin = room + 4 * stride, et.send = et.own_send.data();
+  end_table et{paged<int>(4 * stride), scratch<char>(stride, unset), scratch<int>(P + 1, unset)};
+  et.rank_begin = et.own_begin.data(), et.send = et.own_send.data(), et.stride = stride;
   const int starts = (in.T + 3 > P + 1 ? in.T + 3 : P + 1);
-  scratch<int> ints(starts + 4 * (2 * nx + 2) + 2 * (in.T + 3), unset);
+  scratch<int> ints(starts + (nx + 1) + (2 * nx + 2) + 2 * (in.T + 3), unset);
   struct {
-    int *start, *order, *end_rank, *end_of, *key, *vote;
+    int *start, *order, *key, *vote;
   } w{};
-  w.start = ints.data(), w.order = w.start + starts, w.end_rank = w.order + 2 * nx + 2,
-  w.end_of = w.end_rank + 2 * nx + 2, w.key = w.end_of + 2 * nx + 2, w.vote = w.key + 2 * nx + 2;
-  order_ends_in(in, tt.x.data(), tt.max_x, nx, st.of_buffer.data(), st.stride, groups, et.x, stride, et.send,
+  w.start = ints.data(), w.order = w.start + starts, w.key = w.order + nx + 1, w.vote = w.key + 2 * nx + 2;
+  order_ends_in(in, tt.x, tt.max_x, nx, st.of_buffer.data(), st.stride, groups, et.fields, stride, et.send,
                 et.rank_begin, w);
   return et;
 }
@@ -528,7 +527,7 @@ constexpr int count_ops_in(const lowering_shape& sh, int nx, const Ends& ends, i
 }
 
 constexpr int count_ops(const lowering_input& in, const transfer_table& tt, const end_table& et) {
-  return count_ops_in(in, tt.nx, et.x, et.stride, et.rank_begin);
+  return count_ops_in(in, tt.nx, et.fields, et.stride, et.rank_begin);
 }
 
 /// The lowering's own inputs at run time (lowering_tables_in): stage owners, action positions

@@ -21,6 +21,7 @@
 // `auto` to them, never keep a pointer into the range.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -54,7 +55,7 @@ inline constexpr int lowered_op::*op_fields[op_field_count] = {&lowered_op::stag
 class packed_ops {
  public:
   static constexpr std::size_t block_ops = 256;
-  static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+  static constexpr std::size_t chunk_bytes = std::size_t{1} << 18;
   /// The most bytes one op takes: its three, and a ten-byte varint per field.
   static constexpr std::size_t max_op_bytes = 3 + 10 * detail::op_field_count;
 
@@ -100,15 +101,18 @@ class packed_ops {
     o.stream = static_cast<stream_id>((p[0] >> 3) & 3u);
     o.what = static_cast<kind>((p[0] >> 5) & 3u);
     o.overlapped = (p[0] & 128u) != 0;
-    const unsigned mask = p[1] | static_cast<unsigned>(p[2]) << 8;
+    unsigned mask = p[1] | static_cast<unsigned>(p[2]) << 8;
     p += 3;
-    for (int f = 0; f < detail::op_field_count; ++f) {
-      if (!(mask >> f & 1u)) continue;
-      std::uint64_t z = 0;
-      for (int shift = 0;; shift += 7) {
-        const std::uint8_t byte = *p++;
-        z |= static_cast<std::uint64_t>(byte & 127u) << shift;
-        if (byte < 128) break;
+    for (; mask != 0; mask &= mask - 1) {  // the set fields, lowest bit first
+      const int f = std::countr_zero(mask);
+      std::uint64_t z = *p++;
+      if (z >= 128) {  // (most differences take one byte)
+        z &= 127u;
+        for (int shift = 7;; shift += 7) {
+          const std::uint8_t byte = *p++;
+          z |= static_cast<std::uint64_t>(byte & 127u) << shift;
+          if (byte < 128) break;
+        }
       }
       const long long d = (z & 1u) ? -static_cast<long long>(z >> 1) - 1 : static_cast<long long>(z >> 1);
       o.*detail::op_fields[f] = static_cast<int>(base[f] + d);

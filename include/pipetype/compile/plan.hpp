@@ -29,6 +29,7 @@
 #include "pipetype/compile/verify_lowered.hpp"
 #include "pipetype/core/schedule.hpp"
 #include "pipetype/core/verdict.hpp"
+#include "pipetype/detail/scratch.hpp"
 
 namespace pipetype {
 
@@ -72,6 +73,7 @@ constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   out.result = out.facts.result;
   if (!out.result.ok()) return out;
   out.lowered_table = lower_packed(out.compute(), out.facts.tick, opt.comms, opt.groups);
+  detail::return_free_pages();  // the lowering's tables, before verify_lowered takes its own
   out.result = verify_lowered(out.lowered());
   return out;
 }
@@ -363,7 +365,7 @@ struct front_room {
   int of_buffer[2 * STRIDE];
   int start[START], order[ORDER], base[2 * P + 1], nslots[2 * P + 1], nbusy[2 * P + 1], nidle[2 * P + 1];
   long long busy[MIV + 1], idle[MIV + 1];
-  int end_rank[2 * F::MX + 2], end_of[2 * F::MX + 2], key[2 * F::MX + 2], vote[2 * (A + 3)];
+  int key[2 * F::MX + 2], vote[2 * (A + 3)];
 };
 
 /// What passes 1–4 read (lower_tables.hpp, lowering_input: the same names), as references to arrays.

@@ -47,8 +47,10 @@ namespace detail {
 
 /// verify_lowered's scratch as pointers (run time: build_plan, hand-made programs).
 struct verify_scratch_ptrs {
-  int *group_of, *waits_on, *group_end_of, *last_record, *last_cover, *use, *t_op, *t_ch, *partner, *send_list, *recv_list;
+  int *group_of, *waits_on, *group_end_of, *last_record, *last_cover, *use, *t_op, *t_ch, *partner, *send_list,
+      *recv_list;
   int *send_begin, *recv_begin, *send_fill, *recv_fill, *lane_begin, *pc, *lane_ops;
+  long long* last_phase;
   signed char* direction;
   char *done, *reached;
 };
@@ -61,6 +63,7 @@ struct verify_scratch_ptrs {
 template <int Ops, int Events, int Slots, int Channels, int Lanes>
 struct verify_scratch_fixed {
   int group_of[Ops + 1], waits_on[Ops + 1], group_end_of[Ops + 1], last_record[Events + 1], last_cover[Events + 1];
+  long long last_phase[Events + 1];
   int use[8 * Slots + 8];
   int t_op[Ops + 1], t_ch[Ops + 1], partner[Ops + 1], send_list[Ops + 1], recv_list[Ops + 1];
   int send_begin[Channels + 1], recv_begin[Channels + 1], send_fill[Channels + 1], recv_fill[Channels + 1];
@@ -80,6 +83,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
   // Flat loops and plain indexing: this runs inside make_plan's constant evaluation.
   auto& last_record = w.last_record;  // per event: the op that last recorded it on this rank
   auto& last_cover = w.last_cover;    // and where that record completes: its group's last transfer
+  auto& last_phase = w.last_phase;    // and 2 · its phase (below) + its stream
   auto& use = w.use;
   auto& direction = w.direction;
   auto& t_op = w.t_op;
@@ -150,20 +154,19 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
       if (o.code == op_code::compute && o.link < 0) {
         const int wv = o.wait_event, rec = wv >= 0 && wv < nevents ? last_record[wv] : -1,
                   covered = rec < 0 ? -1 : last_cover[wv],
-                  kn = rec >= 0 && static_cast<int>(ops[rec].stream) != s && covered > known[s] ? covered : known[s],
+                  kn = rec >= 0 && (last_phase[wv] & 1) != s && covered > known[s] ? covered : known[s],
                   pool = o.what == kind::F ? 0 : 1, ui = 4 * o.slot, ug = 4 * (slots + o.grad_slot),
                   uo = 4 * (pool * slots + o.out_slot);
         if ((wv < 0 || rec >= 0) && o.record_event < nevents &&
             (o.slot < 0 || (o.slot < nslots[0] && use[ui + other] <= kn)) &&
             (o.grad_slot < 0 || (o.grad_slot < nslots[1] && use[ug + other] <= kn)) &&
             (o.out_slot < 0 || (o.out_slot < nslots[pool] && use[uo + other] <= kn && use[uo + 2 + other] <= kn))) {
-          known[s] = kn,
-              certified = wv >= 0 && 2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase
-                              ? false
-                              : certified,
-              (o.slot >= 0 ? use[ui + 2 + s] = i : 0), (o.grad_slot >= 0 ? use[ug + 2 + s] = i : 0),
-              (o.out_slot >= 0 ? use[uo + s] = i : 0),
-              (o.record_event >= 0 ? (last_record[o.record_event] = i, last_cover[o.record_event] = i) : 0);
+          known[s] = kn, certified = wv >= 0 && (last_phase[wv] >> 1) >= phase ? false : certified,
+          (o.slot >= 0 ? use[ui + 2 + s] = i : 0), (o.grad_slot >= 0 ? use[ug + 2 + s] = i : 0),
+          (o.out_slot >= 0 ? use[uo + s] = i : 0),
+          (o.record_event >= 0 ? (last_record[o.record_event] = i, last_cover[o.record_event] = i,
+                                  last_phase[o.record_event] = 2 * phase + s)
+                               : 0);
           continue;
         }
       } else if ((o.code == op_code::send || o.code == op_code::recv) && o.stream == stream_id::comm) {
@@ -176,7 +179,8 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         if (i <= group_end && member && o.wait_event < 0 && o.record_event < 0 &&
             (o.slot < 0 ||
              (o.slot < nslots[pool] && use[ub + other] <= known[s] && (sending || use[ub + 2 + other] <= known[s])))) {
-          t_op[nt] = i, t_ch[nt] = chn, ++nt, (sending ? ++send_begin[chn + 1] : ++recv_begin[chn + 1]),
+          t_op[nt] = i, t_ch[nt] = 2 * chn + (sending ? 1 : 0), ++nt,
+          (sending ? ++send_begin[chn + 1] : ++recv_begin[chn + 1]),
           (o.slot >= 0 ? use[ub + (sending ? 2 : 0) + s] = group_end : 0);
           continue;
         }
@@ -215,7 +219,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         const bool sending = o.code == op_code::send;
         const int chn = 2 * o.comm + (cm.rank_a == (sending ? r : o.peer) ? 0 : 1);
         t_op[nt] = i;
-        t_ch[nt] = chn;
+        t_ch[nt] = 2 * chn + (sending ? 1 : 0);  // its channel, and 1 for a send
         ++nt;
         if (sending)
           ++send_begin[chn + 1];
@@ -230,9 +234,9 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         const int rec = last_record[o.wait_event];
         if (rec < 0) return at_op(errc::event_misuse, r, o, local, "a wait on an event never recorded before it");
         // the certificate: a wait refers to an op of an earlier phase
-        if (2LL * ops[rec].tick + (ops[rec].code == op_code::compute ? 1 : 0) >= phase) certified = false;
+        if ((last_phase[o.wait_event] >> 1) >= phase) certified = false;
         const int covered = last_cover[o.wait_event];  // a group records when it ends
-        if (static_cast<int>(ops[rec].stream) != s && covered > known[s]) known[s] = covered;
+        if ((last_phase[o.wait_event] & 1) != s && covered > known[s]) known[s] = covered;
       }
       // buffers: each slot this op reads or writes must not still be in use by the other stream
       // (a read needs the other stream's last write waited for; a write also its last read).
@@ -294,7 +298,8 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
       if (o.record_event >= 0) {
         if (o.record_event >= nevents)
           return at_op(errc::event_misuse, r, o, local, "event id outside the rank's pool");
-        last_record[o.record_event] = i, last_cover[o.record_event] = o.code == op_code::group ? group_end : i;
+        last_record[o.record_event] = i, last_cover[o.record_event] = o.code == op_code::group ? group_end : i,
+        last_phase[o.record_event] = 2 * phase + s;
       }
     }
   }
@@ -309,10 +314,10 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
   }
   for (int c = 0; c < channels; ++c) send_fill[c] = send_begin[c], recv_fill[c] = recv_begin[c];
   for (int k = 0; k < nt; ++k) {
-    if (ops[t_op[k]].code == op_code::send)
-      send_list[send_fill[t_ch[k]]++] = t_op[k];
+    if (t_ch[k] & 1)
+      send_list[send_fill[t_ch[k] >> 1]++] = t_op[k];
     else
-      recv_list[recv_fill[t_ch[k]]++] = t_op[k];
+      recv_list[recv_fill[t_ch[k] >> 1]++] = t_op[k];
   }
   for (int c = 0; c < channels; ++c) {
     const int ns = send_begin[c + 1] - send_begin[c], nr = recv_begin[c + 1] - recv_begin[c];
@@ -376,7 +381,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
   for (int c = 0; c < channels; ++c)
     for (int k = 0; k < send_begin[c + 1] - send_begin[c]; ++k)
       partner[send_list[send_begin[c] + k]] = recv_list[recv_begin[c] + k],
-      partner[recv_list[recv_begin[c] + k]] = send_list[send_begin[c] + k];
+                                        partner[recv_list[recv_begin[c] + k]] = send_list[send_begin[c] + k];
   const int lanes = P * stream_count;
   auto& lane_begin = w.lane_begin;  // [lanes + 1]
   auto& pc = w.pc;
@@ -467,6 +472,7 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   detail::scratch<int> ints(9 * n1 + 2 * (events + 1) + (8 * slots + 8) + 4 * c1 + 2 * l1, detail::unset);
   detail::scratch<char> chars(2 * n1, detail::unset);
   detail::scratch<signed char> dir(N + 2, detail::unset);
+  detail::scratch<long long> phases(events + 1, detail::unset);
   detail::pieces<int> q{ints.data()};
   detail::verify_scratch_ptrs w{};
   w.group_of = q.next(n1), w.waits_on = q.next(n1), w.group_end_of = q.next(n1), w.t_op = q.next(n1),
@@ -475,7 +481,7 @@ constexpr verdict verify_lowered(lowered_view L, bool* by_certificate = nullptr)
   w.last_record = q.next(events + 1), w.last_cover = q.next(events + 1), w.use = q.next(8 * slots + 8);
   w.send_begin = q.next(c1), w.recv_begin = q.next(c1), w.send_fill = q.next(c1), w.recv_fill = q.next(c1);
   w.lane_begin = q.next(l1), w.pc = q.next(l1);
-  w.done = chars.data(), w.reached = chars.data() + n1, w.direction = dir.data();
+  w.done = chars.data(), w.reached = chars.data() + n1, w.direction = dir.data(), w.last_phase = phases.data();
   return detail::verify_lowered_in(P, N, C, static_cast<int>(L.slot_lists.size()), L.ops, L.begin.data(),
                                    L.comms.data(), L.resources.data(), L.slot_lists.data(), w, -1, -1, by_certificate);
 }
