@@ -100,27 +100,41 @@ TEST_CASE("packed ops: op_span reads the packed and the plain form alike") {
   CHECK(pt::op_span{}.empty());
 }
 
-TEST_CASE("packed ops: a built plan keeps exactly the ops lower() makes, in a fraction of their bytes") {
+// The plan's ops against lower()'s, op for op, and the verdicts on both forms.
+void same_as_lower(const pt::runtime_plan& plan, const char* name) {
+  REQUIRE_MESSAGE(plan.ok(), name);
+  const pt::lowered_program plain = pt::lower(plan.compute(), plan.facts.tick);
+  const pt::lowered_program copy = pt::copy_of(plan.lowered());
+  CHECK_MESSAGE(copy.ops == plain.ops, name);
+  CHECK(copy.begin == plain.begin);
+  CHECK(copy.comms == plain.comms);
+  CHECK(copy.resources == plain.resources);
+  bool packed_cert = false, plain_cert = false;
+  CHECK(pt::verify_lowered(plan.lowered(), &packed_cert).ok());
+  CHECK(pt::verify_lowered(plain.view(), &plain_cert).ok());
+  CHECK(packed_cert == plain_cert);
+}
+
+TEST_CASE("packed ops: a small plan keeps its ops plain, exactly the ones lower() makes") {
   for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb-v", "v-min",
                            "v-half", "dualpipe-v", "dualpipe"}) {
-    const pt::program prog = pt::make_schedule(name, 4, 16);  // each schedule's own stages per rank
-    const pt::runtime_plan plan = pt::build_plan(prog);
-    REQUIRE_MESSAGE(plan.ok(), name);
-    const pt::lowered_program plain = pt::lower(plan.compute(), plan.facts.tick);
-    const pt::lowered_program copy = pt::copy_of(plan.lowered());
-    CHECK_MESSAGE(copy.ops == plain.ops, name);
-    CHECK(copy.begin == plain.begin);
-    CHECK(copy.comms == plain.comms);
-    CHECK(copy.resources == plain.resources);
-    // each op about a fifth of sizeof(lowered_op) or less
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, 4, 16));  // its own stages per rank
+    CHECK(plan.lowered_table.ops.is_plain());
+    CHECK(plan.ops().plain() != nullptr);
+    same_as_lower(plan, name);
+  }
+}
+
+TEST_CASE("packed ops: a large plan packs them, in a fifth of their bytes") {
+  for (const char* name : {"gpipe", "zb-v"}) {
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, 8, 2048));
     const std::size_t ops = plan.ops().size();
+    REQUIRE(ops >= pt::packed_ops::plain_below);
+    CHECK_FALSE(plan.lowered_table.ops.is_plain());
+    CHECK(plan.ops().plain() == nullptr);
     CHECK_MESSAGE(plan.lowered_table.ops.bytes() <= ops * 14, name, ": ", plan.lowered_table.ops.bytes(), " bytes for ",
                   ops, " ops");
-    // and the verdict on the packed ops is the verdict on the plain ones
-    bool packed_cert = false, plain_cert = false;
-    CHECK(pt::verify_lowered(plan.lowered(), &packed_cert).ok());
-    CHECK(pt::verify_lowered(plain.view(), &plain_cert).ok());
-    CHECK(packed_cert == plain_cert);
+    same_as_lower(plan, name);
   }
 }
 

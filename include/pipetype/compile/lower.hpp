@@ -335,15 +335,6 @@ constexpr auto lower_passes(program_view p, std::span<const int> tick_span, comm
   return then(in, tt, st, et, edge_comm.data(), count_ops(in, tt, et));
 }
 
-/// One rank's ops as pass 5 writes them: indexed like an array, growing as it is written.
-struct rank_ops_buffer {
-  std::vector<lowered_op> ops;
-  constexpr lowered_op& operator[](int i) {
-    if (static_cast<std::size_t>(i) >= ops.size()) ops.resize(static_cast<std::size_t>(i) + 1);
-    return ops[static_cast<std::size_t>(i)];
-  }
-};
-
 /// The lowering: the five passes into `out`, each rank's ops appended to `packed` when given,
 /// else to out.ops. (One function for both forms: g++ instantiates a constexpr function's
 /// templates where it is defined, so each form of its own would cost every includer.)
@@ -358,13 +349,12 @@ constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view
                    const int* edge_comm, int count) {
                  const rank_input input = rank_input_of(in, tt, st, et, edge_comm);
                  rank_scratch ws = rank_scratch_for(input, res);
-                 rank_ops_buffer buffer;  // room for the largest rank: its computes, ends and groups
-                 std::size_t most = 0;
+                 std::size_t most = 0;  // room for the largest rank: its computes, ends and groups
                  for (int r = 0; r < in.P; ++r) {
                    const int n = in.beg[r + 1] - in.beg[r] + 2 * (et.rank_begin[r + 1] - et.rank_begin[r]);
                    most = static_cast<std::size_t>(n) > most ? static_cast<std::size_t>(n) : most;
                  }
-                 buffer.ops.reserve(most);
+                 std::vector<lowered_op> buffer(most);
                  int nout = 0;
                  if (packed)
                    packed->reserve(static_cast<std::size_t>(count));
@@ -373,11 +363,11 @@ constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view
                  out.begin.reserve(static_cast<std::size_t>(in.P) + 1);
                  out.begin.push_back(0);
                  for (int r = 0; r < in.P; ++r) {
-                   const int n = lower_rank_in(input, r, ws, res[r], buffer, 0);
-                   lowered_op* const ops = buffer.ops.data();
+                   lowered_op* const ops = buffer.data();
+                   const int n = lower_rank_in(input, r, ws, res[r], ops, 0);
                    assign_saved_slots(ops, 0, n, p.stages, p.microbatches, p.lane_length(), res[r]);
                    if (packed)
-                     for (int i = 0; i < n; ++i) packed->push_back(ops[i]);
+                     packed->append(ops, static_cast<std::size_t>(n));
                    else
                      out.ops.insert(out.ops.end(), ops, ops + n);
                    out.begin.push_back(nout += n);

@@ -51,47 +51,77 @@ inline constexpr int lowered_op::*op_fields[op_field_count] = {&lowered_op::stag
 
 }  // namespace detail
 
-/// Lowered ops, packed (see the header comment). Appended one at a time; read by index.
+/// Lowered ops, packed (see the header comment). Appended one at a time; read by index. Told
+/// beforehand (reserve) that there will be fewer than `plain_below` ops, it keeps them plain
+/// instead: under 3.5 MB, and read without decoding.
 class packed_ops {
  public:
+  static constexpr std::size_t plain_below = std::size_t{1} << 16;
   static constexpr std::size_t block_ops = 256;
   static constexpr std::size_t chunk_bytes = std::size_t{1} << 18;
   /// The most bytes one op takes: its three, and a ten-byte varint per field.
   static constexpr std::size_t max_op_bytes = 3 + 10 * detail::op_field_count;
 
-  constexpr std::size_t size() const noexcept { return at_.size() / 2; }
-  constexpr bool empty() const noexcept { return at_.empty(); }
+  constexpr std::size_t size() const noexcept { return plain_ ? small_.size() : at_.size() / 2; }
+  constexpr bool empty() const noexcept { return size() == 0; }
+  /// The ops are kept plain (see the class comment); plain() is then their array.
+  constexpr bool is_plain() const noexcept { return plain_; }
+  constexpr const lowered_op* plain() const noexcept { return plain_ ? small_.data() : nullptr; }
 
-  /// Room for `n` ops' offsets (the bytes grow chunk by chunk).
-  constexpr void reserve(std::size_t n) { at_.reserve(2 * n); }
+  /// Room for `n` ops: plain ones when there are fewer than plain_below and none yet, else the
+  /// packed ops' offsets (their bytes grow chunk by chunk).
+  constexpr void reserve(std::size_t n) {
+    if (empty() && n < plain_below) {
+      plain_ = true;
+      small_.reserve(n);
+    } else if (!plain_) {
+      at_.reserve(2 * n);
+    }
+  }
+
+  /// Appends ops[0, n).
+  constexpr void append(const lowered_op* ops, std::size_t n) {
+    if (plain_)
+      small_.insert(small_.end(), ops, ops + n);
+    else
+      for (std::size_t i = 0; i < n; ++i) push_back(ops[i]);
+  }
 
   constexpr void push_back(const lowered_op& o) {
+    if (plain_) {
+      small_.push_back(o);
+      return;
+    }
     if (size() % block_ops == 0) start_block();
     std::vector<std::uint8_t>& chunk = chunks_.back();
     const std::size_t at = chunk.size() - static_cast<std::size_t>(block_at_.back());
     at_.push_back(static_cast<std::uint8_t>(at & 0xffu));
     at_.push_back(static_cast<std::uint8_t>(at >> 8));
     const int* base = base_.data() + (base_.size() - detail::op_field_count);
+    std::uint8_t bytes[max_op_bytes];  // the op, written here and appended at once
+    std::size_t n = 3;
     unsigned mask = 0;
-    for (int f = 0; f < detail::op_field_count; ++f)
-      if (o.*detail::op_fields[f] != -1) mask |= 1u << f;
-    chunk.push_back(static_cast<std::uint8_t>((static_cast<unsigned>(o.code) & 7u) |
-                                              (static_cast<unsigned>(o.stream) & 3u) << 3 |
-                                              (static_cast<unsigned>(o.what) & 3u) << 5 | (o.overlapped ? 128u : 0u)));
-    chunk.push_back(static_cast<std::uint8_t>(mask & 0xffu));
-    chunk.push_back(static_cast<std::uint8_t>(mask >> 8));
     for (int f = 0; f < detail::op_field_count; ++f) {
       const int v = o.*detail::op_fields[f];
       if (v == -1) continue;
+      mask |= 1u << f;
       const long long d = static_cast<long long>(v) - base[f];
       auto z = static_cast<std::uint64_t>(d < 0 ? ((-(d + 1)) << 1) | 1 : d << 1);  // zigzag
-      for (; z >= 128; z >>= 7) chunk.push_back(static_cast<std::uint8_t>((z & 127u) | 128u));
-      chunk.push_back(static_cast<std::uint8_t>(z));
+      for (; z >= 128; z >>= 7) bytes[n++] = static_cast<std::uint8_t>((z & 127u) | 128u);
+      bytes[n++] = static_cast<std::uint8_t>(z);
       last_[static_cast<std::size_t>(f)] = v;
     }
+    bytes[0] =
+        static_cast<std::uint8_t>((static_cast<unsigned>(o.code) & 7u) | (static_cast<unsigned>(o.stream) & 3u) << 3 |
+                                  (static_cast<unsigned>(o.what) & 3u) << 5 | (o.overlapped ? 128u : 0u));
+    bytes[1] = static_cast<std::uint8_t>(mask & 0xffu);
+    bytes[2] = static_cast<std::uint8_t>(mask >> 8);
+    chunk.insert(chunk.end(), bytes, bytes + n);
   }
 
-  constexpr lowered_op operator[](std::size_t i) const {
+  // (kept out of line: a reader of plain ops through op_span then inlines the one branch it takes)
+  [[gnu::noinline]] constexpr lowered_op operator[](std::size_t i) const {
+    if (plain_) return small_[i];
     const std::size_t b = i / block_ops;
     const std::uint8_t* p = chunks_[static_cast<std::size_t>(block_chunk_[b])].data() +
                             static_cast<std::size_t>(block_at_[b]) + (at_[2 * i] | std::size_t{at_[2 * i + 1]} << 8);
@@ -122,6 +152,7 @@ class packed_ops {
 
   /// Bytes held: the chunks' used bytes, the per-op offsets and the per-block tables.
   constexpr std::size_t bytes() const noexcept {
+    if (plain_) return small_.size() * sizeof(lowered_op);
     std::size_t n = 0;
     for (const auto& c : chunks_) n += c.size();
     return n + at_.size() + (base_.size() + block_at_.size() + block_chunk_.size()) * sizeof(int);
@@ -136,10 +167,8 @@ class packed_ops {
 
  private:
   constexpr void start_block() {
-    if (chunks_.empty() || chunks_.back().size() + block_ops * max_op_bytes > chunk_bytes) {
-      chunks_.emplace_back();
-      chunks_.back().reserve(chunk_bytes);
-    }
+    if (chunks_.empty() || chunks_.back().size() + block_ops * max_op_bytes > chunk_bytes)
+      chunks_.emplace_back();  // (it grows as a vector does, to at most chunk_bytes)
     block_chunk_.push_back(static_cast<int>(chunks_.size() - 1));
     block_at_.push_back(static_cast<int>(chunks_.back().size()));
     base_.insert(base_.end(), last_, last_ + detail::op_field_count);
@@ -150,6 +179,8 @@ class packed_ops {
   std::vector<int> base_;                    // [blocks × op_field_count]
   std::vector<std::uint8_t> at_;             // [2 × ops] the op's offset from its block's first byte
   int last_[detail::op_field_count]{};       // each field's last set value
+  bool plain_ = false;
+  std::vector<lowered_op> small_;  // the ops, when kept plain
 };
 
 /// A sized range of lowered_op values over a plain array or packed_ops (see the header comment).
@@ -164,7 +195,7 @@ class op_span {
     using iterator_concept = std::random_access_iterator_tag;
 
     constexpr iterator() = default;
-    constexpr lowered_op operator*() const { return plain_ ? plain_[i_] : (*packed_)[i_]; }
+    [[gnu::always_inline]] constexpr lowered_op operator*() const { return plain_ ? plain_[i_] : (*packed_)[i_]; }
     constexpr lowered_op operator[](difference_type n) const { return *(*this + n); }
     constexpr iterator& operator++() { return ++i_, *this; }
     constexpr iterator operator++(int) { return iterator(plain_, packed_, i_++); }
@@ -195,11 +226,14 @@ class op_span {
   constexpr op_span() = default;
   constexpr op_span(std::span<const lowered_op> ops) : plain_(ops.data()), size_(ops.size()) {}
   constexpr op_span(const std::vector<lowered_op>& ops) : plain_(ops.data()), size_(ops.size()) {}
-  constexpr op_span(const packed_ops& ops) : packed_(&ops), size_(ops.size()) {}
+  constexpr op_span(const packed_ops& ops)
+      : plain_(ops.plain()), packed_(ops.is_plain() ? nullptr : &ops), size_(ops.size()) {}
 
   constexpr std::size_t size() const noexcept { return size_; }
   constexpr bool empty() const noexcept { return size_ == 0; }
-  constexpr lowered_op operator[](std::size_t i) const { return plain_ ? plain_[i] : (*packed_)[first_ + i]; }
+  [[gnu::always_inline]] constexpr lowered_op operator[](std::size_t i) const {
+    return plain_ ? plain_[i] : (*packed_)[first_ + i];
+  }
   constexpr lowered_op front() const { return (*this)[0]; }
   constexpr lowered_op back() const { return (*this)[size_ - 1]; }
   constexpr iterator begin() const {

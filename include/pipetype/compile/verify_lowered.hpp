@@ -188,8 +188,11 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
       if (o.code == op_code::group) {  // one group per tick, or one per peer in the tick's peer order
         // a group op and the transfers that directly follow it are one NCCL group: [i, e]
         int e = i, peer = -1;
-        while (e + 1 < beg[r + 1] && (ops[e + 1].code == op_code::send || ops[e + 1].code == op_code::recv))
-          peer = e == i ? ops[e + 1].peer : (ops[e + 1].peer != peer ? -1 : peer), ++e;
+        for (; e + 1 < beg[r + 1]; ++e) {
+          const lowered_op next = ops[e + 1];  // (one read: packed ops are decoded on each)
+          if (next.code != op_code::send && next.code != op_code::recv) break;
+          peer = e == i ? next.peer : (next.peer != peer ? -1 : peer);
+        }
         if (o.tick == last_group_tick) {  // groups per peer: the tick's one direction on every rank
           if (peer < 0 || last_group_peer < 0 || peer == last_group_peer || o.tick < 0 || o.tick >= max_tick)
             certified = false;

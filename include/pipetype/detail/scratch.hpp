@@ -72,7 +72,7 @@ struct pieces {
   }
 };
 
-/// An array of n elements in pages of 2^16, each its own allocation, left unset. release(hi)
+/// An array of n elements in pages of 2^16 (the last one shorter), each its own allocation, left unset. release(hi)
 /// hands back the pages wholly below element hi: a pass that reads a table front to back frees
 /// what it has read while it writes its result. Reading a released element is an error.
 template <class T>
@@ -82,7 +82,9 @@ class paged {
   constexpr explicit paged(int n)
       : pages_(((n > 0 ? n : 0) + page - 1) >> shift),
         table_(new T*[static_cast<std::size_t>(pages_ > 0 ? pages_ : 1)]) {
-    for (int k = 0; k < pages_; ++k) table_[k] = new T[page];
+    // the last page only as long as the table (a small table is one small allocation)
+    for (int k = 0; k < pages_; ++k)
+      table_[k] = new T[static_cast<std::size_t>(k + 1 < pages_ ? page : n - (static_cast<long long>(k) << shift))];
   }
   constexpr ~paged() {
     for (int k = 0; k < pages_; ++k) delete[] table_[k];
@@ -134,6 +136,16 @@ constexpr void return_free_pages() noexcept {
 template <class Arr, class T>
 constexpr void fill_in(Arr& a, int n, T v) {
   for (int i = 0; i < n; ++i) a[i] = v;
+}
+
+/// The same on a paged table, page by page.
+template <class U, class T>
+constexpr void fill_in(paged<U>& a, int n, T v) {
+  for (int k = 0; static_cast<long long>(k) << paged<U>::shift < n; ++k) {
+    const int first = k << paged<U>::shift, last = n - first < paged<U>::page ? n : first + paged<U>::page;
+    U* const page = &a[first];
+    for (int i = 0; i < last - first; ++i) page[i] = v;
+  }
 }
 
 }  // namespace pipetype::detail
