@@ -61,6 +61,8 @@ TEST_CASE("packed ops: every field comes back as written, in every block and chu
   for (std::size_t i = 0; i < plain.size(); ++i) {
     const pt::lowered_op got = packed[i];
     REQUIRE_MESSAGE(got == plain[i], "op ", i);
+    REQUIRE(packed.code(i) == plain[i].code);  // read alone, without decoding the rest
+    REQUIRE(packed.peer(i) == plain[i].peer);
   }
   // read backwards and at random too: no op depends on reading the one before
   for (std::size_t i = plain.size(); i-- > 0;) REQUIRE(packed[i] == plain[i]);

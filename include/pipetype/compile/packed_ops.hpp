@@ -119,12 +119,33 @@ class packed_ops {
     chunk.insert(chunk.end(), bytes, bytes + n);
   }
 
+  /// Op i's code and peer, read without decoding the rest (a group's transfers are scanned so).
+  constexpr op_code code(std::size_t i) const { return plain_ ? small_[i].code : static_cast<op_code>(*at(i) & 7u); }
+  constexpr int peer(std::size_t i) const {
+    if (plain_) return small_[i].peer;
+    const std::uint8_t* p = at(i);
+    const unsigned mask = p[1] | static_cast<unsigned>(p[2]) << 8;
+    if (!(mask & 4u)) return -1;  // (peer is field 2, after stage and microbatch)
+    p += 3;
+    for (int f = 0; f < 2; ++f)
+      if (mask >> f & 1u)
+        while (*p++ >= 128) {
+        }
+    std::uint64_t z = 0;
+    for (int shift = 0;; shift += 7) {
+      const std::uint8_t byte = *p++;
+      z |= static_cast<std::uint64_t>(byte & 127u) << shift;
+      if (byte < 128) break;
+    }
+    const long long d = (z & 1u) ? -static_cast<long long>(z >> 1) - 1 : static_cast<long long>(z >> 1);
+    return static_cast<int>(base_[i / block_ops * detail::op_field_count + 2] + d);
+  }
+
   // (kept out of line: a reader of plain ops through op_span then inlines the one branch it takes)
   [[gnu::noinline]] constexpr lowered_op operator[](std::size_t i) const {
     if (plain_) return small_[i];
     const std::size_t b = i / block_ops;
-    const std::uint8_t* p = chunks_[static_cast<std::size_t>(block_chunk_[b])].data() +
-                            static_cast<std::size_t>(block_at_[b]) + (at_[2 * i] | std::size_t{at_[2 * i + 1]} << 8);
+    const std::uint8_t* p = at(i);
     const int* base = base_.data() + b * detail::op_field_count;
     lowered_op o;
     o.code = static_cast<op_code>(p[0] & 7u);
@@ -166,6 +187,12 @@ class packed_ops {
   }
 
  private:
+  constexpr const std::uint8_t* at(std::size_t i) const {  // op i's first byte
+    const std::size_t b = i / block_ops;
+    return chunks_[static_cast<std::size_t>(block_chunk_[b])].data() + static_cast<std::size_t>(block_at_[b]) +
+           (at_[2 * i] | std::size_t{at_[2 * i + 1]} << 8);
+  }
+
   constexpr void start_block() {
     if (chunks_.empty() || chunks_.back().size() + block_ops * max_op_bytes > chunk_bytes)
       chunks_.emplace_back();  // (it grows as a vector does, to at most chunk_bytes)
@@ -249,6 +276,9 @@ class op_span {
       s.first_ = first_ + offset;
     return s;
   }
+  /// Op i's code and peer alone (for packed ops, without decoding the rest).
+  constexpr op_code code(std::size_t i) const { return plain_ ? plain_[i].code : packed_->code(first_ + i); }
+  constexpr int peer(std::size_t i) const { return plain_ ? plain_[i].peer : packed_->peer(first_ + i); }
   /// The plain array underneath, or nullptr when the ops are packed.
   constexpr const lowered_op* plain() const noexcept { return plain_; }
 

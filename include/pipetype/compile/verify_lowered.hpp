@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "pipetype/compile/diagnostics.hpp"
@@ -44,6 +45,19 @@ constexpr verdict at_op(errc e, int rank, const lowered_op& o, int index, const 
 }  // namespace detail
 
 namespace detail {
+
+/// An op's code and peer, from an array of ops or, reading no more than those, from an op_span.
+struct code_and_peer {
+  op_code code;
+  int peer;
+};
+template <class Ops>
+constexpr code_and_peer code_and_peer_of(const Ops& ops, int i) {
+  if constexpr (std::is_same_v<Ops, op_span>)
+    return {ops.code(static_cast<std::size_t>(i)), ops.peer(static_cast<std::size_t>(i))};
+  else
+    return {ops[i].code, ops[i].peer};
+}
 
 /// verify_lowered's scratch as pointers (run time: build_plan, hand-made programs).
 struct verify_scratch_ptrs {
@@ -117,12 +131,8 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
   bool certified = true;  // see step 5
   // groups per peer: each tick's peer order, +1 increasing, -1 decreasing. Ticks are certificate
   // data only: one outside [0, N) (no lowering makes one; there are fewer ticks than ops) voids
-  // the certificate, so the table stays within N
-  int max_tick = 0;
-  for (int i = 0; i < N; ++i)  // (one statement: clang's step limit counts statements)
-    certified = ops[i].tick < 0 || ops[i].tick >= N ? false : certified,
-    max_tick = ops[i].tick >= 0 && ops[i].tick < N && ops[i].tick >= max_tick ? ops[i].tick + 1 : max_tick;
-  for (int t = 0; t <= max_tick; ++t) direction[t] = 0;
+  // the certificate (step 1), so the table stays within N
+  for (int t = 0; t < N; ++t) direction[t] = 0;
   // transfers in issue order with their channel: 2c carries rank_a → rank_b, 2c+1 back
   const int channels = 2 * C;
   int nt = 0;
@@ -147,7 +157,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
       // per peer in increasing or decreasing peer order, the same for every rank in that tick
       // (group_policy::per_peer)
       const long long phase = 2LL * o.tick + (o.code == op_code::compute ? 1 : 0);
-      certified = phase < prev_phase ? false : certified, prev_phase = phase;
+      certified = phase < prev_phase || o.tick < 0 || o.tick >= N ? false : certified, prev_phase = phase;
       // Fast paths (clang's constexpr step limit counts statements, so these are few): a compute
       // op without slot lists and a transfer in a group, whose checks below all pass, take the
       // same updates here; an op that fails any check goes on to the checks, which name it.
@@ -189,12 +199,12 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
         // a group op and the transfers that directly follow it are one NCCL group: [i, e]
         int e = i, peer = -1;
         for (; e + 1 < beg[r + 1]; ++e) {
-          const lowered_op next = ops[e + 1];  // (one read: packed ops are decoded on each)
+          const code_and_peer next = code_and_peer_of(ops, e + 1);
           if (next.code != op_code::send && next.code != op_code::recv) break;
           peer = e == i ? next.peer : (next.peer != peer ? -1 : peer);
         }
         if (o.tick == last_group_tick) {  // groups per peer: the tick's one direction on every rank
-          if (peer < 0 || last_group_peer < 0 || peer == last_group_peer || o.tick < 0 || o.tick >= max_tick)
+          if (peer < 0 || last_group_peer < 0 || peer == last_group_peer || o.tick < 0 || o.tick >= N)
             certified = false;
           else {
             const signed char now = peer > last_group_peer ? 1 : -1;
