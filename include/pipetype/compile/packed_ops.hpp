@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "pipetype/compile/op.hpp"
@@ -258,7 +259,11 @@ class op_span {
 
   constexpr std::size_t size() const noexcept { return size_; }
   constexpr bool empty() const noexcept { return size_ == 0; }
-  [[gnu::always_inline]] constexpr lowered_op operator[](std::size_t i) const {
+  /// (any integer index: the checks index their tables with int)
+  template <class Index>
+  requires std::is_integral_v<Index>
+  [[gnu::always_inline]] constexpr lowered_op operator[](Index index) const {
+    const auto i = static_cast<std::size_t>(index);
     return plain_ ? plain_[i] : (*packed_)[first_ + i];
   }
   constexpr lowered_op front() const { return (*this)[0]; }
