@@ -213,12 +213,14 @@ TEST_CASE("lower graph: a skip connection, one transfer per crossing edge, gradi
           for (std::size_t c = 0; c < 4; ++c) CHECK(plan.comms()[c].edge >= 0);
         // F(2,j) reads stage 1's output (edge 1) then stage 0's (edge 3); B(0,j) sums the
         // gradients of edges 0 and 3
-        const pt::op_slots f2 = plan.lowered().slots_of(compute_op(plan, pt::F(2, 0)));
+        const pt::lowered_op f2_op = compute_op(plan, pt::F(2, 0)), b0_op = compute_op(plan, pt::B(0, 0)),
+                             b2_op = compute_op(plan, pt::B(2, 0));
+        const pt::op_slots f2 = plan.lowered().slots_of(f2_op);
         CHECK(f2.in.size() == 2);
-        const pt::op_slots b0 = plan.lowered().slots_of(compute_op(plan, pt::B(0, 0)));
+        const pt::op_slots b0 = plan.lowered().slots_of(b0_op);
         CHECK(b0.grad.size() == 2);
         CHECK(b0.out.empty());
-        const pt::op_slots b2 = plan.lowered().slots_of(compute_op(plan, pt::B(2, 0)));
+        const pt::op_slots b2 = plan.lowered().slots_of(b2_op);
         CHECK(b2.out.size() == 2);
         CHECK(b2.grad.size() == 1);
       }
@@ -246,10 +248,10 @@ TEST_CASE("lower graph: a fan-out on one rank is read in place and sent once per
       sent_from_output = o.slot == f0.out_slot && o.link == 2;
   CHECK(sent_from_output);
   // B(0,0) sums the gradient of 0 → 1 (written on the rank) and of 0 → 2 (received)
-  CHECK(plan.lowered().slots_of(compute_op(plan, pt::B(0, 0))).grad.size() == 2);
+  const pt::lowered_op b0 = compute_op(plan, pt::B(0, 0));
+  CHECK(plan.lowered().slots_of(b0).grad.size() == 2);
   CHECK(pt::listing(plan.lowered(), 0).find("grad=g") != std::string::npos);
   // a listed op printed without the plan's lists says where its slots are instead
-  const pt::lowered_op& b0 = compute_op(plan, pt::B(0, 0));
   CHECK(pt::to_text(b0).find("slots in list " + std::to_string(b0.link)) != std::string::npos);
   CHECK(pt::to_text(b0, plan.lowered().slot_lists).find("grad=g") != std::string::npos);
 }
@@ -265,10 +267,11 @@ TEST_CASE("lower graph: two towers into a head, split backwards") {
   const pt::runtime_plan plan = pt::build_plan(build(5, 5, 2, two_tower, order));
   REQUIRE_MESSAGE(plan.ok(), pt::describe(plan.result));
   CHECK(check_dataflow(plan) == 30);
-  const pt::op_slots i4 = plan.lowered().slots_of(compute_op(plan, pt::I(4, 1)));
+  const pt::lowered_op i4_op = compute_op(plan, pt::I(4, 1)), w4_op = compute_op(plan, pt::W(4, 1));
+  const pt::op_slots i4 = plan.lowered().slots_of(i4_op);
   CHECK(i4.in.size() == 2);
   CHECK(i4.out.size() == 2);
-  CHECK(plan.lowered().slots_of(compute_op(plan, pt::W(4, 1))).out.empty());
+  CHECK(plan.lowered().slots_of(w4_op).out.empty());
 }
 
 namespace {

@@ -67,12 +67,15 @@ struct lowered_view {
   int ranks = 0;
   comm_policy policy = comm_policy::per_edge;
   std::span<const int> begin{};  // [ranks + 1]
-  op_span ops{};  // packed or plain (packed_ops.hpp)
+  op_span ops{};                 // packed or plain (packed_ops.hpp)
   std::span<const comm_desc> comms{};
   std::span<const rank_resources> resources{};  // [ranks]
   std::span<const int> slot_lists{};            // see op_slots
 
   /// The slots of compute op `o` (one of ops; a listed one must index slot_lists, as verify_lowered checks).
+  /// A chain's op keeps its slots in its own fields, so the result points into `o`: give it an op
+  /// that outlives the result (op_span's ops are values; keep the one read in a variable).
+  constexpr op_slots slots_of(const lowered_op&& o) const = delete;
   constexpr op_slots slots_of(const lowered_op& o) const {
     if (o.link < 0 || o.code != op_code::compute) {
       const auto one = [](const int& s) { return std::span<const int>(&s, s >= 0 ? 1 : 0); };

@@ -530,8 +530,8 @@ struct device_binding {
         throw std::invalid_argument(who() + ": " + pipetype::detail::mesh_op_label(m) + " comes before its forward");
       bound_op again = calls[static_cast<std::size_t>(f)];
       // its inputs where the RECOMPUTE finds them (a RELOAD may have brought them back elsewhere)
-      const op_slots sl =
-          w.l.slots_of(w.rank_ops[static_cast<std::size_t>(w.forward_op[w.cell(m.stage, m.microbatch)])]);
+      const lowered_op forward = w.rank_ops[static_cast<std::size_t>(w.forward_op[w.cell(m.stage, m.microbatch)])];
+      const op_slots sl = w.l.slots_of(forward);  // (a chain op's slots are read from the op itself)
       w.here = &m;
       if (!sl.in.empty()) again.in = pl.act_at(mesh, &m, sl.in[0]);
       if (sl.in.size() > 1) {
