@@ -9,6 +9,8 @@ writes it from the repository's root without writing into the repository.
 A line right above a block changes what is checked:
   <!-- transcript: excerpt -->    the page shows part of each command's output: those lines must
                                   be printed, together and in that order
+  <!-- transcript: fields; WHY --> the page shows a JSON line reflowed or cut: each `"key": value`
+                                  it shows must be printed as shown
   <!-- transcript: run; WHY -->   its commands must run (no command missing, no crash: exit status
                                   below 126), their output is not compared: timings, elided output
   <!-- transcript: skip; WHY -->  not run (it builds, trains for minutes, needs a device)
@@ -33,7 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pages import pages  # noqa: E402
 
 BLOCK = re.compile(r"(?:^(<!-- (?:transcript|help): [^\n]*-->)\n)?^```[a-z]*\n(\$ .*?)^```", re.M | re.S)
-MODE = re.compile(r"<!-- transcript: (excerpt|run|skip)\b")
+MODE = re.compile(r"<!-- transcript: (excerpt|fields|run|skip)\b")
+FIELD = re.compile(r'"[A-Za-z_]+": (?:\[[^\]]*\]|"[^"]*"|[-0-9.eE]+|true|false|null)')
 
 
 def scratch(root, bin_dir, copies):
@@ -87,6 +90,10 @@ def run_block(block, cwd, env, compare):
         printed = clean(p.stdout)
         if p.returncode >= 126:
             failures.append((command, clean(shown), printed, f"exit status {p.returncode}"))
+        elif compare == "fields":
+            missing = [f for f in FIELD.findall(shown) if f not in printed]
+            if missing or not FIELD.search(shown):
+                failures.append((command, clean(shown), printed, "does not print " + ", ".join(missing or ["fields"])))
         elif compare != "run" and not matches(clean(shown), printed, compare == "exact"):
             failures.append((command, clean(shown), printed, "prints otherwise"))
         out.append("$ " + command + "\n" + (printed + "\n" if printed else ""))
