@@ -73,7 +73,9 @@ constexpr runtime_plan build_plan(program prog, const plan_options& opt = {}) {
   out.result = out.facts.result;
   if (!out.result.ok()) return out;
   out.lowered_table = lower_packed(out.compute(), out.facts.tick, opt.comms, opt.groups);
-  detail::return_free_pages();  // the lowering's tables, before verify_lowered takes its own
+  // a large plan's lowering tables go back to the system before verify_lowered takes its own (a
+  // small plan's are too few to be worth a walk of the heap)
+  if (!out.lowered_table.ops.is_plain()) detail::return_free_pages();
   out.result = verify_lowered(out.lowered());
   return out;
 }
