@@ -336,10 +336,10 @@ constexpr auto lower_passes(program_view p, std::span<const int> tick_span, comm
 }
 
 /// The lowering: the five passes into `out`, each rank's ops appended to `packed` when given,
-/// else to out.ops. (One function for both forms: g++ instantiates a constexpr function's
+/// else to `plain`. (One function for both forms: g++ instantiates a constexpr function's
 /// templates where it is defined, so each form of its own would cost every includer.)
-constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view p, std::span<const int> tick_span,
-                          comm_policy policy, group_policy groups) {
+constexpr void lower_into(lowered_tables& out, std::vector<lowered_op>* plain, packed_ops* packed, program_view p,
+                          std::span<const int> tick_span, comm_policy policy, group_policy groups) {
   out.ranks = p.ranks;
   out.policy = policy;
   out.resources.assign(static_cast<std::size_t>(p.ranks > 0 ? p.ranks : 0), rank_resources{});
@@ -359,17 +359,17 @@ constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view
                  if (packed)
                    packed->reserve(static_cast<std::size_t>(count));
                  else
-                   out.ops.reserve(static_cast<std::size_t>(count));
+                   plain->reserve(static_cast<std::size_t>(count));
                  out.begin.reserve(static_cast<std::size_t>(in.P) + 1);
                  out.begin.push_back(0);
+                 lowered_op* const ops = buffer.data();
                  for (int r = 0; r < in.P; ++r) {
-                   lowered_op* const ops = buffer.data();
                    const int n = lower_rank_in(input, r, ws, res[r], ops, 0);
                    assign_saved_slots(ops, 0, n, p.stages, p.microbatches, p.lane_length(), res[r]);
                    if (packed)
                      packed->append(ops, static_cast<std::size_t>(n));
                    else
-                     out.ops.insert(out.ops.end(), ops, ops + n);
+                     plain->insert(plain->end(), ops, ops + n);
                    out.begin.push_back(nout += n);
                    // the rank's ends and its actions' slots are read: hand their pages back while
                    // the packed ops grow (the two tables are rank-major)
@@ -387,7 +387,7 @@ constexpr void lower_into(lowered_program& out, packed_ops* packed, program_view
 constexpr lowered_program lower(program_view p, std::span<const int> tick, comm_policy policy = comm_policy::per_edge,
                                 group_policy groups = group_policy::automatic) {
   lowered_program out;
-  detail::lower_into(out, nullptr, p, tick, policy, groups);
+  detail::lower_into(out, &out.ops, nullptr, p, tick, policy, groups);
   return out;
 }
 
@@ -396,11 +396,7 @@ constexpr packed_program lower_packed(program_view p, std::span<const int> tick,
                                       comm_policy policy = comm_policy::per_edge,
                                       group_policy groups = group_policy::automatic) {
   packed_program out;
-  lowered_program rest;  // everything but the ops
-  detail::lower_into(rest, &out.ops, p, tick, policy, groups);
-  out.ranks = rest.ranks, out.policy = rest.policy, out.begin = std::move(rest.begin);
-  out.comms = std::move(rest.comms), out.resources = std::move(rest.resources);
-  out.slot_lists = std::move(rest.slot_lists);
+  detail::lower_into(out, nullptr, &out.ops, p, tick, policy, groups);
   return out;
 }
 

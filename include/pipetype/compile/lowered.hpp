@@ -94,30 +94,29 @@ struct lowered_view {
   }
 };
 
-/// A lowered program with its ops as plain lowered_op values: what lower() returns and what a
-/// program made or edited by hand is written in.
-struct lowered_program {
+/// What a lowered program holds besides its ops: each rank's first op, the communicators, each
+/// rank's resources and the compute ops' slot lists.
+struct lowered_tables {
   int ranks = 0;
   comm_policy policy = comm_policy::per_edge;
   std::vector<int> begin;
-  std::vector<lowered_op> ops;
   std::vector<comm_desc> comms;
   std::vector<rank_resources> resources;
   std::vector<int> slot_lists;  // see op_slots
+};
+
+/// A lowered program with its ops as plain lowered_op values: what lower() returns and what a
+/// program made or edited by hand is written in.
+struct lowered_program : lowered_tables {
+  std::vector<lowered_op> ops;
 
   constexpr lowered_view view() const { return {ranks, policy, begin, ops, comms, resources, slot_lists}; }
 };
 
-/// The same program with its ops packed (packed_ops.hpp), about a sixth of the size: what a
+/// The same program with its ops packed (packed_ops.hpp), about a fifth of the size: what a
 /// built plan keeps (lower_packed, build_plan).
-struct packed_program {
-  int ranks = 0;
-  comm_policy policy = comm_policy::per_edge;
-  std::vector<int> begin;
+struct packed_program : lowered_tables {
   packed_ops ops;
-  std::vector<comm_desc> comms;
-  std::vector<rank_resources> resources;
-  std::vector<int> slot_lists;  // see op_slots
 
   constexpr lowered_view view() const { return {ranks, policy, begin, ops, comms, resources, slot_lists}; }
 };

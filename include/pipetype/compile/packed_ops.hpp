@@ -1,4 +1,4 @@
-// pipetype/compile/packed_ops.hpp — lowered ops kept in about a sixth of their size, and one view
+// pipetype/compile/packed_ops.hpp — lowered ops kept in about a fifth of their size, and one view
 // that reads them packed or plain.
 //
 // A lowered_op is 56 bytes, and a plan has about four ops per action (a compute, a group and a
@@ -11,8 +11,9 @@
 //               last set value before the op's block (blocks of 256 ops)
 //
 // A block's bases and its bytes' position are stored with it and each op's offset in its block
-// is two bytes, so op i is read without reading the ops before it. The bytes sit in chunks of
-// 1 MiB (a block never straddles two), so the storage grows without copying what it holds.
+// is two bytes, so op i is read without reading the ops before it. The bytes sit in chunks of at
+// most 256 KiB (a block never straddles two), so growing copies at most one chunk. A plan of
+// fewer than 65536 ops keeps them plain instead (packed_ops::plain_below).
 // GPipe over 30 ranks and 65536 microbatches packs to 11 bytes an op (bench/scale.sh).
 //
 // op_span is what every reader of a lowered program takes: a sized range of lowered_op values
@@ -129,17 +130,8 @@ class packed_ops {
     if (!(mask & 4u)) return -1;  // (peer is field 2, after stage and microbatch)
     p += 3;
     for (int f = 0; f < 2; ++f)
-      if (mask >> f & 1u)
-        while (*p++ >= 128) {
-        }
-    std::uint64_t z = 0;
-    for (int shift = 0;; shift += 7) {
-      const std::uint8_t byte = *p++;
-      z |= static_cast<std::uint64_t>(byte & 127u) << shift;
-      if (byte < 128) break;
-    }
-    const long long d = (z & 1u) ? -static_cast<long long>(z >> 1) - 1 : static_cast<long long>(z >> 1);
-    return static_cast<int>(base_[i / block_ops * detail::op_field_count + 2] + d);
+      if (mask >> f & 1u) difference(p);
+    return static_cast<int>(base_[i / block_ops * detail::op_field_count + 2] + difference(p));
   }
 
   // (kept out of line: a reader of plain ops through op_span then inlines the one branch it takes)
@@ -157,17 +149,7 @@ class packed_ops {
     p += 3;
     for (; mask != 0; mask &= mask - 1) {  // the set fields, lowest bit first
       const int f = std::countr_zero(mask);
-      std::uint64_t z = *p++;
-      if (z >= 128) {  // (most differences take one byte)
-        z &= 127u;
-        for (int shift = 7;; shift += 7) {
-          const std::uint8_t byte = *p++;
-          z |= static_cast<std::uint64_t>(byte & 127u) << shift;
-          if (byte < 128) break;
-        }
-      }
-      const long long d = (z & 1u) ? -static_cast<long long>(z >> 1) - 1 : static_cast<long long>(z >> 1);
-      o.*detail::op_fields[f] = static_cast<int>(base[f] + d);
+      o.*detail::op_fields[f] = static_cast<int>(base[f] + difference(p));
     }
     return o;
   }
@@ -188,6 +170,20 @@ class packed_ops {
   }
 
  private:
+  /// The field difference at `p` (a zigzag LEB128 varint), moving `p` past it.
+  static constexpr long long difference(const std::uint8_t*& p) {
+    std::uint64_t z = *p++;
+    if (z >= 128) {  // (most differences take one byte)
+      z &= 127u;
+      for (int shift = 7;; shift += 7) {
+        const std::uint8_t byte = *p++;
+        z |= static_cast<std::uint64_t>(byte & 127u) << shift;
+        if (byte < 128) break;
+      }
+    }
+    return (z & 1u) ? -static_cast<long long>(z >> 1) - 1 : static_cast<long long>(z >> 1);
+  }
+
   constexpr const std::uint8_t* at(std::size_t i) const {  // op i's first byte
     const std::size_t b = i / block_ops;
     return chunks_[static_cast<std::size_t>(block_chunk_[b])].data() + static_cast<std::size_t>(block_at_[b]) +
