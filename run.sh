@@ -2,9 +2,10 @@
 # The two commands of a fresh machine (README.md):
 #   bash run.sh demo   build and run the main job: train_mlp (an MLP trained across 4 pipeline ranks with
 #                      1F1B on host threads; flags pass through, e.g. --schedule interleaved-1f1b)
-#   bash run.sh test   build everything and run every test (what CI runs): the suite with g++ (its
-#                      tests last), with clang++ under ASan + UBSan with the fuzzer (60 s), and
-#                      the executors' tests under ThreadSanitizer
+#   bash run.sh test   build everything and run every test (what CI runs): the suite with clang++
+#                      under ASan + UBSan with the fuzzer (60 s), the executors' tests under
+#                      ThreadSanitizer, then the library's tests with g++ (Debug) and the examples'
+#                      with g++ -O3, the binaries the pages' commands name
 # Each installs what it needs from Debian's packages first; `test` also makes a virtual
 # environment with torch from PyPI for the tests against PyTorch's runtime (docs/07_pytorch.md).
 set -euo pipefail
@@ -84,13 +85,14 @@ case "${1:-}" in
   test)
     need_packages test
     torch_venv_start
-    # Four presets, no target built twice in one configuration: dev (g++, Debug: the tests and
-    # the examples), release (g++ -O3: the examples and the benchmarks, with the benchmark kit's
-    # checks), clang (clang++ with ASan + UBSan, and the fuzzer), tsan (the executors' tests).
-    # The presets that need no torch build first, while torch downloads; release and dev come
-    # after it, since their configure finds LibTorch in the virtual environment (tests/torch,
-    # bench_torch_split). Each phase's wall time is printed at the end (docs/03_diagnostics.md,
-    # "The test command").
+    # Four presets, no target built twice in one configuration: clang (clang++ with ASan + UBSan:
+    # the library's tests, the examples' and the fuzzer), tsan (the executors' tests), release
+    # (g++ -O3: the examples and the benchmarks, with the examples' tests and the benchmark kit's
+    # checks), dev (g++, Debug: the library's tests and the LibTorch adapter's). The presets that
+    # need no torch build and test first, while torch downloads; release and dev configure after
+    # it, since they find LibTorch in the virtual environment. Their tests then run as one pool of
+    # two jobs (the PyTorch runs first, the rest beside them). Each phase's wall time is printed at
+    # the end (docs/03_diagnostics.md, "The test command").
     phases=()
     phase() {
       local name=$1 t0=$SECONDS
@@ -98,12 +100,17 @@ case "${1:-}" in
       "$@"
       phases+=("$(printf '%-34s %4d s' "$name" $((SECONDS - t0)))")
     }
+    both_tests() {  # one CTest over both build trees: its scheduler, resource locks and costs span them
+      mkdir -p build/tests
+      printf 'subdirs("%s" "%s")\n' "$PWD/build/release" "$PWD/build/dev" >build/tests/CTestTestfile.cmake
+      ctest --test-dir build/tests -j2 --output-on-failure --timeout 600 --no-tests=error
+    }
     phase "clang (ASan + UBSan, fuzz)" cmake --workflow --preset clang
     phase "tsan" cmake --workflow --preset tsan
     phase "waiting for torch" torch_venv_wait
-    phase "release: configure + build + test" cmake --workflow --preset release
+    phase "release: configure + build" eval 'cmake --preset release && cmake --build --preset release'
     phase "dev: configure + build" eval 'cmake --preset dev && cmake --build --preset dev'
-    phase "dev: tests" ctest --preset dev
+    phase "tests of release and dev" both_tests
     printf 'run.sh test: %s\n' "${phases[@]}" "$(printf '%-34s %4d s' total "$SECONDS")"
     ;;
   *)

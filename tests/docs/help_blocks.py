@@ -2,7 +2,7 @@
 README.md and docs/*.md under a line `<!-- help: TOOL -->` starts with `$ TOOL --help` and then
 holds the tool's output exactly. Every tool given on the command line must have such a block.
 
-  python help_blocks.py --root . --tool train_mlp=build/dev/examples/train_mlp [--tool ...]
+  python help_blocks.py --root . --tool train_mlp=build/release/examples/train_mlp [--tool ...]
 """
 
 import argparse

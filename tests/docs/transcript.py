@@ -16,7 +16,7 @@ A line right above a block changes what is checked:
   <!-- transcript: skip; WHY -->  not run (it builds, trains for minutes, needs a device)
 Blocks under `<!-- help: TOOL -->` are help_blocks.py's.
 
-  python transcript.py --root . --bin build/dev/examples [--page docs/07_pytorch.md ...]
+  python transcript.py --root . --bin build/release/examples [--page docs/07_pytorch.md ...]
                        [--exclude docs/07_pytorch.md] [--copy FILE] [--update]
 
 --page limits the run to those pages, --exclude leaves pages out, --copy puts a file into each
@@ -103,7 +103,7 @@ def run_block(block, cwd, env, compare):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", required=True)
-    ap.add_argument("--bin", required=True, help="the folder of the built tools (build/dev/examples)")
+    ap.add_argument("--bin", required=True, help="the folder of the built tools (build/release/examples)")
     ap.add_argument("--page", action="append", default=[])
     ap.add_argument("--exclude", action="append", default=[])
     ap.add_argument("--copy", action="append", default=[])

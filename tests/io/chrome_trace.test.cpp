@@ -59,5 +59,28 @@ TEST_CASE("chrome_trace: a measured group is an event on the communication threa
   CHECK(j.find("\"args\": {\"name\": \"communication\"}") != std::string::npos);
 }
 
+TEST_CASE("chrome_trace: a flow's ends lie inside short measured spans, not on their edges") {
+  // two measured groups in ms: rank 0's 81.613 µs to 81.936 µs (323 ns, whose 1/1000 rounds to
+  // 0 ns), rank 1's 2 ns and 1 ns long; the transfer leaves rank 0's group and lands in rank 1's
+  pt::step_trace t;
+  t.ranks = 2;
+  t.unit = "ms";
+  t.measured = true;
+  t.comms.push_back({0, 0.081613, 0.081936, 1});
+  t.comms.push_back({1, 0.090000, 0.090002, 1});
+  t.comms.push_back({1, 0.095000, 0.095001, 1});
+  pt::traced_transfer x;
+  x.stage = 0, x.microbatch = 1, x.from = 0, x.to = 1, x.via_comm = true, x.from_span = 0, x.to_span = 1;
+  t.transfers.push_back(x);
+  x.microbatch = 2, x.to_span = 2;
+  t.transfers.push_back(x);
+  const std::string j = pt::chrome_trace(t);
+  // 1 ns before the end, not at 81.936 where the next span on the thread may start
+  CHECK(j.find("\"ph\": \"s\", \"id\": 0, \"ts\": 81.935, \"pid\": 0") != std::string::npos);
+  CHECK(j.find("\"ph\": \"f\", \"bp\": \"e\", \"id\": 0, \"ts\": 90.001, \"pid\": 1") != std::string::npos);
+  // a span of 1 ns has no inside: the flow lands at its start
+  CHECK(j.find("\"ph\": \"f\", \"bp\": \"e\", \"id\": 1, \"ts\": 95, \"pid\": 1") != std::string::npos);
+}
+
 }  // namespace test_chrome_trace
 }  // namespace

@@ -6,7 +6,7 @@ orders' simulated makespan and peak activations from pipetype-explore (costs F=1
 rank share). Prints a Markdown table; with --doc FILE it also checks that the table between
 `<!-- compare_orders -->` markers in FILE is this one (docs/07_pytorch.md), so the docs stay true.
 
-  python compare_orders.py --explorer build/dev/examples/pipetype-explore [--doc docs/07_pytorch.md]
+  python compare_orders.py --explorer build/release/examples/pipetype-explore [--doc docs/07_pytorch.md]
 """
 
 import argparse

@@ -23,7 +23,7 @@ said:
 (each deadlock is also checked on one NCCL stream per peer and per direction, `--p2p`, and the
 table says where it would complete).
 
-  python read_pytorch_files.py --explorer build/dev/examples/pipetype-explore [--artifacts DIR] [--keep DIR]
+  python read_pytorch_files.py --explorer build/release/examples/pipetype-explore [--artifacts DIR] [--keep DIR]
 """
 
 import argparse

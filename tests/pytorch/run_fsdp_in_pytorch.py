@@ -12,7 +12,7 @@ with an unpipelined run over all 8 microbatches (the mean over the whole batch: 
 FSDP's 1/dp). A control run of the same file without its UNSHARD cells must fail in torch's own
 check. 1F1B and interleaved 1F1B (two stages a rank).
 
-  python run_fsdp_in_pytorch.py --explorer build/dev/examples/pipetype-explore [--timeout 150]
+  python run_fsdp_in_pytorch.py --explorer build/release/examples/pipetype-explore [--timeout 150]
 
 Exits 0 when every run matches (max |diff| <= 1e-12) and the control fails as it should, 1
 otherwise, 77 when torch cannot be imported.

@@ -10,7 +10,7 @@ same stages (microbatch by microbatch, accumulated in microbatch order, scaled b
 within 1e-6. The compute+comms files run a second time with the transfers made to block as NCCL's
 do, on one stream per rank (pipetype_torch.emulate_nccl): pipetype's order must complete there too.
 
-  python run_in_pytorch.py --explorer build/dev/examples/pipetype-explore [--ranks 4] [--microbatches 8]
+  python run_in_pytorch.py --explorer build/release/examples/pipetype-explore [--ranks 4] [--microbatches 8]
 
 Prints one line per schedule and format; exits non-zero when a file fails to load or run, a
 gradient differs, or the workers do not finish in time.

@@ -55,7 +55,8 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
     const double k = p.us_per_unit;
     // timestamps in whole ns; a duration is the difference of its rounded ends, so spans that
     // touch stay touching after rounding
-    auto ns = [&](double t) { return detail::round_of(t * k * 1000) / 1000; };
+    auto whole_ns = [&](double t) { return detail::round_of(t * k * 1000); };
+    auto ns = [&](double t) { return whole_ns(t) / 1000; };
     auto ts = [&](double t) { return decimal(ns(t), 3); };
     auto dur = [&](double a, double b) { return decimal(ns(b) - ns(a), 3); };
     auto where = [&](int rank, int tid) {
@@ -98,7 +99,15 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
       event("{\"name\": \"group\", \"cat\": \"comm\", \"ph\": \"X\", \"ts\": " + ts(c.start) +
             ", \"dur\": " + dur(c.start, c.end) + ", " + where(c.rank, 1) +
             ", \"args\": {\"transfers\": " + std::to_string(c.transfers) + "}}");
-    // a flow's ends sit just inside their spans (1/1000 of the span from its edge)
+    // a flow's ends sit inside their spans, 1/1000 of the span from its edge and at least 1 ns:
+    // a measured span of a few hundred ns would round 1/1000 of itself onto its edge, where the
+    // flow could bind to the span beside it. A span under 2 ns gets its ends at its start.
+    auto inside = [&](double a, double b, bool near_end) {
+      const double from = whole_ns(a), to = whole_ns(b);
+      if (to - from < 2) return decimal(from / 1000, 3);
+      const double off = std::max(1.0, detail::round_of((to - from) / 1000));
+      return decimal((near_end ? to - off : from + off) / 1000, 3);
+    };
     auto span_of = [&](bool comm, int i, double& a, double& b) {
       if (comm) {
         const traced_comm& c = tr.comms[static_cast<std::size_t>(i)];
@@ -118,10 +127,9 @@ inline std::string chrome_trace(std::span<const trace_part> parts) {
       const std::string id = std::to_string(flow_id++);
       const std::string name = detail::json_quote(x.label());
       event("{\"name\": " + name + ", \"cat\": \"transfer\", \"ph\": \"s\", \"id\": " + id +
-            ", \"ts\": " + ts(a1 - (a1 - a0) / 1000) + ", " + where(x.from, thread) + "}");
+            ", \"ts\": " + inside(a0, a1, true) + ", " + where(x.from, thread) + "}");
       event("{\"name\": " + name + ", \"cat\": \"transfer\", \"ph\": \"f\", \"bp\": \"e\", \"id\": " + id +
-            ", \"ts\": " + ts(x.via_comm ? b1 - (b1 - b0) / 1000 : b0 + (b1 - b0) / 1000) + ", " + where(x.to, thread) +
-            "}");
+            ", \"ts\": " + inside(b0, b1, x.via_comm) + ", " + where(x.to, thread) + "}");
     }
     pid_base += std::max(tr.ranks, 1);
   }
