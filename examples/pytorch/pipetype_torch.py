@@ -22,7 +22,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import time
 
@@ -70,52 +69,78 @@ def stages_of(rows):
     return [sorted({s for (s, _, _) in row}) for row in computes(rows)]
 
 
-def run_workers(world, directory, deadline_s, nccl=None):
-    """Starts `world` gloo workers (this file, `worker` RANK) that run every schedule file of
-    directory/manifest.json ([{label, path, format, microbatches}]), all under one deadline;
-    returns their result dicts {label, format, rank, loads, diff | error | hangs}. With `nccl`
-    (shared, per-peer, per-direction) the workers emulate NCCL's blocking point-to-point
-    (emulate_nccl). Kills every worker and raises RuntimeError on a timeout or a failing worker."""
-    import tempfile
+_forkserver = None
 
-    port = free_port()
-    # output goes to files, not pipes: a worker whose pipe filled up (torch logs a failed step's
-    # whole table) would block while its siblings are being read
-    logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in range(world)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "worker", str(r), "--world", str(world), "--port", str(port),
-             "--dir", directory, *(["--nccl", nccl] if nccl else [])],
-            stdout=logs[r][0],
-            stderr=logs[r][1],
-            text=True,
-        )
-        for r in range(world)
-    ]
 
-    def read(f):
-        f.seek(0)
-        return f.read()
+def workers_context():
+    """Where workers come from: forked from a server process that imported torch once
+    (multiprocessing's forkserver), instead of each starting Python and importing torch (3 s of
+    CPU a worker: a test that started 30 workers spent most of its time there). The server is
+    single-threaded, so its forks are safe; each worker then makes its own process group."""
+    global _forkserver
+    if _forkserver is None:
+        import multiprocessing
+
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when the server imports torch
+        _forkserver = multiprocessing.get_context("forkserver")
+        _forkserver.set_forkserver_preload(["torch", "torch.distributed", "torch.distributed.pipelining",
+                                            "torch.distributed.fsdp"])
+    return _forkserver
+
+
+def _to_files(target, args, out_path, err_path):
+    """A worker: its stdout and stderr go to files (a worker whose pipe filled up, as when torch
+    logs a failed step's whole table, would block while its siblings are read)."""
+    for fd, path in ((1, out_path), (2, err_path)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    target(*args)
+
+
+def run_processes(target, argsets, deadline_s, directory):
+    """Runs target(*args) for each of `argsets` in a worker of its own (workers_context), all under
+    one deadline, their output in `directory`; returns [(exit code, stdout, stderr)] in order, the
+    exit code None for every worker when the deadline passed (they are killed then)."""
+    ctx = workers_context()
+    logs = [(os.path.join(directory, f"worker{i}.out"), os.path.join(directory, f"worker{i}.err"))
+            for i in range(len(argsets))]
+    procs = [ctx.Process(target=_to_files, args=(target, args, *log), daemon=True) for args, log in zip(argsets, logs)]
+    for p in procs:
+        p.start()
+
+    def read(path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return ""
 
     end = time.monotonic() + deadline_s
-    try:
-        for p in procs:
-            p.wait(timeout=max(1.0, end - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-            p.wait()
-        said = [read(err).strip().splitlines()[-2:] for _, err in logs]
+    late = False
+    for p in procs:
+        p.join(timeout=max(1.0, end - time.monotonic()))
+        if p.exitcode is None:
+            late = True
+            for q in procs:
+                q.kill()
+                q.join()
+            break
+    return [(None if late else p.exitcode, read(out), read(err)) for p, (out, err) in zip(procs, logs)]
+
+
+def run_workers(world, directory, deadline_s, nccl=None):
+    """Starts `world` gloo workers that run every schedule file of directory/manifest.json
+    ([{label, path, format, microbatches}]), all under one deadline; returns their result dicts
+    {label, format, rank, loads, diff | error | hangs}. With `nccl` (shared, per-peer,
+    per-direction) the workers emulate NCCL's blocking point-to-point (emulate_nccl). Kills every
+    worker and raises RuntimeError on a timeout or a failing worker."""
+    port = free_port()
+    outs = run_processes(worker, [(r, world, port, directory, nccl) for r in range(world)], deadline_s, directory)
+    if outs[0][0] is None:
+        said = [err.strip().splitlines()[-2:] for _, _, err in outs]
         raise RuntimeError(f"the PyTorch workers did not finish within {deadline_s} s (a hang?); their last words: " +
                            "; ".join(f"worker {r}: {' | '.join(w) or '-'}" for r, w in enumerate(said)))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    outs = [(p.returncode, read(out), read(err)) for p, (out, err) in zip(procs, logs)]
-    for out, err in logs:
-        out.close()
-        err.close()
     results = []
     for rank, (rc, out, err) in enumerate(outs):
         if rc != 0:
@@ -341,7 +366,8 @@ def emulate_nccl(dist, rank, streams, wait_s):
     return Emulation()
 
 
-def worker(args):
+def worker(rank, world, port, directory, nccl=None, hang_s=5.0):
+    """One gloo rank of run_workers: runs every file of directory/manifest.json, one JSON line each."""
     quiet_torch()
     import datetime
 
@@ -350,16 +376,15 @@ def worker(args):
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    rank, world = args.worker, args.world
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{args.port}",
+        init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
         timeout=datetime.timedelta(seconds=120),
     )
-    emulation = emulate_nccl(dist, rank, args.nccl, args.hang_s) if args.nccl else None
-    with open(os.path.join(args.dir, "manifest.json")) as f:
+    emulation = emulate_nccl(dist, rank, nccl, hang_s) if nccl else None
+    with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)
     for entry in manifest:
         if emulation:
@@ -388,7 +413,7 @@ def worker(args):
         try:
             schedule.step(*step_args, target=target, losses=losses)
         except Exception as e:  # noqa: BLE001 — _Hang, or what the schedule made of it
-            if not args.nccl:
+            if not nccl:
                 raise
             # the streams of this file are stuck for good (on its own group): report, go on
             print(json.dumps({**result, "loads": True, "hangs": str(e).splitlines()[0][:200]}), flush=True)
@@ -400,7 +425,7 @@ def worker(args):
                     diff = max(diff, (p.grad - r).abs().max().item())
             print(json.dumps({**result, "loads": True, "diff": diff}), flush=True)
         dist.barrier()  # on the default group, which a hang leaves untouched
-    if not args.nccl:
+    if not nccl:
         dist.destroy_process_group()
     else:  # threads a hang left blocked would hold up the group's teardown
         sys.stdout.flush()
@@ -427,18 +452,7 @@ def main(argv):
     r.add_argument("--timeout", type=float, default=300)
     r.add_argument("--nccl", choices=["shared", "per-peer", "per-direction"], default=None,
                    help="make the transfers block as NCCL's do, on one stream per rank, per peer or per direction")
-    w = sub.add_parser("worker")
-    w.add_argument("rank", type=int)
-    w.add_argument("--world", type=int, required=True)
-    w.add_argument("--port", type=int, required=True)
-    w.add_argument("--dir", required=True)
-    w.add_argument("--nccl", choices=["shared", "per-peer", "per-direction"], default=None)
-    w.add_argument("--hang-s", type=float, default=5)
     args = ap.parse_args(argv)
-    if args.command == "worker":
-        args.worker = args.rank
-        worker(args)
-        return 0
     if args.command == "dump":
         name = dump(args.cls, args.ranks, args.microbatches, args.output, args.comms, args.defer_recv)
         form = "compute+comms" + (" (receives deferred)" if args.defer_recv else "") if args.comms else "compute-only"

@@ -13,6 +13,7 @@ from pipetype_torch import (  # noqa: E402,F401
     quiet_torch,
     read_rows,
     run_files,
+    run_processes,
 )
 
 

@@ -25,10 +25,8 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -116,30 +114,34 @@ def worker(path):
     dist.destroy_process_group()
 
 
+def environment_worker(env, path):
+    """A worker with torch's distributed environment variables set (RANK, WORLD_SIZE, ...), on
+    one intra-op thread (four workers share the machine)."""
+    import torch
+
+    os.environ.update(env)
+    torch.set_num_threads(1)
+    worker(path)
+
+
 def run(path, timeout):
-    """Runs the four workers on `path`; returns (every rank finished, worst diff, reports, errors)."""
+    """Runs the four workers on `path` (forked from one server that imported torch, as
+    pipetype_torch's workers); returns (every rank finished, worst diff, reports, errors)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = []
-    for r in range(PP * DP):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(PP * DP), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR")
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", path], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    start, reports, errors, ok = time.time(), [], [], True
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(1.0, timeout - (time.time() - start)))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, err = p.communicate()
+    envs = [dict(RANK=str(r), WORLD_SIZE=str(PP * DP), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            for r in range(PP * DP)]
+    with tempfile.TemporaryDirectory(prefix="pipetype-fsdp-workers-") as logs:
+        outs = common.run_processes(environment_worker, [(env, path) for env in envs], timeout, logs)
+    reports, errors, ok = [], [], True
+    for rc, out, err in outs:
+        if rc is None:
             err += "\n(timed out)"
-        ok = ok and p.returncode == 0
+        ok = ok and rc == 0
         reports += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        if p.returncode != 0:
-            errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {p.returncode}")
+        if rc != 0:
+            errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {rc}")
     return ok, max([r["max_diff"] for r in reports] or [float("inf")]), reports, errors
 
 
