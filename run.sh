@@ -90,15 +90,25 @@ case "${1:-}" in
     # (g++ -O3: the examples and the benchmarks, with the examples' tests and the benchmark kit's
     # checks), dev (g++, Debug: the library's tests and the LibTorch adapter's). The presets that
     # need no torch build and test first, while torch downloads; release and dev configure after
-    # it, since they find LibTorch in the virtual environment. Their tests then run as one pool of
-    # two jobs (the PyTorch runs first, the rest beside them). Each phase's wall time is printed at
-    # the end (docs/03_diagnostics.md, "The test command").
+    # it, since they find LibTorch in the virtual environment, and build side by side. Their tests
+    # then run as one pool of two jobs (the PyTorch runs first, the rest beside them). Each
+    # phase's wall time is printed at the end (docs/03_diagnostics.md, "The test command").
     phases=()
     phase() {
       local name=$1 t0=$SECONDS
       shift
       "$@"
       phases+=("$(printf '%-34s %4d s' "$name" $((SECONDS - t0)))")
+    }
+    both_builds() {  # release and dev configure and build at once, two jobs each, so one's last units
+      # (torch_gpt, the LibTorch tests) compile beside the other's instead of beside an idle core;
+      # each line of their output starts with the preset's name
+      local release_rc=0 dev_rc=0
+      (set -o pipefail; { cmake --preset release && cmake --build --preset release; } 2>&1 | sed -u 's/^/release| /') &
+      local release_pid=$!
+      (set -o pipefail; { cmake --preset dev && cmake --build --preset dev; } 2>&1 | sed -u 's/^/dev| /') || dev_rc=$?
+      wait "$release_pid" || release_rc=$?
+      [ "$release_rc" -eq 0 ] && [ "$dev_rc" -eq 0 ]
     }
     both_tests() {  # one CTest over both build trees: its scheduler, resource locks and costs span them
       mkdir -p build/tests
@@ -108,8 +118,7 @@ case "${1:-}" in
     phase "clang (ASan + UBSan, fuzz)" cmake --workflow --preset clang
     phase "tsan" cmake --workflow --preset tsan
     phase "waiting for torch" torch_venv_wait
-    phase "release: configure + build" eval 'cmake --preset release && cmake --build --preset release'
-    phase "dev: configure + build" eval 'cmake --preset dev && cmake --build --preset dev'
+    phase "release and dev: configure + build" both_builds
     phase "tests of release and dev" both_tests
     printf 'run.sh test: %s\n' "${phases[@]}" "$(printf '%-34s %4d s' total "$SECONDS")"
     ;;
