@@ -7,6 +7,7 @@
 #include "memory_test.hpp"
 
 #include <string>
+#include <vector>
 
 namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
 namespace test_memory_plan {
@@ -100,6 +101,55 @@ TEST_CASE("memory actions: over data-parallel replicas the step is lowered, prov
   pt::memory_mesh none = over;
   none.dp.dp = 0;
   CHECK(!pt::plan_memory(plan.compute(), plan.lowered(), z, c, o, 0.02, none).result.ok());
+}
+
+TEST_CASE("memory actions: a RECOMPUTE of a sharded stage waits for the gather of the parameters it reads") {
+  // a window of one unsharded stage and two stages a rank: each stage is released and gathered
+  // again between its forward and its backward, and its RECOMPUTE runs between the gather and the
+  // backward. It runs on the compute stream, so it must wait there for the gather's event, as a
+  // compute does (the lowering once let it read the released parameters).
+  for (const char* name : {"interleaved-1f1b", "looped-bfs"}) {
+    CAPTURE(name);
+    const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(name, 2, 4, 2));
+    REQUIRE(plan.ok());
+    pt::memory_options o;
+    o.recompute = pt::memory_policy::all;
+    const pt::memory_sizes z{{1000}, {50}};
+    const pt::memory_placement placed = pt::place_memory(plan.compute(), z, pt::costs{.f = 1, .b = 2}, o);
+    REQUIRE(placed.result.ok());
+    const pt::dp_options d{.dp = 2, .shard = true, .window = 1};
+    const pt::mesh_program mp = pt::build_mesh(plan.compute(), plan.lowered(), pt::mesh{2, 2},
+                                               pt::place_collectives(plan.compute(), d), d, placed.actions);
+    int recomputes = 0, after_release = 0;
+    for (int g = 0; g < 4; ++g) {
+      std::vector<int> gather_event(static_cast<std::size_t>(plan.compute().stages), -1);
+      std::vector<bool> waited(gather_event.size(), false), released(gather_event.size(), false);
+      int gathering = -1;  // the stage whose all-gather's record comes next
+      for (const pt::mesh_op& op : mp.rank_ops(g)) {
+        if (op.code == pt::mesh_op_code::all_gather) gathering = op.stage;
+        if (op.code == pt::mesh_op_code::record && gathering >= 0) {
+          gather_event[static_cast<std::size_t>(gathering)] = op.event;
+          waited[static_cast<std::size_t>(gathering)] = false;
+          gathering = -1;
+        }
+        if (op.code == pt::mesh_op_code::wait && op.stream == 0)
+          for (std::size_t s = 0; s < gather_event.size(); ++s)
+            if (gather_event[s] == op.event) waited[s] = true, released[s] = false;
+        if (op.code == pt::mesh_op_code::release) released[static_cast<std::size_t>(op.stage)] = true;
+        if (op.code == pt::mesh_op_code::recompute) {
+          CAPTURE(g);
+          CAPTURE(op.stage);
+          CAPTURE(op.microbatch);
+          ++recomputes;
+          after_release += gather_event[static_cast<std::size_t>(op.stage)] >= 0 && op.microbatch > 0;
+          CHECK(waited[static_cast<std::size_t>(op.stage)]);
+          CHECK(!released[static_cast<std::size_t>(op.stage)]);
+        }
+      }
+    }
+    CHECK(recomputes == 2 * plan.compute().stages * 4);  // every forward, on each replica
+    CHECK(after_release > 0);
+  }
 }
 
 }  // namespace test_memory_plan

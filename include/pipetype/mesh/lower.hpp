@@ -163,6 +163,10 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
         op.kept_only = kept_only[q] != 0;
         if (a.what == memory_kind::recompute) {
           if (reloaded[q] >= 0) wait_on(0, reloaded[q]), reloaded[q] = -1;
+          // it runs the stage's forward, so it reads the parameters its UNSHARD gathers (issued
+          // before it, with the collectives before the next action), as a compute does
+          const auto gs = static_cast<std::size_t>(a.stage);
+          if (gathered[gs] >= 0) wait_on(0, gathered[gs]), gathered[gs] = -1;
           op.code = mesh_op_code::recompute;
           mine.push_back(op);
           continue;
