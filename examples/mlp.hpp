@@ -27,6 +27,8 @@
 #include <span>
 #include <vector>
 
+#include "figures.hpp"
+
 namespace mlp {
 
 inline constexpr std::size_t width = 32;  // features
@@ -55,7 +57,7 @@ inline double half_mse(const float* y, const float* t, std::size_t n) {
 /// The largest |difference| of two gradients into `d`, and whether they are bitwise equal into `same`.
 inline void grad_diff(std::span<const float> x, std::span<const float> y, double& d, bool& same) {
   for (std::size_t i = 0; i < x.size(); ++i) {
-    d = std::max(d, std::fabs(double(x[i]) - double(y[i])));
+    d = examples::worst(d, std::fabs(double(x[i]) - double(y[i])));
     same = same && std::memcmp(&x[i], &y[i], sizeof(float)) == 0;
   }
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "figures.hpp"
 #include "graph_model.hpp"
 #include "trainer_file.hpp"
 #include "write_file.hpp"
@@ -170,10 +171,11 @@ int train(args a) {
   if (a.json) {
     std::printf(
         "{\"graph\": \"%s\", \"schedule\": %s, \"ranks\": %d, \"microbatches\": %d, \"steps\": %d, \"edges\": %zu, "
-        "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
+        "\"loss_first\": %s, \"loss_last\": %s, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %s, "
         "\"lowered\": {\"ops\": %zu, \"sends\": %zu, \"communicators\": %zu, \"slot_list_entries\": %zu}}\n",
-        a.graph.c_str(), pt::detail::json_quote(a.schedule).c_str(), a.ranks, m, a.steps, g.edges.size(), loss_first,
-        loss_last, match ? "true" : "false", max_diff, plan.ops().size(), sends, plan.comms().size(), lists);
+        a.graph.c_str(), pt::detail::json_quote(a.schedule).c_str(), a.ranks, m, a.steps, g.edges.size(),
+        examples::json_number(loss_first).c_str(), examples::json_number(loss_last).c_str(), match ? "true" : "false",
+        examples::json_number(max_diff).c_str(), plan.ops().size(), sends, plan.comms().size(), lists);
   } else {
     std::printf("\nloss %.6f -> %.6f\n", loss_first, loss_last);
     std::printf("every step's gradients vs the unpipelined reference: %s (max |diff| %g)\n",

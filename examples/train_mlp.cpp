@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "figures.hpp"
 #include "mlp.hpp"
 #include "trainer_file.hpp"
 #include "write_file.hpp"
@@ -293,10 +294,11 @@ int train(int argc, char** argv) {
   if (a.json) {
     std::printf(
         "{\"schedule\": %s, \"ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"steps\": %d, "
-        "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
+        "\"loss_first\": %s, \"loss_last\": %s, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %s, "
         "\"step_ms_median\": %.6f, \"simulated_makespan_ms\": %.6f",
-        pt::detail::json_quote(a.schedule).c_str(), a.ranks, m, a.chunks, a.steps, loss_first, loss_last,
-        match ? "true" : "false", max_diff, measured, sim_ms);
+        pt::detail::json_quote(a.schedule).c_str(), a.ranks, m, a.chunks, a.steps,
+        examples::json_number(loss_first).c_str(), examples::json_number(loss_last).c_str(), match ? "true" : "false",
+        examples::json_number(max_diff).c_str(), measured, sim_ms);
     const pt::lowered_view low = plan.lowered();
     const auto count = [&](pt::op_code c) {
       return std::count_if(low.ops.begin(), low.ops.end(), [c](const pt::lowered_op& o) { return o.code == c; });

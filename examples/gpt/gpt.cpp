@@ -165,7 +165,7 @@ int main(int argc, char** argv) try {
         const std::vector<float>& y = gpt::part_vector(ref_grads, part);
         grads_match = grads_match && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
         for (std::size_t i = 0; i < x.size(); ++i)
-          max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
+          max_diff = examples::worst(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
       }
       if (!a.dump.empty()) try {
           gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, a.tie);

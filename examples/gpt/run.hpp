@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../cli.hpp"
+#include "../figures.hpp"
 #include "layers.hpp"
 
 #ifndef GPT_CORPUS_DIR
@@ -279,10 +280,11 @@ inline void print_json_head(const run_args& a, int ranks, int stages, int microb
                             double loss_last, bool grads_match, double max_diff, double step_ms, double reference_ms) {
   std::printf(
       "{\"schedule\": \"%s\", \"ranks\": %d, \"stages\": %d, \"microbatches\": %d, \"layers\": %d, \"steps\": %d, "
-      "\"loss_first\": %.9g, \"loss_last\": %.9g, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %.9g, "
+      "\"loss_first\": %s, \"loss_last\": %s, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %s, "
       "\"step_ms\": %.4f, \"reference_step_ms\": %.4f",
-      a.schedule.c_str(), ranks, stages, microbatches, a.model.layers, a.steps, loss_first, loss_last,
-      grads_match ? "true" : "false", max_diff, step_ms, reference_ms);
+      a.schedule.c_str(), ranks, stages, microbatches, a.model.layers, a.steps,
+      examples::json_number(loss_first).c_str(), examples::json_number(loss_last).c_str(),
+      grads_match ? "true" : "false", examples::json_number(max_diff).c_str(), step_ms, reference_ms);
 }
 
 /// Whether the run asks for memory actions (--offload, --recompute).

@@ -369,7 +369,7 @@ int main(int argc, char** argv) try {
         const std::vector<float>& y = ref[static_cast<std::size_t>(s)];
         grads_match = grads_match && x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
         for (std::size_t i = 0; i < std::min(x.size(), y.size()); ++i)
-          max_diff = std::max(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
+          max_diff = examples::worst(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
       }
       if (!a.dump.empty()) try {
           gpt::model_params<float> grads = gpt::zero_params<float>(c);
