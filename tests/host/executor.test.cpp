@@ -6,12 +6,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mlp.hpp"
 
@@ -468,6 +471,25 @@ TEST_CASE("host executor: a traced step becomes a step_trace: a span per compute
     CHECK(c.base().comm >= 0);
     CHECK(pt::simulate(plan.compute(), c).complete);
   }
+}
+
+TEST_CASE("mlp: a NaN gradient is a NaN difference, which the trainers' JSON prints as null") {
+  // std::max(d, NaN) keeps d: the trainers once printed max_abs_grad_diff 0 beside NaN gradients
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> a{1.0f, nan, 3.0f, 4.0f}, b{1.0f, 2.0f, 3.0f, 6.0f};
+  double d = 0;
+  bool same = true;
+  mlp::grad_diff(a, b, d, same);
+  CHECK(std::isnan(d));  // and the larger difference after it (2) does not hide it
+  CHECK(!same);
+  CHECK(examples::json_number(d) == "null");
+  CHECK(examples::json_number(std::numeric_limits<double>::infinity()) == "null");
+  CHECK(examples::json_number(0) == "0");
+  CHECK(examples::json_number(4.82896169) == "4.82896169");
+  d = 0, same = true;
+  mlp::grad_diff(b, a, d, same);  // a NaN found in either
+  CHECK(std::isnan(d));
+  CHECK(examples::worst(0.5, 2) == 2);
 }
 
 }  // namespace test_host_executor
