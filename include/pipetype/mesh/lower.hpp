@@ -149,6 +149,15 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     auto record_on = [&](int stream, int event) {
       mine.push_back({mesh_op_code::record, stream, kind::F, false, -1, -1, -1, -1, -1, event});
     };
+    // the gather a compute or RECOMPUTE of `stage` waits for on the compute stream, once (an
+    // overlapped pair's first half also waits for its second half's stage: the second half may
+    // run on a stream forked before it)
+    auto wait_gathered = [&](int stage) {
+      if (stage >= 0 && stage < p.stages && gathered[static_cast<std::size_t>(stage)] >= 0) {
+        wait_on(0, gathered[static_cast<std::size_t>(stage)]);
+        gathered[static_cast<std::size_t>(stage)] = -1;
+      }
+    };
     // the memory actions issued after action k: a copy waits for the compute stream up to k (an
     // OFFLOAD reads what the forward wrote, a RELOAD writes where a backward up to k freed) and
     // records its event; a RECOMPUTE runs on the compute stream, after the RELOAD it reads
@@ -165,8 +174,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
           if (reloaded[q] >= 0) wait_on(0, reloaded[q]), reloaded[q] = -1;
           // it runs the stage's forward, so it reads the parameters its UNSHARD gathers (issued
           // before it, with the collectives before the next action), as a compute does
-          const auto gs = static_cast<std::size_t>(a.stage);
-          if (gathered[gs] >= 0) wait_on(0, gathered[gs]), gathered[gs] = -1;
+          wait_gathered(a.stage);
           op.code = mesh_op_code::recompute;
           mine.push_back(op);
           continue;
@@ -274,15 +282,6 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
       op.record_event = x.record_event;
       op.source = i;
       int k = -1;  // the compute action this op runs
-      // the gathers a compute waits for: its stage's; an overlapped pair's first half also waits
-      // for its second half's stage (the second half may run on a stream forked before it)
-      auto wait_gathered = [&](int stage) {
-        if (stage >= 0 && stage < p.stages && gathered[static_cast<std::size_t>(stage)] >= 0) {
-          mine.push_back(
-              {mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[static_cast<std::size_t>(stage)]});
-          gathered[static_cast<std::size_t>(stage)] = -1;
-        }
-      };
       // a backward waits for the RELOAD of what it reads
       auto wait_reloaded = [&](const lowered_op& y) {
         if (y.what == kind::F || !known(y.stage, y.microbatch)) return;
