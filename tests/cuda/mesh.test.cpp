@@ -221,10 +221,11 @@ TEST_CASE("cuda mesh: a reduction waits for its stage's last backward, a compute
 
 TEST_CASE("cuda mesh: an overlapped pair's second half, on its own stream, comes after its stage's gather") {
   // DualPipeV's F&B pairs: the second half runs on a stream forked from the compute stream before
-  // the pair, so the gather it needs must be waited for before that fork
+  // the pair, so the gather it needs must be waited for before that fork (a window of 2: a pair's
+  // two stages are gathered together)
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("dualpipe-v", 2, 4));
   REQUIRE(plan.ok());
-  const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .shard = true, .window = 1});
+  const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .shard = true, .window = 2});
   int checked = 0;
   for (int g = 0; g < 4; ++g) {
     const std::vector<call>& calls = run.step[static_cast<std::size_t>(g)];

@@ -1,9 +1,9 @@
 // The mesh (core/mesh.hpp), the collectives' passes and checks (mesh/collectives.hpp), and the
 // mesh step's lowering and proof (mesh/lower.hpp, mesh/verify.hpp), against an independent oracle.
+#include <pipetype/core/mesh.hpp>
 #include <pipetype/mesh/collectives.hpp>
 #include <pipetype/mesh/simulate.hpp>
 #include <pipetype/mesh/verify.hpp>
-#include <pipetype/core/mesh.hpp>
 #include <pipetype/pipetype.hpp>
 
 #include <doctest/doctest.h>
@@ -178,10 +178,20 @@ TEST_CASE("collectives: sharded, each compute runs on an unsharded stage and at 
     const pt::runtime_plan plan = plan_of(name, 4, 8);
     if (!meshable(plan)) continue;
     CAPTURE(name);
+    // an overlapped pair (DualPipeV's F&B) runs two stages together: both gathered first
+    bool pairs = false;
+    for (const pt::action& a : plan.compute().actions) pairs = pairs || a.overlapped;
     for (const int window : {1, 2, 3}) {
+      CAPTURE(window);
       const pt::dp_options o{.dp = 2, .shard = true, .window = window};
       const pt::collective_program c = pt::place_collectives(plan.compute(), o);
-      CHECK(pt::check_collectives(plan.compute(), c, o).ok());  // the window and every rule, checked
+      const pt::verdict v = pt::check_collectives(plan.compute(), c, o);
+      if (pairs && window == 1) {
+        CHECK(pt::describe(v).find("an overlapped pair whose second half's stage is not unsharded before its first "
+                                   "half") != std::string::npos);
+        continue;
+      }
+      CHECK(v.ok());  // the window and every rule, checked
       int unshards = 0;
       for (const pt::collective& x : c.ops) unshards += x.what == pt::collective_kind::unshard;
       CHECK(unshards > 0);

@@ -31,7 +31,9 @@
 // check_collectives() says whether they are placed so that the step is correct: every compute
 // action on an unsharded stage, each stage's REDUCE_GRAD once and after its last weight
 // backward, ties after their stages' backwards and before their REDUCE_GRAD, at most `window`
-// stages unsharded at once, nothing sharded at the end. Whether they can hang is the mesh
+// stages unsharded at once, both stages of an overlapped pair (DualPipeV's F&B) unsharded before
+// its first half (the halves run together; what is placed between them runs after both), nothing
+// sharded at the end. Whether they can hang is the mesh
 // proof's question (mesh/verify.hpp).
 #pragma once
 
@@ -265,6 +267,13 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
         auto at_action = [&](const char* why) { return detail::at(errc::collective_misplaced, r, a, k, why); };
         if (o.shard && o.dp > 1 && std::find(active.begin(), active.end(), a.stage) == active.end())
           return at_action("a compute action on a sharded stage (no UNSHARD of it before, or a RESHARD since)");
+        // an overlapped pair's halves run together (the collectives placed between them run after
+        // both): its second half's stage must be unsharded before the first half
+        if (o.shard && o.dp > 1 && a.overlapped && k + 1 < n &&
+            std::find(active.begin(), active.end(), acts[static_cast<std::size_t>(k) + 1].stage) == active.end())
+          return at_action(
+              "an overlapped pair whose second half's stage is not unsharded before its first half: the halves run "
+              "together, so FSDP over such pairs needs both stages gathered first (a window of at least 2)");
         if (std::find(reduced.begin(), reduced.end(), a.stage) != reduced.end() &&
             (a.what == kind::B || a.what == kind::W))
           return at_action("a weight backward after its stage's REDUCE_GRAD: the reduction misses its gradient");
