@@ -280,7 +280,10 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
     return;
   const pt::mesh_program mp = pt::lower_mesh(p, plan.lowered(), m, c, o);
   expect(pt::verify_mesh(mp).ok(), "accepted collectives lower to a step that proves", plan);
-  const pt::mesh_timeline t = pt::simulate_mesh(mp, pt::costs{}, pt::mesh_costs{.param_bytes = {1e3}, .bandwidth = 1e3});
+  for (const int n : mp.param_slots)
+    expect(n <= std::max(1, o.window), "a sharded rank's parameter pool holds at most the window", plan);
+  const pt::mesh_timeline t =
+      pt::simulate_mesh(mp, pt::costs{}, pt::mesh_costs{.param_bytes = {1e3}, .bandwidth = 1e3});
   expect(t.completed && std::isfinite(t.makespan) && t.makespan > 0, "a proved mesh step simulates to completion",
          plan);
   if (p.lanes > 1 || p.has_edges()) return;  // (PyTorch's files hold neither)

@@ -17,6 +17,16 @@
 // gather waits for the event of the stage's previous RESHARD (it overwrites what that released). A step ends when every
 // op, collectives included, has completed.
 //
+// Parameter slots (sharded, dp > 1): a rank holds each stage's shard for good and gathers a
+// stage's whole parameters into a slot of its parameter pool. An UNSHARD takes the lowest free
+// slot, a RESHARD returns it, in issue order; an UNSHARD also waits for the RESHARD that last
+// returned its slot (another stage's, whose computes and RECOMPUTEs it overwrites). A compute or
+// RECOMPUTE of a sharded stage names the slot it reads (mesh_op::param_slot), and
+// mesh_program::param_slots is each rank's pool: at most the window, since the collectives hold
+// at most `window` stages unsharded at once. The counts do not depend on the stages' sizes; an
+// executor sizes a slot by the largest stage it holds. verify_mesh proves the slots
+// (verify_param_slots).
+//
 // Communicators (mesh_comm): each replica's copy of every pipeline communicator (its two ranks
 // mapped into the replica), one per DP group (pipeline rank r's replicas), and one per tie group
 // and replica that spans two ranks or more. A tie group within one rank needs none: its sum is a
@@ -124,7 +134,12 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     int events = l.resources[static_cast<std::size_t>(r)].events;
     std::vector<int> gathered(static_cast<std::size_t>(p.stages), -1);  // a gather's event, until a compute waits
     std::vector<int> released(static_cast<std::size_t>(p.stages), -1);  // the last RESHARD's event
-    std::size_t next = 0;                                               // the next collective
+    // parameter slots (sharded): the slot a gathered stage is in, the pool's states (0 free, 1
+    // taken) and per slot the event of the RESHARD that last returned it
+    std::vector<int> slot_of(static_cast<std::size_t>(p.stages), -1);
+    std::vector<char> param_pool;
+    std::vector<int> slot_released;
+    std::size_t next = 0;  // the next collective
     std::vector<mesh_op> mine;
     // memory actions (mesh/memory_actions.hpp): per (stage, microbatch) the event a RELOAD
     // records until its first reader waits, whether it is recomputed (only its input moves); per
@@ -175,6 +190,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
           // it runs the stage's forward, so it reads the parameters its UNSHARD gathers (issued
           // before it, with the collectives before the next action), as a compute does
           wait_gathered(a.stage);
+          op.param_slot = slot_of[static_cast<std::size_t>(a.stage)];
           op.code = mesh_op_code::recompute;
           mine.push_back(op);
           continue;
@@ -233,10 +249,20 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
           case collective_kind::unshard: {
             if (m.dp <= 1) continue;
             const auto s = static_cast<std::size_t>(x.stage);
+            bool reused = false;
+            const int slot = detail::take_slot(param_pool, false, reused);
+            if (static_cast<std::size_t>(slot) >= slot_released.size()) slot_released.push_back(-1);
+            int& slot_free = slot_released[static_cast<std::size_t>(slot)];
+            // it overwrites the stage's own array (parameters held by the stage) and its slot
+            // (held by the executor): after the RESHARD of each
             if (released[s] >= 0) {
-              mine.push_back({mesh_op_code::wait, dp_stream, kind::F, false, -1, -1, -1, -1, -1, released[s]});
+              wait_on(dp_stream, released[s]);
+              if (slot_free == released[s]) slot_free = -1;
               released[s] = -1;
             }
+            if (slot_free >= 0) wait_on(dp_stream, slot_free), slot_free = -1;
+            slot_of[s] = slot;
+            op.param_slot = slot;
             op.code = mesh_op_code::all_gather;
             op.comm = dp_comm[static_cast<std::size_t>(r)];
             mine.push_back(op);
@@ -250,12 +276,16 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
             op.code = mesh_op_code::release;
             op.stream = 0;
             if (gathered[s] >= 0) {  // a gather no compute waited for: the release must not overtake it
-              mine.push_back({mesh_op_code::wait, 0, kind::F, false, -1, -1, -1, -1, -1, gathered[s]});
+              wait_on(0, gathered[s]);
               gathered[s] = -1;
             }
+            op.param_slot = slot_of[s];
+            if (slot_of[s] >= 0) param_pool[static_cast<std::size_t>(slot_of[s])] = 0;
             mine.push_back(op);
             released[s] = events++;
-            mine.push_back({mesh_op_code::record, 0, kind::F, false, -1, -1, -1, -1, -1, released[s]});
+            record_on(0, released[s]);
+            if (slot_of[s] >= 0) slot_released[static_cast<std::size_t>(slot_of[s])] = released[s];
+            slot_of[s] = -1;
             break;
           }
         }
@@ -281,6 +311,8 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
       op.wait_event = x.wait_event;
       op.record_event = x.record_event;
       op.source = i;
+      if (x.code == op_code::compute && x.stage >= 0 && x.stage < p.stages)
+        op.param_slot = slot_of[static_cast<std::size_t>(x.stage)];
       int k = -1;  // the compute action this op runs
       // a backward waits for the RELOAD of what it reads
       auto wait_reloaded = [&](const lowered_op& y) {
@@ -321,6 +353,10 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     out.ops.insert(out.ops.end(), mine.begin(), mine.end());
     out.begin[static_cast<std::size_t>(g) + 1] = static_cast<int>(out.ops.size());
     out.events[static_cast<std::size_t>(g)] = events;
+    if (o.shard && m.dp > 1) {
+      out.param_slots.resize(static_cast<std::size_t>(m.size()), 0);
+      out.param_slots[static_cast<std::size_t>(g)] = static_cast<int>(param_pool.size());
+    }
   }
   if (!mem.empty()) {
     detail::assign_activation_slots(p, l, out);  // the activation slots (mesh/activation_slots.hpp)

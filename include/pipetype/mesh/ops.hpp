@@ -9,9 +9,9 @@
 #include <span>
 #include <vector>
 
-#include "pipetype/mesh/memory_actions.hpp"
 #include "pipetype/core/action.hpp"
 #include "pipetype/core/mesh.hpp"
+#include "pipetype/mesh/memory_actions.hpp"
 
 namespace pipetype {
 
@@ -103,6 +103,9 @@ struct mesh_op {
   // a step with memory actions (mesh/activation_slots.hpp): where its activation-pool references
   // are in mesh_program::act_map; −1: it has none
   int act = -1;
+  // a sharded step (mesh/lower.hpp): the parameter slot an UNSHARD gathers into, a RESHARD
+  // returns, and a compute or RECOMPUTE of a sharded stage reads its parameters from; −1 elsewhere
+  int param_slot = -1;
 
   friend constexpr bool operator==(const mesh_op&, const mesh_op&) = default;
 };
@@ -130,6 +133,7 @@ struct mesh_program {
   std::vector<int> host_slots;         // and its host pool's (mesh/memory_slots.hpp); else empty
   std::vector<int> activation_slots;   // with memory actions, per global rank: its activation pool's slots
   std::vector<int> act_map;            // per op with act ≥ 0, at act: n, then n × (lowered slot, slot, writes)
+  std::vector<int> param_slots;        // sharded (dp > 1), per global rank: its parameter pool's slots; else empty
 
   constexpr std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);

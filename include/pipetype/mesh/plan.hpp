@@ -61,6 +61,7 @@ struct world {};
 struct mesh_facts {
   verdict rejection{};  // ok, or the first thing wrong (as make_plan's)
   int collectives = 0, communicators = 0, ops = 0;
+  int param_slots = 0;  // sharded: the most parameter slots a rank's pool holds (mesh/lower.hpp)
 };
 
 namespace detail {
@@ -126,6 +127,7 @@ constexpr mesh_facts facts_of() {
   for (const mesh_op& x : mp.ops) f.collectives += is_collective(x.code) ? 1 : 0;
   f.communicators = static_cast<int>(mp.comms.size());
   f.ops = static_cast<int>(mp.ops.size());
+  for (const int n : mp.param_slots) f.param_slots = f.param_slots > n ? f.param_slots : n;
   return f;
 }
 

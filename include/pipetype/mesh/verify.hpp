@@ -9,7 +9,10 @@
 // stream until the latest record of that event issued before it on the rank has completed. It
 // runs every (rank, stream) lane as far as it can; if some stop for good, it names the wait-for
 // cycle across ranks, streams and communicators (`nccl_deadlock`). The pipeline's own proof
-// (verify_lowered) still covers each replica alone; this one covers their composition.
+// (verify_lowered) still covers each replica alone; this one covers their composition. On a
+// sharded step it then proves the parameter slots (verify_param_slots): no slot gathered into
+// while its previous holder may still be read, no compute reading a slot outside its stage's
+// UNSHARD … RESHARD, for every timing.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "pipetype/mesh/lower.hpp"
+#include "pipetype/mesh/stream_clocks.hpp"
 
 namespace pipetype {
 
@@ -360,18 +364,100 @@ constexpr void run_mesh(const mesh_program& mp, const mesh_index& x, const std::
   run.completed = true;
 }
 
+/// The parameter slots of a sharded step (mesh/lower.hpp), on every global rank: an UNSHARD
+/// gathers into a slot no stage holds, and only after every op of its previous holder (the gather,
+/// each compute and RECOMPUTE that read it, its RESHARD) has completed; a compute or RECOMPUTE of
+/// a stage reads the slot its stage was gathered into, after the gather completed and before its
+/// RESHARD; a RESHARD returns its own stage's slot after each of its readers; a gather of a stage
+/// comes after its previous RESHARD (an executor that gathers into the stage's own array). "After" is
+/// happens-before on the rank (stream_clocks.hpp). A step with no slots (not sharded) has no
+/// UNSHARD or RESHARD.
+constexpr verdict verify_param_slots(const mesh_program& mp) {
+  if (mp.param_slots.empty()) {
+    for (int g = 0; g < mp.shape.size(); ++g)
+      for (int i = mp.begin[static_cast<std::size_t>(g)]; i < mp.begin[static_cast<std::size_t>(g) + 1]; ++i)
+        if (const mesh_op_code c = mp.ops[static_cast<std::size_t>(i)].code;
+            c == mesh_op_code::all_gather || c == mesh_op_code::release)
+          return mesh_error(errc::event_misuse, mp, g, i, "a step with UNSHARD or RESHARD has no parameter slots");
+    return {};
+  }
+  if (mp.param_slots.size() != static_cast<std::size_t>(mp.shape.size()))
+    return refusal(errc::index_out_of_range, "the step's parameter slots are not one count per global rank");
+  for (int g = 0; g < mp.shape.size(); ++g) {
+    const std::span<const mesh_op> ops = mp.rank_ops(g);
+    const std::vector<stream_clock> clock = rank_clocks(mp, g);
+    const int b = mp.begin[static_cast<std::size_t>(g)];
+    struct holder {
+      int stage = -1;        // the stage gathered into it; −1: free
+      std::vector<int> ops;  // its holder's ops: the gather, the readers, the RESHARD
+    };
+    std::vector<holder> slot(static_cast<std::size_t>(std::max(0, mp.param_slots[static_cast<std::size_t>(g)])));
+    std::vector<int> where, last_release;  // per stage: its slot while gathered, else −1; its last RESHARD
+    auto fail = [&](std::size_t i, const char* why) {
+      return mesh_error(errc::event_misuse, mp, g, b + static_cast<int>(i), why);
+    };
+    auto after_all = [&](const holder& h, std::size_t i) {
+      for (const int a : h.ops)
+        if (!happens_before(ops, clock, a, static_cast<int>(i))) return false;
+      return true;
+    };
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const mesh_op& o = ops[i];
+      const bool gathers = o.code == mesh_op_code::all_gather, releases = o.code == mesh_op_code::release;
+      const bool reads = o.code == mesh_op_code::compute || o.code == mesh_op_code::recompute;
+      if (!gathers && !releases && !reads) continue;
+      if (o.stage < 0) return fail(i, "a parameter-slot op of no stage");
+      if (static_cast<std::size_t>(o.stage) >= where.size()) {
+        where.resize(static_cast<std::size_t>(o.stage) + 1, -1);
+        last_release.resize(where.size(), -1);
+      }
+      int& at = where[static_cast<std::size_t>(o.stage)];
+      if ((gathers || releases) && (o.param_slot < 0 || o.param_slot >= static_cast<int>(slot.size())))
+        return fail(i, "an UNSHARD or RESHARD names a parameter slot past the rank's pool");
+      if (gathers) {
+        holder& h = slot[static_cast<std::size_t>(o.param_slot)];
+        if (at >= 0) return fail(i, "an UNSHARD of a stage whose parameters are gathered already");
+        if (h.stage >= 0) return fail(i, "an UNSHARD into a parameter slot another stage still holds");
+        if (!after_all(h, i))
+          return fail(i, "an UNSHARD may overwrite a parameter slot while an op of its previous holder still uses it");
+        // (an executor may gather into the stage's own array: after the RESHARD that released it)
+        if (const int r = last_release[static_cast<std::size_t>(o.stage)];
+            r >= 0 && !happens_before(ops, clock, r, static_cast<int>(i)))
+          return fail(i, "an UNSHARD may overwrite its stage's parameters before their previous RESHARD completes");
+        h.stage = o.stage, h.ops.assign(1, static_cast<int>(i)), at = o.param_slot;
+        continue;
+      }
+      if (at < 0 || o.param_slot != at)
+        return fail(i, releases ? "a RESHARD of a parameter slot its stage is not gathered into"
+                                : "a compute of a sharded stage reads its parameters from no slot its stage is "
+                                  "gathered into (no UNSHARD before it, or a RESHARD since)");
+      holder& h = slot[static_cast<std::size_t>(at)];
+      if (releases) {
+        if (!after_all(h, i)) return fail(i, "a RESHARD may return a parameter slot while an op still reads it");
+        h.stage = -1, at = -1;
+        last_release[static_cast<std::size_t>(o.stage)] = static_cast<int>(i);
+      } else if (!happens_before(ops, clock, h.ops.front(), static_cast<int>(i))) {
+        return fail(i, "a compute may read its stage's parameters before their UNSHARD completes");
+      }
+      h.ops.push_back(static_cast<int>(i));
+    }
+  }
+  return {};
+}
+
 }  // namespace detail
 
 /// Ok when every op of `mp` completes under NCCL's semantics (the top of this file), or the
 /// first reason it cannot: a malformed op (`index_out_of_range`, `event_misuse`), a transfer
 /// whose ends disagree (`transfer_mismatch`), members of a communicator issuing different
-/// collectives (`collective_mismatch`), or a wait-for cycle (`nccl_deadlock`, with the cycle).
+/// collectives (`collective_mismatch`), or a wait-for cycle (`nccl_deadlock`, with the cycle);
+/// on a sharded step, then, a parameter slot used out of order (`event_misuse`, verify_param_slots).
 constexpr verdict verify_mesh(const mesh_program& mp) {
   detail::mesh_index x;
   if (verdict v = detail::index_mesh(mp, x); !v.ok()) return v;
   detail::mesh_run run;
   detail::run_mesh(mp, x, std::vector<double>(mp.ops.size(), 0.0), run);
-  if (run.completed) return {};
+  if (run.completed) return detail::verify_param_slots(mp);
   // stalled: follow who-waits-for-whom from the first stopped lane until a lane repeats
   const int lanes = static_cast<int>(x.lanes.size());
   auto head = [&](int l) { return x.lanes[static_cast<std::size_t>(l)][run.pc[static_cast<std::size_t>(l)]]; };
