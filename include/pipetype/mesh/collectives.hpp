@@ -22,7 +22,10 @@
 //                    those stages' REDUCE_GRAD: the tied gradient is then equal on both ends
 //                    before any replica reduces or shards it, so a reduce-scatter sees the same
 //                    numbers at both ends (Megatron-LM#844: the DP reduce-scatter ran before the
-//                    embedding all-reduce and the embedding gradients came out wrong).
+//                    embedding all-reduce and the embedding gradients came out wrong). Sharded, the
+//                    ties also come after the rank's last UNSHARD: they wait for other ranks, and a
+//                    gather queued behind them on the in-order data-parallel stream would hold up
+//                    a backward those ranks wait for (a cycle verify_mesh refuses).
 //
 // Collectives live beside the compute program, not in it: per rank, in issue order, each after
 // one of the rank's compute actions (`after`, its index in the rank's list; −1: before the
@@ -202,6 +205,12 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
         if (tied_here.empty() || tied_here.back() != t) tied_here.push_back(t);
         ties_after = std::max(ties_after, last);
       }
+    // sharded: a tie group's reduction waits for the other ranks of the group, and the dp stream
+    // runs in order, so a gather queued behind it would wait for them too, while their own TIE may
+    // wait for a backward that needs that gather: the ties go after the rank's last UNSHARD
+    if (!tied_here.empty())
+      for (const collective& x : mine)
+        if (x.what == collective_kind::unshard) ties_after = std::max(ties_after, x.after + 1);
     auto tied = [&](int s) {
       for (const int t : tied_here)
         for (const int x : o.ties[static_cast<std::size_t>(t)])
