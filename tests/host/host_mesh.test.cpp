@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include "mesh_stages.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -28,53 +30,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t width = 5;  // no multiple of 2 or 3: uneven shards
-
-std::atomic<int> throw_at{-1};  // a forward of this microbatch on a stage 1 throws (−1: none)
-
-// h' = w ⊙ h + b; hands its weight gradients (w then b) to pipetype; its parameters are w and b.
-struct lin {
-  using input = pt::tensor<float, width>;
-  using output = pt::tensor<float, width>;
-  using weight_grad = pt::tensor<float, 2 * width>;
-  float p[2 * width] = {1, -2, 0.5f, 1.5f, -0.75f, 0.1f, -0.2f, 0.3f, 0, 0.25f};
-  float acc[2 * width] = {};
-  std::span<float> weight_gradients() { return acc; }
-  std::span<float> parameters() { return p; }
-  std::span<float> tied_gradients(int) { return std::span<float>(acc).first(width); }  // w is tied
-  void forward(const pt::forward_ctx<lin>& c) {
-    if (c.stage == 1 && c.microbatch == throw_at.load()) throw std::runtime_error("injected");
-    for (std::size_t i = 0; i < width; ++i) c.output[i] = p[i] * c.input[i] + p[width + i];
-  }
-  void backward_input(const pt::backward_ctx<lin>& c) {
-    for (std::size_t i = 0; i < c.grad_input.size(); ++i) c.grad_input[i] = p[i] * c.grad_output[i];
-  }
-  void backward_weight(const pt::backward_ctx<lin>& c) {
-    for (std::size_t i = 0; i < width; ++i) {
-      c.weight_grad[i] = c.grad_output[i] * c.input[i];
-      c.weight_grad[width + i] = c.grad_output[i];
-    }
-  }
-};
-
-// Half the squared error against the targets; no parameters (a weight_grad of none).
-struct mse {
-  using input = pt::tensor<float, width>;
-  using output = pt::tensor<float, 1>;
-  using target = pt::tensor<float, width>;
-  using weight_grad = pt::tensor<float, 0>;
-  std::span<float> weight_gradients() { return {}; }
-  std::span<float> parameters() { return {}; }
-  void forward(const pt::forward_ctx<mse>& c) {
-    float l = 0;
-    for (std::size_t i = 0; i < width; ++i) l += 0.5f * (c.input[i] - c.target[i]) * (c.input[i] - c.target[i]);
-    *c.loss = l;
-  }
-  void backward_input(const pt::backward_ctx<mse>& c) {
-    for (std::size_t i = 0; i < width; ++i) c.grad_input[i] = c.loss_scale * (c.input[i] - c.target[i]);
-  }
-  void backward_weight(const pt::backward_ctx<mse>&) {}
-};
+using mesh_stages::throw_at;
+using mesh_stages::width;
+using lin = mesh_stages::lin<false>;
+using mse = mesh_stages::mse;
 
 using model_t = pt::chain<lin, lin, lin, mse>;
 

@@ -114,6 +114,8 @@ struct stage_entry {
   reduce_fn reduce = nullptr;              // over weight_grad's element type
   poison_fn poison = nullptr;              // over parameters()' element type
   std::size_t param_size = 0;              // parameters()' element size
+  std::size_t param_elems = 0;             // parameters()' elements, at binding
+  bool lends_params = false;               // lends_parameters: reads ctx.params (FSDP that frees)
   elem_kind grad_kind = elem_kind::other;  // weight_grad's element type, for a device's collectives
   /// The input block over incoming edge k (edge order).
   const edge_shape& in_over(int k) const { return in_edges.empty() ? in : in_edges[static_cast<std::size_t>(k)]; }
@@ -155,12 +157,12 @@ struct bound_op {
   std::byte* in = nullptr;             // nullptr on a source: it reads the batch (feed)
   std::byte* out = nullptr;
   std::byte* stash = nullptr;
-  void* stream = nullptr;                // handed to the stage's context (the CUDA executor's compute stream)
+  void* stream = nullptr;               // handed to the stage's context (the CUDA executor's compute stream)
   std::byte* const* in_list = nullptr;  // n_inputs inputs (see below)
-  int add_count = 0;                     // after the op: add this many held weight gradients, in order
-  int add_begin = 0;                     // bound_rank::adds[add_begin .. + add_count)
-  int feed = -1;                         // a source: its first tensor in step_feed::inputs
-  int sink = -1;                         // a sink: its index among the sinks (step_feed::losses)
+  int add_count = 0;                    // after the op: add this many held weight gradients, in order
+  int add_begin = 0;                    // bound_rank::adds[add_begin .. + add_count)
+  int feed = -1;                        // a source: its first tensor in step_feed::inputs
+  int sink = -1;                        // a sink: its index among the sinks (step_feed::losses)
   // then: backwards, weight gradients, graphs
   int target = -1;      // a sink with a target: its first tensor in step_feed::targets
   int edge_input = 0;   // a transfer into or out of its stage's input: the incoming edge's position (per-edge inputs)
@@ -176,6 +178,7 @@ struct bound_op {
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
   memory_use* use = nullptr;                  // where freed_before, taken and freed_after count
+  const std::byte* params = nullptr;          // a lending stage's gathered parameters (ctx.params); nullptr: none
 };
 static_assert(offsetof(bound_op, obj) + sizeof(void*) <= 64 && offsetof(bound_op, sink) + sizeof(int) <= 128,
               "bound_op: a transfer's fields are its first 64 bytes, a forward's the next 64");
@@ -305,6 +308,16 @@ target_view_t<S> target_view_of(const bound_op& op, const step_feed& feed, const
   }
 }
 
+// A lending stage's gathered parameters for this call (ctx.params), or empty.
+template <class S>
+[[gnu::always_inline]] inline std::span<const param_t<S>> params_of_op(const bound_op& op) {
+  if constexpr (lends_parameters<S>) {
+    if (op.params) [[unlikely]]
+      return {reinterpret_cast<const param_t<S>*>(op.params), op.entry->param_elems};
+  }
+  return {};
+}
+
 template <class S>
 [[gnu::always_inline]] inline forward_ctx<S> make_forward(const bound_op& op, const step_feed& feed,
                                                           const call_shapes& sh) {
@@ -319,7 +332,8 @@ template <class S>
           inputs_of<S>(op, sh, in),
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 && feed.losses ? feed.losses + op.sink * feed.microbatches + op.microbatch : nullptr,
-          !feed.forward_only && !op.recomputed};
+          !feed.forward_only && !op.recomputed,
+          params_of_op<S>(op)};
 }
 template <class S>
 [[gnu::always_inline]] inline backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed,
@@ -341,7 +355,8 @@ template <class S>
           inputs_of<S>(op, sh, in),
           grad_inputs_of<S>(op, sh, grad_in, gi),
           target_view_of<S>(op, feed, sh.target),
-          op.sink >= 0 ? feed.loss_scale : 0.0f};
+          op.sink >= 0 ? feed.loss_scale : 0.0f,
+          params_of_op<S>(op)};
 }
 
 /// Every gradient-carrying tensor of the stage's output has `+=` (a fan-out's gradients are summed).
@@ -579,6 +594,8 @@ stage_entry entry_of(S& s) {
     e.params_of = &params_bytes<S>;
     e.poison = &poison_range<P>;
     e.param_size = sizeof(P);
+    e.param_elems = s.parameters().size();
+    e.lends_params = lends_parameters<S>;
   }
   e.in = input_shape(s);
   e.out = output_shape(s);

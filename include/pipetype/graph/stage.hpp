@@ -95,6 +95,15 @@
 //   std::span<T> tied_gradients(int tie);   a stage in tie group `tie` (dp_options::ties): the
 //                                           part of weight_gradients() that holds the tied
 //                                           parameter's gradient, summed over the group's stages
+// FSDP that frees memory: a stage with parameters() that also says
+//   static constexpr bool lends_parameters = true;
+// reads its parameters from ctx.params whenever that is not empty. A host mesh executor with
+// sharded parameters then holds them itself: at binding it copies each replica's own shard out of
+// parameters() and never reads or writes that array again (the stage may free it); an UNSHARD
+// gathers the shards into a slot of the rank's parameter pool, which the plan sizes
+// (mesh/lower.hpp: at most the window), and every call of the stage until its RESHARD gets that
+// slot as ctx.params. The optimizer then updates the shard (mesh_executor::parameter_shard).
+// Elsewhere (no FSDP, one replica, the device executor) ctx.params is empty.
 //
 // Memory actions (docs/13_memory.md) move what a stage keeps for its backward: its stash and its
 // input. A stage that keeps more outside the stash (a LibTorch module's autograd graph) says so
@@ -153,6 +162,28 @@ struct undeclared_weight_grad {
                   "pipetype::tensor<T, N>;` (is it misspelled?)");
     return T{};
   }
+};
+
+/// The element type of ctx.params for a stage without parameters(): reading one is a compile
+/// error that says so.
+struct undeclared_params {
+  template <class T>
+  operator T() const {
+    static_assert(always_false_stage_v<T>,
+                  "pipetype: this stage reads ctx.params but has no parameters(): give it `std::span<T> "
+                  "parameters();` and `static constexpr bool lends_parameters = true;`");
+    return T{};
+  }
+};
+template <class S>
+struct param_of {
+  using type = undeclared_params;
+};
+template <class S>
+requires requires(S& s) { typename std::remove_cvref_t<decltype(s.parameters())>::element_type; }
+struct param_of<S> {
+  using type =
+      std::remove_const_t<typename std::remove_cvref_t<decltype(std::declval<S&>().parameters())>::element_type>;
 };
 
 template <class S>
@@ -231,6 +262,9 @@ template <class S>
 using weight_grad_tensor_t = typename detail::weight_grad_of<S>::type;
 template <class S>
 using weight_grad_t = typename weight_grad_tensor_t<S>::value_type;
+/// The element type of a stage's parameters() (ctx.params).
+template <class S>
+using param_t = typename detail::param_of<S>::type;
 
 /// A sink's targets per microbatch (`using target = tensor<...>` or a tensors<...> set), which
 /// the batch gives (bind/batch.hpp) and its forward and backward read. A stage without one has
@@ -308,6 +342,9 @@ struct forward_ctx {
   bool grad = true;           // a backward of this forward follows; false in a forward-only plan (evaluation,
                               // inference) and for a forward the step recomputes before its backward (its
                               // RECOMPUTE's forward has it true): keep nothing outside the stash
+  std::span<const param_t<S>> params{};  // a stage that lends its parameters (lends_parameters), under FSDP on
+                                         // a host mesh: its gathered parameters, where pipetype holds them
+                                         // for this call; else empty (read your own)
 };
 
 template <class S>
@@ -326,6 +363,7 @@ struct backward_ctx {
   target_view_t<S> target{};                // a sink: this microbatch's targets; else empty
   float loss_scale = 0;  // a sink: d(the step's objective)/d(this microbatch's loss), the seed of its backward
                          // (the batch's loss_scaling: 1/m for the mean, the default); 0 on the other stages
+  std::span<const param_t<S>> params{};  // as forward_ctx::params
 };
 
 template <class S>
@@ -376,6 +414,13 @@ concept has_parameters = requires(S& s) {
 &&std::same_as<std::remove_cvref_t<decltype(std::declval<S&>().parameters())>,
                std::span<typename std::remove_cvref_t<decltype(std::declval<S&>().parameters())>::element_type>> &&
     !std::is_const_v<typename std::remove_cvref_t<decltype(std::declval<S&>().parameters())>::element_type>;
+
+/// A stage that lets pipetype hold its parameters under FSDP (see the top of this file): it reads
+/// them from ctx.params whenever that is not empty.
+template <class S>
+concept lends_parameters = has_parameters<S> && requires {
+  requires S::lends_parameters;
+};
 
 /// A stage that says which part of its weight gradients a tie group's parameter holds.
 template <class S>

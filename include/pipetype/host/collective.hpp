@@ -17,7 +17,8 @@
 //                   (core/mesh.hpp shard_of: member k owns ⌈n/members⌉ elements from k·⌈n/members⌉);
 //                   outside its shard a member keeps its own partial sums (as the device
 //                   executor, which copies only its shard back from NCCL's in-place result);
-//   all-gather      member k's shard of its array is copied into every member's array.
+//   all-gather      member k's shard of its array is copied into every member's array (of
+//                   parameters pipetype holds: member k's shard, into every member's slot).
 // A `local_sum` (a tie group within one rank) is the all-reduce of one member; a `release` (FSDP's
 // RESHARD) fills what the member does not own with NaN when asked to (collective_call::poison),
 // so that a stage computing on released parameters shows it in its loss instead of silently
@@ -60,6 +61,11 @@ struct collective_call {
   std::size_t elems = 0, size = 0;  // per array: elements and element size
   reduce_fn reduce = nullptr;       // sums (all-reduce, reduce-scatter, local sum)
   poison_fn poison = nullptr;       // a release: what fills the parts it does not own (nullptr: nothing)
+  // parameters pipetype holds (a lending stage, mesh_binding.hpp): an all-gather's own shard, which
+  // every member's part (its parameter slot) receives at the shard's place; a release then poisons
+  // the whole slot. nullptr: the part is the stage's own array, holding its shard in place
+  const std::byte* shard = nullptr;
+  bool held = false;
   collectives* fabric = nullptr;
   std::string label;  // "REDUCE_GRAD(3) on communicator 5", for messages
 };
@@ -151,7 +157,7 @@ class collectives {
     const collective_call& a = *s.at.front();
     for (const collective_call* b : s.at)
       if (b->what != a.what || b->stage != a.stage || b->tie != a.tie || b->elems != a.elems || b->size != a.size ||
-          b->parts.empty() || (a.what == mesh_op_code::all_gather && b->parts.size() != 1))
+          b->parts.empty() || (a.what == mesh_op_code::all_gather && b->parts.size() != 1) || b->held != a.held)
         return "pipetype::host: ranks " + std::to_string(a.rank) + " and " + std::to_string(b->rank) +
                " issue different collectives at one position of a communicator: " + a.label + " (" +
                std::to_string(a.elems) + " elements) and " + b->label + " (" + std::to_string(b->elems) + ")";
@@ -162,7 +168,7 @@ class collectives {
     if (c.what == mesh_op_code::local_sum && c.reduce)
       c.reduce(c.parts.data(), static_cast<int>(c.parts.size()), 0, c.elems, 0, static_cast<int>(c.parts.size()));
     if (c.what == mesh_op_code::release && c.poison) {
-      const shard_range own = shard_of(c.elems, c.members, c.member);
+      const shard_range own = c.held ? shard_range{0, 0} : shard_of(c.elems, c.members, c.member);
       for (std::byte* p : c.parts) {
         c.poison(p, 0, own.begin);
         c.poison(p, own.end, c.elems);
@@ -177,10 +183,11 @@ class collectives {
     if (a.what == mesh_op_code::all_gather) {
       for (int k = 0; k < n; ++k) {
         const shard_range own = shard_of(a.elems, n, k);
-        const std::byte* src = s.at[static_cast<std::size_t>(k)]->parts.front();
+        const collective_call& from = *s.at[static_cast<std::size_t>(k)];
+        const std::byte* src = from.held ? from.shard : from.parts.front() + own.begin * a.size;
         for (int j = 0; j < n; ++j)
-          if (j != k && own.size() > 0)
-            std::memcpy(s.at[static_cast<std::size_t>(j)]->parts.front() + own.begin * a.size, src + own.begin * a.size,
+          if ((j != k || from.held) && own.size() > 0)
+            std::memcpy(s.at[static_cast<std::size_t>(j)]->parts.front() + own.begin * a.size, src,
                         own.size() * a.size);
       }
       return;

@@ -64,6 +64,25 @@ struct stash_pool {
   std::vector<std::byte*> lists;
 };
 
+/// One global rank's parameters under FSDP when its stages lend them (graph/stage.hpp,
+/// lends_parameters): each lending stage's own shard, held for good, and the slots the step's
+/// gathers fill (mesh/lower.hpp: mesh_program::param_slots), each the size of the rank's largest
+/// lending stage. The stages' own parameters() arrays are read once, at binding, for the shards.
+struct param_pool {
+  std::vector<pipetype::detail::aligned_bytes> shards;  // per plan stage: its shard (empty: not lent here)
+  std::vector<shard_range> ranges;                      // per plan stage: the shard's elements
+  std::vector<std::size_t> elem_size;                   // per plan stage: its parameters' element size
+  pipetype::detail::aligned_bytes slots;
+  std::size_t stride = 0;  // a slot's bytes
+  int slot_count = 0;
+  memory_use use;  // slots in use as the ops run, and the most at once
+  std::size_t bytes() const noexcept {
+    std::size_t n = stride * static_cast<std::size_t>(slot_count);
+    for (std::size_t s = 0; s < shards.size(); ++s) n += ranges[s].size() * elem_size[s];
+    return n;
+  }
+};
+
 /// An OFFLOAD's or RELOAD's copy: its stash, then each input it moves.
 struct copy_call {
   struct part {
@@ -87,6 +106,8 @@ struct mesh_state {
   memory_program memory{};                         // the memory actions (ranks 0: none)
   std::vector<std::unique_ptr<stash_pool>> pools;  // per global rank, with memory actions
   std::deque<copy_call> copies;
+  std::vector<std::unique_ptr<param_pool>> params;  // per global rank, sharded: nullptr where no stage lends
+  std::vector<int> stage_rank;                      // per plan stage: its pipeline rank
 };
 
 struct mesh_binding_options {
@@ -144,6 +165,9 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     st.replicas.push_back(host::bind(v, std::move(entries[static_cast<std::size_t>(d)]), bo));
   st.pools.clear();
   st.copies.clear();
+  st.params.clear();
+  st.params.resize(static_cast<std::size_t>(m.size()));
+  st.stage_rank.assign(p.stage_rank.begin(), p.stage_rank.end());
   std::vector<std::vector<int>> members;
   for (const mesh_comm& mc : mp.comms)
     members.push_back(mc.what == mesh_comm_kind::pipeline ? std::vector<int>{} : mc.members);
@@ -204,6 +228,44 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       pool->host_stride = ml.stride + pool->activation_stride * pipetype::detail::most_moved_inputs(mp, g);
       pool->host = pipetype::detail::aligned_bytes(pool->host_stride * static_cast<std::size_t>(ml.host_slots));
     }
+    // sharded, with stages that lend their parameters: the rank's shards and parameter slots
+    param_pool* lent = nullptr;
+    if (!mp.param_slots.empty()) {
+      std::size_t stride = 0;
+      for (int s = 0; s < p.stages; ++s)
+        if (p.stage_rank[static_cast<std::size_t>(s)] == r && entry_of(s).lends_params)
+          stride = std::max(stride, pipetype::detail::round_up64(entry_of(s).param_elems * entry_of(s).param_size));
+      if (stride > 0) {
+        lent = (st.params[static_cast<std::size_t>(g)] = std::make_unique<param_pool>()).get();
+        lent->stride = stride;
+        lent->slot_count = mp.param_slots[static_cast<std::size_t>(g)];
+        lent->slots = pipetype::detail::aligned_bytes(stride * static_cast<std::size_t>(lent->slot_count));
+        lent->shards.resize(static_cast<std::size_t>(p.stages));
+        lent->ranges.resize(static_cast<std::size_t>(p.stages));
+        lent->elem_size.assign(static_cast<std::size_t>(p.stages), 0);
+        for (int s = 0; s < p.stages; ++s) {
+          const stage_entry& e = entry_of(s);
+          if (p.stage_rank[static_cast<std::size_t>(s)] != r || !e.lends_params) continue;
+          const std::span<std::byte> own_array = e.params_of(e.obj, -1);
+          if (own_array.size() != e.param_elems * e.param_size)
+            throw shape_error(who + "stage " + std::to_string(s) + "'s parameters() has " +
+                              std::to_string(own_array.size() / e.param_size) + " elements, " +
+                              std::to_string(e.param_elems) + " when the model was bound");
+          const shard_range own = shard_of(e.param_elems, m.dp, d);
+          const auto k = static_cast<std::size_t>(s);
+          lent->ranges[k] = own;
+          lent->elem_size[k] = e.param_size;
+          lent->shards[k] = pipetype::detail::aligned_bytes(own.size() * e.param_size);
+          if (own.size() > 0)
+            std::memcpy(lent->shards[k].data(), own_array.data() + own.begin * e.param_size, own.size() * e.param_size);
+        }
+      }
+    }
+    // the slot a lending stage's op reads or fills (nullptr: the stage's own array)
+    auto held_slot = [&](int stage, int slot) -> std::byte* {
+      if (lent == nullptr || slot < 0 || stage < 0 || !entry_of(stage).lends_params) return nullptr;
+      return lent->slots.data() + lent->stride * static_cast<std::size_t>(slot);
+    };
     auto device_at = [&](std::size_t i) -> std::byte* {
       const mesh_op& held = ml.ops[i];
       if (held.scratch) return ml.stride ? pool->scratch_stash.data() : nullptr;
@@ -256,6 +318,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.comm = o2.comm;
           b.peer = o2.peer;
         }
+        if (b.code == op_code::compute) b.params = held_slot(o2.stage, o2.param_slot);
         if (pool && b.code == op_code::compute) {
           b.stash = device_at(i);
           b.recomputed = ml.ops[i].scratch;  // (its RECOMPUTE, below, copies the replica's op: false)
@@ -277,6 +340,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.stash = device_at(i);
           if (o2.act >= 0) move_to_step(b, o2, low[static_cast<std::size_t>(f->index)], false);
           b.out = pool->scratch_out.data();  // its output is read from the forward's slot, not this one
+          b.params = held_slot(o2.stage, o2.param_slot);
         } else {
           copy_call& cc = st.copies.emplace_back();
           const bool out_of = o2.code == mesh_op_code::offload;
@@ -336,9 +400,19 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           for (const int s : stages) {
             const stage_entry& e = entry_of(s);
             std::size_t size = 0;
-            const std::span<std::byte> a = pipetype::detail::collective_array(
-                e, o2.code == mesh_op_code::all_gather || o2.code == mesh_op_code::release, o2.tie, s, size,
-                "pipetype::host");
+            const bool of_params = o2.code == mesh_op_code::all_gather || o2.code == mesh_op_code::release;
+            std::span<std::byte> a =
+                pipetype::detail::collective_array(e, of_params, o2.tie, s, size, "pipetype::host");
+            if (std::byte* slot = of_params ? held_slot(s, o2.param_slot) : nullptr) {
+              // held by pipetype: the gather fills the slot from the shards; the release returns it
+              a = {slot, e.param_elems * e.param_size};
+              call.held = true;
+              call.shard = lent->shards[static_cast<std::size_t>(s)].data();
+              b.use = &lent->use;
+              b.counted = true;
+              (o2.code == mesh_op_code::all_gather ? b.taken : b.freed_after) =
+                  static_cast<std::int8_t>(o2.code == mesh_op_code::all_gather ? 1 : -1);
+            }
             const std::size_t elems = size ? a.size() / size : 0;
             if (!call.parts.empty() && elems != call.elems)
               throw shape_error(who + "tie group " + std::to_string(o2.tie) + "'s tied gradients differ in size: " +

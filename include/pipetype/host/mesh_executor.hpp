@@ -71,6 +71,16 @@ struct stash_pool_use {
   int activation_slots = 0, lowered_activation_slots = 0;
 };
 
+/// One global rank's parameters under FSDP when its stages lend them: the slots the plan gave its
+/// pool (mesh_program::param_slots), the most in use at once in the last step (measured as the
+/// gathers and releases ran), a slot's bytes, and every byte the rank holds for parameters: its
+/// shards and its slots. `lent`: false where no stage of the rank lends (then all 0).
+struct param_pool_use {
+  bool lent = false;
+  int slots = 0, high_water = 0;
+  std::size_t stride = 0, resident_bytes = 0;
+};
+
 template <stage_graph Model>
 class mesh_executor {
  public:
@@ -143,10 +153,13 @@ class mesh_executor {
     losses_.microbatches = D * m;
     losses_.scale = whole.scale;
     losses_.values.assign(sinks * static_cast<std::size_t>(D * m), __builtin_nanf(""));
-    for (const std::unique_ptr<stash_pool>& pl : st.pools) {  // the high-water mark is the step's
-      pl->use.in_use.store(0, std::memory_order_relaxed);
-      pl->use.high.store(0, std::memory_order_relaxed);
-    }
+    auto restart = [](memory_use& u) {  // the high-water mark is the step's
+      u.in_use.store(0, std::memory_order_relaxed);
+      u.high.store(0, std::memory_order_relaxed);
+    };
+    for (const std::unique_ptr<stash_pool>& pl : st.pools) restart(pl->use);
+    for (const std::unique_ptr<param_pool>& pl : st.params)
+      if (pl) restart(pl->use);
     engine_->run(views_);
     for (std::size_t k = 0; k < sinks; ++k)
       for (int d = 0; d < D; ++d)
@@ -176,8 +189,56 @@ class mesh_executor {
     return out;
   }
 
+  /// Sharded, with stages that lend their parameters (graph/stage.hpp): per global rank its
+  /// parameter pool; empty when the step holds none.
+  std::vector<param_pool_use> parameter_pools() const {
+    std::vector<param_pool_use> out;
+    bool any = false;
+    for (const std::unique_ptr<param_pool>& pl : state().params) {
+      any = any || pl != nullptr;
+      out.push_back(pl ? param_pool_use{true, pl->slot_count, pl->use.high.load(std::memory_order_relaxed), pl->stride,
+                                        pl->bytes()}
+                       : param_pool_use{});
+    }
+    if (!any) out.clear();
+    return out;
+  }
+  /// Sharded, with a stage that lends its parameters: replica `replica`'s shard of plan stage
+  /// `stage` (the elements `shard_range(replica, stage)` of its parameters), which the step's
+  /// gathers read and the optimizer updates between steps. Empty when the executor holds no
+  /// parameters of that stage; std::invalid_argument for a replica or stage out of range, or a
+  /// `T` that is not the parameters' element type's size.
+  template <class T>
+  std::span<T> parameter_shard(int replica, int stage) const {
+    param_pool* pl = held_pool(replica, stage);
+    if (pl == nullptr || pl->shards[static_cast<std::size_t>(stage)].size() == 0) return {};
+    if (sizeof(T) != pl->elem_size[static_cast<std::size_t>(stage)])
+      throw std::invalid_argument("pipetype::host: parameter_shard<T>: T is not the size of stage " +
+                                  std::to_string(stage) + "'s parameters");
+    return {reinterpret_cast<T*>(pl->shards[static_cast<std::size_t>(stage)].data()),
+            pl->ranges[static_cast<std::size_t>(stage)].size()};
+  }
+  /// The elements of plan stage `stage`'s parameters that replica `replica` holds (shard_of);
+  /// {0, 0} where the executor holds none of them.
+  shard_range shard_range_of(int replica, int stage) const {
+    const param_pool* pl = held_pool(replica, stage);
+    return pl ? pl->ranges[static_cast<std::size_t>(stage)] : shard_range{};
+  }
+
  private:
   const mesh_state& state() const noexcept { return *engine_->mesh(); }
+  param_pool* held_pool(int replica, int stage) const {
+    const mesh_state& st = state();
+    const int stages = static_cast<int>(st.stage_rank.size());
+    if (replica < 0 || replica >= st.shape.dp || stage < 0 || stage >= stages)
+      throw std::invalid_argument("pipetype::host: replica " + std::to_string(replica) + ", stage " +
+                                  std::to_string(stage) + " is outside the mesh (" + std::to_string(st.shape.dp) +
+                                  " replicas, " + std::to_string(stages) + " stages)");
+    const int r = st.stage_rank[static_cast<std::size_t>(stage)];
+    if (r < 0) return nullptr;  // (a stage no action names)
+    const int g = st.shape.global(r, replica);
+    return st.params[static_cast<std::size_t>(g)].get();
+  }
 
   std::unique_ptr<detail::engine> engine_;
   std::vector<pipetype::detail::batch_feed> feeds_;

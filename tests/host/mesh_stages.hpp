@@ -1,0 +1,80 @@
+// The stages the host mesh tests share (host_mesh.test.cpp, host_held_params.test.cpp): a
+// per-feature affine map with parameters and weight gradients pipetype can see, and a squared-error
+// sink without parameters.
+#pragma once
+
+#include <pipetype/host.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+
+namespace mesh_stages {
+
+namespace pt = pipetype;
+
+inline constexpr std::size_t width = 5;  // 10 parameters a stage, no multiple of 2 or 3: uneven shards
+
+inline std::atomic<int> throw_at{-1};  // a forward of this microbatch on a stage 1 throws (−1: none)
+inline std::atomic<int> lent_calls{0}, lent_calls_without{0};  // a lending stage's calls, those with no ctx.params
+
+// h' = w ⊙ h + b; hands its weight gradients (w then b) to pipetype; its parameters p are w and b.
+// `Lends`: it lends them (graph/stage.hpp) and reads them from ctx.params when given.
+template <bool Lends>
+struct lin {
+  static constexpr bool lends_parameters = Lends;
+  using input = pt::tensor<float, width>;
+  using output = pt::tensor<float, width>;
+  using weight_grad = pt::tensor<float, 2 * width>;
+  float p[2 * width] = {1, -2, 0.5f, 1.5f, -0.75f, 0.1f, -0.2f, 0.3f, 0, 0.25f};
+  float acc[2 * width] = {};
+  std::span<float> weight_gradients() { return acc; }
+  std::span<float> parameters() { return p; }
+  std::span<float> tied_gradients(int) { return std::span<float>(acc).first(width); }  // w is tied
+  template <class C>
+  const float* w(const C& c) const {
+    if constexpr (Lends) {
+      ++lent_calls;
+      if (c.params.empty()) ++lent_calls_without;
+      if (!c.params.empty()) return c.params.data();
+    }
+    return p;
+  }
+  void forward(const pt::forward_ctx<lin>& c) {
+    if (c.stage == 1 && c.microbatch == throw_at.load()) throw std::runtime_error("injected");
+    const float* q = w(c);
+    for (std::size_t i = 0; i < width; ++i) c.output[i] = q[i] * c.input[i] + q[width + i];
+  }
+  void backward_input(const pt::backward_ctx<lin>& c) {
+    const float* q = w(c);
+    for (std::size_t i = 0; i < c.grad_input.size(); ++i) c.grad_input[i] = q[i] * c.grad_output[i];
+  }
+  void backward_weight(const pt::backward_ctx<lin>& c) {
+    for (std::size_t i = 0; i < width; ++i) {
+      c.weight_grad[i] = c.grad_output[i] * c.input[i];
+      c.weight_grad[width + i] = c.grad_output[i];
+    }
+  }
+};
+
+// Half the squared error against the targets; no parameters (a weight_grad of none).
+struct mse {
+  using input = pt::tensor<float, width>;
+  using output = pt::tensor<float, 1>;
+  using target = pt::tensor<float, width>;
+  using weight_grad = pt::tensor<float, 0>;
+  std::span<float> weight_gradients() { return {}; }
+  std::span<float> parameters() { return {}; }
+  void forward(const pt::forward_ctx<mse>& c) {
+    float l = 0;
+    for (std::size_t i = 0; i < width; ++i) l += 0.5f * (c.input[i] - c.target[i]) * (c.input[i] - c.target[i]);
+    *c.loss = l;
+  }
+  void backward_input(const pt::backward_ctx<mse>& c) {
+    for (std::size_t i = 0; i < width; ++i) c.grad_input[i] = c.loss_scale * (c.input[i] - c.target[i]);
+  }
+  void backward_weight(const pt::backward_ctx<mse>&) {}
+};
+
+}  // namespace mesh_stages
