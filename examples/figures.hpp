@@ -1,8 +1,10 @@
 // examples/figures.hpp — how the trainers report what they compared: a largest difference that
 // stays NaN once a difference is NaN (std::max drops a NaN, so a gradient that is not a number
 // reported a difference of 0 beside "grads_match_reference": false), and a JSON number that is
-// null when it is not finite (JSON has no nan or inf).
+// null when it is not finite (JSON has no nan or inf); and the process's peak resident memory.
 #pragma once
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +25,12 @@ inline std::string json_number(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.9g", v);
   return b;
+}
+
+/// The most memory the process has held resident so far, in MiB (getrusage's ru_maxrss: KiB on Linux).
+inline double peak_rss_mib() {
+  rusage u{};
+  return getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<double>(u.ru_maxrss) / 1024.0 : 0.0;
 }
 
 }  // namespace examples

@@ -44,12 +44,14 @@
 #include <deque>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "../cli.hpp"
+#include "../figures.hpp"
 #include "../write_file.hpp"
 #include "layers.hpp"
 #include "run.hpp"
@@ -88,12 +90,24 @@ int main(int argc, char** argv) try {
   const gpt::char_corpus &corpus = start.corpus, &held = start.held;
   const gpt::model_params<float>& initial = start.initial;
   const gpt::gpt_config& c = a.model;
-  // one model per replica, each with its own parameters, gradients and optimizer state
+  // one model per replica, each with its own parameters, gradients and optimizer state; under
+  // FSDP the stages lend their parameters to pipetype, which holds each replica's shard and the
+  // gathered slots the plan sized: the stages read one shared initial copy while the executor is
+  // bound, then keep none, and Adam's moments for their shard only
+  const bool lend = a.fsdp && a.dp > 1;
+  std::vector<std::shared_ptr<std::vector<float>>> shared_initial;
+  if (lend)
+    for (int s = 0; s < S; ++s)
+      shared_initial.push_back(std::make_shared<std::vector<float>>(gpt::stage::flat_parameters(c, s, S, initial)));
   std::deque<pt::uniform_chain<gpt::stage>> models;
   std::vector<pt::uniform_chain<gpt::stage>*> replicas;
   for (int r = 0; r < a.dp; ++r) {
     std::vector<gpt::stage> stages;
-    for (int s = 0; s < S; ++s) stages.emplace_back(c, s, S, initial);
+    for (int s = 0; s < S; ++s)
+      if (lend)
+        stages.emplace_back(c, s, S, gpt::stage::lending{a.dp, r, shared_initial[static_cast<std::size_t>(s)]});
+      else
+        stages.emplace_back(c, s, S, initial);
     replicas.push_back(&models.emplace_back(std::move(stages)));
   }
   pt::uniform_chain<gpt::stage>& model = models.front();
@@ -125,6 +139,11 @@ int main(int argc, char** argv) try {
     }
   } catch (const std::invalid_argument& e) {
     cli.fail(e.what());
+  }
+  if (lend) {  // pipetype holds the shards now
+    for (pt::uniform_chain<gpt::stage>& md : models)
+      for (gpt::stage& s : md.stages()) s.drop_initial();
+    shared_initial.clear();
   }
 
   if (!a.json)
@@ -174,8 +193,14 @@ int main(int argc, char** argv) try {
         }
     }
     loss_last = loss;
-    for (pt::uniform_chain<gpt::stage>& md : models)
-      for (gpt::stage& s : md.stages()) s.adam(a.lr, step);
+    for (int r = 0; r < a.dp; ++r)
+      for (int s = 0; s < S; ++s) {
+        gpt::stage& st = models[static_cast<std::size_t>(r)].stage(s);
+        if (lend)
+          st.adam(mex->parameter_shard<float>(r, s), a.lr, step);
+        else
+          st.adam(a.lr, step);
+      }
     if (!a.json && (step == 1 || step % 10 == 0 || step == a.steps))
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
   }
@@ -184,7 +209,22 @@ int main(int argc, char** argv) try {
   std::optional<gpt::memory_report> mem;
   if (memory) mem.emplace(*mex, plan, actions, a.dp);
   const bool water_within = !mem || mem->within;
-  gpt::gather_shards(models, a, false);  // the whole model on replica 0, for --eval and the tied copies
+  // the whole model on replica 0, for --eval and the tied copies: under FSDP from the shards
+  if (lend) {
+    for (int s = 0; s < S; ++s) {
+      std::vector<float> whole(model.stage(s).weight_grad_extent());
+      for (int r = 0; r < a.dp; ++r) {
+        const std::span<const float> part = mex->parameter_shard<float>(r, s);
+        std::copy(part.begin(), part.end(),
+                  whole.begin() + static_cast<std::ptrdiff_t>(mex->shard_range_of(r, s).begin));
+      }
+      model.stage(s).restore(std::move(whole));
+    }
+  } else {
+    gpt::gather_shards(models, a, false);
+  }
+  const std::optional<gpt::param_report> lent =
+      lend ? std::optional<gpt::param_report>(std::in_place, *mex, plan, model) : std::nullopt;
   if (a.tie) {
     const std::span<float> x = model.stages().front().tied_parameters(), y = model.stages().back().tied_parameters();
     tied_equal = std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
@@ -222,7 +262,8 @@ int main(int argc, char** argv) try {
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
     if (mem) mem->print_json();
-    std::printf("}\n");
+    if (lent) lent->print_json();
+    std::printf(", \"peak_rss_mib\": %.1f}\n", examples::peak_rss_mib());
   } else {
     if (a.eval)
       std::printf("held-back text under the forward-only plan: loss %.4f (%s the unpipelined forward's)\n", eval_loss,
@@ -234,11 +275,15 @@ int main(int argc, char** argv) try {
     if (a.tie)
       std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
     if (mem) mem->print_text();
+    if (lent) lent->print_text();
+    std::printf("peak resident memory of the process: %.1f MiB\n", examples::peak_rss_mib());
     std::printf("median step %.2f ms pipelined, %.2f ms unpipelined (the first step's microbatches, one thread)\n", ms,
                 reference_ms);
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && eval_matches && replicas_agree && tied_equal && water_within ? 0 : 1;
+  return grads_match && eval_matches && replicas_agree && tied_equal && water_within && (!lent || lent->within)
+             ? 0
+             : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "gpt: %s\n", e.what());
   return 1;

@@ -310,6 +310,14 @@ inline pt::memory_program place_run_memory(const run_args& a, const pt::runtime_
   return placed.actions;
 }
 
+/// [f(0), f(1), ..., f(n − 1)] as a JSON list of numbers.
+template <class F>
+std::string json_list(std::size_t n, F f) {
+  std::string out = "[";
+  for (std::size_t g = 0; g < n; ++g) out += (g ? ", " : "") + std::to_string(f(g));
+  return out + "]";
+}
+
 /// What a run with memory actions reports: the actions per replica, and per global rank the stash
 /// pool planned (the plan's peak in stashes), the most in use as the last step ran, the same plan's
 /// peak without the actions, and the activation slots with and without them.
@@ -338,9 +346,7 @@ struct memory_report {
   }
   template <class F>
   std::string list(F f) const {
-    std::string out = "[";
-    for (std::size_t g = 0; g < pools.size(); ++g) out += (g ? ", " : "") + std::to_string(f(g));
-    return out + "]";
+    return json_list(pools.size(), f);
   }
   /// The --json field `"memory": {...}`, with its leading comma.
   void print_json() const {
@@ -365,6 +371,52 @@ struct memory_report {
     std::printf("; activation slots (with / without):");
     for (std::size_t g = 0; g < pools.size(); ++g)
       std::printf(" %d/%d", pools[g].activation_slots, pools[g].lowered_activation_slots);
+    std::printf("\n");
+  }
+};
+
+/// What a run reports whose stages lend their parameters (FSDP on the host, graph/stage.hpp):
+/// per global rank the parameter pool's slots (the plan's: mesh_program::param_slots), the most in
+/// use at once as the last step ran, the bytes the rank holds for parameters (its shards and its
+/// slots), and the bytes of its stages' whole parameters (what it holds without FSDP).
+struct param_report {
+  std::vector<pipetype::host::param_pool_use> pools;
+  std::vector<std::size_t> unsharded;
+  bool within = true;  // every rank: most in use <= its slots == the plan's
+
+  template <class Executor, class Model>
+  param_report(const Executor& ex, const pt::runtime_plan& plan, Model& model) : pools(ex.parameter_pools()) {
+    const pt::mesh_program& mp = ex.program();
+    const pt::program_view p = plan.compute();
+    for (std::size_t g = 0; g < pools.size(); ++g) {
+      const int r = mp.shape.pipeline_rank(static_cast<int>(g));
+      std::size_t bytes = 0;
+      for (int s = 0; s < p.stages; ++s)
+        if (p.stage_rank[static_cast<std::size_t>(s)] == r)
+          bytes += model.stage(s % model.size()).weight_grad_extent() * sizeof(float);
+      unsharded.push_back(bytes);
+      within = within && pools[g].high_water <= pools[g].slots && pools[g].slots == mp.param_slots.at(g);
+    }
+  }
+  template <class F>
+  std::string list(F f) const {
+    return json_list(pools.size(), f);
+  }
+  /// The --json field `"params": {...}`, with its leading comma.
+  void print_json() const {
+    std::printf(
+        ", \"params\": {\"held\": true, \"slots\": %s, \"high_water\": %s, \"high_water_within_plan\": %s, "
+        "\"resident_bytes\": %s, \"unsharded_bytes\": %s}",
+        list([&](std::size_t g) { return pools[g].slots; }).c_str(),
+        list([&](std::size_t g) { return pools[g].high_water; }).c_str(), within ? "true" : "false",
+        list([&](std::size_t g) { return pools[g].resident_bytes; }).c_str(),
+        list([&](std::size_t g) { return unsharded[g]; }).c_str());
+  }
+  /// The text line.
+  void print_text() const {
+    std::printf("parameters held by pipetype per rank (bytes resident / unsharded, slots in use / planned):");
+    for (std::size_t g = 0; g < pools.size(); ++g)
+      std::printf(" %zu/%zu %d/%d", pools[g].resident_bytes, unsharded[g], pools[g].high_water, pools[g].slots);
     std::printf("\n");
   }
 };

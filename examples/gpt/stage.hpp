@@ -21,6 +21,9 @@
 // unpipelined reference_step does, so every schedule's gradients are bitwise the reference's.
 // Over a mesh (--dp) it also hands pipetype its parameters (FSDP gathers and releases them) and,
 // with tied embeddings, where wte.weight's or lm_head.weight's gradient lies (tied_gradients).
+// Under FSDP it lends them (lends_parameters): pipetype holds each replica's shard and gathers the
+// whole into a slot of its pool for the calls that read it (ctx.params); the stage then keeps no
+// parameters of its own, and Adam's moments for its replica's shard only.
 // The backward is split (backward_input, backward_weight) so that the zero-bubble schedules run
 // it; everything a microbatch's backward needs, including the gradients I leaves for W, lives in
 // its stash, so DualPipe's two directions may run one stage object at once.
@@ -32,6 +35,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -52,21 +56,51 @@ class stage {
   using stash = pt::tensor<float, pt::dynamic>;
   using weight_grad = pt::tensor<float, pt::dynamic>;
 
+  /// Under FSDP on a host mesh pipetype holds the parameters (lends_parameters): replica `replica`
+  /// of `dp` keeps Adam's moments for its own shard only, and `initial` (the stage's flat initial
+  /// parameters, one copy every replica's stage reads) serves only for binding (drop_initial()).
+  struct lending {
+    int dp = 1, replica = 0;
+    std::shared_ptr<std::vector<float>> initial;
+  };
+  static constexpr bool lends_parameters = true;
+
   /// Stage `index` of `stages`, its parameters taken from the whole model's `params`.
   stage(const gpt_config& c, int index, int stages, const model_params<float>& params)
-      : c_(c), first_(index == 0), last_(index == stages - 1) {
+      : stage(c, index, stages, flat_parameters(c, index, stages, params), {}) {}
+  /// The same, its parameters lent to pipetype (see `lending`).
+  stage(const gpt_config& c, int index, int stages, const lending& l)
+      : stage(c, index, stages, std::vector<float>{}, l) {}
+
+  /// Stage `index` of `stages`' parameters in one flat vector (the top of this file).
+  static std::vector<float> flat_parameters(const gpt_config& c, int index, int stages,
+                                            const model_params<float>& params) {
+    check_stages(c, stages);
+    const int b0 = index * c.layers / stages, n = (index + 1) * c.layers / stages - b0;
+    std::vector<float> out;
+    auto take = [&](const std::vector<float>& part) { out.insert(out.end(), part.begin(), part.end()); };
+    if (index == 0) take(params.embedding);
+    for (int k = 0; k < n; ++k) take(params.blocks[static_cast<std::size_t>(b0 + k)]);
+    if (index == stages - 1) take(params.head);
+    return out;
+  }
+
+ private:
+  static void check_stages(const gpt_config& c, int stages) {
     if (c.layers < stages)
       throw std::invalid_argument("gpt: " + std::to_string(c.layers) + " layers cannot fill " + std::to_string(stages) +
                                   " stages of whole blocks (give --layers at least the plan's stages)");
+  }
+  stage(const gpt_config& c, int index, int stages, std::vector<float> own, const lending& l)
+      : c_(c), first_(index == 0), last_(index == stages - 1), params_(std::move(own)), initial_(l.initial) {
+    check_stages(c, stages);
     block0_ = index * c.layers / stages;
     blocks_ = (index + 1) * c.layers / stages - block0_;
-    auto take = [&](const std::vector<float>& part) { params_.insert(params_.end(), part.begin(), part.end()); };
-    if (first_) take(params.embedding);
-    for (int k = 0; k < blocks_; ++k) take(params.blocks[static_cast<std::size_t>(block0_ + k)]);
-    if (last_) take(params.head);
-    grads_.assign(params_.size(), 0.0f);
-    m_.assign(params_.size(), 0.0f);
-    v_.assign(params_.size(), 0.0f);
+    n_ = initial_ ? initial_->size() : params_.size();
+    own_ = initial_ ? pt::shard_of(n_, l.dp, l.replica) : pt::shard_range{0, n_};
+    grads_.assign(n_, 0.0f);
+    m_.assign(own_.size(), 0.0f);
+    v_.assign(own_.size(), 0.0f);
     const std::size_t A = activation_floats(c);
     acts_ = 0;
     grad_buf_ = acts_ + A * static_cast<std::size_t>(blocks_ + 1);
@@ -76,6 +110,7 @@ class stage {
     stash_size_ = head_stash_ + (last_ ? head_stash_floats(c) : 0);
   }
 
+ public:
   // sizes pipetype asks for (the most: a microbatch of length T)
   std::size_t input_extent(std::size_t k) const {
     return k == 0 ? (first_ ? 0 : activation_floats(c_)) : (first_ ? token_capacity(c_) : 0);
@@ -83,10 +118,17 @@ class stage {
   std::size_t output_extent(std::size_t k) const { return k == 0 ? activation_floats(c_) : 0; }
   std::size_t target_extent() const { return token_capacity(c_); }
   std::size_t stash_extent() const { return stash_size_; }
-  std::size_t weight_grad_extent() const { return params_.size(); }
+  std::size_t weight_grad_extent() const { return n_; }
   std::span<float> weight_gradients() { return grads_; }
-  /// For FSDP (a mesh executor with dp_options::shard): gathered before the stage runs.
-  std::span<float> parameters() { return params_; }
+  /// For FSDP (a mesh executor with dp_options::shard): gathered before the stage runs. A lending
+  /// stage's are its shared initial ones until drop_initial() (pipetype reads them once, at
+  /// binding: each replica's shard), then none: its calls read ctx.params.
+  std::span<float> parameters() { return initial_ ? std::span<float>(*initial_) : std::span<float>(params_); }
+  /// A lending stage, once pipetype holds its shards: the initial copy is no longer its to keep.
+  void drop_initial() { initial_.reset(); }
+  /// A lending stage after training: the whole parameters back (its replica's and the others'
+  /// shards), for evaluation and the checks; it reads them itself from then on.
+  void restore(std::vector<float> whole) { params_ = std::move(whole); }
   /// Tie group 0, the tied embedding (--tie-embeddings): wte.weight's gradient on the first
   /// stage, lm_head.weight's on the last.
   std::span<float> tied_gradients(int) { return tied_part(grads_); }
@@ -99,17 +141,17 @@ class stage {
     float* s = c.stash.data();
     const float* x = hidden.data();
     if (first_) {
-      embedding_forward(c_, param(0), ids.data(), act(s, 0), static_cast<float*>(nullptr), t);
+      embedding_forward(c_, param(c, 0), ids.data(), act(s, 0), static_cast<float*>(nullptr), t);
       x = act(s, 0);
     }
     for (int k = 0; k < blocks_; ++k) {
       float* y = k == blocks_ - 1 && !last_ ? c.output.get<0>().data() : act(s, k + 1);
-      block_forward(c_, param(block_offset(k)), x, y,
+      block_forward(c_, param(c, block_offset(k)), x, y,
                     s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
       x = y;
     }
     if (last_)
-      *c.loss = static_cast<float>(head_forward(c_, param(head_offset()), x, c.target.data(), s + head_stash_, t));
+      *c.loss = static_cast<float>(head_forward(c_, param(c, head_offset()), x, c.target.data(), s + head_stash_, t));
   }
 
   void backward_input(const pt::backward_ctx<stage>& c) {
@@ -120,18 +162,18 @@ class stage {
     int next = 0;  // the buffer the next gradient goes to
     const float* g = c.grad_output.get<0>().data();
     if (last_) {
-      head_backward_input(c_, param(head_offset()), act(s, blocks_), c.loss_scale, bufs[next], s + head_stash_, t);
+      head_backward_input(c_, param(c, head_offset()), act(s, blocks_), c.loss_scale, bufs[next], s + head_stash_, t);
       g = bufs[next];
       next ^= 1;
     }
     for (int k = blocks_ - 1; k >= 0; --k) {
       float* gin = k == 0 && !first_ ? c.grad_input.get<0>().data() : bufs[next];
-      block_backward_input(c_, param(block_offset(k)), block_input(c, k), g, gin,
+      block_backward_input(c_, param(c, block_offset(k)), block_input(c, k), g, gin,
                            s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
       g = gin;
       next ^= 1;
     }
-    if (first_) embedding_backward_input(c_, param(0), ids.data(), g, s + emb_stash_, t);
+    if (first_) embedding_backward_input(c_, param(c, 0), ids.data(), g, s + emb_stash_, t);
   }
 
   void backward_weight(const pt::backward_ctx<stage>& c) {
@@ -139,22 +181,30 @@ class stage {
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
     float* wg = c.weight_grad.data();
-    if (first_) embedding_backward_weight(c_, param(0), ids.data(), s + emb_stash_, wg, t);
+    if (first_) embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, wg, t);
     for (int k = 0; k < blocks_; ++k)
-      block_backward_weight(c_, param(block_offset(k)), block_input(c, k),
+      block_backward_weight(c_, param(c, block_offset(k)), block_input(c, k),
                             s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_),
                             wg + block_offset(k), t);
-    if (last_) head_backward_weight(c_, param(head_offset()), act(s, blocks_), s + head_stash_, wg + head_offset(), t);
+    if (last_)
+      head_backward_weight(c_, param(c, head_offset()), act(s, blocks_), s + head_stash_, wg + head_offset(), t);
   }
 
   /// Adam on this stage's parameters with its summed gradients, which it then zeroes.
-  void adam(float lr, int step) {
+  void adam(float lr, int step) { adam(params_, lr, step); }
+  /// The same on the parameters `own` holds: the stage's shard (pipetype's, when it lends them:
+  /// mesh_executor::parameter_shard), the elements own_ of the whole; each the same arithmetic.
+  void adam(std::span<float> own, float lr, int step) {
+    if (own.size() != own_.size())
+      throw std::logic_error("gpt: Adam on " + std::to_string(own.size()) + " parameters of a stage that holds " +
+                             std::to_string(own_.size()));
     const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
     const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      m_[i] = b1 * m_[i] + (1 - b1) * grads_[i];
-      v_[i] = b2 * v_[i] + (1 - b2) * grads_[i] * grads_[i];
-      params_[i] -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      const float g = grads_[own_.begin + i];
+      m_[i] = b1 * m_[i] + (1 - b1) * g;
+      v_[i] = b2 * v_[i] + (1 - b2) * g * g;
+      own[i] -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
     }
     std::fill(grads_.begin(), grads_.end(), 0.0f);
   }
@@ -183,7 +233,11 @@ class stage {
     return std::span<float>(v).subspan(first_ ? 0 : head_offset() + 2 * width(),
                                        static_cast<std::size_t>(c_.vocab) * width());
   }
-  const float* param(std::size_t at) const { return params_.data() + at; }
+  // its parameters for this call: where pipetype gathered them (FSDP, lent), else its own
+  template <class Ctx>
+  const float* param(const Ctx& c, std::size_t at) const {
+    return (c.params.empty() ? params_.data() : c.params.data()) + at;
+  }
   float* act(float* s, int k) const { return s + acts_ + static_cast<std::size_t>(k) * activation_floats(c_); }
   // block k's input: the stage's input for the first block past the embedding, else the stash's copy
   const float* block_input(const pt::backward_ctx<stage>& c, int k) const {
@@ -193,7 +247,10 @@ class stage {
   gpt_config c_;
   bool first_, last_;
   int block0_ = 0, blocks_ = 0;
-  std::vector<float> params_, grads_, m_, v_;
+  std::vector<float> params_, grads_, m_, v_;    // m_, v_: Adam's, over own_
+  std::shared_ptr<std::vector<float>> initial_;  // lending, until drop_initial(): the shared initial parameters
+  std::size_t n_ = 0;                            // the stage's parameters
+  pt::shard_range own_{};                        // the elements this stage's optimizer updates
   // the stash: blocks + 1 activations, two gradient buffers, then the parts' own stashes
   std::size_t acts_ = 0, grad_buf_ = 0, emb_stash_ = 0, block_stash_ = 0, head_stash_ = 0, stash_size_ = 0;
 };
