@@ -7,7 +7,7 @@
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
-//                    [--dp D [--fsdp] --param-mb X --dp-gbps B]
+//                    [--dp D [--fsdp [--window W]] --param-mb X --dp-gbps B]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
 //                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
 //
@@ -56,6 +56,10 @@
 // draws it). It reports exposed_dp: how much longer the step is than the same plan without its
 // collectives; --svg and --trace then draw the step over the replicas, every global rank with its
 // collectives (REDUCE_GRAD(1), UNSHARD(2), ...) on a data-parallel band or thread of their own.
+// With --fsdp (--window W: the stages a rank keeps gathered, 3 by default) it reports each rank's
+// parameter slots and the MB of parameters it holds: its shard of X and one slot per stage
+// gathered at once, each the size of a chunk (dp.param_slots, dp.param_mb_resident; a column
+// `param MB` beside exposed DP).
 // --offload and --recompute add memory actions (docs/13_memory.md): OFFLOAD/RELOAD of a
 // microbatch's saved activation over each rank's host link, RECOMPUTE of a forward before its
 // backward, placed by the pass (all, or auto: what costs at most 2 % of the step, and with
@@ -130,6 +134,8 @@ struct args {
   bool forward_only = false;                                                                 // --forward-only
   int dp = 1;                                                                                // --dp
   bool fsdp = false;                                                                         // --fsdp
+  int window = 3;                                                                            // --window
+  bool window_given = false;
   double param_mb = 0, dp_gbps = 0;                                                          // --param-mb, --dp-gbps
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;  // --offload, --recompute
   double act_mb = 0, input_mb = -1, pcie_gbps = 0,
@@ -149,7 +155,7 @@ constexpr const char* usage =
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
-    "         [--forward-only] [--dp D [--fsdp] --param-mb X --dp-gbps B]\n"
+    "         [--forward-only] [--dp D [--fsdp [--window W]] --param-mb X --dp-gbps B]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
@@ -289,6 +295,9 @@ args parse(int argc, char** argv) {
                     a.layout.error.detail);
     } else if (flag == "--dp") {
       a.dp = static_cast<int>(to_number(flag, v, true));
+    } else if (flag == "--window") {
+      a.window = static_cast<int>(to_number(flag, v, true));
+      a.window_given = true;
     } else if (flag == "--param-mb" || flag == "--dp-gbps") {
       (flag == "--param-mb" ? a.param_mb : a.dp_gbps) = to_number(flag, v, false);
     } else if (flag == "--offload" || flag == "--recompute") {
@@ -332,6 +341,9 @@ args parse(int argc, char** argv) {
     usage_error("--dp needs --dp-gbps B, the data-parallel bus bandwidth in GB/s (B > 0)");
   if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0))
     usage_error("--fsdp, --param-mb and --dp-gbps describe data parallelism: give --dp D (D ≥ 2) too");
+  if (a.window_given && !a.fsdp)
+    usage_error("--window is FSDP's (the stages a rank keeps gathered at once): give --fsdp too");
+  if (a.window < 1) usage_error("--window must be at least 1 (a stage gathered at a time)");
   if (a.dp > 1 && a.forward_only) usage_error("--dp reduces gradients: a --forward-only plan has none");
   if ((a.memory() || a.input_mb >= 0 || a.pcie_gbps > 0) && !(a.act_mb > 0))
     usage_error(
@@ -520,6 +532,11 @@ struct dp_figures {
   double makespan = 0, without = 0, exposed = 0;
   int collectives = 0, communicators = 0;
   pt::step_trace picture;  // the simulated mesh step, for --svg and --trace
+  // sharded, per pipeline rank: its parameter slots (mesh_program::param_slots) and the MB of
+  // parameters it holds: its shard of the rank share, and a slot the size of its largest chunk each
+  std::vector<int> param_slots;
+  std::vector<double> param_mb;
+  double param_mb_most() const { return param_mb.empty() ? 0 : *std::max_element(param_mb.begin(), param_mb.end()); }
 };
 // A --file's own collectives (its UNSHARD, RESHARD, REDUCE_GRAD), used instead of placing them.
 std::optional<pt::collective_program> file_collectives;
@@ -535,7 +552,7 @@ std::string mesh_refusal(pt::program_view p) {
 /// for the report, the JSON, the placement and the CSV).
 bool sharded(const args& a) { return a.fsdp || (file_collectives && file_shards); }
 pt::dp_options dp_options_of(const args& a) {
-  return {.dp = a.dp, .shard = sharded(a)};
+  return {.dp = a.dp, .shard = sharded(a), .window = a.window};
 }
 /// The collectives' costs: a chunk holds 1/v of a rank share's parameters; bytes per time unit
 /// (1 ms) from GB/s.
@@ -570,15 +587,29 @@ dp_figures dp_of(const result& r, const args& a) {
   out.without = out.makespan - out.exposed;
   for (const pt::mesh_op& op : mp.ops) out.collectives += pt::is_collective(op.code);
   out.communicators = static_cast<int>(mp.comms.size());
+  if (!mp.param_slots.empty())
+    for (int rank = 0; rank < p.ranks; ++rank) {
+      const int slots = mp.param_slots[static_cast<std::size_t>(m.global(rank, 0))];
+      out.param_slots.push_back(slots);
+      out.param_mb.push_back(a.param_mb / a.dp + slots * a.param_mb / r.chunks);
+    }
   return out;
 }
 std::string dp_json(const dp_figures& f, const args& a) {
   std::string out = ", \"dp\": {\"replicas\": " + std::to_string(a.dp) + ", \"fsdp\": " + (sharded(a) ? "true" : "false") +
                     ", \"param_mb\": " + num(a.param_mb) + ", \"gbps\": " + num(a.dp_gbps);
   if (!f.error.empty()) return out + ", \"error\": " + json_string(f.error) + "}";
-  return out + ", \"makespan\": " + num(f.makespan) + ", \"makespan_without\": " + num(f.without) +
+  out += ", \"makespan\": " + num(f.makespan) + ", \"makespan_without\": " + num(f.without) +
          ", \"exposed_dp\": " + num(f.exposed) + ", \"collectives\": " + std::to_string(f.collectives) +
-         ", \"communicators\": " + std::to_string(f.communicators) + "}";
+         ", \"communicators\": " + std::to_string(f.communicators);
+  if (!f.param_slots.empty()) {
+    out += ", \"window\": " + std::to_string(a.window) + ", \"param_slots\": [";
+    for (std::size_t k = 0; k < f.param_slots.size(); ++k) out += (k ? ", " : "") + std::to_string(f.param_slots[k]);
+    out += "], \"param_mb_resident\": [";
+    for (std::size_t k = 0; k < f.param_mb.size(); ++k) out += (k ? ", " : "") + num(f.param_mb[k]);
+    out += "]";
+  }
+  return out + "}";
 }
 
 const char* policy_name(pt::memory_policy x) {
@@ -870,7 +901,7 @@ int print_all(const args& a) {
     std::printf("\n");
   }
   std::printf("%-18s %6s %6s %10s %8s %10s %8s %10s%s%s\n", "schedule", "chunks", "stages", "makespan", "gap",
-              "rank span", "bubble", "peak act", a.dp > 1 ? "  exposed DP" : "",
+              "rank span", "bubble", "peak act", a.dp > 1 ? (sharded(a) ? "  exposed DP  param MB" : "  exposed DP") : "",
               a.memory() ? "  resident    step" : "");
   bool graph = false;
   for (std::size_t k = 0; k < rows.size(); ++k) {
@@ -885,9 +916,10 @@ int print_all(const args& a) {
                 peak_max(r));
     if (a.dp > 1) {
       const dp_figures& f = dp_for(k);
-      if (f.error.empty())
+      if (f.error.empty()) {
         std::printf("  %10g", f.exposed);
-      else
+        if (!f.param_mb.empty()) std::printf("  %8g", f.param_mb_most());
+      } else
         std::printf("  (no mesh: %s)", f.error.c_str());
     }
     if (a.memory() && (a.dp <= 1 || dp_for(k).error.empty())) {  // a mesh refusal is said once, above
@@ -903,8 +935,12 @@ int print_all(const args& a) {
   if (a.dp > 1)
     std::printf(
         "exposed DP: the step over %d replicas%s (%g MB of parameters per rank share at %g GB/s, 1 time unit = 1 ms) "
-        "less the same plan without its collectives\n",
-        a.dp, a.fsdp ? " with FSDP" : "", a.param_mb, a.dp_gbps);
+        "less the same plan without its collectives%s\n",
+        a.dp, a.fsdp ? " with FSDP" : "", a.param_mb, a.dp_gbps,
+        sharded(a) ? ("; param MB: the largest rank's parameters held (its shard and window " + std::to_string(a.window) +
+                      "'s slots, each its largest chunk)")
+                         .c_str()
+                   : "");
   if (a.memory())
     std::printf(
         "resident: the largest rank's peak activations with the memory actions (offload %s, recompute %s; %g MB "
@@ -1224,6 +1260,13 @@ int main(int argc, char** argv) {
         "collectives: exposed_dp %g\n",
         a.dp, sharded(a) ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators,
         dp->makespan, dp->without, dp->exposed);
+  if (dp && !dp->param_slots.empty()) {
+    std::printf("parameters per rank under FSDP (window %d): slots", a.window);
+    for (std::size_t k = 0; k < dp->param_slots.size(); ++k) std::printf("%s%d", k ? ", " : " ", dp->param_slots[k]);
+    std::printf("; MB held (shard + slots)");
+    for (std::size_t k = 0; k < dp->param_mb.size(); ++k) std::printf("%s%g", k ? ", " : " ", dp->param_mb[k]);
+    std::printf(" of %g unsharded\n", a.param_mb);
+  }
   if (mem) {
     const pt::memory_step& m = mem->step;
     std::printf("\nmemory actions: offload %s, recompute %s; %g MB saved per rank share and microbatch%s%s\n",
