@@ -60,6 +60,16 @@ constexpr shard_range shard_of(std::size_t n, int dp, int d) noexcept {
   return {b < n ? b : n, b + chunk < n ? b + chunk : n};
 }
 
+/// Bucket b of a gradient of n elements split into `buckets` (a bucketed REDUCE_GRAD, dp_options::
+/// buckets): [begin, end), counted from the array's end — bucket 0 holds its last elements, as a
+/// backward writes the last layers' gradients first (the order PyTorch's DDP fills its buckets
+/// in). Sizes differ by one at most; none is empty when buckets ≤ n.
+constexpr shard_range bucket_of(std::size_t n, int buckets, int b) noexcept {
+  const auto k = static_cast<std::size_t>(buckets < 1 ? 1 : buckets);
+  const auto j = static_cast<std::size_t>(b < 0 ? 0 : (b >= buckets ? buckets - 1 : b));
+  return {n / k * (k - 1 - j) + n % k * (k - 1 - j) / k, n / k * (k - j) + n % k * (k - j) / k};
+}
+
 /// A mesh as a type, for plans that are types.
 template <int PP, int DP, mesh_order Order = mesh_order::dp_inner>
 struct mesh_t {

@@ -56,6 +56,9 @@ inline constexpr long long saved_bytes = 1LL << 40;
 /// The ops of a step over a mesh: every replica's lowered ops, collectives and memory actions
 /// (dp × each replica's), 33554432. The pipeline's own limits do not bound it: --dp multiplies.
 inline constexpr long long mesh_ops = 1LL << 25;
+/// The buckets one stage's gradient reduction splits into (dp_options::buckets): 1024. Each is an
+/// op and an event of every rank that holds the stage.
+inline constexpr int buckets = 1 << 10;
 /// Edges of a stage graph given as edges (every lane's). Each crossing edge is a transfer each way
 /// per microbatch in the lowered program, so edges × microbatches is held under `cells` too.
 inline constexpr int edges = 1 << 20;  // 1048576

@@ -48,6 +48,7 @@
 
 #include "pipetype/compile/verify.hpp"
 #include "pipetype/core/program.hpp"
+#include "pipetype/core/sizes.hpp"
 #include "pipetype/core/verdict.hpp"
 
 namespace pipetype {
@@ -83,6 +84,8 @@ struct dp_options {
   int dp = 1;          // replicas (the mesh's dp)
   bool shard = false;  // FSDP / ZeRO-3: reduce-scatter, and parameters gathered (UNSHARD) only while used
   int window = 3;      // sharded: stages a rank keeps unsharded at once (PyTorch's max_active_stages)
+  int buckets = 1;     // REDUCE_GRAD split into this many all-reduces of equal parts (bucket_of), each
+                       // ready as the stage's last weight backward writes it (mesh/lower.hpp); not sharded
   std::vector<std::vector<int>> ties{};  // tie groups: each the plan stages that hold one tied parameter
 };
 
@@ -158,6 +161,18 @@ constexpr std::vector<std::vector<int>> lookahead_windows(std::span<const action
 }
 
 }  // namespace detail
+
+/// Ok, or why `o.buckets` cannot split the step's reductions: fewer than one, more than
+/// pipetype::limits::buckets, or more than one with FSDP (a bucketed reduce-scatter is not built).
+constexpr verdict check_buckets(const dp_options& o) {
+  if (o.buckets < 1) return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "a gradient reduction in fewer than one bucket");
+  if (o.buckets > limits::buckets)
+    return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "more than 1024 buckets a stage (pipetype::limits::buckets)");
+  if (o.buckets > 1 && o.shard && o.dp > 1)
+    return detail::misplaced(-1, -1, "REDUCE_GRAD", -1,
+                             "buckets with FSDP: a bucketed reduce-scatter is not built yet (buckets = 1 when sharded)");
+  return {};
+}
 
 /// The collectives of a mesh step for program `p` (the passes described at the top of this
 /// file): UNSHARD/RESHARD when sharded, each tie group's reduction, each stage's REDUCE_GRAD.
@@ -254,6 +269,7 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
 constexpr verdict check_collectives(program_view p, const collective_program& c, const dp_options& o) {
   if (c.ranks != p.ranks || static_cast<int>(c.begin.size()) != p.ranks + 1)
     return detail::misplaced(-1, -1, "", -1, "the collectives are not given per rank of the program");
+  if (verdict v = check_buckets(o); !v.ok()) return v;
   for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
     for (const int s : o.ties[static_cast<std::size_t>(t)])
       if (s < 0 || s >= p.stages)

@@ -11,7 +11,11 @@
 //                       (REDUCE_GRAD, sharded), all-gather (UNSHARD)
 //
 // Events order them, as the pipeline's own streams are ordered: a reduction waits for an event
-// recorded after its stage's last backward on the compute stream; a stage's first compute after
+// recorded after its stage's last backward on the compute stream (bucketed, dp_options::buckets
+// = N > 1: N all-reduces, bucket b of the gradient each (core/mesh.hpp bucket_of), and when the
+// reduction follows its stage's own last weight backward, bucket b waits for the b-th of N events
+// that backward records as it finishes writing bucket b — an executor records any it did not see
+// at the backward's end — so the reduction overlaps the backward still running); a stage's first compute after
 // an UNSHARD waits for the gather's event (an overlapped pair waits before its first half for both
 // halves' stages); a RESHARD with no compute since its stage's UNSHARD waits for that gather; a
 // gather waits for the event of the stage's previous RESHARD (it overwrites what that released). A step ends when every
@@ -65,11 +69,14 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
   if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::lower_mesh: collectives of another program");
   if (mem.ranks != p.ranks || mem.begin.size() != static_cast<std::size_t>(p.ranks) + 1)
     throw std::invalid_argument("pipetype::lower_mesh: memory actions of another program");
-  if (const verdict v = check_mesh_ops(m, static_cast<long long>(l.ops.size() + c.ops.size() + mem.ops.size()));
+  if (const verdict v = check_buckets(o); !v.ok()) throw std::invalid_argument(std::string("pipetype::lower_mesh: ") + v.detail);
+  const int buckets = m.dp > 1 ? o.buckets : 1;
+  if (const verdict v = check_mesh_ops(m, static_cast<long long>(l.ops.size() + c.ops.size() * static_cast<std::size_t>(buckets) + mem.ops.size()));
       !v.ok())
     throw std::length_error(std::string("pipetype::lower_mesh: ") + v.detail);
   mesh_program out;
   out.shape = m;
+  out.buckets = buckets;
   out.ties = o.ties;
   if (!mem.empty()) out.memory = mem;
   const int C = static_cast<int>(l.comms.size());
@@ -141,6 +148,9 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
     std::vector<int> slot_released;
     std::size_t next = 0;  // the next collective
     std::vector<mesh_op> mine;
+    // bucketed: per action, where in `mine` its compute op is (−1: none, or half of an overlapped
+    // pair, which runs with its other half and records no bucket of its own)
+    std::vector<int> compute_of(buckets > 1 ? acts.size() : 0, -1);
     // memory actions (mesh/memory_actions.hpp): per (stage, microbatch) the event a RELOAD
     // records until its first reader waits, whether it is recomputed (only its input moves); per
     // action the OFFLOADs' events it waits for (their `until`)
@@ -227,13 +237,30 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
         op.stream = dp_stream;
         op.stage = x.stage;
         switch (x.what) {
-          case collective_kind::reduce_grad:
+          case collective_kind::reduce_grad: {
             if (m.dp <= 1) continue;
-            after_k();
             op.code = o.shard ? mesh_op_code::reduce_scatter : mesh_op_code::all_reduce;
             op.comm = dp_comm[static_cast<std::size_t>(r)];
-            mine.push_back(op);
+            // bucketed, right after the stage's own last weight backward: each bucket waits for the
+            // event that backward records once it has written the bucket; else all wait for its end
+            const int at = k >= 0 && static_cast<std::size_t>(k) < compute_of.size()
+                               ? compute_of[static_cast<std::size_t>(k)]
+                               : -1;
+            mesh_op* wb = at >= 0 ? &mine[static_cast<std::size_t>(at)] : nullptr;
+            const bool early = wb && wb->stage == x.stage && (wb->what == kind::B || wb->what == kind::W) && wb->bucket_event < 0;
+            if (early) {
+              wb->bucket_event = events;
+              events += buckets;
+            } else {
+              after_k();
+            }
+            for (int b = 0; b < buckets; ++b) {
+              if (early) wait_on(dp_stream, mine[static_cast<std::size_t>(at)].bucket_event + b);
+              op.bucket = buckets > 1 ? b : -1;
+              mine.push_back(op);
+            }
             break;
+          }
           case collective_kind::reduce_tied: {
             const std::size_t at =
                 static_cast<std::size_t>(x.tie) * static_cast<std::size_t>(m.dp) + static_cast<std::size_t>(d);
@@ -334,6 +361,8 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
               break;
             }
       }
+      if (k >= 0 && !x.overlapped && deferred < 0 && static_cast<std::size_t>(k) < compute_of.size())
+        compute_of[static_cast<std::size_t>(k)] = static_cast<int>(mine.size());
       mine.push_back(op);
       // an overlapped pair's two computes stay together: what follows its first goes after both
       if (k >= 0 && x.overlapped) {

@@ -106,6 +106,12 @@ struct mesh_op {
   // a sharded step (mesh/lower.hpp): the parameter slot an UNSHARD gathers into, a RESHARD
   // returns, and a compute or RECOMPUTE of a sharded stage reads its parameters from; −1 elsewhere
   int param_slot = -1;
+  // a bucketed step (dp_options::buckets > 1, mesh/lower.hpp): a REDUCE_GRAD's bucket (bucket_of);
+  // the last weight backward of a stage whose reduction follows it records events bucket_event …
+  // bucket_event + buckets − 1 as it finishes writing each bucket (at its end, at the latest).
+  // −1 elsewhere
+  int bucket = -1;
+  int bucket_event = -1;
 
   friend constexpr bool operator==(const mesh_op&, const mesh_op&) = default;
 };
@@ -134,6 +140,7 @@ struct mesh_program {
   std::vector<int> activation_slots;   // with memory actions, per global rank: its activation pool's slots
   std::vector<int> act_map;            // per op with act ≥ 0, at act: n, then n × (lowered slot, slot, writes)
   std::vector<int> param_slots;        // sharded (dp > 1), per global rank: its parameter pool's slots; else empty
+  int buckets = 1;                     // a REDUCE_GRAD's buckets (dp_options::buckets)
 
   constexpr std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);

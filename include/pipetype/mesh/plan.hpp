@@ -17,7 +17,8 @@
 //                   the program does not have">, to_fix<"...">, in_schedule<...>>
 //
 // Options, in any order: sharded<Window> (FSDP / ZeRO-3: reduce-scatter, gathers in a window of
-// Window stages; PyTorch's 3 by default), tied<Stages...> (a tie group; one per tied parameter),
+// Window stages; PyTorch's 3 by default), bucketed<N> (each REDUCE_GRAD as N all-reduces, each
+// started as the last backward writes its bucket), tied<Stages...> (a tie group; one per tied parameter),
 // world<N> (the world the mesh must cover). program() lowers the same step again at run time
 // (the compile-time one leaves no storage behind) for the executors: the host mesh_executor takes
 // the plan and options(), the CUDA executor the program.
@@ -50,6 +51,12 @@ template <int Window = 3>
 struct sharded {
   static_assert(Window >= 1, "pipetype::sharded<Window>: a window of at least one stage");
 };
+/// Gradient buckets: each stage's REDUCE_GRAD split into `N` all-reduces that start as the
+/// stage's last weight backward writes their parts (dp_options::buckets; not with sharded<>).
+template <int N>
+struct bucketed {
+  static_assert(N >= 1 && N <= limits::buckets, "pipetype::bucketed<N>: between 1 and 1024 buckets a stage");
+};
 /// A tie group: the plan stages that hold one tied parameter (the embedding and the LM head).
 template <int... Stages>
 struct tied {};
@@ -73,6 +80,10 @@ struct mesh_option {
 template <int W>
 struct mesh_option<sharded<W>> {
   static constexpr void apply(dp_options& o, int&) { o.shard = true, o.window = W; }
+};
+template <int N>
+struct mesh_option<bucketed<N>> {
+  static constexpr void apply(dp_options& o, int&) { o.buckets = N; }
 };
 template <int... S>
 struct mesh_option<tied<S...>> {

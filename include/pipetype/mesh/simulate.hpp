@@ -9,7 +9,9 @@
 //   group        the cost model's transfer latency, from the last of its rendezvous to arrive
 //   collective   α + the bytes over the bus bandwidth times NCCL's factor for n members
 //                (nccl-tests' PERFORMANCE.md): all-reduce 2(n−1)/n, reduce-scatter and all-gather
-//                (n−1)/n; from the last member to arrive
+//                (n−1)/n; from the last member to arrive. A bucket of a bucketed REDUCE_GRAD moves
+//                1/buckets of the stage's bytes, and may start once (b + 1)/buckets of the
+//                backward it waits for has run (a backward writes its buckets at an even pace)
 //   copy         OFFLOAD and RELOAD: copy_alpha + the bytes they move (memory_sizes: saved, or
 //                kept for a recomputed forward) over copy_bandwidth — one copy stream per rank, so
 //                PCIe is one serial resource per rank that overlaps compute
@@ -44,10 +46,11 @@ struct mesh_costs {
                ? param_bytes.front()
                : (static_cast<std::size_t>(s) < param_bytes.size() ? param_bytes[static_cast<std::size_t>(s)] : 0);
   }
-  /// The time of collective `o` among n members.
-  double time(const mesh_op& o, int n) const {
+  /// The time of collective `o` among n members, in a step whose reductions have `buckets` (a
+  /// bucket moves its share of the stage's bytes, and pays α of its own).
+  double time(const mesh_op& o, int n, int buckets = 1) const {
     if (n <= 1 || bandwidth <= 0) return alpha;
-    const double bytes = o.tie >= 0 ? tie_bytes : stage_bytes(o.stage);
+    const double bytes = o.tie >= 0 ? tie_bytes : stage_bytes(o.stage) / (o.bucket >= 0 && buckets > 1 ? buckets : 1);
     const double factor = (o.code == mesh_op_code::all_reduce ? 2.0 : 1.0) * (n - 1) / n;
     return alpha + factor * bytes / bandwidth;
   }
@@ -94,7 +97,7 @@ mesh_timeline simulate_mesh(const mesh_program& mp, const Costs& c, const mesh_c
                  x.group_of[static_cast<std::size_t>(i)] == i) {
         dt = c.latency(-1, -1);  // a group's head (a lone transfer heads its own)
       } else if (is_collective(o.code)) {
-        dt = d.time(o, static_cast<int>(mp.comms[static_cast<std::size_t>(o.comm)].members.size()));
+        dt = d.time(o, static_cast<int>(mp.comms[static_cast<std::size_t>(o.comm)].members.size()), mp.buckets);
       } else if (is_copy(o.code)) {
         dt = d.copy_time(o);
       } else if (o.code == mesh_op_code::recompute) {

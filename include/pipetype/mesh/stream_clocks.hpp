@@ -45,6 +45,10 @@ constexpr std::vector<stream_clock> rank_clocks(const mesh_program& mp, int g) {
     group_open[s] = o.code == mesh_op_code::group;
     const int wait = o.code == mesh_op_code::wait ? o.event : o.wait_event;
     if (event_ok(wait)) join(c, recorded[static_cast<std::size_t>(wait)]);
+    // a backward's bucket events may be recorded as soon as it starts: they order what waits for
+    // them after what came before the backward, not after the backward
+    for (int b = 0; o.bucket_event >= 0 && b < mp.buckets; ++b)
+      if (event_ok(o.bucket_event + b)) recorded[static_cast<std::size_t>(o.bucket_event + b)] = c;
     ++c[s];
     out[i] = c;
     const int rec = o.code == mesh_op_code::record ? o.event : o.record_event;

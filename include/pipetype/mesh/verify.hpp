@@ -13,6 +13,14 @@
 // sharded step it then proves the parameter slots (verify_param_slots): no slot gathered into
 // while its previous holder may still be read, no compute reading a slot outside its stage's
 // UNSHARD … RESHARD, for every timing.
+//
+// A bucketed step's backward records its bucket events while it runs (mesh/lower.hpp); the proof
+// takes them as recorded when it completes. That is the strictest case: every op's start is a
+// monotone function of when the events it waits for are recorded (a lane in order, a rendezvous
+// once its last partner arrives), so a step that completes with the records at the backward's end
+// completes with any earlier ones too. The simulation (mesh/simulate.hpp) takes bucket b's event
+// at (b + 1) / buckets of the backward's time, and the happens-before of the slot proofs
+// (stream_clocks.hpp) at its start: what waits for a bucket is not ordered after the backward.
 #pragma once
 
 #include <algorithm>
@@ -71,12 +79,14 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
 }
 
 /// A collective's (or a release's, a local sum's) name as executors, failures and traces give it:
-/// "REDUCE_GRAD(1)", "TIE(0)", and with its communicator "REDUCE_GRAD(1) on communicator 5"
+/// "REDUCE_GRAD(1)", "TIE(0)", a bucket's "REDUCE_GRAD(1) bucket 2", and with its communicator
+/// "REDUCE_GRAD(1) on communicator 5"
 /// (io/step_trace.hpp reads that form back from a measured trace).
 inline std::string mesh_op_label(const mesh_op& o, bool with_comm = true) {
   std::string out = std::string(mesh_action_name(o)) + "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage);
   if (is_copy(o.code) || o.code == mesh_op_code::recompute) out += "," + std::to_string(o.microbatch);
   out += ")";
+  if (o.bucket >= 0) out += " bucket " + std::to_string(o.bucket);
   if (with_comm && o.comm >= 0) out += " on communicator " + std::to_string(o.comm);
   return out;
 }
@@ -119,6 +129,9 @@ constexpr wait_link mesh_link(const mesh_program& mp, int g, int at, int needs, 
 /// communicator and member those collectives; per (rank, stream) lane its ops in issue order.
 struct mesh_index {
   std::vector<int> rank_of, waits_on, group_of, group_end, partner, coll_pos;
+  // a wait on a bucket's event (mesh_op::bucket_event): the bucket, and so the part of its
+  // backward that has run when the event is recorded, (bucket + 1) / buckets; −1 elsewhere
+  std::vector<int> waits_bucket;
   std::vector<std::vector<std::vector<int>>> colls;  // [communicator][member, in members' order]
   std::vector<std::vector<int>> lanes;               // [g · mesh_stream_count + stream]
 };
@@ -168,13 +181,15 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   if (static_cast<int>(mp.begin.size()) != G + 1 || static_cast<int>(mp.events.size()) != G) {
     return refusal(errc::index_out_of_range, "a mesh program without one op list and one event pool per rank");
   }
+  if (mp.buckets < 1 || mp.buckets > limits::buckets)
+    return refusal(errc::index_out_of_range, "a mesh program whose reductions have fewer than 1 or more than 1024 buckets");
   auto member = [&](int comm, int g) {
     const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(comm)].members;
     return std::binary_search(ms.begin(), ms.end(), g);
   };
   const auto n = static_cast<std::size_t>(N);
   x.rank_of.assign(n, -1), x.waits_on.assign(n, -1), x.group_of.assign(n, -1), x.group_end.assign(n, -1);
-  x.partner.assign(n, -1), x.coll_pos.assign(n, -1);
+  x.partner.assign(n, -1), x.coll_pos.assign(n, -1), x.waits_bucket.assign(n, -1);
   x.colls.assign(static_cast<std::size_t>(C), {});
   for (int c = 0; c < C; ++c)
     x.colls[static_cast<std::size_t>(c)].resize(mp.comms[static_cast<std::size_t>(c)].members.size());
@@ -184,6 +199,7 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   for (int g = 0; g < G; ++g) {
     const int b = mp.begin[static_cast<std::size_t>(g)], e = mp.begin[static_cast<std::size_t>(g) + 1];
     std::vector<int> last_record(static_cast<std::size_t>(mp.events[static_cast<std::size_t>(g)]), -1);
+    std::vector<int> bucket_of_event(last_record.size(), -1);  // recorded by a backward as it writes a bucket
     auto event_ok = [&](int ev) { return ev >= 0 && ev < static_cast<int>(last_record.size()); };
     for (int i = b; i < e; ++i) {
       const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
@@ -196,6 +212,7 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
         if (!event_ok(wait) || last_record[static_cast<std::size_t>(wait)] < 0)
           return mesh_error(errc::event_misuse, mp, g, i, "a wait on an event never recorded before it");
         x.waits_on[static_cast<std::size_t>(i)] = last_record[static_cast<std::size_t>(wait)];
+        x.waits_bucket[static_cast<std::size_t>(i)] = bucket_of_event[static_cast<std::size_t>(wait)];
       }
       if (o.code == mesh_op_code::group) {
         if (o.stream != static_cast<int>(stream_id::comm))
@@ -213,6 +230,8 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
         if (o.comm < 0 || o.comm >= C || !member(o.comm, g))
           return mesh_error(errc::collective_mismatch, mp, g, i,
                             "a collective on a communicator the rank is not a member of");
+        if (o.bucket < -1 || o.bucket >= mp.buckets || (o.bucket >= 0 && o.tie >= 0))
+          return mesh_error(errc::index_out_of_range, mp, g, i, "a collective of a bucket the step does not have");
         const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(o.comm)].members;
         const auto at = static_cast<std::size_t>(std::lower_bound(ms.begin(), ms.end(), g) - ms.begin());
         std::vector<int>& mine = x.colls[static_cast<std::size_t>(o.comm)][at];
@@ -223,6 +242,17 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
       if (rec >= 0 || o.code == mesh_op_code::record) {
         if (!event_ok(rec)) return mesh_error(errc::event_misuse, mp, g, i, "an event outside the rank's pool");
         last_record[static_cast<std::size_t>(rec)] = i;
+        bucket_of_event[static_cast<std::size_t>(rec)] = -1;
+      }
+      if (o.bucket_event >= 0) {  // a backward's buckets: recorded while it runs, by the end of it
+        if (o.code != mesh_op_code::compute || (o.what != kind::B && o.what != kind::W) ||
+            !event_ok(o.bucket_event) || !event_ok(o.bucket_event + mp.buckets - 1))
+          return mesh_error(errc::event_misuse, mp, g, i,
+                            "bucket events on an op that is no weight backward, or outside the rank's pool");
+        for (int k = 0; k < mp.buckets; ++k) {
+          last_record[static_cast<std::size_t>(o.bucket_event + k)] = i;
+          bucket_of_event[static_cast<std::size_t>(o.bucket_event + k)] = k;
+        }
       }
     }
   }
@@ -269,7 +299,7 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
         }
         const mesh_op &a = mp.ops[static_cast<std::size_t>(per[0][k])],
                       &o = mp.ops[static_cast<std::size_t>(per[u][k])];
-        if (a.code != o.code || a.stage != o.stage || a.tie != o.tie)
+        if (a.code != o.code || a.stage != o.stage || a.tie != o.tie || a.bucket != o.bucket)
           return mesh_error(errc::collective_mismatch, mp, mp.comms[static_cast<std::size_t>(c)].members[u], per[u][k],
                             "members of a communicator issue different collectives at one position (each must "
                             "issue the same sequence on it)");
@@ -331,7 +361,11 @@ constexpr void run_mesh(const mesh_program& mp, const mesh_index& x, const std::
       while (run.pc[l] < q.size()) {
         const int i = q[run.pc[l]];
         const int w = x.waits_on[static_cast<std::size_t>(i)];
-        const double at = std::max(run.clock[l], w >= 0 ? run.end[static_cast<std::size_t>(w)] : 0.0);
+        double ready = w >= 0 ? run.end[static_cast<std::size_t>(w)] : 0.0;
+        if (const int b = x.waits_bucket[static_cast<std::size_t>(i)]; b >= 0 && b + 1 < mp.buckets)
+          ready = run.start[static_cast<std::size_t>(w)] +
+                  (ready - run.start[static_cast<std::size_t>(w)]) * (b + 1) / mp.buckets;
+        const double at = std::max(run.clock[l], ready);
         if (mesh_blocker(mp, x, run, i, at) >= 0) break;
         const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
         double begin = at;  // a rendezvous begins when its last partner arrives
