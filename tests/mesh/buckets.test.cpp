@@ -81,7 +81,8 @@ TEST_CASE("buckets: each REDUCE_GRAD is N all-reduces in bucket order, each afte
   }
   // one bucket: the step as it was, no bucket fields
   const pt::mesh_program one = bucketed_step(plan, 1);
-  const pt::mesh_program plain = pt::build_mesh(plan.compute(), plan.lowered(), pt::mesh{4, 2}, pt::dp_options{.dp = 2});
+  const pt::mesh_program plain =
+      pt::build_mesh(plan.compute(), plan.lowered(), pt::mesh{4, 2}, pt::dp_options{.dp = 2});
   CHECK((one.ops == plain.ops && one.events == plain.events && one.buckets == 1));
   for (const pt::mesh_op& o : one.ops) CHECK((o.bucket == -1 && o.bucket_event == -1));
 }
@@ -138,7 +139,7 @@ TEST_CASE("buckets: the reduction hides behind the backward it waits for, all bu
         doctest::Approx(5.1));
 }
 
-TEST_CASE("buckets: refused below one, above the limit and with FSDP; replicas that disagree on a bucket") {
+TEST_CASE("buckets: refused below one, above the limit and with FSDP, and replicas that disagree on a bucket") {
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
   const pt::program_view p = plan.compute();
   auto refusal = [&](const pt::dp_options& o) {
@@ -170,7 +171,8 @@ TEST_CASE("buckets: refused below one, above the limit and with FSDP; replicas t
 }
 
 // the compile-time plan: bucketed<N> as an option, its collectives counted
-using bucketed_1f1b = pt::mesh_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>, pt::mesh_t<4, 2>, pt::bucketed<3>>;
+using bucketed_1f1b =
+    pt::mesh_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>, pt::mesh_t<4, 2>, pt::bucketed<3>>;
 static_assert(bucketed_1f1b::facts.rejection.ok());
 static_assert(bucketed_1f1b::facts.collectives == 4 * 2 * 3);
 static_assert(bucketed_1f1b::options().buckets == 3);

@@ -25,6 +25,7 @@
 
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/core/action.hpp"
+#include "pipetype/core/mesh.hpp"
 #include "pipetype/graph/chain.hpp"
 #include "pipetype/graph/stage.hpp"
 
@@ -42,8 +43,26 @@ struct step_feed;
 struct memory_use {
   std::atomic<int> in_use{0}, high{0};
 };
+/// A bucketed step's last weight backward of a stage on the host (mesh_op::bucket_event): the
+/// buckets of its weight gradient, which the executor adds into weight_gradients() bucket by
+/// bucket — as the stage says them written (backward_ctx::gradients_ready), the rest at its end —
+/// and publishes on the compute stream at positions first … first + buckets − 1, where the
+/// reductions' waits look (host/mesh_binding.hpp puts a mark op at each before the backward).
+struct bucket_marks {
+  int buckets = 0;
+  int rank = -1;                                   // the global rank
+  int first = 0;                                   // bucket 0's position on the compute stream
+  std::size_t elems = 0;                           // the weight gradient's (bucket_of's n)
+  std::byte* const* adds = nullptr;                // the op's held weight gradients to add, add_count of them
+  void (*publish)(void* at, int value) = nullptr;  // the executor's: the compute stream reached `value`
+  void* at = nullptr;
+  int done = 0;  // buckets added and published in the running call (its thread's alone)
+};
 using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
+/// Adds elements [begin, end) of one microbatch's weight gradient into weight_gradients() (a
+/// bucket of a bucketed step's last weight backward, on the host).
+using add_range_fn = void (*)(void* stage, const std::byte* weight_grad, std::size_t begin, std::size_t end);
 /// An element type as a collective library names it (NCCL's ncclFloat32, ...); `other`: one that
 /// only moves as bytes (a gather), not one a device collective can sum.
 enum class elem_kind : std::uint8_t { other, f32, f64, i32, i64 };
@@ -94,8 +113,9 @@ struct step_feed {
 struct stage_entry {
   // first: what every call reads besides the shapes (one cache line), then the shapes
   void* obj = nullptr;
-  stage_fn fn[kind_count] = {};  // by kind: F, B, I, W (nullptr: not provided)
-  add_fn add = nullptr;          // stages with a weight_grad: adds one into weight_gradients()
+  stage_fn fn[kind_count] = {};      // by kind: F, B, I, W (nullptr: not provided)
+  add_fn add = nullptr;              // stages with a weight_grad: adds one into weight_gradients()
+  add_range_fn add_range = nullptr;  // the same over a range (not a stage that adds on a stream)
   std::size_t stash_elems = 0, weight_grad_elems = 0;
   std::size_t stash_size = 0, weight_grad_size = 0;  // element sizes
   bool adds_on_stream = false;                       // the stage adds them itself, on a stream (add_weight_grad)
@@ -179,6 +199,7 @@ struct bound_op {
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
   memory_use* use = nullptr;                  // where freed_before, taken and freed_after count
   const std::byte* params = nullptr;          // a lending stage's gathered parameters (ctx.params); nullptr: none
+  bucket_marks* marks = nullptr;              // a bucketed step's last weight backward on the host; else nullptr
 };
 static_assert(offsetof(bound_op, obj) + sizeof(void*) <= 64 && offsetof(bound_op, sink) + sizeof(int) <= 128,
               "bound_op: a transfer's fields are its first 64 bytes, a forward's the next 64");
@@ -335,6 +356,19 @@ template <class S>
           !feed.forward_only && !op.recomputed,
           params_of_op<S>(op)};
 }
+/// Buckets marks.done … b of a bucketed backward's weight gradient are written: their parts of
+/// its held weight gradients are added into weight_gradients() (each element's sum in the same
+/// order as a whole add), and each bucket published for the reductions that wait for it.
+inline void add_buckets_through(const bound_op& op, int b) {
+  bucket_marks& k = *op.marks;
+  for (; k.done <= b && k.done < k.buckets; ++k.done) {
+    const shard_range part = bucket_of(k.elems, k.buckets, k.done);
+    for (int a = 0; a < op.add_count; ++a) op.entry->add_range(op.obj, k.adds[a], part.begin, part.end);
+    if (k.publish) k.publish(k.at, k.first + k.done);
+  }
+}
+inline void buckets_ready_call(const void* op, int b) { add_buckets_through(*static_cast<const bound_op*>(op), b); }
+
 template <class S>
 [[gnu::always_inline]] inline backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed,
                                                             const call_shapes& sh, bool input_part, bool weight_part) {
@@ -356,7 +390,9 @@ template <class S>
           grad_inputs_of<S>(op, sh, grad_in, gi),
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 ? feed.loss_scale : 0.0f,
-          params_of_op<S>(op)};
+          params_of_op<S>(op),
+          weight_part && op.marks ? op.marks->buckets : 0,
+          weight_part && op.marks ? bucket_signal{&buckets_ready_call, &op} : bucket_signal{}};
 }
 
 /// Every gradient-carrying tensor of the stage's output has `+=` (a fan-out's gradients are summed).
@@ -472,6 +508,13 @@ void add_weight_grad(void* s, const std::byte* g, void* stream) {
   }
 }
 
+template <class S>
+void add_weight_grad_range(void* s, const std::byte* g, std::size_t begin, std::size_t end) {
+  const std::span<weight_grad_t<S>> acc = static_cast<S*>(s)->weight_gradients();
+  const auto* x = reinterpret_cast<const weight_grad_t<S>*>(g);
+  for (std::size_t i = begin; i < end && i < acc.size(); ++i) acc[i] += x[i];
+}
+
 template <class T>
 std::span<std::byte> as_bytes_span(std::span<T> x) {
   return {reinterpret_cast<std::byte*>(x.data()), x.size_bytes()};
@@ -575,6 +618,7 @@ stage_entry entry_of(S& s) {
   }
   if constexpr (has_weight_grad<S>) {
     e.add = &add_weight_grad<S>;
+    if constexpr (!adds_weight_grad_on_stream<S>) e.add_range = &add_weight_grad_range<S>;
     e.adds_on_stream = adds_weight_grad_on_stream<S>;
     e.weight_grad_elems = weight_grad_extent(s);
     e.weight_grad_size = sizeof(weight_grad_t<S>);

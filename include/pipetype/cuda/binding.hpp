@@ -514,6 +514,20 @@ struct device_binding {
       for (int g : wg.plan.adds[i]) adds.push_back(wg.at(g));
     }
     ops.push_back(x);
+    // a bucketed step's last weight backward: its buckets' events, recorded once it and its adds
+    // are through (the device adds a microbatch's weight gradient whole, on the stream: no bucket
+    // is ready before the end)
+    for (int b = 0; m && m->bucket_event >= 0 && b < mesh->buckets; ++b) {
+      issue_op r;
+      r.code = op_code::collective;
+      r.index = no_collective;
+      r.s = x.s;
+      r.stream = x.stream;
+      r.has_record = true;
+      r.record = events.at(static_cast<std::size_t>(m->bucket_event + b));
+      labels.push_back("record e" + std::to_string(m->bucket_event + b) + " (bucket " + std::to_string(b) + ")");
+      ops.push_back(r);
+    }
   }
 
   // A memory action: a RECOMPUTE (its forward again, on the compute stream, into a slot of its
@@ -624,6 +638,15 @@ struct device_binding {
     c.array = a.data();
     c.size = size;
     c.n = size ? a.size() / size : 0;
+    if (m.bucket >= 0) {  // a bucket of a REDUCE_GRAD: its part of the array (bucket_of)
+      if (c.n != 0 && c.n < static_cast<std::size_t>(mesh->buckets))
+        throw shape_error(who() + ": stage " + std::to_string(stage) + " has " + std::to_string(c.n) +
+                          " weight-gradient elements, fewer than the step's " + std::to_string(mesh->buckets) +
+                          " buckets");
+      const shard_range part = bucket_of(c.n, mesh->buckets, m.bucket);
+      c.array += part.begin * size;
+      c.n = part.size();
+    }
     c.t = m.code == mesh_op_code::all_gather ? elem_kind::other : e.grad_kind;
     if (m.code != mesh_op_code::all_gather && c.t == elem_kind::other)
       throw shape_error(who() + ": stage " + std::to_string(stage) +

@@ -347,6 +347,13 @@ struct forward_ctx {
                                          // for this call; else empty (read your own)
 };
 
+/// How a backward says a bucket of its weight gradient is written (backward_ctx::gradients_ready):
+/// the executor's function and what it passes it. Empty where no bucket is waited for.
+struct bucket_signal {
+  void (*fn)(const void* at, int bucket) = nullptr;
+  const void* at = nullptr;
+};
+
 template <class S>
 struct backward_ctx {
   int stage = 0;
@@ -364,6 +371,18 @@ struct backward_ctx {
   float loss_scale = 0;  // a sink: d(the step's objective)/d(this microbatch's loss), the seed of its backward
                          // (the batch's loss_scaling: 1/m for the mean, the default); 0 on the other stages
   std::span<const param_t<S>> params{};  // as forward_ctx::params
+  // a bucketed mesh step (dp_options::buckets = N): in the stage's last weight backward of the step,
+  // N, and the signal behind gradients_ready; elsewhere 0 and none
+  int buckets = 0;
+  bucket_signal bucket_ready{};
+
+  /// Buckets 0 … b of weight_grad are written (bucket_of(weight_grad.size(), buckets, k): bucket 0
+  /// is the array's end, the last layers, which a backward reaches first): their reductions may
+  /// start while this backward goes on, which must then leave those elements alone. Optional —
+  /// what is not said ready is at the end of the backward — and a no-op where buckets is 0.
+  void gradients_ready(int b) const {
+    if (bucket_ready.fn && b >= 0 && b < buckets) bucket_ready.fn(bucket_ready.at, b);
+  }
 };
 
 template <class S>

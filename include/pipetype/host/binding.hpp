@@ -138,6 +138,15 @@ class op_lists {
     }
     if (group_open_ >= 0 && group_event_ >= 0) last_[static_cast<std::size_t>(group_event_)].end = end_pos;
   }
+  /// A mark: an op that does nothing, at whose end `event` counts as recorded, though passing it
+  /// publishes nothing: a bucketed backward right after it publishes it (host/mesh_binding.hpp).
+  void add_mark(int st, std::string label, int event, int index) {
+    bound_op b;
+    b.code = op_code::collective;
+    b.index = index;
+    add(b, st, std::move(label), -1, -1);
+    last_.at(static_cast<std::size_t>(event)) = {st, static_cast<int>(br_.ops[st].size())};
+  }
 
  private:
   struct rec {

@@ -57,6 +57,7 @@ struct collective_call {
   int rank = -1;                    // the global rank issuing it (messages)
   int stage = -1;                   // REDUCE_GRAD, UNSHARD, RESHARD
   int tie = -1;                     // TIE
+  int bucket = -1;                  // a bucket of a REDUCE_GRAD (its part of the gradient: `parts` point at it)
   std::vector<std::byte*> parts;    // this member's arrays: a stage's gradients or parameters; a tie: its stages'
   std::size_t elems = 0, size = 0;  // per array: elements and element size
   reduce_fn reduce = nullptr;       // sums (all-reduce, reduce-scatter, local sum)
@@ -156,8 +157,9 @@ class collectives {
   static std::string mismatch(const comm_state& s) {
     const collective_call& a = *s.at.front();
     for (const collective_call* b : s.at)
-      if (b->what != a.what || b->stage != a.stage || b->tie != a.tie || b->elems != a.elems || b->size != a.size ||
-          b->parts.empty() || (a.what == mesh_op_code::all_gather && b->parts.size() != 1) || b->held != a.held)
+      if (b->what != a.what || b->stage != a.stage || b->tie != a.tie || b->bucket != a.bucket || b->elems != a.elems ||
+          b->size != a.size || b->parts.empty() || (a.what == mesh_op_code::all_gather && b->parts.size() != 1) ||
+          b->held != a.held)
         return "pipetype::host: ranks " + std::to_string(a.rank) + " and " + std::to_string(b->rank) +
                " issue different collectives at one position of a communicator: " + a.label + " (" +
                std::to_string(a.elems) + " elements) and " + b->label + " (" + std::to_string(b->elems) + ")";

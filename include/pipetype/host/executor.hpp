@@ -120,6 +120,11 @@ class engine {
           workers_.push_back({r, st});
           endpoints_.push_back(fabric_.at(r));
         }
+    if (mesh_)  // a bucketed step's backwards publish their buckets on their rank's compute stream
+      for (bucket_marks& k : mesh_->marks) {
+        k.at = &sync_[static_cast<std::size_t>(k.rank)];
+        k.publish = [](void* at, int value) { publish(*static_cast<rank_sync*>(at), 0, value); };
+      }
     threads_ = std::make_unique<pipetype::detail::rank_threads>(static_cast<int>(workers_.size()));
   }
   engine(const engine&) = delete;
@@ -180,9 +185,14 @@ class engine {
     switch (op.code) {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
+        if (op.marks) [[unlikely]]
+          op.marks->done = 0;
         op.fn(op.obj, op, feed);
-        for (int k = 0; k < op.add_count; ++k)
-          op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
+        if (op.marks) [[unlikely]]  // a bucketed backward: the buckets it did not say ready, in order
+          pipetype::detail::add_buckets_through(op, op.marks->buckets - 1);
+        else
+          for (int k = 0; k < op.add_count; ++k)
+            op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
         s.computing.store(-1, std::memory_order_relaxed);
         break;
       case op_code::group:

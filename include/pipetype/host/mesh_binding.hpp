@@ -108,6 +108,7 @@ struct mesh_state {
   std::deque<copy_call> copies;
   std::vector<std::unique_ptr<param_pool>> params;  // per global rank, sharded: nullptr where no stage lends
   std::vector<int> stage_rank;                      // per plan stage: its pipeline rank
+  std::deque<bucket_marks> marks;                   // a bucketed step: its last weight backwards' buckets
 };
 
 struct mesh_binding_options {
@@ -307,6 +308,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       bound_op b;
       std::string label;
       int wait_event = o2.wait_event, record_event = o2.record_event;
+      bool force_record = false;  // a bucketed backward publishes its end, recording or not
       const auto i = static_cast<std::size_t>(&o2 - gops.data());
       if (o2.source >= 0) {  // the pipeline's op, as the replica bound it
         const auto [s, k] = where.at(static_cast<std::size_t>(o2.source));
@@ -319,6 +321,25 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.peer = o2.peer;
         }
         if (b.code == op_code::compute) b.params = held_slot(o2.stage, o2.param_slot);
+        if (o2.bucket_event >= 0) {
+          // a bucketed step's last weight backward: a mark op before it per bucket, whose position
+          // the bucket's reduction waits for; the backward publishes them as it adds each bucket
+          // (add_buckets_through), at its end at the latest (it records)
+          const int first = static_cast<int>(nr.ops[static_cast<std::size_t>(o2.stream)].size()) + 1;
+          for (int q = 0; q < mp.buckets; ++q)
+            lists.add_mark(o2.stream, "bucket " + std::to_string(q) + " of " + label, o2.bucket_event + q,
+                           static_cast<int>(i));
+          if (b.entry && b.entry->add_range) {
+            bucket_marks& mk = st.marks.emplace_back();
+            mk.buckets = mp.buckets;
+            mk.rank = g;
+            mk.first = first;
+            mk.elems = b.entry->weight_grad_elems;
+            mk.adds = nr.adds.data() + b.add_begin;
+            b.marks = &mk;
+          }
+          force_record = true;
+        }
         if (pool && b.code == op_code::compute) {
           b.stash = device_at(i);
           b.recomputed = ml.ops[i].scratch;  // (its RECOMPUTE, below, copies the replica's op: false)
@@ -413,7 +434,17 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
               (o2.code == mesh_op_code::all_gather ? b.taken : b.freed_after) =
                   static_cast<std::int8_t>(o2.code == mesh_op_code::all_gather ? 1 : -1);
             }
-            const std::size_t elems = size ? a.size() / size : 0;
+            std::size_t elems = size ? a.size() / size : 0;
+            if (o2.bucket >= 0) {  // a bucket of a REDUCE_GRAD: its part of the gradient (bucket_of)
+              if (elems != 0 && elems < static_cast<std::size_t>(mp.buckets))
+                throw shape_error(who + "stage " + std::to_string(s) + " has " + std::to_string(elems) +
+                                  " weight-gradient elements, fewer than the step's " + std::to_string(mp.buckets) +
+                                  " buckets");
+              const shard_range part = bucket_of(elems, mp.buckets, o2.bucket);
+              a = a.subspan(part.begin * size, part.size() * size);
+              elems = part.size();
+              call.bucket = o2.bucket;
+            }
             if (!call.parts.empty() && elems != call.elems)
               throw shape_error(who + "tie group " + std::to_string(o2.tie) + "'s tied gradients differ in size: " +
                                 std::to_string(call.elems) + " elements on stage " + std::to_string(stages.front()) +
@@ -439,6 +470,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         b.freed_after = ml.ops[i].freed_after;
       }
       lists.add(b, o2.stream, std::move(label), wait_event, record_event);
+      if (force_record) nr.ops[static_cast<std::size_t>(o2.stream)].back().record = true;
     }
   }
   return out;

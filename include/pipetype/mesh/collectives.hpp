@@ -165,12 +165,14 @@ constexpr std::vector<std::vector<int>> lookahead_windows(std::span<const action
 /// Ok, or why `o.buckets` cannot split the step's reductions: fewer than one, more than
 /// pipetype::limits::buckets, or more than one with FSDP (a bucketed reduce-scatter is not built).
 constexpr verdict check_buckets(const dp_options& o) {
-  if (o.buckets < 1) return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "a gradient reduction in fewer than one bucket");
+  if (o.buckets < 1)
+    return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "a gradient reduction in fewer than one bucket");
   if (o.buckets > limits::buckets)
     return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "more than 1024 buckets a stage (pipetype::limits::buckets)");
   if (o.buckets > 1 && o.shard && o.dp > 1)
-    return detail::misplaced(-1, -1, "REDUCE_GRAD", -1,
-                             "buckets with FSDP: a bucketed reduce-scatter is not built yet (buckets = 1 when sharded)");
+    return detail::misplaced(
+        -1, -1, "REDUCE_GRAD", -1,
+        "buckets with FSDP: a bucketed reduce-scatter is not built yet (buckets = 1 when sharded)");
   return {};
 }
 

@@ -69,9 +69,11 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
   if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::lower_mesh: collectives of another program");
   if (mem.ranks != p.ranks || mem.begin.size() != static_cast<std::size_t>(p.ranks) + 1)
     throw std::invalid_argument("pipetype::lower_mesh: memory actions of another program");
-  if (const verdict v = check_buckets(o); !v.ok()) throw std::invalid_argument(std::string("pipetype::lower_mesh: ") + v.detail);
+  if (const verdict v = check_buckets(o); !v.ok())
+    throw std::invalid_argument(std::string("pipetype::lower_mesh: ") + v.detail);
   const int buckets = m.dp > 1 ? o.buckets : 1;
-  if (const verdict v = check_mesh_ops(m, static_cast<long long>(l.ops.size() + c.ops.size() * static_cast<std::size_t>(buckets) + mem.ops.size()));
+  if (const verdict v = check_mesh_ops(
+          m, static_cast<long long>(l.ops.size() + c.ops.size() * static_cast<std::size_t>(buckets) + mem.ops.size()));
       !v.ok())
     throw std::length_error(std::string("pipetype::lower_mesh: ") + v.detail);
   mesh_program out;
@@ -247,7 +249,8 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
                                ? compute_of[static_cast<std::size_t>(k)]
                                : -1;
             mesh_op* wb = at >= 0 ? &mine[static_cast<std::size_t>(at)] : nullptr;
-            const bool early = wb && wb->stage == x.stage && (wb->what == kind::B || wb->what == kind::W) && wb->bucket_event < 0;
+            const bool early =
+                wb && wb->stage == x.stage && (wb->what == kind::B || wb->what == kind::W) && wb->bucket_event < 0;
             if (early) {
               wb->bucket_event = events;
               events += buckets;

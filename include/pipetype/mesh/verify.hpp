@@ -182,7 +182,8 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
     return refusal(errc::index_out_of_range, "a mesh program without one op list and one event pool per rank");
   }
   if (mp.buckets < 1 || mp.buckets > limits::buckets)
-    return refusal(errc::index_out_of_range, "a mesh program whose reductions have fewer than 1 or more than 1024 buckets");
+    return refusal(errc::index_out_of_range,
+                   "a mesh program whose reductions have fewer than 1 or more than 1024 buckets");
   auto member = [&](int comm, int g) {
     const std::vector<int>& ms = mp.comms[static_cast<std::size_t>(comm)].members;
     return std::binary_search(ms.begin(), ms.end(), g);
@@ -245,8 +246,8 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
         bucket_of_event[static_cast<std::size_t>(rec)] = -1;
       }
       if (o.bucket_event >= 0) {  // a backward's buckets: recorded while it runs, by the end of it
-        if (o.code != mesh_op_code::compute || (o.what != kind::B && o.what != kind::W) ||
-            !event_ok(o.bucket_event) || !event_ok(o.bucket_event + mp.buckets - 1))
+        if (o.code != mesh_op_code::compute || (o.what != kind::B && o.what != kind::W) || !event_ok(o.bucket_event) ||
+            !event_ok(o.bucket_event + mp.buckets - 1))
           return mesh_error(errc::event_misuse, mp, g, i,
                             "bucket events on an op that is no weight backward, or outside the rank's pool");
         for (int k = 0; k < mp.buckets; ++k) {
