@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include "mesh_stages.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -23,7 +25,7 @@ namespace pt = pipetype;
 namespace ph = pipetype::host;
 using namespace std::chrono_literals;
 
-constexpr std::size_t width = 5;  // 10 weight-gradient elements a stage
+using mesh_stages::width;  // 5: 10 weight-gradient elements a stage
 
 // h' = w ⊙ h + b, its weight gradient written bucket by bucket from the array's end; with
 // `Signal` it says each written (gradients_ready) and, after bucket 0 of the step's last
@@ -58,22 +60,7 @@ struct blin {
   }
 };
 
-struct mse {
-  using input = pt::tensor<float, width>;
-  using output = pt::tensor<float, 1>;
-  using target = pt::tensor<float, width>;
-  using weight_grad = pt::tensor<float, 0>;
-  std::span<float> weight_gradients() { return {}; }
-  void forward(const pt::forward_ctx<mse>& c) {
-    float l = 0;
-    for (std::size_t i = 0; i < width; ++i) l += 0.5f * (c.input[i] - c.target[i]) * (c.input[i] - c.target[i]);
-    *c.loss = l;
-  }
-  void backward_input(const pt::backward_ctx<mse>& c) {
-    for (std::size_t i = 0; i < width; ++i) c.grad_input[i] = c.loss_scale * (c.input[i] - c.target[i]);
-  }
-  void backward_weight(const pt::backward_ctx<mse>&) {}
-};
+using mesh_stages::mse;  // (its width is this file's)
 
 template <bool Signal>
 using model = pt::chain<blin<Signal>, blin<Signal>, blin<Signal>, mse>;
