@@ -7,7 +7,7 @@
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
-//                    [--dp D [--fsdp [--window W]] --param-mb X --dp-gbps B]
+//                    [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
 //                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
 //
@@ -59,7 +59,9 @@
 // With --fsdp (--window W: the stages a rank keeps gathered, 3 by default) it reports each rank's
 // parameter slots and the MB of parameters it holds: its shard of X and one slot per stage
 // gathered at once, each the size of a chunk (dp.param_slots, dp.param_mb_resident; a column
-// `param MB` beside exposed DP).
+// `param MB` beside exposed DP). --buckets N (not with --fsdp) splits each stage's reduction into
+// N all-reduces of 1/N of its parameters each, bucket b ready once b + 1 Nths of the stage's last
+// backward have run, as DDP's buckets overlap the backward (dp.buckets).
 // --offload and --recompute add memory actions (docs/13_memory.md): OFFLOAD/RELOAD of a
 // microbatch's saved activation over each rank's host link, RECOMPUTE of a forward before its
 // backward, placed by the pass (all, or auto: what costs at most 2 % of the step, and with
@@ -136,6 +138,8 @@ struct args {
   bool fsdp = false;                                                                         // --fsdp
   int window = 3;                                                                            // --window
   bool window_given = false;
+  int buckets = 1;  // --buckets
+  bool buckets_given = false;
   double param_mb = 0, dp_gbps = 0;                                                          // --param-mb, --dp-gbps
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;  // --offload, --recompute
   double act_mb = 0, input_mb = -1, pcie_gbps = 0,
@@ -155,7 +159,7 @@ constexpr const char* usage =
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
-    "         [--forward-only] [--dp D [--fsdp [--window W]] --param-mb X --dp-gbps B]\n"
+    "         [--forward-only] [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
@@ -298,6 +302,9 @@ args parse(int argc, char** argv) {
     } else if (flag == "--window") {
       a.window = static_cast<int>(to_number(flag, v, true));
       a.window_given = true;
+    } else if (flag == "--buckets") {
+      a.buckets = static_cast<int>(std::min(to_number(flag, v, true), 1e6));
+      a.buckets_given = true;
     } else if (flag == "--param-mb" || flag == "--dp-gbps") {
       (flag == "--param-mb" ? a.param_mb : a.dp_gbps) = to_number(flag, v, false);
     } else if (flag == "--offload" || flag == "--recompute") {
@@ -344,6 +351,12 @@ args parse(int argc, char** argv) {
   if (a.window_given && !a.fsdp)
     usage_error("--window is FSDP's (the stages a rank keeps gathered at once): give --fsdp too");
   if (a.window < 1) usage_error("--window must be at least 1 (a stage gathered at a time)");
+  if (a.buckets_given && a.dp == 1)
+    usage_error("--buckets splits data parallelism's gradient reductions: give --dp D (D ≥ 2) too");
+  if (a.buckets < 1) usage_error("--buckets must be at least 1 (a stage's gradients in one reduction)");
+  if (a.buckets > pt::limits::buckets) usage_error("--buckets is at most 1024 (pipetype::limits::buckets)");
+  if (a.buckets > 1 && a.fsdp)
+    usage_error("--buckets with --fsdp: a bucketed reduce-scatter is not built yet (leave --buckets out)");
   if (a.dp > 1 && a.forward_only) usage_error("--dp reduces gradients: a --forward-only plan has none");
   if ((a.memory() || a.input_mb >= 0 || a.pcie_gbps > 0) && !(a.act_mb > 0))
     usage_error(
@@ -552,7 +565,11 @@ std::string mesh_refusal(pt::program_view p) {
 /// for the report, the JSON, the placement and the CSV).
 bool sharded(const args& a) { return a.fsdp || (file_collectives && file_shards); }
 pt::dp_options dp_options_of(const args& a) {
-  return {.dp = a.dp, .shard = sharded(a), .window = a.window};
+  return {.dp = a.dp, .shard = sharded(a), .window = a.window, .buckets = a.buckets};
+}
+/// ", each reduction in N buckets" with --buckets N > 1; else "".
+std::string buckets_text(const args& a) {
+  return a.buckets > 1 ? ", each reduction in " + std::to_string(a.buckets) + " buckets" : "";
 }
 /// The collectives' costs: a chunk holds 1/v of a rank share's parameters; bytes per time unit
 /// (1 ms) from GB/s.
@@ -601,7 +618,7 @@ std::string dp_json(const dp_figures& f, const args& a) {
   if (!f.error.empty()) return out + ", \"error\": " + json_string(f.error) + "}";
   out += ", \"makespan\": " + num(f.makespan) + ", \"makespan_without\": " + num(f.without) +
          ", \"exposed_dp\": " + num(f.exposed) + ", \"collectives\": " + std::to_string(f.collectives) +
-         ", \"communicators\": " + std::to_string(f.communicators);
+         ", \"communicators\": " + std::to_string(f.communicators) + ", \"buckets\": " + std::to_string(a.buckets);
   if (!f.param_slots.empty()) {
     out += ", \"window\": " + std::to_string(a.window) + ", \"param_slots\": [";
     for (std::size_t k = 0; k < f.param_slots.size(); ++k) out += (k ? ", " : "") + std::to_string(f.param_slots[k]);
@@ -934,9 +951,9 @@ int print_all(const args& a) {
   for (const auto& [name, why] : skipped) std::printf("%-18s skipped: %s\n", name.c_str(), why.c_str());
   if (a.dp > 1)
     std::printf(
-        "exposed DP: the step over %d replicas%s (%g MB of parameters per rank share at %g GB/s, 1 time unit = 1 ms) "
+        "exposed DP: the step over %d replicas%s (%g MB of parameters per rank share at %g GB/s, 1 time unit = 1 ms%s) "
         "less the same plan without its collectives%s\n",
-        a.dp, a.fsdp ? " with FSDP" : "", a.param_mb, a.dp_gbps,
+        a.dp, a.fsdp ? " with FSDP" : "", a.param_mb, a.dp_gbps, buckets_text(a).c_str(),
         sharded(a) ? ("; param MB: the largest rank's parameters held (its shard and window " + std::to_string(a.window) +
                       "'s slots, each its largest chunk)")
                          .c_str()
@@ -1255,11 +1272,11 @@ int main(int argc, char** argv) {
       plan.lowered().ops.size(), nc, nc == 1 ? "" : "s");
   if (dp)
     std::printf(
-        "\ndata parallel: %d replicas%s, %g MB of parameters per rank share at %g GB/s (1 time unit = 1 ms): %d "
+        "\ndata parallel: %d replicas%s, %g MB of parameters per rank share at %g GB/s (1 time unit = 1 ms)%s: %d "
         "collectives on %d communicators, proved deadlock-free with the transfers; step %g, %g without its "
         "collectives: exposed_dp %g\n",
-        a.dp, sharded(a) ? " (FSDP)" : "", a.param_mb, a.dp_gbps, dp->collectives, dp->communicators,
-        dp->makespan, dp->without, dp->exposed);
+        a.dp, sharded(a) ? " (FSDP)" : "", a.param_mb, a.dp_gbps, buckets_text(a).c_str(), dp->collectives,
+        dp->communicators, dp->makespan, dp->without, dp->exposed);
   if (dp && !dp->param_slots.empty()) {
     std::printf("parameters per rank under FSDP (window %d): slots", a.window);
     for (std::size_t k = 0; k < dp->param_slots.size(); ++k) std::printf("%s%d", k ? ", " : " ", dp->param_slots[k]);
