@@ -2,7 +2,7 @@
 //
 //   gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
 //       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--eval] [--json] [--dump DIR]
-//       [--dp D] [--fsdp] [--tie-embeddings] [--offload none|auto|all] [--recompute none|auto|all]
+//       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--offload none|auto|all] [--recompute none|auto|all]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
@@ -24,7 +24,10 @@
 // parameters gathered before use and released after); --tie-embeddings ties lm_head.weight to
 // wte.weight, whose gradients one tie-group all-reduce sums. The first step's gradients are then
 // compared with reference_step_dp (each replica's microbatches in order, replicas in order), and
-// --json adds dp, fsdp, tied, replicas_agree and tied_copies_equal.
+// --json adds dp, fsdp, tied, replicas_agree and tied_copies_equal. --buckets N splits each
+// stage's reduction into N all-reduces; the stages write their weight gradients from the last
+// layer back and release each bucket as soon as its layers are written (ctx.gradients_written_from),
+// so the first buckets are reduced while the backward still runs (docs/12 §12.5); --json adds buckets.
 // --offload and --recompute add memory actions (docs/13_memory.md): each microbatch's stash (what
 // a stage keeps for its backward beside its input) and its input copied to a host pool after its
 // forward and back before its backward on a copy stream per rank, or the stash dropped and rebuilt
@@ -66,7 +69,7 @@ namespace ph = pipetype::host;
 constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
-    "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--tie-embeddings]\n"
+    "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--buckets N] [--tie-embeddings]\n"
     "           [--offload none|auto|all] [--recompute none|auto|all]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
@@ -130,7 +133,7 @@ int main(int argc, char** argv) try {
   const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
   try {
     if (meshed) {
-      pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
+      pt::dp_options o{.dp = a.dp, .shard = a.fsdp, .buckets = a.buckets};
       if (a.tie) o.ties = {{0, S - 1}};
       mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas,
                   ph::mesh_options{.exec = run_options, .memory = actions});
@@ -259,6 +262,7 @@ int main(int argc, char** argv) try {
                   // FSDP's shards): null says "not checked", never a true nobody tested
                   a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false",
                   tied_equal ? "true" : "false");
+    if (meshed) std::printf(", \"buckets\": %d", a.buckets);
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
     if (mem) mem->print_json();

@@ -40,7 +40,9 @@
   "--dump DIR: the initial weights, the first batch, its loss and gradients as .npy (needs full-length\n"      \
   "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"                   \
   "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"               \
-  "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"
+  "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"         \
+  "--buckets N: each stage's gradient reduction as N all-reduces, each started once the backward has\n"        \
+  "            written its part (needs --dp; not with --fsdp)\n"
 
 namespace gpt {
 
@@ -49,7 +51,7 @@ namespace pt = pipetype;
 /// The flags of a run (examples/gpt's usage lists them).
 struct run_args {
   std::string schedule = "1f1b";
-  int ranks = 4, microbatches = 8, chunks = 0, steps = 200, dp = 1;
+  int ranks = 4, microbatches = 8, chunks = 0, steps = 200, dp = 1, buckets = 1;
   int intra = 1;  // torch_gpt: LibTorch's intra-op threads
   bool fsdp = false, tie = false;
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
@@ -84,6 +86,8 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
       a.ranks = cli.whole(f, v, 1, 64);
     else if (f == "--dp")
       a.dp = cli.whole(f, v, 1, 16);
+    else if (f == "--buckets")
+      a.buckets = cli.whole(f, v, 1, 1024);
     else if (f == "--offload" || f == "--recompute") {
       if (v != "none" && v != "auto" && v != "all") cli.fail(f + " is none, auto or all, got '" + v + "'");
       (f == "--offload" ? a.offload : a.recompute) = v == "all"    ? pt::memory_policy::all
@@ -120,6 +124,9 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
     } else
       cli.fail("unknown argument '" + f + "'\n" + cli.usage);
   }
+  if (a.buckets > 1 && a.dp < 2)
+    cli.fail("--buckets splits the data-parallel gradient reduction: give --dp D (D >= 2) too");
+  if (a.buckets > 1 && a.fsdp) cli.fail("--buckets with --fsdp: a bucketed reduce-scatter is not built yet");
   if (a.model.width % a.model.heads != 0)
     cli.fail("--width " + std::to_string(a.model.width) + " is no multiple of --heads " +
              std::to_string(a.model.heads));

@@ -181,13 +181,20 @@ class stage {
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
     float* wg = c.weight_grad.data();
-    if (first_) embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, wg, t);
-    for (int k = 0; k < blocks_; ++k)
+    // the last layer first, as the backward's data flows: each layer's weight gradient depends on
+    // its stash only, so the order changes no bit, and with buckets (c.buckets) each bucket is
+    // released for its reduction once every layer it covers is written
+    if (last_) {
+      head_backward_weight(c_, param(c, head_offset()), act(s, blocks_), s + head_stash_, wg + head_offset(), t);
+      c.gradients_written_from(static_cast<std::size_t>(head_offset()));
+    }
+    for (int k = blocks_ - 1; k >= 0; --k) {
       block_backward_weight(c_, param(c, block_offset(k)), block_input(c, k),
                             s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_),
                             wg + block_offset(k), t);
-    if (last_)
-      head_backward_weight(c_, param(c, head_offset()), act(s, blocks_), s + head_stash_, wg + head_offset(), t);
+      c.gradients_written_from(static_cast<std::size_t>(block_offset(k)));
+    }
+    if (first_) embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, wg, t);
   }
 
   /// Adam on this stage's parameters with its summed gradients, which it then zeroes.

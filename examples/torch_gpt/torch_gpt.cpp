@@ -172,7 +172,7 @@ stage_t make_stage(decoder_part part, bool tied) {
 constexpr const char* usage =
     "usage: torch_gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "                 [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--json]\n"
-    "                 [--eval] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--tie-embeddings]\n"
+    "                 [--eval] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--buckets N] [--tie-embeddings]\n"
     "                 [--recompute none|all [--offload none|auto|all]] [--intra-threads K]\n"
     "examples/gpt's model and flags with LibTorch's modules as the stages (docs/14_libtorch.md)\n" GPT_RUN_FLAGS_HELP
     "--eval: after training, the loss on held-back text under the forward-only plan\n"
@@ -319,7 +319,7 @@ int main(int argc, char** argv) try {
   try {
     if (meshed)
     {
-      pt::dp_options o{.dp = a.dp, .shard = a.fsdp};
+      pt::dp_options o{.dp = a.dp, .shard = a.fsdp, .buckets = a.buckets};
       if (a.tie) o.ties = {{0, S - 1}};
       mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas,
                   ph::mesh_options{.exec = run_options, .memory = actions});

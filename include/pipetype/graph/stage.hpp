@@ -119,6 +119,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "pipetype/core/mesh.hpp"
 #include "pipetype/graph/tensors.hpp"
 
 namespace pipetype {
@@ -382,6 +383,14 @@ struct backward_ctx {
   /// what is not said ready is at the end of the backward — and a no-op where buckets is 0.
   void gradients_ready(int b) const {
     if (bucket_ready.fn && b >= 0 && b < buckets) bucket_ready.fn(bucket_ready.at, b);
+  }
+  /// Every element of weight_grad from `from` to its end is written (a backward that goes from
+  /// the last layer back, having finished the layer that begins at `from`): the buckets wholly in
+  /// there are ready. A no-op where buckets is 0.
+  void gradients_written_from(std::size_t from) const {
+    int b = -1;
+    while (b + 1 < buckets && bucket_of(weight_grad.size(), buckets, b + 1).begin >= from) ++b;
+    if (b >= 0) gradients_ready(b);
   }
 };
 
