@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <deque>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +39,8 @@ struct blin {
   float p[2 * width] = {1, -2, 0.5f, 1.5f, -0.75f, 0.1f, -0.2f, 0.3f, 0, 0.25f};
   float acc[2 * width] = {};
   std::chrono::milliseconds pause{0};
-  int buckets_seen = 0;  // the most buckets a backward was told of
+  int buckets_seen = 0;             // the most buckets a backward was told of
+  bool throw_after_bucket = false;  // the step's last backward throws once bucket 0 is released
   std::span<float> weight_gradients() { return acc; }
   std::span<float> parameters() { return p; }
   void forward(const pt::forward_ctx<blin>& c) {
@@ -55,6 +57,7 @@ struct blin {
       for (std::size_t i = part.begin; i < part.end; ++i)
         c.weight_grad[i] = i < width ? c.grad_output[i] * c.input[i] : c.grad_output[i - width];
       if constexpr (Signal) c.gradients_ready(b);
+      if (b == 0 && c.buckets > 0 && throw_after_bucket) throw std::runtime_error("injected after bucket 0");
       if (b == 0 && c.buckets > 0) std::this_thread::sleep_for(pause);
     }
   }
@@ -174,6 +177,40 @@ TEST_CASE("host buckets: a stage with fewer weight-gradient elements than bucket
   CHECK_THROWS_WITH_AS((ph::mesh_executor{plan, pt::mesh{4, 2}, pt::dp_options{.dp = 2, .buckets = 11}, r.ptrs}),
                        doctest::Contains("stage 0 has 10 weight-gradient elements, fewer than the step's 11 buckets"),
                        pt::shape_error);
+}
+
+TEST_CASE(
+    "host buckets: a backward that throws after releasing a bucket ends the step on every rank, and the next runs") {
+  const int D = 2, m = 4;
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 4, m));
+  const pt::dp_options o{.dp = D, .buckets = 2};
+  run<true> r(D, m);
+  r.models[1].template stage<0>().throw_after_bucket = true;  // replica 1's stage 0, once bucket 0 is out
+  ph::mesh_executor ex{plan, pt::mesh{4, D}, o, r.ptrs, {.exec = {.deadline = 20s}}};
+  try {
+    ex.step(r.b);
+    FAIL("the step should have failed");
+  } catch (const ph::step_error& e) {
+    CHECK(e.cause() == pt::failure_cause::stage_threw);
+    CHECK(std::string(e.what()).find("threw: injected after bucket 0") != std::string::npos);
+    CHECK(e.failures().size() == ex.failures().size());
+    bool other_stopped = false;  // replica 0's rank 0, whose bucket 1 reduction waits for the thrower
+    for (const pt::failure& f : e.failures()) other_stopped = other_stopped || f.cause == pt::failure_cause::aborted;
+    CHECK(other_stopped);
+  }
+  // the next step, from zero gradients: what a fresh executor's first step gives
+  r.models[1].template stage<0>().throw_after_bucket = false;
+  for (model<true>& mo : r.models) {
+    for (float& v : mo.template stage<0>().acc) v = 0;
+    for (float& v : mo.template stage<1>().acc) v = 0;
+    for (float& v : mo.template stage<2>().acc) v = 0;
+  }
+  ex.step(r.b);
+  CHECK(ex.failures().empty());
+  run<true> fresh(D, m);
+  ph::mesh_executor ex2{plan, pt::mesh{4, D}, o, fresh.ptrs, {.exec = {.deadline = 20s}}};
+  ex2.step(fresh.b);
+  CHECK(r.grads() == fresh.grads());
 }
 
 }  // namespace test_host_buckets

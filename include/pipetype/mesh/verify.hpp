@@ -190,7 +190,8 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   };
   const auto n = static_cast<std::size_t>(N);
   x.rank_of.assign(n, -1), x.waits_on.assign(n, -1), x.group_of.assign(n, -1), x.group_end.assign(n, -1);
-  x.partner.assign(n, -1), x.coll_pos.assign(n, -1), x.waits_bucket.assign(n, -1);
+  x.partner.assign(n, -1), x.coll_pos.assign(n, -1);
+  x.waits_bucket.assign(mp.buckets > 1 ? n : 0, -1);  // (a step without buckets: none, and no cost)
   x.colls.assign(static_cast<std::size_t>(C), {});
   for (int c = 0; c < C; ++c)
     x.colls[static_cast<std::size_t>(c)].resize(mp.comms[static_cast<std::size_t>(c)].members.size());
@@ -200,7 +201,7 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
   for (int g = 0; g < G; ++g) {
     const int b = mp.begin[static_cast<std::size_t>(g)], e = mp.begin[static_cast<std::size_t>(g) + 1];
     std::vector<int> last_record(static_cast<std::size_t>(mp.events[static_cast<std::size_t>(g)]), -1);
-    std::vector<int> bucket_of_event(last_record.size(), -1);  // recorded by a backward as it writes a bucket
+    std::vector<int> bucket_of_event(mp.buckets > 1 ? last_record.size() : 0, -1);  // recorded by a backward
     auto event_ok = [&](int ev) { return ev >= 0 && ev < static_cast<int>(last_record.size()); };
     for (int i = b; i < e; ++i) {
       const mesh_op& o = mp.ops[static_cast<std::size_t>(i)];
@@ -213,7 +214,7 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
         if (!event_ok(wait) || last_record[static_cast<std::size_t>(wait)] < 0)
           return mesh_error(errc::event_misuse, mp, g, i, "a wait on an event never recorded before it");
         x.waits_on[static_cast<std::size_t>(i)] = last_record[static_cast<std::size_t>(wait)];
-        x.waits_bucket[static_cast<std::size_t>(i)] = bucket_of_event[static_cast<std::size_t>(wait)];
+        if (mp.buckets > 1) x.waits_bucket[static_cast<std::size_t>(i)] = bucket_of_event[static_cast<std::size_t>(wait)];
       }
       if (o.code == mesh_op_code::group) {
         if (o.stream != static_cast<int>(stream_id::comm))
@@ -243,10 +244,10 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
       if (rec >= 0 || o.code == mesh_op_code::record) {
         if (!event_ok(rec)) return mesh_error(errc::event_misuse, mp, g, i, "an event outside the rank's pool");
         last_record[static_cast<std::size_t>(rec)] = i;
-        bucket_of_event[static_cast<std::size_t>(rec)] = -1;
+        if (mp.buckets > 1) bucket_of_event[static_cast<std::size_t>(rec)] = -1;
       }
       if (o.bucket_event >= 0) {  // a backward's buckets: recorded while it runs, by the end of it
-        if (o.code != mesh_op_code::compute || (o.what != kind::B && o.what != kind::W) || !event_ok(o.bucket_event) ||
+        if (mp.buckets < 2 || o.code != mesh_op_code::compute || (o.what != kind::B && o.what != kind::W) || !event_ok(o.bucket_event) ||
             !event_ok(o.bucket_event + mp.buckets - 1))
           return mesh_error(errc::event_misuse, mp, g, i,
                             "bucket events on an op that is no weight backward, or outside the rank's pool");
@@ -363,7 +364,7 @@ constexpr void run_mesh(const mesh_program& mp, const mesh_index& x, const std::
         const int i = q[run.pc[l]];
         const int w = x.waits_on[static_cast<std::size_t>(i)];
         double ready = w >= 0 ? run.end[static_cast<std::size_t>(w)] : 0.0;
-        if (const int b = x.waits_bucket[static_cast<std::size_t>(i)]; b >= 0 && b + 1 < mp.buckets)
+        if (const int b = mp.buckets > 1 ? x.waits_bucket[static_cast<std::size_t>(i)] : -1; b >= 0 && b + 1 < mp.buckets)
           ready = run.start[static_cast<std::size_t>(w)] +
                   (ready - run.start[static_cast<std::size_t>(w)]) * (b + 1) / mp.buckets;
         const double at = std::max(run.clock[l], ready);
