@@ -69,22 +69,11 @@ template <bool Signal>
 using model = pt::chain<blin<Signal>, blin<Signal>, blin<Signal>, mse>;
 
 template <bool Signal>
-struct run {
-  std::deque<model<Signal>> models;
-  std::vector<model<Signal>*> ptrs;
-  std::vector<float> x, t;
-  pt::batch b;
-  run(int replicas, int microbatches) {
-    for (int d = 0; d < replicas; ++d) ptrs.push_back(&models.emplace_back());
-    for (int j = 0; j < replicas * microbatches * static_cast<int>(width); ++j) {
-      x.push_back(static_cast<float>(j % 7 - 3) * 0.37f);
-      t.push_back(static_cast<float>((5 * j) % 3) * 0.5f);
-    }
-    b.input(x).target(t);
-  }
+struct run : mesh_stages::replicas_with_batch<model<Signal>> {
+  using mesh_stages::replicas_with_batch<model<Signal>>::replicas_with_batch;
   std::vector<float> grads() {
     std::vector<float> g;
-    for (model<Signal>& m : models) {
+    for (model<Signal>& m : this->models) {
       auto add = [&](const auto& s) { g.insert(g.end(), std::begin(s.acc), std::end(s.acc)); };
       add(m.template stage<0>()), add(m.template stage<1>()), add(m.template stage<2>());
     }

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <cstddef>
+#include <deque>
 #include <span>
 #include <stdexcept>
+#include <vector>
 
 namespace mesh_stages {
 
@@ -75,6 +77,24 @@ struct mse {
     for (std::size_t i = 0; i < width; ++i) c.grad_input[i] = c.loss_scale * (c.input[i] - c.target[i]);
   }
   void backward_weight(const pt::backward_ctx<mse>&) {}
+};
+
+/// `replicas` models of one type, and a global batch of `microbatches` a replica for them (inputs
+/// and targets of `width` floats a microbatch).
+template <class Model>
+struct replicas_with_batch {
+  std::deque<Model> models;
+  std::vector<Model*> ptrs;
+  std::vector<float> x, t;
+  pt::batch b;
+  replicas_with_batch(int replicas, int microbatches) {
+    for (int d = 0; d < replicas; ++d) ptrs.push_back(&models.emplace_back());
+    for (int j = 0; j < replicas * microbatches * static_cast<int>(width); ++j) {
+      x.push_back(static_cast<float>(j % 7 - 3) * 0.37f);
+      t.push_back(static_cast<float>((5 * j) % 3) * 0.5f);
+    }
+    b.input(x).target(t);
+  }
 };
 
 }  // namespace mesh_stages

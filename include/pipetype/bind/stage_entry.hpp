@@ -86,6 +86,9 @@ using bytes_fn = std::span<std::byte> (*)(void* stage, int tie);
 /// given; writes the sum to parts [keep_begin, keep_end) and leaves the others as they were.
 using reduce_fn = void (*)(std::byte* const* parts, int n, std::size_t begin, std::size_t end, int keep_begin,
                            int keep_end);
+/// Σ x² over elements [begin, end) of an array of the stage's weight-gradient type, in double and
+/// in element order (GRAD_NORM's part of one array).
+using sumsq_fn = double (*)(const std::byte* array, std::size_t begin, std::size_t end);
 /// Fills [begin, end) of an array of the stage's parameter type with NaN (a floating type; no-op else).
 using poison_fn = void (*)(std::byte* array, std::size_t begin, std::size_t end);
 
@@ -132,6 +135,7 @@ struct stage_entry {
   bytes_fn params_of = nullptr;            // parameters()
   bytes_fn tied_of = nullptr;              // tied_gradients(tie)
   reduce_fn reduce = nullptr;              // over weight_grad's element type
+  sumsq_fn sumsq = nullptr;                // likewise (GRAD_NORM)
   poison_fn poison = nullptr;              // over parameters()' element type
   std::size_t param_size = 0;              // parameters()' element size
   std::size_t param_elems = 0;             // parameters()' elements, at binding
@@ -508,6 +512,14 @@ void add_weight_grad(void* s, const std::byte* g, void* stream) {
   }
 }
 
+template <class T>
+double sum_of_squares(const std::byte* a, std::size_t begin, std::size_t end) {
+  const auto* x = reinterpret_cast<const T*>(a);
+  double s = 0;
+  for (std::size_t i = begin; i < end; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
+}
+
 template <class S>
 void add_weight_grad_range(void* s, const std::byte* g, std::size_t begin, std::size_t end) {
   const std::span<weight_grad_t<S>> acc = static_cast<S*>(s)->weight_gradients();
@@ -630,6 +642,7 @@ stage_entry entry_of(S& s) {
     e.weight_grads_of = &weight_grads_bytes<S>;
     if constexpr (requires(weight_grad_t<S> & a, const weight_grad_t<S>& b) { a += b; })
       e.reduce = &reduce_parts<weight_grad_t<S>>;
+    if constexpr (std::is_arithmetic_v<weight_grad_t<S>>) e.sumsq = &sum_of_squares<weight_grad_t<S>>;
     e.grad_kind = elem_kind_of<weight_grad_t<S>>();
   }
   if constexpr (has_tied_gradients<S>) e.tied_of = &tied_bytes<S>;

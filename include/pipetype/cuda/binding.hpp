@@ -610,6 +610,10 @@ struct device_binding {
         return;
       case mesh_op_code::release:
         return;
+      case mesh_op_code::grad_norm:
+        throw std::invalid_argument(who() +
+                                    ": the step has a GRAD_NORM (dp_options::grad_norm), which the device "
+                                    "executor does not issue yet (it needs a device sum of squares)");
       case mesh_op_code::local_sum:
         throw std::invalid_argument(who() + ": tie group " + std::to_string(m.tie) +
                                     " has all its stages on this rank: their sum would need a device add pipetype "

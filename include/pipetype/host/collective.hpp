@@ -18,7 +18,10 @@
 //                   outside its shard a member keeps its own partial sums (as the device
 //                   executor, which copies only its shard back from NCCL's in-place result);
 //   all-gather      member k's shard of its array is copied into every member's array (of
-//                   parameters pipetype holds: member k's shard, into every member's slot).
+//                   parameters pipetype holds: member k's shard, into every member's slot);
+//   GRAD_NORM       the sum, in double, over the members in order and each member's parts in
+//                   order, of Σ x² over the part (itself summed in element order): every member
+//                   gets the same total (mesh_binding.hpp says which parts a member has).
 // A `local_sum` (a tie group within one rank) is the all-reduce of one member; a `release` (FSDP's
 // RESHARD) fills what the member does not own with NaN when asked to (collective_call::poison),
 // so that a stage computing on released parameters shows it in its loss instead of silently
@@ -67,6 +70,15 @@ struct collective_call {
   // the whole slot. nullptr: the part is the stage's own array, holding its shard in place
   const std::byte* shard = nullptr;
   bool held = false;
+  // GRAD_NORM: this member's parts of the squared norm, each [begin, end) of one array, in order
+  // (none: it adds nothing), and where the total goes on this member
+  struct norm_part {
+    const std::byte* array = nullptr;
+    std::size_t begin = 0, end = 0;
+    sumsq_fn sumsq = nullptr;
+  };
+  std::vector<norm_part> norm_parts;
+  double* norm_sum = nullptr;
   collectives* fabric = nullptr;
   std::string label;  // "REDUCE_GRAD(3) on communicator 5", for messages
 };
@@ -157,9 +169,11 @@ class collectives {
   static std::string mismatch(const comm_state& s) {
     const collective_call& a = *s.at.front();
     for (const collective_call* b : s.at)
-      if (b->what != a.what || b->stage != a.stage || b->tie != a.tie || b->bucket != a.bucket || b->elems != a.elems ||
-          b->size != a.size || b->parts.empty() || (a.what == mesh_op_code::all_gather && b->parts.size() != 1) ||
-          b->held != a.held)
+      if (b->what != a.what ||
+          (a.what != mesh_op_code::grad_norm &&  // (GRAD_NORM: a member may add nothing, each its own arrays)
+           (b->stage != a.stage || b->tie != a.tie || b->bucket != a.bucket || b->elems != a.elems ||
+            b->size != a.size || b->parts.empty() || (a.what == mesh_op_code::all_gather && b->parts.size() != 1) ||
+            b->held != a.held)))
         return "pipetype::host: ranks " + std::to_string(a.rank) + " and " + std::to_string(b->rank) +
                " issue different collectives at one position of a communicator: " + a.label + " (" +
                std::to_string(a.elems) + " elements) and " + b->label + " (" + std::to_string(b->elems) + ")";
@@ -182,6 +196,14 @@ class collectives {
   static void combine(comm_state& s) {
     const collective_call& a = *s.at.front();
     const int n = static_cast<int>(s.at.size());
+    if (a.what == mesh_op_code::grad_norm) {
+      double total = 0;
+      for (const collective_call* c : s.at)
+        for (const collective_call::norm_part& q : c->norm_parts) total += q.sumsq(q.array, q.begin, q.end);
+      for (collective_call* c : s.at)
+        if (c->norm_sum) *c->norm_sum = total;
+      return;
+    }
     if (a.what == mesh_op_code::all_gather) {
       for (int k = 0; k < n; ++k) {
         const shard_range own = shard_of(a.elems, n, k);

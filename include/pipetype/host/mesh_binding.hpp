@@ -109,6 +109,7 @@ struct mesh_state {
   std::vector<std::unique_ptr<param_pool>> params;  // per global rank, sharded: nullptr where no stage lends
   std::vector<int> stage_rank;                      // per plan stage: its pipeline rank
   std::deque<bucket_marks> marks;                   // a bucketed step: its last weight backwards' buckets
+  std::vector<double> grad_norm_sq;                 // per global rank: the last GRAD_NORM's total (Σ x²)
 };
 
 struct mesh_binding_options {
@@ -187,6 +188,40 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
   out.batch = st.replicas.front().batch;
   out.rank.resize(static_cast<std::size_t>(m.size()));
   const int L = p.lane_length();
+  // GRAD_NORM's parts on global rank g: per stage of its pipeline rank, in stage order, the reduced
+  // gradient's elements this rank answers for — its own shard when sharded, all of them on
+  // replica 0 otherwise (the replicas hold the same sums), none elsewhere — less a tied
+  // parameter's span on every stage of its tie group but the first (counted once)
+  st.grad_norm_sq.assign(static_cast<std::size_t>(m.size()), 0.0);
+  auto norm_parts_of = [&](collective_call& call, int g, int r, int d, auto&& entry_of) {
+    call.norm_sum = &st.grad_norm_sq[static_cast<std::size_t>(g)];
+    for (int s = 0; s < p.stages; ++s) {
+      if (p.stage_rank[static_cast<std::size_t>(s)] != r) continue;
+      const stage_entry& e = entry_of(s);
+      std::size_t size = 0;
+      const std::span<std::byte> a = pipetype::detail::collective_array(e, false, -1, s, size, "pipetype::host");
+      const std::size_t n = size ? a.size() / size : 0;
+      if (n == 0) continue;
+      if (!e.sumsq)
+        throw shape_error("pipetype::host: stage " + std::to_string(s) +
+                          "'s weight gradients are of no arithmetic type: GRAD_NORM cannot square them");
+      shard_range own = o.shard && m.dp > 1 ? shard_of(n, m.dp, d) : shard_range{0, d == 0 ? n : 0};
+      shard_range skip{};  // a tied span counted on its group's first stage only
+      for (int t = 0; t < static_cast<int>(mp.ties.size()); ++t) {
+        const std::vector<int>& grp = mp.ties[static_cast<std::size_t>(t)];
+        if (std::find(grp.begin(), grp.end(), s) == grp.end() || *std::min_element(grp.begin(), grp.end()) == s)
+          continue;
+        const std::span<std::byte> tied = e.tied_of ? e.tied_of(e.obj, t) : std::span<std::byte>{};
+        const auto at = static_cast<std::size_t>(tied.data() - a.data()) / size;
+        skip = {at, at + tied.size() / size};
+      }
+      auto part = [&](std::size_t b0, std::size_t e0) {
+        if (b0 < e0) call.norm_parts.push_back({a.data(), b0, e0, e.sumsq});
+      };
+      part(own.begin, std::min(own.end, skip.size() ? skip.begin : own.end));
+      if (skip.size()) part(std::max(own.begin, skip.end), own.end);
+    }
+  };
   for (int g = 0; g < m.size(); ++g) {
     const int r = m.pipeline_rank(g), d = m.replica(g);
     st.replica_of[static_cast<std::size_t>(g)] = d;
@@ -408,6 +443,16 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           } else if (o2.code == mesh_op_code::release) {
             call.members = m.dp;  // the DP group's shards: replica d owns shard d
             call.member = d;
+          }
+          if (o2.code == mesh_op_code::grad_norm) {
+            norm_parts_of(call, g, r, d, entry_of);
+            call.label = pipetype::detail::mesh_op_label(o2);
+            label = call.label;
+            b.fn = &detail::run_collective_call;
+            b.obj = &call;
+            b.index = static_cast<int>(i);
+            lists.add(b, o2.stream, std::move(label), wait_event, record_event);
+            continue;
           }
           // the stages whose arrays it works on: its stage, or the tie group's stages on this rank
           std::vector<int> stages;

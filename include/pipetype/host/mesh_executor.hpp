@@ -39,6 +39,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -177,6 +178,17 @@ class mesh_executor {
   const mesh& shape() const noexcept { return state().shape; }
   /// How every thread that had not finished ended the last step (empty when it succeeded).
   const std::vector<failure>& failures() const noexcept { return engine_->failures(); }
+  /// With dp_options::grad_norm, after a step: the L2 norm of its reduced gradients over the
+  /// whole mesh, every stage's once and a tied parameter's once, as GRAD_NORM summed it (√ of
+  /// Σ over global ranks in order, each rank's stages in order, of Σ x² over what the rank
+  /// answers for: its own shard when sharded, else replica 0's whole gradients); every rank got
+  /// the same. std::logic_error when the step has no GRAD_NORM.
+  double grad_norm() const {
+    const mesh_state& st = state();
+    if (!st.options.grad_norm)
+      throw std::logic_error("pipetype::host: the step has no GRAD_NORM (dp_options::grad_norm)");
+    return std::sqrt(st.grad_norm_sq.front());
+  }
   /// Per op of every global rank, its start and end in the last step (executor_options::trace).
   const std::vector<op_time>& trace() const noexcept { return engine_->trace(); }
   /// With memory actions (mesh_options::memory), per global rank its stash pool: the slots the

@@ -26,6 +26,12 @@
 //                    ties also come after the rank's last UNSHARD: they wait for other ranks, and a
 //                    gather queued behind them on the in-order data-parallel stream would hold up
 //                    a backward those ranks wait for (a cycle verify_mesh refuses).
+//   GRAD_NORM        with dp_options::grad_norm: an all-reduce over every rank of the mesh (pipeline
+//                    and data-parallel) of the squared norms of its stages' reduced gradients, for
+//                    global gradient-norm clipping. Each rank's last collective, after its last
+//                    action: every rank issues it once, after all its reductions (a rank that
+//                    issued it before a reduction would hold that reduction's peers behind the
+//                    world's all-reduce while it waits for them: verify_mesh names the cycle).
 //
 // Collectives live beside the compute program, not in it: per rank, in issue order, each after
 // one of the rank's compute actions (`after`, its index in the rank's list; −1: before the
@@ -53,7 +59,7 @@
 
 namespace pipetype {
 
-enum class collective_kind : std::uint8_t { reduce_grad, unshard, reshard, reduce_tied };
+enum class collective_kind : std::uint8_t { reduce_grad, unshard, reshard, reduce_tied, grad_norm };
 
 /// PyTorch's name of a collective action (REDUCE_GRAD, UNSHARD, RESHARD), TIE for a tie group's.
 constexpr const char* collective_name(collective_kind k) noexcept {
@@ -66,6 +72,8 @@ constexpr const char* collective_name(collective_kind k) noexcept {
       return "RESHARD";
     case collective_kind::reduce_tied:
       return "TIE";
+    case collective_kind::grad_norm:
+      return "GRAD_NORM";
   }
   return "?";
 }
@@ -87,6 +95,7 @@ struct dp_options {
   int buckets = 1;     // REDUCE_GRAD split into this many all-reduces of equal parts (bucket_of), each
                        // ready as the stage's last weight backward writes it (mesh/lower.hpp); not sharded
   std::vector<std::vector<int>> ties{};  // tie groups: each the plan stages that hold one tied parameter
+  bool grad_norm = false;  // GRAD_NORM: the gradients' squared norm summed over the whole mesh, for clipping
 };
 
 /// Each rank's collectives in issue order (CSR over the pipeline's ranks, as program is).
@@ -259,6 +268,7 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
       const bool take_reduction = j < reductions.size() && (i == mine.size() || reductions[j].after <= mine[i].after);
       merged.push_back(take_reduction ? reductions[j++] : mine[i++]);
     }
+    if (o.grad_norm) merged.push_back({collective_kind::grad_norm, -1, -1, n - 1});  // last, after everything
     out.ops.insert(out.ops.end(), merged.begin(), merged.end());
     out.begin[static_cast<std::size_t>(r) + 1] = static_cast<int>(out.ops.size());
   }
@@ -285,6 +295,22 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
     const std::vector<int> last_wb = detail::last_weight_backwards(acts, p.stages);
     auto last_of = [&](int s) { return s >= 0 && s < p.stages ? last_wb[static_cast<std::size_t>(s)] : -1; };
     std::vector<int> active, reduced, tied_done;
+    // the first stage with weight backwards not reduced yet (dp > 1), the first tie group with a
+    // stage here not reduced yet; −1: none
+    auto unreduced = [&] {
+      for (const int s : stages)
+        if (o.dp > 1 && last_of(s) >= 0 && std::find(reduced.begin(), reduced.end(), s) == reduced.end()) return s;
+      return -1;
+    };
+    auto untied = [&] {
+      for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
+        bool held = false;
+        for (const int s : o.ties[static_cast<std::size_t>(t)]) held = held || last_of(s) >= 0;
+        if (held && std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end()) return t;
+      }
+      return -1;
+    };
+    bool normed = false;
     int prev_after = -1;
     std::size_t next = 0;
     // walk the compute actions, issuing the collectives placed before each
@@ -313,7 +339,9 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
                                           "collectives out of order (their `after` must not decrease) or after an "
                                           "action the rank does not have");
         prev_after = x.after;
-        if (x.what != collective_kind::reduce_tied && !holds(x.stage))
+        if (normed)
+          return detail::collective_error(r, x, at, "a collective after the rank's GRAD_NORM (it is the last)");
+        if (x.what != collective_kind::reduce_tied && x.what != collective_kind::grad_norm && !holds(x.stage))
           return detail::collective_error(r, x, at, "a collective of a stage the rank does not run");
         switch (x.what) {
           case collective_kind::unshard:
@@ -371,6 +399,24 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
             tied_done.push_back(x.tie);
             break;
           }
+          case collective_kind::grad_norm: {
+            if (!o.grad_norm) return detail::collective_error(r, x, at, "a GRAD_NORM without dp_options::grad_norm");
+            for (const int s : stages)
+              if (last_of(s) > x.after)
+                return detail::collective_error(r, x, at,
+                                                "a GRAD_NORM before a weight backward of its rank: the norm misses "
+                                                "that gradient");
+            if (unreduced() >= 0)
+              return detail::collective_error(r, x, at,
+                                              "a GRAD_NORM before a REDUCE_GRAD of its rank: the norm would read an "
+                                              "unreduced gradient");
+            if (untied() >= 0)
+              return detail::collective_error(r, x, at,
+                                              "a GRAD_NORM before its rank's tie group reduction: the norm would read "
+                                              "an unsummed tied gradient");
+            normed = true;
+            break;
+          }
         }
       }
     }
@@ -381,18 +427,15 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
     if (!active.empty())
       return detail::misplaced(r, active.front(), "UNSHARD", -1,
                                "a stage still unsharded at the end of the step (no RESHARD)");
-    if (o.dp > 1)
-      for (const int s : stages)
-        if (last_of(s) >= 0 && std::find(reduced.begin(), reduced.end(), s) == reduced.end())
-          return detail::misplaced(r, s, "REDUCE_GRAD", -1,
-                                   "a stage with weight backwards and no REDUCE_GRAD: its replicas' gradients would "
-                                   "differ");
-    for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
-      bool held = false;
-      for (const int s : o.ties[static_cast<std::size_t>(t)]) held = held || last_of(s) >= 0;
-      if (held && std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end())
-        return detail::misplaced(r, -1, "TIE", t, "a rank holding a tied stage without its tie group's reduction");
-    }
+    if (o.grad_norm && !normed)
+      return detail::misplaced(r, -1, "GRAD_NORM", -1,
+                               "a rank without GRAD_NORM: every other rank's would wait for it forever");
+    if (const int s = unreduced(); s >= 0)
+      return detail::misplaced(r, s, "REDUCE_GRAD", -1,
+                               "a stage with weight backwards and no REDUCE_GRAD: its replicas' gradients would "
+                               "differ");
+    if (const int t = untied(); t >= 0)
+      return detail::misplaced(r, -1, "TIE", t, "a rank holding a tied stage without its tie group's reduction");
   }
   return {};
 }

@@ -32,8 +32,9 @@
 // (verify_param_slots).
 //
 // Communicators (mesh_comm): each replica's copy of every pipeline communicator (its two ranks
-// mapped into the replica), one per DP group (pipeline rank r's replicas), and one per tie group
-// and replica that spans two ranks or more. A tie group within one rank needs none: its sum is a
+// mapped into the replica), one per DP group (pipeline rank r's replicas), one per tie group
+// and replica that spans two ranks or more, and with GRAD_NORM (dp_options::grad_norm) one of
+// every global rank, after the others. A tie group within one rank needs none: its sum is a
 // `local_sum` on the dp stream, ordered by events as an all-reduce would be.
 //
 // Its proof is mesh/verify.hpp's verify_mesh; build_mesh (mesh/plan.hpp) lowers and proves in one call.
@@ -116,6 +117,14 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
       tie_comm[t * static_cast<std::size_t>(m.dp) + static_cast<std::size_t>(d)] = static_cast<int>(out.comms.size());
       out.comms.push_back({mesh_comm_kind::tie, static_cast<int>(t), d, std::move(members)});
     }
+  }
+  // GRAD_NORM's: every global rank, in increasing order
+  int world_comm = -1;
+  if (o.grad_norm) {
+    std::vector<int> members;
+    for (int g = 0; g < m.size(); ++g) members.push_back(g);
+    world_comm = static_cast<int>(out.comms.size());
+    out.comms.push_back({mesh_comm_kind::world, -1, -1, std::move(members)});
   }
   // each global rank's ops
   out.begin.assign(static_cast<std::size_t>(m.size()) + 1, 0);
@@ -276,6 +285,14 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
             mine.push_back(op);
             break;
           }
+          case collective_kind::grad_norm:
+            if (world_comm < 0) continue;
+            after_k();
+            op.code = mesh_op_code::grad_norm;
+            op.comm = world_comm;
+            op.stage = -1;
+            mine.push_back(op);
+            break;
           case collective_kind::unshard: {
             if (m.dp <= 1) continue;
             const auto s = static_cast<std::size_t>(x.stage);

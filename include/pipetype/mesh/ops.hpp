@@ -30,6 +30,7 @@ enum class mesh_op_code : std::uint8_t {
   offload,         // OFFLOAD(s, j): the saved activation copied to the host pool (mesh/memory_actions.hpp)
   reload,          // RELOAD(s, j): copied back to the device
   recompute,       // RECOMPUTE(s, j): F(s, j) run again from its kept input, on the compute stream
+  grad_norm,       // GRAD_NORM: the ranks' squared gradient norms all-reduced over the whole mesh
 };
 
 /// The third stream of a mesh rank (after stream_id::compute = 0 and stream_id::comm = 1), and
@@ -41,7 +42,8 @@ inline constexpr int mesh_stream_count = 4;
 constexpr bool is_copy(mesh_op_code c) noexcept { return c == mesh_op_code::offload || c == mesh_op_code::reload; }
 
 constexpr bool is_collective(mesh_op_code c) noexcept {
-  return c == mesh_op_code::all_reduce || c == mesh_op_code::reduce_scatter || c == mesh_op_code::all_gather;
+  return c == mesh_op_code::all_reduce || c == mesh_op_code::reduce_scatter || c == mesh_op_code::all_gather ||
+         c == mesh_op_code::grad_norm;
 }
 
 constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
@@ -74,6 +76,8 @@ constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
       return "reload";
     case mesh_op_code::recompute:
       return "recompute";
+    case mesh_op_code::grad_norm:
+      return "grad norm";
   }
   return "?";
 }
@@ -116,11 +120,12 @@ struct mesh_op {
   friend constexpr bool operator==(const mesh_op&, const mesh_op&) = default;
 };
 
-enum class mesh_comm_kind : std::uint8_t { pipeline, data_parallel, tie };
+enum class mesh_comm_kind : std::uint8_t { pipeline, data_parallel, tie, world };
 
 struct mesh_comm {
   mesh_comm_kind what = mesh_comm_kind::pipeline;
   int index = -1;            // pipeline: its lowered communicator; data_parallel: the pipeline rank; tie: the group
+                             // (world: every global rank, for GRAD_NORM; −1)
   int replica = -1;          // pipeline and tie: the replica; data_parallel: -1
   std::vector<int> members;  // global ranks, increasing
 

@@ -73,6 +73,8 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
       return "RELOAD";
     case mesh_op_code::recompute:
       return "RECOMPUTE";
+    case mesh_op_code::grad_norm:
+      return "GRAD_NORM";
     default:
       return mesh_op_name(o.code);
   }
@@ -83,9 +85,12 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
 /// "REDUCE_GRAD(1) on communicator 5"
 /// (io/step_trace.hpp reads that form back from a measured trace).
 inline std::string mesh_op_label(const mesh_op& o, bool with_comm = true) {
-  std::string out = std::string(mesh_action_name(o)) + "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage);
-  if (is_copy(o.code) || o.code == mesh_op_code::recompute) out += "," + std::to_string(o.microbatch);
-  out += ")";
+  std::string out = mesh_action_name(o);
+  if (o.code != mesh_op_code::grad_norm) {  // (of no stage: "GRAD_NORM")
+    out += "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage);
+    if (is_copy(o.code) || o.code == mesh_op_code::recompute) out += "," + std::to_string(o.microbatch);
+    out += ")";
+  }
   if (o.bucket >= 0) out += " bucket " + std::to_string(o.bucket);
   if (with_comm && o.comm >= 0) out += " on communicator " + std::to_string(o.comm);
   return out;
@@ -214,7 +219,8 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
         if (!event_ok(wait) || last_record[static_cast<std::size_t>(wait)] < 0)
           return mesh_error(errc::event_misuse, mp, g, i, "a wait on an event never recorded before it");
         x.waits_on[static_cast<std::size_t>(i)] = last_record[static_cast<std::size_t>(wait)];
-        if (mp.buckets > 1) x.waits_bucket[static_cast<std::size_t>(i)] = bucket_of_event[static_cast<std::size_t>(wait)];
+        if (mp.buckets > 1)
+          x.waits_bucket[static_cast<std::size_t>(i)] = bucket_of_event[static_cast<std::size_t>(wait)];
       }
       if (o.code == mesh_op_code::group) {
         if (o.stream != static_cast<int>(stream_id::comm))
@@ -247,8 +253,8 @@ constexpr verdict index_mesh(const mesh_program& mp, mesh_index& x) {
         if (mp.buckets > 1) bucket_of_event[static_cast<std::size_t>(rec)] = -1;
       }
       if (o.bucket_event >= 0) {  // a backward's buckets: recorded while it runs, by the end of it
-        if (mp.buckets < 2 || o.code != mesh_op_code::compute || (o.what != kind::B && o.what != kind::W) || !event_ok(o.bucket_event) ||
-            !event_ok(o.bucket_event + mp.buckets - 1))
+        if (mp.buckets < 2 || o.code != mesh_op_code::compute || (o.what != kind::B && o.what != kind::W) ||
+            !event_ok(o.bucket_event) || !event_ok(o.bucket_event + mp.buckets - 1))
           return mesh_error(errc::event_misuse, mp, g, i,
                             "bucket events on an op that is no weight backward, or outside the rank's pool");
         for (int k = 0; k < mp.buckets; ++k) {
@@ -364,7 +370,8 @@ constexpr void run_mesh(const mesh_program& mp, const mesh_index& x, const std::
         const int i = q[run.pc[l]];
         const int w = x.waits_on[static_cast<std::size_t>(i)];
         double ready = w >= 0 ? run.end[static_cast<std::size_t>(w)] : 0.0;
-        if (const int b = mp.buckets > 1 ? x.waits_bucket[static_cast<std::size_t>(i)] : -1; b >= 0 && b + 1 < mp.buckets)
+        if (const int b = mp.buckets > 1 ? x.waits_bucket[static_cast<std::size_t>(i)] : -1;
+            b >= 0 && b + 1 < mp.buckets)
           ready = run.start[static_cast<std::size_t>(w)] +
                   (ready - run.start[static_cast<std::size_t>(w)]) * (b + 1) / mp.buckets;
         const double at = std::max(run.clock[l], ready);

@@ -1,0 +1,138 @@
+// GRAD_NORM (dp_options::grad_norm): the all-reduce of the ranks' squared gradient norms over the
+// whole mesh, each rank's last collective after its reductions; its placement, its refusals, its
+// proof, and the hang a rank that orders it before a reduction would cause.
+#include <pipetype/mesh/plan.hpp>
+#include <pipetype/mesh/simulate.hpp>
+#include <pipetype/pipetype.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {  // this file's names are its own in a unity build (tests/CMakeLists.txt)
+namespace test_grad_norm {
+
+namespace pt = pipetype;
+
+std::string misplaced(pt::program_view p, const pt::collective_program& c, const pt::dp_options& o) {
+  const pt::verdict v = pt::check_collectives(p, c, o);
+  return v.ok() ? std::string() : pt::describe(v);
+}
+
+TEST_CASE("grad norm: each rank's last collective, after its reductions and ties, one world communicator") {
+  struct shape {
+    const char* name;
+    int ranks, microbatches, stages_per_rank;
+  };
+  const shape shapes[] = {{"1f1b", 4, 8, 1},       {"gpipe", 3, 6, 1}, {"interleaved-1f1b", 2, 4, 2},
+                          {"looped-bfs", 2, 4, 3}, {"zb-h1", 3, 6, 1}, {"zb-v", 2, 4, 2}};
+  for (const shape& sh : shapes)
+    for (const int dp : {1, 2})
+      for (const bool shard : {false, true})
+        for (const bool tie : {false, true}) {
+          CAPTURE(sh.name);
+          CAPTURE(dp);
+          CAPTURE(shard);
+          CAPTURE(tie);
+          const pt::runtime_plan plan =
+              pt::build_plan(pt::make_schedule(sh.name, sh.ranks, sh.microbatches, sh.stages_per_rank));
+          REQUIRE(plan.ok());
+          const pt::program_view p = plan.compute();
+          pt::dp_options o{.dp = dp, .shard = shard, .grad_norm = true};
+          if (tie) o.ties = {{0, p.stages - 1}};
+          const pt::collective_program c = pt::place_collectives(p, o);
+          CHECK(misplaced(p, c, o).empty());
+          for (int r = 0; r < p.ranks; ++r) {
+            const std::span<const pt::collective> mine = c.rank_ops(r);
+            REQUIRE(!mine.empty());
+            CHECK(mine.back().what == pt::collective_kind::grad_norm);
+            CHECK(mine.back().after == static_cast<int>(p.rank_actions(r).size()) - 1);
+          }
+          const pt::mesh_program mp = pt::build_mesh(p, plan.lowered(), pt::mesh{p.ranks, dp}, o);
+          CHECK(pt::verify_mesh(mp).ok());
+          REQUIRE(mp.comms.back().what == pt::mesh_comm_kind::world);
+          CHECK(static_cast<int>(mp.comms.back().members.size()) == p.ranks * dp);
+          for (int g = 0; g < mp.shape.size(); ++g) {  // the last collective of every rank
+            int last = -1, norms = 0;
+            for (const pt::mesh_op& x : mp.rank_ops(g))
+              if (pt::is_collective(x.code)) {
+                last = static_cast<int>(x.code);
+                norms += x.code == pt::mesh_op_code::grad_norm;
+              }
+            CHECK(norms == 1);
+            CHECK(last == static_cast<int>(pt::mesh_op_code::grad_norm));
+          }
+        }
+}
+
+TEST_CASE("grad norm: a rank without it, one before a reduction, a second one, one not asked for are refused") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const pt::program_view p = plan.compute();
+  const pt::dp_options o{.dp = 2, .grad_norm = true};
+  const pt::collective_program placed = pt::place_collectives(p, o);
+  REQUIRE(misplaced(p, placed, o).empty());
+  // rank 1 without its GRAD_NORM
+  pt::collective_program without = placed;
+  without.ops.erase(without.ops.begin() + without.begin[2] - 1);
+  --without.begin[2];
+  CHECK(misplaced(p, without, o).find("a rank without GRAD_NORM: every other rank's would wait for it forever") !=
+        std::string::npos);
+  // rank 0's GRAD_NORM before its REDUCE_GRAD (same position, swapped)
+  pt::collective_program early = placed;
+  std::swap(early.ops[0], early.ops[1]);
+  CHECK(misplaced(p, early, o).find("a GRAD_NORM before a REDUCE_GRAD of its rank") != std::string::npos);
+  // before the rank's last weight backward (one replica: no reductions, only the norm)
+  const pt::dp_options alone{.dp = 1, .grad_norm = true};
+  pt::collective_program before_w = pt::place_collectives(p, alone);
+  REQUIRE(before_w.ops.size() == 2);
+  before_w.ops[0].after = 0;
+  CHECK(misplaced(p, before_w, alone).find("a GRAD_NORM before a weight backward of its rank") != std::string::npos);
+  // not asked for
+  CHECK(misplaced(p, placed, {.dp = 2}).find("a GRAD_NORM without dp_options::grad_norm") != std::string::npos);
+  // a second one
+  pt::collective_program twice = placed;
+  twice.ops.insert(twice.ops.begin() + 2, twice.ops[1]);
+  for (std::size_t r = 1; r < twice.begin.size(); ++r) ++twice.begin[r];
+  CHECK(misplaced(p, twice, o).find("a collective after the rank's GRAD_NORM") != std::string::npos);
+}
+
+TEST_CASE("grad norm: a rank that issues it before its reduction hangs the mesh, and the proof names the cycle") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const pt::program_view p = plan.compute();
+  const pt::dp_options o{.dp = 2, .grad_norm = true};
+  pt::mesh_program mp = pt::build_mesh(p, plan.lowered(), pt::mesh{2, 2}, o);
+  // on global rank 0 only, the world's all-reduce moved in front of its DP group's
+  const int g = 0;
+  int reduce = -1, norm = -1;
+  for (int i = mp.begin[static_cast<std::size_t>(g)]; i < mp.begin[static_cast<std::size_t>(g) + 1]; ++i) {
+    if (mp.ops[static_cast<std::size_t>(i)].code == pt::mesh_op_code::all_reduce) reduce = i;
+    if (mp.ops[static_cast<std::size_t>(i)].code == pt::mesh_op_code::grad_norm) norm = i;
+  }
+  REQUIRE(reduce >= 0);
+  REQUIRE(norm > reduce);
+  std::swap(mp.ops[static_cast<std::size_t>(reduce)], mp.ops[static_cast<std::size_t>(norm)]);
+  const pt::verdict v = pt::verify_mesh(mp);
+  REQUIRE_FALSE(v.ok());
+  CHECK(v.code == pt::errc::nccl_deadlock);
+  const std::string why = pt::describe(v);
+  CHECK(why.find("GRAD_NORM") != std::string::npos);
+  CHECK(why.find("REDUCE_GRAD") != std::string::npos);
+}
+
+TEST_CASE("grad norm: the simulation charges its latency once per rank, at the step's end") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 4, 8));
+  const pt::program_view p = plan.compute();
+  const pt::costs cost{.f = 1, .b = 2};
+  const pt::mesh_costs d{.param_bytes = {5}, .bandwidth = 1, .alpha = 0.25};
+  const pt::dp_options with{.dp = 2, .grad_norm = true}, without{.dp = 2};
+  const double a = pt::exposed_dp(p, plan.lowered(), {.pp = 4, .dp = 2}, pt::place_collectives(p, with), with, cost, d);
+  const double b =
+      pt::exposed_dp(p, plan.lowered(), {.pp = 4, .dp = 2}, pt::place_collectives(p, without), without, cost, d);
+  CHECK(a == doctest::Approx(b + 0.25));  // rank 0's reduction ends the step; the norm follows it
+}
+
+}  // namespace test_grad_norm
+}  // namespace
