@@ -70,9 +70,10 @@ constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
     "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--buckets N] [--tie-embeddings]\n"
-    "           [--offload none|auto|all] [--recompute none|auto|all]\n"
+    "           [--clip X] [--offload none|auto|all] [--recompute none|auto|all]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
+    "--clip X: scale the step's gradients to a global norm of at most X (GRAD_NORM over every rank)\n"
     "--offload, --recompute: memory actions on each microbatch's stash and input (docs/13): copied to the\n"
     "            host and back, or the stash rebuilt by running its forward again before the backward\n";
 
@@ -80,6 +81,39 @@ constexpr examples::cli cli{"gpt", usage};
 using args = gpt::run_args;
 args parse(int argc, char** argv) {
   return gpt::parse_run(argc, argv, cli, 1.0, [](args&, const std::string&, const std::string&) { return false; });
+}
+
+/// The norm GRAD_NORM gives (mesh_executor::grad_norm), from the unpipelined reference's gradients
+/// `g` in the collective's order: global ranks in order, each its pipeline rank's stages in order,
+/// Σ x² (in double, element order) over what the rank answers for — its shard under FSDP, else
+/// replica 0's whole gradient — the tied lm_head's span counted on the first stage only.
+double reference_norm(const gpt::gpt_config& c, const gpt::model_params<float>& g, pt::program_view p,
+                      const pt::mesh& m, bool fsdp, bool tie, pt::uniform_chain<gpt::stage>& model) {
+  const int S = p.stages;
+  gpt::stage& last = model.stage(S - 1);
+  const auto tied_at = static_cast<std::size_t>(last.tied_gradients(0).data() - last.weight_gradients().data());
+  const std::size_t tied_end = tied_at + last.tied_gradients(0).size();
+  double total = 0;
+  for (int rank = 0; rank < m.size(); ++rank)
+    for (int s = 0; s < S; ++s) {
+      if (p.stage_rank[static_cast<std::size_t>(s)] != m.pipeline_rank(rank)) continue;
+      const std::vector<float> x = gpt::stage::flat_parameters(c, s, S, g);
+      const int d = m.replica(rank);
+      const pt::shard_range own =
+          fsdp && m.dp > 1 ? pt::shard_of(x.size(), m.dp, d) : pt::shard_range{0, d == 0 ? x.size() : 0};
+      auto part = [&](std::size_t b, std::size_t e) {
+        double sum = 0;
+        for (std::size_t i = b; i < e; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+        if (b < e) total += sum;
+      };
+      if (tie && s == S - 1 && S > 1) {
+        part(own.begin, std::min(own.end, tied_at));
+        part(std::max(own.begin, tied_end), own.end);
+      } else {
+        part(own.begin, own.end);
+      }
+    }
+  return std::sqrt(total);
 }
 
 }  // namespace
@@ -115,7 +149,7 @@ int main(int argc, char** argv) try {
   }
   pt::uniform_chain<gpt::stage>& model = models.front();
   const bool memory = gpt::wants_memory(a);
-  const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory;
+  const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory || a.clip > 0;
   // --offload, --recompute: the actions on what each stage saves for its backward, its stash and
   // its input (none on the first stage, which reads the batch); an OFFLOAD moves both, a
   // recomputed forward keeps its input
@@ -133,7 +167,7 @@ int main(int argc, char** argv) try {
   const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
   try {
     if (meshed) {
-      pt::dp_options o{.dp = a.dp, .shard = a.fsdp, .buckets = a.buckets};
+      pt::dp_options o{.dp = a.dp, .shard = a.fsdp, .buckets = a.buckets, .grad_norm = a.clip > 0};
       if (a.tie) o.ties = {{0, S - 1}};
       mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas,
                   ph::mesh_options{.exec = run_options, .memory = actions});
@@ -162,6 +196,9 @@ int main(int argc, char** argv) try {
   gpt::step_data d;
   double loss_first = 0, loss_last = 0, max_diff = 0;
   bool grads_match = false, replicas_agree = true, tied_equal = true;
+  double norm_first = 0;     // --clip: the first step's GRAD_NORM
+  bool norm_matches = true;  // ... bitwise the reference gradients' norm summed in GRAD_NORM's order
+  int clipped = 0;           // steps whose gradients were scaled down
   std::vector<double> step_ms;
   double reference_ms = 0;
   for (int step = 1; step <= a.steps; ++step) {
@@ -189,6 +226,11 @@ int main(int argc, char** argv) try {
         for (std::size_t i = 0; i < x.size(); ++i)
           max_diff = examples::worst(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
       }
+      if (a.clip > 0) {
+        norm_first = mex->grad_norm();
+        norm_matches = norm_first == reference_norm(c, ref_grads, plan.compute(), pt::mesh{plan.compute().ranks, a.dp},
+                                                    a.fsdp, a.tie, model);
+      }
       if (!a.dump.empty()) try {
           gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, a.tie);
         } catch (const std::exception& e) {
@@ -196,13 +238,19 @@ int main(int argc, char** argv) try {
         }
     }
     loss_last = loss;
+    // --clip: PyTorch's clip_grad_norm_ rule, every rank with the one norm GRAD_NORM gave them all
+    float scale = 1;
+    if (a.clip > 0) {
+      const double norm = mex->grad_norm();
+      if (a.clip / (norm + 1e-6) < 1) scale = static_cast<float>(a.clip / (norm + 1e-6)), ++clipped;
+    }
     for (int r = 0; r < a.dp; ++r)
       for (int s = 0; s < S; ++s) {
         gpt::stage& st = models[static_cast<std::size_t>(r)].stage(s);
         if (lend)
-          st.adam(mex->parameter_shard<float>(r, s), a.lr, step);
+          st.adam(mex->parameter_shard<float>(r, s), a.lr, step, scale);
         else
-          st.adam(a.lr, step);
+          st.adam(a.lr, step, scale);
       }
     if (!a.json && (step == 1 || step % 10 == 0 || step == a.steps))
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
@@ -263,6 +311,10 @@ int main(int argc, char** argv) try {
                   a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false",
                   tied_equal ? "true" : "false");
     if (meshed) std::printf(", \"buckets\": %d", a.buckets);
+    if (a.clip > 0)
+      std::printf(
+          ", \"clip\": %g, \"grad_norm_first\": %.9g, \"grad_norm_matches_reference\": %s, \"clipped_steps\": %d",
+          static_cast<double>(a.clip), norm_first, norm_matches ? "true" : "false", clipped);
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
     if (mem) mem->print_json();
@@ -285,7 +337,8 @@ int main(int argc, char** argv) try {
                 reference_ms);
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
-  return grads_match && eval_matches && replicas_agree && tied_equal && water_within && (!lent || lent->within)
+  return grads_match && eval_matches && replicas_agree && tied_equal && water_within && (!lent || lent->within) &&
+                 norm_matches
              ? 0
              : 1;
 } catch (const std::exception& e) {

@@ -57,6 +57,7 @@ struct run_args {
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
   gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
+  float clip = 0;  // --clip: the global gradient norm's bound (0: none)
   std::vector<int> seq_lens;
   bool json = false, eval = false;
   std::string dump, corpus = GPT_CORPUS_DIR;
@@ -111,6 +112,8 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
       a.steps = cli.whole(f, v, 1, 1000000);
     else if (f == "--lr")
       a.lr = cli.rate(f, v, 1);
+    else if (f == "--clip")
+      a.clip = cli.rate(f, v, 1000000);
     else if (f == "--seq-lens") {
       std::size_t at = 0;
       while (at <= v.size()) {

@@ -198,17 +198,18 @@ class stage {
   }
 
   /// Adam on this stage's parameters with its summed gradients, which it then zeroes.
-  void adam(float lr, int step) { adam(params_, lr, step); }
+  void adam(float lr, int step, float grad_scale = 1) { adam(params_, lr, step, grad_scale); }
   /// The same on the parameters `own` holds: the stage's shard (pipetype's, when it lends them:
   /// mesh_executor::parameter_shard), the elements own_ of the whole; each the same arithmetic.
-  void adam(std::span<float> own, float lr, int step) {
+  /// `grad_scale` multiplies each gradient first (global-norm clipping; 1: none, the same bits).
+  void adam(std::span<float> own, float lr, int step, float grad_scale = 1) {
     if (own.size() != own_.size())
       throw std::logic_error("gpt: Adam on " + std::to_string(own.size()) + " parameters of a stage that holds " +
                              std::to_string(own_.size()));
     const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
     const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
     for (std::size_t i = 0; i < own.size(); ++i) {
-      const float g = grads_[own_.begin + i];
+      const float g = grads_[own_.begin + i] * grad_scale;
       m_[i] = b1 * m_[i] + (1 - b1) * g;
       v_[i] = b2 * v_[i] + (1 - b2) * g * g;
       own[i] -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
