@@ -70,7 +70,10 @@ TEST_CASE("host grad norm: the reduced gradients' norm over the mesh, in the col
         double plain = 0;
         for (int s = 0; s < 3; ++s)
           for (std::size_t i = tie && s == 2 ? width : 0; i < n; ++i) {
-            const int owner = shard && D > 1 ? static_cast<int>(i / ((n + static_cast<std::size_t>(D) - 1) / D)) : 0;
+            const int owner =
+                shard && D > 1
+                    ? static_cast<int>(i / ((n + static_cast<std::size_t>(D) - 1) / static_cast<std::size_t>(D)))
+                    : 0;
             const double v = r.acc(owner, s)[i];
             plain += v * v;
           }
@@ -85,6 +88,36 @@ TEST_CASE("host grad norm: asked of a step without GRAD_NORM, a logic error") {
   ph::mesh_executor ex{plan, pt::mesh{4, 2}, pt::dp_options{.dp = 2}, r.ptrs};
   ex.step(r.b);
   CHECK_THROWS_WITH_AS(ex.grad_norm(), doctest::Contains("the step has no GRAD_NORM"), std::logic_error);
+}
+
+TEST_CASE("host grad norm: a rank that throws before its GRAD_NORM ends the step on every rank, and the next runs") {
+  const int m = 4, D = 2;
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 4, m));
+  const pt::dp_options o{.dp = D, .grad_norm = true};
+  run r(D, m);
+  ph::mesh_executor ex{plan, pt::mesh{4, D}, o, r.ptrs, {.exec = {.deadline = 20s}}};
+  mesh_stages::throw_at = m - 1;  // stage 1's forward of the last microbatch, on both replicas
+  try {
+    ex.step(r.b);
+    FAIL("the step should have failed");
+  } catch (const ph::step_error& e) {
+    CHECK(e.cause() == pt::failure_cause::stage_threw);
+    bool aborted = false;  // the ranks waiting in GRAD_NORM (or before it) were woken, not left hanging
+    for (const pt::failure& f : e.failures()) aborted = aborted || f.cause == pt::failure_cause::aborted;
+    CHECK(aborted);
+  }
+  mesh_stages::throw_at = -1;
+  for (model& md : r.models) {
+    for (float& v : md.stage<0>().acc) v = 0;
+    for (float& v : md.stage<1>().acc) v = 0;
+    for (float& v : md.stage<2>().acc) v = 0;
+  }
+  ex.step(r.b);
+  CHECK(ex.failures().empty());
+  run fresh(D, m);
+  ph::mesh_executor ex2{plan, pt::mesh{4, D}, o, fresh.ptrs, {.exec = {.deadline = 20s}}};
+  ex2.step(fresh.b);
+  CHECK(ex.grad_norm() == ex2.grad_norm());
 }
 
 }  // namespace test_host_grad_norm
