@@ -2,7 +2,8 @@
 //
 //   gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
 //       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--eval] [--json] [--dump DIR]
-//       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--offload none|auto|all] [--recompute none|auto|all]
+//       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--clip X] [--save DIR] [--resume DIR]
+//       [--offload none|auto|all] [--recompute none|auto|all]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
@@ -28,6 +29,10 @@
 // stage's reduction into N all-reduces; the stages write their weight gradients from the last
 // layer back and release each bucket as soon as its layers are written (ctx.gradients_written_from),
 // so the first buckets are reduced while the backward still runs (docs/12 §12.5); --json adds buckets.
+// --clip X adds GRAD_NORM to the step and scales Adam's gradients to a global norm of at most X.
+// --save DIR writes a checkpoint after training (DIR/model.safetensors: the parameters under GPT-2's
+// Hugging Face names; DIR/optimizer.safetensors: Adam's moments and the step), each file written
+// whole and then renamed; --resume DIR starts from one, in any layout (docs/12 §12.6).
 // --offload and --recompute add memory actions (docs/13_memory.md): each microbatch's stash (what
 // a stage keeps for its backward beside its input) and its input copied to a host pool after its
 // forward and back before its backward on a copy stream per rank, or the stash dropped and rebuilt
@@ -47,9 +52,11 @@
 #include <deque>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -58,6 +65,7 @@
 #include "../write_file.hpp"
 #include "layers.hpp"
 #include "run.hpp"
+#include "safetensors.hpp"
 #include "stage.hpp"
 
 namespace {
@@ -70,17 +78,129 @@ constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
     "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--buckets N] [--tie-embeddings]\n"
-    "           [--clip X] [--offload none|auto|all] [--recompute none|auto|all]\n"
+    "           [--clip X] [--save DIR] [--resume DIR] [--offload none|auto|all] [--recompute none|auto|all]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
     "--clip X: scale the step's gradients to a global norm of at most X (GRAD_NORM over every rank)\n"
+    "--save DIR: after training, the parameters and Adam's state as safetensors (GPT-2's names)\n"
+    "--resume DIR: start from such a checkpoint (its step included), in any --ranks/--dp/--fsdp layout\n"
     "--offload, --recompute: memory actions on each microbatch's stash and input (docs/13): copied to the\n"
     "            host and back, or the stash rebuilt by running its forward again before the backward\n";
 
 constexpr examples::cli cli{"gpt", usage};
 using args = gpt::run_args;
 args parse(int argc, char** argv) {
-  return gpt::parse_run(argc, argv, cli, 1.0, [](args&, const std::string&, const std::string&) { return false; });
+  return gpt::parse_run(argc, argv, cli, 1.0, [](args& a, const std::string& f, const std::string& v) {
+    if (f != "--save" && f != "--resume") return false;
+    if (v.empty()) cli.fail(f + " needs a directory");
+    (f == "--save" ? a.save : a.resume) = v;
+    return true;
+  });
+}
+
+// ---- checkpoints (--save DIR, --resume DIR) ----------------------------------------------------
+// DIR/model.safetensors: the parameters under GPT-2's Hugging Face names (lm_head.weight left out
+// when tied, as --dump does); DIR/optimizer.safetensors: Adam's moments (exp_avg.NAME,
+// exp_avg_sq.NAME) and the step. Both carry the model's sizes in their metadata. The data a step
+// draws and the initial weights are functions of the step and a fixed seed, so the step is the
+// whole of the run's position; the layout (ranks, dp, FSDP) is not in the files.
+struct checkpoint {
+  gpt::model_params<float> params, m, v;
+  int step = 0;
+};
+
+std::map<std::string, std::string> model_metadata(const gpt::gpt_config& c, bool tie) {
+  return {{"format", "pt"},
+          {"n_layer", std::to_string(c.layers)},
+          {"n_head", std::to_string(c.heads)},
+          {"n_embd", std::to_string(c.width)},
+          {"vocab_size", std::to_string(c.vocab)},
+          {"n_positions", std::to_string(c.seq)},
+          {"tie_word_embeddings", tie ? "true" : "false"}};
+}
+
+void save_checkpoint(const std::filesystem::path& dir, const gpt::gpt_config& c, bool tie, const checkpoint& k) {
+  std::filesystem::create_directories(dir);
+  gpt::safetensors::file model, opt;
+  model.metadata = opt.metadata = model_metadata(c, tie);
+  opt.metadata["step"] = std::to_string(k.step);
+  for (const gpt::model_tensor& mt : gpt::model_tensors(c)) {
+    const gpt::tensor_info& t = mt.tensor;
+    if (tie && t.name == "lm_head.weight") continue;
+    auto take = [&](const gpt::model_params<float>& from) {
+      const std::vector<float>& x = gpt::part_vector(from, mt.part);
+      return gpt::safetensors::tensor{t.shape,
+                                      std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                                                         x.begin() + static_cast<std::ptrdiff_t>(t.offset + t.size))};
+    };
+    model.tensors[t.name] = take(k.params);
+    opt.tensors["exp_avg." + t.name] = take(k.m);
+    opt.tensors["exp_avg_sq." + t.name] = take(k.v);
+  }
+  gpt::safetensors::write(dir / "optimizer.safetensors", opt);
+  gpt::safetensors::write(dir / "model.safetensors", model);
+}
+
+checkpoint load_checkpoint(const std::filesystem::path& dir, const gpt::gpt_config& c, bool tie) {
+  checkpoint k{gpt::zero_params<float>(c), gpt::zero_params<float>(c), gpt::zero_params<float>(c), 0};
+  const gpt::safetensors::file model = gpt::safetensors::read(dir / "model.safetensors");
+  const gpt::safetensors::file opt = gpt::safetensors::read(dir / "optimizer.safetensors");
+  const std::map<std::string, std::string> want = model_metadata(c, tie);
+  for (const auto* f : {&model, &opt})
+    for (const auto& [key, value] : want)
+      if (const auto it = f->metadata.find(key); it == f->metadata.end() || it->second != value)
+        throw std::runtime_error((dir / (f == &model ? "model.safetensors" : "optimizer.safetensors")).string() +
+                                 ": a checkpoint of another model (" + key + " " +
+                                 (it == f->metadata.end() ? std::string("missing") : it->second) + ", this run's " +
+                                 value + ")");
+  std::size_t used_model = 0, used_opt = 0;
+  for (const gpt::model_tensor& mt : gpt::model_tensors(c)) {
+    const gpt::tensor_info& t = mt.tensor;
+    if (tie && t.name == "lm_head.weight") continue;
+    auto put = [&](const gpt::safetensors::file& f, const std::string& name, gpt::model_params<float>& into,
+                   const char* file_name, std::size_t& used) {
+      const auto it = f.tensors.find(name);
+      if (it == f.tensors.end()) throw std::runtime_error((dir / file_name).string() + " has no tensor '" + name + "'");
+      if (it->second.shape != t.shape) {
+        auto text = [](const std::vector<std::size_t>& s) {
+          std::string o;
+          for (const std::size_t d : s) o += (o.empty() ? "" : ", ") + std::to_string(d);
+          return "[" + o + "]";
+        };
+        throw std::runtime_error((dir / file_name).string() + ": tensor '" + name + "' has shape " +
+                                 text(it->second.shape) + ", the model's is " + text(t.shape));
+      }
+      std::copy(it->second.data.begin(), it->second.data.end(),
+                gpt::part_vector(into, mt.part).begin() + static_cast<std::ptrdiff_t>(t.offset));
+      ++used;
+    };
+    put(model, t.name, k.params, "model.safetensors", used_model);
+    put(opt, "exp_avg." + t.name, k.m, "optimizer.safetensors", used_opt);
+    put(opt, "exp_avg_sq." + t.name, k.v, "optimizer.safetensors", used_opt);
+  }
+  auto extra = [&](const gpt::safetensors::file& f, std::size_t used, const char* file_name) {
+    if (f.tensors.size() == used) return;
+    for (const auto& [name, t] : f.tensors) {
+      bool known = false;
+      for (const gpt::model_tensor& mt : gpt::model_tensors(c))
+        known = known || name == mt.tensor.name || name == "exp_avg." + mt.tensor.name ||
+                name == "exp_avg_sq." + mt.tensor.name;
+      if (!known || (tie && name.find("lm_head.weight") != std::string::npos))
+        throw std::runtime_error((dir / file_name).string() + ": tensor '" + name + "' is not this model's");
+    }
+  };
+  extra(model, used_model, "model.safetensors");
+  extra(opt, used_opt, "optimizer.safetensors");
+  const auto step = opt.metadata.find("step");
+  if (step == opt.metadata.end() || step->second.empty() || step->second.size() > 9 ||
+      step->second.find_first_not_of("0123456789") != std::string::npos)
+    throw std::runtime_error((dir / "optimizer.safetensors").string() + " says no step (metadata \"step\")");
+  k.step = std::stoi(step->second);
+  if (tie)  // the LM head's copy of the tied parameter, and its moments, are the embedding's
+    for (gpt::model_params<float>* x : {&k.params, &k.m, &k.v})
+      std::copy(gpt::tied_in_embedding(x->embedding, c).begin(), gpt::tied_in_embedding(x->embedding, c).end(),
+                gpt::tied_in_head(x->head, c).begin());
+  return k;
 }
 
 /// The norm GRAD_NORM gives (mesh_executor::grad_norm), from the unpipelined reference's gradients
@@ -125,8 +245,16 @@ int main(int argc, char** argv) try {
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
   const gpt::run_start start = gpt::start_run(a, S, cli);
   const gpt::char_corpus &corpus = start.corpus, &held = start.held;
-  const gpt::model_params<float>& initial = start.initial;
   const gpt::gpt_config& c = a.model;
+  // --resume: the parameters, Adam's moments and the step of a checkpoint, in any layout
+  std::optional<checkpoint> resumed;
+  if (!a.resume.empty()) try {
+      resumed = load_checkpoint(a.resume, c, a.tie);
+    } catch (const std::exception& e) {
+      cli.fail(std::string("--resume: ") + e.what());
+    }
+  const gpt::model_params<float>& initial = resumed ? resumed->params : start.initial;
+  const int first_step = resumed ? resumed->step : 0;  // steps already taken
   // one model per replica, each with its own parameters, gradients and optimizer state; under
   // FSDP the stages lend their parameters to pipetype, which holds each replica's shard and the
   // gathered slots the plan sized: the stages read one shared initial copy while the executor is
@@ -148,6 +276,11 @@ int main(int argc, char** argv) try {
     replicas.push_back(&models.emplace_back(std::move(stages)));
   }
   pt::uniform_chain<gpt::stage>& model = models.front();
+  if (resumed)  // Adam's moments: each stage its own part (its shard when it lends its parameters)
+    for (pt::uniform_chain<gpt::stage>& md : models)
+      for (int s = 0; s < S; ++s)
+        md.stage(s).set_adam(gpt::stage::flat_parameters(c, s, S, resumed->m),
+                             gpt::stage::flat_parameters(c, s, S, resumed->v));
   const bool memory = gpt::wants_memory(a);
   const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory || a.clip > 0;
   // --offload, --recompute: the actions on what each stage saves for its backward, its stash and
@@ -202,7 +335,7 @@ int main(int argc, char** argv) try {
   std::vector<double> step_ms;
   double reference_ms = 0;
   for (int step = 1; step <= a.steps; ++step) {
-    gpt::draw(d, corpus, a, step);
+    gpt::draw(d, corpus, a, first_step + step);
     const auto t0 = std::chrono::steady_clock::now();
     const pt::step_losses& l = meshed ? mex->step(d.batch) : ex->step(d.batch);
     step_ms.push_back(gpt::since_ms(t0));
@@ -248,9 +381,9 @@ int main(int argc, char** argv) try {
       for (int s = 0; s < S; ++s) {
         gpt::stage& st = models[static_cast<std::size_t>(r)].stage(s);
         if (lend)
-          st.adam(mex->parameter_shard<float>(r, s), a.lr, step, scale);
+          st.adam(mex->parameter_shard<float>(r, s), a.lr, first_step + step, scale);
         else
-          st.adam(a.lr, step, scale);
+          st.adam(a.lr, first_step + step, scale);
       }
     if (!a.json && (step == 1 || step % 10 == 0 || step == a.steps))
       std::printf("step %4d  loss %.4f  %8.2f ms\n", step, loss, step_ms.back());
@@ -280,6 +413,26 @@ int main(int argc, char** argv) try {
     const std::span<float> x = model.stages().front().tied_parameters(), y = model.stages().back().tied_parameters();
     tied_equal = std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
   }
+  // --save: the whole model (replica 0's, gathered above), every replica's part of Adam's moments
+  if (!a.save.empty()) try {
+      checkpoint k{gpt::zero_params<float>(c), gpt::zero_params<float>(c), gpt::zero_params<float>(c),
+                   first_step + a.steps};
+      for (int s = 0; s < S; ++s) {
+        model.stage(s).gather(k.params, false);
+        std::vector<float> m_whole(model.stage(s).weight_grad_extent()), v_whole(m_whole.size());
+        for (const pt::uniform_chain<gpt::stage>& md : models) {
+          const gpt::stage& st = md.stage(s);
+          const auto at = static_cast<std::ptrdiff_t>(st.adam_range().begin);
+          std::copy(st.adam_m().begin(), st.adam_m().end(), m_whole.begin() + at);
+          std::copy(st.adam_v().begin(), st.adam_v().end(), v_whole.begin() + at);
+        }
+        model.stage(s).gather_flat(m_whole, k.m);
+        model.stage(s).gather_flat(v_whole, k.v);
+      }
+      save_checkpoint(a.save, c, a.tie, k);
+    } catch (const std::exception& e) {
+      cli.fail(std::string("--save: ") + e.what());
+    }
 
   // --eval: held-back text through the schedule's forward-only plan, against the unpipelined forward
   double eval_loss = 0;

@@ -61,6 +61,7 @@ struct run_args {
   std::vector<int> seq_lens;
   bool json = false, eval = false;
   std::string dump, corpus = GPT_CORPUS_DIR;
+  std::string save, resume;  // examples/gpt's checkpoints (--save DIR, --resume DIR)
 };
 
 /// The flags; `extra(args, flag, value)` takes a tool's own valued flags (true: taken). Fails

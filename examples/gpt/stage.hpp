@@ -218,8 +218,25 @@ class stage {
   }
 
   /// This stage's share of the model (parameters or gradients), written into `into` by part.
-  void gather(model_params<float>& into, bool gradients) const {
-    const std::vector<float>& v = gradients ? grads_ : params_;
+  void gather(model_params<float>& into, bool gradients) const { gather_flat(gradients ? grads_ : params_, into); }
+
+  /// Adam's moments (checkpoints): the elements `adam_range()` of the stage's flat layout hold
+  /// them (its shard when it lends its parameters), and `set_adam` takes the whole stage's.
+  pt::shard_range adam_range() const { return own_; }
+  std::span<const float> adam_m() const { return m_; }
+  std::span<const float> adam_v() const { return v_; }
+  void set_adam(std::span<const float> m_whole, std::span<const float> v_whole) {
+    if (m_whole.size() != n_ || v_whole.size() != n_)
+      throw std::logic_error("gpt: Adam's moments for " + std::to_string(m_whole.size()) +
+                             " parameters of a stage of " + std::to_string(n_));
+    std::copy(m_whole.begin() + static_cast<std::ptrdiff_t>(own_.begin),
+              m_whole.begin() + static_cast<std::ptrdiff_t>(own_.end), m_.begin());
+    std::copy(v_whole.begin() + static_cast<std::ptrdiff_t>(own_.begin),
+              v_whole.begin() + static_cast<std::ptrdiff_t>(own_.end), v_.begin());
+  }
+
+  /// A vector in this stage's flat layout (parameters, gradients, a moment), written into `into` by part.
+  void gather_flat(const std::vector<float>& v, model_params<float>& into) const {
     auto put = [&](std::vector<float>& part, std::size_t at) {
       std::copy(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + part.size()),
                 part.begin());
