@@ -282,6 +282,17 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
   expect(pt::verify_mesh(mp).ok(), "accepted collectives lower to a step that proves", plan);
   for (const int n : mp.param_slots)
     expect(n <= std::max(1, o.window), "a sharded rank's parameter pool holds at most the window", plan);
+  // buckets: each REDUCE_GRAD as `buckets` all-reduces; GRAD_NORM: one on every global rank
+  std::size_t reductions = 0, bucketed = 0, norms = 0;
+  for (const pt::collective& x : c.ops) reductions += x.what == pt::collective_kind::reduce_grad ? 1 : 0;
+  for (const pt::mesh_op& x : mp.ops) {
+    bucketed += x.bucket >= 0 ? 1 : 0;
+    norms += x.code == pt::mesh_op_code::grad_norm ? 1 : 0;
+  }
+  if (o.buckets > 1 && o.dp > 1)
+    expect(bucketed == reductions * static_cast<std::size_t>(o.dp * o.buckets),
+           "a bucketed step reduces each stage in its buckets on every replica", plan);
+  expect(norms == (o.grad_norm ? static_cast<std::size_t>(m.size()) : 0), "GRAD_NORM once on every global rank", plan);
   const pt::mesh_timeline t =
       pt::simulate_mesh(mp, pt::costs{}, pt::mesh_costs{.param_bytes = {1e3}, .bandwidth = 1e3});
   expect(t.completed && std::isfinite(t.makespan) && t.makespan > 0, "a proved mesh step simulates to completion",
@@ -290,7 +301,9 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
   const pt::schedule_file back = pt::read_schedule(pt::to_csv(p, plan.lowered(), c));
   expect(back.error.ok(), "a mesh step's CSV reads back", plan);
   const pt::collective_program again = pt::collectives_of(back, p.ranks);
-  expect(pt::check_collectives(p, again, o).ok(), "a mesh step's CSV reads back to collectives that check", plan);
+  pt::dp_options named = o;  // (GRAD_NORM has no PyTorch name: the CSV leaves it out)
+  named.grad_norm = false;
+  expect(pt::check_collectives(p, again, named).ok(), "a mesh step's CSV reads back to collectives that check", plan);
 }
 
 void check_collectives_of(const pt::schedule_file& file, const pt::runtime_plan& plan) {
@@ -313,6 +326,11 @@ void check_collectives_of(const pt::schedule_file& file, const pt::runtime_plan&
     expect(pt::check_collectives(p, c, o).ok(), "placed collectives check", plan);
     check_mesh_step(plan, c, o);
   }
+  // the step's end in the plan: reductions in three buckets, then the global gradient norm
+  const pt::dp_options ended{.dp = 2, .buckets = 3, .grad_norm = true};
+  const pt::collective_program c = pt::place_collectives(p, ended);
+  expect(pt::check_collectives(p, c, ended).ok(), "placed collectives with buckets and GRAD_NORM check", plan);
+  check_mesh_step(plan, c, ended);
 }
 
 void check_memory(const pt::schedule_file& file, const pt::runtime_plan& plan) {

@@ -134,5 +134,11 @@ TEST_CASE("grad norm: the simulation charges its latency once per rank, at the s
   CHECK(a == doctest::Approx(b + 0.25));  // rank 0's reduction ends the step; the norm follows it
 }
 
+// the compile-time plan: with_grad_norm as an option, its collective on every global rank
+using normed = pt::mesh_plan<pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>, pt::mesh_t<4, 2>, pt::with_grad_norm>;
+static_assert(normed::facts.rejection.ok());
+static_assert(normed::facts.collectives == 4 * 2 + 8);  // a REDUCE_GRAD a stage a replica, a GRAD_NORM a rank
+static_assert(normed::options().grad_norm);
+
 }  // namespace test_grad_norm
 }  // namespace

@@ -18,7 +18,8 @@
 //
 // Options, in any order: sharded<Window> (FSDP / ZeRO-3: reduce-scatter, gathers in a window of
 // Window stages; PyTorch's 3 by default), bucketed<N> (each REDUCE_GRAD as N all-reduces, each
-// started as the last backward writes its bucket), tied<Stages...> (a tie group; one per tied parameter),
+// started as the last backward writes its bucket), with_grad_norm (GRAD_NORM last on every rank),
+// tied<Stages...> (a tie group; one per tied parameter),
 // world<N> (the world the mesh must cover). program() lowers the same step again at run time
 // (the compile-time one leaves no storage behind) for the executors: the host mesh_executor takes
 // the plan and options(), the CUDA executor the program.
@@ -57,6 +58,9 @@ template <int N>
 struct bucketed {
   static_assert(N >= 1 && N <= limits::buckets, "pipetype::bucketed<N>: between 1 and 1024 buckets a stage");
 };
+/// GRAD_NORM in the step: the gradients' squared norm all-reduced over every rank, each rank's
+/// last collective (dp_options::grad_norm; global gradient-norm clipping).
+struct with_grad_norm {};
 /// A tie group: the plan stages that hold one tied parameter (the embedding and the LM head).
 template <int... Stages>
 struct tied {};
@@ -84,6 +88,10 @@ struct mesh_option<sharded<W>> {
 template <int N>
 struct mesh_option<bucketed<N>> {
   static constexpr void apply(dp_options& o, int&) { o.buckets = N; }
+};
+template <>
+struct mesh_option<with_grad_norm> {
+  static constexpr void apply(dp_options& o, int&) { o.grad_norm = true; }
 };
 template <int... S>
 struct mesh_option<tied<S...>> {
