@@ -7,7 +7,7 @@
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
-//                    [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B]
+//                    [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B [--dp-alpha-ms A]]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
 //                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
 //
@@ -61,7 +61,9 @@
 // gathered at once, each the size of a chunk (dp.param_slots, dp.param_mb_resident; a column
 // `param MB` beside exposed DP). --buckets N (not with --fsdp) splits each stage's reduction into
 // N all-reduces of 1/N of its parameters each, bucket b ready once b + 1 Nths of the stage's last
-// backward have run, as DDP's buckets overlap the backward (dp.buckets).
+// backward have run, as DDP's buckets overlap the backward (dp.buckets). --dp-alpha-ms A charges
+// every collective a latency of A ms besides its bytes (0 by default), past which more buckets
+// cost more than they hide (dp.alpha_ms).
 // --offload and --recompute add memory actions (docs/13_memory.md): OFFLOAD/RELOAD of a
 // microbatch's saved activation over each rank's host link, RECOMPUTE of a forward before its
 // backward, placed by the pass (all, or auto: what costs at most 2 % of the step, and with
@@ -141,6 +143,7 @@ struct args {
   int buckets = 1;  // --buckets
   bool buckets_given = false;
   double param_mb = 0, dp_gbps = 0;                                                          // --param-mb, --dp-gbps
+  double dp_alpha = 0;                                                                       // --dp-alpha-ms
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;  // --offload, --recompute
   double act_mb = 0, input_mb = -1, pcie_gbps = 0,
          act_limit_mb = 0;   // --act-mb, --input-mb, --pcie-gbps, --act-limit-mb
@@ -159,7 +162,8 @@ constexpr const char* usage =
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
-    "         [--forward-only] [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B]\n"
+    "         [--forward-only] [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B\n"
+    "          [--dp-alpha-ms A]]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
@@ -307,6 +311,9 @@ args parse(int argc, char** argv) {
       a.buckets_given = true;
     } else if (flag == "--param-mb" || flag == "--dp-gbps") {
       (flag == "--param-mb" ? a.param_mb : a.dp_gbps) = to_number(flag, v, false);
+    } else if (flag == "--dp-alpha-ms") {
+      a.dp_alpha = to_number(flag, v, false);
+      if (a.dp_alpha > 1000) usage_error("--dp-alpha-ms is at most 1000 ms a collective");
     } else if (flag == "--offload" || flag == "--recompute") {
       if (v != "none" && v != "auto" && v != "all") usage_error(flag + " is none, auto or all, got '" + v + "'");
       (flag == "--offload" ? a.offload : a.recompute) = v == "all"    ? pt::memory_policy::all
@@ -346,8 +353,8 @@ args parse(int argc, char** argv) {
                 " ranks (pipetype::limits)");
   if (a.dp > 1 && !(a.dp_gbps > 0) && a.format != "csv-comms")
     usage_error("--dp needs --dp-gbps B, the data-parallel bus bandwidth in GB/s (B > 0)");
-  if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0))
-    usage_error("--fsdp, --param-mb and --dp-gbps describe data parallelism: give --dp D (D ≥ 2) too");
+  if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0 || a.dp_alpha > 0))
+    usage_error("--fsdp, --param-mb, --dp-gbps and --dp-alpha-ms describe data parallelism: give --dp D (D ≥ 2) too");
   if (a.window_given && !a.fsdp)
     usage_error("--window is FSDP's (the stages a rank keeps gathered at once): give --fsdp too");
   if (a.window < 1) usage_error("--window must be at least 1 (a stage gathered at a time)");
@@ -567,14 +574,15 @@ bool sharded(const args& a) { return a.fsdp || (file_collectives && file_shards)
 pt::dp_options dp_options_of(const args& a) {
   return {.dp = a.dp, .shard = sharded(a), .window = a.window, .buckets = a.buckets};
 }
-/// ", each reduction in N buckets" with --buckets N > 1; else "".
+/// ", each reduction in N buckets" with --buckets N > 1, and ", A ms a collective" with --dp-alpha-ms.
 std::string buckets_text(const args& a) {
-  return a.buckets > 1 ? ", each reduction in " + std::to_string(a.buckets) + " buckets" : "";
+  return (a.buckets > 1 ? ", each reduction in " + std::to_string(a.buckets) + " buckets" : std::string()) +
+         (a.dp_alpha > 0 ? ", " + num(a.dp_alpha) + " ms a collective" : std::string());
 }
 /// The collectives' costs: a chunk holds 1/v of a rank share's parameters; bytes per time unit
 /// (1 ms) from GB/s.
 pt::mesh_costs dp_costs_of(const args& a, int chunks) {
-  return {.param_bytes = {a.param_mb * 1e6 / chunks}, .bandwidth = a.dp_gbps * 1e6};
+  return {.param_bytes = {a.param_mb * 1e6 / chunks}, .bandwidth = a.dp_gbps * 1e6, .alpha = a.dp_alpha};
 }
 
 dp_figures dp_of(const result& r, const args& a) {
@@ -618,7 +626,8 @@ std::string dp_json(const dp_figures& f, const args& a) {
   if (!f.error.empty()) return out + ", \"error\": " + json_string(f.error) + "}";
   out += ", \"makespan\": " + num(f.makespan) + ", \"makespan_without\": " + num(f.without) +
          ", \"exposed_dp\": " + num(f.exposed) + ", \"collectives\": " + std::to_string(f.collectives) +
-         ", \"communicators\": " + std::to_string(f.communicators) + ", \"buckets\": " + std::to_string(a.buckets);
+         ", \"communicators\": " + std::to_string(f.communicators) + ", \"buckets\": " + std::to_string(a.buckets) +
+         ", \"alpha_ms\": " + num(a.dp_alpha);
   if (!f.param_slots.empty()) {
     out += ", \"window\": " + std::to_string(a.window) + ", \"param_slots\": [";
     for (std::size_t k = 0; k < f.param_slots.size(); ++k) out += (k ? ", " : "") + std::to_string(f.param_slots[k]);
