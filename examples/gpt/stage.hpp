@@ -182,7 +182,7 @@ class stage {
     float* s = c.stash.data();
     float* wg = c.weight_grad.data();
     // the last layer first, as the backward's data flows: each layer's weight gradient depends on
-    // its stash only, so the order changes no bit, and with buckets (c.buckets) each bucket is
+    // its stash only, so the order changes no bit, and with buckets (c.buckets()) each bucket is
     // released for its reduction once every layer it covers is written
     if (last_) {
       head_backward_weight(c_, param(c, head_offset()), act(s, blocks_), s + head_stash_, wg + head_offset(), t);

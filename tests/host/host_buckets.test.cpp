@@ -50,15 +50,15 @@ struct blin {
     for (std::size_t i = 0; i < c.grad_input.size(); ++i) c.grad_input[i] = p[i] * c.grad_output[i];
   }
   void backward_weight(const pt::backward_ctx<blin>& c) {
-    buckets_seen = std::max(buckets_seen, c.buckets);
-    const int n = c.buckets > 0 ? c.buckets : 1;
+    buckets_seen = std::max(buckets_seen, c.buckets());
+    const int n = c.buckets() > 0 ? c.buckets() : 1;
     for (int b = 0; b < n; ++b) {
       const pt::shard_range part = pt::bucket_of(2 * width, n, b);
       for (std::size_t i = part.begin; i < part.end; ++i)
         c.weight_grad[i] = i < width ? c.grad_output[i] * c.input[i] : c.grad_output[i - width];
       if constexpr (Signal) c.gradients_ready(b);
-      if (b == 0 && c.buckets > 0 && throw_after_bucket) throw std::runtime_error("injected after bucket 0");
-      if (b == 0 && c.buckets > 0) std::this_thread::sleep_for(pause);
+      if (b == 0 && c.buckets() > 0 && throw_after_bucket) throw std::runtime_error("injected after bucket 0");
+      if (b == 0 && c.buckets() > 0) std::this_thread::sleep_for(pause);
     }
   }
 };

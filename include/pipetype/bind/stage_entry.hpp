@@ -43,26 +43,29 @@ struct step_feed;
 struct memory_use {
   std::atomic<int> in_use{0}, high{0};
 };
+/// Adds elements [begin, end) of one microbatch's weight gradient into weight_gradients() (a
+/// bucket of a bucketed step's last weight backward, on the host).
+using add_range_fn = void (*)(void* stage, const std::byte* weight_grad, std::size_t begin, std::size_t end);
 /// A bucketed step's last weight backward of a stage on the host (mesh_op::bucket_event): the
 /// buckets of its weight gradient, which the executor adds into weight_gradients() bucket by
 /// bucket — as the stage says them written (backward_ctx::gradients_ready), the rest at its end —
 /// and publishes on the compute stream at positions first … first + buckets − 1, where the
 /// reductions' waits look (host/mesh_binding.hpp puts a mark op at each before the backward).
 struct bucket_marks {
-  int buckets = 0;
-  int rank = -1;                                   // the global rank
-  int first = 0;                                   // bucket 0's position on the compute stream
-  std::size_t elems = 0;                           // the weight gradient's (bucket_of's n)
-  std::byte* const* adds = nullptr;                // the op's held weight gradients to add, add_count of them
+  bucket_signal signal;              // the buckets, and what the backward's ctx calls (with this)
+  int rank = -1;                     // the global rank
+  int first = 0;                     // bucket 0's position on the compute stream
+  std::size_t elems = 0;             // the weight gradient's (bucket_of's n)
+  void* stage = nullptr;             // the stage, and its held weight gradients to add into
+  std::byte* const* adds = nullptr;  // its weight_gradients(), `add_count` of them, by `add_range`
+  int add_count = 0;
+  add_range_fn add_range = nullptr;
   void (*publish)(void* at, int value) = nullptr;  // the executor's: the compute stream reached `value`
   void* at = nullptr;
   int done = 0;  // buckets added and published in the running call (its thread's alone)
 };
 using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
-/// Adds elements [begin, end) of one microbatch's weight gradient into weight_gradients() (a
-/// bucket of a bucketed step's last weight backward, on the host).
-using add_range_fn = void (*)(void* stage, const std::byte* weight_grad, std::size_t begin, std::size_t end);
 /// An element type as a collective library names it (NCCL's ncclFloat32, ...); `other`: one that
 /// only moves as bytes (a gather), not one a device collective can sum.
 enum class elem_kind : std::uint8_t { other, f32, f64, i32, i64 };
@@ -363,15 +366,14 @@ template <class S>
 /// Buckets marks.done … b of a bucketed backward's weight gradient are written: their parts of
 /// its held weight gradients are added into weight_gradients() (each element's sum in the same
 /// order as a whole add), and each bucket published for the reductions that wait for it.
-inline void add_buckets_through(const bound_op& op, int b) {
-  bucket_marks& k = *op.marks;
-  for (; k.done <= b && k.done < k.buckets; ++k.done) {
-    const shard_range part = bucket_of(k.elems, k.buckets, k.done);
-    for (int a = 0; a < op.add_count; ++a) op.entry->add_range(op.obj, k.adds[a], part.begin, part.end);
+inline void add_buckets_through(bucket_marks& k, int b) {
+  for (; k.done <= b && k.done < k.signal.buckets; ++k.done) {
+    const shard_range part = bucket_of(k.elems, k.signal.buckets, k.done);
+    for (int a = 0; a < k.add_count; ++a) k.add_range(k.stage, k.adds[a], part.begin, part.end);
     if (k.publish) k.publish(k.at, k.first + k.done);
   }
 }
-inline void buckets_ready_call(const void* op, int b) { add_buckets_through(*static_cast<const bound_op*>(op), b); }
+inline void buckets_ready_call(void* marks, int b) { add_buckets_through(*static_cast<bucket_marks*>(marks), b); }
 
 template <class S>
 [[gnu::always_inline]] inline backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed,
@@ -395,8 +397,7 @@ template <class S>
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 ? feed.loss_scale : 0.0f,
           params_of_op<S>(op),
-          weight_part && op.marks ? op.marks->buckets : 0,
-          weight_part && op.marks ? bucket_signal{&buckets_ready_call, &op} : bucket_signal{}};
+          weight_part && op.marks ? &op.marks->signal : nullptr};
 }
 
 /// Every gradient-carrying tensor of the stage's output has `+=` (a fan-out's gradients are summed).
@@ -500,16 +501,22 @@ template <class S>
 void run_backward_weight(void* s, const bound_op& op, const step_feed& feed) {
   with_shapes<&backward_weight_body<S>>(s, op, feed);
 }
+/// Adds elements [begin, end) of one microbatch's weight gradient `g` into weight_gradients().
+template <class S>
+void add_weight_grad_range(void* s, const std::byte* g, std::size_t begin, std::size_t end) {
+  const std::span<weight_grad_t<S>> acc = static_cast<S*>(s)->weight_gradients();
+  const auto* x = reinterpret_cast<const weight_grad_t<S>*>(g);
+  for (std::size_t i = begin; i < end; ++i) acc[i] += x[i];
+}
+
 template <class S>
 void add_weight_grad(void* s, const std::byte* g, void* stream) {
   S& st = *static_cast<S*>(s);
-  const std::span<weight_grad_t<S>> acc = st.weight_gradients();
-  const auto* x = reinterpret_cast<const weight_grad_t<S>*>(g);
-  if constexpr (adds_weight_grad_on_stream<S>) {
-    st.add_weight_grad(std::span<const weight_grad_t<S>>(x, acc.size()), stream);
-  } else {
-    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += x[i];
-  }
+  const std::size_t n = st.weight_gradients().size();
+  if constexpr (adds_weight_grad_on_stream<S>)
+    st.add_weight_grad(std::span<const weight_grad_t<S>>(reinterpret_cast<const weight_grad_t<S>*>(g), n), stream);
+  else
+    add_weight_grad_range<S>(s, g, 0, n);
 }
 
 template <class T>
@@ -518,13 +525,6 @@ double sum_of_squares(const std::byte* a, std::size_t begin, std::size_t end) {
   double s = 0;
   for (std::size_t i = begin; i < end; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return s;
-}
-
-template <class S>
-void add_weight_grad_range(void* s, const std::byte* g, std::size_t begin, std::size_t end) {
-  const std::span<weight_grad_t<S>> acc = static_cast<S*>(s)->weight_gradients();
-  const auto* x = reinterpret_cast<const weight_grad_t<S>*>(g);
-  for (std::size_t i = begin; i < end && i < acc.size(); ++i) acc[i] += x[i];
 }
 
 template <class T>

@@ -349,10 +349,11 @@ struct forward_ctx {
 };
 
 /// How a backward says a bucket of its weight gradient is written (backward_ctx::gradients_ready):
-/// the executor's function and what it passes it. Empty where no bucket is waited for.
+/// the step's bucket count, the executor's function and what it passes it.
 struct bucket_signal {
-  void (*fn)(const void* at, int bucket) = nullptr;
-  const void* at = nullptr;
+  int buckets = 0;
+  void (*fn)(void* at, int bucket) = nullptr;
+  void* at = nullptr;
 };
 
 template <class S>
@@ -372,24 +373,26 @@ struct backward_ctx {
   float loss_scale = 0;  // a sink: d(the step's objective)/d(this microbatch's loss), the seed of its backward
                          // (the batch's loss_scaling: 1/m for the mean, the default); 0 on the other stages
   std::span<const param_t<S>> params{};  // as forward_ctx::params
-  // a bucketed mesh step (dp_options::buckets = N): in the stage's last weight backward of the step,
-  // N, and the signal behind gradients_ready; elsewhere 0 and none
-  int buckets = 0;
-  bucket_signal bucket_ready{};
+  // a bucketed mesh step (dp_options::buckets): in the stage's last weight backward of the step,
+  // the signal behind gradients_ready; elsewhere none
+  const bucket_signal* bucket_ready = nullptr;
 
-  /// Buckets 0 … b of weight_grad are written (bucket_of(weight_grad.size(), buckets, k): bucket 0
-  /// is the array's end, the last layers, which a backward reaches first): their reductions may
+  /// The step's buckets (dp_options::buckets) in the stage's last weight backward of a bucketed
+  /// mesh step; 0 elsewhere.
+  int buckets() const noexcept { return bucket_ready ? bucket_ready->buckets : 0; }
+  /// Buckets 0 … b of weight_grad are written (bucket_of(weight_grad.size(), buckets(), k): bucket
+  /// 0 is the array's end, the last layers, which a backward reaches first): their reductions may
   /// start while this backward goes on, which must then leave those elements alone. Optional —
-  /// what is not said ready is at the end of the backward — and a no-op where buckets is 0.
+  /// what is not said ready is at the end of the backward — and a no-op where buckets() is 0.
   void gradients_ready(int b) const {
-    if (bucket_ready.fn && b >= 0 && b < buckets) bucket_ready.fn(bucket_ready.at, b);
+    if (b >= 0 && b < buckets()) bucket_ready->fn(bucket_ready->at, b);
   }
   /// Every element of weight_grad from `from` to its end is written (a backward that goes from
   /// the last layer back, having finished the layer that begins at `from`): the buckets wholly in
-  /// there are ready. A no-op where buckets is 0.
+  /// there are ready. A no-op where buckets() is 0.
   void gradients_written_from(std::size_t from) const {
     int b = -1;
-    while (b + 1 < buckets && bucket_of(weight_grad.size(), buckets, b + 1).begin >= from) ++b;
+    while (b + 1 < buckets() && bucket_of(weight_grad.size(), buckets(), b + 1).begin >= from) ++b;
     if (b >= 0) gradients_ready(b);
   }
 };

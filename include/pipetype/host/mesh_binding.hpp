@@ -366,11 +366,14 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
                            static_cast<int>(i));
           if (b.entry && b.entry->add_range) {
             bucket_marks& mk = st.marks.emplace_back();
-            mk.buckets = mp.buckets;
+            mk.signal = {mp.buckets, &pipetype::detail::buckets_ready_call, &mk};
             mk.rank = g;
             mk.first = first;
             mk.elems = b.entry->weight_grad_elems;
+            mk.stage = b.obj;
             mk.adds = nr.adds.data() + b.add_begin;
+            mk.add_count = b.add_count;
+            mk.add_range = b.entry->add_range;
             b.marks = &mk;
           }
           force_record = true;
@@ -444,19 +447,12 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
             call.members = m.dp;  // the DP group's shards: replica d owns shard d
             call.member = d;
           }
+          // the stages whose arrays it works on: its stage, or the tie group's stages on this rank
+          // (GRAD_NORM: none; its parts are every stage's of the rank, norm_parts_of's)
+          std::vector<int> stages;
           if (o2.code == mesh_op_code::grad_norm) {
             norm_parts_of(call, g, r, d, entry_of);
-            call.label = pipetype::detail::mesh_op_label(o2);
-            label = call.label;
-            b.fn = &detail::run_collective_call;
-            b.obj = &call;
-            b.index = static_cast<int>(i);
-            lists.add(b, o2.stream, std::move(label), wait_event, record_event);
-            continue;
-          }
-          // the stages whose arrays it works on: its stage, or the tie group's stages on this rank
-          std::vector<int> stages;
-          if (o2.tie >= 0) {
+          } else if (o2.tie >= 0) {
             for (const int s : mp.ties.at(static_cast<std::size_t>(o2.tie)))
               if (p.stage_rank[static_cast<std::size_t>(s)] == r) stages.push_back(s);
             std::sort(stages.begin(), stages.end());
