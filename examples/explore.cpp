@@ -7,7 +7,8 @@
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
-//                    [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B [--dp-alpha-ms A]]
+//                    [--dp D [--fsdp [--window W]] [--buckets N] [--zero 1] --param-mb X --dp-gbps B
+//                     [--dp-alpha-ms A]]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
 //                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
 //
@@ -63,7 +64,11 @@
 // N all-reduces of 1/N of its parameters each, bucket b ready once b + 1 Nths of the stage's last
 // backward have run, as DDP's buckets overlap the backward (dp.buckets). --dp-alpha-ms A charges
 // every collective a latency of A ms besides its bytes (0 by default), past which more buckets
-// cost more than they hide (dp.alpha_ms).
+// cost more than they hide (dp.alpha_ms). --zero 1 (not with --fsdp or --buckets) is ZeRO-1: each
+// stage's reduction a reduce-scatter, its optimizer step on each replica's shard (OPT_STEP) and the
+// all-gather of the updated parameters after it (PARAM_SYNC) in the step (dp.zero). Every --dp
+// report gives the MB of Adam's two moments a rank holds, each the size of the parameters: 2·X,
+// divided by D with --zero 1 or --fsdp (dp.optimizer_mb).
 // --offload and --recompute add memory actions (docs/13_memory.md): OFFLOAD/RELOAD of a
 // microbatch's saved activation over each rank's host link, RECOMPUTE of a forward before its
 // backward, placed by the pass (all, or auto: what costs at most 2 % of the step, and with
@@ -142,6 +147,7 @@ struct args {
   bool window_given = false;
   int buckets = 1;  // --buckets
   bool buckets_given = false;
+  int zero = 0;                                                                              // --zero
   double param_mb = 0, dp_gbps = 0;                                                          // --param-mb, --dp-gbps
   double dp_alpha = 0;                                                                       // --dp-alpha-ms
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;  // --offload, --recompute
@@ -162,8 +168,8 @@ constexpr const char* usage =
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
-    "         [--forward-only] [--dp D [--fsdp [--window W]] [--buckets N] --param-mb X --dp-gbps B\n"
-    "          [--dp-alpha-ms A]]\n"
+    "         [--forward-only] [--dp D [--fsdp [--window W]] [--buckets N] [--zero 1] --param-mb X\n"
+    "          --dp-gbps B [--dp-alpha-ms A]]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
@@ -309,6 +315,9 @@ args parse(int argc, char** argv) {
     } else if (flag == "--buckets") {
       a.buckets = static_cast<int>(std::min(to_number(flag, v, true), 1e6));
       a.buckets_given = true;
+    } else if (flag == "--zero") {
+      if (v != "0" && v != "1") usage_error("--zero is 0 or 1 (ZeRO-1; ZeRO-3 is --fsdp), got '" + v + "'");
+      a.zero = v == "1" ? 1 : 0;
     } else if (flag == "--param-mb" || flag == "--dp-gbps") {
       (flag == "--param-mb" ? a.param_mb : a.dp_gbps) = to_number(flag, v, false);
     } else if (flag == "--dp-alpha-ms") {
@@ -364,6 +373,11 @@ args parse(int argc, char** argv) {
   if (a.buckets > pt::limits::buckets) usage_error("--buckets is at most 1024 (pipetype::limits::buckets)");
   if (a.buckets > 1 && a.fsdp)
     usage_error("--buckets with --fsdp: a bucketed reduce-scatter is not built yet (leave --buckets out)");
+  if (a.zero > 0 && a.dp == 1)
+    usage_error("--zero 1 shards the optimizer's state over data-parallel replicas: give --dp D (D ≥ 2) too");
+  if (a.zero > 0 && a.fsdp) usage_error("--zero 1 with --fsdp: FSDP shards the optimizer's state already (give one)");
+  if (a.zero > 0 && a.buckets > 1)
+    usage_error("--buckets with --zero 1: a bucketed reduce-scatter is not built yet (leave --buckets out)");
   if (a.dp > 1 && a.forward_only) usage_error("--dp reduces gradients: a --forward-only plan has none");
   if ((a.memory() || a.input_mb >= 0 || a.pcie_gbps > 0) && !(a.act_mb > 0))
     usage_error(
@@ -572,7 +586,19 @@ std::string mesh_refusal(pt::program_view p) {
 /// for the report, the JSON, the placement and the CSV).
 bool sharded(const args& a) { return a.fsdp || (file_collectives && file_shards); }
 pt::dp_options dp_options_of(const args& a) {
-  return {.dp = a.dp, .shard = sharded(a), .window = a.window, .buckets = a.buckets};
+  return {.dp = a.dp, .shard = sharded(a), .window = a.window, .buckets = a.buckets, .zero = a.zero};
+}
+/// The MB of Adam's two moments a rank holds (each the size of its parameters), a replica's
+/// shard of them with ZeRO-1 or FSDP.
+double optimizer_mb(const args& a) { return 2 * a.param_mb / (a.zero > 0 || sharded(a) ? a.dp : 1); }
+/// " with FSDP", " with ZeRO-1" or nothing: how the step shards (sharding_note: in brackets).
+const char* sharding_text(const args& a) {
+  if (sharded(a)) return " with FSDP";
+  return a.zero > 0 ? " with ZeRO-1" : "";
+}
+const char* sharding_note(const args& a) {
+  if (sharded(a)) return " (FSDP)";
+  return a.zero > 0 ? " (ZeRO-1)" : "";
 }
 /// ", each reduction in N buckets" with --buckets N > 1, and ", A ms a collective" with --dp-alpha-ms.
 std::string buckets_text(const args& a) {
@@ -635,7 +661,7 @@ std::string dp_json(const dp_figures& f, const args& a) {
     for (std::size_t k = 0; k < f.param_mb.size(); ++k) out += (k ? ", " : "") + num(f.param_mb[k]);
     out += "]";
   }
-  return out + "}";
+  return out + ", \"zero\": " + std::to_string(a.zero) + ", \"optimizer_mb\": " + num(optimizer_mb(a)) + "}";
 }
 
 const char* policy_name(pt::memory_policy x) {
@@ -962,9 +988,9 @@ int print_all(const args& a) {
     std::printf(
         "exposed DP: the step over %d replicas%s (%g MB of parameters per rank share at %g GB/s, 1 time unit = 1 ms%s) "
         "less the same plan without its collectives%s\n",
-        a.dp, a.fsdp ? " with FSDP" : "", a.param_mb, a.dp_gbps, buckets_text(a).c_str(),
-        sharded(a) ? ("; param MB: the largest rank's parameters held (its shard and window " + std::to_string(a.window) +
-                      "'s slots, each its largest chunk)")
+        a.dp, sharding_text(a), a.param_mb, a.dp_gbps, buckets_text(a).c_str(),
+        sharded(a) ? ("; param MB: the largest rank's parameters held (its shard and window " +
+                      std::to_string(a.window) + "'s slots, each its largest chunk)")
                          .c_str()
                    : "");
   if (a.memory())
@@ -1284,8 +1310,8 @@ int main(int argc, char** argv) {
         "\ndata parallel: %d replicas%s, %g MB of parameters per rank share at %g GB/s (1 time unit = 1 ms)%s: %d "
         "collectives on %d communicators, proved deadlock-free with the transfers; step %g, %g without its "
         "collectives: exposed_dp %g\n",
-        a.dp, sharded(a) ? " (FSDP)" : "", a.param_mb, a.dp_gbps, buckets_text(a).c_str(), dp->collectives,
-        dp->communicators, dp->makespan, dp->without, dp->exposed);
+        a.dp, sharding_note(a), a.param_mb, a.dp_gbps, buckets_text(a).c_str(), dp->collectives, dp->communicators,
+        dp->makespan, dp->without, dp->exposed);
   if (dp && !dp->param_slots.empty()) {
     std::printf("parameters per rank under FSDP (window %d): slots", a.window);
     for (std::size_t k = 0; k < dp->param_slots.size(); ++k) std::printf("%s%d", k ? ", " : " ", dp->param_slots[k]);
@@ -1293,6 +1319,9 @@ int main(int argc, char** argv) {
     for (std::size_t k = 0; k < dp->param_mb.size(); ++k) std::printf("%s%g", k ? ", " : " ", dp->param_mb[k]);
     std::printf(" of %g unsharded\n", a.param_mb);
   }
+  if (dp)
+    std::printf("optimizer state: Adam's two moments, %g MB a rank (each the size of its parameters%s)\n",
+                optimizer_mb(a), a.zero > 0 || sharded(a) ? "; a replica's shard of them" : "");
   if (mem) {
     const pt::memory_step& m = mem->step;
     std::printf("\nmemory actions: offload %s, recompute %s; %g MB saved per rank share and microbatch%s%s\n",

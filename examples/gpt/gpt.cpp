@@ -2,7 +2,7 @@
 //
 //   gpt --schedule NAME --ranks P --microbatches M --layers L --heads H --width C --seq T
 //       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--eval] [--json] [--dump DIR]
-//       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--clip X] [--save DIR] [--resume DIR]
+//       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--clip X] [--zero 1] [--save DIR] [--resume DIR]
 //       [--offload none|auto|all] [--recompute none|auto|all]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
@@ -30,6 +30,11 @@
 // layer back and release each bucket as soon as its layers are written (ctx.gradients_written_from),
 // so the first buckets are reduced while the backward still runs (docs/12 §12.5); --json adds buckets.
 // --clip X adds GRAD_NORM to the step and scales Adam's gradients to a global norm of at most X.
+// --zero 1 (ZeRO-1, with --dp) puts the optimizer in the step: each replica keeps Adam's moments for
+// its shard of every stage only, the reduction is a reduce-scatter, each stage's OPT_STEP runs
+// Adam on the replica's shard inside the step (stage.hpp optimizer_step) and PARAM_SYNC gathers the
+// shards; --json adds zero and replica_params_agree (and, as every --dp run, adam_mib: replica 0's
+// moments).
 // --save DIR writes a checkpoint after training (DIR/model.safetensors: the parameters under GPT-2's
 // Hugging Face names; DIR/optimizer.safetensors: Adam's moments and the step), each file written
 // whole and then renamed; --resume DIR starts from one, in any layout (docs/12 §12.6).
@@ -73,15 +78,16 @@ namespace {
 namespace pt = pipetype;
 namespace ph = pipetype::host;
 
-
 constexpr const char* usage =
     "usage: gpt [--schedule NAME] [--ranks P] [--microbatches M] [--chunks V] [--layers L] [--heads H]\n"
     "           [--width C] [--seq T] [--rows R] [--steps N] [--lr X] [--seq-lens a,b,...] [--eval]\n"
     "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--buckets N] [--tie-embeddings]\n"
-    "           [--clip X] [--save DIR] [--resume DIR] [--offload none|auto|all] [--recompute none|auto|all]\n"
+    "           [--clip X] [--zero 1] [--save DIR] [--resume DIR] [--offload none|auto|all]\n"
+    "           [--recompute none|auto|all]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
     "--clip X: scale the step's gradients to a global norm of at most X (GRAD_NORM over every rank)\n"
+    "--zero 1: ZeRO-1 (needs --dp): Adam inside the step on each replica's shard, its state 1/D a replica\n"
     "--save DIR: after training, the parameters and Adam's state as safetensors (GPT-2's names)\n"
     "--resume DIR: start from such a checkpoint (its step included), in any --ranks/--dp/--fsdp layout\n"
     "--offload, --recompute: memory actions on each microbatch's stash and input (docs/13): copied to the\n"
@@ -276,13 +282,19 @@ int main(int argc, char** argv) try {
     replicas.push_back(&models.emplace_back(std::move(stages)));
   }
   pt::uniform_chain<gpt::stage>& model = models.front();
+  if (a.zero > 0)  // ZeRO-1: each replica's moments for its shard, Adam in the step's OPT_STEPs
+    for (int r = 0; r < a.dp; ++r)
+      for (gpt::stage& st : models[static_cast<std::size_t>(r)].stages()) {
+        st.own_shard(a.dp, r);
+        st.set_optimizer(a.lr, a.clip, first_step);
+      }
   if (resumed)  // Adam's moments: each stage its own part (its shard when it lends its parameters)
     for (pt::uniform_chain<gpt::stage>& md : models)
       for (int s = 0; s < S; ++s)
         md.stage(s).set_adam(gpt::stage::flat_parameters(c, s, S, resumed->m),
                              gpt::stage::flat_parameters(c, s, S, resumed->v));
   const bool memory = gpt::wants_memory(a);
-  const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory || a.clip > 0;
+  const bool meshed = a.dp > 1 || a.fsdp || a.tie || memory || a.clip > 0 || a.zero > 0;
   // --offload, --recompute: the actions on what each stage saves for its backward, its stash and
   // its input (none on the first stage, which reads the batch); an OFFLOAD moves both, a
   // recomputed forward keeps its input
@@ -300,7 +312,7 @@ int main(int argc, char** argv) try {
   const ph::executor_options run_options{.deadline = std::chrono::seconds(120)};
   try {
     if (meshed) {
-      pt::dp_options o{.dp = a.dp, .shard = a.fsdp, .buckets = a.buckets, .grad_norm = a.clip > 0};
+      pt::dp_options o{.dp = a.dp, .shard = a.fsdp, .buckets = a.buckets, .grad_norm = a.clip > 0, .zero = a.zero};
       if (a.tie) o.ties = {{0, S - 1}};
       mex.emplace(plan, pt::mesh{plan.compute().ranks, a.dp}, o, replicas,
                   ph::mesh_options{.exec = run_options, .memory = actions});
@@ -347,7 +359,7 @@ int main(int argc, char** argv) try {
       const auto r0 = std::chrono::steady_clock::now();
       gpt::reference_step_dp<float>(c, initial, d.mbs, a.dp, a.tie, ref_grads);
       reference_ms = gpt::since_ms(r0);
-      if (!a.fsdp) replicas_agree = gpt::replicas_agree(models);  // each holds the whole reduced gradient
+      if (!a.fsdp && a.zero == 0) replicas_agree = gpt::replicas_agree(models);  // each holds the whole sum
       gpt::gather_shards(models, a, true);
       gpt::model_params<float> grads = gpt::zero_params<float>(c);
       for (const gpt::stage& s : model.stages()) s.gather(grads, true);
@@ -362,7 +374,7 @@ int main(int argc, char** argv) try {
       if (a.clip > 0) {
         norm_first = mex->grad_norm();
         norm_matches = norm_first == reference_norm(c, ref_grads, plan.compute(), pt::mesh{plan.compute().ranks, a.dp},
-                                                    a.fsdp, a.tie, model);
+                                                    a.fsdp || a.zero > 0, a.tie, model);
       }
       if (!a.dump.empty()) try {
           gpt::write_dump(a.dump, c, initial, d.mbs, grads, loss, a.tie);
@@ -380,7 +392,9 @@ int main(int argc, char** argv) try {
     for (int r = 0; r < a.dp; ++r)
       for (int s = 0; s < S; ++s) {
         gpt::stage& st = models[static_cast<std::size_t>(r)].stage(s);
-        if (lend)
+        if (a.zero > 0)  // (Adam ran in the step's OPT_STEP, with the same scale)
+          st.zero_grads();
+        else if (lend)
           st.adam(mex->parameter_shard<float>(r, s), a.lr, first_step + step, scale);
         else
           st.adam(a.lr, first_step + step, scale);
@@ -407,6 +421,8 @@ int main(int argc, char** argv) try {
   } else {
     gpt::gather_shards(models, a, false);
   }
+  // ZeRO-1: after PARAM_SYNC every replica holds the whole updated parameters
+  const bool params_agree = a.zero == 0 || gpt::replicas_agree(models, false);
   const std::optional<gpt::param_report> lent =
       lend ? std::optional<gpt::param_report>(std::in_place, *mex, plan, model) : std::nullopt;
   if (a.tie) {
@@ -461,9 +477,15 @@ int main(int argc, char** argv) try {
                   a.fsdp ? "true" : "false", a.tie ? "true" : "false",
                   // compared only where each replica holds the whole gradient (not one replica, not
                   // FSDP's shards): null says "not checked", never a true nobody tested
-                  a.fsdp || a.dp < 2 ? "null" : replicas_agree ? "true" : "false",
+                  a.fsdp || a.zero > 0 || a.dp < 2 ? "null" : (replicas_agree ? "true" : "false"),
                   tied_equal ? "true" : "false");
-    if (meshed) std::printf(", \"buckets\": %d", a.buckets);
+    if (meshed) {
+      double adam_floats = 0;  // replica 0's moments: two floats an element of what its optimizer updates
+      for (const gpt::stage& st : model.stages()) adam_floats += 2.0 * static_cast<double>(st.adam_m().size());
+      std::printf(", \"buckets\": %d, \"adam_mib\": %.3f", a.buckets, adam_floats * 4 / (1 << 20));
+    }
+    if (a.zero > 0)
+      std::printf(", \"zero\": %d, \"replica_params_agree\": %s", a.zero, params_agree ? "true" : "false");
     if (a.clip > 0)
       std::printf(
           ", \"clip\": %g, \"grad_norm_first\": %.9g, \"grad_norm_matches_reference\": %s, \"clipped_steps\": %d",
@@ -479,10 +501,13 @@ int main(int argc, char** argv) try {
                   eval_matches ? "bitwise" : "DIFFERENT from");
     std::printf("first step's gradients %s the unpipelined run's (max |diff| %.3g)\n",
                 grads_match ? "are bitwise" : "DIFFER from", max_diff);
-    if (meshed && !a.fsdp && a.dp > 1)
+    if (meshed && !a.fsdp && a.zero == 0 && a.dp > 1)
       std::printf("every replica's gradients %s\n", replicas_agree ? "are bitwise the same" : "DIFFER");
     if (a.tie)
       std::printf("the tied copies (wte, lm_head) %s after training\n", tied_equal ? "are bitwise equal" : "DIFFER");
+    if (a.zero > 0)
+      std::printf("ZeRO-1: every replica's parameters %s after training\n",
+                  params_agree ? "are bitwise the same" : "DIFFER");
     if (mem) mem->print_text();
     if (lent) lent->print_text();
     std::printf("peak resident memory of the process: %.1f MiB\n", examples::peak_rss_mib());
@@ -491,7 +516,7 @@ int main(int argc, char** argv) try {
     if (!a.dump.empty()) std::printf("dump written to %s\n", a.dump.c_str());
   }
   return grads_match && eval_matches && replicas_agree && tied_equal && water_within && (!lent || lent->within) &&
-                 norm_matches
+                 norm_matches && params_agree
              ? 0
              : 1;
 } catch (const std::exception& e) {

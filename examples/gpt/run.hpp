@@ -58,6 +58,7 @@ struct run_args {
   gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
   float clip = 0;  // --clip: the global gradient norm's bound (0: none)
+  int zero = 0;    // --zero 1: ZeRO-1, the optimizer in the step on each replica's shard
   std::vector<int> seq_lens;
   bool json = false, eval = false;
   std::string dump, corpus = GPT_CORPUS_DIR;
@@ -115,7 +116,12 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
       a.lr = cli.rate(f, v, 1);
     else if (f == "--clip")
       a.clip = cli.rate(f, v, 1000000);
-    else if (f == "--seq-lens") {
+    else if (f == "--zero") {
+      if (v != "0" && v != "1")
+        cli.fail("--zero is 0 or 1 (ZeRO-1: the optimizer's state sharded over the replicas; ZeRO-3 is --fsdp), got '" +
+                 v + "'");
+      a.zero = v == "1" ? 1 : 0;
+    } else if (f == "--seq-lens") {
       std::size_t at = 0;
       while (at <= v.size()) {
         const std::size_t comma = std::min(v.find(',', at), v.size());
@@ -131,6 +137,10 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
   if (a.buckets > 1 && a.dp < 2)
     cli.fail("--buckets splits the data-parallel gradient reduction: give --dp D (D >= 2) too");
   if (a.buckets > 1 && a.fsdp) cli.fail("--buckets with --fsdp: a bucketed reduce-scatter is not built yet");
+  if (a.zero > 0 && a.dp < 2)
+    cli.fail("--zero 1 shards the optimizer's state over the replicas: give --dp D (D >= 2) too");
+  if (a.zero > 0 && a.fsdp) cli.fail("--zero 1 with --fsdp: FSDP shards the optimizer's state already (give one)");
+  if (a.zero > 0 && a.buckets > 1) cli.fail("--buckets with --zero 1: a bucketed reduce-scatter is not built yet");
   if (a.model.width % a.model.heads != 0)
     cli.fail("--width " + std::to_string(a.model.width) + " is no multiple of --heads " +
              std::to_string(a.model.heads));
@@ -221,7 +231,7 @@ inline run_start start_run(run_args& a, int stages, const examples::cli& cli) {
 /// parameters); replica 0 takes the others' shards to hold the whole. `Model`: a uniform_chain.
 template <class Model>
 void gather_shards(std::deque<Model>& models, const run_args& a, bool gradients) {
-  if (!a.fsdp || a.dp < 2) return;
+  if (a.dp < 2 || !(a.fsdp || (gradients && a.zero > 0))) return;  // (ZeRO-1 gathers its parameters itself)
   for (int s = 0; s < models.front().size(); ++s) {
     auto& to = models.front().stage(s);
     const std::span<float> dst = gradients ? to.weight_gradients() : to.parameters();
@@ -237,12 +247,13 @@ void gather_shards(std::deque<Model>& models, const run_args& a, bool gradients)
 }
 
 /// Whether every replica holds bitwise replica 0's gradients (compare only where each holds the
-/// whole reduced gradient: not under FSDP).
+/// whole reduced gradient: not under FSDP or ZeRO-1), or its parameters (`gradients` false).
 template <class Model>
-bool replicas_agree(std::deque<Model>& models) {
+bool replicas_agree(std::deque<Model>& models, bool gradients = true) {
+  auto of = [&](auto& st) { return gradients ? st.weight_gradients() : st.parameters(); };
   for (std::size_t r = 1; r < models.size(); ++r)
     for (int s = 0; s < models.front().size(); ++s) {
-      const std::span<float> x = models[r].stage(s).weight_gradients(), y = models.front().stage(s).weight_gradients();
+      const std::span<float> x = of(models[r].stage(s)), y = of(models.front().stage(s));
       if (std::memcmp(x.data(), y.data(), x.size_bytes()) != 0) return false;
     }
   return true;

@@ -23,7 +23,9 @@
 // with tied embeddings, where wte.weight's or lm_head.weight's gradient lies (tied_gradients).
 // Under FSDP it lends them (lends_parameters): pipetype holds each replica's shard and gathers the
 // whole into a slot of its pool for the calls that read it (ctx.params); the stage then keeps no
-// parameters of its own, and Adam's moments for its replica's shard only.
+// parameters of its own, and Adam's moments for its replica's shard only. With ZeRO-1 (--zero 1)
+// it keeps its parameters and Adam's moments for its shard (own_shard), and the step's OPT_STEP
+// runs Adam on that shard inside the step (optimizer_step, pipetype's hook).
 // The backward is split (backward_input, backward_weight) so that the zero-bubble schedules run
 // it; everything a microbatch's backward needs, including the gradients I leaves for W, lives in
 // its stash, so DualPipe's two directions may run one stage object at once.
@@ -203,18 +205,31 @@ class stage {
   /// mesh_executor::parameter_shard), the elements own_ of the whole; each the same arithmetic.
   /// `grad_scale` multiplies each gradient first (global-norm clipping; 1: none, the same bits).
   void adam(std::span<float> own, float lr, int step, float grad_scale = 1) {
-    if (own.size() != own_.size())
-      throw std::logic_error("gpt: Adam on " + std::to_string(own.size()) + " parameters of a stage that holds " +
-                             std::to_string(own_.size()));
-    const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
-    const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
-    for (std::size_t i = 0; i < own.size(); ++i) {
-      const float g = grads_[own_.begin + i] * grad_scale;
-      m_[i] = b1 * m_[i] + (1 - b1) * g;
-      v_[i] = b2 * v_[i] + (1 - b2) * g * g;
-      own[i] -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
-    }
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    update(own, lr, step, grad_scale);
+    zero_grads();
+  }
+  void zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+  /// --zero 1 (ZeRO-1): replica `replica` of `dp` keeps Adam's moments for its shard only and
+  /// updates that shard in the step's OPT_STEP; call before set_adam.
+  void own_shard(int dp, int replica) {
+    own_ = pt::shard_of(n_, dp, replica);
+    m_ = std::vector<float>(own_.size(), 0.0f);  // (new vectors: the whole stage's are freed)
+    v_ = std::vector<float>(own_.size(), 0.0f);
+  }
+  /// The step's optimizer (OPT_STEP, a mesh step with dp_options::optimizer or zero): Adam with
+  /// `lr`, the step counted from `step` (the steps already taken), its gradients clipped to a
+  /// global norm of at most `clip` (> 0) by the norm GRAD_NORM gave.
+  void set_optimizer(float lr, float clip, int step) { lr_ = lr, clip_ = clip, step_ = step; }
+  void optimizer_step(const pt::optimizer_ctx<stage>& c) {
+    if (c.offset != own_.begin || c.params.size() != own_.size())
+      throw std::logic_error("gpt: OPT_STEP over parameters " + std::to_string(c.offset) +
+                             "… of a stage that updates " + std::to_string(own_.begin) + "…" +
+                             std::to_string(own_.end));
+    float scale = 1;  // PyTorch's clip_grad_norm_ rule
+    if (clip_ > 0 && c.grad_norm >= 0 && clip_ / (c.grad_norm + 1e-6) < 1)
+      scale = static_cast<float>(clip_ / (c.grad_norm + 1e-6));
+    update(c.params, lr_, ++step_, scale);  // (the gradients stay: the caller zeroes them)
   }
 
   /// This stage's share of the model (parameters or gradients), written into `into` by part.
@@ -247,6 +262,19 @@ class stage {
   }
 
  private:
+  void update(std::span<float> own, float lr, int step, float grad_scale) {
+    if (own.size() != own_.size())
+      throw std::logic_error("gpt: Adam on " + std::to_string(own.size()) + " parameters of a stage that holds " +
+                             std::to_string(own_.size()));
+    const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      const float g = grads_[own_.begin + i] * grad_scale;
+      m_[i] = b1 * m_[i] + (1 - b1) * g;
+      v_[i] = b2 * v_[i] + (1 - b2) * g * g;
+      own[i] -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
+    }
+  }
   std::size_t width() const { return static_cast<std::size_t>(c_.width); }
   int length(std::size_t tokens) const { return static_cast<int>(tokens / static_cast<std::size_t>(c_.rows)); }
   std::size_t block_offset(int k) const {
@@ -273,6 +301,8 @@ class stage {
   bool first_, last_;
   int block0_ = 0, blocks_ = 0;
   std::vector<float> params_, grads_, m_, v_;    // m_, v_: Adam's, over own_
+  float lr_ = 0, clip_ = 0;                      // the step's optimizer (set_optimizer)
+  int step_ = 0;
   std::shared_ptr<std::vector<float>> initial_;  // lending, until drop_initial(): the shared initial parameters
   std::size_t n_ = 0;                            // the stage's parameters
   pt::shard_range own_{};                        // the elements this stage's optimizer updates

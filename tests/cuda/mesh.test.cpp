@@ -324,6 +324,15 @@ TEST_CASE("cuda mesh: what a device cannot do is one sentence") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(pt::build_mesh(plan.compute(), plan.lowered(), {2, 2}, {.dp = 3}),
                        "pipetype: dp_options::dp is 3 but the mesh has 2 replicas", std::invalid_argument);
+  // the optimizer in the step (ZeRO-1 here) runs on the host mesh executor only, for now
+  const pt::runtime_plan line = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const pt::mesh_program zero = pt::build_mesh(line.compute(), line.lowered(), {2, 2}, {.dp = 2, .zero = 1});
+  model_t two(std::vector<quiet>(2));
+  CHECK_THROWS_WITH_AS((pc::executor{line, zero, two, d, {.rank = 0}}),
+                       "pipetype::cuda: rank 0: the step runs the optimizer (OPT_STEP, PARAM_SYNC: "
+                       "dp_options::optimizer, zero), which the device executor does not issue yet; step it between "
+                       "steps",
+                       std::invalid_argument);
 }
 
 TEST_CASE("cuda mesh: a stage's own collectives stay on its compute stream, in the plan's order on every peer") {

@@ -5,7 +5,8 @@
 
 1. Four steps equal two, a save, a resume and two more, bit for bit (the printed losses).
 2. A checkpoint saved from one layout (2 ranks, plain data parallelism) resumed in another
-   (4 ranks, FSDP) continues as that layout's own four-step run does.
+   (4 ranks, FSDP; ZeRO-1) continues as that layout's own four-step run does, and a
+   ZeRO-1 run's own checkpoint resumes bit for bit.
 3. The files are safetensors as other readers see them: an independent parse of the header (8-byte
    little-endian length, JSON, F32 tensors whose offsets tile the data) finds GPT-2's names.
 4. A missing, truncated, foreign or other-model checkpoint is refused with exit 2 and one sentence
@@ -96,6 +97,26 @@ def main():
     if diff > 1e-5 * abs(own["loss_last"]):
         sys.exit(f"FAIL: another layout resumed gives loss_last {moved['loss_last']}, its own run {own['loss_last']}")
     print(f"another layout: loss_last {moved['loss_last']}, its own run {own['loss_last']} (difference {diff:g})")
+
+    # 2b. ZeRO-1 (each replica's moments for its shard): the plain layout's losses bit for bit, its
+    # own checkpoint too, and the plain one resumed into it as its own run goes
+    zero = plain + ["--zero", "1"]
+    zero_whole = fields(run(exe, zero + ["--steps", "4", "--json"]).stdout)
+    if zero_whole["loss_last"] != whole["loss_last"]:
+        sys.exit(f"FAIL: ZeRO-1 gives loss_last {zero_whole['loss_last']}, plain data parallelism {whole['loss_last']}")
+    zk = os.path.join(scratch, "zero")
+    run(exe, zero + ["--steps", "2", "--save", zk])
+    zero_again = fields(run(exe, zero + ["--steps", "2", "--resume", zk, "--json"]).stdout)
+    if zero_again["loss_last"] != zero_whole["loss_last"] or not zero_again["replica_params_agree"]:
+        sys.exit(f"FAIL: ZeRO-1: 4 steps give loss_last {zero_whole['loss_last']}, 2 + resume + 2 give "
+                 f"{zero_again['loss_last']}")
+    zero_moved = fields(run(exe, zero + ["--steps", "2", "--resume", ck, "--json"]).stdout)
+    zdiff = abs(zero_moved["loss_last"] - zero_whole["loss_last"])
+    if zdiff > 1e-5 * abs(zero_whole["loss_last"]):
+        sys.exit(f"FAIL: the plain checkpoint resumed with ZeRO-1 gives loss_last {zero_moved['loss_last']}, "
+                 f"its own run {zero_whole['loss_last']}")
+    print(f"ZeRO-1: loss_last {zero_again['loss_last']} both; from the plain checkpoint {zero_moved['loss_last']} "
+          f"(difference {zdiff:g})")
 
     # 3. the files as another reader sees them
     model = read_safetensors(os.path.join(ck, "model.safetensors"))

@@ -283,12 +283,21 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
   for (const int n : mp.param_slots)
     expect(n <= std::max(1, o.window), "a sharded rank's parameter pool holds at most the window", plan);
   // buckets: each REDUCE_GRAD as `buckets` all-reduces; GRAD_NORM: one on every global rank
-  std::size_t reductions = 0, bucketed = 0, norms = 0;
-  for (const pt::collective& x : c.ops) reductions += x.what == pt::collective_kind::reduce_grad ? 1 : 0;
+  std::size_t reductions = 0, bucketed = 0, norms = 0, steps = 0, stepped = 0, synced = 0;
+  for (const pt::collective& x : c.ops) {
+    reductions += x.what == pt::collective_kind::reduce_grad ? 1 : 0;
+    steps += x.what == pt::collective_kind::optimizer_step ? 1 : 0;
+  }
   for (const pt::mesh_op& x : mp.ops) {
     bucketed += x.bucket >= 0 ? 1 : 0;
     norms += x.code == pt::mesh_op_code::grad_norm ? 1 : 0;
+    stepped += x.code == pt::mesh_op_code::optimizer_step ? 1 : 0;
+    synced += x.code == pt::mesh_op_code::param_sync ? 1 : 0;
   }
+  // the optimizer: an OPT_STEP a stage with a gradient on every replica, ZeRO-1's PARAM_SYNC after each
+  expect(stepped == steps * static_cast<std::size_t>(o.dp) && (steps > 0) == pt::steps_optimizer(o),
+         "an OPT_STEP a stage on every replica when the step runs the optimizer", plan);
+  expect(synced == (o.zero > 0 && o.dp > 1 ? stepped : 0), "ZeRO-1 gathers each stage after its OPT_STEP", plan);
   if (o.buckets > 1 && o.dp > 1)
     expect(bucketed == reductions * static_cast<std::size_t>(o.dp * o.buckets),
            "a bucketed step reduces each stage in its buckets on every replica", plan);
@@ -301,8 +310,10 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
   const pt::schedule_file back = pt::read_schedule(pt::to_csv(p, plan.lowered(), c));
   expect(back.error.ok(), "a mesh step's CSV reads back", plan);
   const pt::collective_program again = pt::collectives_of(back, p.ranks);
-  pt::dp_options named = o;  // (GRAD_NORM has no PyTorch name: the CSV leaves it out)
+  pt::dp_options named = o;  // (GRAD_NORM and the optimizer have no PyTorch names: the CSV leaves them out)
   named.grad_norm = false;
+  named.optimizer = false;
+  named.zero = 0;
   expect(pt::check_collectives(p, again, named).ok(), "a mesh step's CSV reads back to collectives that check", plan);
 }
 
@@ -321,7 +332,7 @@ void check_collectives_of(const pt::schedule_file& file, const pt::runtime_plan&
   }
   if (pt::is_forward_only(p)) return;
   for (const bool shard : {false, true}) {
-    const pt::dp_options o{.dp = 2, .shard = shard};
+    const pt::dp_options o{.dp = 2, .shard = shard, .optimizer = shard};  // (FSDP: its optimizer on the shard)
     const pt::collective_program c = pt::place_collectives(p, o);
     expect(pt::check_collectives(p, c, o).ok(), "placed collectives check", plan);
     check_mesh_step(plan, c, o);
@@ -331,6 +342,11 @@ void check_collectives_of(const pt::schedule_file& file, const pt::runtime_plan&
   const pt::collective_program c = pt::place_collectives(p, ended);
   expect(pt::check_collectives(p, c, ended).ok(), "placed collectives with buckets and GRAD_NORM check", plan);
   check_mesh_step(plan, c, ended);
+  // ZeRO-1 after the norm: each stage's OPT_STEP on its shard, then PARAM_SYNC
+  const pt::dp_options zero{.dp = 2, .grad_norm = true, .zero = 1};
+  const pt::collective_program z = pt::place_collectives(p, zero);
+  expect(pt::check_collectives(p, z, zero).ok(), "placed collectives with ZeRO-1 check", plan);
+  check_mesh_step(plan, z, zero);
 }
 
 void check_memory(const pt::schedule_file& file, const pt::runtime_plan& plan) {

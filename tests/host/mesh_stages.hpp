@@ -22,8 +22,9 @@ inline std::atomic<int> throw_at{-1};  // a forward of this microbatch on a stag
 inline std::atomic<int> lent_calls{0}, lent_calls_without{0};  // a lending stage's calls, those with no ctx.params
 
 // h' = w ⊙ h + b; hands its weight gradients (w then b) to pipetype; its parameters p are w and b.
-// `Lends`: it lends them (graph/stage.hpp) and reads them from ctx.params when given.
-template <bool Lends>
+// `Lends`: it lends them (graph/stage.hpp) and reads them from ctx.params when given; `Steps`:
+// it has an optimizer hook (optimizer_step) for a step with OPT_STEP.
+template <bool Lends, bool Steps = true>
 struct lin {
   static constexpr bool lends_parameters = Lends;
   using input = pt::tensor<float, width>;
@@ -56,6 +57,28 @@ struct lin {
     for (std::size_t i = 0; i < width; ++i) {
       c.weight_grad[i] = c.grad_output[i] * c.input[i];
       c.weight_grad[width + i] = c.grad_output[i];
+    }
+  }
+  // the step's optimizer (OPT_STEP): SGD with momentum on the elements it is given, its velocity
+  // for those only; `clip` > 0 scales the gradients to a global norm of at most `clip`
+  float clip = 0;
+  std::vector<float> velocity;
+  std::size_t first = 0;
+  void optimizer_step(const pt::optimizer_ctx<lin>& c) requires Steps {
+    if (velocity.empty()) velocity.assign(c.params.size(), 0.0f), first = c.offset;
+    if (c.offset != first || c.params.size() != velocity.size() || c.grads.size() != c.params.size())
+      throw std::logic_error("lin: OPT_STEP over other elements than the last step's");
+    sgd(c.params, c.grads, scale(c.grad_norm));
+  }
+  float scale(double norm) const {
+    return clip > 0 && norm >= 0 && clip / (norm + 1e-6) < 1 ? static_cast<float>(clip / (norm + 1e-6)) : 1.0f;
+  }
+  /// The same update on `params` (between steps, without OPT_STEP).
+  void sgd(std::span<float> params, std::span<const float> grads, float s) {
+    if (velocity.empty()) velocity.assign(params.size(), 0.0f);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      velocity[i] = 0.9f * velocity[i] + grads[i] * s;
+      params[i] -= 0.05f * velocity[i];
     }
   }
 };

@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include "collective_cases.hpp"
+
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -17,19 +19,10 @@ namespace test_grad_norm {
 
 namespace pt = pipetype;
 
-std::string misplaced(pt::program_view p, const pt::collective_program& c, const pt::dp_options& o) {
-  const pt::verdict v = pt::check_collectives(p, c, o);
-  return v.ok() ? std::string() : pt::describe(v);
-}
+using collective_cases::misplaced;
 
 TEST_CASE("grad norm: each rank's last collective, after its reductions and ties, one world communicator") {
-  struct shape {
-    const char* name;
-    int ranks, microbatches, stages_per_rank;
-  };
-  const shape shapes[] = {{"1f1b", 4, 8, 1},       {"gpipe", 3, 6, 1}, {"interleaved-1f1b", 2, 4, 2},
-                          {"looped-bfs", 2, 4, 3}, {"zb-h1", 3, 6, 1}, {"zb-v", 2, 4, 2}};
-  for (const shape& sh : shapes)
+  for (const collective_cases::shape& sh : collective_cases::shapes)
     for (const int dp : {1, 2})
       for (const bool shard : {false, true})
         for (const bool tie : {false, true}) {

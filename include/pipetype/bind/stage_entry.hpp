@@ -94,6 +94,18 @@ using reduce_fn = void (*)(std::byte* const* parts, int n, std::size_t begin, st
 using sumsq_fn = double (*)(const std::byte* array, std::size_t begin, std::size_t end);
 /// Fills [begin, end) of an array of the stage's parameter type with NaN (a floating type; no-op else).
 using poison_fn = void (*)(std::byte* array, std::size_t begin, std::size_t end);
+/// An OPT_STEP's call (graph/stage.hpp optimizer_ctx, erased): `params` the part it updates (its
+/// first element is element `offset` of the whole), `grads` the whole weight_gradients().
+struct optimizer_args {
+  int stage = 0;
+  std::byte* params = nullptr;
+  const std::byte* grads = nullptr;
+  std::size_t offset = 0, elems = 0;
+  int replica = 0, replicas = 1;
+  double grad_norm = -1;
+  void* stream = nullptr;
+};
+using optimize_fn = void (*)(void* stage, const optimizer_args& a);
 
 /// Where one tensor of the step's batch lies: microbatch j at `base + j · stride`.
 struct feed_tensor {
@@ -140,6 +152,7 @@ struct stage_entry {
   reduce_fn reduce = nullptr;              // over weight_grad's element type
   sumsq_fn sumsq = nullptr;                // likewise (GRAD_NORM)
   poison_fn poison = nullptr;              // over parameters()' element type
+  optimize_fn optimize = nullptr;          // optimizer_step (the step's OPT_STEP)
   std::size_t param_size = 0;              // parameters()' element size
   std::size_t param_elems = 0;             // parameters()' elements, at binding
   bool lends_params = false;               // lends_parameters: reads ctx.params (FSDP that frees)
@@ -551,6 +564,18 @@ void reduce_parts(std::byte* const* parts, int n, std::size_t begin, std::size_t
     for (int k = keep_begin; k < keep_end; ++k) reinterpret_cast<T*>(parts[k])[i] = v;
   }
 }
+template <class S>
+void run_optimizer_step(void* s, const optimizer_args& a) {
+  const auto* g = reinterpret_cast<const weight_grad_t<S>*>(a.grads) + a.offset;
+  static_cast<S*>(s)->optimizer_step(optimizer_ctx<S>{a.stage,
+                                                      {reinterpret_cast<param_t<S>*>(a.params), a.elems},
+                                                      {g, a.elems},
+                                                      a.offset,
+                                                      a.replica,
+                                                      a.replicas,
+                                                      a.grad_norm,
+                                                      a.stream});
+}
 template <class T>
 void poison_range(std::byte* array, std::size_t begin, std::size_t end) {
   if constexpr (std::is_floating_point_v<T>)
@@ -653,6 +678,7 @@ stage_entry entry_of(S& s) {
     e.param_size = sizeof(P);
     e.param_elems = s.parameters().size();
     e.lends_params = lends_parameters<S>;
+    if constexpr (has_optimizer_step<S>) e.optimize = &run_optimizer_step<S>;
   }
   e.in = input_shape(s);
   e.out = output_shape(s);

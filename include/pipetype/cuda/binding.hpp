@@ -614,6 +614,11 @@ struct device_binding {
         throw std::invalid_argument(who() +
                                     ": the step has a GRAD_NORM (dp_options::grad_norm), which the device "
                                     "executor does not issue yet (it needs a device sum of squares)");
+      case mesh_op_code::optimizer_step:
+      case mesh_op_code::param_sync:
+        throw std::invalid_argument(who() +
+                                    ": the step runs the optimizer (OPT_STEP, PARAM_SYNC: dp_options::optimizer, "
+                                    "zero), which the device executor does not issue yet; step it between steps");
       case mesh_op_code::local_sum:
         throw std::invalid_argument(who() + ": tie group " + std::to_string(m.tie) +
                                     " has all its stages on this rank: their sum would need a device add pipetype "

@@ -105,6 +105,17 @@
 // slot as ctx.params. The optimizer then updates the shard (mesh_executor::parameter_shard).
 // Elsewhere (no FSDP, one replica, the device executor) ctx.params is empty.
 //
+// The optimizer in the step (dp_options::optimizer; ZeRO-1, dp_options::zero, implies it): a stage
+// with parameters() and weight gradients of as many elements gives
+//   void optimizer_step(const pipetype::optimizer_ctx<S>& c);
+// and the step's OPT_STEP calls it once per step, on the data-parallel stream, after the stage's
+// gradients are reduced (and GRAD_NORM, whose norm it gets) and after its last compute: it updates
+// c.params from c.grads (elements c.offset … of the whole), keeping its optimizer's state for those
+// elements only. With ZeRO-1 that is the replica's shard, and PARAM_SYNC then gathers every
+// replica's; with FSDP the shard too (the one pipetype holds, when the stage lends it). It leaves
+// the gradients as they are (zeroing them for the next step is the caller's, as in PyTorch). The
+// host mesh executor runs it; the device executor refuses a step with it.
+//
 // Memory actions (docs/13_memory.md) move what a stage keeps for its backward: its stash and its
 // input. A stage that keeps more outside the stash (a LibTorch module's autograd graph) says so
 // with `static constexpr bool saves_outside_stash = true;`: a step then may not OFFLOAD its
@@ -397,6 +408,23 @@ struct backward_ctx {
   }
 };
 
+/// What a stage's optimizer hook sees in a step's OPT_STEP (dp_options::optimizer, zero; see the
+/// top of this file): the part of its parameters this replica updates and their gradients,
+/// element for element.
+template <class S>
+struct optimizer_ctx {
+  int stage = 0;                            // as forward_ctx::stage
+  std::span<param_t<S>> params;             // elements [offset, offset + size) of the stage's parameters: the
+                                            // replica's shard with ZeRO-1 or FSDP (where pipetype holds it when
+                                            // the stage lends them), all of them otherwise
+  std::span<const weight_grad_t<S>> grads;  // the same elements of weight_gradients(), summed over the replicas
+                                            // (and a tie group's stages)
+  std::size_t offset = 0;                   // where `params` begins in parameters()
+  int replica = 0, replicas = 1;            // this replica, of the mesh's dp
+  double grad_norm = -1;                    // with GRAD_NORM in the step: the global gradient norm; else −1
+  void* stream = nullptr;                   // as forward_ctx::stream
+};
+
 template <class S>
 concept has_full_backward = requires(S& s, const backward_ctx<S>& c) {
   s.backward(c);
@@ -451,6 +479,12 @@ concept has_parameters = requires(S& s) {
 template <class S>
 concept lends_parameters = has_parameters<S> && requires {
   requires S::lends_parameters;
+};
+
+/// A stage whose optimizer a step may run (OPT_STEP; see the top of this file).
+template <class S>
+concept has_optimizer_step = has_parameters<S> && has_weight_grad<S> && requires(S& s, const optimizer_ctx<S>& c) {
+  s.optimizer_step(c);
 };
 
 /// A stage that says which part of its weight gradients a tie group's parameter holds.

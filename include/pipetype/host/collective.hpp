@@ -19,6 +19,7 @@
 //                   executor, which copies only its shard back from NCCL's in-place result);
 //   all-gather      member k's shard of its array is copied into every member's array (of
 //                   parameters pipetype holds: member k's shard, into every member's slot);
+//                   UNSHARD's, and ZeRO-1's PARAM_SYNC after each member updated its shard;
 //   GRAD_NORM       the sum, in double, over the members in order and each member's parts in
 //                   order, of Σ x² over the part (itself summed in element order): every member
 //                   gets the same total (mesh_binding.hpp says which parts a member has).
@@ -159,6 +160,10 @@ class collectives {
     std::vector<int> first;         // member k's arrays are parts[first[k] .. first[k+1])
   };
 
+  // an all-gather: UNSHARD's, or ZeRO-1's PARAM_SYNC (each member's shard of its own parameters)
+  static constexpr bool gathers(mesh_op_code c) {
+    return c == mesh_op_code::all_gather || c == mesh_op_code::param_sync;
+  }
   // the members not arrived yet, for a timeout's message
   static std::string missing(const comm_state& s) {
     std::string out;
@@ -172,8 +177,7 @@ class collectives {
       if (b->what != a.what ||
           (a.what != mesh_op_code::grad_norm &&  // (GRAD_NORM: a member may add nothing, each its own arrays)
            (b->stage != a.stage || b->tie != a.tie || b->bucket != a.bucket || b->elems != a.elems ||
-            b->size != a.size || b->parts.empty() || (a.what == mesh_op_code::all_gather && b->parts.size() != 1) ||
-            b->held != a.held)))
+            b->size != a.size || b->parts.empty() || (gathers(a.what) && b->parts.size() != 1) || b->held != a.held)))
         return "pipetype::host: ranks " + std::to_string(a.rank) + " and " + std::to_string(b->rank) +
                " issue different collectives at one position of a communicator: " + a.label + " (" +
                std::to_string(a.elems) + " elements) and " + b->label + " (" + std::to_string(b->elems) + ")";
@@ -204,7 +208,7 @@ class collectives {
         if (c->norm_sum) *c->norm_sum = total;
       return;
     }
-    if (a.what == mesh_op_code::all_gather) {
+    if (gathers(a.what)) {
       for (int k = 0; k < n; ++k) {
         const shard_range own = shard_of(a.elems, n, k);
         const collective_call& from = *s.at[static_cast<std::size_t>(k)];

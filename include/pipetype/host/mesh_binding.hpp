@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <deque>
@@ -94,6 +95,14 @@ struct copy_call {
   std::vector<part> parts;
 };
 
+/// An OPT_STEP (the stage's optimizer hook, graph/stage.hpp): what the dp-stream op calls.
+struct optimizer_call {
+  void* stage = nullptr;
+  optimize_fn fn = nullptr;  // nullptr: a stage without parameters, nothing to update
+  optimizer_args args{};
+  const double* norm_sq = nullptr;  // the rank's GRAD_NORM total, read as the call runs (nullptr: none)
+};
+
 /// What a bound mesh program keeps beside its op lists: the lists point into it.
 struct mesh_state {
   mesh shape{};
@@ -110,6 +119,7 @@ struct mesh_state {
   std::vector<int> stage_rank;                      // per plan stage: its pipeline rank
   std::deque<bucket_marks> marks;                   // a bucketed step: its last weight backwards' buckets
   std::vector<double> grad_norm_sq;                 // per global rank: the last GRAD_NORM's total (Σ x²)
+  std::deque<optimizer_call> optimizer_calls;       // the OPT_STEPs' (dp_options::optimizer, zero)
 };
 
 struct mesh_binding_options {
@@ -125,6 +135,12 @@ namespace detail {
 inline void run_collective_call(void* obj, const bound_op&, const step_feed&) {
   collective_call& c = *static_cast<collective_call*>(obj);
   c.fabric->run(c);
+}
+
+inline void run_optimizer_call(void* obj, const bound_op&, const step_feed&) {
+  optimizer_call& c = *static_cast<optimizer_call*>(obj);
+  if (c.norm_sq) c.args.grad_norm = std::sqrt(*c.norm_sq);
+  if (c.fn) c.fn(c.stage, c.args);
 }
 
 inline void run_copy_call(void* obj, const bound_op&, const step_feed&) {
@@ -175,6 +191,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     members.push_back(mc.what == mesh_comm_kind::pipeline ? std::vector<int>{} : mc.members);
   st.fabric = std::make_unique<collectives>(std::move(members), opt.deadline);
   st.calls.clear();
+  st.optimizer_calls.clear();
   st.replica_of.assign(static_cast<std::size_t>(m.size()), 0);
 
   bound_program out;
@@ -205,7 +222,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
       if (!e.sumsq)
         throw shape_error("pipetype::host: stage " + std::to_string(s) +
                           "'s weight gradients are of no arithmetic type: GRAD_NORM cannot square them");
-      shard_range own = o.shard && m.dp > 1 ? shard_of(n, m.dp, d) : shard_range{0, d == 0 ? n : 0};
+      shard_range own = scatters_gradients(o) ? shard_of(n, m.dp, d) : shard_range{0, d == 0 ? n : 0};
       shard_range skip{};  // a tied span counted on its group's first stage only
       for (int t = 0; t < static_cast<int>(mp.ties.size()); ++t) {
         const std::vector<int>& grp = mp.ties[static_cast<std::size_t>(t)];
@@ -424,6 +441,40 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.fn = &detail::run_copy_call;
           b.obj = &cc;
         }
+      } else if (o2.code == mesh_op_code::optimizer_step) {
+        // the stage's optimizer on the part this replica updates: its shard when the gradients are
+        // scattered (where pipetype holds it, when lent), else the whole
+        const stage_entry& e = entry_of(o2.stage);
+        const std::string at = who + "stage " + std::to_string(o2.stage);
+        if (!e.optimize && (e.param_elems > 0 || e.weight_grad_elems > 0))  // (none: nothing to update)
+          throw shape_error(at +
+                            " has no `void optimizer_step(const pipetype::optimizer_ctx<S>&)` for the step's OPT_STEP "
+                            "(dp_options::optimizer, zero)");
+        if (e.param_elems != e.weight_grad_elems)
+          throw shape_error(at + "'s parameters() has " + std::to_string(e.param_elems) +
+                            " elements and its weight gradients " + std::to_string(e.weight_grad_elems) +
+                            ": an OPT_STEP updates them element for element");
+        const shard_range own =
+            scatters_gradients(o) ? shard_of(e.param_elems, m.dp, d) : shard_range{0, e.param_elems};
+        const bool held = lent != nullptr && e.lends_params;
+        optimizer_call& oc = st.optimizer_calls.emplace_back();
+        oc.stage = e.obj;
+        oc.fn = e.optimize;
+        oc.args.stage = o2.stage % L;
+        oc.args.params = held ? lent->shards[static_cast<std::size_t>(o2.stage)].data()
+                              : e.params_of(e.obj, -1).data() + own.begin * e.param_size;
+        oc.args.grads = e.weight_grads_of(e.obj, -1).data();
+        oc.args.offset = own.begin;
+        oc.args.elems = own.size();
+        oc.args.replica = d;
+        oc.args.replicas = m.dp;
+        if (o.grad_norm) oc.norm_sq = &st.grad_norm_sq[static_cast<std::size_t>(g)];
+        b.code = op_code::collective;
+        b.stage = o2.stage % L;
+        b.plan_stage = o2.stage;
+        b.fn = &detail::run_optimizer_call;
+        b.obj = &oc;
+        label = pipetype::detail::mesh_op_label(o2, false);
       } else {
         b.code = op_code::collective;
         b.stage = o2.stage >= 0 ? o2.stage % L : -1;
@@ -462,7 +513,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           for (const int s : stages) {
             const stage_entry& e = entry_of(s);
             std::size_t size = 0;
-            const bool of_params = o2.code == mesh_op_code::all_gather || o2.code == mesh_op_code::release;
+            const bool of_params = o2.code == mesh_op_code::all_gather || o2.code == mesh_op_code::release ||
+                                   o2.code == mesh_op_code::param_sync;
             std::span<std::byte> a =
                 pipetype::detail::collective_array(e, of_params, o2.tie, s, size, "pipetype::host");
             if (std::byte* slot = of_params ? held_slot(s, o2.param_slot) : nullptr) {

@@ -293,7 +293,7 @@ inline step_trace trace_of(const mesh_program& mp, const mesh_timeline& t) {
               break;
             }
         out.computes.push_back(c);
-      } else if (is_collective(o.code) || o.code == mesh_op_code::local_sum) {
+      } else if (is_collective(o.code) || o.code == mesh_op_code::local_sum || o.code == mesh_op_code::optimizer_step) {
         out.collectives.push_back({g, detail::mesh_op_label(o, false), o.comm, t0, t1});
       } else if (is_copy(o.code)) {
         out.copies.push_back({g, detail::mesh_op_label(o, false), -1, t0, t1});

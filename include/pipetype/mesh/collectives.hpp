@@ -32,6 +32,17 @@
 //                    action: every rank issues it once, after all its reductions (a rank that
 //                    issued it before a reduction would hold that reduction's peers behind the
 //                    world's all-reduce while it waits for them: verify_mesh names the cycle).
+//                    Only the optimizer's actions may follow it.
+//   OPT_STEP(s)      with dp_options::optimizer (or zero): the stage's optimizer hook
+//                    (graph/stage.hpp, optimizer_step) on the part of its parameters this replica
+//                    updates — its shard with ZeRO-1 or FSDP, all of them otherwise — from their
+//                    reduced gradients. No communication. After the stage's last compute on the
+//                    rank (it writes what they read), its REDUCE_GRAD and its tie groups'
+//                    reductions; with GRAD_NORM after that too (clipping needs the global norm),
+//                    else as early as that allows, so that it overlaps the rank's other stages.
+//   PARAM_SYNC(s)    with dp_options::zero = 1 (ZeRO-1): the all-gather of the stage's updated
+//                    parameters over its DP group, right after its OPT_STEP: each replica updated
+//                    its shard, and every replica leaves the step with the whole.
 //
 // Collectives live beside the compute program, not in it: per rank, in issue order, each after
 // one of the rank's compute actions (`after`, its index in the rank's list; −1: before the
@@ -42,7 +53,9 @@
 // backward, ties after their stages' backwards and before their REDUCE_GRAD, at most `window`
 // stages unsharded at once, both stages of an overlapped pair (DualPipeV's F&B) unsharded before
 // its first half (the halves run together; what is placed between them runs after both), nothing
-// sharded at the end. Whether they can hang is the mesh
+// sharded at the end, GRAD_NORM once after every reduction with only the optimizer's actions
+// after it, each stage's OPT_STEP once after its reductions (and GRAD_NORM) with no compute of
+// the stage after it, PARAM_SYNC once after its OPT_STEP. Whether they can hang is the mesh
 // proof's question (mesh/verify.hpp).
 #pragma once
 
@@ -59,7 +72,15 @@
 
 namespace pipetype {
 
-enum class collective_kind : std::uint8_t { reduce_grad, unshard, reshard, reduce_tied, grad_norm };
+enum class collective_kind : std::uint8_t {
+  reduce_grad,
+  unshard,
+  reshard,
+  reduce_tied,
+  grad_norm,
+  optimizer_step,  // OPT_STEP: local, the stage's optimizer on its replica's part
+  param_sync,      // PARAM_SYNC: ZeRO-1's all-gather of the updated parameters
+};
 
 /// PyTorch's name of a collective action (REDUCE_GRAD, UNSHARD, RESHARD), TIE for a tie group's.
 constexpr const char* collective_name(collective_kind k) noexcept {
@@ -74,13 +95,17 @@ constexpr const char* collective_name(collective_kind k) noexcept {
       return "TIE";
     case collective_kind::grad_norm:
       return "GRAD_NORM";
+    case collective_kind::optimizer_step:
+      return "OPT_STEP";
+    case collective_kind::param_sync:
+      return "PARAM_SYNC";
   }
   return "?";
 }
 
 struct collective {
   collective_kind what = collective_kind::reduce_grad;
-  int stage = -1;  // the plan stage (reduce_tied: -1; the tie group names its stages)
+  int stage = -1;  // the plan stage (reduce_tied, grad_norm: -1; a tie group names its stages)
   int tie = -1;    // reduce_tied: the tie group's index
   int after = -1;  // issued after the rank's compute action at this index; -1: before the first
 
@@ -96,7 +121,16 @@ struct dp_options {
                        // ready as the stage's last weight backward writes it (mesh/lower.hpp); not sharded
   std::vector<std::vector<int>> ties{};  // tie groups: each the plan stages that hold one tied parameter
   bool grad_norm = false;  // GRAD_NORM: the gradients' squared norm summed over the whole mesh, for clipping
+  bool optimizer = false;  // OPT_STEP: each stage's optimizer hook runs in the step, on its replica's part
+  int zero = 0;            // 1: ZeRO-1 — REDUCE_GRAD a reduce-scatter, OPT_STEP on the replica's shard of
+                           // the optimizer state, PARAM_SYNC the all-gather after it (optimizer implied)
 };
+
+/// Whether the step runs the optimizer (OPT_STEP): dp_options::optimizer, or ZeRO-1.
+constexpr bool steps_optimizer(const dp_options& o) noexcept { return o.optimizer || o.zero > 0; }
+/// Whether REDUCE_GRAD leaves each replica only its shard of the sum (a reduce-scatter): FSDP or
+/// ZeRO-1 over two replicas or more.
+constexpr bool scatters_gradients(const dp_options& o) noexcept { return (o.shard || o.zero > 0) && o.dp > 1; }
 
 /// Each rank's collectives in issue order (CSR over the pipeline's ranks, as program is).
 struct collective_program {
@@ -122,6 +156,16 @@ constexpr std::vector<int> last_weight_backwards(std::span<const action> acts, i
     if ((a.what == kind::B || a.what == kind::W) && a.stage >= 0 && a.stage < stages)
       last[static_cast<std::size_t>(a.stage)] = i;
   }
+  return last;
+}
+
+/// Per plan stage (of `stages`), the index in a rank's list of its last action of any kind; −1
+/// for a stage not on the rank.
+constexpr std::vector<int> last_computes(std::span<const action> acts, int stages) {
+  std::vector<int> last(static_cast<std::size_t>(stages > 0 ? stages : 0), -1);
+  for (int i = 0; i < static_cast<int>(acts.size()); ++i)
+    if (const int s = acts[static_cast<std::size_t>(i)].stage; s >= 0 && s < stages)
+      last[static_cast<std::size_t>(s)] = i;
   return last;
 }
 
@@ -171,9 +215,10 @@ constexpr std::vector<std::vector<int>> lookahead_windows(std::span<const action
 
 }  // namespace detail
 
-/// Ok, or why `o.buckets` cannot split the step's reductions: fewer than one, more than
-/// pipetype::limits::buckets, or more than one with FSDP (a bucketed reduce-scatter is not built).
-constexpr verdict check_buckets(const dp_options& o) {
+/// Ok, or why options `o` cannot shape a step's reductions and optimizer: buckets fewer than one,
+/// more than pipetype::limits::buckets, or more than one with FSDP or ZeRO-1 (a bucketed
+/// reduce-scatter is not built); a ZeRO stage other than 0 or 1, or ZeRO-1 with FSDP.
+constexpr verdict check_dp_options(const dp_options& o) {
   if (o.buckets < 1)
     return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "a gradient reduction in fewer than one bucket");
   if (o.buckets > limits::buckets)
@@ -182,12 +227,23 @@ constexpr verdict check_buckets(const dp_options& o) {
     return detail::misplaced(
         -1, -1, "REDUCE_GRAD", -1,
         "buckets with FSDP: a bucketed reduce-scatter is not built yet (buckets = 1 when sharded)");
+  if (o.zero != 0 && o.zero != 1)
+    return detail::misplaced(-1, -1, "OPT_STEP", -1,
+                             "a ZeRO stage other than 0 or 1 (ZeRO-2 and -3 shard more: FSDP is dp_options::shard)");
+  if (o.zero > 0 && o.shard)
+    return detail::misplaced(-1, -1, "OPT_STEP", -1,
+                             "ZeRO-1 with FSDP: sharded parameters shard the optimizer's state already (one of them)");
+  if (o.zero > 0 && o.buckets > 1 && o.dp > 1)
+    return detail::misplaced(
+        -1, -1, "REDUCE_GRAD", -1,
+        "buckets with ZeRO-1: a bucketed reduce-scatter is not built yet (buckets = 1 with zero = 1)");
   return {};
 }
 
 /// The collectives of a mesh step for program `p` (the passes described at the top of this
-/// file): UNSHARD/RESHARD when sharded, each tie group's reduction, each stage's REDUCE_GRAD.
-/// With dp = 1 and no tie groups, none. A stage with no B or W (a forward-only plan) has no
+/// file): UNSHARD/RESHARD when sharded, each tie group's reduction, each stage's REDUCE_GRAD,
+/// GRAD_NORM, OPT_STEP and PARAM_SYNC when asked for. With dp = 1, no tie groups and neither
+/// GRAD_NORM nor the optimizer, none. A stage with no B or W (a forward-only plan) has no
 /// REDUCE_GRAD; a tie group needs backwards too.
 constexpr collective_program place_collectives(program_view p, const dp_options& o) {
   collective_program out;
@@ -250,6 +306,21 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
       reductions.push_back({collective_kind::reduce_grad, s, -1, tied(s) ? ties_after : last});
     }
     for (const int t : tied_here) reductions.push_back({collective_kind::reduce_tied, -1, t, ties_after});
+    // OPT_STEP (and PARAM_SYNC) per stage with a gradient: after its last compute here, its
+    // reduction and its ties; with GRAD_NORM, after that, which is last of the rest
+    std::vector<collective> updates;
+    if (steps_optimizer(o)) {
+      const std::vector<int> last_any = detail::last_computes(acts, p.stages);
+      for (const int s : detail::stages_in_order(acts)) {
+        const int last = last_of(s);
+        if (last < 0) continue;
+        const int at =
+            o.grad_norm ? n - 1 : std::max(last_any[static_cast<std::size_t>(s)], tied(s) ? ties_after : last);
+        updates.push_back({collective_kind::optimizer_step, s, -1, at});
+        if (o.zero > 0 && o.dp > 1) updates.push_back({collective_kind::param_sync, s, -1, at});
+      }
+      if (!o.grad_norm) reductions.insert(reductions.end(), updates.begin(), updates.end()), updates.clear();
+    }
     // in position order; at one position the ties first, then the reductions in stage order (a
     // stable sort, by their places in the list: std::stable_sort is no constexpr)
     std::vector<std::pair<collective, int>> order;
@@ -268,7 +339,8 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
       const bool take_reduction = j < reductions.size() && (i == mine.size() || reductions[j].after <= mine[i].after);
       merged.push_back(take_reduction ? reductions[j++] : mine[i++]);
     }
-    if (o.grad_norm) merged.push_back({collective_kind::grad_norm, -1, -1, n - 1});  // last, after everything
+    if (o.grad_norm) merged.push_back({collective_kind::grad_norm, -1, -1, n - 1});  // after everything else
+    merged.insert(merged.end(), updates.begin(), updates.end());  // with GRAD_NORM: the optimizer after it
     out.ops.insert(out.ops.end(), merged.begin(), merged.end());
     out.begin[static_cast<std::size_t>(r) + 1] = static_cast<int>(out.ops.size());
   }
@@ -281,7 +353,7 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
 constexpr verdict check_collectives(program_view p, const collective_program& c, const dp_options& o) {
   if (c.ranks != p.ranks || static_cast<int>(c.begin.size()) != p.ranks + 1)
     return detail::misplaced(-1, -1, "", -1, "the collectives are not given per rank of the program");
-  if (verdict v = check_buckets(o); !v.ok()) return v;
+  if (verdict v = check_dp_options(o); !v.ok()) return v;
   for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
     for (const int s : o.ties[static_cast<std::size_t>(t)])
       if (s < 0 || s >= p.stages)
@@ -294,7 +366,8 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
     auto holds = [&](int s) { return std::find(stages.begin(), stages.end(), s) != stages.end(); };
     const std::vector<int> last_wb = detail::last_weight_backwards(acts, p.stages);
     auto last_of = [&](int s) { return s >= 0 && s < p.stages ? last_wb[static_cast<std::size_t>(s)] : -1; };
-    std::vector<int> active, reduced, tied_done;
+    std::vector<int> active, reduced, tied_done, stepped, synced;
+    auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
     // the first stage with weight backwards not reduced yet (dp > 1), the first tie group with a
     // stage here not reduced yet; −1: none
     auto unreduced = [&] {
@@ -327,9 +400,10 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
           return at_action(
               "an overlapped pair whose second half's stage is not unsharded before its first half: the halves run "
               "together, so FSDP over such pairs needs both stages gathered first (a window of at least 2)");
-        if (std::find(reduced.begin(), reduced.end(), a.stage) != reduced.end() &&
-            (a.what == kind::B || a.what == kind::W))
+        if (in(reduced, a.stage) && (a.what == kind::B || a.what == kind::W))
           return at_action("a weight backward after its stage's REDUCE_GRAD: the reduction misses its gradient");
+        if (in(stepped, a.stage))
+          return at_action("a compute action after its stage's OPT_STEP: it would read parameters the step updated");
       }
       for (; next < ops.size() && ops[next].after == k; ++next) {
         const collective& x = ops[next];
@@ -339,8 +413,10 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
                                           "collectives out of order (their `after` must not decrease) or after an "
                                           "action the rank does not have");
         prev_after = x.after;
-        if (normed)
-          return detail::collective_error(r, x, at, "a collective after the rank's GRAD_NORM (it is the last)");
+        if (normed && x.what != collective_kind::optimizer_step && x.what != collective_kind::param_sync)
+          return detail::collective_error(
+              r, x, at,
+              "a collective after the rank's GRAD_NORM (only the optimizer's OPT_STEP and PARAM_SYNC follow it)");
         if (x.what != collective_kind::reduce_tied && x.what != collective_kind::grad_norm && !holds(x.stage))
           return detail::collective_error(r, x, at, "a collective of a stage the rank does not run");
         switch (x.what) {
@@ -417,6 +493,40 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
             normed = true;
             break;
           }
+          case collective_kind::optimizer_step: {
+            if (!steps_optimizer(o))
+              return detail::collective_error(r, x, at, "an OPT_STEP without dp_options::optimizer (or zero)");
+            if (in(stepped, x.stage)) return detail::collective_error(r, x, at, "a second OPT_STEP of the stage");
+            if (last_of(x.stage) < 0)
+              return detail::collective_error(r, x, at,
+                                              "an OPT_STEP of a stage with no weight backward: it has no gradient to "
+                                              "step with");
+            if (o.dp > 1 && !in(reduced, x.stage))
+              return detail::collective_error(r, x, at,
+                                              "an OPT_STEP before its stage's REDUCE_GRAD: it would step with an "
+                                              "unreduced gradient");
+            for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
+              if (in(o.ties[static_cast<std::size_t>(t)], x.stage) && !in(tied_done, t))
+                return detail::collective_error(r, x, at,
+                                                "an OPT_STEP before its stage's tie group reduction: it would step "
+                                                "with an unsummed tied gradient");
+            if (o.grad_norm && !normed)
+              return detail::collective_error(r, x, at,
+                                              "an OPT_STEP before the rank's GRAD_NORM: clipping needs the global "
+                                              "norm first");
+            stepped.push_back(x.stage);
+            break;
+          }
+          case collective_kind::param_sync:
+            if (o.zero == 0 || o.dp <= 1)
+              return detail::collective_error(r, x, at, "a PARAM_SYNC without ZeRO-1 over replicas (dp_options::zero)");
+            if (in(synced, x.stage)) return detail::collective_error(r, x, at, "a second PARAM_SYNC of the stage");
+            if (!in(stepped, x.stage))
+              return detail::collective_error(r, x, at,
+                                              "a PARAM_SYNC before its stage's OPT_STEP: it would gather parameters "
+                                              "not updated yet");
+            synced.push_back(x.stage);
+            break;
         }
       }
     }
@@ -436,6 +546,16 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
                                "differ");
     if (const int t = untied(); t >= 0)
       return detail::misplaced(r, -1, "TIE", t, "a rank holding a tied stage without its tie group's reduction");
+    for (const int s : stages) {
+      if (last_of(s) < 0) continue;
+      if (steps_optimizer(o) && !in(stepped, s))
+        return detail::misplaced(r, s, "OPT_STEP", -1,
+                                 "a stage with weight backwards and no OPT_STEP: its parameters would not be updated");
+      if (o.zero > 0 && o.dp > 1 && !in(synced, s))
+        return detail::misplaced(r, s, "PARAM_SYNC", -1,
+                                 "a ZeRO-1 stage without PARAM_SYNC: each replica would keep only its own shard "
+                                 "updated");
+    }
   }
   return {};
 }

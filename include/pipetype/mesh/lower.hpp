@@ -8,7 +8,9 @@
 //   stream 0  compute   the stage calls, in the pipeline's order; a RESHARD releases there
 //   stream 1  comm      the pipeline's NCCL groups of sends and recvs
 //   stream 2  dp        the collectives: all-reduce (REDUCE_GRAD, TIE), reduce-scatter
-//                       (REDUCE_GRAD, sharded), all-gather (UNSHARD)
+//                       (REDUCE_GRAD, sharded or ZeRO-1), all-gather (UNSHARD, PARAM_SYNC),
+//                       GRAD_NORM, and the optimizer's OPT_STEP (local: after the compute
+//                       stream's event, as a reduction)
 //
 // Events order them, as the pipeline's own streams are ordered: a reduction waits for an event
 // recorded after its stage's last backward on the compute stream (bucketed, dp_options::buckets
@@ -70,7 +72,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
   if (c.ranks != p.ranks) throw std::invalid_argument("pipetype::lower_mesh: collectives of another program");
   if (mem.ranks != p.ranks || mem.begin.size() != static_cast<std::size_t>(p.ranks) + 1)
     throw std::invalid_argument("pipetype::lower_mesh: memory actions of another program");
-  if (const verdict v = check_buckets(o); !v.ok())
+  if (const verdict v = check_dp_options(o); !v.ok())
     throw std::invalid_argument(std::string("pipetype::lower_mesh: ") + v.detail);
   const int buckets = m.dp > 1 ? o.buckets : 1;
   if (const verdict v = check_mesh_ops(
@@ -80,6 +82,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
   mesh_program out;
   out.shape = m;
   out.buckets = buckets;
+  out.zero = o.zero;
   out.ties = o.ties;
   if (!mem.empty()) out.memory = mem;
   const int C = static_cast<int>(l.comms.size());
@@ -250,7 +253,7 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
         switch (x.what) {
           case collective_kind::reduce_grad: {
             if (m.dp <= 1) continue;
-            op.code = o.shard ? mesh_op_code::reduce_scatter : mesh_op_code::all_reduce;
+            op.code = scatters_gradients(o) ? mesh_op_code::reduce_scatter : mesh_op_code::all_reduce;
             op.comm = dp_comm[static_cast<std::size_t>(r)];
             // bucketed, right after the stage's own last weight backward: each bucket waits for the
             // event that backward records once it has written the bucket; else all wait for its end
@@ -291,6 +294,17 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
             op.code = mesh_op_code::grad_norm;
             op.comm = world_comm;
             op.stage = -1;
+            mine.push_back(op);
+            break;
+          case collective_kind::optimizer_step:  // local: after what ran on the compute stream up to k
+            after_k();
+            op.code = mesh_op_code::optimizer_step;
+            mine.push_back(op);
+            break;
+          case collective_kind::param_sync:
+            if (m.dp <= 1) continue;
+            op.code = mesh_op_code::param_sync;
+            op.comm = dp_comm[static_cast<std::size_t>(r)];
             mine.push_back(op);
             break;
           case collective_kind::unshard: {

@@ -31,6 +31,8 @@ enum class mesh_op_code : std::uint8_t {
   reload,          // RELOAD(s, j): copied back to the device
   recompute,       // RECOMPUTE(s, j): F(s, j) run again from its kept input, on the compute stream
   grad_norm,       // GRAD_NORM: the ranks' squared gradient norms all-reduced over the whole mesh
+  optimizer_step,  // OPT_STEP: the stage's optimizer on its replica's part (no communication)
+  param_sync,      // PARAM_SYNC: ZeRO-1's all-gather of the stage's updated parameters
 };
 
 /// The third stream of a mesh rank (after stream_id::compute = 0 and stream_id::comm = 1), and
@@ -43,7 +45,7 @@ constexpr bool is_copy(mesh_op_code c) noexcept { return c == mesh_op_code::offl
 
 constexpr bool is_collective(mesh_op_code c) noexcept {
   return c == mesh_op_code::all_reduce || c == mesh_op_code::reduce_scatter || c == mesh_op_code::all_gather ||
-         c == mesh_op_code::grad_norm;
+         c == mesh_op_code::grad_norm || c == mesh_op_code::param_sync;
 }
 
 constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
@@ -78,6 +80,10 @@ constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
       return "recompute";
     case mesh_op_code::grad_norm:
       return "grad norm";
+    case mesh_op_code::optimizer_step:
+      return "optimizer step";
+    case mesh_op_code::param_sync:
+      return "param sync";
   }
   return "?";
 }
@@ -87,7 +93,7 @@ struct mesh_op {
   int stream = 0;           // 0 compute, 1 comm, 2 dp, 3 copy
   kind what = kind::F;      // compute: the action's kind; send/recv: F activation, B gradient; recompute: F
   bool overlapped = false;  // compute: runs together with the next compute op
-  int stage = -1;           // compute, transfers, REDUCE_GRAD, UNSHARD, RESHARD, memory actions: the stage
+  int stage = -1;           // compute, transfers, memory actions and the stage's collectives: the stage
   int microbatch = -1;      // compute, transfers and memory actions
   int peer = -1;            // send/recv: the other global rank
   int comm = -1;            // send/recv and collectives: the mesh communicator
@@ -146,6 +152,7 @@ struct mesh_program {
   std::vector<int> act_map;            // per op with act ≥ 0, at act: n, then n × (lowered slot, slot, writes)
   std::vector<int> param_slots;        // sharded (dp > 1), per global rank: its parameter pool's slots; else empty
   int buckets = 1;                     // a REDUCE_GRAD's buckets (dp_options::buckets)
+  int zero = 0;                        // dp_options::zero: 1 when an OPT_STEP updates its replica's shard
 
   constexpr std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);

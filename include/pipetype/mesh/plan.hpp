@@ -19,6 +19,8 @@
 // Options, in any order: sharded<Window> (FSDP / ZeRO-3: reduce-scatter, gathers in a window of
 // Window stages; PyTorch's 3 by default), bucketed<N> (each REDUCE_GRAD as N all-reduces, each
 // started as the last backward writes its bucket), with_grad_norm (GRAD_NORM last on every rank),
+// with_optimizer (OPT_STEP: each stage's optimizer hook in the step), zero<1> (ZeRO-1: the
+// optimizer on each replica's shard, PARAM_SYNC after it),
 // tied<Stages...> (a tie group; one per tied parameter),
 // world<N> (the world the mesh must cover). program() lowers the same step again at run time
 // (the compile-time one leaves no storage behind) for the executors: the host mesh_executor takes
@@ -61,6 +63,16 @@ struct bucketed {
 /// GRAD_NORM in the step: the gradients' squared norm all-reduced over every rank, each rank's
 /// last collective (dp_options::grad_norm; global gradient-norm clipping).
 struct with_grad_norm {};
+/// The optimizer in the step: OPT_STEP, each stage's optimizer hook on its replica's part of its
+/// parameters, after the reductions it needs (dp_options::optimizer).
+struct with_optimizer {};
+/// ZeRO stage `Stage` (1: the optimizer's state sharded over the replicas — REDUCE_GRAD a
+/// reduce-scatter, OPT_STEP on the replica's shard, PARAM_SYNC the all-gather after it;
+/// dp_options::zero, the optimizer implied). ZeRO-3 is sharded<>.
+template <int Stage>
+struct zero {
+  static_assert(Stage == 1, "pipetype::zero<Stage>: ZeRO-1 (ZeRO-3 is sharded<Window>)");
+};
 /// A tie group: the plan stages that hold one tied parameter (the embedding and the LM head).
 template <int... Stages>
 struct tied {};
@@ -92,6 +104,14 @@ struct mesh_option<bucketed<N>> {
 template <>
 struct mesh_option<with_grad_norm> {
   static constexpr void apply(dp_options& o, int&) { o.grad_norm = true; }
+};
+template <>
+struct mesh_option<with_optimizer> {
+  static constexpr void apply(dp_options& o, int&) { o.optimizer = true; }
+};
+template <int Z>
+struct mesh_option<zero<Z>> {
+  static constexpr void apply(dp_options& o, int&) { o.zero = Z; }
 };
 template <int... S>
 struct mesh_option<tied<S...>> {

@@ -12,7 +12,8 @@
 // (verify_lowered) still covers each replica alone; this one covers their composition. On a
 // sharded step it then proves the parameter slots (verify_param_slots): no slot gathered into
 // while its previous holder may still be read, no compute reading a slot outside its stage's
-// UNSHARD … RESHARD, for every timing.
+// UNSHARD … RESHARD, for every timing; and with the optimizer in the step, that each OPT_STEP
+// comes after what it reads and what reads the parameters it writes (verify_optimizer_steps).
 //
 // A bucketed step's backward records its bucket events while it runs (mesh/lower.hpp); the proof
 // takes them as recorded when it completes. That is the strictest case: every op's start is a
@@ -75,6 +76,10 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
       return "RECOMPUTE";
     case mesh_op_code::grad_norm:
       return "GRAD_NORM";
+    case mesh_op_code::optimizer_step:
+      return "OPT_STEP";
+    case mesh_op_code::param_sync:
+      return "PARAM_SYNC";
     default:
       return mesh_op_name(o.code);
   }
@@ -488,19 +493,78 @@ constexpr verdict verify_param_slots(const mesh_program& mp) {
   return {};
 }
 
+/// The optimizer's actions (mesh/collectives.hpp), on every global rank: an OPT_STEP of a stage
+/// runs after every compute and RECOMPUTE of the stage there (it writes the parameters they
+/// read), after the stage's REDUCE_GRAD (each bucket), its tie groups' reductions and the rank's
+/// GRAD_NORM (the gradients it reads, the norm it clips by); a stage has one OPT_STEP at most; a
+/// PARAM_SYNC comes after its stage's OPT_STEP (it gathers what that wrote). "After" is
+/// happens-before on the rank (stream_clocks.hpp). A step without OPT_STEP or PARAM_SYNC passes.
+constexpr verdict verify_optimizer_steps(const mesh_program& mp) {
+  for (int g = 0; g < mp.shape.size(); ++g) {
+    const std::span<const mesh_op> ops = mp.rank_ops(g);
+    bool any = false;
+    for (const mesh_op& o : ops)
+      any = any || o.code == mesh_op_code::optimizer_step || o.code == mesh_op_code::param_sync;
+    if (!any) continue;
+    const std::vector<stream_clock> clock = rank_clocks(mp, g);
+    const int b = mp.begin[static_cast<std::size_t>(g)];
+    auto fail = [&](std::size_t i, const char* why) {
+      return mesh_error(errc::event_misuse, mp, g, b + static_cast<int>(i), why);
+    };
+    auto tied_to = [&](const mesh_op& o, int stage) {
+      if (o.tie < 0 || static_cast<std::size_t>(o.tie) >= mp.ties.size()) return false;
+      const std::vector<int>& grp = mp.ties[static_cast<std::size_t>(o.tie)];
+      return std::find(grp.begin(), grp.end(), stage) != grp.end();
+    };
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const mesh_op& o = ops[i];
+      if (o.code != mesh_op_code::optimizer_step && o.code != mesh_op_code::param_sync) continue;
+      bool stepped = false;  // (a PARAM_SYNC: its OPT_STEP happens before it)
+      for (std::size_t j = 0; j < ops.size(); ++j) {
+        if (j == i) continue;
+        const mesh_op& x = ops[j];
+        const bool before = happens_before(ops, clock, static_cast<int>(j), static_cast<int>(i));
+        if (o.code == mesh_op_code::param_sync) {
+          stepped = stepped || (x.code == mesh_op_code::optimizer_step && x.stage == o.stage && before);
+          continue;
+        }
+        if (x.code == mesh_op_code::optimizer_step && x.stage == o.stage)
+          return fail(i, "a second OPT_STEP of the stage");
+        const bool reads = (x.code == mesh_op_code::compute || x.code == mesh_op_code::recompute) && x.stage == o.stage;
+        const bool reduces = (x.code == mesh_op_code::all_reduce || x.code == mesh_op_code::reduce_scatter ||
+                              x.code == mesh_op_code::local_sum) &&
+                             (x.tie >= 0 ? tied_to(x, o.stage) : x.stage == o.stage);
+        if (before) continue;
+        if (reads)
+          return fail(i, "an OPT_STEP may update its stage's parameters while a compute of the stage reads them");
+        if (reduces) return fail(i, "an OPT_STEP may read its stage's gradient before their reduction completes");
+        if (x.code == mesh_op_code::grad_norm)
+          return fail(i, "an OPT_STEP may run before the rank's GRAD_NORM completes (the norm it clips by)");
+      }
+      if (o.code == mesh_op_code::param_sync && !stepped)
+        return fail(i, "a PARAM_SYNC may gather its stage's parameters before their OPT_STEP completes");
+    }
+  }
+  return {};
+}
+
 }  // namespace detail
 
 /// Ok when every op of `mp` completes under NCCL's semantics (the top of this file), or the
 /// first reason it cannot: a malformed op (`index_out_of_range`, `event_misuse`), a transfer
 /// whose ends disagree (`transfer_mismatch`), members of a communicator issuing different
 /// collectives (`collective_mismatch`), or a wait-for cycle (`nccl_deadlock`, with the cycle);
-/// on a sharded step, then, a parameter slot used out of order (`event_misuse`, verify_param_slots).
+/// on a sharded step, then, a parameter slot used out of order (`event_misuse`, verify_param_slots);
+/// with the optimizer's actions, one out of order (`event_misuse`, verify_optimizer_steps).
 constexpr verdict verify_mesh(const mesh_program& mp) {
   detail::mesh_index x;
   if (verdict v = detail::index_mesh(mp, x); !v.ok()) return v;
   detail::mesh_run run;
   detail::run_mesh(mp, x, std::vector<double>(mp.ops.size(), 0.0), run);
-  if (run.completed) return detail::verify_param_slots(mp);
+  if (run.completed) {
+    if (verdict v = detail::verify_param_slots(mp); !v.ok()) return v;
+    return detail::verify_optimizer_steps(mp);
+  }
   // stalled: follow who-waits-for-whom from the first stopped lane until a lane repeats
   const int lanes = static_cast<int>(x.lanes.size());
   auto head = [&](int l) { return x.lanes[static_cast<std::size_t>(l)][run.pc[static_cast<std::size_t>(l)]]; };
