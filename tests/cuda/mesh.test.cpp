@@ -328,6 +328,12 @@ TEST_CASE("cuda mesh: what a device cannot do is one sentence") {
   const pt::runtime_plan line = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
   const pt::mesh_program zero = pt::build_mesh(line.compute(), line.lowered(), {2, 2}, {.dp = 2, .zero = 1});
   model_t two(std::vector<quiet>(2));
+  const pt::mesh_program checked =
+      pt::build_mesh(line.compute(), line.lowered(), {2, 2}, {.dp = 2, .finite_check = true});
+  CHECK_THROWS_WITH_AS((pc::executor{line, checked, two, d, {.rank = 0}}),
+                       "pipetype::cuda: rank 0: the step has a FINITE_CHECK (dp_options::finite_check), which the "
+                       "device executor does not issue yet (it needs a device test of its gradients)",
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS((pc::executor{line, zero, two, d, {.rank = 0}}),
                        "pipetype::cuda: rank 0: the step runs the optimizer (OPT_STEP, PARAM_SYNC: "
                        "dp_options::optimizer, zero), which the device executor does not issue yet; step it between "

@@ -283,7 +283,7 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
   for (const int n : mp.param_slots)
     expect(n <= std::max(1, o.window), "a sharded rank's parameter pool holds at most the window", plan);
   // buckets: each REDUCE_GRAD as `buckets` all-reduces; GRAD_NORM: one on every global rank
-  std::size_t reductions = 0, bucketed = 0, norms = 0, steps = 0, stepped = 0, synced = 0;
+  std::size_t reductions = 0, bucketed = 0, norms = 0, checks = 0, steps = 0, stepped = 0, synced = 0;
   for (const pt::collective& x : c.ops) {
     reductions += x.what == pt::collective_kind::reduce_grad ? 1 : 0;
     steps += x.what == pt::collective_kind::optimizer_step ? 1 : 0;
@@ -291,6 +291,7 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
   for (const pt::mesh_op& x : mp.ops) {
     bucketed += x.bucket >= 0 ? 1 : 0;
     norms += x.code == pt::mesh_op_code::grad_norm ? 1 : 0;
+    checks += x.code == pt::mesh_op_code::finite_check ? 1 : 0;
     stepped += x.code == pt::mesh_op_code::optimizer_step ? 1 : 0;
     synced += x.code == pt::mesh_op_code::param_sync ? 1 : 0;
   }
@@ -302,6 +303,8 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
     expect(bucketed == reductions * static_cast<std::size_t>(o.dp * o.buckets),
            "a bucketed step reduces each stage in its buckets on every replica", plan);
   expect(norms == (o.grad_norm ? static_cast<std::size_t>(m.size()) : 0), "GRAD_NORM once on every global rank", plan);
+  expect(checks == (o.finite_check ? static_cast<std::size_t>(m.size()) : 0), "FINITE_CHECK once on every global rank",
+         plan);
   const pt::mesh_timeline t =
       pt::simulate_mesh(mp, pt::costs{}, pt::mesh_costs{.param_bytes = {1e3}, .bandwidth = 1e3});
   expect(t.completed && std::isfinite(t.makespan) && t.makespan > 0, "a proved mesh step simulates to completion",
@@ -312,6 +315,7 @@ void check_mesh_step(const pt::runtime_plan& plan, const pt::collective_program&
   const pt::collective_program again = pt::collectives_of(back, p.ranks);
   pt::dp_options named = o;  // (GRAD_NORM and the optimizer have no PyTorch names: the CSV leaves them out)
   named.grad_norm = false;
+  named.finite_check = false;
   named.optimizer = false;
   named.zero = 0;
   expect(pt::check_collectives(p, again, named).ok(), "a mesh step's CSV reads back to collectives that check", plan);
@@ -342,8 +346,8 @@ void check_collectives_of(const pt::schedule_file& file, const pt::runtime_plan&
   const pt::collective_program c = pt::place_collectives(p, ended);
   expect(pt::check_collectives(p, c, ended).ok(), "placed collectives with buckets and GRAD_NORM check", plan);
   check_mesh_step(plan, c, ended);
-  // ZeRO-1 after the norm: each stage's OPT_STEP on its shard, then PARAM_SYNC
-  const pt::dp_options zero{.dp = 2, .grad_norm = true, .zero = 1};
+  // ZeRO-1 after the finite check and the norm: each stage's OPT_STEP on its shard, then PARAM_SYNC
+  const pt::dp_options zero{.dp = 2, .grad_norm = true, .finite_check = true, .zero = 1};
   const pt::collective_program z = pt::place_collectives(p, zero);
   expect(pt::check_collectives(p, z, zero).ok(), "placed collectives with ZeRO-1 check", plan);
   check_mesh_step(plan, z, zero);

@@ -144,6 +144,48 @@ TEST_CASE("host optimizer: a stage that lends its parameters steps the shard pip
     });
 }
 
+TEST_CASE("host optimizer: a NaN on one rank skips the step on every rank, and the next step goes on") {
+  const int m = 4, D = 2;
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("interleaved-1f1b", 2, m, 2));
+  run<model_of<false>> in(D, m), clean(D, m);
+  const pt::dp_options o{.dp = D, .grad_norm = true, .finite_check = true, .zero = 1};
+  ph::mesh_executor ex{plan, pt::mesh{2, D}, o, in.ptrs, {.exec = {.deadline = 20s}}};
+  ph::mesh_executor ref{plan, pt::mesh{2, D}, o, clean.ptrs, {.exec = {.deadline = 20s}}};
+  float initial[n];
+  in.each_lin(0, [&](int s, auto& st) {
+    if (s == 0) std::memcpy(initial, st.p, sizeof initial);
+  });
+  mesh_stages::nan_at = 1;  // stage 1 of replica 0 and 1, microbatch 1: one NaN in its gradient
+  ex.step(in.b);
+  mesh_stages::nan_at = -1;
+  CHECK_FALSE(ex.gradients_finite());
+  CHECK(std::isnan(ex.grad_norm()));
+  for (int d = 0; d < D; ++d)
+    in.each_lin(d, [&](int, auto& st) {
+      CHECK(st.skipped == 1);  // every stage of every replica, though only stage 1's gradient has the NaN
+      CHECK(std::memcmp(st.p, initial, sizeof initial) == 0);
+    });
+  in.zero_grads();
+  ex.step(in.b);  // clean: the update the reference's first step makes
+  ref.step(clean.b);
+  CHECK(ex.gradients_finite());
+  CHECK(ref.gradients_finite());
+  for (int d = 0; d < D; ++d)
+    for (int s = 0; s < 3; ++s) {
+      float got[n], want[n];
+      in.each_lin(d, [&](int t, auto& st) {
+        if (t != s) return;
+        std::memcpy(got, st.p, sizeof got);
+        CHECK(st.skipped == 1);
+      });
+      clean.each_lin(d, [&](int t, auto& st) {
+        if (t == s) std::memcpy(want, st.p, sizeof want);
+      });
+      CHECK(std::memcmp(got, want, sizeof got) == 0);
+      CHECK(std::memcmp(got, initial, sizeof got) != 0);
+    }
+}
+
 TEST_CASE("host optimizer: a stage with parameters and no optimizer_step is refused at binding") {
   using bare = mesh_stages::lin<false, false>;
   using model = pt::chain<bare, bare, bare, mesh_stages::mse>;

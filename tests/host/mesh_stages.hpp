@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <deque>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -19,6 +20,7 @@ namespace pt = pipetype;
 inline constexpr std::size_t width = 5;  // 10 parameters a stage, no multiple of 2 or 3: uneven shards
 
 inline std::atomic<int> throw_at{-1};  // a forward of this microbatch on a stage 1 throws (−1: none)
+inline std::atomic<int> nan_at{-1};    // a weight backward of this microbatch on a stage 1 writes a NaN (−1: none)
 inline std::atomic<int> lent_calls{0}, lent_calls_without{0};  // a lending stage's calls, those with no ctx.params
 
 // h' = w ⊙ h + b; hands its weight gradients (w then b) to pipetype; its parameters p are w and b.
@@ -58,16 +60,23 @@ struct lin {
       c.weight_grad[i] = c.grad_output[i] * c.input[i];
       c.weight_grad[width + i] = c.grad_output[i];
     }
+    if (c.stage == 1 && c.microbatch == nan_at.load()) c.weight_grad[width] = std::numeric_limits<float>::quiet_NaN();
   }
   // the step's optimizer (OPT_STEP): SGD with momentum on the elements it is given, its velocity
-  // for those only; `clip` > 0 scales the gradients to a global norm of at most `clip`
+  // for those only; `clip` > 0 scales the gradients to a global norm of at most `clip`; a step
+  // whose gradients are not all finite (FINITE_CHECK) is skipped
   float clip = 0;
   std::vector<float> velocity;
   std::size_t first = 0;
+  int skipped = 0;
   void optimizer_step(const pt::optimizer_ctx<lin>& c) requires Steps {
     if (velocity.empty()) velocity.assign(c.params.size(), 0.0f), first = c.offset;
     if (c.offset != first || c.params.size() != velocity.size() || c.grads.size() != c.params.size())
       throw std::logic_error("lin: OPT_STEP over other elements than the last step's");
+    if (!c.finite) {
+      ++skipped;
+      return;
+    }
     sgd(c.params, c.grads, scale(c.grad_norm));
   }
   float scale(double norm) const {

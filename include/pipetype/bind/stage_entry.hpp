@@ -103,6 +103,7 @@ struct optimizer_args {
   std::size_t offset = 0, elems = 0;
   int replica = 0, replicas = 1;
   double grad_norm = -1;
+  bool finite = true;
   void* stream = nullptr;
 };
 using optimize_fn = void (*)(void* stage, const optimizer_args& a);
@@ -574,6 +575,7 @@ void run_optimizer_step(void* s, const optimizer_args& a) {
                                                       a.replica,
                                                       a.replicas,
                                                       a.grad_norm,
+                                                      a.finite,
                                                       a.stream});
 }
 template <class T>

@@ -614,6 +614,10 @@ struct device_binding {
         throw std::invalid_argument(who() +
                                     ": the step has a GRAD_NORM (dp_options::grad_norm), which the device "
                                     "executor does not issue yet (it needs a device sum of squares)");
+      case mesh_op_code::finite_check:
+        throw std::invalid_argument(who() +
+                                    ": the step has a FINITE_CHECK (dp_options::finite_check), which the device "
+                                    "executor does not issue yet (it needs a device test of its gradients)");
       case mesh_op_code::optimizer_step:
       case mesh_op_code::param_sync:
         throw std::invalid_argument(who() +

@@ -109,7 +109,8 @@
 // with parameters() and weight gradients of as many elements gives
 //   void optimizer_step(const pipetype::optimizer_ctx<S>& c);
 // and the step's OPT_STEP calls it once per step, on the data-parallel stream, after the stage's
-// gradients are reduced (and GRAD_NORM, whose norm it gets) and after its last compute: it updates
+// gradients are reduced (and GRAD_NORM, whose norm it gets, and FINITE_CHECK, whether every
+// gradient was finite: ctx.finite false says skip this update) and after its last compute: it updates
 // c.params from c.grads (elements c.offset … of the whole), keeping its optimizer's state for those
 // elements only. With ZeRO-1 that is the replica's shard, and PARAM_SYNC then gathers every
 // replica's; with FSDP the shard too (the one pipetype holds, when the stage lends it). It leaves
@@ -422,6 +423,9 @@ struct optimizer_ctx {
   std::size_t offset = 0;                   // where `params` begins in parameters()
   int replica = 0, replicas = 1;            // this replica, of the mesh's dp
   double grad_norm = -1;                    // with GRAD_NORM in the step: the global gradient norm; else −1
+  bool finite = true;                       // with FINITE_CHECK in the step: false when some gradient of the
+                                            // step, on any rank, is not finite — skip the update (every
+                                            // rank's OPT_STEP sees the same); else true
   void* stream = nullptr;                   // as forward_ctx::stream
 };
 

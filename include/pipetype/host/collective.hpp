@@ -22,7 +22,9 @@
 //                   UNSHARD's, and ZeRO-1's PARAM_SYNC after each member updated its shard;
 //   GRAD_NORM       the sum, in double, over the members in order and each member's parts in
 //                   order, of Σ x² over the part (itself summed in element order): every member
-//                   gets the same total (mesh_binding.hpp says which parts a member has).
+//                   gets the same total (mesh_binding.hpp says which parts a member has);
+//   FINITE_CHECK    the same sum over the same parts, and every member gets whether it is finite
+//                   (it is not when any element is not, or a square overflows a double).
 // A `local_sum` (a tie group within one rank) is the all-reduce of one member; a `release` (FSDP's
 // RESHARD) fills what the member does not own with NaN when asked to (collective_call::poison),
 // so that a stage computing on released parameters shows it in its loss instead of silently
@@ -34,6 +36,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -79,7 +82,8 @@ struct collective_call {
     sumsq_fn sumsq = nullptr;
   };
   std::vector<norm_part> norm_parts;
-  double* norm_sum = nullptr;
+  double* norm_sum = nullptr;  // GRAD_NORM: where the total goes
+  char* finite = nullptr;      // FINITE_CHECK: where whether it is finite goes
   collectives* fabric = nullptr;
   std::string label;  // "REDUCE_GRAD(3) on communicator 5", for messages
 };
@@ -175,7 +179,7 @@ class collectives {
     const collective_call& a = *s.at.front();
     for (const collective_call* b : s.at)
       if (b->what != a.what ||
-          (a.what != mesh_op_code::grad_norm &&  // (GRAD_NORM: a member may add nothing, each its own arrays)
+          (a.what != mesh_op_code::grad_norm && a.what != mesh_op_code::finite_check &&  // (each its own parts)
            (b->stage != a.stage || b->tie != a.tie || b->bucket != a.bucket || b->elems != a.elems ||
             b->size != a.size || b->parts.empty() || (gathers(a.what) && b->parts.size() != 1) || b->held != a.held)))
         return "pipetype::host: ranks " + std::to_string(a.rank) + " and " + std::to_string(b->rank) +
@@ -200,12 +204,14 @@ class collectives {
   static void combine(comm_state& s) {
     const collective_call& a = *s.at.front();
     const int n = static_cast<int>(s.at.size());
-    if (a.what == mesh_op_code::grad_norm) {
+    if (a.what == mesh_op_code::grad_norm || a.what == mesh_op_code::finite_check) {
       double total = 0;
       for (const collective_call* c : s.at)
         for (const collective_call::norm_part& q : c->norm_parts) total += q.sumsq(q.array, q.begin, q.end);
-      for (collective_call* c : s.at)
+      for (collective_call* c : s.at) {
         if (c->norm_sum) *c->norm_sum = total;
+        if (c->finite) *c->finite = std::isfinite(total) ? 1 : 0;
+      }
       return;
     }
     if (gathers(a.what)) {

@@ -101,6 +101,7 @@ struct optimizer_call {
   optimize_fn fn = nullptr;  // nullptr: a stage without parameters, nothing to update
   optimizer_args args{};
   const double* norm_sq = nullptr;  // the rank's GRAD_NORM total, read as the call runs (nullptr: none)
+  const char* finite = nullptr;     // the rank's FINITE_CHECK answer, likewise (nullptr: none)
 };
 
 /// What a bound mesh program keeps beside its op lists: the lists point into it.
@@ -119,6 +120,7 @@ struct mesh_state {
   std::vector<int> stage_rank;                      // per plan stage: its pipeline rank
   std::deque<bucket_marks> marks;                   // a bucketed step: its last weight backwards' buckets
   std::vector<double> grad_norm_sq;                 // per global rank: the last GRAD_NORM's total (Σ x²)
+  std::vector<char> finite;                         // per global rank: the last FINITE_CHECK's answer
   std::deque<optimizer_call> optimizer_calls;       // the OPT_STEPs' (dp_options::optimizer, zero)
 };
 
@@ -140,6 +142,7 @@ inline void run_collective_call(void* obj, const bound_op&, const step_feed&) {
 inline void run_optimizer_call(void* obj, const bound_op&, const step_feed&) {
   optimizer_call& c = *static_cast<optimizer_call*>(obj);
   if (c.norm_sq) c.args.grad_norm = std::sqrt(*c.norm_sq);
+  if (c.finite) c.args.finite = *c.finite != 0;
   if (c.fn) c.fn(c.stage, c.args);
 }
 
@@ -210,8 +213,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
   // replica 0 otherwise (the replicas hold the same sums), none elsewhere — less a tied
   // parameter's span on every stage of its tie group but the first (counted once)
   st.grad_norm_sq.assign(static_cast<std::size_t>(m.size()), 0.0);
-  auto norm_parts_of = [&](collective_call& call, int g, int r, int d, auto&& entry_of) {
-    call.norm_sum = &st.grad_norm_sq[static_cast<std::size_t>(g)];
+  st.finite.assign(static_cast<std::size_t>(m.size()), 1);
+  auto norm_parts_of = [&](collective_call& call, int r, int d, auto&& entry_of) {
     for (int s = 0; s < p.stages; ++s) {
       if (p.stage_rank[static_cast<std::size_t>(s)] != r) continue;
       const stage_entry& e = entry_of(s);
@@ -469,6 +472,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         oc.args.replica = d;
         oc.args.replicas = m.dp;
         if (o.grad_norm) oc.norm_sq = &st.grad_norm_sq[static_cast<std::size_t>(g)];
+        if (o.finite_check) oc.finite = &st.finite[static_cast<std::size_t>(g)];
         b.code = op_code::collective;
         b.stage = o2.stage % L;
         b.plan_stage = o2.stage;
@@ -501,8 +505,12 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           // the stages whose arrays it works on: its stage, or the tie group's stages on this rank
           // (GRAD_NORM: none; its parts are every stage's of the rank, norm_parts_of's)
           std::vector<int> stages;
-          if (o2.code == mesh_op_code::grad_norm) {
-            norm_parts_of(call, g, r, d, entry_of);
+          if (o2.code == mesh_op_code::grad_norm || o2.code == mesh_op_code::finite_check) {
+            norm_parts_of(call, r, d, entry_of);  // (FINITE_CHECK: the same parts, whether their sum is finite)
+            if (o2.code == mesh_op_code::grad_norm)
+              call.norm_sum = &st.grad_norm_sq[static_cast<std::size_t>(g)];
+            else
+              call.finite = &st.finite[static_cast<std::size_t>(g)];
           } else if (o2.tie >= 0) {
             for (const int s : mp.ties.at(static_cast<std::size_t>(o2.tie)))
               if (p.stage_rank[static_cast<std::size_t>(s)] == r) stages.push_back(s);

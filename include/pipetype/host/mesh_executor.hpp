@@ -189,6 +189,15 @@ class mesh_executor {
       throw std::logic_error("pipetype::host: the step has no GRAD_NORM (dp_options::grad_norm)");
     return std::sqrt(st.grad_norm_sq.front());
   }
+  /// With dp_options::finite_check, after a step: whether every reduced gradient of it, on every
+  /// rank, was finite, as FINITE_CHECK found (the parts GRAD_NORM sums; every rank got the same
+  /// answer, and each OPT_STEP saw it as optimizer_ctx::finite). std::logic_error without one.
+  bool gradients_finite() const {
+    const mesh_state& st = state();
+    if (!st.options.finite_check)
+      throw std::logic_error("pipetype::host: the step has no FINITE_CHECK (dp_options::finite_check)");
+    return st.finite.front() != 0;
+  }
   /// Per op of every global rank, its start and end in the last step (executor_options::trace).
   const std::vector<op_time>& trace() const noexcept { return engine_->trace(); }
   /// With memory actions (mesh_options::memory), per global rank its stash pool: the slots the

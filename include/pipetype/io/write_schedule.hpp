@@ -119,7 +119,8 @@ inline schedule_file file_of(program_view p, lowered_view L, const collective_pr
       for (; next_coll < mine.size() && mine[next_coll].after <= done; ++next_coll) {
         const collective& x = mine[next_coll];
         if (x.what == collective_kind::reduce_tied || x.what == collective_kind::grad_norm ||
-            x.what == collective_kind::optimizer_step || x.what == collective_kind::param_sync)
+            x.what == collective_kind::finite_check || x.what == collective_kind::optimizer_step ||
+            x.what == collective_kind::param_sync)
           continue;  // no PyTorch name
         const step_kind k = x.what == collective_kind::unshard   ? step_kind::unshard
                             : x.what == collective_kind::reshard ? step_kind::reshard

@@ -33,6 +33,10 @@
 //                    issued it before a reduction would hold that reduction's peers behind the
 //                    world's all-reduce while it waits for them: verify_mesh names the cycle).
 //                    Only the optimizer's actions may follow it.
+//   FINITE_CHECK     with dp_options::finite_check: whether every reduced gradient of the step is
+//                    finite, all-reduced over every rank of the mesh as GRAD_NORM is (dynamic loss
+//                    scaling skips a step that overflowed, and every rank must agree to skip it).
+//                    Placed as GRAD_NORM is, right before it: one order of the two on every rank.
 //   OPT_STEP(s)      with dp_options::optimizer (or zero): the stage's optimizer hook
 //                    (graph/stage.hpp, optimizer_step) on the part of its parameters this replica
 //                    updates — its shard with ZeRO-1 or FSDP, all of them otherwise — from their
@@ -78,6 +82,7 @@ enum class collective_kind : std::uint8_t {
   reshard,
   reduce_tied,
   grad_norm,
+  finite_check,    // FINITE_CHECK: whether every gradient is finite, over the whole mesh
   optimizer_step,  // OPT_STEP: local, the stage's optimizer on its replica's part
   param_sync,      // PARAM_SYNC: ZeRO-1's all-gather of the updated parameters
 };
@@ -95,6 +100,8 @@ constexpr const char* collective_name(collective_kind k) noexcept {
       return "TIE";
     case collective_kind::grad_norm:
       return "GRAD_NORM";
+    case collective_kind::finite_check:
+      return "FINITE_CHECK";
     case collective_kind::optimizer_step:
       return "OPT_STEP";
     case collective_kind::param_sync:
@@ -105,7 +112,7 @@ constexpr const char* collective_name(collective_kind k) noexcept {
 
 struct collective {
   collective_kind what = collective_kind::reduce_grad;
-  int stage = -1;  // the plan stage (reduce_tied, grad_norm: -1; a tie group names its stages)
+  int stage = -1;  // the plan stage (reduce_tied, grad_norm, finite_check: -1; a tie group names its stages)
   int tie = -1;    // reduce_tied: the tie group's index
   int after = -1;  // issued after the rank's compute action at this index; -1: before the first
 
@@ -121,7 +128,8 @@ struct dp_options {
                        // ready as the stage's last weight backward writes it (mesh/lower.hpp); not sharded
   std::vector<std::vector<int>> ties{};  // tie groups: each the plan stages that hold one tied parameter
   bool grad_norm = false;  // GRAD_NORM: the gradients' squared norm summed over the whole mesh, for clipping
-  bool optimizer = false;  // OPT_STEP: each stage's optimizer hook runs in the step, on its replica's part
+  bool finite_check = false;  // FINITE_CHECK: whether every gradient is finite, over the whole mesh (loss scaling)
+  bool optimizer = false;     // OPT_STEP: each stage's optimizer hook runs in the step, on its replica's part
   int zero = 0;            // 1: ZeRO-1 — REDUCE_GRAD a reduce-scatter, OPT_STEP on the replica's shard of
                            // the optimizer state, PARAM_SYNC the all-gather after it (optimizer implied)
 };
@@ -314,12 +322,14 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
       for (const int s : detail::stages_in_order(acts)) {
         const int last = last_of(s);
         if (last < 0) continue;
-        const int at =
-            o.grad_norm ? n - 1 : std::max(last_any[static_cast<std::size_t>(s)], tied(s) ? ties_after : last);
+        const int at = o.grad_norm || o.finite_check
+                           ? n - 1
+                           : std::max(last_any[static_cast<std::size_t>(s)], tied(s) ? ties_after : last);
         updates.push_back({collective_kind::optimizer_step, s, -1, at});
         if (o.zero > 0 && o.dp > 1) updates.push_back({collective_kind::param_sync, s, -1, at});
       }
-      if (!o.grad_norm) reductions.insert(reductions.end(), updates.begin(), updates.end()), updates.clear();
+      if (!o.grad_norm && !o.finite_check)
+        reductions.insert(reductions.end(), updates.begin(), updates.end()), updates.clear();
     }
     // in position order; at one position the ties first, then the reductions in stage order (a
     // stable sort, by their places in the list: std::stable_sort is no constexpr)
@@ -339,8 +349,9 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
       const bool take_reduction = j < reductions.size() && (i == mine.size() || reductions[j].after <= mine[i].after);
       merged.push_back(take_reduction ? reductions[j++] : mine[i++]);
     }
-    if (o.grad_norm) merged.push_back({collective_kind::grad_norm, -1, -1, n - 1});  // after everything else
-    merged.insert(merged.end(), updates.begin(), updates.end());  // with GRAD_NORM: the optimizer after it
+    if (o.finite_check) merged.push_back({collective_kind::finite_check, -1, -1, n - 1});  // after everything else
+    if (o.grad_norm) merged.push_back({collective_kind::grad_norm, -1, -1, n - 1});
+    merged.insert(merged.end(), updates.begin(), updates.end());  // with either: the optimizer after them
     out.ops.insert(out.ops.end(), merged.begin(), merged.end());
     out.begin[static_cast<std::size_t>(r) + 1] = static_cast<int>(out.ops.size());
   }
@@ -383,7 +394,7 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
       }
       return -1;
     };
-    bool normed = false;
+    bool normed = false, checked = false;  // the rank's GRAD_NORM, FINITE_CHECK issued
     int prev_after = -1;
     std::size_t next = 0;
     // walk the compute actions, issuing the collectives placed before each
@@ -413,11 +424,18 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
                                           "collectives out of order (their `after` must not decrease) or after an "
                                           "action the rank does not have");
         prev_after = x.after;
-        if (normed && x.what != collective_kind::optimizer_step && x.what != collective_kind::param_sync)
+        const bool optimizer_action =
+            x.what == collective_kind::optimizer_step || x.what == collective_kind::param_sync;
+        if (normed && !optimizer_action)
           return detail::collective_error(
               r, x, at,
               "a collective after the rank's GRAD_NORM (only the optimizer's OPT_STEP and PARAM_SYNC follow it)");
-        if (x.what != collective_kind::reduce_tied && x.what != collective_kind::grad_norm && !holds(x.stage))
+        if (checked && !optimizer_action && x.what != collective_kind::grad_norm)
+          return detail::collective_error(r, x, at,
+                                          "a collective after the rank's FINITE_CHECK (only GRAD_NORM and the "
+                                          "optimizer's OPT_STEP and PARAM_SYNC follow it)");
+        if (x.what != collective_kind::reduce_tied && x.what != collective_kind::grad_norm &&
+            x.what != collective_kind::finite_check && !holds(x.stage))
           return detail::collective_error(r, x, at, "a collective of a stage the rank does not run");
         switch (x.what) {
           case collective_kind::unshard:
@@ -475,22 +493,35 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
             tied_done.push_back(x.tie);
             break;
           }
-          case collective_kind::grad_norm: {
-            if (!o.grad_norm) return detail::collective_error(r, x, at, "a GRAD_NORM without dp_options::grad_norm");
+          case collective_kind::grad_norm:
+          case collective_kind::finite_check: {
+            const bool norm = x.what == collective_kind::grad_norm;
+            if (norm ? !o.grad_norm : !o.finite_check)
+              return detail::collective_error(r, x, at,
+                                              norm ? "a GRAD_NORM without dp_options::grad_norm"
+                                                   : "a FINITE_CHECK without dp_options::finite_check");
+            if (!norm && checked) return detail::collective_error(r, x, at, "a second FINITE_CHECK");
+            // what it reads: every gradient of the rank, written, reduced and tied
             for (const int s : stages)
               if (last_of(s) > x.after)
                 return detail::collective_error(r, x, at,
-                                                "a GRAD_NORM before a weight backward of its rank: the norm misses "
-                                                "that gradient");
+                                                norm ? "a GRAD_NORM before a weight backward of its rank: the norm "
+                                                       "misses that gradient"
+                                                     : "a FINITE_CHECK before a weight backward of its rank: it "
+                                                       "misses that gradient");
             if (unreduced() >= 0)
               return detail::collective_error(r, x, at,
-                                              "a GRAD_NORM before a REDUCE_GRAD of its rank: the norm would read an "
-                                              "unreduced gradient");
+                                              norm ? "a GRAD_NORM before a REDUCE_GRAD of its rank: the norm would "
+                                                     "read an unreduced gradient"
+                                                   : "a FINITE_CHECK before a REDUCE_GRAD of its rank: it would read "
+                                                     "an unreduced gradient");
             if (untied() >= 0)
               return detail::collective_error(r, x, at,
-                                              "a GRAD_NORM before its rank's tie group reduction: the norm would read "
-                                              "an unsummed tied gradient");
-            normed = true;
+                                              norm ? "a GRAD_NORM before its rank's tie group reduction: the norm "
+                                                     "would read an unsummed tied gradient"
+                                                   : "a FINITE_CHECK before its rank's tie group reduction: it would "
+                                                     "read an unsummed tied gradient");
+            (norm ? normed : checked) = true;
             break;
           }
           case collective_kind::optimizer_step: {
@@ -514,6 +545,10 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
               return detail::collective_error(r, x, at,
                                               "an OPT_STEP before the rank's GRAD_NORM: clipping needs the global "
                                               "norm first");
+            if (o.finite_check && !checked)
+              return detail::collective_error(r, x, at,
+                                              "an OPT_STEP before the rank's FINITE_CHECK: it must know whether to "
+                                              "skip the update");
             stepped.push_back(x.stage);
             break;
           }
@@ -540,6 +575,9 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
     if (o.grad_norm && !normed)
       return detail::misplaced(r, -1, "GRAD_NORM", -1,
                                "a rank without GRAD_NORM: every other rank's would wait for it forever");
+    if (o.finite_check && !checked)
+      return detail::misplaced(r, -1, "FINITE_CHECK", -1,
+                               "a rank without FINITE_CHECK: every other rank's would wait for it forever");
     if (const int s = unreduced(); s >= 0)
       return detail::misplaced(r, s, "REDUCE_GRAD", -1,
                                "a stage with weight backwards and no REDUCE_GRAD: its replicas' gradients would "

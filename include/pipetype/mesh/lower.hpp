@@ -35,8 +35,8 @@
 //
 // Communicators (mesh_comm): each replica's copy of every pipeline communicator (its two ranks
 // mapped into the replica), one per DP group (pipeline rank r's replicas), one per tie group
-// and replica that spans two ranks or more, and with GRAD_NORM (dp_options::grad_norm) one of
-// every global rank, after the others. A tie group within one rank needs none: its sum is a
+// and replica that spans two ranks or more, and with GRAD_NORM or FINITE_CHECK (dp_options::grad_norm,
+// finite_check) one of every global rank, after the others. A tie group within one rank needs none: its sum is a
 // `local_sum` on the dp stream, ordered by events as an all-reduce would be.
 //
 // Its proof is mesh/verify.hpp's verify_mesh; build_mesh (mesh/plan.hpp) lowers and proves in one call.
@@ -121,9 +121,9 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
       out.comms.push_back({mesh_comm_kind::tie, static_cast<int>(t), d, std::move(members)});
     }
   }
-  // GRAD_NORM's: every global rank, in increasing order
+  // GRAD_NORM's and FINITE_CHECK's: every global rank, in increasing order
   int world_comm = -1;
-  if (o.grad_norm) {
+  if (o.grad_norm || o.finite_check) {
     std::vector<int> members;
     for (int g = 0; g < m.size(); ++g) members.push_back(g);
     world_comm = static_cast<int>(out.comms.size());
@@ -289,9 +289,10 @@ constexpr mesh_program lower_mesh(program_view p, lowered_view l, const mesh& m,
             break;
           }
           case collective_kind::grad_norm:
+          case collective_kind::finite_check:
             if (world_comm < 0) continue;
             after_k();
-            op.code = mesh_op_code::grad_norm;
+            op.code = x.what == collective_kind::grad_norm ? mesh_op_code::grad_norm : mesh_op_code::finite_check;
             op.comm = world_comm;
             op.stage = -1;
             mine.push_back(op);

@@ -31,6 +31,7 @@ enum class mesh_op_code : std::uint8_t {
   reload,          // RELOAD(s, j): copied back to the device
   recompute,       // RECOMPUTE(s, j): F(s, j) run again from its kept input, on the compute stream
   grad_norm,       // GRAD_NORM: the ranks' squared gradient norms all-reduced over the whole mesh
+  finite_check,    // FINITE_CHECK: whether the ranks' gradients are all finite, over the whole mesh
   optimizer_step,  // OPT_STEP: the stage's optimizer on its replica's part (no communication)
   param_sync,      // PARAM_SYNC: ZeRO-1's all-gather of the stage's updated parameters
 };
@@ -45,7 +46,7 @@ constexpr bool is_copy(mesh_op_code c) noexcept { return c == mesh_op_code::offl
 
 constexpr bool is_collective(mesh_op_code c) noexcept {
   return c == mesh_op_code::all_reduce || c == mesh_op_code::reduce_scatter || c == mesh_op_code::all_gather ||
-         c == mesh_op_code::grad_norm || c == mesh_op_code::param_sync;
+         c == mesh_op_code::grad_norm || c == mesh_op_code::finite_check || c == mesh_op_code::param_sync;
 }
 
 constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
@@ -80,6 +81,8 @@ constexpr const char* mesh_op_name(mesh_op_code c) noexcept {
       return "recompute";
     case mesh_op_code::grad_norm:
       return "grad norm";
+    case mesh_op_code::finite_check:
+      return "finite check";
     case mesh_op_code::optimizer_step:
       return "optimizer step";
     case mesh_op_code::param_sync:
@@ -131,7 +134,7 @@ enum class mesh_comm_kind : std::uint8_t { pipeline, data_parallel, tie, world }
 struct mesh_comm {
   mesh_comm_kind what = mesh_comm_kind::pipeline;
   int index = -1;            // pipeline: its lowered communicator; data_parallel: the pipeline rank; tie: the group
-                             // (world: every global rank, for GRAD_NORM; −1)
+                             // (world: every global rank, for GRAD_NORM and FINITE_CHECK; −1)
   int replica = -1;          // pipeline and tie: the replica; data_parallel: -1
   std::vector<int> members;  // global ranks, increasing
 

@@ -19,7 +19,8 @@
 // Options, in any order: sharded<Window> (FSDP / ZeRO-3: reduce-scatter, gathers in a window of
 // Window stages; PyTorch's 3 by default), bucketed<N> (each REDUCE_GRAD as N all-reduces, each
 // started as the last backward writes its bucket), with_grad_norm (GRAD_NORM last on every rank),
-// with_optimizer (OPT_STEP: each stage's optimizer hook in the step), zero<1> (ZeRO-1: the
+// with_finite_check (FINITE_CHECK before it), with_optimizer (OPT_STEP: each stage's optimizer
+// hook in the step), zero<1> (ZeRO-1: the
 // optimizer on each replica's shard, PARAM_SYNC after it),
 // tied<Stages...> (a tie group; one per tied parameter),
 // world<N> (the world the mesh must cover). program() lowers the same step again at run time
@@ -63,6 +64,9 @@ struct bucketed {
 /// GRAD_NORM in the step: the gradients' squared norm all-reduced over every rank, each rank's
 /// last collective (dp_options::grad_norm; global gradient-norm clipping).
 struct with_grad_norm {};
+/// FINITE_CHECK in the step: whether every gradient is finite, over every rank, before GRAD_NORM
+/// and the optimizer (dp_options::finite_check; dynamic loss scaling's skip).
+struct with_finite_check {};
 /// The optimizer in the step: OPT_STEP, each stage's optimizer hook on its replica's part of its
 /// parameters, after the reductions it needs (dp_options::optimizer).
 struct with_optimizer {};
@@ -104,6 +108,10 @@ struct mesh_option<bucketed<N>> {
 template <>
 struct mesh_option<with_grad_norm> {
   static constexpr void apply(dp_options& o, int&) { o.grad_norm = true; }
+};
+template <>
+struct mesh_option<with_finite_check> {
+  static constexpr void apply(dp_options& o, int&) { o.finite_check = true; }
 };
 template <>
 struct mesh_option<with_optimizer> {

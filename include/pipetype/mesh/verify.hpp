@@ -76,6 +76,8 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
       return "RECOMPUTE";
     case mesh_op_code::grad_norm:
       return "GRAD_NORM";
+    case mesh_op_code::finite_check:
+      return "FINITE_CHECK";
     case mesh_op_code::optimizer_step:
       return "OPT_STEP";
     case mesh_op_code::param_sync:
@@ -91,7 +93,7 @@ constexpr const char* mesh_action_name(const mesh_op& o) noexcept {
 /// (io/step_trace.hpp reads that form back from a measured trace).
 inline std::string mesh_op_label(const mesh_op& o, bool with_comm = true) {
   std::string out = mesh_action_name(o);
-  if (o.code != mesh_op_code::grad_norm) {  // (of no stage: "GRAD_NORM")
+  if (o.code != mesh_op_code::grad_norm && o.code != mesh_op_code::finite_check) {  // (of no stage: "GRAD_NORM")
     out += "(" + std::to_string(o.tie >= 0 ? o.tie : o.stage);
     if (is_copy(o.code) || o.code == mesh_op_code::recompute) out += "," + std::to_string(o.microbatch);
     out += ")";
@@ -496,7 +498,8 @@ constexpr verdict verify_param_slots(const mesh_program& mp) {
 /// The optimizer's actions (mesh/collectives.hpp), on every global rank: an OPT_STEP of a stage
 /// runs after every compute and RECOMPUTE of the stage there (it writes the parameters they
 /// read), after the stage's REDUCE_GRAD (each bucket), its tie groups' reductions and the rank's
-/// GRAD_NORM (the gradients it reads, the norm it clips by); a stage has one OPT_STEP at most; a
+/// GRAD_NORM and FINITE_CHECK (the gradients it reads, the norm it clips by, whether it skips); a
+/// stage has one OPT_STEP at most; a
 /// PARAM_SYNC comes after its stage's OPT_STEP (it gathers what that wrote). "After" is
 /// happens-before on the rank (stream_clocks.hpp). A step without OPT_STEP or PARAM_SYNC passes.
 constexpr verdict verify_optimizer_steps(const mesh_program& mp) {
@@ -540,6 +543,8 @@ constexpr verdict verify_optimizer_steps(const mesh_program& mp) {
         if (reduces) return fail(i, "an OPT_STEP may read its stage's gradient before their reduction completes");
         if (x.code == mesh_op_code::grad_norm)
           return fail(i, "an OPT_STEP may run before the rank's GRAD_NORM completes (the norm it clips by)");
+        if (x.code == mesh_op_code::finite_check)
+          return fail(i, "an OPT_STEP may run before the rank's FINITE_CHECK completes (whether it skips)");
       }
       if (o.code == mesh_op_code::param_sync && !stepped)
         return fail(i, "a PARAM_SYNC may gather its stage's parameters before their OPT_STEP completes");
