@@ -18,6 +18,7 @@
 
 #include "pipetype/graph/chain.hpp"
 #include "pipetype/graph/dag.hpp"
+#include "pipetype/graph/floats.hpp"
 #include "pipetype/graph/layer_layout.hpp"
 #include "pipetype/graph/placement.hpp"
 #include "pipetype/graph/stage.hpp"

@@ -25,18 +25,19 @@ inline std::atomic<int> lent_calls{0}, lent_calls_without{0};  // a lending stag
 
 // h' = w ⊙ h + b; hands its weight gradients (w then b) to pipetype; its parameters p are w and b.
 // `Lends`: it lends them (graph/stage.hpp) and reads them from ctx.params when given; `Steps`:
-// it has an optimizer hook (optimizer_step) for a step with OPT_STEP.
-template <bool Lends, bool Steps = true>
+// it has an optimizer hook (optimizer_step) for a step with OPT_STEP; `G`: its gradients' element
+// type (pipetype::bfloat16: they are written, added and reduced in it).
+template <bool Lends, bool Steps = true, class G = float>
 struct lin {
   static constexpr bool lends_parameters = Lends;
   using input = pt::tensor<float, width>;
   using output = pt::tensor<float, width>;
-  using weight_grad = pt::tensor<float, 2 * width>;
+  using weight_grad = pt::tensor<G, 2 * width>;
   float p[2 * width] = {1, -2, 0.5f, 1.5f, -0.75f, 0.1f, -0.2f, 0.3f, 0, 0.25f};
-  float acc[2 * width] = {};
-  std::span<float> weight_gradients() { return acc; }
+  G acc[2 * width] = {};
+  std::span<G> weight_gradients() { return acc; }
   std::span<float> parameters() { return p; }
-  std::span<float> tied_gradients(int) { return std::span<float>(acc).first(width); }  // w is tied
+  std::span<G> tied_gradients(int) { return std::span<G>(acc).first(width); }  // w is tied
   template <class C>
   const float* w(const C& c) const {
     if constexpr (Lends) {
@@ -57,10 +58,11 @@ struct lin {
   }
   void backward_weight(const pt::backward_ctx<lin>& c) {
     for (std::size_t i = 0; i < width; ++i) {
-      c.weight_grad[i] = c.grad_output[i] * c.input[i];
-      c.weight_grad[width + i] = c.grad_output[i];
+      c.weight_grad[i] = G(c.grad_output[i] * c.input[i]);
+      c.weight_grad[width + i] = G(c.grad_output[i]);
     }
-    if (c.stage == 1 && c.microbatch == nan_at.load()) c.weight_grad[width] = std::numeric_limits<float>::quiet_NaN();
+    if (c.stage == 1 && c.microbatch == nan_at.load())
+      c.weight_grad[width] = G(std::numeric_limits<float>::quiet_NaN());
   }
   // the step's optimizer (OPT_STEP): SGD with momentum on the elements it is given, its velocity
   // for those only; `clip` > 0 scales the gradients to a global norm of at most `clip`; a step
@@ -83,10 +85,10 @@ struct lin {
     return clip > 0 && norm >= 0 && clip / (norm + 1e-6) < 1 ? static_cast<float>(clip / (norm + 1e-6)) : 1.0f;
   }
   /// The same update on `params` (between steps, without OPT_STEP).
-  void sgd(std::span<float> params, std::span<const float> grads, float s) {
+  void sgd(std::span<float> params, std::span<const G> grads, float s) {
     if (velocity.empty()) velocity.assign(params.size(), 0.0f);
     for (std::size_t i = 0; i < params.size(); ++i) {
-      velocity[i] = 0.9f * velocity[i] + grads[i] * s;
+      velocity[i] = 0.9f * velocity[i] + static_cast<float>(grads[i]) * s;
       params[i] -= 0.05f * velocity[i];
     }
   }

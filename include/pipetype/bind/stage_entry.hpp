@@ -27,6 +27,7 @@
 #include "pipetype/core/action.hpp"
 #include "pipetype/core/mesh.hpp"
 #include "pipetype/graph/chain.hpp"
+#include "pipetype/graph/floats.hpp"
 #include "pipetype/graph/stage.hpp"
 
 namespace pipetype {
@@ -68,7 +69,7 @@ using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
 /// An element type as a collective library names it (NCCL's ncclFloat32, ...); `other`: one that
 /// only moves as bytes (a gather), not one a device collective can sum.
-enum class elem_kind : std::uint8_t { other, f32, f64, i32, i64 };
+enum class elem_kind : std::uint8_t { other, f32, f64, i32, i64, f16, bf16 };
 template <class T>
 constexpr elem_kind elem_kind_of() noexcept {
   if constexpr (std::is_same_v<T, float>)
@@ -79,6 +80,10 @@ constexpr elem_kind elem_kind_of() noexcept {
     return elem_kind::i32;
   else if constexpr (std::is_same_v<T, std::int64_t>)
     return elem_kind::i64;
+  else if constexpr (std::is_same_v<T, half>)
+    return elem_kind::f16;
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return elem_kind::bf16;
   else
     return elem_kind::other;
 }
@@ -669,7 +674,9 @@ stage_entry entry_of(S& s) {
     e.weight_grads_of = &weight_grads_bytes<S>;
     if constexpr (requires(weight_grad_t<S> & a, const weight_grad_t<S>& b) { a += b; })
       e.reduce = &reduce_parts<weight_grad_t<S>>;
-    if constexpr (std::is_arithmetic_v<weight_grad_t<S>>) e.sumsq = &sum_of_squares<weight_grad_t<S>>;
+    if constexpr (std::is_arithmetic_v<weight_grad_t<S>> || std::is_same_v<weight_grad_t<S>, half> ||
+                  std::is_same_v<weight_grad_t<S>, bfloat16>)
+      e.sumsq = &sum_of_squares<weight_grad_t<S>>;
     e.grad_kind = elem_kind_of<weight_grad_t<S>>();
   }
   if constexpr (has_tied_gradients<S>) e.tied_of = &tied_bytes<S>;

@@ -663,7 +663,8 @@ struct device_binding {
     c.t = m.code == mesh_op_code::all_gather ? elem_kind::other : e.grad_kind;
     if (m.code != mesh_op_code::all_gather && c.t == elem_kind::other)
       throw shape_error(who() + ": stage " + std::to_string(stage) +
-                        "'s weight_grad elements are no type NCCL sums from here (float, double, int32, int64)");
+                        "'s weight_grad elements are no type NCCL sums from here (float, double, int32, int64, "
+                        "pipetype::half, pipetype::bfloat16)");
     c.c = comms[static_cast<std::size_t>(m.comm)];
     const std::vector<int>& ms = mesh->comms[static_cast<std::size_t>(m.comm)].members;
     const int members = static_cast<int>(ms.size());

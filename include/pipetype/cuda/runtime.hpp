@@ -347,14 +347,21 @@ class runtime_driver {
         return ncclInt32;
       case elem_kind::i64:
         return ncclInt64;
+      case elem_kind::f16:
+        return ncclFloat16;
+      case elem_kind::bf16:
+        return ncclBfloat16;
       case elem_kind::other:
         break;
     }
     throw device_error(
         "pipetype::cuda: a collective over elements NCCL cannot sum from here (float, double, int32, "
-        "int64)");
+        "int64, pipetype::half, pipetype::bfloat16)");
   }
-  static std::size_t size_of(elem_kind t) { return t == elem_kind::f64 || t == elem_kind::i64 ? 8 : 4; }
+  static std::size_t size_of(elem_kind t) {
+    if (t == elem_kind::f16 || t == elem_kind::bf16) return 2;
+    return t == elem_kind::f64 || t == elem_kind::i64 ? 8 : 4;
+  }
   int rank_in(ncclComm_t c) {
     int k = 0;
     check(ncclCommUserRank(c, &k), "ncclCommUserRank", c);

@@ -424,8 +424,8 @@ inline cost_model measure_costs(const step_trace& t) {
   for (std::size_t k = 0; k < t.computes.size(); ++k) {
     const traced_compute& c = t.computes[k];
     if (k > 0 && t.computes[k - 1].rank == c.rank) prev_end[k] = t.computes[k - 1].end;
-    for (int half = 0; half < (c.paired ? 2 : 1); ++half) {
-      const action& a = half == 0 ? c.first : c.second;
+    for (int side = 0; side < (c.paired ? 2 : 1); ++side) {
+      const action& a = side == 0 ? c.first : c.second;
       const std::size_t q = detail::key(a.stage, a.microbatch, m);
       if (a.what == kind::F) fwd[q] = static_cast<int>(k);
       if (is_input_backward(a.what)) bwd[q] = static_cast<int>(k);

@@ -188,11 +188,11 @@ constexpr void assign_activation_slots(const program_view& p, const lowered_view
     const stream_clock& at = clock[static_cast<std::size_t>(wr)];
     const auto own = static_cast<std::size_t>(ops[static_cast<std::size_t>(wr)].stream);
     // the first half of the overlapped pair whose second half `wr` is (they may run at once)
-    int half = -1;
+    int pair_first = -1;
     if (ops[static_cast<std::size_t>(wr)].code == mesh_op_code::compute)
       for (int i = wr - 1; i >= 0; --i)
         if (ops[static_cast<std::size_t>(i)].code == mesh_op_code::compute) {
-          half = ops[static_cast<std::size_t>(i)].overlapped ? i : -1;
+          pair_first = ops[static_cast<std::size_t>(i)].overlapped ? i : -1;
           break;
         }
     auto free_for = [&](int h) {
@@ -200,7 +200,7 @@ constexpr void assign_activation_slots(const program_view& p, const lowered_view
       const stream_clock& done = w.last[static_cast<std::size_t>(h)];
       for (std::size_t s = 0; s < done.size(); ++s)
         if (s == own ? done[s] >= at[s] : done[s] > at[s]) return false;
-      return half < 0 || w.last_compute[static_cast<std::size_t>(h)] != half;
+      return pair_first < 0 || w.last_compute[static_cast<std::size_t>(h)] != pair_first;
     };
     std::size_t n = 0;
     while (n < holder.size() && !free_for(holder[n])) ++n;
