@@ -39,6 +39,7 @@ struct shape_error : std::invalid_argument {
 
 struct bound_op;
 struct step_feed;
+using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 /// A rank's stash slots in use, as its ops run, and the most at once (a step with memory
 /// actions: mesh/memory_slots.hpp; ops on several streams update it).
 struct memory_use {
@@ -61,11 +62,11 @@ struct bucket_marks {
   std::byte* const* adds = nullptr;  // its weight_gradients(), `add_count` of them, by `add_range`
   int add_count = 0;
   add_range_fn add_range = nullptr;
+  stage_fn call = nullptr;                         // the backward itself (the op's fn is run_bucketed, which calls it)
   void (*publish)(void* at, int value) = nullptr;  // the executor's: the compute stream reached `value`
   void* at = nullptr;
   int done = 0;  // buckets added and published in the running call (its thread's alone)
 };
-using stage_fn = void (*)(void* stage, const bound_op& op, const step_feed& feed);
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
 /// An element type as a collective library names it (NCCL's ncclFloat32, ...); `other`: one that
 /// only moves as bytes (a gather), not one a device collective can sum.
@@ -188,6 +189,7 @@ struct bound_op {
   std::int8_t freed_before = 0, taken = 0, freed_after = 0;
   bool counted : 1 = false;     // some of the three is not 0 (`use` is set)
   bool recomputed : 1 = false;  // a forward the step recomputes (mesh_op::scratch): forward_ctx::grad is false
+  bool bucketed : 1 = false;    // `extra` is a bucketed step's marks (marks()), not parameters (params())
   int wait = 0;
   int end = 0;  // position after this op (a group: after its transfers)
   int stage = -1;
@@ -224,8 +226,15 @@ struct bound_op {
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
   memory_use* use = nullptr;                  // where freed_before, taken and freed_after count
-  const std::byte* params = nullptr;          // a lending stage's gathered parameters (ctx.params); nullptr: none
-  bucket_marks* marks = nullptr;              // a bucketed step's last weight backward on the host; else nullptr
+  // one of two rare things, never both (FSDP refuses buckets): a lending stage's gathered
+  // parameters (ctx.params), or with `bucketed` a bucketed step's last weight backward on the
+  // host, its marks. (One field, not two: 8 more bytes an op measured about 8 % slower on the
+  // host walk, bench_executor's BM_static_walk.)
+  void* extra = nullptr;
+  const std::byte* params() const noexcept { return bucketed ? nullptr : static_cast<const std::byte*>(extra); }
+  bucket_marks* marks() const noexcept { return bucketed ? static_cast<bucket_marks*>(extra) : nullptr; }
+  void set_params(const std::byte* p) noexcept { extra = const_cast<std::byte*>(p), bucketed = false; }
+  void set_marks(bucket_marks* m) noexcept { extra = m, bucketed = m != nullptr; }
 };
 static_assert(offsetof(bound_op, obj) + sizeof(void*) <= 64 && offsetof(bound_op, sink) + sizeof(int) <= 128,
               "bound_op: a transfer's fields are its first 64 bytes, a forward's the next 64");
@@ -359,8 +368,8 @@ target_view_t<S> target_view_of(const bound_op& op, const step_feed& feed, const
 template <class S>
 [[gnu::always_inline]] inline std::span<const param_t<S>> params_of_op(const bound_op& op) {
   if constexpr (lends_parameters<S>) {
-    if (op.params) [[unlikely]]
-      return {reinterpret_cast<const param_t<S>*>(op.params), op.entry->param_elems};
+    if (const std::byte* p = op.params()) [[unlikely]]
+      return {reinterpret_cast<const param_t<S>*>(p), op.entry->param_elems};
   }
   return {};
 }
@@ -393,6 +402,16 @@ inline void add_buckets_through(bucket_marks& k, int b) {
   }
 }
 inline void buckets_ready_call(void* marks, int b) { add_buckets_through(*static_cast<bucket_marks*>(marks), b); }
+/// A bucketed step's last weight backward on the host, as its op's fn (it has no adds of its own
+/// then): the stage's call, which may add and release its buckets as it writes them
+/// (backward_ctx::gradients_ready), then the buckets it did not, in order. The walk calls it as any
+/// compute, so a step without buckets pays nothing for them.
+inline void run_bucketed(void* stage, const bound_op& op, const step_feed& feed) {
+  bucket_marks& k = *op.marks();
+  k.done = 0;
+  k.call(stage, op, feed);
+  add_buckets_through(k, k.signal.buckets - 1);
+}
 
 template <class S>
 [[gnu::always_inline]] inline backward_ctx<S> make_backward(const bound_op& op, const step_feed& feed,
@@ -416,7 +435,7 @@ template <class S>
           target_view_of<S>(op, feed, sh.target),
           op.sink >= 0 ? feed.loss_scale : 0.0f,
           params_of_op<S>(op),
-          weight_part && op.marks ? &op.marks->signal : nullptr};
+          weight_part && op.bucketed ? &op.marks()->signal : nullptr};
 }
 
 /// Every gradient-carrying tensor of the stage's output has `+=` (a fan-out's gradients are summed).

@@ -185,13 +185,9 @@ class engine {
     switch (op.code) {
       case op_code::compute:
         s.computing.store(i, std::memory_order_relaxed);  // inside the stage (for a timeout's message)
-        if (op.marks) [[unlikely]] {
-          run_bucketed(*op.marks, op, feed);
-        } else {
-          op.fn(op.obj, op, feed);
-          for (int k = 0; k < op.add_count; ++k)
-            op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
-        }
+        op.fn(op.obj, op, feed);  // (a bucketed backward's fn is run_bucketed, with its adds: stage_entry.hpp)
+        for (int k = 0; k < op.add_count; ++k)
+          op.add(op.obj, br.adds[static_cast<std::size_t>(op.add_begin + k)], nullptr);
         s.computing.store(-1, std::memory_order_relaxed);
         break;
       case op_code::group:
@@ -227,13 +223,6 @@ class engine {
   }
 
  private:
-  // A bucketed step's last weight backward: the stage's call, which may add and release its
-  // buckets as it writes them (backward_ctx::gradients_ready), then the buckets it did not, in order.
-  [[gnu::noinline]] static void run_bucketed(bucket_marks& k, const bound_op& op, const step_feed& feed) {
-    k.done = 0;
-    op.fn(op.obj, op, feed);
-    pipetype::detail::add_buckets_through(k, k.signal.buckets - 1);
-  }
   // A step with memory actions: the stash slots in use before op runs, and the most at once.
   [[gnu::noinline]] static void take_slots(const bound_op& op) {
     const int now =

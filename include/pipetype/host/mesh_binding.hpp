@@ -375,7 +375,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.comm = o2.comm;
           b.peer = o2.peer;
         }
-        if (b.code == op_code::compute) b.params = held_slot(o2.stage, o2.param_slot);
+        if (b.code == op_code::compute) b.set_params(held_slot(o2.stage, o2.param_slot));
         if (o2.bucket_event >= 0) {
           // a bucketed step's last weight backward: a mark op before it per bucket, whose position
           // the bucket's reduction waits for; the backward publishes them as it adds each bucket
@@ -394,7 +394,10 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
             mk.adds = nr.adds.data() + b.add_begin;
             mk.add_count = b.add_count;
             mk.add_range = b.entry->add_range;
-            b.marks = &mk;
+            mk.call = b.fn;
+            b.set_marks(&mk);
+            b.fn = &pipetype::detail::run_bucketed;  // its adds are the marks' now
+            b.add_count = 0;
           }
           force_record = true;
         }
@@ -419,7 +422,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           b.stash = device_at(i);
           if (o2.act >= 0) move_to_step(b, o2, low[static_cast<std::size_t>(f->index)], false);
           b.out = pool->scratch_out.data();  // its output is read from the forward's slot, not this one
-          b.params = held_slot(o2.stage, o2.param_slot);
+          b.set_params(held_slot(o2.stage, o2.param_slot));
         } else {
           copy_call& cc = st.copies.emplace_back();
           const bool out_of = o2.code == mesh_op_code::offload;
