@@ -42,6 +42,16 @@ struct quiet {
   float grads[grad_elems] = {}, params[grad_elems] = {};
   pc::record_driver* tp = nullptr;
   float tp_buf[4] = {};
+  // OPT_STEP: where in `log`'s calls each of its hook's calls came, and what it was given
+  pc::record_driver* log = nullptr;
+  std::vector<std::size_t> stepped_at;
+  std::size_t offset = 0, elems = 0;
+  const float* stepped = nullptr;
+  const void* stepped_stream = nullptr;
+  void optimizer_step(const pt::optimizer_ctx<quiet>& c) {
+    if (log) stepped_at.push_back(log->calls().size());
+    offset = c.offset, elems = c.params.size(), stepped = c.params.data(), stepped_stream = c.stream;
+  }
   std::span<float> weight_gradients() { return grads; }
   std::span<float> parameters() { return params; }
   std::span<float> tied_gradients(int) { return std::span<float>(grads).first(3); }
@@ -324,9 +334,7 @@ TEST_CASE("cuda mesh: what a device cannot do is one sentence") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(pt::build_mesh(plan.compute(), plan.lowered(), {2, 2}, {.dp = 3}),
                        "pipetype: dp_options::dp is 3 but the mesh has 2 replicas", std::invalid_argument);
-  // the optimizer in the step (ZeRO-1 here) runs on the host mesh executor only, for now
   const pt::runtime_plan line = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
-  const pt::mesh_program zero = pt::build_mesh(line.compute(), line.lowered(), {2, 2}, {.dp = 2, .zero = 1});
   model_t two(std::vector<quiet>(2));
   const pt::mesh_program checked =
       pt::build_mesh(line.compute(), line.lowered(), {2, 2}, {.dp = 2, .finite_check = true});
@@ -334,11 +342,42 @@ TEST_CASE("cuda mesh: what a device cannot do is one sentence") {
                        "pipetype::cuda: rank 0: the step has a FINITE_CHECK (dp_options::finite_check), which the "
                        "device executor does not issue yet (it needs a device test of its gradients)",
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS((pc::executor{line, zero, two, d, {.rank = 0}}),
-                       "pipetype::cuda: rank 0: the step runs the optimizer (OPT_STEP, PARAM_SYNC: "
-                       "dp_options::optimizer, zero), which the device executor does not issue yet; step it between "
-                       "steps",
-                       std::invalid_argument);
+}
+
+TEST_CASE("cuda mesh: ZeRO-1's OPT_STEP steps each replica's shard on the data-parallel stream, then PARAM_SYNC") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const pt::mesh m{2, 2};
+  const pt::mesh_program mp = pt::build_mesh(plan.compute(), plan.lowered(), m, {.dp = 2, .zero = 1});
+  std::vector<float> batch(16 * 4);
+  for (int g = 0; g < m.size(); ++g) {
+    CAPTURE(g);
+    pc::record_driver d;
+    model_t model(std::vector<quiet>(2));
+    for (quiet& q : model.stages()) q.log = &d;
+    pc::executor ex{plan, mp, model, d, {.rank = g}};
+    d.clear();
+    ex.step(batch.data());
+    const quiet& q = model.stages()[static_cast<std::size_t>(mp.shape.pipeline_rank(g))];
+    REQUIRE(q.stepped_at.size() == 1);  // once a step, on its replica's shard
+    const pt::shard_range own = pt::shard_of(grad_elems, 2, mp.shape.replica(g));
+    CHECK(q.offset == own.begin);
+    CHECK(q.elems == own.size());
+    CHECK(q.stepped == q.params + own.begin);
+    // after the reduce-scatter of its gradients, before the all-gather of its parameters, both on
+    // the stream its hook was given
+    const std::vector<call>& calls = d.calls();
+    const std::size_t at = q.stepped_at.front();
+    int scatter = -1, gather = -1;
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      if (calls[k].what == ck::reduce_scatter && k < at) scatter = static_cast<int>(k);
+      if (calls[k].what == ck::all_gather && k >= at && gather < 0) gather = static_cast<int>(k);
+    }
+    REQUIRE(scatter >= 0);
+    REQUIRE(gather >= 0);
+    CHECK(d.native(calls[static_cast<std::size_t>(scatter)].stream) == q.stepped_stream);
+    CHECK(d.native(calls[static_cast<std::size_t>(gather)].stream) == q.stepped_stream);
+    CHECK(calls[static_cast<std::size_t>(gather)].bytes == (grad_elems + 1) / 2 * sizeof(float));  // a shard's bytes
+  }
 }
 
 TEST_CASE("cuda mesh: a stage's own collectives stay on its compute stream, in the plan's order on every peer") {

@@ -635,6 +635,24 @@ inline std::span<std::byte> collective_array(const stage_entry& e, bool params, 
   return e.tied_of(e.obj, tie);
 }
 
+/// The elements of stage `e`'s parameters that an OPT_STEP of replica `replica` of `replicas`
+/// updates: its shard when the step's reductions scatter (ZeRO-1, FSDP), else all of them;
+/// shape_error (prefixed `who`) for a stage with parameters and no optimizer_step, or with
+/// parameters and gradients of different sizes. (A stage with neither needs no hook.)
+inline shard_range optimizer_part(const stage_entry& e, int stage, bool scattered, int replicas, int replica,
+                                  const std::string& who) {
+  const std::string at = who + ": stage " + std::to_string(stage);
+  if (!e.optimize && (e.param_elems > 0 || e.weight_grad_elems > 0))
+    throw shape_error(at +
+                      " has no `void optimizer_step(const pipetype::optimizer_ctx<S>&)` for the step's OPT_STEP "
+                      "(dp_options::optimizer, zero)");
+  if (e.param_elems != e.weight_grad_elems)
+    throw shape_error(at + "'s parameters() has " + std::to_string(e.param_elems) +
+                      " elements and its weight gradients " + std::to_string(e.weight_grad_elems) +
+                      ": an OPT_STEP updates them element for element");
+  return scattered ? shard_of(e.param_elems, replicas, replica) : shard_range{0, e.param_elems};
+}
+
 // A per-edge-input stage's shape over incoming edge E: its type's static extents, or the stage's
 // input_extent(E, k) for a dynamic one. (One function per edge: clang 14 crashes on a pack
 // expanded through nested lambdas.)

@@ -75,6 +75,8 @@ struct device_binding {
   // One collective of a mesh step, bound: the stage's array (device memory), its elements and
   // kind, the communicator, and (sharded) this member's shard and each member's part in staging.
   // An OFFLOAD or RELOAD: `n` bytes between the device slot `array` and the host slot `host`.
+  // An OPT_STEP: the stage's hook (`optimize`), its arguments (the part `own` of the parameters in
+  // `array`, the gradients) and the data-parallel stream it launches on.
   struct coll {
     mesh_op_code what = mesh_op_code::all_reduce;
     std::byte* array = nullptr;
@@ -83,6 +85,8 @@ struct device_binding {
     elem_kind t = elem_kind::other;
     comm c{};
     shard_range own{};
+    const stage_entry* optimize = nullptr;  // OPT_STEP: the stage
+    optimizer_args args{};                  // OPT_STEP: the call, filled at binding
   };
   static constexpr std::uint32_t no_collective = 0xffffffffu;
   // One op as issued: its stream and events resolved to the driver's handles.
@@ -619,10 +623,7 @@ struct device_binding {
                                     ": the step has a FINITE_CHECK (dp_options::finite_check), which the device "
                                     "executor does not issue yet (it needs a device test of its gradients)");
       case mesh_op_code::optimizer_step:
-      case mesh_op_code::param_sync:
-        throw std::invalid_argument(who() +
-                                    ": the step runs the optimizer (OPT_STEP, PARAM_SYNC: dp_options::optimizer, "
-                                    "zero), which the device executor does not issue yet; step it between steps");
+        return bind_optimizer_step(m, L, x);
       case mesh_op_code::local_sum:
         throw std::invalid_argument(who() + ": tie group " + std::to_string(m.tie) +
                                     " has all its stages on this rank: their sum would need a device add pipetype "
@@ -644,10 +645,10 @@ struct device_binding {
     }
     const stage_entry& e = entries[static_cast<std::size_t>(stage % L)];
     std::size_t size = 0;
-    const std::span<std::byte> a =
-        pipetype::detail::collective_array(e, m.code == mesh_op_code::all_gather, m.tie, stage, size, "pipetype::cuda");
+    const bool gathers = m.code == mesh_op_code::all_gather || m.code == mesh_op_code::param_sync;  // (parameters)
+    const std::span<std::byte> a = pipetype::detail::collective_array(e, gathers, m.tie, stage, size, "pipetype::cuda");
     coll c;
-    c.what = m.code;
+    c.what = gathers ? mesh_op_code::all_gather : m.code;  // (ZeRO-1's PARAM_SYNC: a gather, as UNSHARD's)
     c.array = a.data();
     c.size = size;
     c.n = size ? a.size() / size : 0;
@@ -660,8 +661,8 @@ struct device_binding {
       c.array += part.begin * size;
       c.n = part.size();
     }
-    c.t = m.code == mesh_op_code::all_gather ? elem_kind::other : e.grad_kind;
-    if (m.code != mesh_op_code::all_gather && c.t == elem_kind::other)
+    c.t = gathers ? elem_kind::other : e.grad_kind;
+    if (!gathers && c.t == elem_kind::other)
       throw shape_error(who() + ": stage " + std::to_string(stage) +
                         "'s weight_grad elements are no type NCCL sums from here (float, double, int32, int64, "
                         "pipetype::half, pipetype::bfloat16)");
@@ -673,6 +674,33 @@ struct device_binding {
     c.own = shard_of(c.n, members, me);
     if (m.code != mesh_op_code::all_reduce)
       staging_bytes = std::max(staging_bytes, static_cast<std::size_t>(members) * c.chunk * c.size);
+    x.index = static_cast<std::uint32_t>(colls.size());
+    colls.push_back(c);
+    labels.push_back(pipetype::detail::mesh_op_label(m));
+    ops.push_back(x);
+  }
+
+  // An OPT_STEP: the stage's optimizer_step, called as the walk reaches it with the data-parallel
+  // stream (it launches its update there, after the reduction on that stream), on the part of its
+  // parameters this replica updates: its shard when REDUCE_GRAD scatters (ZeRO-1, FSDP), else all.
+  void bind_optimizer_step(const mesh_op& m, int L, issue_op& x) {
+    const stage_entry& e = entries[static_cast<std::size_t>(m.stage % L)];
+    const int replicas = mesh->shape.dp, replica = mesh->shape.replica(global);
+    const bool scattered = (mesh->zero > 0 || !mesh->param_slots.empty()) && replicas > 1;
+    coll c;
+    c.what = mesh_op_code::optimizer_step;
+    c.own = pipetype::detail::optimizer_part(e, m.stage, scattered, replicas, replica, who());
+    if (e.optimize) {
+      c.optimize = &e;
+      c.args.stage = m.stage % L;
+      c.args.params = e.params_of(e.obj, -1).data() + c.own.begin * e.param_size;
+      c.args.grads = e.weight_grads_of(e.obj, -1).data();
+      c.args.offset = c.own.begin;
+      c.args.elems = c.own.size();
+      c.args.replica = replica;
+      c.args.replicas = replicas;
+      c.args.stream = d.native(x.s);
+    }
     x.index = static_cast<std::uint32_t>(colls.size());
     colls.push_back(c);
     labels.push_back(pipetype::detail::mesh_op_label(m));

@@ -399,6 +399,10 @@ class executor {
   // through the staging buffer that holds every member's part (NCCL's in-place forms need
   // members · count elements, which a stage's array of n need not be).
   void collective(D& d, const coll& x, typename D::stream s) {
+    if (x.what == mesh_op_code::optimizer_step) {  // the stage's hook, launching on the dp stream
+      if (x.optimize) x.optimize->optimize(x.optimize->obj, x.args);
+      return;
+    }
     if (x.what == mesh_op_code::offload || x.what == mesh_op_code::reload) {  // on the copy stream
       if constexpr (moves_to_host<D>) {
         if (x.what == mesh_op_code::offload)

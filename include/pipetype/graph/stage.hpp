@@ -115,7 +115,8 @@
 // elements only. With ZeRO-1 that is the replica's shard, and PARAM_SYNC then gathers every
 // replica's; with FSDP the shard too (the one pipetype holds, when the stage lends it). It leaves
 // the gradients as they are (zeroing them for the next step is the caller's, as in PyTorch). The
-// host mesh executor runs it; the device executor refuses a step with it.
+// host mesh executor runs it on its data-parallel thread; the device executor calls it as its walk
+// reaches the OPT_STEP, with the data-parallel stream as ctx.stream (launch the update there).
 //
 // Memory actions (docs/13_memory.md) move what a stage keeps for its backward: its stash and its
 // input. A stage that keeps more outside the stash (a LibTorch module's autograd graph) says so

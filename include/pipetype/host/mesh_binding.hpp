@@ -451,17 +451,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         // the stage's optimizer on the part this replica updates: its shard when the gradients are
         // scattered (where pipetype holds it, when lent), else the whole
         const stage_entry& e = entry_of(o2.stage);
-        const std::string at = who + "stage " + std::to_string(o2.stage);
-        if (!e.optimize && (e.param_elems > 0 || e.weight_grad_elems > 0))  // (none: nothing to update)
-          throw shape_error(at +
-                            " has no `void optimizer_step(const pipetype::optimizer_ctx<S>&)` for the step's OPT_STEP "
-                            "(dp_options::optimizer, zero)");
-        if (e.param_elems != e.weight_grad_elems)
-          throw shape_error(at + "'s parameters() has " + std::to_string(e.param_elems) +
-                            " elements and its weight gradients " + std::to_string(e.weight_grad_elems) +
-                            ": an OPT_STEP updates them element for element");
         const shard_range own =
-            scatters_gradients(o) ? shard_of(e.param_elems, m.dp, d) : shard_range{0, e.param_elems};
+            pipetype::detail::optimizer_part(e, o2.stage, scatters_gradients(o), m.dp, d, "pipetype::host");
         const bool held = lent != nullptr && e.lends_params;
         optimizer_call& oc = st.optimizer_calls.emplace_back();
         oc.stage = e.obj;
