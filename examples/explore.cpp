@@ -8,7 +8,7 @@
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
 //                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
 //                    [--dp D [--fsdp [--window W]] [--buckets N] [--zero 1] --param-mb X --dp-gbps B
-//                     [--dp-alpha-ms A]]
+//                     [--dp-alpha-ms A] [--opt-gbps G]]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
 //                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
 //
@@ -68,7 +68,9 @@
 // stage's reduction a reduce-scatter, its optimizer step on each replica's shard (OPT_STEP) and the
 // all-gather of the updated parameters after it (PARAM_SYNC) in the step (dp.zero). Every --dp
 // report gives the MB of Adam's two moments a rank holds, each the size of the parameters: 2·X,
-// divided by D with --zero 1 or --fsdp (dp.optimizer_mb).
+// divided by D with --zero 1 or --fsdp (dp.optimizer_mb). --opt-gbps G puts the optimizer in the
+// step (OPT_STEP a stage after its reductions) at G GB/s of parameters updated, each replica all of
+// them or with --zero 1 or --fsdp its shard (dp.opt_gbps); exposed_dp then counts it too.
 // --offload and --recompute add memory actions (docs/13_memory.md): OFFLOAD/RELOAD of a
 // microbatch's saved activation over each rank's host link, RECOMPUTE of a forward before its
 // backward, placed by the pass (all, or auto: what costs at most 2 % of the step, and with
@@ -150,6 +152,7 @@ struct args {
   int zero = 0;                                                                              // --zero
   double param_mb = 0, dp_gbps = 0;                                                          // --param-mb, --dp-gbps
   double dp_alpha = 0;                                                                       // --dp-alpha-ms
+  double opt_gbps = 0;                                                                       // --opt-gbps
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;  // --offload, --recompute
   double act_mb = 0, input_mb = -1, pcie_gbps = 0,
          act_limit_mb = 0;   // --act-mb, --input-mb, --pcie-gbps, --act-limit-mb
@@ -169,7 +172,7 @@ constexpr const char* usage =
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
     "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
     "         [--forward-only] [--dp D [--fsdp [--window W]] [--buckets N] [--zero 1] --param-mb X\n"
-    "          --dp-gbps B [--dp-alpha-ms A]]\n"
+    "          --dp-gbps B [--dp-alpha-ms A] [--opt-gbps G]]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
@@ -318,8 +321,8 @@ args parse(int argc, char** argv) {
     } else if (flag == "--zero") {
       if (v != "0" && v != "1") usage_error("--zero is 0 or 1 (ZeRO-1; ZeRO-3 is --fsdp), got '" + v + "'");
       a.zero = v == "1" ? 1 : 0;
-    } else if (flag == "--param-mb" || flag == "--dp-gbps") {
-      (flag == "--param-mb" ? a.param_mb : a.dp_gbps) = to_number(flag, v, false);
+    } else if (flag == "--param-mb" || flag == "--dp-gbps" || flag == "--opt-gbps") {
+      (flag == "--param-mb" ? a.param_mb : flag == "--dp-gbps" ? a.dp_gbps : a.opt_gbps) = to_number(flag, v, false);
     } else if (flag == "--dp-alpha-ms") {
       a.dp_alpha = to_number(flag, v, false);
       if (a.dp_alpha > 1000) usage_error("--dp-alpha-ms is at most 1000 ms a collective");
@@ -345,7 +348,8 @@ args parse(int argc, char** argv) {
   }
   // sizes and bandwidths within what the figures hold: a bandwidth near 0 made every copy and
   // collective take "inf", and 10^15-byte activations wrapped a rank's 64-bit sums (docs/03 §3.8)
-  for (const auto& [flag, x] : {std::pair{"--dp-gbps", a.dp_gbps}, std::pair{"--pcie-gbps", a.pcie_gbps}})
+  for (const auto& [flag, x] :
+       {std::pair{"--dp-gbps", a.dp_gbps}, std::pair{"--pcie-gbps", a.pcie_gbps}, std::pair{"--opt-gbps", a.opt_gbps}})
     if (x != 0 && (x < 0.001 || x > 100000))
       usage_error(std::string(flag) + " is a bandwidth in [0.001, 100000] GB/s");
   for (const auto& [flag, x] : {std::pair{"--param-mb", a.param_mb}, std::pair{"--act-mb", a.act_mb},
@@ -362,8 +366,10 @@ args parse(int argc, char** argv) {
                 " ranks (pipetype::limits)");
   if (a.dp > 1 && !(a.dp_gbps > 0) && a.format != "csv-comms")
     usage_error("--dp needs --dp-gbps B, the data-parallel bus bandwidth in GB/s (B > 0)");
-  if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0 || a.dp_alpha > 0))
-    usage_error("--fsdp, --param-mb, --dp-gbps and --dp-alpha-ms describe data parallelism: give --dp D (D ≥ 2) too");
+  if (a.dp == 1 && (a.fsdp || a.param_mb > 0 || a.dp_gbps > 0 || a.dp_alpha > 0 || a.opt_gbps > 0))
+    usage_error(
+        "--fsdp, --param-mb, --dp-gbps, --dp-alpha-ms and --opt-gbps describe data parallelism: give --dp D (D ≥ 2) "
+        "too");
   if (a.window_given && !a.fsdp)
     usage_error("--window is FSDP's (the stages a rank keeps gathered at once): give --fsdp too");
   if (a.window < 1) usage_error("--window must be at least 1 (a stage gathered at a time)");
@@ -586,7 +592,12 @@ std::string mesh_refusal(pt::program_view p) {
 /// for the report, the JSON, the placement and the CSV).
 bool sharded(const args& a) { return a.fsdp || (file_collectives && file_shards); }
 pt::dp_options dp_options_of(const args& a) {
-  return {.dp = a.dp, .shard = sharded(a), .window = a.window, .buckets = a.buckets, .zero = a.zero};
+  return {.dp = a.dp,
+          .shard = sharded(a),
+          .window = a.window,
+          .buckets = a.buckets,
+          .optimizer = a.opt_gbps > 0,
+          .zero = a.zero};
 }
 /// The MB of Adam's two moments a rank holds (each the size of its parameters), a replica's
 /// shard of them with ZeRO-1 or FSDP.
@@ -600,15 +611,20 @@ const char* sharding_note(const args& a) {
   if (sharded(a)) return " (FSDP)";
   return a.zero > 0 ? " (ZeRO-1)" : "";
 }
-/// ", each reduction in N buckets" with --buckets N > 1, and ", A ms a collective" with --dp-alpha-ms.
+/// ", each reduction in N buckets" with --buckets N > 1, ", A ms a collective" with --dp-alpha-ms,
+/// and ", the optimizer at G GB/s" with --opt-gbps.
 std::string buckets_text(const args& a) {
   return (a.buckets > 1 ? ", each reduction in " + std::to_string(a.buckets) + " buckets" : std::string()) +
-         (a.dp_alpha > 0 ? ", " + num(a.dp_alpha) + " ms a collective" : std::string());
+         (a.dp_alpha > 0 ? ", " + num(a.dp_alpha) + " ms a collective" : std::string()) +
+         (a.opt_gbps > 0 ? ", the optimizer at " + num(a.opt_gbps) + " GB/s" : std::string());
 }
 /// The collectives' costs: a chunk holds 1/v of a rank share's parameters; bytes per time unit
 /// (1 ms) from GB/s.
 pt::mesh_costs dp_costs_of(const args& a, int chunks) {
-  return {.param_bytes = {a.param_mb * 1e6 / chunks}, .bandwidth = a.dp_gbps * 1e6, .alpha = a.dp_alpha};
+  return {.param_bytes = {a.param_mb * 1e6 / chunks},
+          .bandwidth = a.dp_gbps * 1e6,
+          .alpha = a.dp_alpha,
+          .optimizer_bandwidth = a.opt_gbps * 1e6};
 }
 
 dp_figures dp_of(const result& r, const args& a) {
@@ -661,7 +677,8 @@ std::string dp_json(const dp_figures& f, const args& a) {
     for (std::size_t k = 0; k < f.param_mb.size(); ++k) out += (k ? ", " : "") + num(f.param_mb[k]);
     out += "]";
   }
-  return out + ", \"zero\": " + std::to_string(a.zero) + ", \"optimizer_mb\": " + num(optimizer_mb(a)) + "}";
+  return out + ", \"zero\": " + std::to_string(a.zero) + ", \"optimizer_mb\": " + num(optimizer_mb(a)) +
+         ", \"opt_gbps\": " + num(a.opt_gbps) + "}";
 }
 
 const char* policy_name(pt::memory_policy x) {

@@ -209,6 +209,15 @@ TEST_CASE("optimizer: ZeRO-1's reduce-scatter and all-gather cost what the all-r
   // all-gather (1/2)·8 = 4 each, one after the other behind the backward
   CHECK(a == doctest::Approx(8));
   CHECK(b == doctest::Approx(8));
+  // the optimizer in the step at 4 bytes a time unit: plain, each replica updates all 8 bytes (2
+  // more); ZeRO-1, its shard of 4 (1 more), between the reduce-scatter and the gather
+  pt::mesh_costs timed = d;
+  timed.optimizer_bandwidth = 4;
+  const pt::dp_options stepped{.dp = 2, .optimizer = true};
+  CHECK(pt::exposed_dp(p, plan.lowered(), {4, 2}, pt::place_collectives(p, stepped), stepped, cost, timed) ==
+        doctest::Approx(10));
+  CHECK(pt::exposed_dp(p, plan.lowered(), {4, 2}, pt::place_collectives(p, zero), zero, cost, timed) ==
+        doctest::Approx(9));
 }
 
 // the compile-time plan: zero<1> and with_optimizer as options

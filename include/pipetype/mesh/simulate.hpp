@@ -16,6 +16,8 @@
 //                kept for a recomputed forward) over copy_bandwidth — one copy stream per rank, so
 //                PCIe is one serial resource per rank that overlaps compute
 //   recompute    the cost model's time of the forward it repeats
+//   OPT_STEP     the parameter bytes it updates (its stage's, a replica's shard of them when the
+//                step scatters: ZeRO-1, FSDP) over optimizer_bandwidth (0: free)
 //   the rest     0 (records, waits, releases)
 // A stage's bytes are its parameters' (mesh_costs::param_bytes, per plan stage, or one value for
 // every stage); a tie group's all-reduce moves tie_bytes. The makespan is when the last op ends.
@@ -39,6 +41,7 @@ struct mesh_costs {
   memory_sizes activations{};         // what OFFLOAD and RELOAD move
   double copy_bandwidth = 1;          // bytes per time unit of a rank's host link (PCIe), one direction at a time
   double copy_alpha = 0;              // a copy's fixed latency
+  double optimizer_bandwidth = 0;     // parameter bytes per time unit an OPT_STEP updates (0: it takes no time)
 
   double stage_bytes(int s) const {
     if (param_bytes.empty() || s < 0) return 0;
@@ -53,6 +56,10 @@ struct mesh_costs {
     const double bytes = o.tie >= 0 ? tie_bytes : stage_bytes(o.stage) / (o.bucket >= 0 && buckets > 1 ? buckets : 1);
     const double factor = (o.code == mesh_op_code::all_reduce ? 2.0 : 1.0) * (n - 1) / n;
     return alpha + factor * bytes / bandwidth;
+  }
+  /// The time of OPT_STEP `o` over 1/parts of its stage's parameters.
+  double optimizer_time(const mesh_op& o, int parts) const {
+    return optimizer_bandwidth > 0 ? stage_bytes(o.stage) / (parts > 1 ? parts : 1) / optimizer_bandwidth : 0;
   }
   /// The time of OFFLOAD or RELOAD `o`.
   double copy_time(const mesh_op& o) const {
@@ -102,6 +109,8 @@ mesh_timeline simulate_mesh(const mesh_program& mp, const Costs& c, const mesh_c
         dt = d.copy_time(o);
       } else if (o.code == mesh_op_code::recompute) {
         dt = c.time(action{kind::F, o.stage, o.microbatch, false});
+      } else if (o.code == mesh_op_code::optimizer_step) {
+        dt = d.optimizer_time(o, mp.zero > 0 || !mp.param_slots.empty() ? mp.shape.dp : 1);
       }
     }
   }
