@@ -19,6 +19,10 @@ struct shape {
 };
 inline constexpr shape shapes[] = {{"1f1b", 4, 8, 1},       {"gpipe", 3, 6, 1}, {"interleaved-1f1b", 2, 4, 2},
                                    {"looped-bfs", 2, 4, 3}, {"zb-h1", 3, 6, 1}, {"zb-v", 2, 4, 2}};
+/// The plan of a shape.
+inline pt::runtime_plan plan_of(const shape& sh) {
+  return pt::build_plan(pt::make_schedule(sh.name, sh.ranks, sh.microbatches, sh.stages_per_rank));
+}
 
 /// check_collectives' sentence for `c`; empty when it accepts them.
 inline std::string misplaced(pt::program_view p, const pt::collective_program& c, const pt::dp_options& o) {

@@ -31,8 +31,7 @@ TEST_CASE("grad norm: each rank's last collective, after its reductions and ties
           CAPTURE(dp);
           CAPTURE(shard);
           CAPTURE(tie);
-          const pt::runtime_plan plan =
-              pt::build_plan(pt::make_schedule(sh.name, sh.ranks, sh.microbatches, sh.stages_per_rank));
+          const pt::runtime_plan plan = collective_cases::plan_of(sh);
           REQUIRE(plan.ok());
           const pt::program_view p = plan.compute();
           pt::dp_options o{.dp = dp, .shard = shard, .grad_norm = true};
@@ -133,8 +132,7 @@ TEST_CASE("finite check: right before GRAD_NORM on every rank, the optimizer aft
     for (const bool norm : {false, true}) {
       CAPTURE(sh.name);
       CAPTURE(norm);
-      const pt::runtime_plan plan =
-          pt::build_plan(pt::make_schedule(sh.name, sh.ranks, sh.microbatches, sh.stages_per_rank));
+      const pt::runtime_plan plan = collective_cases::plan_of(sh);
       const pt::program_view p = plan.compute();
       const pt::dp_options o{.dp = 2, .grad_norm = norm, .finite_check = true, .zero = 1};
       const pt::collective_program c = pt::place_collectives(p, o);

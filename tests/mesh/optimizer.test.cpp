@@ -41,8 +41,7 @@ TEST_CASE("optimizer: an OPT_STEP a stage after its reduction and last compute, 
             CAPTURE(static_cast<int>(md));
             CAPTURE(tie);
             CAPTURE(norm);
-            const pt::runtime_plan plan =
-                pt::build_plan(pt::make_schedule(sh.name, sh.ranks, sh.microbatches, sh.stages_per_rank));
+            const pt::runtime_plan plan = collective_cases::plan_of(sh);
             REQUIRE(plan.ok());
             const pt::program_view p = plan.compute();
             pt::dp_options o{.dp = dp, .shard = md == mode::fsdp, .grad_norm = norm};

@@ -686,10 +686,9 @@ struct device_binding {
   void bind_optimizer_step(const mesh_op& m, int L, issue_op& x) {
     const stage_entry& e = entries[static_cast<std::size_t>(m.stage % L)];
     const int replicas = mesh->shape.dp, replica = mesh->shape.replica(global);
-    const bool scattered = (mesh->zero > 0 || !mesh->param_slots.empty()) && replicas > 1;
     coll c;
     c.what = mesh_op_code::optimizer_step;
-    c.own = pipetype::detail::optimizer_part(e, m.stage, scattered, replicas, replica, who());
+    c.own = pipetype::detail::optimizer_part(e, m.stage, mesh->scatters_gradients(), replicas, replica, who());
     if (e.optimize) {
       c.optimize = &e;
       c.args.stage = m.stage % L;

@@ -155,25 +155,16 @@ struct collective_program {
 
 namespace detail {
 
-/// Per plan stage (of `stages`), the index in a rank's list of its last action that touches the
-/// stage's weights (B or W); −1 for a stage with none there (not on the rank, or forward-only).
-constexpr std::vector<int> last_weight_backwards(std::span<const action> acts, int stages) {
+/// Per plan stage (of `stages`), the index in a rank's list of its last action — with
+/// `weights_only`, its last that touches the stage's weights (B or W) — or −1 for a stage with none
+/// there (not on the rank; forward-only).
+constexpr std::vector<int> last_actions(std::span<const action> acts, int stages, bool weights_only) {
   std::vector<int> last(static_cast<std::size_t>(stages > 0 ? stages : 0), -1);
   for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
     const action& a = acts[static_cast<std::size_t>(i)];
-    if ((a.what == kind::B || a.what == kind::W) && a.stage >= 0 && a.stage < stages)
+    if ((!weights_only || a.what == kind::B || a.what == kind::W) && a.stage >= 0 && a.stage < stages)
       last[static_cast<std::size_t>(a.stage)] = i;
   }
-  return last;
-}
-
-/// Per plan stage (of `stages`), the index in a rank's list of its last action of any kind; −1
-/// for a stage not on the rank.
-constexpr std::vector<int> last_computes(std::span<const action> acts, int stages) {
-  std::vector<int> last(static_cast<std::size_t>(stages > 0 ? stages : 0), -1);
-  for (int i = 0; i < static_cast<int>(acts.size()); ++i)
-    if (const int s = acts[static_cast<std::size_t>(i)].stage; s >= 0 && s < stages)
-      last[static_cast<std::size_t>(s)] = i;
   return last;
 }
 
@@ -190,6 +181,21 @@ constexpr std::vector<int> stages_in_order(std::span<const action> acts) {
 constexpr verdict misplaced(int rank, int stage, const char* op, int index, const char* why) {
   return refusal(errc::collective_misplaced, why).on_rank(rank).on_stage(stage).on_index(index).on_op(op);
 }
+
+/// GRAD_NORM's and FINITE_CHECK's refusals: each reads every gradient of its rank.
+struct end_reads {
+  const char *unasked, *before_backward, *before_reduction, *before_tie;
+};
+inline constexpr end_reads grad_norm_reads{
+    "a GRAD_NORM without dp_options::grad_norm",
+    "a GRAD_NORM before a weight backward of its rank: the norm misses that gradient",
+    "a GRAD_NORM before a REDUCE_GRAD of its rank: the norm would read an unreduced gradient",
+    "a GRAD_NORM before its rank's tie group reduction: the norm would read an unsummed tied gradient"};
+inline constexpr end_reads finite_check_reads{
+    "a FINITE_CHECK without dp_options::finite_check",
+    "a FINITE_CHECK before a weight backward of its rank: it misses that gradient",
+    "a FINITE_CHECK before a REDUCE_GRAD of its rank: it would read an unreduced gradient",
+    "a FINITE_CHECK before its rank's tie group reduction: it would read an unsummed tied gradient"};
 
 constexpr verdict collective_error(int rank, const collective& c, int index, const char* why) {
   return misplaced(rank, c.stage, collective_name(c.what), index, why);
@@ -284,7 +290,7 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
     }
     // ties and REDUCE_GRAD: after each stage's last weight backward; a tied stage's reduction
     // waits for the ties of this rank, which all go after the last backward of any tied stage here
-    const std::vector<int> last_wb = detail::last_weight_backwards(acts, p.stages);
+    const std::vector<int> last_wb = detail::last_actions(acts, p.stages, true);
     auto last_of = [&](int s) { return s >= 0 && s < p.stages ? last_wb[static_cast<std::size_t>(s)] : -1; };
     std::vector<int> tied_here;  // the tie groups with a stage on this rank, increasing
     int ties_after = -1;
@@ -318,7 +324,7 @@ constexpr collective_program place_collectives(program_view p, const dp_options&
     // reduction and its ties; with GRAD_NORM, after that, which is last of the rest
     std::vector<collective> updates;
     if (steps_optimizer(o)) {
-      const std::vector<int> last_any = detail::last_computes(acts, p.stages);
+      const std::vector<int> last_any = detail::last_actions(acts, p.stages, false);
       for (const int s : detail::stages_in_order(acts)) {
         const int last = last_of(s);
         if (last < 0) continue;
@@ -375,7 +381,7 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
     const int n = static_cast<int>(acts.size());
     const std::vector<int> stages = detail::stages_in_order(acts);
     auto holds = [&](int s) { return std::find(stages.begin(), stages.end(), s) != stages.end(); };
-    const std::vector<int> last_wb = detail::last_weight_backwards(acts, p.stages);
+    const std::vector<int> last_wb = detail::last_actions(acts, p.stages, true);
     auto last_of = [&](int s) { return s >= 0 && s < p.stages ? last_wb[static_cast<std::size_t>(s)] : -1; };
     std::vector<int> active, reduced, tied_done, stepped, synced;
     auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
@@ -383,16 +389,22 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
     // stage here not reduced yet; −1: none
     auto unreduced = [&] {
       for (const int s : stages)
-        if (o.dp > 1 && last_of(s) >= 0 && std::find(reduced.begin(), reduced.end(), s) == reduced.end()) return s;
+        if (o.dp > 1 && last_of(s) >= 0 && !in(reduced, s)) return s;
       return -1;
     };
     auto untied = [&] {
       for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
         bool held = false;
         for (const int s : o.ties[static_cast<std::size_t>(t)]) held = held || last_of(s) >= 0;
-        if (held && std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end()) return t;
+        if (held && !in(tied_done, t)) return t;
       }
       return -1;
+    };
+    // whether a tie group holding stage s has not been reduced yet
+    auto tie_pending = [&](int s) {
+      for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
+        if (in(o.ties[static_cast<std::size_t>(t)], s) && !in(tied_done, t)) return true;
+      return false;
     };
     bool normed = false, checked = false;  // the rank's GRAD_NORM, FINITE_CHECK issued
     int prev_after = -1;
@@ -455,8 +467,7 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
             break;
           }
           case collective_kind::reduce_grad: {
-            if (std::find(reduced.begin(), reduced.end(), x.stage) != reduced.end())
-              return detail::collective_error(r, x, at, "a second REDUCE_GRAD of the stage");
+            if (in(reduced, x.stage)) return detail::collective_error(r, x, at, "a second REDUCE_GRAD of the stage");
             if (last_of(x.stage) < 0)  // (what --forward-only --dp is refused for, from a file too)
               return detail::collective_error(r, x, at,
                                               "a REDUCE_GRAD of a stage with no weight backward: it has no gradient "
@@ -464,13 +475,8 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
             if (x.after < last_of(x.stage))
               return detail::collective_error(r, x, at,
                                               "a REDUCE_GRAD before the stage's last weight backward (B or W)");
-            for (int t = 0; t < static_cast<int>(o.ties.size()); ++t) {
-              const std::vector<int>& g = o.ties[static_cast<std::size_t>(t)];
-              if (std::find(g.begin(), g.end(), x.stage) != g.end() &&
-                  std::find(tied_done.begin(), tied_done.end(), t) == tied_done.end())
-                return detail::collective_error(r, x, at,
-                                                "a tied stage's REDUCE_GRAD before its tie group's reduction");
-            }
+            if (tie_pending(x.stage))
+              return detail::collective_error(r, x, at, "a tied stage's REDUCE_GRAD before its tie group's reduction");
             reduced.push_back(x.stage);
             break;
           }
@@ -496,31 +502,14 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
           case collective_kind::grad_norm:
           case collective_kind::finite_check: {
             const bool norm = x.what == collective_kind::grad_norm;
-            if (norm ? !o.grad_norm : !o.finite_check)
-              return detail::collective_error(r, x, at,
-                                              norm ? "a GRAD_NORM without dp_options::grad_norm"
-                                                   : "a FINITE_CHECK without dp_options::finite_check");
+            const detail::end_reads& why = norm ? detail::grad_norm_reads : detail::finite_check_reads;
+            if (norm ? !o.grad_norm : !o.finite_check) return detail::collective_error(r, x, at, why.unasked);
             if (!norm && checked) return detail::collective_error(r, x, at, "a second FINITE_CHECK");
             // what it reads: every gradient of the rank, written, reduced and tied
             for (const int s : stages)
-              if (last_of(s) > x.after)
-                return detail::collective_error(r, x, at,
-                                                norm ? "a GRAD_NORM before a weight backward of its rank: the norm "
-                                                       "misses that gradient"
-                                                     : "a FINITE_CHECK before a weight backward of its rank: it "
-                                                       "misses that gradient");
-            if (unreduced() >= 0)
-              return detail::collective_error(r, x, at,
-                                              norm ? "a GRAD_NORM before a REDUCE_GRAD of its rank: the norm would "
-                                                     "read an unreduced gradient"
-                                                   : "a FINITE_CHECK before a REDUCE_GRAD of its rank: it would read "
-                                                     "an unreduced gradient");
-            if (untied() >= 0)
-              return detail::collective_error(r, x, at,
-                                              norm ? "a GRAD_NORM before its rank's tie group reduction: the norm "
-                                                     "would read an unsummed tied gradient"
-                                                   : "a FINITE_CHECK before its rank's tie group reduction: it would "
-                                                     "read an unsummed tied gradient");
+              if (last_of(s) > x.after) return detail::collective_error(r, x, at, why.before_backward);
+            if (unreduced() >= 0) return detail::collective_error(r, x, at, why.before_reduction);
+            if (untied() >= 0) return detail::collective_error(r, x, at, why.before_tie);
             (norm ? normed : checked) = true;
             break;
           }
@@ -536,11 +525,10 @@ constexpr verdict check_collectives(program_view p, const collective_program& c,
               return detail::collective_error(r, x, at,
                                               "an OPT_STEP before its stage's REDUCE_GRAD: it would step with an "
                                               "unreduced gradient");
-            for (int t = 0; t < static_cast<int>(o.ties.size()); ++t)
-              if (in(o.ties[static_cast<std::size_t>(t)], x.stage) && !in(tied_done, t))
-                return detail::collective_error(r, x, at,
-                                                "an OPT_STEP before its stage's tie group reduction: it would step "
-                                                "with an unsummed tied gradient");
+            if (tie_pending(x.stage))
+              return detail::collective_error(r, x, at,
+                                              "an OPT_STEP before its stage's tie group reduction: it would step "
+                                              "with an unsummed tied gradient");
             if (o.grad_norm && !normed)
               return detail::collective_error(r, x, at,
                                               "an OPT_STEP before the rank's GRAD_NORM: clipping needs the global "

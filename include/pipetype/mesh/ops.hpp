@@ -157,6 +157,10 @@ struct mesh_program {
   int buckets = 1;                     // a REDUCE_GRAD's buckets (dp_options::buckets)
   int zero = 0;                        // dp_options::zero: 1 when an OPT_STEP updates its replica's shard
 
+  /// Whether its reductions leave each replica its shard (ZeRO-1, or FSDP: the step has parameter
+  /// slots), which is what an OPT_STEP then updates.
+  constexpr bool scatters_gradients() const noexcept { return (zero > 0 || !param_slots.empty()) && shape.dp > 1; }
+
   constexpr std::span<const mesh_op> rank_ops(int g) const {
     const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(g)]);
     const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(g) + 1]);

@@ -110,7 +110,7 @@ mesh_timeline simulate_mesh(const mesh_program& mp, const Costs& c, const mesh_c
       } else if (o.code == mesh_op_code::recompute) {
         dt = c.time(action{kind::F, o.stage, o.microbatch, false});
       } else if (o.code == mesh_op_code::optimizer_step) {
-        dt = d.optimizer_time(o, mp.zero > 0 || !mp.param_slots.empty() ? mp.shape.dp : 1);
+        dt = d.optimizer_time(o, mp.scatters_gradients() ? mp.shape.dp : 1);
       }
     }
   }
