@@ -186,6 +186,16 @@ TEST_CASE("host optimizer: a NaN on one rank skips the step on every rank, and t
     }
 }
 
+TEST_CASE("host optimizer: a stage with no parameters() at all needs no hook, and the others step") {
+  using model = pt::chain<mesh_stages::lin<false>, mesh_stages::lin<false>, mesh_stages::mse_of<false>>;
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 3, 4));
+  mesh_stages::replicas_with_batch<model> r(1, 4);
+  ph::mesh_executor ex{plan, pt::mesh{3, 1}, {.dp = 1, .optimizer = true}, r.ptrs, {.exec = {.deadline = 20s}}};
+  ex.step(r.b);
+  CHECK(r.models[0].stage<0>().velocity.size() == n);  // (its OPT_STEP ran, on all of its parameters)
+  CHECK(r.models[0].stage<1>().velocity.size() == n);
+}
+
 TEST_CASE("host optimizer: a stage with parameters and no optimizer_step is refused at binding") {
   using bare = mesh_stages::lin<false, false>;
   using model = pt::chain<bare, bare, bare, mesh_stages::mse>;

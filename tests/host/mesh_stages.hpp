@@ -94,24 +94,27 @@ struct lin {
   }
 };
 
-// Half the squared error against the targets; no parameters (a weight_grad of none).
-struct mse {
+// Half the squared error against the targets; no parameters (a weight_grad of none), and with
+// `Params` false not even an empty parameters().
+template <bool Params = true>
+struct mse_of {
   using input = pt::tensor<float, width>;
   using output = pt::tensor<float, 1>;
   using target = pt::tensor<float, width>;
   using weight_grad = pt::tensor<float, 0>;
   std::span<float> weight_gradients() { return {}; }
-  std::span<float> parameters() { return {}; }
-  void forward(const pt::forward_ctx<mse>& c) {
+  std::span<float> parameters() requires Params { return {}; }
+  void forward(const pt::forward_ctx<mse_of>& c) {
     float l = 0;
     for (std::size_t i = 0; i < width; ++i) l += 0.5f * (c.input[i] - c.target[i]) * (c.input[i] - c.target[i]);
     *c.loss = l;
   }
-  void backward_input(const pt::backward_ctx<mse>& c) {
+  void backward_input(const pt::backward_ctx<mse_of>& c) {
     for (std::size_t i = 0; i < width; ++i) c.grad_input[i] = c.loss_scale * (c.input[i] - c.target[i]);
   }
-  void backward_weight(const pt::backward_ctx<mse>&) {}
+  void backward_weight(const pt::backward_ctx<mse_of>&) {}
 };
+using mse = mse_of<>;
 
 /// `replicas` models of one type, and a global batch of `microbatches` a replica for them (inputs
 /// and targets of `width` floats a microbatch).

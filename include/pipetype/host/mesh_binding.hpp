@@ -455,16 +455,18 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
             pipetype::detail::optimizer_part(e, o2.stage, scatters_gradients(o), m.dp, d, "pipetype::host");
         const bool held = lent != nullptr && e.lends_params;
         optimizer_call& oc = st.optimizer_calls.emplace_back();
-        oc.stage = e.obj;
-        oc.fn = e.optimize;
-        oc.args.stage = o2.stage % L;
-        oc.args.params = held ? lent->shards[static_cast<std::size_t>(o2.stage)].data()
-                              : e.params_of(e.obj, -1).data() + own.begin * e.param_size;
-        oc.args.grads = e.weight_grads_of(e.obj, -1).data();
-        oc.args.offset = own.begin;
-        oc.args.elems = own.size();
-        oc.args.replica = d;
-        oc.args.replicas = m.dp;
+        if (e.optimize) {  // (none: a stage without parameters, which may lack parameters() too)
+          oc.stage = e.obj;
+          oc.fn = e.optimize;
+          oc.args.stage = o2.stage % L;
+          oc.args.params = held ? lent->shards[static_cast<std::size_t>(o2.stage)].data()
+                                : e.params_of(e.obj, -1).data() + own.begin * e.param_size;
+          oc.args.grads = e.weight_grads_of(e.obj, -1).data();
+          oc.args.offset = own.begin;
+          oc.args.elems = own.size();
+          oc.args.replica = d;
+          oc.args.replicas = m.dp;
+        }
         if (o.grad_norm) oc.norm_sq = &st.grad_norm_sq[static_cast<std::size_t>(g)];
         if (o.finite_check) oc.finite = &st.finite[static_cast<std::size_t>(g)];
         b.code = op_code::collective;
