@@ -3,6 +3,8 @@
 // Part of examples/gpt's model (layers.hpp says its equations and conventions).
 #pragma once
 
+#include <type_traits>
+
 #include "blocks.hpp"
 
 namespace gpt {
@@ -31,9 +33,9 @@ inline model_params<float> init_model(const gpt_config& c, std::uint64_t seed) {
 template <class R>
 model_params<R> zero_params(const gpt_config& c) {
   model_params<R> p;
-  p.embedding.assign(embedding_params(c), R(0));
-  p.blocks.assign(detail::z(c.layers), std::vector<R>(block_params(c), R(0)));
-  p.head.assign(head_params(c), R(0));
+  p.embedding.assign(embedding_params(c), R{});
+  p.blocks.assign(detail::z(c.layers), std::vector<R>(block_params(c), R{}));
+  p.head.assign(head_params(c), R{});
   return p;
 }
 
@@ -47,11 +49,13 @@ model_params<To> convert(const model_params<From>& p) {
   return q;
 }
 
-/// acc[k] += g[k], k in order (how a step's per-microbatch gradients are summed).
-template <class R>
-void add_into(std::span<R> acc, std::span<const R> g) {
+/// acc[k] += g[k], k in order (how a step's per-microbatch gradients are summed), in acc's type:
+/// g[k] rounded to it first (a float gradient summed in pipetype::half, say), then the exactly
+/// rounded sum of that type.
+template <class A, class R = A>
+void add_into(std::type_identity_t<std::span<A>> acc, std::type_identity_t<std::span<const R>> g) {
   if (acc.size() != g.size()) throw std::invalid_argument("add_into: sizes differ");
-  for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += g[k];
+  for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += static_cast<A>(g[k]);
 }
 
 /// Every tensor of the model with its part: part 0 the embedding, 1..L block part−1, L+1 the head.
@@ -134,14 +138,16 @@ std::vector<double> reference_forward(const gpt_config& c, const model_params<R>
 /// One unpipelined training step's gradients. Runs microbatch j = 0..m−1 one after the other
 /// (embedding, blocks, head forward; head, blocks in reverse, embedding backward), with loss_scale =
 /// 1/(Σ_j rows·t_j) so that the loss is the mean cross-entropy over every token of the step (or
-/// 1/scale_tokens: the step is a replica's share of a larger batch). Each
-/// part's per-microbatch weight gradient is written into a temporary and added into `grads`
-/// (zeroed first, resized to the parameters' shapes) in microbatch order. Returns the per-microbatch
-/// loss sums (loss = Σ sums · loss_scale).
-template <class R>
+/// 1/scale_tokens: the step is a replica's share of a larger batch), times `seed` (a power of two:
+/// mixed precision's loss scale, which keeps small gradients above the 16-bit formats' underflow).
+/// Each part's per-microbatch weight gradient is written into a temporary and added into `grads`
+/// (zeroed first, resized to the parameters' shapes) in microbatch order, in G: each rounded to G,
+/// then summed in G (float16 gradients, as the pipelined step sums them). Returns the
+/// per-microbatch loss sums (loss = Σ sums · loss_scale).
+template <class R, class G = R>
 std::vector<double> reference_step(const gpt_config& c, const model_params<R>& params,
-                                   std::span<const microbatch> batch, model_params<R>& grads,
-                                   std::size_t scale_tokens = 0) {
+                                   std::span<const microbatch> batch, model_params<G>& grads,
+                                   std::size_t scale_tokens = 0, double seed = 1) {
   validate(c);
   const std::size_t L = detail::z(c.layers);
   if (params.blocks.size() != L || params.embedding.size() != embedding_params(c) ||
@@ -152,8 +158,8 @@ std::vector<double> reference_step(const gpt_config& c, const model_params<R>& p
     detail::check_microbatch(c, mb);
     tokens += detail::z(c.rows) * detail::z(mb.t);
   }
-  const R loss_scale = R(1) / R(static_cast<double>(scale_tokens > 0 ? scale_tokens : tokens));
-  grads = zero_params<R>(c);
+  const R loss_scale = R(seed) / R(static_cast<double>(scale_tokens > 0 ? scale_tokens : tokens));
+  grads = zero_params<G>(c);
   model_params<R> tmp = zero_params<R>(c);
   detail::runner<R> run(c);
   std::vector<double> sums;
@@ -169,9 +175,9 @@ std::vector<double> reference_step(const gpt_config& c, const model_params<R>& p
     }
     embedding_backward(c, params.embedding.data(), mb.ids.data(), run.grad_a.data(), run.emb_stash.data(),
                        tmp.embedding.data(), t);
-    add_into<R>(grads.embedding, tmp.embedding);
-    for (std::size_t i = 0; i < L; ++i) add_into<R>(grads.blocks[i], tmp.blocks[i]);
-    add_into<R>(grads.head, tmp.head);
+    add_into<G, R>(grads.embedding, tmp.embedding);
+    for (std::size_t i = 0; i < L; ++i) add_into<G, R>(grads.blocks[i], tmp.blocks[i]);
+    add_into<G, R>(grads.head, tmp.head);
   }
   return sums;
 }
@@ -190,32 +196,38 @@ std::span<R> tied_in_head(std::vector<R>& head, const gpt_config& c) {
 /// microbatches are batch[d·m, (d+1)·m), each replica's gradients summed in microbatch order
 /// (reference_step, scaled by the whole batch's tokens); with `tied`, a replica's wte and lm_head
 /// gradients are both set to their sum (wte's first); then the replicas' sums are added in replica
-/// order, from replica 0's. Returns the per-microbatch loss sums of the whole batch.
-template <class R>
+/// order, from replica 0's; all of it in G, the step's loss seeded with `seed` (reference_step).
+/// Returns the per-microbatch loss sums of the whole batch.
+template <class R, class G = R>
 std::vector<double> reference_step_dp(const gpt_config& c, const model_params<R>& params,
                                       std::span<const microbatch> batch, int replicas, bool tied,
-                                      model_params<R>& grads) {
+                                      model_params<G>& grads, double seed = 1) {
   if (replicas < 1 || batch.size() % detail::z(replicas) != 0)
     throw std::invalid_argument("reference_step_dp: the batch does not split into the replicas");
   std::size_t tokens = 0;
   for (const microbatch& mb : batch) tokens += detail::z(c.rows) * detail::z(mb.t);
   const std::size_t m = batch.size() / detail::z(replicas);
   std::vector<double> sums;
-  model_params<R> one;
+  model_params<G> one;
   for (int d = 0; d < replicas; ++d) {
-    const std::vector<double> s = reference_step<R>(c, params, batch.subspan(detail::z(d) * m, m), one, tokens);
+    const std::vector<double> s =
+        reference_step<R, G>(c, params, batch.subspan(detail::z(d) * m, m), one, tokens, seed);
     sums.insert(sums.end(), s.begin(), s.end());
     if (tied) {
-      const std::span<R> e = tied_in_embedding(one.embedding, c), h = tied_in_head(one.head, c);
-      for (std::size_t i = 0; i < e.size(); ++i) e[i] = h[i] = e[i] + h[i];
+      const std::span<G> e = tied_in_embedding(one.embedding, c), h = tied_in_head(one.head, c);
+      for (std::size_t i = 0; i < e.size(); ++i) {
+        G sum = e[i];  // (G's own sum: TIE's)
+        sum += h[i];
+        e[i] = h[i] = sum;
+      }
     }
     if (d == 0) {
       grads = one;
       continue;
     }
-    add_into<R>(grads.embedding, one.embedding);
-    for (std::size_t i = 0; i < grads.blocks.size(); ++i) add_into<R>(grads.blocks[i], one.blocks[i]);
-    add_into<R>(grads.head, one.head);
+    add_into<G, G>(grads.embedding, one.embedding);
+    for (std::size_t i = 0; i < grads.blocks.size(); ++i) add_into<G, G>(grads.blocks[i], one.blocks[i]);
+    add_into<G, G>(grads.head, one.head);
   }
   return sums;
 }

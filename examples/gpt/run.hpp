@@ -59,6 +59,10 @@ struct run_args {
   float lr = 3e-3f;
   float clip = 0;  // --clip: the global gradient norm's bound (0: none)
   int zero = 0;    // --zero 1: ZeRO-1, the optimizer in the step on each replica's shard
+  std::string grad_dtype = "fp32";  // --grad-dtype: the weight gradients' type (fp32, fp16, bf16)
+  bool dynamic_scale = false;       // --loss-scale dynamic
+  int scale_window = 0;             // --loss-scale-window K (0: not given: 1000)
+  int scale_init = 0;               // --initial-loss-scale X, a power of two (0: not given: 65536)
   std::vector<int> seq_lens;
   bool json = false, eval = false;
   std::string dump, corpus = GPT_CORPUS_DIR;
@@ -121,6 +125,21 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
         cli.fail("--zero is 0 or 1 (ZeRO-1: the optimizer's state sharded over the replicas; ZeRO-3 is --fsdp), got '" +
                  v + "'");
       a.zero = v == "1" ? 1 : 0;
+    } else if (f == "--grad-dtype") {
+      if (v != "fp32" && v != "fp16" && v != "bf16") cli.fail("--grad-dtype is fp32, fp16 or bf16, got '" + v + "'");
+      a.grad_dtype = v;
+    } else if (f == "--loss-scale") {
+      if (v != "dynamic")
+        cli.fail(
+            "--loss-scale is dynamic (halved on an overflow, doubled after --loss-scale-window clean steps), got '" +
+            v + "'");
+      a.dynamic_scale = true;
+    } else if (f == "--loss-scale-window")
+      a.scale_window = cli.whole(f, v, 1, 1000000);
+    else if (f == "--initial-loss-scale") {
+      a.scale_init = cli.whole(f, v, 1, 1 << 30);
+      if ((a.scale_init & (a.scale_init - 1)) != 0)
+        cli.fail("--initial-loss-scale needs a power of two (dividing by it is then exact), got " + v);
     } else if (f == "--seq-lens") {
       std::size_t at = 0;
       while (at <= v.size()) {
@@ -141,6 +160,13 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
     cli.fail("--zero 1 shards the optimizer's state over the replicas: give --dp D (D >= 2) too");
   if (a.zero > 0 && a.fsdp) cli.fail("--zero 1 with --fsdp: FSDP shards the optimizer's state already (give one)");
   if (a.zero > 0 && a.buckets > 1) cli.fail("--buckets with --zero 1: a bucketed reduce-scatter is not built yet");
+  if (a.dynamic_scale && a.grad_dtype == "fp32")
+    cli.fail("--loss-scale dynamic scales 16-bit gradients: give --grad-dtype fp16 or bf16 too");
+  if ((a.scale_window > 0 || a.scale_init > 0) && !a.dynamic_scale)
+    cli.fail(std::string(a.scale_window > 0 ? "--loss-scale-window" : "--initial-loss-scale") +
+             " needs --loss-scale dynamic");
+  if (!a.dump.empty() && a.grad_dtype != "fp32")
+    cli.fail("--dump writes float gradients for PyTorch's check: drop --grad-dtype " + a.grad_dtype);
   if (a.model.width % a.model.heads != 0)
     cli.fail("--width " + std::to_string(a.model.width) + " is no multiple of --heads " +
              std::to_string(a.model.heads));
@@ -232,31 +258,38 @@ inline run_start start_run(run_args& a, int stages, const examples::cli& cli) {
 template <class Model>
 void gather_shards(std::deque<Model>& models, const run_args& a, bool gradients) {
   if (a.dp < 2 || !(a.fsdp || (gradients && a.zero > 0))) return;  // (ZeRO-1 gathers its parameters itself)
-  for (int s = 0; s < models.front().size(); ++s) {
-    auto& to = models.front().stage(s);
-    const std::span<float> dst = gradients ? to.weight_gradients() : to.parameters();
-    for (int r = 1; r < a.dp; ++r) {
-      auto& from = models[static_cast<std::size_t>(r)].stage(s);
-      const std::span<float> src = gradients ? from.weight_gradients() : from.parameters();
-      const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
-      std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin),
-                src.begin() + static_cast<std::ptrdiff_t>(own.end),
-                dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
+  auto gather = [&](auto of) {
+    for (int s = 0; s < models.front().size(); ++s) {
+      const auto dst = of(models.front().stage(s));
+      for (int r = 1; r < a.dp; ++r) {
+        const auto src = of(models[static_cast<std::size_t>(r)].stage(s));
+        const pt::shard_range own = pt::shard_of(dst.size(), a.dp, r);
+        std::copy(src.begin() + static_cast<std::ptrdiff_t>(own.begin),
+                  src.begin() + static_cast<std::ptrdiff_t>(own.end),
+                  dst.begin() + static_cast<std::ptrdiff_t>(own.begin));
+      }
     }
-  }
+  };
+  if (gradients)
+    gather([](auto& st) { return st.weight_gradients(); });
+  else
+    gather([](auto& st) { return st.parameters(); });
 }
 
 /// Whether every replica holds bitwise replica 0's gradients (compare only where each holds the
 /// whole reduced gradient: not under FSDP or ZeRO-1), or its parameters (`gradients` false).
 template <class Model>
 bool replicas_agree(std::deque<Model>& models, bool gradients = true) {
-  auto of = [&](auto& st) { return gradients ? st.weight_gradients() : st.parameters(); };
-  for (std::size_t r = 1; r < models.size(); ++r)
-    for (int s = 0; s < models.front().size(); ++s) {
-      const std::span<float> x = of(models[r].stage(s)), y = of(models.front().stage(s));
-      if (std::memcmp(x.data(), y.data(), x.size_bytes()) != 0) return false;
-    }
-  return true;
+  auto agree = [&](auto of) {
+    for (std::size_t r = 1; r < models.size(); ++r)
+      for (int s = 0; s < models.front().size(); ++s) {
+        const auto x = of(models[r].stage(s)), y = of(models.front().stage(s));
+        if (std::memcmp(x.data(), y.data(), x.size_bytes()) != 0) return false;
+      }
+    return true;
+  };
+  return gradients ? agree([](auto& st) { return st.weight_gradients(); })
+                   : agree([](auto& st) { return st.parameters(); });
 }
 
 /// Step `step`'s microbatches, and the batch pipetype reads them from: each microbatch's ids and

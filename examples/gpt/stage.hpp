@@ -26,6 +26,11 @@
 // parameters of its own, and Adam's moments for its replica's shard only. With ZeRO-1 (--zero 1)
 // it keeps its parameters and Adam's moments for its shard (own_shard), and the step's OPT_STEP
 // runs Adam on that shard inside the step (optimizer_step, pipetype's hook).
+// The gradients' element type G is a template parameter (basic_stage<G>; `stage` is float's):
+// with pipetype::half or pipetype::bfloat16 (--grad-dtype fp16|bf16) each part's weight gradient
+// is computed in float into a per-thread scratch and rounded to G as it is handed over, and
+// pipetype sums the microbatches, the tie and the replicas in G, as reference_step does; the
+// parameters, activations and Adam stay float (mixed precision's master weights).
 // The backward is split (backward_input, backward_weight) so that the zero-bubble schedules run
 // it; everything a microbatch's backward needs, including the gradients I leaves for W, lives in
 // its stash, so DualPipe's two directions may run one stage object at once.
@@ -41,6 +46,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "layers.hpp"
@@ -49,14 +55,26 @@ namespace gpt {
 
 namespace pt = pipetype;
 
-class stage {
+/// The factor Adam multiplies each summed gradient by: 1/loss_scale (mixed precision's seed,
+/// a power of two, so the division is exact) times PyTorch's clip_grad_norm_ rule for a bound
+/// `clip` > 0 on the global norm (`norm`: GRAD_NORM's, of the scaled gradients; −1: none).
+/// With loss_scale 1 and no clipping it is 1, the same bits as no factor.
+inline float gradient_factor(float clip, double norm, double loss_scale) {
+  float scale = 1;
+  const double unscaled = norm / loss_scale;
+  if (clip > 0 && norm >= 0 && clip / (unscaled + 1e-6) < 1) scale = static_cast<float>(clip / (unscaled + 1e-6));
+  return loss_scale == 1 ? scale : scale / static_cast<float>(loss_scale);
+}
+
+template <class G>
+class basic_stage {
  public:
   using input = pt::tensors<pt::varying<pt::tensor<float, pt::dynamic>>,
                             pt::no_grad<pt::varying<pt::tensor<std::int32_t, pt::dynamic>>>>;
   using output = input;
   using target = pt::varying<pt::tensor<std::int32_t, pt::dynamic>>;
   using stash = pt::tensor<float, pt::dynamic>;
-  using weight_grad = pt::tensor<float, pt::dynamic>;
+  using weight_grad = pt::tensor<G, pt::dynamic>;
 
   /// Under FSDP on a host mesh pipetype holds the parameters (lends_parameters): replica `replica`
   /// of `dp` keeps Adam's moments for its own shard only, and `initial` (the stage's flat initial
@@ -68,11 +86,11 @@ class stage {
   static constexpr bool lends_parameters = true;
 
   /// Stage `index` of `stages`, its parameters taken from the whole model's `params`.
-  stage(const gpt_config& c, int index, int stages, const model_params<float>& params)
-      : stage(c, index, stages, flat_parameters(c, index, stages, params), {}) {}
+  basic_stage(const gpt_config& c, int index, int stages, const model_params<float>& params)
+      : basic_stage(c, index, stages, flat_parameters(c, index, stages, params), {}) {}
   /// The same, its parameters lent to pipetype (see `lending`).
-  stage(const gpt_config& c, int index, int stages, const lending& l)
-      : stage(c, index, stages, std::vector<float>{}, l) {}
+  basic_stage(const gpt_config& c, int index, int stages, const lending& l)
+      : basic_stage(c, index, stages, std::vector<float>{}, l) {}
 
   /// Stage `index` of `stages`' parameters in one flat vector (the top of this file).
   static std::vector<float> flat_parameters(const gpt_config& c, int index, int stages,
@@ -93,14 +111,14 @@ class stage {
       throw std::invalid_argument("gpt: " + std::to_string(c.layers) + " layers cannot fill " + std::to_string(stages) +
                                   " stages of whole blocks (give --layers at least the plan's stages)");
   }
-  stage(const gpt_config& c, int index, int stages, std::vector<float> own, const lending& l)
+  basic_stage(const gpt_config& c, int index, int stages, std::vector<float> own, const lending& l)
       : c_(c), first_(index == 0), last_(index == stages - 1), params_(std::move(own)), initial_(l.initial) {
     check_stages(c, stages);
     block0_ = index * c.layers / stages;
     blocks_ = (index + 1) * c.layers / stages - block0_;
     n_ = initial_ ? initial_->size() : params_.size();
     own_ = initial_ ? pt::shard_of(n_, l.dp, l.replica) : pt::shard_range{0, n_};
-    grads_.assign(n_, 0.0f);
+    grads_.assign(n_, G{});
     m_.assign(own_.size(), 0.0f);
     v_.assign(own_.size(), 0.0f);
     const std::size_t A = activation_floats(c);
@@ -121,7 +139,7 @@ class stage {
   std::size_t target_extent() const { return token_capacity(c_); }
   std::size_t stash_extent() const { return stash_size_; }
   std::size_t weight_grad_extent() const { return n_; }
-  std::span<float> weight_gradients() { return grads_; }
+  std::span<G> weight_gradients() { return grads_; }
   /// For FSDP (a mesh executor with dp_options::shard): gathered before the stage runs. A lending
   /// stage's are its shared initial ones until drop_initial() (pipetype reads them once, at
   /// binding: each replica's shard), then none: its calls read ctx.params.
@@ -133,11 +151,11 @@ class stage {
   void restore(std::vector<float> whole) { params_ = std::move(whole); }
   /// Tie group 0, the tied embedding (--tie-embeddings): wte.weight's gradient on the first
   /// stage, lm_head.weight's on the last.
-  std::span<float> tied_gradients(int) { return tied_part(grads_); }
+  std::span<G> tied_gradients(int) { return tied_part(grads_); }
   /// The tied copy's parameters (wte.weight on the first stage, lm_head.weight on the last).
   std::span<float> tied_parameters() { return tied_part(params_); }
 
-  void forward(const pt::forward_ctx<stage>& c) {
+  void forward(const pt::forward_ctx<basic_stage>& c) {
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
@@ -147,7 +165,7 @@ class stage {
       x = act(s, 0);
     }
     for (int k = 0; k < blocks_; ++k) {
-      float* y = k == blocks_ - 1 && !last_ ? c.output.get<0>().data() : act(s, k + 1);
+      float* y = k == blocks_ - 1 && !last_ ? c.output.template get<0>().data() : act(s, k + 1);
       block_forward(c_, param(c, block_offset(k)), x, y,
                     s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
       x = y;
@@ -156,20 +174,20 @@ class stage {
       *c.loss = static_cast<float>(head_forward(c_, param(c, head_offset()), x, c.target.data(), s + head_stash_, t));
   }
 
-  void backward_input(const pt::backward_ctx<stage>& c) {
+  void backward_input(const pt::backward_ctx<basic_stage>& c) {
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
     float* bufs[2] = {s + grad_buf_, s + grad_buf_ + activation_floats(c_)};
     int next = 0;  // the buffer the next gradient goes to
-    const float* g = c.grad_output.get<0>().data();
+    const float* g = c.grad_output.template get<0>().data();
     if (last_) {
       head_backward_input(c_, param(c, head_offset()), act(s, blocks_), c.loss_scale, bufs[next], s + head_stash_, t);
       g = bufs[next];
       next ^= 1;
     }
     for (int k = blocks_ - 1; k >= 0; --k) {
-      float* gin = k == 0 && !first_ ? c.grad_input.get<0>().data() : bufs[next];
+      float* gin = k == 0 && !first_ ? c.grad_input.template get<0>().data() : bufs[next];
       block_backward_input(c_, param(c, block_offset(k)), block_input(c, k), g, gin,
                            s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
       g = gin;
@@ -178,25 +196,29 @@ class stage {
     if (first_) embedding_backward_input(c_, param(c, 0), ids.data(), g, s + emb_stash_, t);
   }
 
-  void backward_weight(const pt::backward_ctx<stage>& c) {
+  void backward_weight(const pt::backward_ctx<basic_stage>& c) {
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
-    float* wg = c.weight_grad.data();
     // the last layer first, as the backward's data flows: each layer's weight gradient depends on
     // its stash only, so the order changes no bit, and with buckets (c.buckets()) each bucket is
     // released for its reduction once every layer it covers is written
     if (last_) {
-      head_backward_weight(c_, param(c, head_offset()), act(s, blocks_), s + head_stash_, wg + head_offset(), t);
-      c.gradients_written_from(static_cast<std::size_t>(head_offset()));
+      const std::size_t at = head_offset();
+      head_backward_weight(c_, param(c, at), act(s, blocks_), s + head_stash_, grad_out(c, at, head_params(c_)), t);
+      written(c, at, head_params(c_));
     }
     for (int k = blocks_ - 1; k >= 0; --k) {
-      block_backward_weight(c_, param(c, block_offset(k)), block_input(c, k),
+      const std::size_t at = block_offset(k);
+      block_backward_weight(c_, param(c, at), block_input(c, k),
                             s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_),
-                            wg + block_offset(k), t);
-      c.gradients_written_from(static_cast<std::size_t>(block_offset(k)));
+                            grad_out(c, at, block_params(c_)), t);
+      written(c, at, block_params(c_));
     }
-    if (first_) embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, wg, t);
+    if (first_) {
+      embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, grad_out(c, 0, embedding_params(c_)), t);
+      written(c, 0, embedding_params(c_));
+    }
   }
 
   /// Adam on this stage's parameters with its summed gradients, which it then zeroes.
@@ -208,7 +230,7 @@ class stage {
     update(own, lr, step, grad_scale);
     zero_grads();
   }
-  void zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  void zero_grads() { std::fill(grads_.begin(), grads_.end(), G{}); }
 
   /// --zero 1 (ZeRO-1): replica `replica` of `dp` keeps Adam's moments for its shard only and
   /// updates that shard in the step's OPT_STEP; call before set_adam.
@@ -218,22 +240,28 @@ class stage {
     v_ = std::vector<float>(own_.size(), 0.0f);
   }
   /// The step's optimizer (OPT_STEP, a mesh step with dp_options::optimizer or zero): Adam with
-  /// `lr`, the step counted from `step` (the steps already taken), its gradients clipped to a
+  /// `lr`, the step counted from `step` (the updates already made), its gradients clipped to a
   /// global norm of at most `clip` (> 0) by the norm GRAD_NORM gave.
   void set_optimizer(float lr, float clip, int step) { lr_ = lr, clip_ = clip, step_ = step; }
-  void optimizer_step(const pt::optimizer_ctx<stage>& c) {
+  /// The loss scale the coming step's loss is seeded with (mixed precision; 1: none): the update
+  /// divides the gradients by it.
+  void set_loss_scale(double s) { loss_scale_ = s; }
+  void optimizer_step(const pt::optimizer_ctx<basic_stage>& c) {
     if (c.offset != own_.begin || c.params.size() != own_.size())
       throw std::logic_error("gpt: OPT_STEP over parameters " + std::to_string(c.offset) +
                              "… of a stage that updates " + std::to_string(own_.begin) + "…" +
                              std::to_string(own_.end));
-    float scale = 1;  // PyTorch's clip_grad_norm_ rule
-    if (clip_ > 0 && c.grad_norm >= 0 && clip_ / (c.grad_norm + 1e-6) < 1)
-      scale = static_cast<float>(clip_ / (c.grad_norm + 1e-6));
-    update(c.params, lr_, ++step_, scale);  // (the gradients stay: the caller zeroes them)
+    if (!c.finite) return;  // FINITE_CHECK found an overflow on some rank: every rank skips the update
+    update(c.params, lr_, ++step_, gradient_factor(clip_, c.grad_norm, loss_scale_));  // (the caller zeroes them)
   }
 
   /// This stage's share of the model (parameters or gradients), written into `into` by part.
-  void gather(model_params<float>& into, bool gradients) const { gather_flat(gradients ? grads_ : params_, into); }
+  void gather(model_params<float>& into, bool gradients) const {
+    if (gradients)
+      gather_flat(grads_, into);
+    else
+      gather_flat(params_, into);
+  }
 
   /// Adam's moments (checkpoints): the elements `adam_range()` of the stage's flat layout hold
   /// them (its shard when it lends its parameters), and `set_adam` takes the whole stage's.
@@ -250,8 +278,10 @@ class stage {
               v_whole.begin() + static_cast<std::ptrdiff_t>(own_.end), v_.begin());
   }
 
-  /// A vector in this stage's flat layout (parameters, gradients, a moment), written into `into` by part.
-  void gather_flat(const std::vector<float>& v, model_params<float>& into) const {
+  /// A vector in this stage's flat layout (parameters, gradients, a moment), written into `into` by
+  /// part (gradients of 16 bits exactly as floats).
+  template <class T>
+  void gather_flat(const std::vector<T>& v, model_params<float>& into) const {
     auto put = [&](std::vector<float>& part, std::size_t at) {
       std::copy(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + part.size()),
                 part.begin());
@@ -269,7 +299,7 @@ class stage {
     const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
     const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
     for (std::size_t i = 0; i < own.size(); ++i) {
-      const float g = grads_[own_.begin + i] * grad_scale;
+      const float g = static_cast<float>(grads_[own_.begin + i]) * grad_scale;
       m_[i] = b1 * m_[i] + (1 - b1) * g;
       v_[i] = b2 * v_[i] + (1 - b2) * g * g;
       own[i] -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
@@ -281,10 +311,39 @@ class stage {
     return (first_ ? embedding_params(c_) : 0) + static_cast<std::size_t>(k) * block_params(c_);
   }
   std::size_t head_offset() const { return block_offset(blocks_); }
-  std::span<float> tied_part(std::vector<float>& v) const {
+  template <class T>
+  std::span<T> tied_part(std::vector<T>& v) const {
     if (first_ == last_) throw std::logic_error("gpt: a tied copy lives on the first or the last of several stages");
-    return std::span<float>(v).subspan(first_ ? 0 : head_offset() + 2 * width(),
-                                       static_cast<std::size_t>(c_.vocab) * width());
+    return std::span<T>(v).subspan(first_ ? 0 : head_offset() + 2 * width(),
+                                   static_cast<std::size_t>(c_.vocab) * width());
+  }
+  // Where a part's weight gradient of n floats at `at` is computed: straight into weight_grad when
+  // G is float, else this thread's scratch, which written() rounds into weight_grad (a thread's:
+  // DualPipe's two directions may run one stage at once, each on its rank's thread)
+  static std::vector<float>& scratch() {
+    thread_local std::vector<float> s;
+    return s;
+  }
+  float* grad_out(const pt::backward_ctx<basic_stage>& c, std::size_t at, std::size_t n) const {
+    if constexpr (std::is_same_v<G, float>) {
+      (void)n;
+      return c.weight_grad.data() + at;
+    } else {
+      (void)c, (void)at;
+      if (scratch().size() < n) scratch().resize(n);
+      return scratch().data();
+    }
+  }
+  // Elements [at, at + n) are computed: rounded into weight_grad (G not float), and with those
+  // after them released to the reductions (buckets)
+  void written(const pt::backward_ctx<basic_stage>& c, std::size_t at, std::size_t n) const {
+    if constexpr (!std::is_same_v<G, float>) {
+      const float* x = scratch().data();
+      for (std::size_t i = 0; i < n; ++i) c.weight_grad[at + i] = G(x[i]);
+    } else {
+      (void)n;
+    }
+    c.gradients_written_from(at);
   }
   // its parameters for this call: where pipetype gathered them (FSDP, lent), else its own
   template <class Ctx>
@@ -293,21 +352,26 @@ class stage {
   }
   float* act(float* s, int k) const { return s + acts_ + static_cast<std::size_t>(k) * activation_floats(c_); }
   // block k's input: the stage's input for the first block past the embedding, else the stash's copy
-  const float* block_input(const pt::backward_ctx<stage>& c, int k) const {
-    return k == 0 && !first_ ? c.input.get<0>().data() : act(c.stash.data(), k);
+  const float* block_input(const pt::backward_ctx<basic_stage>& c, int k) const {
+    return k == 0 && !first_ ? c.input.template get<0>().data() : act(c.stash.data(), k);
   }
 
   gpt_config c_;
   bool first_, last_;
   int block0_ = 0, blocks_ = 0;
-  std::vector<float> params_, grads_, m_, v_;    // m_, v_: Adam's, over own_
+  std::vector<float> params_, m_, v_;  // m_, v_: Adam's, over own_
+  std::vector<G> grads_;
   float lr_ = 0, clip_ = 0;                      // the step's optimizer (set_optimizer)
   int step_ = 0;
+  double loss_scale_ = 1;                        // the step's loss scale (set_loss_scale)
   std::shared_ptr<std::vector<float>> initial_;  // lending, until drop_initial(): the shared initial parameters
   std::size_t n_ = 0;                            // the stage's parameters
   pt::shard_range own_{};                        // the elements this stage's optimizer updates
   // the stash: blocks + 1 activations, two gradient buffers, then the parts' own stashes
   std::size_t acts_ = 0, grad_buf_ = 0, emb_stash_ = 0, block_stash_ = 0, head_stash_ = 0, stash_size_ = 0;
 };
+
+/// The stage with float gradients.
+using stage = basic_stage<float>;
 
 }  // namespace gpt

@@ -6,7 +6,8 @@
 1. Four steps equal two, a save, a resume and two more, bit for bit (the printed losses).
 2. A checkpoint saved from one layout (2 ranks, plain data parallelism) resumed in another
    (4 ranks, FSDP; ZeRO-1) continues as that layout's own four-step run does, and a
-   ZeRO-1 run's own checkpoint resumes bit for bit.
+   ZeRO-1 run's own checkpoint resumes bit for bit; so does one of fp16 gradients whose dynamic
+   loss scale skipped steps (the scale and Adam's step count are in it).
 3. The files are safetensors as other readers see them: an independent parse of the header (8-byte
    little-endian length, JSON, F32 tensors whose offsets tile the data) finds GPT-2's names.
 4. A missing, truncated, foreign or other-model checkpoint is refused with exit 2 and one sentence
@@ -117,6 +118,25 @@ def main():
                  f"its own run {zero_whole['loss_last']}")
     print(f"ZeRO-1: loss_last {zero_again['loss_last']} both; from the plain checkpoint {zero_moved['loss_last']} "
           f"(difference {zdiff:g})")
+
+    # 2c. fp16 gradients with a dynamic loss scale that overflows and skips (a window of one
+    # step): the scale's state and Adam's own step count travel in the checkpoint, so 8 steps =
+    # 4 + save + resume + 4 bit for bit, skipped steps and the final scale included
+    mixed = plain + ["--grad-dtype", "fp16", "--loss-scale", "dynamic", "--loss-scale-window", "1"]
+    mixed_whole = fields(run(exe, mixed + ["--steps", "8", "--json"]).stdout)
+    mk = os.path.join(scratch, "mixed")
+    first = fields(run(exe, mixed + ["--steps", "4", "--save", mk, "--json"]).stdout)
+    mixed_again = fields(run(exe, mixed + ["--steps", "4", "--resume", mk, "--json"]).stdout)
+    meta = read_safetensors(os.path.join(mk, "optimizer.safetensors"))["__metadata__"]
+    if (mixed_again["loss_last"] != mixed_whole["loss_last"] or mixed_again["loss_scale"] != mixed_whole["loss_scale"]
+            or first["skipped_steps"] + mixed_again["skipped_steps"] != mixed_whole["skipped_steps"]
+            or mixed_whole["skipped_steps"] < 1):
+        sys.exit(f"FAIL: fp16, dynamic loss scale: 8 steps give {mixed_whole}, 4 + resume + 4 give {first}, "
+                 f"{mixed_again}")
+    if int(meta["adam_step"]) != 4 - first["skipped_steps"] or int(meta["loss_scale_log2"]) < 1:
+        sys.exit(f"FAIL: fp16 checkpoint's metadata {meta} after {first['skipped_steps']} skipped steps of 4")
+    print(f"fp16, dynamic loss scale: loss_last {mixed_again['loss_last']} both, "
+          f"{mixed_whole['skipped_steps']} steps skipped, scale {mixed_whole['loss_scale']:g}")
 
     # 3. the files as another reader sees them
     model = read_safetensors(os.path.join(ck, "model.safetensors"))
