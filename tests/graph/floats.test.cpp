@@ -88,5 +88,54 @@ TEST_CASE("floats: += is the exactly rounded sum") {
   CHECK(c.bits == pt::bfloat16(1.0f).bits);
 }
 
+// the float paths (a float rounded to 16 bits, 16 bits as a float, +=) against the double ones
+// they stand in for, bit for bit: every 16-bit value, every midpoint and the floats next to it,
+// and pseudo-random floats and pairs
+template <unsigned E, unsigned M>
+int float_path_errors(unsigned largest) {
+  auto same = [](std::uint16_t x, std::uint16_t y) {
+    const bool nx = ((x >> M) & ((1u << E) - 1)) == (1u << E) - 1 && (x & ((1u << M) - 1)) != 0;
+    const bool ny = ((y >> M) & ((1u << E) - 1)) == (1u << E) - 1 && (y & ((1u << M) - 1)) != 0;
+    return nx || ny ? nx == ny : x == y;
+  };
+  auto via_double = [](float f) { return pd::short_bits<E, M>(static_cast<double>(f)); };
+  int bad = 0;
+  for (unsigned h = 0; h <= 0xffffu; ++h) {  // 16 bits as a float: exact
+    const auto x = static_cast<std::uint16_t>(h);
+    const float f = pd::short_float<E, M>(x);
+    const double d = pd::short_value<E, M>(x);
+    bad += std::isnan(d) ? !std::isnan(f)
+                         : std::bit_cast<std::uint32_t>(f) != std::bit_cast<std::uint32_t>(static_cast<float>(d));
+  }
+  for (unsigned h = 0; h < largest; ++h) {  // every midpoint (a float) and its neighbours
+    const float a = pd::short_float<E, M>(static_cast<std::uint16_t>(h));
+    const float b = pd::short_float<E, M>(static_cast<std::uint16_t>(h + 1));
+    const float mid = a + (b - a) / 2;
+    for (const float f : {a, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f), -mid, -a})
+      bad += !same(pd::short_bits_f<E, M>(f), via_double(f));
+  }
+  std::uint32_t r = 2024;
+  auto next = [&] { return r = r * 1664525u + 1013904223u; };
+  for (int k = 0; k < 300000; ++k) {  // any float, NaN and infinities included
+    const float f = std::bit_cast<float>(next());
+    bad += !same(pd::short_bits_f<E, M>(f), via_double(f));
+  }
+  for (int k = 0; k < 300000; ++k) {  // +=: pairs of any bits, and pairs of near magnitudes
+    const auto x = static_cast<std::uint16_t>(next() >> 16);
+    auto y = static_cast<std::uint16_t>(next() >> 16);
+    if (k & 1) y = static_cast<std::uint16_t>((x & 0x7fffu) + (y & 0x3fu) - 0x20u) ^ (y & 0x8000u);
+    pt::float16_of<E, M> s, o;
+    s.bits = x, o.bits = y;
+    s += o;
+    bad += !same(s.bits, pd::short_bits<E, M>(pd::short_value<E, M>(x) + pd::short_value<E, M>(y)));
+  }
+  return bad;
+}
+
+TEST_CASE("floats: the float paths give the double paths' bits") {
+  CHECK(float_path_errors<5, 10>(0x7bffu) == 0);
+  CHECK(float_path_errors<8, 7>(0x7f7fu) == 0);
+}
+
 }  // namespace test_floats
 }  // namespace

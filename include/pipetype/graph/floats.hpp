@@ -4,9 +4,8 @@
 // They exist so that gradients can be reduced in their own precision — a stage declares
 // `using weight_grad = pipetype::tensor<pipetype::bfloat16, N>;` and pipetype's adds and
 // reductions (REDUCE_GRAD, TIE) then sum in bfloat16 — with the same bits on every run: each `+=`
-// is the exactly rounded sum (computed in double, where the sum of two such numbers is exact or
-// rounds only below the 16-bit format's half unit, then rounded to nearest, ties to even), as
-// IEEE arithmetic in the 16-bit format would give. A device executor maps them to NCCL's
+// is the exactly rounded sum (computed in float and rounded again, which Figueroa's bound shows
+// exact, see operator+=), as IEEE arithmetic in the 16-bit format would give. A device executor maps them to NCCL's
 // ncclFloat16 and ncclBfloat16 (cuda/runtime.hpp), whose sums round as the hardware's adds do.
 //
 // Conversions: `half(x)` / `bfloat16(x)` from float or double round to nearest, ties to even;
@@ -70,6 +69,57 @@ constexpr double short_value(std::uint16_t h) {
   return (h & 0x8000u) ? -v : v;
 }
 
+// short_bits from a float: the same bits as from the float's double, in 32-bit integers and
+// with selects the compiler can vectorise (the hot paths: a float gradient rounded as it is handed
+// over, the float sum of +=). bfloat16 rounds the top half of the float's bits; binary16 rebiases
+// a normal result and rounds its significand with the integer add, and lets the float add round a
+// subnormal one, as in F. Giesen's float_to_half_fast3_rtne. Other formats take the double path.
+template <unsigned exp_bits, unsigned man_bits>
+constexpr std::uint16_t short_bits_f(float x) {
+  const auto b = std::bit_cast<std::uint32_t>(x);
+  const auto sign = static_cast<std::uint16_t>((b >> 16) & 0x8000u);
+  const std::uint32_t a = b & 0x7fffffffu;
+  const bool nan = a > 0x7f800000u;
+  if constexpr (exp_bits == 8 && man_bits == 7) {
+    const auto r = static_cast<std::uint16_t>((a + 0x7fffu + ((a >> 16) & 1u)) >> 16);  // (a carry reaches ∞)
+    return static_cast<std::uint16_t>(sign | (nan ? 0x7fc0u : r));
+  } else if constexpr (exp_bits == 5 && man_bits == 10) {
+    constexpr std::uint32_t half_unit = 126u << 23;  // 0.5f: adding it leaves a subnormal's units in the low bits
+    std::uint16_t r = 0;
+    if (a >= (127u + 16u) << 23)  // 2^16 and above, infinity, NaN
+      r = nan ? 0x7e00u : 0x7c00u;
+    else if (a < 113u << 23)  // below 2^−14: a subnormal or zero, rounded by the float add
+      r = static_cast<std::uint16_t>(
+          std::bit_cast<std::uint32_t>(std::bit_cast<float>(a) + std::bit_cast<float>(half_unit)) - half_unit);
+    else  // rebiased, the 13 bits below rounded to nearest, ties to even (a carry reaches ∞)
+      r = static_cast<std::uint16_t>((a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13);
+    return static_cast<std::uint16_t>(sign | r);
+  } else {
+    return short_bits<exp_bits, man_bits>(static_cast<double>(x));
+  }
+}
+
+// short_value as a float (exact), in 32-bit integers for the two formats (a NaN stays a NaN)
+template <unsigned exp_bits, unsigned man_bits>
+constexpr float short_float(std::uint16_t h) {
+  if constexpr (exp_bits == 8 && man_bits == 7) {
+    return std::bit_cast<float>(std::uint32_t{h} << 16);
+  } else if constexpr (exp_bits == 5 && man_bits == 10) {
+    std::uint32_t o = std::uint32_t{h & 0x7fffu} << 13;  // exponent and significand in place
+    const std::uint32_t e = o & (0x1fu << 23);
+    o += 112u << 23;  // rebiased
+    if (e == 0x1fu << 23) {
+      o += 112u << 23;    // infinity, NaN: the top exponent
+    } else if (e == 0) {  // subnormal: m units of 2^−24, renormalised by a float subtraction
+      o += 1u << 23;
+      o = std::bit_cast<std::uint32_t>(std::bit_cast<float>(o) - std::bit_cast<float>(113u << 23));
+    }
+    return std::bit_cast<float>(o | (std::uint32_t{h & 0x8000u} << 16));
+  } else {
+    return static_cast<float>(short_value<exp_bits, man_bits>(h));
+  }
+}
+
 }  // namespace detail
 
 /// A 16-bit floating-point element of `exp_bits` exponent and `man_bits` significand bits, kept as
@@ -80,12 +130,17 @@ struct float16_of {
   std::uint16_t bits = 0;
   float16_of() = default;
   constexpr explicit float16_of(double x) : bits(detail::short_bits<exp_bits, man_bits>(x)) {}
-  constexpr explicit float16_of(float x) : float16_of(static_cast<double>(x)) {}
-  constexpr operator float() const { return static_cast<float>(value()); }
+  constexpr explicit float16_of(float x) : bits(detail::short_bits_f<exp_bits, man_bits>(x)) {}
+  constexpr operator float() const { return detail::short_float<exp_bits, man_bits>(bits); }
   constexpr double value() const { return detail::short_value<exp_bits, man_bits>(bits); }
-  /// The exactly rounded sum (see the top of this file).
+  /// The exactly rounded sum (see the top of this file): the sum in float, then rounded to 16
+  /// bits. Rounding twice gives the exactly rounded sum when the first format has at least 2p + 1
+  /// significand bits for the second's p (Figueroa, "When is double rounding innocuous?", SIGNUM
+  /// Newsletter 30(3), 1995): float's 24 against binary16's 11 and bfloat16's 8. A sum in the
+  /// 16-bit format's subnormal range is exact in float, and one past its largest finite number
+  /// rounds to infinity from float as it would directly.
   constexpr float16_of& operator+=(float16_of o) {
-    bits = detail::short_bits<exp_bits, man_bits>(value() + o.value());
+    bits = detail::short_bits_f<exp_bits, man_bits>(static_cast<float>(*this) + static_cast<float>(o));
     return *this;
   }
 };
