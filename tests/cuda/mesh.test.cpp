@@ -339,9 +339,107 @@ TEST_CASE("cuda mesh: what a device cannot do is one sentence") {
   const pt::mesh_program checked =
       pt::build_mesh(line.compute(), line.lowered(), {2, 2}, {.dp = 2, .finite_check = true});
   CHECK_THROWS_WITH_AS((pc::executor{line, checked, two, d, {.rank = 0}}),
-                       "pipetype::cuda: rank 0: the step has a FINITE_CHECK (dp_options::finite_check), which the "
-                       "device executor does not issue yet (it needs a device test of its gradients)",
-                       std::invalid_argument);
+                       "pipetype::cuda: rank 0: stage 0 has no `void sum_squares(std::span<const T> part, double* "
+                       "sum, bool add, void* stream)` for the step's FINITE_CHECK (the squares of its gradients in "
+                       "device memory, on a stream; pipetype has no kernel)",
+                       pt::shape_error);
+}
+
+// A stage that squares its gradients (on the host: the record driver's memory is the host's) and
+// writes down each call: its part, whether it added, its stream.
+struct squaring : quiet {
+  struct squared {
+    const float* data;
+    std::size_t size;
+    bool add;
+    void* stream;
+    std::size_t at;  // where in the driver's calls
+  };
+  std::vector<squared> squared_calls;
+  const double* seen_squares = nullptr;
+  void sum_squares(std::span<const float> part, double* sum, bool add, void* stream) {
+    squared_calls.push_back({part.data(), part.size(), add, stream, log ? log->calls().size() : 0});
+    double x = add ? *sum : 0;
+    for (const float v : part) x += static_cast<double>(v) * static_cast<double>(v);
+    *sum = x;
+  }
+  void optimizer_step(const pt::optimizer_ctx<squaring>& c) {
+    if (log) stepped_at.push_back(log->calls().size());
+    seen_squares = c.squares;
+    stepped_stream = c.stream;
+  }
+  void forward(const pt::forward_ctx<squaring>&) {}
+  void backward(const pt::backward_ctx<squaring>&) {}
+  void backward_input(const pt::backward_ctx<squaring>&) {}
+  void backward_weight(const pt::backward_ctx<squaring>&) {}
+};
+
+TEST_CASE(
+    "cuda mesh: GRAD_NORM and FINITE_CHECK square each stage's part on the data-parallel stream, then sum one "
+    "double over the world") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const pt::mesh m{2, 2};
+  std::vector<float> batch(16 * 4);
+  for (const int zero : {0, 1}) {
+    CAPTURE(zero);
+    const pt::dp_options o{
+        .dp = 2, .ties = {{0, 1}}, .grad_norm = true, .finite_check = true, .optimizer = true, .zero = zero};
+    const pt::mesh_program mp = pt::build_mesh(plan.compute(), plan.lowered(), m, o);
+    int world = -1;
+    for (std::size_t c = 0; c < mp.comms.size(); ++c)
+      if (mp.comms[c].what == pt::mesh_comm_kind::world) world = static_cast<int>(c);
+    REQUIRE(world >= 0);
+    for (int g = 0; g < m.size(); ++g) {
+      CAPTURE(g);
+      pc::record_driver d;
+      pt::uniform_chain<squaring> model(std::vector<squaring>(2));
+      const int r = mp.shape.pipeline_rank(g), replica = mp.shape.replica(g);
+      squaring& q = model.stages()[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < grad_elems; ++i) q.grads[i] = static_cast<float>(i + 1);
+      q.log = &d;
+      pc::executor ex{plan, mp, model, d, {.rank = g}};
+      d.clear();
+      ex.step(batch.data());
+      REQUIRE(ex.grad_squares() != nullptr);
+      // what the rank answers for: its shard (ZeRO-1) or, on replica 0, all; stage 1's tied span
+      // [0, 3) counted on stage 0 only
+      const pt::shard_range own =
+          zero ? pt::shard_of(grad_elems, 2, replica) : pt::shard_range{0, replica == 0 ? grad_elems : 0};
+      double want = 0;
+      std::size_t elems = 0;
+      for (std::size_t i = own.begin; i < own.end; ++i)
+        if (r == 0 || i >= 3) want += static_cast<double>(q.grads[i]) * q.grads[i], ++elems;
+      // FINITE_CHECK, then GRAD_NORM: each the rank's parts (one empty call writing 0 when none)
+      REQUIRE(q.squared_calls.size() % 2 == 0);
+      const std::size_t per = q.squared_calls.size() / 2;
+      std::size_t squared = 0;
+      for (std::size_t k = 0; k < per; ++k) {
+        CHECK(q.squared_calls[k].add == (k > 0));
+        squared += q.squared_calls[k].size;
+      }
+      CHECK(squared == elems);
+      CHECK(*ex.grad_squares() == want);
+      // each followed by the world's all-reduce of the one double, on the stream the stage squared on
+      const std::vector<call>& calls = d.calls();
+      std::vector<std::size_t> sums;
+      for (std::size_t k = 0; k < calls.size(); ++k)
+        if (calls[k].what == ck::all_reduce && calls[k].comm == world) {
+          CHECK(calls[k].bytes == 1);
+          CHECK(calls[k].kind == '0' + static_cast<int>(pt::elem_kind::f64));
+          CHECK(calls[k].ptr == ex.grad_squares());
+          CHECK(d.native(calls[k].stream) == q.squared_calls.front().stream);
+          sums.push_back(k);
+        }
+      REQUIRE(sums.size() == 2);
+      CHECK(q.squared_calls[per - 1].at <= sums[0]);
+      CHECK(q.squared_calls[per].at > sums[0]);
+      CHECK(q.squared_calls.back().at <= sums[1]);
+      // the OPT_STEP after both, given the sum
+      REQUIRE(q.stepped_at.size() == 1);
+      CHECK(q.stepped_at.front() > sums[1]);
+      CHECK(q.seen_squares == ex.grad_squares());
+    }
+  }
 }
 
 TEST_CASE("cuda mesh: ZeRO-1's OPT_STEP steps each replica's shard on the data-parallel stream, then PARAM_SYNC") {

@@ -98,6 +98,10 @@ using reduce_fn = void (*)(std::byte* const* parts, int n, std::size_t begin, st
 /// Σ x² over elements [begin, end) of an array of the stage's weight-gradient type, in double and
 /// in element order (GRAD_NORM's part of one array).
 using sumsq_fn = double (*)(const std::byte* array, std::size_t begin, std::size_t end);
+/// The stage's sum_squares (graph/stage.hpp) over elements [begin, end) of `array`, its weight
+/// gradients on a device: written (add false) or added to the device double `sum`, on `stream`.
+using squares_fn = void (*)(void* stage, const std::byte* array, std::size_t begin, std::size_t end, double* sum,
+                            bool add, void* stream);
 /// Fills [begin, end) of an array of the stage's parameter type with NaN (a floating type; no-op else).
 using poison_fn = void (*)(std::byte* array, std::size_t begin, std::size_t end);
 /// An OPT_STEP's call (graph/stage.hpp optimizer_ctx, erased): `params` the part it updates (its
@@ -110,6 +114,7 @@ struct optimizer_args {
   int replica = 0, replicas = 1;
   double grad_norm = -1;
   bool finite = true;
+  const double* squares = nullptr;
   void* stream = nullptr;
 };
 using optimize_fn = void (*)(void* stage, const optimizer_args& a);
@@ -158,6 +163,7 @@ struct stage_entry {
   bytes_fn tied_of = nullptr;              // tied_gradients(tie)
   reduce_fn reduce = nullptr;              // over weight_grad's element type
   sumsq_fn sumsq = nullptr;                // likewise (GRAD_NORM)
+  squares_fn squares = nullptr;            // sum_squares (a device's GRAD_NORM, FINITE_CHECK)
   poison_fn poison = nullptr;              // over parameters()' element type
   optimize_fn optimize = nullptr;          // optimizer_step (the step's OPT_STEP)
   std::size_t param_size = 0;              // parameters()' element size
@@ -600,7 +606,14 @@ void run_optimizer_step(void* s, const optimizer_args& a) {
                                                       a.replicas,
                                                       a.grad_norm,
                                                       a.finite,
+                                                      a.squares,
                                                       a.stream});
+}
+template <class S>
+void run_sum_squares(void* s, const std::byte* array, std::size_t begin, std::size_t end, double* sum, bool add,
+                     void* stream) {
+  const auto* x = reinterpret_cast<const weight_grad_t<S>*>(array);
+  static_cast<S*>(s)->sum_squares(std::span<const weight_grad_t<S>>(x + begin, end - begin), sum, add, stream);
 }
 template <class T>
 void poison_range(std::byte* array, std::size_t begin, std::size_t end) {
@@ -715,6 +728,7 @@ stage_entry entry_of(S& s) {
                   std::is_same_v<weight_grad_t<S>, bfloat16>)
       e.sumsq = &sum_of_squares<weight_grad_t<S>>;
     e.grad_kind = elem_kind_of<weight_grad_t<S>>();
+    if constexpr (sums_squares_on_stream<S>) e.squares = &run_sum_squares<S>;
   }
   if constexpr (has_tied_gradients<S>) e.tied_of = &tied_bytes<S>;
   if constexpr (has_parameters<S>) {

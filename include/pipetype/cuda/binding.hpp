@@ -36,6 +36,7 @@
 #include "pipetype/bind/checks.hpp"
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/memory_layout.hpp"
+#include "pipetype/bind/norm_parts.hpp"
 #include "pipetype/bind/stage_entry.hpp"
 #include "pipetype/compile/lowered.hpp"
 #include "pipetype/core/mesh.hpp"
@@ -87,6 +88,14 @@ struct device_binding {
     shard_range own{};
     const stage_entry* optimize = nullptr;  // OPT_STEP: the stage
     optimizer_args args{};                  // OPT_STEP: the call, filled at binding
+    std::uint32_t parts = 0, parts_end = 0;  // GRAD_NORM, FINITE_CHECK: its norms[parts, parts_end)
+  };
+  // One stage's sum_squares call of a GRAD_NORM or FINITE_CHECK: elements [begin, end) of its
+  // weight gradients (bind/norm_parts.hpp), written (the first) or added to the sum of squares.
+  struct norm_call {
+    const stage_entry* e = nullptr;
+    const std::byte* array = nullptr;
+    std::size_t begin = 0, end = 0;
   };
   static constexpr std::uint32_t no_collective = 0xffffffffu;
   // One op as issued: its stream and events resolved to the driver's handles.
@@ -150,6 +159,8 @@ struct device_binding {
   event pair_fork{}, pair_join{};                  // F&B pairs
   std::vector<int> stages_here;                    // the plan stages this rank runs (a mesh's tie groups)
   std::vector<coll> colls;                         // a mesh step's collectives and copies
+  std::vector<norm_call> norms;                    // GRAD_NORM's and FINITE_CHECK's stage calls
+  double* squares = nullptr;                       // their sum of squares: one device double
   std::vector<std::byte*> owned;                   // everything alloc() allocated (freed with the executor)
   std::byte* host_pool = nullptr;                  // memory actions' offloaded stashes (allocate_host)
   std::byte* staging = nullptr;                    // the sharded collectives' parts, all members'
@@ -615,13 +626,8 @@ struct device_binding {
       case mesh_op_code::release:
         return;
       case mesh_op_code::grad_norm:
-        throw std::invalid_argument(who() +
-                                    ": the step has a GRAD_NORM (dp_options::grad_norm), which the device "
-                                    "executor does not issue yet (it needs a device sum of squares)");
       case mesh_op_code::finite_check:
-        throw std::invalid_argument(who() +
-                                    ": the step has a FINITE_CHECK (dp_options::finite_check), which the device "
-                                    "executor does not issue yet (it needs a device test of its gradients)");
+        return bind_norm(m, L, x);
       case mesh_op_code::optimizer_step:
         return bind_optimizer_step(m, L, x);
       case mesh_op_code::local_sum:
@@ -699,7 +705,64 @@ struct device_binding {
       c.args.replica = replica;
       c.args.replicas = replicas;
       c.args.stream = d.native(x.s);
+      for (const mesh_op& o : mesh->rank_ops(global))  // (the sum GRAD_NORM or FINITE_CHECK leaves)
+        if (o.code == mesh_op_code::grad_norm || o.code == mesh_op_code::finite_check)
+          c.args.squares = sum_of_squares();
     }
+    x.index = static_cast<std::uint32_t>(colls.size());
+    colls.push_back(c);
+    labels.push_back(pipetype::detail::mesh_op_label(m));
+    ops.push_back(x);
+  }
+
+  // The one device double of the step's sum of squares, allocated once.
+  double* sum_of_squares() {
+    if (!squares) squares = reinterpret_cast<double*>(alloc(sizeof(double)));
+    return squares;
+  }
+
+  // A GRAD_NORM or FINITE_CHECK on the data-parallel stream: each stage of the rank writes or adds
+  // the squares of its part (bind/norm_parts.hpp) into the sum (sum_squares: pipetype has no
+  // kernel), then the world's all-reduce of that one double. A rank that answers for no element
+  // still takes part, its sum written 0 by one of its stages.
+  void bind_norm(const mesh_op& m, int L, issue_op& x) {
+    const char* name = m.code == mesh_op_code::grad_norm ? "GRAD_NORM" : "FINITE_CHECK";
+    if constexpr (!issues_collectives<D>)
+      throw std::invalid_argument(who() + ": the mesh step has collectives (" + name +
+                                  ") and the driver issues none (issues_collectives)");
+    auto entry_at = [&](int s) -> const stage_entry& { return entry(s, L); };
+    auto squares_of = [&](const stage_entry& e, int s) {
+      if (!e.squares)
+        throw shape_error(who() + ": stage " + std::to_string(s) +
+                          " has no `void sum_squares(std::span<const T> part, double* sum, bool add, void* "
+                          "stream)` for the step's " +
+                          name +
+                          " (the squares of its gradients in device memory, on a stream; pipetype has no kernel)");
+    };
+    coll c;
+    c.what = m.code;
+    c.array = reinterpret_cast<std::byte*>(sum_of_squares());
+    c.n = 1;
+    c.size = sizeof(double);
+    c.t = elem_kind::f64;
+    c.c = comms[static_cast<std::size_t>(m.comm)];
+    c.parts = static_cast<std::uint32_t>(norms.size());
+    for (const pipetype::detail::norm_part& q :
+         pipetype::detail::norm_parts(*mesh, stages_here, global, entry_at, squares_of, who()))
+      norms.push_back({&entry_at(q.stage), q.array.data(), q.begin, q.end});
+    if (norms.size() == c.parts) {  // nothing to add: a stage that can writes the rank's 0
+      for (const int s : stages_here)
+        if (entry_at(s).squares) {
+          norms.push_back({&entry_at(s), nullptr, 0, 0});
+          break;
+        }
+      if (norms.size() == c.parts)
+        throw shape_error(who() +
+                          ": no stage of this rank has `void sum_squares(std::span<const T> part, double* "
+                          "sum, bool add, void* stream)` to write its part of the step's " +
+                          name + " (0: it answers for no gradient)");
+    }
+    c.parts_end = static_cast<std::uint32_t>(norms.size());
     x.index = static_cast<std::uint32_t>(colls.size());
     colls.push_back(c);
     labels.push_back(pipetype::detail::mesh_op_label(m));

@@ -361,6 +361,11 @@ class executor {
   int rank() const noexcept { return b_.rank; }
   /// How the last step failed (one entry: this rank's thread), or empty when it succeeded.
   const std::vector<failure>& failures() const noexcept { return failures_; }
+  /// A mesh step with GRAD_NORM or FINITE_CHECK: the one double in device memory that holds the
+  /// step's Σ x² over every rank's reduced gradients (√: the global norm; not finite: some gradient
+  /// overflowed), written on the data-parallel stream (what optimizer_ctx::squares points to);
+  /// nullptr for a step without either.
+  const double* grad_squares() const noexcept { return b_.squares; }
   std::size_t batch_bytes() const noexcept { return batch_bytes_; }  // per microbatch
   int ops() const noexcept { return static_cast<int>(b_.ops.size()); }
   typename D::stream compute_stream() const noexcept { return b_.streams[0]; }
@@ -427,6 +432,14 @@ class executor {
           if (own_bytes) d.copy(b_.staging + own, x.array + own, own_bytes, s);
           d.all_gather(b_.staging, x.chunk * x.size, x.c, s);
           d.copy(x.array, b_.staging, x.n * x.size, s);
+          break;
+        case mesh_op_code::grad_norm:  // the rank's squares into the one double, then the world's sum
+        case mesh_op_code::finite_check:
+          for (std::uint32_t k = x.parts; k < x.parts_end; ++k) {
+            const auto& q = b_.norms[k];
+            q.e->squares(q.e->obj, q.array, q.begin, q.end, b_.squares, k > x.parts, d.native(s));
+          }
+          d.all_reduce(x.array, 1, elem_kind::f64, x.c, s);
           break;
         default:
           break;

@@ -427,6 +427,11 @@ struct optimizer_ctx {
   bool finite = true;                       // with FINITE_CHECK in the step: false when some gradient of the
                                             // step, on any rank, is not finite — skip the update (every
                                             // rank's OPT_STEP sees the same); else true
+  const double* squares = nullptr;          // on a device executor, with GRAD_NORM or FINITE_CHECK in the step:
+                                            // one double in device memory, the step's Σ x² over every rank's
+                                            // reduced gradients (√ is the norm; not finite: skip), written on
+                                            // `stream` before this call's work there runs; nullptr elsewhere
+                                            // (grad_norm and finite say it on the host)
   void* stream = nullptr;                   // as forward_ctx::stream
 };
 
@@ -458,6 +463,18 @@ template <class S>
 concept adds_weight_grad_on_stream = has_weight_grad<S> &&
     requires(S& s, std::span<const weight_grad_t<S>> g, void* stream) {
   s.add_weight_grad(g, stream);
+};
+
+/// A stage that squares its weight gradients on a stream (a device's GRAD_NORM and FINITE_CHECK):
+///   void sum_squares(std::span<const T> part, double* sum, bool add, void* stream);
+/// writes (add false) or adds (add true) Σ x² of `part` — elements of its weight_gradients(), in
+/// device memory — in double to the one device double `sum`, asynchronously on `stream`. An empty
+/// part with add false writes 0. A device executor needs it for those two actions (pipetype has no
+/// kernel of its own); the host executor squares host memory itself.
+template <class S>
+concept sums_squares_on_stream = has_weight_grad<S> &&
+    requires(S& s, std::span<const weight_grad_t<S>> part, double* sum, bool add, void* stream) {
+  s.sum_squares(part, sum, add, stream);
 };
 
 /// A stage whose output feeds several stages and that adds one consumer's gradient into another's

@@ -40,13 +40,14 @@
 
 #include "pipetype/bind/layout.hpp"
 #include "pipetype/bind/memory_layout.hpp"
+#include "pipetype/bind/norm_parts.hpp"
+#include "pipetype/core/mesh.hpp"
+#include "pipetype/host/binding.hpp"
+#include "pipetype/host/collective.hpp"
 #include "pipetype/mesh/collectives.hpp"
 #include "pipetype/mesh/plan.hpp"
 #include "pipetype/mesh/verify.hpp"
 #include "pipetype/mesh/verify_memory.hpp"
-#include "pipetype/core/mesh.hpp"
-#include "pipetype/host/binding.hpp"
-#include "pipetype/host/collective.hpp"
 
 namespace pipetype::host {
 
@@ -208,39 +209,21 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
   out.batch = st.replicas.front().batch;
   out.rank.resize(static_cast<std::size_t>(m.size()));
   const int L = p.lane_length();
-  // GRAD_NORM's parts on global rank g: per stage of its pipeline rank, in stage order, the reduced
-  // gradient's elements this rank answers for — its own shard when sharded, all of them on
-  // replica 0 otherwise (the replicas hold the same sums), none elsewhere — less a tied
-  // parameter's span on every stage of its tie group but the first (counted once)
+  // GRAD_NORM's parts on global rank g (bind/norm_parts.hpp), each squared by its stage's sumsq
   st.grad_norm_sq.assign(static_cast<std::size_t>(m.size()), 0.0);
   st.finite.assign(static_cast<std::size_t>(m.size()), 1);
-  auto norm_parts_of = [&](collective_call& call, int r, int d, auto&& entry_of) {
-    for (int s = 0; s < p.stages; ++s) {
-      if (p.stage_rank[static_cast<std::size_t>(s)] != r) continue;
-      const stage_entry& e = entry_of(s);
-      std::size_t size = 0;
-      const std::span<std::byte> a = pipetype::detail::collective_array(e, false, -1, s, size, "pipetype::host");
-      const std::size_t n = size ? a.size() / size : 0;
-      if (n == 0) continue;
+  auto norm_parts_of = [&](collective_call& call, int r, int g, auto&& entry_of) {
+    std::vector<int> here;
+    for (int s = 0; s < p.stages; ++s)
+      if (p.stage_rank[static_cast<std::size_t>(s)] == r) here.push_back(s);
+    auto squares = [](const stage_entry& e, int s) {
       if (!e.sumsq)
         throw shape_error("pipetype::host: stage " + std::to_string(s) +
                           "'s weight gradients are of no arithmetic type: GRAD_NORM cannot square them");
-      shard_range own = scatters_gradients(o) ? shard_of(n, m.dp, d) : shard_range{0, d == 0 ? n : 0};
-      shard_range skip{};  // a tied span counted on its group's first stage only
-      for (int t = 0; t < static_cast<int>(mp.ties.size()); ++t) {
-        const std::vector<int>& grp = mp.ties[static_cast<std::size_t>(t)];
-        if (std::find(grp.begin(), grp.end(), s) == grp.end() || *std::min_element(grp.begin(), grp.end()) == s)
-          continue;
-        const std::span<std::byte> tied = e.tied_of ? e.tied_of(e.obj, t) : std::span<std::byte>{};
-        const auto at = static_cast<std::size_t>(tied.data() - a.data()) / size;
-        skip = {at, at + tied.size() / size};
-      }
-      auto part = [&](std::size_t b0, std::size_t e0) {
-        if (b0 < e0) call.norm_parts.push_back({a.data(), b0, e0, e.sumsq});
-      };
-      part(own.begin, std::min(own.end, skip.size() ? skip.begin : own.end));
-      if (skip.size()) part(std::max(own.begin, skip.end), own.end);
-    }
+    };
+    for (const pipetype::detail::norm_part& q :
+         pipetype::detail::norm_parts(mp, here, g, entry_of, squares, "pipetype::host"))
+      call.norm_parts.push_back({q.array.data(), q.begin, q.end, entry_of(q.stage).sumsq});
   };
   for (int g = 0; g < m.size(); ++g) {
     const int r = m.pipeline_rank(g), d = m.replica(g);
@@ -502,7 +485,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
           // (GRAD_NORM: none; its parts are every stage's of the rank, norm_parts_of's)
           std::vector<int> stages;
           if (o2.code == mesh_op_code::grad_norm || o2.code == mesh_op_code::finite_check) {
-            norm_parts_of(call, r, d, entry_of);  // (FINITE_CHECK: the same parts, whether their sum is finite)
+            norm_parts_of(call, r, g, entry_of);  // (FINITE_CHECK: the same parts, whether their sum is finite)
             if (o2.code == mesh_op_code::grad_norm)
               call.norm_sum = &st.grad_norm_sq[static_cast<std::size_t>(g)];
             else
