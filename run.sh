@@ -3,7 +3,7 @@
 #   bash run.sh demo   build and run the main job: train_mlp (an MLP trained across 4 pipeline ranks with
 #                      1F1B on host threads; flags pass through, e.g. --schedule interleaved-1f1b)
 #   bash run.sh test   build everything and run every test (what CI runs): the suite with clang++
-#                      under ASan + UBSan with the fuzzer (60 s), the executors' tests under
+#                      under ASan + UBSan with the fuzzer (45 s), the executors' tests under
 #                      ThreadSanitizer, then the library's tests with g++ (Debug) and the examples'
 #                      with g++ -O3, the binaries the pages' commands name
 # Each installs what it needs from Debian's packages first; `test` also makes a virtual
