@@ -120,14 +120,23 @@ def emulated_nccl(args, files, verdicts):
     for r in runs:
         batches.setdefault((r[2], r[4]), []).append(r)
 
+    retried = []  # (size, layout, why): launches whose workers did not finish the first time
+
     def launch(batch):
         p, layout = batch[0][2], batch[0][4]
         entries = [{"label": f"{label} [{layout}]", "path": path, "microbatches": m, "format": "compute_comms"}
                    for label, path, _, m, _, _ in batch]
-        try:
-            return batch, common.run_files(p, entries, args.timeout, nccl=layout)
-        except RuntimeError as e:
-            return batch, {x["label"]: {"loads": False, "error": str(e)[:80]} for x in entries}
+        for attempt in (1, 2):
+            try:
+                return batch, common.run_files(p, entries, args.timeout, nccl=layout)
+            except RuntimeError as e:
+                # workers that did not finish at all (no file reported a hang: each reports its own
+                # within seconds) are the harness's gloo processes stuck on a loaded machine, not a
+                # verdict: run the launch once more, on a fresh port, and say so
+                if attempt == 1 and "did not finish" in str(e):
+                    retried.append((p, layout, str(e)))
+                    continue
+                return batch, {x["label"]: {"loads": False, "error": str(e)[:80]} for x in entries}
 
     print(f"{len(runs)} of them run in PyTorch's runtime under an emulation of NCCL's blocking point-to-point:")
     disagree = 0
@@ -145,6 +154,8 @@ def emulated_nccl(args, files, verdicts):
                 disagree += 0 if agree else 1
                 print(f"  {label:<48} {layout:<14} pipetype: {'completes' if completes else 'hangs':<10} emulated NCCL: "
                       f"{what:<42} {'agrees' if agree else 'FAIL: disagrees'}")
+    for p, layout, why in retried:
+        print(f"  (the p={p} {layout} launch ran twice: the first time {why})")
     return disagree
 
 
