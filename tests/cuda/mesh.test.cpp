@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -475,6 +476,78 @@ TEST_CASE("cuda mesh: ZeRO-1's OPT_STEP steps each replica's shard on the data-p
     CHECK(d.native(calls[static_cast<std::size_t>(scatter)].stream) == q.stepped_stream);
     CHECK(d.native(calls[static_cast<std::size_t>(gather)].stream) == q.stepped_stream);
     CHECK(calls[static_cast<std::size_t>(gather)].bytes == (grad_elems + 1) / 2 * sizeof(float));  // a shard's bytes
+  }
+}
+
+// A stage that lends its parameters (FSDP): pipetype holds its shard and gathers the whole into a
+// slot; it writes down where each call read them (ctx.params) and where its OPT_STEP stepped.
+struct lending : quiet {
+  static constexpr bool lends_parameters = true;
+  std::vector<const float*> read_at;
+  void forward(const pt::forward_ctx<lending>& c) { read_at.push_back(c.params.data()); }
+  void backward(const pt::backward_ctx<lending>& c) { read_at.push_back(c.params.data()); }
+  void backward_input(const pt::backward_ctx<lending>& c) { read_at.push_back(c.params.data()); }
+  void backward_weight(const pt::backward_ctx<lending>& c) { read_at.push_back(c.params.data()); }
+  void optimizer_step(const pt::optimizer_ctx<lending>& c) {
+    offset = c.offset, elems = c.params.size(), stepped = c.params.data();
+  }
+};
+
+TEST_CASE(
+    "cuda mesh: FSDP with stages that lend their parameters: pipetype's shard, gathered into a slot each "
+    "call reads") {
+  const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
+  const pt::mesh m{2, 2};
+  const pt::mesh_program mp =
+      pt::build_mesh(plan.compute(), plan.lowered(), m, {.dp = 2, .shard = true, .optimizer = true});
+  REQUIRE(!mp.param_slots.empty());
+  std::vector<float> batch(16 * 4);
+  for (int g = 0; g < m.size(); ++g) {
+    CAPTURE(g);
+    pc::record_driver d;
+    pt::uniform_chain<lending> model(std::vector<lending>(2));
+    const int r = mp.shape.pipeline_rank(g);
+    lending& q = model.stages()[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < grad_elems; ++i) q.params[i] = static_cast<float>(i + 1);
+    pc::executor ex{plan, mp, model, d, {.rank = g}};
+    // at binding: the replica's shard copied out of the stage's parameters(), and the slots
+    const pt::shard_range own = pt::shard_of(grad_elems, 2, mp.shape.replica(g));
+    const std::span<std::byte> shard = ex.parameter_shard(r);
+    REQUIRE(shard.size() == own.size() * sizeof(float));
+    CHECK(std::memcmp(shard.data(), q.params + own.begin, shard.size()) == 0);
+    CHECK(ex.parameter_range(r).begin == own.begin);
+    CHECK(ex.parameter_slots() == mp.param_slots[static_cast<std::size_t>(g)]);
+    CHECK(ex.parameter_slot_bytes() >= grad_elems * sizeof(float));
+    CHECK(ex.parameter_shard(1 - r).empty());  // (the other rank's stage)
+    float before[grad_elems];
+    std::memcpy(before, q.params, sizeof before);
+    d.clear();
+    ex.step(batch.data());
+    // the gather: its own part from the shard into staging, the all-gather, staging into a slot,
+    // which every call of the stage then reads; the stage's own array is left alone
+    const std::vector<call>& calls = d.calls();
+    std::vector<const void*> slots;
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      if (calls[k].what != ck::all_gather) continue;
+      REQUIRE(k >= 1);
+      REQUIRE(k + 1 < calls.size());
+      CHECK(calls[k - 1].what == ck::copy);
+      CHECK(calls[k - 1].src == shard.data());
+      CHECK(calls[k + 1].what == ck::copy);
+      slots.push_back(calls[k + 1].ptr);
+    }
+    REQUIRE(!slots.empty());
+    REQUIRE(!q.read_at.empty());
+    for (const float* at : q.read_at) {
+      CHECK(at != nullptr);
+      CHECK(static_cast<const void*>(at) != static_cast<const void*>(q.params));
+      CHECK(std::find(slots.begin(), slots.end(), static_cast<const void*>(at)) != slots.end());
+    }
+    CHECK(std::memcmp(before, q.params, sizeof before) == 0);
+    // the OPT_STEP steps pipetype's shard
+    CHECK(static_cast<const void*>(q.stepped) == static_cast<const void*>(shard.data()));
+    CHECK(q.offset == own.begin);
+    CHECK(q.elems == own.size());
   }
 }
 

@@ -82,6 +82,7 @@ struct device_binding {
     mesh_op_code what = mesh_op_code::all_reduce;
     std::byte* array = nullptr;
     std::byte* host = nullptr;
+    const std::byte* src = nullptr;  // a gather into a parameter slot: the member's own part, from its shard
     std::size_t n = 0, size = 0, chunk = 0;
     elem_kind t = elem_kind::other;
     comm c{};
@@ -164,6 +165,19 @@ struct device_binding {
   std::vector<std::byte*> owned;                   // everything alloc() allocated (freed with the executor)
   std::byte* host_pool = nullptr;                  // memory actions' offloaded stashes (allocate_host)
   std::byte* staging = nullptr;                    // the sharded collectives' parts, all members'
+  // FSDP with stages that lend their parameters (graph/stage.hpp lends_parameters): per plan
+  // stage lent on this rank, its shard in memory pipetype allocated (the stage's own parameters()
+  // are read once, at binding), and the slots the step's gathers fill (mesh_program::param_slots),
+  // each the rank's largest lent stage
+  struct lent_params {
+    std::byte* shard = nullptr;
+    shard_range range{};
+    std::size_t size = 0;  // an element's bytes (0: not lent here)
+  };
+  std::vector<lent_params> lent;
+  std::byte* param_pool = nullptr;
+  std::size_t param_stride = 0;
+  int param_slot_count = 0;
   [[no_unique_address]] capture_for<D> capture{};  // whole-step graphs (captures_graphs drivers)
 
   void bind(const program_view& p, const lowered_view& l) {
@@ -174,7 +188,16 @@ struct device_binding {
     place_sinks(p, rank_ops, L);
     const weights w = place_weights(rank_ops, res, L);
     make_streams(rank_ops, mesh ? mesh->events[static_cast<std::size_t>(global)] : res.events);
+    place_params(p, L);
     bind_ops(walk{p, l, rank_ops, L, pl, w, pipetype::detail::edge_input_positions(p)});
+  }
+
+  // The slot a lent stage's op reads or its gather fills (nullptr: the stage's own array).
+  std::byte* held_slot(int stage, int slot) const noexcept {
+    if (slot < 0 || stage < 0 || static_cast<std::size_t>(stage) >= lent.size() ||
+        lent[static_cast<std::size_t>(stage)].size == 0)
+      return nullptr;
+    return param_pool + param_stride * static_cast<std::size_t>(slot);
   }
 
   // ---- the issue primitives both walks share ----
@@ -230,6 +253,41 @@ struct device_binding {
   }
 
  private:
+  // FSDP, stages that lend their parameters: each one's shard, copied on the compute stream from
+  // its parameters() before any step, and the rank's parameter slots.
+  void place_params(const program_view& p, int L) {
+    if (!mesh || mesh->param_slots.empty()) return;
+    std::size_t stride = 0;
+    for (int s = 0; s < p.stages; ++s)
+      if (p.stage_rank[static_cast<std::size_t>(s)] == rank && entry(s, L).lends_params)
+        stride = std::max(stride, (entry(s, L).param_elems * entry(s, L).param_size + 255) / 256 * 256);
+    if (stride == 0) return;
+    if constexpr (!copies<D>) {
+      throw std::invalid_argument(who() +
+                                  ": its stages lend their parameters (FSDP) and the driver copies nothing (copies)");
+    } else {
+      param_stride = stride;
+      param_slot_count = mesh->param_slots.at(static_cast<std::size_t>(global));
+      param_pool = alloc(stride * static_cast<std::size_t>(param_slot_count));
+      lent.assign(static_cast<std::size_t>(p.stages), lent_params{});
+      for (int s = 0; s < p.stages; ++s) {
+        const stage_entry& e = entry(s, L);
+        if (p.stage_rank[static_cast<std::size_t>(s)] != rank || !e.lends_params) continue;
+        const std::span<std::byte> own_array = e.params_of(e.obj, -1);
+        if (own_array.size() != e.param_elems * e.param_size)
+          throw shape_error(who() + ": stage " + std::to_string(s) + "'s parameters() has " +
+                            std::to_string(own_array.size() / e.param_size) + " elements, " +
+                            std::to_string(e.param_elems) + " when the model was bound");
+        lent_params& h = lent[static_cast<std::size_t>(s)];
+        h.range = shard_of(e.param_elems, mesh->shape.dp, mesh->shape.replica(global));
+        h.size = e.param_size;
+        h.shard = alloc(h.range.size() * h.size);
+        if (h.range.size() > 0)
+          d.copy(h.shard, own_array.data() + h.range.begin * h.size, h.range.size() * h.size, streams[0]);
+      }
+    }
+  }
+
   // The pools and where a slot is in them.
   struct pools {
     rank_pools layout;
@@ -519,6 +577,8 @@ struct device_binding {
       w.forward_op[w.cell(o.stage, o.microbatch)] = static_cast<int>(i);
     }
     call.stream = x.pair == 2 ? w.aux_native : compute_native;
+    if (m)  // a lent stage reads its parameters where its gather put them (ctx.params)
+      if (const std::byte* slot = held_slot(o.stage, m->param_slot)) call.set_params(slot);
     if (outputs && o.what == kind::F && call.sink >= 0)  // a sink's output, kept
       call.out = outputs + outputs_at.at(call.sink, o.microbatch, w.p.microbatches);
     if (const weights& wg = w.wg; wg.plan.slot[i] >= 0) {
@@ -574,6 +634,7 @@ struct device_binding {
       again.out = pl.scratch_out;     // (its output is the forward's, still in its slot)
       again.add_count = 0;
       again.recomputed = false;  // (the forward it repeats keeps nothing; this one builds the backward's state)
+      if (const std::byte* slot = held_slot(m.stage, m.param_slot)) again.set_params(slot);
       x.code = op_code::compute;
       x.index = static_cast<std::uint32_t>(calls.size());
       calls.push_back(again);
@@ -656,6 +717,10 @@ struct device_binding {
     coll c;
     c.what = gathers ? mesh_op_code::all_gather : m.code;  // (ZeRO-1's PARAM_SYNC: a gather, as UNSHARD's)
     c.array = a.data();
+    if (std::byte* slot = gathers ? held_slot(stage, m.param_slot) : nullptr) {  // a lent stage's: into its slot
+      c.array = slot;
+      c.src = lent[static_cast<std::size_t>(stage)].shard;
+    }
     c.size = size;
     c.n = size ? a.size() / size : 0;
     if (m.bucket >= 0) {  // a bucket of a REDUCE_GRAD: its part of the array (bucket_of)
@@ -698,7 +763,9 @@ struct device_binding {
     if (e.optimize) {
       c.optimize = &e;
       c.args.stage = m.stage % L;
-      c.args.params = e.params_of(e.obj, -1).data() + c.own.begin * e.param_size;
+      c.args.params = m.stage < static_cast<int>(lent.size()) && lent[static_cast<std::size_t>(m.stage)].size
+                          ? lent[static_cast<std::size_t>(m.stage)].shard  // (a lent stage's: pipetype's shard)
+                          : e.params_of(e.obj, -1).data() + c.own.begin * e.param_size;
       c.args.grads = e.weight_grads_of(e.obj, -1).data();
       c.args.offset = c.own.begin;
       c.args.elems = c.own.size();

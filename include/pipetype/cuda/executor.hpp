@@ -366,6 +366,25 @@ class executor {
   /// overflowed), written on the data-parallel stream (what optimizer_ctx::squares points to);
   /// nullptr for a step without either.
   const double* grad_squares() const noexcept { return b_.squares; }
+  /// FSDP with stages that lend their parameters (graph/stage.hpp): plan stage `stage`'s shard as
+  /// pipetype holds it on this rank, in device memory (the replica's part, shard_of; what its
+  /// OPT_STEP updates and its next gather reads), as bytes; empty where the stage is not lent here.
+  /// A lent stage may free its own parameters() once the executor is built: nothing reads them after.
+  std::span<std::byte> parameter_shard(int stage) const noexcept {
+    if (stage < 0 || static_cast<std::size_t>(stage) >= b_.lent.size()) return {};
+    const auto& h = b_.lent[static_cast<std::size_t>(stage)];
+    return {h.shard, h.range.size() * h.size};
+  }
+  /// The same stage's shard's elements of its whole parameters.
+  shard_range parameter_range(int stage) const noexcept {
+    return stage < 0 || static_cast<std::size_t>(stage) >= b_.lent.size()
+               ? shard_range{}
+               : b_.lent[static_cast<std::size_t>(stage)].range;
+  }
+  /// The parameter slots the step's gathers fill on this rank (mesh_program::param_slots), each of
+  /// `parameter_slot_bytes()`; 0 where no stage lends its parameters.
+  int parameter_slots() const noexcept { return b_.param_slot_count; }
+  std::size_t parameter_slot_bytes() const noexcept { return b_.param_stride; }
   std::size_t batch_bytes() const noexcept { return batch_bytes_; }  // per microbatch
   int ops() const noexcept { return static_cast<int>(b_.ops.size()); }
   typename D::stream compute_stream() const noexcept { return b_.streams[0]; }
@@ -429,7 +448,7 @@ class executor {
           if (own_bytes) d.copy(x.array + own, b_.staging + own, own_bytes, s);
           break;
         case mesh_op_code::all_gather:
-          if (own_bytes) d.copy(b_.staging + own, x.array + own, own_bytes, s);
+          if (own_bytes) d.copy(b_.staging + own, x.src ? x.src : x.array + own, own_bytes, s);
           d.all_gather(b_.staging, x.chunk * x.size, x.c, s);
           d.copy(x.array, b_.staging, x.n * x.size, s);
           break;
