@@ -60,11 +60,12 @@
 // With --fsdp (--window W: the stages a rank keeps gathered, 3 by default) it reports each rank's
 // parameter slots and the MB of parameters it holds: its shard of X and one slot per stage
 // gathered at once, each the size of a chunk (dp.param_slots, dp.param_mb_resident; a column
-// `param MB` beside exposed DP). --buckets N (not with --fsdp) splits each stage's reduction into
-// N all-reduces of 1/N of its parameters each, bucket b ready once b + 1 Nths of the stage's last
-// backward have run, as DDP's buckets overlap the backward (dp.buckets). --dp-alpha-ms A charges
+// `param MB` beside exposed DP). --buckets N splits each stage's reduction into N all-reduces
+// (reduce-scatters with --fsdp or --zero 1) of 1/N of its parameters each, bucket b ready once
+// b + 1 Nths of the stage's last backward have run, as DDP's buckets overlap the backward
+// (dp.buckets). --dp-alpha-ms A charges
 // every collective a latency of A ms besides its bytes (0 by default), past which more buckets
-// cost more than they hide (dp.alpha_ms). --zero 1 (not with --fsdp or --buckets) is ZeRO-1: each
+// cost more than they hide (dp.alpha_ms). --zero 1 (not with --fsdp) is ZeRO-1: each
 // stage's reduction a reduce-scatter, its optimizer step on each replica's shard (OPT_STEP) and the
 // all-gather of the updated parameters after it (PARAM_SYNC) in the step (dp.zero). Every --dp
 // report gives the MB of Adam's two moments a rank holds, each the size of the parameters: 2·X,
@@ -377,13 +378,9 @@ args parse(int argc, char** argv) {
     usage_error("--buckets splits data parallelism's gradient reductions: give --dp D (D ≥ 2) too");
   if (a.buckets < 1) usage_error("--buckets must be at least 1 (a stage's gradients in one reduction)");
   if (a.buckets > pt::limits::buckets) usage_error("--buckets is at most 1024 (pipetype::limits::buckets)");
-  if (a.buckets > 1 && a.fsdp)
-    usage_error("--buckets with --fsdp: a bucketed reduce-scatter is not built yet (leave --buckets out)");
   if (a.zero > 0 && a.dp == 1)
     usage_error("--zero 1 shards the optimizer's state over data-parallel replicas: give --dp D (D ≥ 2) too");
   if (a.zero > 0 && a.fsdp) usage_error("--zero 1 with --fsdp: FSDP shards the optimizer's state already (give one)");
-  if (a.zero > 0 && a.buckets > 1)
-    usage_error("--buckets with --zero 1: a bucketed reduce-scatter is not built yet (leave --buckets out)");
   if (a.dp > 1 && a.forward_only) usage_error("--dp reduces gradients: a --forward-only plan has none");
   if ((a.memory() || a.input_mb >= 0 || a.pcie_gbps > 0) && !(a.act_mb > 0))
     usage_error(

@@ -41,8 +41,8 @@
   "            microbatches); tests/pytorch/check_gpt_dump.py checks them against PyTorch\n"                   \
   "--corpus DIR: the text to train on, every .md file of DIR (default: the repository's docs)\n"               \
   "--dp D: D data-parallel replicas of the pipeline, each step D x M microbatches (--fsdp: sharded)\n"         \
-  "--buckets N: each stage's gradient reduction as N all-reduces, each started once the backward has\n"        \
-  "            written its part (needs --dp; not with --fsdp)\n"
+  "--buckets N: each stage's gradient reduction as N all-reduces (reduce-scatters with --fsdp, --zero),\n"     \
+  "            each started once the backward has written its part (needs --dp)\n"
 
 namespace gpt {
 
@@ -155,11 +155,9 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
   }
   if (a.buckets > 1 && a.dp < 2)
     cli.fail("--buckets splits the data-parallel gradient reduction: give --dp D (D >= 2) too");
-  if (a.buckets > 1 && a.fsdp) cli.fail("--buckets with --fsdp: a bucketed reduce-scatter is not built yet");
   if (a.zero > 0 && a.dp < 2)
     cli.fail("--zero 1 shards the optimizer's state over the replicas: give --dp D (D >= 2) too");
   if (a.zero > 0 && a.fsdp) cli.fail("--zero 1 with --fsdp: FSDP shards the optimizer's state already (give one)");
-  if (a.zero > 0 && a.buckets > 1) cli.fail("--buckets with --zero 1: a bucketed reduce-scatter is not built yet");
   if (a.dynamic_scale && a.grad_dtype == "fp32")
     cli.fail("--loss-scale dynamic scales 16-bit gradients: give --grad-dtype fp16 or bf16 too");
   if ((a.scale_window > 0 || a.scale_init > 0) && !a.dynamic_scale)

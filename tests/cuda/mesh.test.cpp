@@ -233,35 +233,39 @@ TEST_CASE("cuda mesh: a reduction waits for its stage's last backward, a compute
 TEST_CASE("cuda mesh: a bucketed reduction is one all-reduce a bucket, each after its event behind the last backward") {
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
   REQUIRE(plan.ok());
-  const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .buckets = 3});
-  for (int g = 0; g < 4; ++g) {
-    CAPTURE(g);
-    const std::vector<call>& calls = run.step[static_cast<std::size_t>(g)];
-    const int stage = run.mp.shape.pipeline_rank(g);
-    const std::span<const float> grads =
-        run.models[static_cast<std::size_t>(g)]->stages()[static_cast<std::size_t>(stage)].grads;
-    std::map<int, std::size_t> recorded;
-    std::size_t last_compute = 0;
-    int bucket = 0;
-    for (std::size_t k = 0; k < calls.size(); ++k) {
-      const call& c = calls[k];
-      if (c.what == ck::compute) last_compute = k;
-      if (c.what == ck::record) recorded[c.event] = k;
-      if (c.what != ck::all_reduce) continue;
-      // bucket b: its part of the gradients (bucket_of: from the end), after a wait on an event
-      // recorded on the compute stream after the stage's last backward
-      const pt::shard_range part = pt::bucket_of(grad_elems, 3, bucket);
-      CHECK(c.ptr == grads.data() + part.begin);
-      CHECK(c.bytes == part.size());
-      REQUIRE(calls[k - 1].what == ck::wait);
-      CHECK(calls[k - 1].stream == 2);
-      const std::size_t rec = recorded.at(calls[k - 1].event);
-      CHECK(calls[rec].stream == 0);
-      CHECK(rec > last_compute);
-      CHECK(calls[last_compute].stage == stage);
-      ++bucket;
+  // (under ZeRO-1 too: a bucket of a scattering step is an all-reduce of its part on a device)
+  for (const int zero : {0, 1}) {
+    const mesh_run run = run_mesh(plan, {2, 2}, {.dp = 2, .buckets = 3, .zero = zero});
+    for (int g = 0; g < 4; ++g) {
+      CAPTURE(zero);
+      CAPTURE(g);
+      const std::vector<call>& calls = run.step[static_cast<std::size_t>(g)];
+      const int stage = run.mp.shape.pipeline_rank(g);
+      const std::span<const float> grads =
+          run.models[static_cast<std::size_t>(g)]->stages()[static_cast<std::size_t>(stage)].grads;
+      std::map<int, std::size_t> recorded;
+      std::size_t last_compute = 0;
+      int bucket = 0;
+      for (std::size_t k = 0; k < calls.size(); ++k) {
+        const call& c = calls[k];
+        if (c.what == ck::compute) last_compute = k;
+        if (c.what == ck::record) recorded[c.event] = k;
+        if (c.what != ck::all_reduce) continue;
+        // bucket b: its part of the gradients (bucket_of: from the end), after a wait on an event
+        // recorded on the compute stream after the stage's last backward
+        const pt::shard_range part = pt::bucket_of(grad_elems, 3, bucket);
+        CHECK(c.ptr == grads.data() + part.begin);
+        CHECK(c.bytes == part.size());
+        REQUIRE(calls[k - 1].what == ck::wait);
+        CHECK(calls[k - 1].stream == 2);
+        const std::size_t rec = recorded.at(calls[k - 1].event);
+        CHECK(calls[rec].stream == 0);
+        CHECK(rec > last_compute);
+        CHECK(calls[last_compute].stage == stage);
+        ++bucket;
+      }
+      CHECK(bucket == 3);
     }
-    CHECK(bucket == 3);
   }
 }
 

@@ -21,6 +21,12 @@ pt::mesh_program bucketed_step(const pt::runtime_plan& plan, int buckets, int dp
   return pt::build_mesh(plan.compute(), plan.lowered(), pt::mesh{plan.compute().ranks, dp}, o);
 }
 
+// a schedule at a size: its name, ranks, microbatches and stages a rank
+struct shape {
+  const char* name;
+  int ranks, microbatches, stages_per_rank;
+};
+
 std::string refusal_of(const pt::mesh_program& mp) {
   const pt::verdict v = pt::verify_mesh(mp);
   return v.ok() ? std::string() : pt::describe(v);
@@ -87,32 +93,31 @@ TEST_CASE("buckets: each REDUCE_GRAD is N all-reduces in bucket order, each afte
   for (const pt::mesh_op& o : one.ops) CHECK((o.bucket == -1 && o.bucket_event == -1));
 }
 
-TEST_CASE("buckets: every one-lane schedule proves with 1 to 4 buckets, tied stages and several stages a rank") {
-  struct shape {
-    const char* name;
-    int ranks, microbatches, stages_per_rank;
-  };
+TEST_CASE("buckets: every one-lane schedule proves with 1 to 4 buckets, tied, sharded, ZeRO-1, several stages a rank") {
   const shape shapes[] = {{"1f1b", 4, 8, 1},       {"gpipe", 3, 6, 1}, {"interleaved-1f1b", 2, 4, 2},
                           {"looped-bfs", 2, 4, 3}, {"zb-h1", 3, 6, 1}, {"zb-h2", 3, 6, 1},
                           {"zb-v", 2, 4, 2},       {"v-half", 2, 4, 2}};
   for (const shape& sh : shapes)
     for (int buckets = 1; buckets <= 4; ++buckets)
-      for (const bool tie : {false, true}) {
-        CAPTURE(sh.name);
-        CAPTURE(buckets);
-        CAPTURE(tie);
-        const pt::runtime_plan plan =
-            pt::build_plan(pt::make_schedule(sh.name, sh.ranks, sh.microbatches, sh.stages_per_rank));
-        REQUIRE(plan.ok());
-        pt::dp_options o{.dp = 2, .buckets = buckets};
-        if (tie) o.ties = {{0, plan.compute().stages - 1}};
-        const pt::mesh_program mp =
-            pt::build_mesh(plan.compute(), plan.lowered(), pt::mesh{plan.compute().ranks, 2}, o);
-        CHECK(refusal_of(mp).empty());
-        int reductions = 0;
-        for (const pt::mesh_op& x : mp.ops) reductions += x.code == pt::mesh_op_code::all_reduce && x.tie < 0;
-        CHECK(reductions == plan.compute().stages * 2 * buckets);
-      }
+      for (const bool tie : {false, true})
+        for (const int scatter : {0, 1, 2}) {  // plain, FSDP, ZeRO-1: the last two a reduce-scatter a bucket
+          CAPTURE(sh.name);
+          CAPTURE(buckets);
+          CAPTURE(tie);
+          CAPTURE(scatter);
+          const pt::runtime_plan plan =
+              pt::build_plan(pt::make_schedule(sh.name, sh.ranks, sh.microbatches, sh.stages_per_rank));
+          REQUIRE(plan.ok());
+          pt::dp_options o{.dp = 2, .shard = scatter == 1, .buckets = buckets, .zero = scatter == 2 ? 1 : 0};
+          if (tie) o.ties = {{0, plan.compute().stages - 1}};
+          const pt::mesh_program mp =
+              pt::build_mesh(plan.compute(), plan.lowered(), pt::mesh{plan.compute().ranks, 2}, o);
+          CHECK(refusal_of(mp).empty());
+          const pt::mesh_op_code code = scatter ? pt::mesh_op_code::reduce_scatter : pt::mesh_op_code::all_reduce;
+          int reductions = 0;
+          for (const pt::mesh_op& x : mp.ops) reductions += x.code == code && x.tie < 0;
+          CHECK(reductions == plan.compute().stages * 2 * buckets);
+        }
 }
 
 TEST_CASE("buckets: the reduction hides behind the backward it waits for, all but its first bucket") {
@@ -139,7 +144,7 @@ TEST_CASE("buckets: the reduction hides behind the backward it waits for, all bu
         doctest::Approx(5.1));
 }
 
-TEST_CASE("buckets: refused below one, above the limit and with FSDP, and replicas that disagree on a bucket") {
+TEST_CASE("buckets: refused below one and above the limit, and replicas that disagree on a bucket") {
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule("1f1b", 2, 4));
   const pt::program_view p = plan.compute();
   auto refusal = [&](const pt::dp_options& o) {
@@ -148,7 +153,8 @@ TEST_CASE("buckets: refused below one, above the limit and with FSDP, and replic
   };
   CHECK(refusal({.dp = 2, .buckets = 0}).find("a gradient reduction in fewer than one bucket") != std::string::npos);
   CHECK(refusal({.dp = 2, .buckets = 1025}).find("more than 1024 buckets") != std::string::npos);
-  CHECK(refusal({.dp = 2, .shard = true, .buckets = 2}).find("buckets with FSDP") != std::string::npos);
+  CHECK(refusal({.dp = 2, .shard = true, .buckets = 2}).empty());  // (a reduce-scatter a bucket)
+  CHECK(refusal({.dp = 2, .buckets = 2, .zero = 1}).empty());
   CHECK(refusal({.dp = 2, .buckets = 1024}).empty());
   CHECK_THROWS_WITH_AS(pt::build_mesh(p, plan.lowered(), {.pp = 2, .dp = 2}, {.dp = 2, .buckets = 0}),
                        doctest::Contains("fewer than one bucket"), std::invalid_argument);

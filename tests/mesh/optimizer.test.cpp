@@ -154,7 +154,6 @@ TEST_CASE("optimizer: misplaced OPT_STEPs and PARAM_SYNCs, and options that cann
   // options
   CHECK(says(misplaced(p, placed, {.dp = 2, .zero = 2}), "a ZeRO stage other than 0 or 1"));
   CHECK(says(misplaced(p, placed, {.dp = 2, .shard = true, .zero = 1}), "ZeRO-1 with FSDP"));
-  CHECK(says(misplaced(p, placed, {.dp = 2, .buckets = 2, .zero = 1}), "buckets with ZeRO-1"));
   CHECK_THROWS_WITH_AS(pt::lower_mesh(p, plan.lowered(), {2, 2}, placed, {.dp = 2, .zero = 3}),
                        doctest::Contains("a ZeRO stage other than 0 or 1"), std::invalid_argument);
 }

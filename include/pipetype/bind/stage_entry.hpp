@@ -66,6 +66,7 @@ struct bucket_marks {
   void (*publish)(void* at, int value) = nullptr;  // the executor's: the compute stream reached `value`
   void* at = nullptr;
   int done = 0;  // buckets added and published in the running call (its thread's alone)
+  const std::byte* params = nullptr;  // a lending stage's gathered parameters (bound_op::params) under FSDP
 };
 using add_fn = void (*)(void* stage, const std::byte* weight_grad, void* stream);
 /// An element type as a collective library names it (NCCL's ncclFloat32, ...); `other`: one that
@@ -232,15 +233,25 @@ struct bound_op {
   std::byte* const* grad_in_list = nullptr;   // B/I: n_inputs gradients to write
   std::byte* const* grad_out_list = nullptr;  // B/I: n_grad_outs gradients, summed into the first
   memory_use* use = nullptr;                  // where freed_before, taken and freed_after count
-  // one of two rare things, never both (FSDP refuses buckets): a lending stage's gathered
-  // parameters (ctx.params), or with `bucketed` a bucketed step's last weight backward on the
-  // host, its marks. (One field, not two: 8 more bytes an op measured about 8 % slower on the
-  // host walk, bench_executor's BM_static_walk.)
+  // two rare things: a lending stage's gathered parameters (ctx.params), or with `bucketed` a
+  // bucketed step's last weight backward on the host, its marks, which then hold the parameters
+  // too (a lending stage's under FSDP). (One field, not two: 8 more bytes an op measured about
+  // 8 % slower on the host walk, bench_executor's BM_static_walk.)
   void* extra = nullptr;
-  const std::byte* params() const noexcept { return bucketed ? nullptr : static_cast<const std::byte*>(extra); }
+  const std::byte* params() const noexcept {
+    return bucketed ? static_cast<const bucket_marks*>(extra)->params : static_cast<const std::byte*>(extra);
+  }
   bucket_marks* marks() const noexcept { return bucketed ? static_cast<bucket_marks*>(extra) : nullptr; }
-  void set_params(const std::byte* p) noexcept { extra = const_cast<std::byte*>(p), bucketed = false; }
-  void set_marks(bucket_marks* m) noexcept { extra = m, bucketed = m != nullptr; }
+  void set_params(const std::byte* p) noexcept {
+    if (bucketed)
+      static_cast<bucket_marks*>(extra)->params = p;
+    else
+      extra = const_cast<std::byte*>(p);
+  }
+  void set_marks(bucket_marks* m) noexcept {
+    if (m && !bucketed) m->params = static_cast<const std::byte*>(extra);  // (the parameters move into the marks)
+    extra = m, bucketed = m != nullptr;
+  }
 };
 static_assert(offsetof(bound_op, obj) + sizeof(void*) <= 64 && offsetof(bound_op, sink) + sizeof(int) <= 128,
               "bound_op: a transfer's fields are its first 64 bytes, a forward's the next 64");

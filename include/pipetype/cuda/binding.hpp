@@ -731,6 +731,10 @@ struct device_binding {
       const shard_range part = bucket_of(c.n, mesh->buckets, m.bucket);
       c.array += part.begin * size;
       c.n = part.size();
+      // a bucket of a scattering step: each member keeps its shard of the stage within the bucket,
+      // parts of unequal size that ncclReduceScatter cannot cut; an all-reduce of the bucket leaves
+      // them summed (and the rest too: twice a reduce-scatter's bytes)
+      if (c.what == mesh_op_code::reduce_scatter) c.what = mesh_op_code::all_reduce;
     }
     c.t = gathers ? elem_kind::other : e.grad_kind;
     if (!gathers && c.t == elem_kind::other)
@@ -743,7 +747,7 @@ struct device_binding {
     const int me = static_cast<int>(std::lower_bound(ms.begin(), ms.end(), global) - ms.begin());
     c.chunk = (c.n + static_cast<std::size_t>(members) - 1) / static_cast<std::size_t>(members);
     c.own = shard_of(c.n, members, me);
-    if (m.code != mesh_op_code::all_reduce)
+    if (c.what != mesh_op_code::all_reduce)
       staging_bytes = std::max(staging_bytes, static_cast<std::size_t>(members) * c.chunk * c.size);
     x.index = static_cast<std::uint32_t>(colls.size());
     colls.push_back(c);

@@ -65,6 +65,8 @@ struct collective_call {
   int stage = -1;                   // REDUCE_GRAD, UNSHARD, RESHARD
   int tie = -1;                     // TIE
   int bucket = -1;                  // a bucket of a REDUCE_GRAD (its part of the gradient: `parts` point at it)
+  std::size_t offset = 0, whole = 0;  // a bucket: where its part begins in the stage's array, and that array's
+                                      // elements (a reduce-scatter keeps each member's shard_of the whole)
   std::vector<std::byte*> parts;    // this member's arrays: a stage's gradients or parameters; a tie: its stages'
   std::size_t elems = 0, size = 0;  // per array: elements and element size
   reduce_fn reduce = nullptr;       // sums (all-reduce, reduce-scatter, local sum)
@@ -200,6 +202,14 @@ class collectives {
     }
   }
 
+  // The elements of a reduce-scatter's parts that member k of n keeps: its shard_of them, or for a
+  // bucket its shard of the stage's whole array within the bucket (relative to the bucket's start).
+  static shard_range scattered(const collective_call& a, int n, int k) {
+    if (a.bucket < 0) return shard_of(a.elems, n, k);
+    const shard_range sh = shard_of(a.whole, n, k);
+    const std::size_t b = std::max(sh.begin, a.offset), e = std::min(sh.end, a.offset + a.elems);
+    return b < e ? shard_range{b - a.offset, e - a.offset} : shard_range{0, 0};
+  }
   // Every member arrived and agrees: the arithmetic of the top of this file.
   static void combine(comm_state& s) {
     const collective_call& a = *s.at.front();
@@ -237,7 +247,7 @@ class collectives {
     const int all = static_cast<int>(parts.size());
     if (a.what == mesh_op_code::reduce_scatter) {
       for (int k = 0; k < n; ++k) {
-        const shard_range own = shard_of(a.elems, n, k);
+        const shard_range own = scattered(a, n, k);
         a.reduce(parts.data(), all, own.begin, own.end, first[static_cast<std::size_t>(k)],
                  first[static_cast<std::size_t>(k) + 1]);
       }

@@ -522,6 +522,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
                                   " buckets");
               const shard_range part = bucket_of(elems, mp.buckets, o2.bucket);
               a = a.subspan(part.begin * size, part.size() * size);
+              call.offset = part.begin;
+              call.whole = elems;
               elems = part.size();
               call.bucket = o2.bucket;
             }

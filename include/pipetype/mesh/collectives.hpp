@@ -125,7 +125,9 @@ struct dp_options {
   bool shard = false;  // FSDP / ZeRO-3: reduce-scatter, and parameters gathered (UNSHARD) only while used
   int window = 3;      // sharded: stages a rank keeps unsharded at once (PyTorch's max_active_stages)
   int buckets = 1;     // REDUCE_GRAD split into this many all-reduces of equal parts (bucket_of), each
-                       // ready as the stage's last weight backward writes it (mesh/lower.hpp); not sharded
+                       // ready as the stage's last weight backward writes it (mesh/lower.hpp); when the
+                       // step scatters (FSDP, ZeRO-1), reduce-scatters: each replica keeps the sums of
+                       // its shard's part of the bucket (shard_of of the whole stage, as unbucketed)
   std::vector<std::vector<int>> ties{};  // tie groups: each the plan stages that hold one tied parameter
   bool grad_norm = false;  // GRAD_NORM: the gradients' squared norm summed over the whole mesh, for clipping
   bool finite_check = false;  // FINITE_CHECK: whether every gradient is finite, over the whole mesh (loss scaling)
@@ -229,28 +231,19 @@ constexpr std::vector<std::vector<int>> lookahead_windows(std::span<const action
 
 }  // namespace detail
 
-/// Ok, or why options `o` cannot shape a step's reductions and optimizer: buckets fewer than one,
-/// more than pipetype::limits::buckets, or more than one with FSDP or ZeRO-1 (a bucketed
-/// reduce-scatter is not built); a ZeRO stage other than 0 or 1, or ZeRO-1 with FSDP.
+/// Ok, or why options `o` cannot shape a step's reductions and optimizer: buckets fewer than one
+/// or more than pipetype::limits::buckets; a ZeRO stage other than 0 or 1, or ZeRO-1 with FSDP.
 constexpr verdict check_dp_options(const dp_options& o) {
   if (o.buckets < 1)
     return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "a gradient reduction in fewer than one bucket");
   if (o.buckets > limits::buckets)
     return detail::misplaced(-1, -1, "REDUCE_GRAD", -1, "more than 1024 buckets a stage (pipetype::limits::buckets)");
-  if (o.buckets > 1 && o.shard && o.dp > 1)
-    return detail::misplaced(
-        -1, -1, "REDUCE_GRAD", -1,
-        "buckets with FSDP: a bucketed reduce-scatter is not built yet (buckets = 1 when sharded)");
   if (o.zero != 0 && o.zero != 1)
     return detail::misplaced(-1, -1, "OPT_STEP", -1,
                              "a ZeRO stage other than 0 or 1 (ZeRO-2 and -3 shard more: FSDP is dp_options::shard)");
   if (o.zero > 0 && o.shard)
     return detail::misplaced(-1, -1, "OPT_STEP", -1,
                              "ZeRO-1 with FSDP: sharded parameters shard the optimizer's state already (one of them)");
-  if (o.zero > 0 && o.buckets > 1 && o.dp > 1)
-    return detail::misplaced(
-        -1, -1, "REDUCE_GRAD", -1,
-        "buckets with ZeRO-1: a bucketed reduce-scatter is not built yet (buckets = 1 with zero = 1)");
   return {};
 }
 

@@ -1,7 +1,0 @@
-// The passing twin of mesh_buckets_fsdp.fail.cpp: two buckets without FSDP, each stage's reduction
-// two all-reduces on each of the two replicas.
-#include <pipetype/pipetype.hpp>
-namespace pt = pipetype;
-using S = pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>;
-constexpr auto facts = pt::make_mesh_plan<S, pt::mesh_t<4, 2>, pt::bucketed<2>>();
-static_assert(facts.collectives == 16);

@@ -1,0 +1,6 @@
+// expect: "pipetype::bucketed<N>: between 1 and 1024 buckets a stage"
+// A stage's gradient reduction in no bucket at all.
+#include <pipetype/pipetype.hpp>
+namespace pt = pipetype;
+using S = pt::one_f_one_b<pt::ranks<4>, pt::microbatches<8>>;
+constexpr auto facts = pt::make_mesh_plan<S, pt::mesh_t<4, 2>, pt::sharded<3>, pt::bucketed<0>>();
