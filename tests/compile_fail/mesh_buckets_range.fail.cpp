@@ -1,4 +1,5 @@
-// expect: "pipetype::bucketed<N>: between 1 and 1024 buckets a stage"
+// expect: _COLLECTIVE_MISPLACED_>
+// expect: "a gradient reduction in fewer than one bucket"
 // A stage's gradient reduction in no bucket at all.
 #include <pipetype/pipetype.hpp>
 namespace pt = pipetype;
