@@ -3,7 +3,8 @@
 // (backward_ctx::gradients_ready), and their reductions then run while it goes on. Checked:
 // the gradients are bitwise those of one bucket (signalled or not, in order or held back), the
 // reductions of signalled buckets end before the backward does (and of unsignalled ones start
-// after), and a stage with fewer elements than buckets is refused.
+// after), under FSDP each bucket's reduce-scatter leaves every replica what one bucket's does, and
+// a stage with fewer elements than buckets is refused.
 #include <pipetype/host.hpp>
 
 #include <doctest/doctest.h>
@@ -82,14 +83,14 @@ struct run : mesh_stages::replicas_with_batch<model<Signal>> {
 };
 
 template <bool Signal>
-std::vector<float> grads_with(const char* schedule, int stages_per_rank, int buckets) {
+std::vector<float> grads_with(const char* schedule, int stages_per_rank, int buckets, bool shard = false) {
   const int D = 2, m = 4;
   const pt::runtime_plan plan = pt::build_plan(pt::make_schedule(schedule, 4 / stages_per_rank, m, stages_per_rank));
   REQUIRE(plan.ok());
   run<Signal> r(D, m);
   ph::mesh_executor ex{plan,
                        pt::mesh{4 / stages_per_rank, D},
-                       pt::dp_options{.dp = D, .buckets = buckets},
+                       pt::dp_options{.dp = D, .shard = shard, .buckets = buckets},
                        r.ptrs,
                        {.exec = {.deadline = 20s}}};
   ex.step(r.b);
@@ -107,6 +108,18 @@ TEST_CASE("host buckets: the gradients are one bucket's, bit for bit, signalled 
       const std::vector<float> one = grads_with<false>(schedule, v, 1);
       CHECK(grads_with<true>(schedule, v, buckets) == one);
       CHECK(grads_with<false>(schedule, v, buckets) == one);
+    }
+}
+
+TEST_CASE("host buckets: under FSDP each bucket's reduce-scatter leaves every replica its shard's sums, as one "
+          "bucket does") {
+  for (const char* schedule : {"1f1b", "interleaved-1f1b"})
+    for (int buckets = 2; buckets <= 4; ++buckets) {
+      CAPTURE(schedule);
+      CAPTURE(buckets);
+      const int v = schedule[0] == 'i' ? 2 : 1;
+      const std::vector<float> one = grads_with<true>(schedule, v, 1, true);
+      CHECK(grads_with<true>(schedule, v, buckets, true) == one);  // (held sums and partial sums alike)
     }
 }
 
