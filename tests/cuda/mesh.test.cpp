@@ -523,6 +523,20 @@ TEST_CASE(
     CHECK(ex.parameter_slots() == mp.param_slots[static_cast<std::size_t>(g)]);
     CHECK(ex.parameter_slot_bytes() >= grad_elems * sizeof(float));
     CHECK(ex.parameter_shard(1 - r).empty());  // (the other rank's stage)
+    {  // the copy on the compute stream, then the data-parallel stream waits for it (its first gather)
+      const std::vector<call>& bound = d.calls();
+      std::size_t copied = bound.size(), recorded = bound.size();
+      for (std::size_t k = 0; k < bound.size(); ++k) {
+        if (bound[k].what == ck::copy && bound[k].src == static_cast<const void*>(q.params + own.begin)) copied = k;
+        if (copied < k && bound[k].what == ck::record && bound[k].stream == 0 && recorded == bound.size()) recorded = k;
+      }
+      REQUIRE(copied < bound.size());
+      CHECK(bound[copied].stream == 0);
+      REQUIRE(recorded < bound.size());
+      CHECK(std::any_of(bound.begin() + static_cast<std::ptrdiff_t>(recorded), bound.end(), [&](const call& c) {
+        return c.what == ck::wait && c.stream == 2 && c.event == bound[recorded].event;
+      }));
+    }
     float before[grad_elems];
     std::memcpy(before, q.params, sizeof before);
     d.clear();

@@ -285,6 +285,13 @@ struct device_binding {
         if (h.range.size() > 0)
           d.copy(h.shard, own_array.data() + h.range.begin * h.size, h.range.size() * h.size, streams[0]);
       }
+      // the first step's gathers, on the data-parallel stream, come after the copies; and the
+      // stage may free its array once the executor is built (a driver that can, waits here)
+      if (dp > 0) {
+        d.record(fence_events[0], streams[0]);
+        d.wait(streams[dp], fence_events[0]);
+      }
+      if constexpr (requires(D & dr) { dr.synchronize(); }) d.synchronize();
     }
   }
 

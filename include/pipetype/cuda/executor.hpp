@@ -427,6 +427,16 @@ class executor {
       if (x.optimize) x.optimize->optimize(x.optimize->obj, x.args);
       return;
     }
+    if (x.what == mesh_op_code::grad_norm || x.what == mesh_op_code::finite_check) {
+      if constexpr (issues_collectives<D>) {  // the rank's squares into the one double, then the world's sum
+        for (std::uint32_t k = x.parts; k < x.parts_end; ++k) {
+          const auto& q = b_.norms[k];
+          q.e->squares(q.e->obj, q.array, q.begin, q.end, b_.squares, k > x.parts, d.native(s));
+        }
+        d.all_reduce(x.array, 1, elem_kind::f64, x.c, s);
+      }
+      return;  // (a driver without collectives was refused at binding)
+    }
     if (x.what == mesh_op_code::offload || x.what == mesh_op_code::reload) {  // on the copy stream
       if constexpr (moves_to_host<D>) {
         if (x.what == mesh_op_code::offload)
@@ -451,14 +461,6 @@ class executor {
           if (own_bytes) d.copy(b_.staging + own, x.src ? x.src : x.array + own, own_bytes, s);
           d.all_gather(b_.staging, x.chunk * x.size, x.c, s);
           d.copy(x.array, b_.staging, x.n * x.size, s);
-          break;
-        case mesh_op_code::grad_norm:  // the rank's squares into the one double, then the world's sum
-        case mesh_op_code::finite_check:
-          for (std::uint32_t k = x.parts; k < x.parts_end; ++k) {
-            const auto& q = b_.norms[k];
-            q.e->squares(q.e->obj, q.array, q.begin, q.end, b_.squares, k > x.parts, d.native(s));
-          }
-          d.all_reduce(x.array, 1, elem_kind::f64, x.c, s);
           break;
         default:
           break;
