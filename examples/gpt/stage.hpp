@@ -55,14 +55,19 @@ namespace gpt {
 
 namespace pt = pipetype;
 
+/// Whether PyTorch's clip_grad_norm_ rule scales the step's gradients down: a bound `clip` > 0
+/// below the global norm of the unscaled gradients (`norm`: GRAD_NORM's, of the gradients seeded
+/// with `loss_scale`; −1: none).
+inline bool clips(float clip, double norm, double loss_scale) {
+  return clip > 0 && norm >= 0 && clip / (norm / loss_scale + 1e-6) < 1;
+}
+
 /// The factor Adam multiplies each summed gradient by: 1/loss_scale (mixed precision's seed,
 /// a power of two, so the division is exact) times PyTorch's clip_grad_norm_ rule for a bound
 /// `clip` > 0 on the global norm (`norm`: GRAD_NORM's, of the scaled gradients; −1: none).
 /// With loss_scale 1 and no clipping it is 1, the same bits as no factor.
 inline float gradient_factor(float clip, double norm, double loss_scale) {
-  float scale = 1;
-  const double unscaled = norm / loss_scale;
-  if (clip > 0 && norm >= 0 && clip / (unscaled + 1e-6) < 1) scale = static_cast<float>(clip / (unscaled + 1e-6));
+  const float scale = clips(clip, norm, loss_scale) ? static_cast<float>(clip / (norm / loss_scale + 1e-6)) : 1.0f;
   return loss_scale == 1 ? scale : scale / static_cast<float>(loss_scale);
 }
 

@@ -409,7 +409,7 @@ int train(run_args& a, const examples::cli& cli) {
     // --clip: PyTorch's clip_grad_norm_ rule on the unscaled gradients, every rank with the one
     // norm GRAD_NORM gave them all; --loss-scale: an overflow anywhere skips every rank's update
     const double norm = a.clip > 0 ? mex->grad_norm() : -1;
-    if (finite && a.clip > 0 && a.clip / (norm / loss_scale + 1e-6) < 1) ++clipped;
+    if (finite && clips(a.clip, norm, loss_scale)) ++clipped;
     if (finite) ++adam_step;
     skipped += !finite;
     const float factor = gradient_factor(a.clip, norm, loss_scale);

@@ -11,6 +11,7 @@
 // (cuda/) both bind through it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -657,6 +658,30 @@ inline std::span<std::byte> collective_array(const stage_entry& e, bool params, 
     throw shape_error(at + " is in tie group " + std::to_string(tie) +
                       " but has no `std::span<T> tied_gradients(int tie)` saying where the tied gradient is");
   return e.tied_of(e.obj, tie);
+}
+
+/// A stage that lends its parameters (FSDP): its own parameters() as bytes, which an executor
+/// copies its replica's shard out of at binding; shape_error (`at` names the stage, "pipetype::host:
+/// stage 3") when they are not the size the model was bound with.
+inline std::span<std::byte> lent_array(const stage_entry& e, const std::string& at) {
+  const std::span<std::byte> own = e.params_of(e.obj, -1);
+  if (own.size() != e.param_elems * e.param_size)
+    throw shape_error(at + "'s parameters() has " + std::to_string(own.size() / e.param_size) + " elements, " +
+                      std::to_string(e.param_elems) + " when the model was bound");
+  return own;
+}
+
+/// A rank's parameter slot under FSDP: the bytes of the largest stage it holds that lends its
+/// parameters (`holds(s)`: plan stage s is on the rank), rounded up to `align`; 0 when none lends.
+template <class Holds, class EntryOf>
+std::size_t lent_slot_bytes(int stages, Holds&& holds, EntryOf&& entry_of, std::size_t align) {
+  std::size_t most = 0;
+  for (int s = 0; s < stages; ++s)
+    if (holds(s) && entry_of(s).lends_params) {
+      const std::size_t n = entry_of(s).param_elems * entry_of(s).param_size;
+      most = std::max(most, (n + align - 1) / align * align);
+    }
+  return most;
 }
 
 /// The elements of stage `e`'s parameters that an OPT_STEP of replica `replica` of `replicas`

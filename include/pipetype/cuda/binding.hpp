@@ -192,11 +192,15 @@ struct device_binding {
     bind_ops(walk{p, l, rank_ops, L, pl, w, pipetype::detail::edge_input_positions(p)});
   }
 
+  // Plan stage `stage`'s parameters as this rank holds them when it lends them (nullptr: it does not).
+  const lent_params* lent_of(int stage) const noexcept {
+    if (stage < 0 || static_cast<std::size_t>(stage) >= lent.size()) return nullptr;
+    const lent_params& h = lent[static_cast<std::size_t>(stage)];
+    return h.size ? &h : nullptr;
+  }
   // The slot a lent stage's op reads or its gather fills (nullptr: the stage's own array).
   std::byte* held_slot(int stage, int slot) const noexcept {
-    if (slot < 0 || stage < 0 || static_cast<std::size_t>(stage) >= lent.size() ||
-        lent[static_cast<std::size_t>(stage)].size == 0)
-      return nullptr;
+    if (slot < 0 || !lent_of(stage)) return nullptr;
     return param_pool + param_stride * static_cast<std::size_t>(slot);
   }
 
@@ -257,10 +261,9 @@ struct device_binding {
   // its parameters() before any step, and the rank's parameter slots.
   void place_params(const program_view& p, int L) {
     if (!mesh || mesh->param_slots.empty()) return;
-    std::size_t stride = 0;
-    for (int s = 0; s < p.stages; ++s)
-      if (p.stage_rank[static_cast<std::size_t>(s)] == rank && entry(s, L).lends_params)
-        stride = std::max(stride, (entry(s, L).param_elems * entry(s, L).param_size + 255) / 256 * 256);
+    const std::size_t stride = pipetype::detail::lent_slot_bytes(
+        p.stages, [&](int s) { return p.stage_rank[static_cast<std::size_t>(s)] == rank; },
+        [&](int s) -> const stage_entry& { return entry(s, L); }, 256);
     if (stride == 0) return;
     if constexpr (!copies<D>) {
       throw std::invalid_argument(who() +
@@ -273,11 +276,7 @@ struct device_binding {
       for (int s = 0; s < p.stages; ++s) {
         const stage_entry& e = entry(s, L);
         if (p.stage_rank[static_cast<std::size_t>(s)] != rank || !e.lends_params) continue;
-        const std::span<std::byte> own_array = e.params_of(e.obj, -1);
-        if (own_array.size() != e.param_elems * e.param_size)
-          throw shape_error(who() + ": stage " + std::to_string(s) + "'s parameters() has " +
-                            std::to_string(own_array.size() / e.param_size) + " elements, " +
-                            std::to_string(e.param_elems) + " when the model was bound");
+        const std::span<std::byte> own_array = pipetype::detail::lent_array(e, who() + ": stage " + std::to_string(s));
         lent_params& h = lent[static_cast<std::size_t>(s)];
         h.range = shard_of(e.param_elems, mesh->shape.dp, mesh->shape.replica(global));
         h.size = e.param_size;
@@ -726,7 +725,7 @@ struct device_binding {
     c.array = a.data();
     if (std::byte* slot = gathers ? held_slot(stage, m.param_slot) : nullptr) {  // a lent stage's: into its slot
       c.array = slot;
-      c.src = lent[static_cast<std::size_t>(stage)].shard;
+      c.src = lent_of(stage)->shard;
     }
     c.size = size;
     c.n = size ? a.size() / size : 0;
@@ -756,10 +755,7 @@ struct device_binding {
     c.own = shard_of(c.n, members, me);
     if (c.what != mesh_op_code::all_reduce)
       staging_bytes = std::max(staging_bytes, static_cast<std::size_t>(members) * c.chunk * c.size);
-    x.index = static_cast<std::uint32_t>(colls.size());
-    colls.push_back(c);
-    labels.push_back(pipetype::detail::mesh_op_label(m));
-    ops.push_back(x);
+    push_collective(m, c, x);
   }
 
   // An OPT_STEP: the stage's optimizer_step, called as the walk reaches it with the data-parallel
@@ -774,9 +770,8 @@ struct device_binding {
     if (e.optimize) {
       c.optimize = &e;
       c.args.stage = m.stage % L;
-      c.args.params = m.stage < static_cast<int>(lent.size()) && lent[static_cast<std::size_t>(m.stage)].size
-                          ? lent[static_cast<std::size_t>(m.stage)].shard  // (a lent stage's: pipetype's shard)
-                          : e.params_of(e.obj, -1).data() + c.own.begin * e.param_size;
+      const lent_params* h = lent_of(m.stage);  // (a lent stage's: pipetype's shard)
+      c.args.params = h ? h->shard : e.params_of(e.obj, -1).data() + c.own.begin * e.param_size;
       c.args.grads = e.weight_grads_of(e.obj, -1).data();
       c.args.offset = c.own.begin;
       c.args.elems = c.own.size();
@@ -787,6 +782,11 @@ struct device_binding {
         if (o.code == mesh_op_code::grad_norm || o.code == mesh_op_code::finite_check)
           c.args.squares = sum_of_squares();
     }
+    push_collective(m, c, x);
+  }
+
+  // Mesh op `m`, bound as collective `c` of issue op `x`.
+  void push_collective(const mesh_op& m, const coll& c, issue_op& x) {
     x.index = static_cast<std::uint32_t>(colls.size());
     colls.push_back(c);
     labels.push_back(pipetype::detail::mesh_op_label(m));
@@ -809,12 +809,10 @@ struct device_binding {
       throw std::invalid_argument(who() + ": the mesh step has collectives (" + name +
                                   ") and the driver issues none (issues_collectives)");
     auto entry_at = [&](int s) -> const stage_entry& { return entry(s, L); };
+    constexpr const char* hook = "`void sum_squares(std::span<const T> part, double* sum, bool add, void* stream)`";
     auto squares_of = [&](const stage_entry& e, int s) {
       if (!e.squares)
-        throw shape_error(who() + ": stage " + std::to_string(s) +
-                          " has no `void sum_squares(std::span<const T> part, double* sum, bool add, void* "
-                          "stream)` for the step's " +
-                          name +
+        throw shape_error(who() + ": stage " + std::to_string(s) + " has no " + hook + " for the step's " + name +
                           " (the squares of its gradients in device memory, on a stream; pipetype has no kernel)");
     };
     coll c;
@@ -835,16 +833,11 @@ struct device_binding {
           break;
         }
       if (norms.size() == c.parts)
-        throw shape_error(who() +
-                          ": no stage of this rank has `void sum_squares(std::span<const T> part, double* "
-                          "sum, bool add, void* stream)` to write its part of the step's " +
-                          name + " (0: it answers for no gradient)");
+        throw shape_error(who() + ": no stage of this rank has " + hook + " to write its part of the step's " + name +
+                          " (0: it answers for no gradient)");
     }
     c.parts_end = static_cast<std::uint32_t>(norms.size());
-    x.index = static_cast<std::uint32_t>(colls.size());
-    colls.push_back(c);
-    labels.push_back(pipetype::detail::mesh_op_label(m));
-    ops.push_back(x);
+    push_collective(m, c, x);
   }
 };
 

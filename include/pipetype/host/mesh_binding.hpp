@@ -270,10 +270,8 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
     // sharded, with stages that lend their parameters: the rank's shards and parameter slots
     param_pool* lent = nullptr;
     if (!mp.param_slots.empty()) {
-      std::size_t stride = 0;
-      for (int s = 0; s < p.stages; ++s)
-        if (p.stage_rank[static_cast<std::size_t>(s)] == r && entry_of(s).lends_params)
-          stride = std::max(stride, pipetype::detail::round_up64(entry_of(s).param_elems * entry_of(s).param_size));
+      const std::size_t stride = pipetype::detail::lent_slot_bytes(
+          p.stages, [&](int s) { return p.stage_rank[static_cast<std::size_t>(s)] == r; }, entry_of, 64);
       if (stride > 0) {
         lent = (st.params[static_cast<std::size_t>(g)] = std::make_unique<param_pool>()).get();
         lent->stride = stride;
@@ -285,11 +283,7 @@ inline bound_program bind_mesh(const plan_views& v, const mesh& m, const dp_opti
         for (int s = 0; s < p.stages; ++s) {
           const stage_entry& e = entry_of(s);
           if (p.stage_rank[static_cast<std::size_t>(s)] != r || !e.lends_params) continue;
-          const std::span<std::byte> own_array = e.params_of(e.obj, -1);
-          if (own_array.size() != e.param_elems * e.param_size)
-            throw shape_error(who + "stage " + std::to_string(s) + "'s parameters() has " +
-                              std::to_string(own_array.size() / e.param_size) + " elements, " +
-                              std::to_string(e.param_elems) + " when the model was bound");
+          const std::span<std::byte> own_array = pipetype::detail::lent_array(e, who + "stage " + std::to_string(s));
           const shard_range own = shard_of(e.param_elems, m.dp, d);
           const auto k = static_cast<std::size_t>(s);
           lent->ranges[k] = own;
