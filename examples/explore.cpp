@@ -6,7 +6,7 @@
 //                    [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE]
 //                    [--notation auto|current|legacy] [--p2p shared|per-peer|per-direction]
 //                    [--format text|json|csv|csv-comms] [--output FILE] [--svg FILE] [--trace FILE]
-//                    [--layout STRING] [--edges A>B,C>D,...] [--forward-only]
+//                    [--layout STRING] [--edges A>B,C~D,...] [--forward-only]
 //                    [--dp D [--fsdp [--window W]] [--buckets N] [--zero 1] --param-mb X --dp-gbps B
 //                     [--dp-alpha-ms A] [--opt-gbps G]]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
@@ -45,7 +45,10 @@
 // (analysis/layout_costs.hpp), and the peaks count decoder-layer activations. --edges gives the
 // stage graph of the p stages instead of the chain (skip connections, towers: graph/dag.hpp);
 // the one-stage-per-rank schedules run over it (the others skip), verified, simulated and lowered over
-// every edge; a --file states its graph with an `edges` line. The run-time path
+// every edge; a --file states its graph with an `edges` line. `A~B` is a detached edge (local
+// learning: activations only, no gradient back; every stage whose edges out are all detached
+// computes its own loss); --schedule local-1f1b needs them all detached (its default graph is the
+// chain 0~1~…) and reports 1F1B over the same stages with every edge attached beside it. The run-time path
 // is the same code make_plan runs at compile time (build_plan, simulate). --forward-only keeps
 // only the schedule's forwards (forward_only_of: an evaluation or inference plan): no backward is
 // needed, no gradient travels, and an activation lives only until its consumer's F has read it.
@@ -171,13 +174,13 @@ constexpr const char* usage =
     "         [--rank-speed S,S,...] [--microbatch-scale X,X,...] [--placement one|v|auto]\n"
     "         [--mem-limit K] [--groups auto|tick|peer] [--file SCHEDULE] [--notation auto|current|legacy]\n"
     "         [--p2p shared|per-peer|per-direction] [--format text|json|csv|csv-comms] [--output FILE]\n"
-    "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C>D,...]\n"
+    "         [--svg FILE] [--trace FILE] [--layout STRING] [--edges A>B,C~D,...]\n"
     "         [--forward-only] [--dp D [--fsdp [--window W]] [--buckets N] [--zero 1] --param-mb X\n"
     "          --dp-gbps B [--dp-alpha-ms A] [--opt-gbps G]]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
-    "zb-auto, all\n";
+    "zb-auto, local-1f1b, all\n";
 
 [[noreturn]] void die(const std::string& msg) {
   std::cerr << "pipetype-explore: " << msg << "\n";
@@ -216,18 +219,19 @@ std::vector<double> to_numbers(const std::string& flag, const std::string& v) {
   }
 }
 
-/// --edges 0>1,1>2,0>2: the stage graph's edges (its rules are verify's).
+/// --edges 0>1,1>2,0~2: the stage graph's edges, `~` a detached one (its rules are verify's).
 std::vector<pt::stage_edge> to_edges(const std::string& v) {
   std::vector<pt::stage_edge> out;
   std::size_t at = 0;
   for (;;) {
     const std::size_t comma = v.find(',', at);
     const std::string one = v.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    const std::size_t gt = one.find('>');
-    if (gt == std::string::npos) usage_error("--edges needs edges A>B separated by commas, got '" + v + "'");
+    const std::size_t gt = one.find_first_of(">~");
+    if (gt == std::string::npos)
+      usage_error("--edges needs edges A>B (or A~B, detached) separated by commas, got '" + v + "'");
     const int from = static_cast<int>(to_number("--edges", one.substr(0, gt), true));
     const int to = static_cast<int>(to_number("--edges", one.substr(gt + 1), true));
-    out.push_back({from, to});
+    out.push_back({from, to, one[gt] == '~'});
     if (comma == std::string::npos) return out;
     at = comma + 1;
   }
@@ -542,6 +546,35 @@ pt::cost_model per_stage(const args& a, pt::program_view p, int v) {
     die("--microbatch-scale gives " + std::to_string(a.microbatch_scale.size()) + " scales for " +
         std::to_string(p.microbatches) + " microbatches");
   return pt::scaled_costs(c, {p.stage_rank.begin(), p.stage_rank.end()}, a.rank_speed, a.microbatch_scale);
+}
+
+result evaluate(pt::program prog, const args& a, int chunks);
+
+/// The edges of p's model graph that are detached (local learning).
+std::vector<pt::stage_edge> detached_of(pt::program_view p) {
+  std::vector<pt::stage_edge> out;
+  for (const pt::stage_edge& e : p.lane_edges())
+    if (e.detached) out.push_back(e);
+  return out;
+}
+
+/// A plan with detached edges beside 1F1B over the same stages and costs with every edge attached
+/// (gradients travelling back): that step's makespan and largest peak, the ratio this plan's
+/// makespan is of it. Empty when the plan is not one stage per rank (1F1B's form).
+struct versus_attached {
+  double makespan = 0, peak = 0, ratio = 0;
+};
+std::optional<versus_attached> local_versus(const result& r, const args& a) {
+  const pt::program_view p = r.plan.compute();
+  if (!p.has_detached() || p.lanes > 1 || p.stages != p.ranks) return std::nullopt;
+  args attached = a;
+  attached.edges.assign(p.edges.begin(), p.edges.end());
+  for (pt::stage_edge& e : attached.edges) e.detached = false;
+  const result one = evaluate(make("1f1b", attached, 1), attached, 1);
+  if (!one.plan.ok()) return std::nullopt;
+  const std::vector<double> peaks = peaks_of(attached, one.plan, 1);
+  const double most = peaks.empty() ? 0.0 : *std::max_element(peaks.begin(), peaks.end());
+  return versus_attached{one.t.makespan(), most, r.t.makespan() / one.t.makespan()};
 }
 
 result evaluate(pt::program prog, const args& a, int chunks) {
@@ -1216,6 +1249,7 @@ int main(int argc, char** argv) {
                                                            : "";
   if (!refused.empty() && !a.json()) die(refused);
   const std::vector<double> peaks = peaks_of(a, plan, chunks);
+  const std::optional<versus_attached> local = local_versus(r, a);
   std::vector<double> busy;
   for (int k = 0; k < P; ++k) busy.push_back(t.busy(k));
   if (a.json()) {
@@ -1241,13 +1275,21 @@ int main(int argc, char** argv) {
       std::cout << ", \"edges\": " << json_array(plan.compute().lane_edges(), [](const pt::stage_edge& e) {
         return "[" + std::to_string(e.from) + ", " + std::to_string(e.to) + "]";
       });
+      if (plan.compute().has_detached())  // those that carry no gradient back (local learning)
+        std::cout << ", \"detached_edges\": " << json_array(detached_of(plan.compute()), [](const pt::stage_edge& e) {
+          return "[" + std::to_string(e.from) + ", " + std::to_string(e.to) + "]";
+        });
       if (plan.compute().lanes > 1) std::cout << ", \"lanes\": " << plan.compute().lanes;  // a copy in each
     }
     std::cout << ", \"makespan\": " << num(t.makespan()) << ", \"lower_bound\": " << num(r.bound.value())
               << ", \"gap\": " << num(r.bound.gap(t.makespan())) << ", \"max_rank_span\": " << num(t.max_rank_span())
               << ", \"bubble_fraction\": " << num(t.bubble_fraction())
-              << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num)
-              << ", \"ticks\": " << plan.ticks() << ", \"actions\": " << plan.compute().actions.size()
+              << ", \"peak_activations\": " << json_array(peaks, num) << ", \"busy\": " << json_array(busy, num);
+    if (local)
+      std::cout << ", \"local\": {\"one_f_one_b_makespan\": " << num(local->makespan)
+                << ", \"one_f_one_b_peak_activations_max\": " << num(local->peak)
+                << ", \"makespan_ratio\": " << num(local->ratio) << "}";
+    std::cout << ", \"ticks\": " << plan.ticks() << ", \"actions\": " << plan.compute().actions.size()
               << ", \"lowered\": {\"ops\": " << plan.lowered().ops.size() << ", \"sends\": "
               << std::count_if(plan.lowered().ops.begin(), plan.lowered().ops.end(),
                                [](const pt::lowered_op& o) { return o.code == pt::op_code::send; })
@@ -1301,10 +1343,15 @@ int main(int argc, char** argv) {
               100 * t.bubble_fraction(), plan.ticks());
   std::printf("lower bound %g (busiest rank %g, critical path %g): gap %.1f%%\n\n", r.bound.value(),
               r.bound.busiest_rank, r.bound.critical_path, 100 * r.bound.gap(t.makespan()));
+  if (local)
+    std::printf(
+        "local learning: no gradient crosses a detached edge. 1f1b over the same stages and costs with every edge "
+        "attached: makespan %g, peak act %g; this plan's makespan is %.3f of it\n\n",
+        local->makespan, local->peak, local->ratio);
   if (plan.compute().has_edges()) {
     const pt::program_view pc = plan.compute();
     std::printf("stage graph:");
-    for (const pt::stage_edge& e : pc.lane_edges()) std::printf(" %d>%d", e.from, e.to);
+    for (const pt::stage_edge& e : pc.lane_edges()) std::printf(" %d%c%d", e.from, pt::edge_mark(e), e.to);
     if (pc.lanes > 1)
       std::printf("   (a copy in each of %d lanes: lane k's stages are these plus %d k)", pc.lanes, pc.lane_length());
     std::printf("\n\n");

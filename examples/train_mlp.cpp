@@ -142,6 +142,9 @@ pt::runtime_plan make(args& a, const pt::costs& c = {}) {
     const pt::schedule_info* info = pt::find_schedule(a.schedule);
     if (info) a.chunks = pt::default_chunks(*info, a.chunks);
     if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, a.chunks)) fail(e);
+    if (info->local)
+      fail("--schedule " + a.schedule +
+           " trains every stage on a loss of its own (local learning), and this MLP has one loss, on its last stage");
     try {
       prog = pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks, {c, a.mem_limit});
     } catch (const std::invalid_argument& e) {

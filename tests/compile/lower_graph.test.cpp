@@ -39,20 +39,24 @@ struct token {
 /// The program's edges as numbered by the lowering: its own, or a chain's s → s+1 as e = s.
 struct numbered_edges {
   std::vector<int> from, to;
-  std::vector<std::vector<int>> pred, succ;  // per stage: edge indices in edge order
+  std::vector<char> cut;                            // detached: no gradient back
+  std::vector<std::vector<int>> pred, succ, grads;  // per stage: edge indices in edge order (grads: not detached)
 };
 numbered_edges edges_of(pt::program_view p) {
   numbered_edges g;
   g.pred.resize(static_cast<std::size_t>(p.stages));
   g.succ.resize(static_cast<std::size_t>(p.stages));
+  g.grads.resize(static_cast<std::size_t>(p.stages));
   const int E = p.has_edges() ? static_cast<int>(p.edges.size()) : p.stages - 1;
   for (int e = 0; e < E; ++e) {
     const pt::stage_edge x = p.has_edges() ? p.edges[static_cast<std::size_t>(e)] : pt::stage_edge{e, e + 1};
     g.from.push_back(x.from);
     g.to.push_back(x.to);
+    g.cut.push_back(x.detached);
     if (!p.has_edges() && p.lane_tail(e)) continue;
     g.pred[static_cast<std::size_t>(x.to)].push_back(e);
     g.succ[static_cast<std::size_t>(x.from)].push_back(e);
+    if (!x.detached) g.grads[static_cast<std::size_t>(x.from)].push_back(e);
   }
   return g;
 }
@@ -109,17 +113,23 @@ int check_dataflow(const pt::runtime_plan& plan) {
               ++checked;
               continue;
             }
-            REQUIRE(sl.grad.size() == succ.size());
-            const bool sums = succ.size() > 1;
-            for (std::size_t k = 0; k < succ.size(); ++k) {
-              const token want = k == 0 && sums && o.what == pt::kind::W ? token{'S', s, j} : token{'G', succ[k], j};
+            const std::vector<int>& grads = g.grads[static_cast<std::size_t>(s)];  // none over a detached edge
+            REQUIRE(sl.grad.size() == grads.size());
+            const bool sums = grads.size() > 1;
+            for (std::size_t k = 0; k < grads.size(); ++k) {
+              const token want = k == 0 && sums && o.what == pt::kind::W ? token{'S', s, j} : token{'G', grads[k], j};
               CHECK(pool(r, true).at(static_cast<std::size_t>(sl.grad[k])) == want);
             }
             if (sums && o.what != pt::kind::W)
               pool(r, true).at(static_cast<std::size_t>(sl.grad[0])) = token{'S', s, j};
-            REQUIRE(sl.out.size() == (o.what == pt::kind::W ? 0u : pred.size()));
-            for (std::size_t k = 0; k < sl.out.size(); ++k)
-              pool(r, true).at(static_cast<std::size_t>(sl.out[k])) = token{'G', pred[k], j};
+            // (an op without lists names no slot for a detached input's gradient)
+            const bool none = o.link < 0 && pred.size() == 1 && g.cut[static_cast<std::size_t>(pred[0])];
+            REQUIRE(sl.out.size() == (o.what == pt::kind::W || none ? 0u : pred.size()));
+            for (std::size_t k = 0; k < sl.out.size(); ++k) {
+              const bool cut = g.cut[static_cast<std::size_t>(pred[k])];
+              CHECK((sl.out[k] < 0) == cut);  // no gradient buffer for a detached edge
+              if (!cut) pool(r, true).at(static_cast<std::size_t>(sl.out[k])) = token{'G', pred[k], j};
+            }
             ++checked;
           }
         }
@@ -165,7 +175,7 @@ TEST_CASE("lower graph: a chain written as edges lowers to the chain's ops and s
     if (pt::schedule_error(s.name, 4, 8, 1)) continue;
     CAPTURE(std::string(s.name));
     const pt::program chain = pt::make_schedule(s.name, 4, 8, 1, {});
-    if (chain.lanes > 1) continue;
+    if (chain.lanes > 1 || chain.view().has_edges()) continue;  // (local-1f1b's chain is detached edges already)
     pt::program edged = chain;
     for (int k = 0; k + 1 < chain.stages; ++k) edged.edges.push_back({k, k + 1});
     for (const pt::comm_policy policy : {pt::comm_policy::per_edge, pt::comm_policy::per_rank_pair}) {
@@ -349,6 +359,38 @@ TEST_CASE("lower graph: the proof catches a receive of the wrong edge and a slot
       }
     CHECK(pt::verify_lowered(bad.view()).code == pt::errc::index_out_of_range);
   }
+}
+
+TEST_CASE("lower graph: a detached edge carries activations only, and its stage's backward waits for nobody") {
+  // local learning over two towers into a head (every edge detached), and a skip connection whose
+  // skip alone is detached (stage 0 gets its gradient from stage 1 only)
+  std::vector<pt::stage_edge> local = two_tower, skip_cut = skip;
+  for (pt::stage_edge& e : local) e.detached = true;
+  skip_cut[3].detached = true;
+  pt::schedule_params over_local, over_cut;
+  over_local.edges = local, over_cut.edges = skip_cut;
+  for (const bool split : {false, true}) {
+    CAPTURE(split);
+    const pt::runtime_plan towers =
+        pt::build_plan(pt::make_schedule(split ? "zb-h1" : "local-1f1b", 5, 6, 1, over_local));
+    REQUIRE_MESSAGE(towers.ok(), pt::describe(towers.result));
+    CHECK(check_dataflow(towers) == towers.compute().size());
+    CHECK(count(towers, pt::op_code::send, pt::kind::F) == 4 * 6);  // every edge crosses ranks
+    CHECK(count(towers, pt::op_code::send, pt::kind::B) == 0);      // and sends no gradient
+    for (int r = 0; r < 5; ++r) CHECK(towers.lowered().resources[static_cast<std::size_t>(r)].gradient_slots == 0);
+    const pt::runtime_plan cut = pt::build_plan(pt::make_schedule(split ? "zb-h1" : "1f1b", 4, 6, 1, over_cut));
+    REQUIRE_MESSAGE(cut.ok(), pt::describe(cut.result));
+    CHECK(check_dataflow(cut) == cut.compute().size());
+    CHECK(count(cut, pt::op_code::send, pt::kind::F) == 4 * 6);
+    CHECK(count(cut, pt::op_code::send, pt::kind::B) == 3 * 6);  // not over 0~2
+  }
+  // stage 2's backward writes one gradient (for 1 > 2) and none for its detached input from 0
+  const pt::runtime_plan cut = pt::build_plan(pt::make_schedule("1f1b", 4, 6, 1, over_cut));
+  const pt::lowered_op b2 = compute_op(cut, pt::B(2, 0));
+  const pt::op_slots sl = cut.lowered().slots_of(b2);
+  REQUIRE(sl.out.size() == 2);
+  CHECK(sl.out[0] >= 0);
+  CHECK(sl.out[1] == -1);
 }
 
 }  // namespace test_lower_graph

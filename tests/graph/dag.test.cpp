@@ -76,12 +76,16 @@ TEST_CASE("dag: each rule names the stage and the edge at fault") {
       {check(3, {{0, 1}, {1, 2}}, {7}), 7, -1, "a declared source is not a stage"},
       {check(3, {{0, 1}, {1, 2}}, {1}), 1, -1, "a source stage has an incoming edge"},
       {check(3, {{0, 1}, {1, 2}}, {}, {3}), 3, -1, "a declared loss is not a stage"},
-      {check(3, {{0, 1}, {1, 2}}, {}, {0}), 0, -1, "a loss stage has an outgoing edge"},
+      {check(3, {{0, 1}, {1, 2}}, {}, {0}), 0, -1,
+       "a loss stage has an outgoing edge that is not detached (a gradient would come back to it)"},
       {check(4, {{0, 1}, {1, 2}, {2, 3}, {3, 1}}), 1, -1, "the stage graph has a cycle through this stage"},
       {check(4, {{0, 1}, {2, 3}, {1, 3}}, {0}), 2, -1,
        "no edge comes into this stage and it is no source: no source reaches it"},
       {check(4, {{0, 1}, {1, 2}, {1, 3}}, {}, {3}), 2, -1,
        "no edge leaves this stage and it is no loss: it reaches no loss"},
+      {check(3, {{0, 1, true}, {1, 2}}, {}, {2}), 0, -1,
+       "every edge out of this stage is detached, so no gradient comes back to it, and it is no loss: declare it one "
+       "(it computes its own) or attach an edge"},
   };
   for (const expect& c : cases) {
     CAPTURE(c.detail);

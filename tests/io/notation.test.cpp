@@ -127,7 +127,7 @@ TEST_CASE("text: syntax errors name line and column") {
       {"chains 2 0F0", 1, 10, "stands alone"},  // the older spelling reads the same
       {"lanes 2\nchains 2\n0F0", 2, 1, "given twice"},
       {"edges\n0F0", 1, 6, "expected an edge `A>B`"},
-      {"edges 0-1\n0F0", 1, 8, "expected `>` between the two stages"},
+      {"edges 0-1\n0F0", 1, 8, "expected `>` (or `~`, detached: no gradient back) between the two stages"},
       {"edges 0>\n0F0", 1, 9, "expected the stage an edge goes to"},
       {"edges 0>1,\n0F0", 1, 11, "expected an edge `A>B`"},
       {"edges 0>1 1>2\n0F0", 1, 11, "stands alone on its line"},
@@ -272,7 +272,8 @@ TEST_CASE("notation: read(write(x)) == x for every built-in schedule, compute-on
           const pt::runtime_plan built = pt::build_plan(pt::make_schedule(s.name, p, m, v), o);
           REQUIRE(built.ok());
           const pt::program_view c = built.compute();
-          if (c.lanes > 1) {  // DualPipe: two model copies, which PyTorch cannot hold
+          if (c.lanes > 1 || c.has_detached()) {  // DualPipe: two model copies; local learning: a loss per
+                                                  // stage. PyTorch holds neither
             CHECK_THROWS_WITH_AS(pt::to_csv(c), doctest::Contains("cannot express"), std::invalid_argument);
             CHECK_THROWS_AS(pt::to_csv(c, built.lowered()), std::invalid_argument);
             continue;

@@ -76,7 +76,7 @@ TEST_CASE("registry: one list, names unique, the unknown-name message lists them
     CHECK(!s.summary.empty());
     known += (known.empty() ? "" : ", ") + std::string(s.name);
   }
-  CHECK(names.size() == 12);
+  CHECK(names.size() == 13);
   CHECK(std::string(pt::schedule_error("zigzag", 2, 2, 1)) == "unknown schedule; known: " + known);
   CHECK(known.find("gpipe, 1f1b, interleaved-1f1b") == 0);
   CHECK_THROWS_WITH(pt::make_schedule("zigzag", 2, 2), doctest::Contains("known: gpipe"));

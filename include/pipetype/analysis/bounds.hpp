@@ -108,11 +108,11 @@ constexpr makespan_bound makespan_lower_bound(program_view p, const C& c = {}) {
       for (int j = 0; j < m; ++j) {
         if (!p.runs_through(s, j)) continue;  // another lane's copy of the graph
         const std::size_t q = detail::key(s, j, m);
-        double t = links.succ_begin[su] == links.succ_begin[su + 1]
+        double t = links.grad_begin[su] == links.grad_begin[su + 1]
                        ? ready[q] + static_cast<double>(c.time(F(s, j)))  // a loss: its backward follows its forward
                        : 0.0;
-        for (int e = links.succ_begin[su]; e < links.succ_begin[su + 1]; ++e) {
-          const int consumer = links.succ[static_cast<std::size_t>(e)];
+        for (int e = links.grad_begin[su]; e < links.grad_begin[su + 1]; ++e) {  // (not over a detached edge)
+          const int consumer = links.grad[static_cast<std::size_t>(e)];
           const double g = back[detail::key(consumer, j, m)] + hop(consumer, s);
           t = g > t ? g : t;
         }

@@ -88,8 +88,8 @@ constexpr bool simulate_into(program_view p, const C& c, const memory_model& mem
       case kind::I:
         need(fend[q], a.stage, q);
         if (p.has_edges()) {  // the gradient of every consumer
-          for (int e = links.succ_begin[st]; e < links.succ_begin[st + 1]; ++e) {
-            const int consumer = links.succ[static_cast<std::size_t>(e)];
+          for (int e = links.grad_begin[st]; e < links.grad_begin[st + 1]; ++e) {  // (none over a detached edge)
+            const int consumer = links.grad[static_cast<std::size_t>(e)];
             need(gend[key(consumer, a.microbatch, m)], consumer, n + key(consumer, a.microbatch, m));
           }
         } else if (!p.lane_tail(a.stage)) {

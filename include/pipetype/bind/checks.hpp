@@ -138,7 +138,8 @@ inline void check_graph(const program_view& p, const stage_dag& g, const std::st
   if (!same) {
     auto edges = [](std::span<const stage_edge> es) {
       std::string t;
-      for (const stage_edge& e : es) t += (t.empty() ? "" : ",") + std::to_string(e.from) + ">" + std::to_string(e.to);
+      for (const stage_edge& e : es)
+        t += (t.empty() ? "" : ",") + std::to_string(e.from) + edge_mark(e) + std::to_string(e.to);
       return t;
     };
     throw shape_error(who + ": the plan runs " + (p.has_edges() ? "the stage graph " + edges(lane) : "a chain") +

@@ -190,7 +190,7 @@ inline batch_layout batch_layout_of(const program_view& p, const std::vector<sta
       b.row += entries[s].in.bytes;
       ++b.sources;
     }
-    if (p.lane_tail(static_cast<int>(s))) {
+    if (p.loss(static_cast<int>(s))) {  // (its outputs may still travel over detached edges)
       b.sink[s] = b.sinks++;  // (the sinks this rank holds)
       if (entries[s].target.count > 0) {
         b.target_first[s] = b.targets;

@@ -88,12 +88,18 @@ struct lowering_input : lowering_shape {
   const int* pred = nullptr;        // [E] edge indices
   const int* succ_begin = nullptr;  // [S + 1]
   const int* succ = nullptr;        // [E]
+  // the edges a gradient comes back over: cut[e] is 1 where edge e is detached, and grad lists
+  // each stage's other outgoing edges (CSR, edge order)
+  const int* cut = nullptr;         // [E]
+  const int* grad_begin = nullptr;  // [S + 1]
+  const int* grad = nullptr;        // [E]
 };
 
 /// Pass 0: the lowering's own inputs into `t` (members owner [S], posF, posG, last [n], from,
-/// to, pred, succ [E], pred_begin, succ_begin [S + 1], and scratch fill [2S + 1]): each stage's
-/// rank, the positions of each (stage, microbatch)'s F, input-gradient action and last backward,
-/// and the stage graph's edges with each stage's in and out edges.
+/// to, pred, succ, cut, grad [E], pred_begin, succ_begin, grad_begin [S + 1], and scratch fill
+/// [3S + 1]): each stage's rank, the positions of each (stage, microbatch)'s F, input-gradient
+/// action and last backward, and the stage graph's edges with each stage's in and out edges (and
+/// the out edges a gradient comes back over).
 template <class Acts, class Ints, class Ticks, class Tables>
 constexpr void lowering_tables_in(program_view p, const Acts& A, const Ints& beg, const Ticks& tick,
                                   const lowering_shape& sh, Tables& t) {
@@ -108,24 +114,33 @@ constexpr void lowering_tables_in(program_view p, const Acts& A, const Ints& beg
   auto& pred = t.pred;
   auto& succ_begin = t.succ_begin;
   auto& succ = t.succ;
+  auto& cut = t.cut;
+  auto& grad_begin = t.grad_begin;
+  auto& grad = t.grad;
   auto& fill = t.fill;
-  fill_in(owner, S, 0), fill_in(pred, E, 0), fill_in(succ, E, 0);
-  for (int s = 0; s <= S; ++s) pred_begin[s] = 0, succ_begin[s] = 0;
+  fill_in(owner, S, 0), fill_in(pred, E, 0), fill_in(succ, E, 0), fill_in(cut, E, 0), fill_in(grad, E, 0);
+  for (int s = 0; s <= S; ++s) pred_begin[s] = 0, succ_begin[s] = 0, grad_begin[s] = 0;
   for (int q = 0; q < n; ++q) posF[q] = -1, posG[q] = -1, last[q] = -1;
   for (int e = 0; e < E; ++e) {
     if (sh.graph) {
-      from[e] = p.edges[static_cast<std::size_t>(e)].from, to[e] = p.edges[static_cast<std::size_t>(e)].to;
+      const stage_edge g = p.edges[static_cast<std::size_t>(e)];
+      from[e] = g.from, to[e] = g.to, cut[e] = g.detached ? 1 : 0;
     } else {
       from[e] = p.lane_tail(e) ? -1 : e, to[e] = e + 1;
     }
     if (from[e] < 0) continue;
     ++pred_begin[to[e] + 1];
     ++succ_begin[from[e] + 1];
+    grad_begin[from[e] + 1] += 1 - cut[e];
   }
-  for (int s = 0; s < S; ++s) pred_begin[s + 1] += pred_begin[s], succ_begin[s + 1] += succ_begin[s];
-  for (int s = 0; s < S; ++s) fill[s] = pred_begin[s], fill[S + s] = succ_begin[s];
+  for (int s = 0; s < S; ++s)
+    pred_begin[s + 1] += pred_begin[s], succ_begin[s + 1] += succ_begin[s], grad_begin[s + 1] += grad_begin[s];
+  for (int s = 0; s < S; ++s) fill[s] = pred_begin[s], fill[S + s] = succ_begin[s], fill[2 * S + s] = grad_begin[s];
   for (int e = 0; e < E; ++e)
-    if (from[e] >= 0) pred[fill[to[e]]++] = e, succ[fill[S + from[e]]++] = e;
+    if (from[e] >= 0) {
+      pred[fill[to[e]]++] = e, succ[fill[S + from[e]]++] = e;
+      if (!cut[e]) grad[fill[2 * S + from[e]]++] = e;
+    }
   for (int r = 0; r < sh.P; ++r)
     for (int k = beg[r]; k < beg[r + 1]; ++k) owner[A[k].stage] = r;
   for (int k = 0; k < sh.N; ++k) {
@@ -246,7 +261,7 @@ constexpr void lower_transfers_in(const In& in, IV& iv, int max_iv, X& x, int ma
   // gradients: per edge, from its consumer's backward to its producer's
   for (int e = 0; e < E; ++e) {
     const int u = in.from[e];
-    if (u < 0) continue;
+    if (u < 0 || in.cut[e]) continue;  // no edge, or a detached one: no gradient
     const int c = to_of[e];
     const int from = owner[c], to = owner[u];
     const int j0 = in.first_mb(u), j1 = in.end_mb(u);
@@ -351,25 +366,29 @@ constexpr void assign_slots_in(const In& in, const IV& iv, int max_iv, int niv, 
   const auto& pred_begin = in.pred_begin;
   const auto& pred = in.pred;
   const auto& succ_begin = in.succ_begin;
-  const auto& succ = in.succ;
+  const auto& cut = in.cut;
+  const auto& grad_begin = in.grad_begin;
+  const auto& grad = in.grad;
   const int g0 = stride, o_gin = N, o_out = 2 * N;  // the gradient pool in slot_of; compute's fields
   for (int r = 0; r < P; ++r)
     for (int k = in.beg[r]; k < in.beg[r + 1]; ++k) {
       const action a = A[k];  // a copy: the cheapest read in constant evaluation
-      const int s = a.stage, j = a.microbatch, pb = pred_begin[s], pe = pred_begin[s + 1], sb = succ_begin[s],
-                se = succ_begin[s + 1], nin = pe - pb, ngrad = a.what == kind::F ? 0 : se - sb,
-                nout = a.what == kind::F   ? (se > sb ? 1 : 0)
+      const int s = a.stage, j = a.microbatch, pb = pred_begin[s], pe = pred_begin[s + 1], sb = grad_begin[s],
+                nin = pe - pb, ngrad = a.what == kind::F ? 0 : grad_begin[s + 1] - sb,
+                nout = a.what == kind::F   ? (succ_begin[s + 1] > succ_begin[s] ? 1 : 0)
                        : a.what == kind::W ? 0
                                            : pe - pb;
       // an input read over edge e (u → s): u's output when u is here, else e's received copy; the
-      // gradient a backward writes for e: where the producer reads it, or its staging copy
+      // gradient a backward writes for e: where the producer reads it, or its staging copy (none
+      // over a detached edge: -1)
       if (nin <= 1 && ngrad <= 1 && nout <= 1) {  // (written out: a chain's every action comes here)
         const int e = nin == 1 ? pred[pb] : -1;
         const bool here = e >= 0 && owner[from[e]] == r;
         compute[k] = nin == 1 ? (here ? slot_of[2 * (from[e] * m + j) + 1] : slot_of[2 * (e * m + j)]) : -1,
-        compute[o_gin + k] = ngrad == 1 ? slot_of[g0 + 2 * (succ[sb] * m + j)] : -1,
+        compute[o_gin + k] = ngrad == 1 ? slot_of[g0 + 2 * (grad[sb] * m + j)] : -1,
         compute[o_out + k] = nout != 1           ? -1
                              : a.what == kind::F ? slot_of[2 * (s * m + j) + 1]
+                             : cut[e]            ? -1
                                                  : slot_of[g0 + 2 * (e * m + j) + (here ? 0 : 1)];
         continue;
       }
@@ -381,12 +400,12 @@ constexpr void assign_slots_in(const In& in, const IV& iv, int max_iv, int niv, 
         const int e = pred[i];
         lists.push_back(owner[from[e]] == r ? slot_of[2 * (from[e] * m + j) + 1] : slot_of[2 * (e * m + j)]);
       }
-      for (int i = 0; i < ngrad; ++i) lists.push_back(slot_of[g0 + 2 * (succ[sb + i] * m + j)]);
+      for (int i = 0; i < ngrad; ++i) lists.push_back(slot_of[g0 + 2 * (grad[sb + i] * m + j)]);
       if (a.what == kind::F && nout == 1) lists.push_back(slot_of[2 * (s * m + j) + 1]);
       if (a.what != kind::F)
         for (int i = 0; i < nout; ++i) {
           const int e = pred[pb + i];
-          lists.push_back(slot_of[g0 + 2 * (e * m + j) + (owner[from[e]] == r ? 0 : 1)]);
+          lists.push_back(cut[e] ? -1 : slot_of[g0 + 2 * (e * m + j) + (owner[from[e]] == r ? 0 : 1)]);
         }
     }
 }
@@ -535,21 +554,24 @@ constexpr int count_ops(const lowering_input& in, const transfer_table& tt, cons
 struct lowering_tables {
   scratch<int> owner;
   scratch<int> pos;    // [3n]: posF, posG, last
-  scratch<int> links;  // from, to [E], pred_begin [S + 1], pred [E], succ_begin [S + 1], succ [E]
+  scratch<int> links;  // from, to [E], pred_begin [S + 1], pred [E], succ_begin [S + 1], succ [E], cut [E],
+                       // grad_begin [S + 1], grad [E]
   lowering_shape shape;
 };
 constexpr lowering_tables lowering_tables_of(program_view p, const int* tick) {
   const lowering_shape sh = lowering_shape_of(p, tick);
   const int S = sh.S, n = sh.n, E = sh.E;
   lowering_tables lt{scratch<int>(S + 1, unset), scratch<int>(3 * n + 1, unset),
-                     scratch<int>(4 * E + 2 * (S + 1) + 1, unset), sh};
-  scratch<int> fill(2 * S + 1, unset);
+                     scratch<int>(6 * E + 3 * (S + 1) + 1, unset), sh};
+  scratch<int> fill(3 * S + 1, unset);
   struct {
-    int *owner, *posF, *posG, *last, *from, *to, *pred_begin, *pred, *succ_begin, *succ, *fill;
+    int *owner, *posF, *posG, *last, *from, *to, *pred_begin, *pred, *succ_begin, *succ, *cut, *grad_begin, *grad,
+        *fill;
   } t{};
   t.owner = lt.owner.data(), t.posF = lt.pos.data(), t.posG = t.posF + n, t.last = t.posF + 2 * n,
   t.from = lt.links.data(), t.to = t.from + E, t.pred_begin = t.to + E, t.pred = t.pred_begin + S + 1,
-  t.succ_begin = t.pred + E, t.succ = t.succ_begin + S + 1, t.fill = fill.data();
+  t.succ_begin = t.pred + E, t.succ = t.succ_begin + S + 1, t.cut = t.succ + E, t.grad_begin = t.cut + E,
+  t.grad = t.grad_begin + S + 1, t.fill = fill.data();
   lowering_tables_in(p, p.actions.data(), p.begin.data(), tick, sh, t);
   return lt;
 }
@@ -570,6 +592,9 @@ constexpr lowering_input lowering_input_of(program_view p, const int* tick, cons
   in.pred = in.pred_begin + in.S + 1;
   in.succ_begin = in.pred + in.E;
   in.succ = in.succ_begin + in.S + 1;
+  in.cut = in.succ + in.E;
+  in.grad_begin = in.cut + in.E;
+  in.grad = in.grad_begin + in.S + 1;
   return in;
 }
 

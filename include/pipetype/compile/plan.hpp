@@ -361,7 +361,7 @@ struct front_room {
   static constexpr int START = 2 * A + 5 + P;                 // counting sorts: limit() + 1, T + 3, P + 1
   static constexpr int ORDER = MIV > 2 * F::MX + 2 ? MIV : 2 * F::MX + 2;
   int owner[S + 1], posF[n + 1], posG[n + 1], last[n + 1], from[E + 1], to[E + 1], pred_begin[S + 2], pred[E + 1],
-      succ_begin[S + 2], succ[E + 1], fill[2 * S + 2];
+      succ_begin[S + 2], succ[E + 1], cut[E + 1], grad_begin[S + 2], grad[E + 1], fill[3 * S + 2];
   int pair[P * P + 1];
   int iv[5 * MIV];
   int of_buffer[2 * STRIDE];
@@ -387,6 +387,9 @@ struct static_lowering_input : lowering_shape {
   const decltype(R::pred)& pred;
   const decltype(R::succ_begin)& succ_begin;
   const decltype(R::succ)& succ;
+  const decltype(R::cut)& cut;
+  const decltype(R::grad_begin)& grad_begin;
+  const decltype(R::grad)& grad;
 };
 
 template <plan_shape Cap>
@@ -408,8 +411,9 @@ constexpr lowered_front<Cap> lower_front(const frozen_program<Cap>& f, const che
   scratch<R> room(1, unset);
   R& w = room[0];
   lowering_tables_in(p, f.actions, f.begin, c.tick, sh, w);
-  const static_lowering_input<Cap> in{sh,     f.actions, c.tick, f.begin,      w.owner, w.posF,       w.posG,
-                                      w.last, w.from,    w.to,   w.pred_begin, w.pred,  w.succ_begin, w.succ};
+  const static_lowering_input<Cap> in{sh,           f.actions, c.tick, f.begin,      w.owner,      w.posF,
+                                      w.posG,       w.last,    w.from, w.to,         w.pred_begin, w.pred,
+                                      w.succ_begin, w.succ,    w.cut,  w.grad_begin, w.grad};
   std::vector<comm_desc> comms;
   lower_communicators_in(in, opt.comms, comms, out.edge_comm, w.pair);
   int niv = 0, nx = 0;

@@ -148,7 +148,7 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
     for (std::size_t k = lane0.size(); copies && k < p.edges.size(); ++k) {
       const stage_edge e = lane0[k % lane0.size()];
       const int shift = static_cast<int>(k / lane0.size()) * L;
-      copies = p.edges[k] == stage_edge{e.from + shift, e.to + shift};
+      copies = p.edges[k] == stage_edge{e.from + shift, e.to + shift, e.detached};
     }
     if (!copies) {
       return fail(refusal(errc::invalid_graph,
@@ -174,8 +174,8 @@ constexpr check_result check_in(program_view p, const Acts& A, const Ints& beg, 
   if (graph) links = detail::links_of(p);
   const int* pred_begin = links.pred_begin.data();
   const int* pred = links.pred.data();
-  const int* succ_begin = links.succ_begin.data();
-  const int* succ = links.succ.data();
+  const int* succ_begin = links.grad_begin.data();  // consumers whose gradients a backward waits for
+  const int* succ = links.grad.data();
   const int n = S * m;
   const int N = static_cast<int>(p.actions.size());
   const int nplaced = static_cast<int>(p.stage_rank.size());

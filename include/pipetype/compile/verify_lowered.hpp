@@ -275,6 +275,7 @@ constexpr verdict verify_lowered_in(int P, int N, int C, int NL, const Ops& ops,
           const bool out = k >= ni + ng;
           const int pool = out ? (o.what == kind::F ? 0 : 1) : (k >= ni ? 1 : 0);
           const int slot = lists[h + 3 + k];
+          if (slot == -1 && out && o.what != kind::F) continue;  // no gradient back over a detached edge
           if (slot < 0 || slot >= nslots[pool])
             return at_op(errc::index_out_of_range, r, o, local, "buffer slot outside the rank's pool");
           const int u = 4 * (pool * slots + slot);

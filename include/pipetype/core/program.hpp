@@ -22,6 +22,13 @@
 // With c lanes and edges, each lane is a copy of one graph of L stages: the edges come lane by
 // lane, lane k's being lane 0's shifted by k·L in the same order (verify checks it), and
 // `lane_edges()` is lane 0's, the model's own graph (DualPipe over a stage graph).
+//
+// Detached edges (local learning): an edge may be `detached`: the consumer reads the producer's
+// output, but no gradient goes back over it. B/I(u,j) then waits for no consumer across it, the
+// lowering sends no gradient for it, and a stage none of whose consumers is across an attached
+// edge is a *loss* (`loss(s)`): it computes its own loss, as a chain's last stage does, while its
+// output still travels forward. A program whose edges are all detached (`local-1f1b`) lets every
+// stage run B right after F.
 #pragma once
 
 #include <algorithm>
@@ -39,8 +46,11 @@ namespace pipetype {
 struct stage_edge {
   int from = -1;
   int to = -1;
+  bool detached = false;  // activations only: no gradient comes back over it (local learning)
   friend constexpr bool operator==(const stage_edge&, const stage_edge&) = default;
 };
+/// The mark between an edge's stages in pipetype's text forms: `0>1`, or `0~1` when detached.
+constexpr char edge_mark(const stage_edge& e) noexcept { return e.detached ? '~' : '>'; }
 
 /// "No rank": the value of `invalid_rank` when every action went to a valid rank.
 inline constexpr int no_rank = -2147483647 - 1;
@@ -87,6 +97,22 @@ struct program_view {
       return true;
     }
     return (s + 1) % lane_length() == 0;
+  }
+  /// True when stage s computes a loss: no consumer sends it a gradient (the last stage of its
+  /// lane; with edges, a stage whose outgoing edges are all detached or that has none).
+  constexpr bool loss(int s) const noexcept {
+    if (has_edges()) {
+      for (const stage_edge& e : edges)
+        if (e.from == s && !e.detached) return false;
+      return true;
+    }
+    return lane_tail(s);
+  }
+  /// True when some edge is detached.
+  constexpr bool has_detached() const noexcept {
+    for (const stage_edge& e : edges)
+      if (e.detached) return true;
+    return false;
   }
   /// True when microbatch j runs through stage s.
   constexpr bool runs_through(int s, int j) const noexcept {
@@ -239,8 +265,8 @@ class program_builder {
   }
   /// Adds the edge from → to to the stage graph: the program's graph is then its edges, not the
   /// chain (verify checks them: graph/dag.hpp's rules).
-  constexpr program_builder& edge(int from, int to) {
-    edges_.push_back({from, to});
+  constexpr program_builder& edge(int from, int to, bool detached = false) {
+    edges_.push_back({from, to, detached});
     return *this;
   }
   /// The whole stage graph as edges (replacing any given before).
@@ -338,9 +364,10 @@ constexpr std::size_t key(int stage, int mb, int m) {
 }
 
 /// A stage graph as adjacency lists, in edge order: pred[pred_begin[s] .. pred_begin[s + 1])
-/// feed stage s; succ[succ_begin[s] ..) read it.
+/// feed stage s; succ[succ_begin[s] ..) read it; grad[grad_begin[s] ..) are the consumers that
+/// send s a gradient (succ without those across a detached edge: all of them when none is).
 struct stage_links {
-  std::vector<int> pred_begin, pred, succ_begin, succ;
+  std::vector<int> pred_begin, pred, succ_begin, succ, grad_begin, grad;
 };
 
 /// The adjacency lists of `stages` stages and `given` edges (those out of range left out).
@@ -368,6 +395,15 @@ constexpr stage_links links_of(int stages, std::span<const stage_edge> given) {
     out.pred[static_cast<std::size_t>(pn[static_cast<std::size_t>(e.to)]++)] = e.from;
     out.succ[static_cast<std::size_t>(sn[static_cast<std::size_t>(e.from)]++)] = e.to;
   }
+  out.grad_begin.assign(static_cast<std::size_t>(S + 1), 0);
+  for (const stage_edge& e : edges)
+    if (!e.detached) ++out.grad_begin[static_cast<std::size_t>(e.from + 1)];
+  for (int s = 0; s < S; ++s)
+    out.grad_begin[static_cast<std::size_t>(s + 1)] += out.grad_begin[static_cast<std::size_t>(s)];
+  out.grad.assign(static_cast<std::size_t>(out.grad_begin[static_cast<std::size_t>(S)]), 0);
+  std::vector<int> gn(out.grad_begin.begin(), out.grad_begin.end() - 1);
+  for (const stage_edge& e : edges)
+    if (!e.detached) out.grad[static_cast<std::size_t>(gn[static_cast<std::size_t>(e.from)]++)] = e.to;
   return out;
 }
 

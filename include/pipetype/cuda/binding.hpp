@@ -585,7 +585,8 @@ struct device_binding {
     call.stream = x.pair == 2 ? w.aux_native : compute_native;
     if (m)  // a lent stage reads its parameters where its gather put them (ctx.params)
       if (const std::byte* slot = held_slot(o.stage, m->param_slot)) call.set_params(slot);
-    if (outputs && o.what == kind::F && call.sink >= 0)  // a sink's output, kept
+    // a sink's output, kept (a local loss's output travels on: it has its slot)
+    if (outputs && o.what == kind::F && call.sink >= 0 && call.out == nullptr)
       call.out = outputs + outputs_at.at(call.sink, o.microbatch, w.p.microbatches);
     if (const weights& wg = w.wg; wg.plan.slot[i] >= 0) {
       call.weight_grad = wg.at(wg.plan.slot[i]);

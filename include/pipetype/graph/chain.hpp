@@ -10,7 +10,11 @@
 //                                      depth follows --ranks and --chunks)
 //
 // Both are stage graphs of graph/dag.hpp's kind, the chain 0 → 1 → … (`topology()`); a graph
-// with skip connections or several towers is a `dag`.
+// with skip connections or several towers is a `dag`. Local learning (every stage trained on a
+// loss of its own, no gradient between stages: schedules/local_1f1b.hpp) runs the chain with every
+// edge detached, 0 ~ 1 ~ …: `local_chain<S...>`, or `uniform_chain<S>(stages, pipetype::local_learning)`.
+// Every stage is then a loss: its forward writes ctx.loss and sends its output on, its backward
+// gets an empty grad_output (it seeds its own) and an empty grad_input (nothing goes back).
 //
 // The executor reads the stages through `for_each_stage(f)`, which calls f(index, stage&) in
 // chain order, and never copies them: parameters stay where the user put them.
@@ -64,6 +68,20 @@ class chain : public detail::stage_tuple<S...> {
   static constexpr stage_dag topology() { return chain_dag(stages); }
 };
 
+/// The chain with every edge detached (local learning; see the header comment).
+template <class... S>
+class local_chain : public chain<S...> {
+ public:
+  using chain<S...>::chain;
+  static constexpr stage_dag topology() { return local_chain_dag(chain<S...>::stages); }
+};
+
+/// Tag: a uniform_chain whose edges are all detached (local learning).
+struct local_learning_t {
+  explicit local_learning_t() = default;
+};
+inline constexpr local_learning_t local_learning{};
+
 template <class S>
 class uniform_chain {
   static_assert(detail::diagnose_stage<S>(), "pipetype::uniform_chain: the element must be a pipetype::stage");
@@ -72,9 +90,12 @@ class uniform_chain {
   using first_stage = S;
   uniform_chain() = default;
   explicit uniform_chain(std::vector<S> s) : stages_(std::move(s)) {}
+  uniform_chain(std::vector<S> s, local_learning_t) : stages_(std::move(s)), local_(true) {}
 
   int size() const noexcept { return static_cast<int>(stages_.size()); }
-  stage_dag topology() const { return chain_dag(size()); }
+  /// True when every edge is detached (local learning).
+  bool learns_locally() const noexcept { return local_; }
+  stage_dag topology() const { return local_ ? local_chain_dag(size()) : chain_dag(size()); }
   S& stage(int i) { return stages_.at(static_cast<std::size_t>(i)); }
   const S& stage(int i) const { return stages_.at(static_cast<std::size_t>(i)); }
   std::vector<S>& stages() noexcept { return stages_; }
@@ -85,6 +106,7 @@ class uniform_chain {
 
  private:
   std::vector<S> stages_;
+  bool local_ = false;
 };
 
 /// The stage types of a model, as a std::tuple (one entry per distinct position of a chain; the
@@ -95,6 +117,10 @@ struct stage_types {  // any other stage graph: its first stage type stands for 
 };
 template <class... S>
 struct stage_types<chain<S...>> {
+  using type = std::tuple<S...>;
+};
+template <class... S>
+struct stage_types<local_chain<S...>> {
   using type = std::tuple<S...>;
 };
 template <class S>

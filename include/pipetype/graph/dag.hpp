@@ -31,6 +31,14 @@
 //      without an outgoing edge is a loss (else its output reaches no loss) — checked only when
 //      sources / losses are declared; otherwise they are exactly those stages
 //
+// Detached edges (local learning: `{0, 1, true}`, or `detached_edge<0, 1>` in the type form):
+// stage b reads stage a's output, but no gradient goes back to a over it (b's grad_input for it is
+// empty, as a source's is). A stage none of whose outgoing edges carries a gradient back — all
+// detached — is then a loss: it computes a loss of its own (writes ctx.loss, gets targets) and
+// still sends its output forward. Rules 3 and 5 count attached edges only: a declared loss may
+// have detached outgoing edges, and (with losses declared) a stage whose outgoing edges are all
+// detached must be one, else no gradient reaches it (rule 6, `ungraded`).
+//
 // Order. `topological_order` lists the stages so that every producer comes before its consumers,
 // taking the lowest-numbered ready stage first, so a graph whose edges all go from lower to
 // higher numbers keeps the numbering (a chain is 0, 1, …). `predecessors` / `successors` list a
@@ -64,6 +72,13 @@ constexpr stage_dag chain_dag(int stages) {
   stage_dag g;
   g.stages = stages;
   for (int s = 0; s + 1 < stages; ++s) g.edges.push_back({s, s + 1});
+  return g;
+}
+
+/// The chain 0 ~ 1 ~ … ~ stages − 1 with every edge detached (local learning: each stage a loss).
+constexpr stage_dag local_chain_dag(int stages) {
+  stage_dag g = chain_dag(stages);
+  for (stage_edge& e : g.edges) e.detached = true;
   return g;
 }
 
@@ -102,7 +117,8 @@ enum class dag_rule {
   loss_with_output,
   cycle,
   unreached,
-  dead_end
+  dead_end,
+  ungraded
 };
 struct dag_fault {
   dag_rule rule = dag_rule::ok;
@@ -131,13 +147,16 @@ constexpr const char* dag_rule_text(dag_rule r) {
     case dag_rule::loss_not_a_stage:
       return "a declared loss is not a stage";
     case dag_rule::loss_with_output:
-      return "a loss stage has an outgoing edge";
+      return "a loss stage has an outgoing edge that is not detached (a gradient would come back to it)";
     case dag_rule::cycle:
       return "the stage graph has a cycle through this stage";
     case dag_rule::unreached:
       return "no edge comes into this stage and it is no source: no source reaches it";
     case dag_rule::dead_end:
       return "no edge leaves this stage and it is no loss: it reaches no loss";
+    case dag_rule::ungraded:
+      return "every edge out of this stage is detached, so no gradient comes back to it, and it is no loss: declare "
+             "it one (it computes its own) or attach an edge";
   }
   return "";
 }
@@ -191,6 +210,9 @@ constexpr dag_fault find_dag_fault(const stage_dag& g) {
   const auto out = [&](int s) {
     return links.succ_begin[static_cast<std::size_t>(s) + 1] - links.succ_begin[static_cast<std::size_t>(s)];
   };
+  const auto graded = [&](int s) {  // consumers that send s a gradient back
+    return links.grad_begin[static_cast<std::size_t>(s) + 1] - links.grad_begin[static_cast<std::size_t>(s)];
+  };
   std::vector<char> source, loss;  // declared
   source.assign(static_cast<std::size_t>(S), 0);
   loss.assign(static_cast<std::size_t>(S), 0);
@@ -201,7 +223,7 @@ constexpr dag_fault find_dag_fault(const stage_dag& g) {
   }
   for (int s : g.losses) {
     if (s < 0 || s >= S) return {dag_rule::loss_not_a_stage, s};
-    if (out(s) > 0) return {dag_rule::loss_with_output, s};
+    if (graded(s) > 0) return {dag_rule::loss_with_output, s};
     loss[static_cast<std::size_t>(s)] = 1;
   }
   const std::vector<int> order = link_order(links, S);
@@ -229,7 +251,8 @@ constexpr dag_fault find_dag_fault(const stage_dag& g) {
   }
   for (int s = 0; s < S; ++s) {
     if (!g.sources.empty() && in(s) == 0 && !source[static_cast<std::size_t>(s)]) return {dag_rule::unreached, s};
-    if (!g.losses.empty() && out(s) == 0 && !loss[static_cast<std::size_t>(s)]) return {dag_rule::dead_end, s};
+    if (!g.losses.empty() && graded(s) == 0 && !loss[static_cast<std::size_t>(s)])
+      return {out(s) == 0 ? dag_rule::dead_end : dag_rule::ungraded, s};
   }
   return {};
 }
@@ -266,8 +289,9 @@ constexpr std::vector<int> graph_placement(const stage_dag& g, int p) {
   return order;
 }
 
-/// Per stage, the edges on the longest path from it to a loss (stages taken in `order`,
-/// reversed; edges out of range ignored). O(S + E): each stage's consumers listed once.
+/// Per stage, the edges on the longest path from it to a loss that a gradient comes back along
+/// (stages taken in `order`, reversed; edges out of range ignored): 0 on a loss, so on every stage
+/// of a graph whose edges are all detached. O(S + E): each stage's consumers listed once.
 constexpr std::vector<int> depth_to_loss(const stage_dag& g, const std::vector<int>& order) {
   const int S = static_cast<int>(order.size());
   const stage_links links = links_of(S, g.edges);  // consumers in edge order, those out of range left out
@@ -275,8 +299,8 @@ constexpr std::vector<int> depth_to_loss(const stage_dag& g, const std::vector<i
   depth.assign(order.size(), 0);
   for (int k = S - 1; k >= 0; --k) {
     const auto s = static_cast<std::size_t>(order[static_cast<std::size_t>(k)]);
-    for (int x = links.succ_begin[s]; x < links.succ_begin[s + 1]; ++x)
-      depth[s] = std::max(depth[s], depth[static_cast<std::size_t>(links.succ[static_cast<std::size_t>(x)])] + 1);
+    for (int x = links.grad_begin[s]; x < links.grad_begin[s + 1]; ++x)
+      depth[s] = std::max(depth[s], depth[static_cast<std::size_t>(links.grad[static_cast<std::size_t>(x)])] + 1);
   }
   return depth;
 }
@@ -299,6 +323,11 @@ template <int From, int To>
 struct edge {
   static constexpr stage_edge value{From, To};
 };
+/// An edge that carries activations only: no gradient goes back (local learning).
+template <int From, int To>
+struct detached_edge {
+  static constexpr stage_edge value{From, To, true};
+};
 template <class... E>
 struct edges {};
 template <int... S>
@@ -312,6 +341,8 @@ template <class T>
 struct is_edge : std::false_type {};
 template <int F, int T>
 struct is_edge<edge<F, T>> : std::true_type {};
+template <int F, int T>
+struct is_edge<detached_edge<F, T>> : std::true_type {};
 
 template <class E>
 struct edge_list;
@@ -319,7 +350,7 @@ template <class... E>
 struct edge_list<edges<E...>> {
   static_assert((is_edge<E>::value && ...),
                 "pipetype::dag: every element of pipetype::edges<...> must be a "
-                "pipetype::edge<from, to>");
+                "pipetype::edge<from, to> or pipetype::detached_edge<from, to>");
   static constexpr std::size_t size = sizeof...(E);
   static constexpr stage_edge at(std::size_t k) {
     constexpr stage_edge all[] = {E::value..., stage_edge{}};
@@ -349,7 +380,8 @@ struct dag_rejected {
   static_assert(Rule != dag_rule::source_not_a_stage && Rule != dag_rule::loss_not_a_stage,
                 "pipetype::dag: sources<...> or losses<...> names a stage that does not exist");
   static_assert(Rule != dag_rule::source_with_input, "pipetype::dag: a stage in sources<...> has an incoming edge");
-  static_assert(Rule != dag_rule::loss_with_output, "pipetype::dag: a stage in losses<...> has an outgoing edge");
+  static_assert(Rule != dag_rule::loss_with_output,
+                "pipetype::dag: a stage in losses<...> has an outgoing edge that is not detached");
   static_assert(Rule != dag_rule::cycle,
                 "pipetype::dag: the stage graph has a cycle (through Stage in dag_rejected<..., Stage>)");
   static_assert(Rule != dag_rule::unreached,
@@ -358,6 +390,10 @@ struct dag_rejected {
   static_assert(Rule != dag_rule::dead_end,
                 "pipetype::dag: a stage reaches no loss: no edge leaves it and it is not in losses<...> (Stage in "
                 "dag_rejected<..., Stage>)");
+  static_assert(
+      Rule != dag_rule::ungraded,
+      "pipetype::dag: every edge out of a stage is a detached_edge, so no gradient comes back to it, and it is "
+      "not in losses<...> (Stage in dag_rejected<..., Stage>)");
   static constexpr bool value = Rule == dag_rule::ok;
 };
 

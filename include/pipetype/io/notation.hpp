@@ -20,7 +20,8 @@
 // line `lanes N` (pipetype's, not PyTorch's; `chains N`, its older spelling, reads the same) splits
 // the stage graph into N parallel lanes, as DualPipe's two directions (core/program.hpp). A line
 // `edges 0>1, 1>2, 0>2` (pipetype's too) gives the stage graph as edges instead of the chain: skip
-// connections, several towers (graph/dag.hpp; verify checks the graph's rules). With both, the
+// connections, several towers (graph/dag.hpp; verify checks the graph's rules); `0~1` is a
+// detached edge (activations only, no gradient back: local learning). With both, the
 // edges are every lane's, lane by lane (each a copy of lane 0's, shifted).
 //
 // Reading: `read_schedule(text)` gives every rank's steps in file order (core/step.hpp) and the
@@ -259,13 +260,14 @@ constexpr schedule_file read_schedule(std::string_view text, notation form = not
         stage_edge e;
         if (!parse_number(e.from, "expected an edge `A>B` (stage A feeds stage B) after `edges`")) break;
         skip_space();
-        if (at_end() || text[i] != '>') {
-          fail(line, col(), "expected `>` between the two stages of an edge: `edges 0>1, 1>2`");
+        if (at_end() || (text[i] != '>' && text[i] != '~')) {
+          fail(line, col(),
+               "expected `>` (or `~`, detached: no gradient back) between the two stages of an edge: `edges 0>1, 1>2`");
           break;
         }
-        ++i;
+        e.detached = text[i++] == '~';
         skip_space();
-        if (!parse_number(e.to, "expected the stage an edge goes to after `>`")) break;
+        if (!parse_number(e.to, "expected the stage an edge goes to after `>` or `~`")) break;
         f.edges.push_back(e);
         skip_space();
         more = !at_end() && text[i] == ',';

@@ -241,8 +241,8 @@ step_trace trace_of(program_view p, const timeline& t, const Latency& lat, const
         cross(fwd[detail::key(producer_stage, a.microbatch, m)], kind::F, producer_stage);
       }
     if (is_input_backward(a.what))  // and per consumer
-      for (int e = links.succ_begin[st]; e < links.succ_begin[st + 1]; ++e) {
-        const int consumer = links.succ[static_cast<std::size_t>(e)];
+      for (int e = links.grad_begin[st]; e < links.grad_begin[st + 1]; ++e) {  // (not over a detached edge)
+        const int consumer = links.grad[static_cast<std::size_t>(e)];
         cross(bwd[detail::key(consumer, a.microbatch, m)], kind::B, consumer);
       }
   }

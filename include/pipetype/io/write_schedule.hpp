@@ -299,6 +299,11 @@ inline std::string torch_load_note(const schedule_file& f, program_view p, csv_f
 
 namespace detail {
 inline void refuse_lanes(program_view p) {
+  if (p.has_detached())
+    throw std::invalid_argument(
+        "PyTorch's schedule files cannot express this schedule: its stage graph has detached edges (local "
+        "learning: every stage computes a loss of its own), and PyTorch's runtime computes a loss on the last stage "
+        "only");
   if (p.has_edges())
     throw std::invalid_argument(
         "PyTorch's schedule files cannot express this schedule: its stage graph is given as edges (not a chain), "
@@ -318,7 +323,8 @@ inline std::string text_head(program_view p) {
   if (p.has_edges()) {
     head += "edges";
     for (std::size_t k = 0; k < p.edges.size(); ++k)
-      head += (k ? ", " : " ") + std::to_string(p.edges[k].from) + ">" + std::to_string(p.edges[k].to);
+      head +=
+          (k ? ", " : " ") + std::to_string(p.edges[k].from) + edge_mark(p.edges[k]) + std::to_string(p.edges[k].to);
     head += "\n";
   }
   return head;

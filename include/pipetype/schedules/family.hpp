@@ -55,7 +55,7 @@ constexpr program over_graph(const program& chain, const stage_dag& g) {
   auto relabel = [&](int s) { return s - s % L + order[static_cast<std::size_t>(s % L)]; };
   std::vector<stage_edge> edges;
   for (int i = 0; i < c; ++i)
-    for (const stage_edge& e : g.edges) edges.push_back({e.from + i * L, e.to + i * L});
+    for (const stage_edge& e : g.edges) edges.push_back({e.from + i * L, e.to + i * L, e.detached});
   program_builder b{chain.ranks, chain.stages, chain.microbatches};
   b.lanes(c).graph(edges);
   for (int k = 0; k < chain.stages; ++k) {

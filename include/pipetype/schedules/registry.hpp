@@ -22,6 +22,7 @@
 #include "pipetype/schedules/family.hpp"
 #include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/interleaved_1f1b.hpp"
+#include "pipetype/schedules/local_1f1b.hpp"
 #include "pipetype/schedules/looped_bfs.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/v_half.hpp"
@@ -42,7 +43,7 @@ struct family_list {
 /// The built-in families, in the order tools list them.
 using builtin_families = family_list<gpipe_family, one_f_one_b_family, interleaved_1f1b_family, looped_bfs_family,
                                      zb_h1_family, zb_h2_family, zb_v_family, v_min_family, v_half_family,
-                                     dualpipe_v_family, dualpipe_family, zb_auto_family>;
+                                     dualpipe_v_family, dualpipe_family, zb_auto_family, local_one_f_one_b_family>;
 
 /// One family as a row of a run-time table.
 struct schedule_info {
@@ -53,6 +54,7 @@ struct schedule_info {
   const char* (*error)(int p, int m, int v) noexcept;  // the family's own size rules; nullptr when valid
   program (*make)(int p, int m, int v, const schedule_params& params);
   bool graphs = false;  // make() takes schedule_params::edges (a stage graph other than the chain)
+  bool local = false;   // local learning: its graph's edges are all detached, each stage a loss of its own
 };
 
 namespace detail {
@@ -64,10 +66,18 @@ constexpr bool takes_graphs() {
   else
     return false;
 }
+template <class F>
+constexpr bool learns_locally() {
+  if constexpr (requires { F::local; })
+    return F::local;
+  else
+    return false;
+}
 
 template <schedule_family... F>
 constexpr std::array<schedule_info, sizeof...(F)> infos_of(family_list<F...>) {
-  return {schedule_info{F::name, F::chunks, F::split, F::summary, &F::error, &F::make, takes_graphs<F>()}...};
+  return {schedule_info{F::name, F::chunks, F::split, F::summary, &F::error, &F::make, takes_graphs<F>(),
+                        learns_locally<F>()}...};
 }
 
 template <std::size_t N>
