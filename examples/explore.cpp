@@ -913,6 +913,13 @@ int print_all(const args& a) {
       skipped.emplace_back(std::string(s.name), e);
       continue;
     }
+    if (s.local && std::none_of(a.edges.begin(), a.edges.end(), [](const pt::stage_edge& e) { return e.detached; })) {
+      skipped.emplace_back(std::string(s.name),
+                           "local learning trains another objective (every stage a loss of its own): give --edges "
+                           "with detached edges (A~B), or run --schedule " +
+                               std::string(s.name) + " alone to see it beside 1f1b");
+      continue;
+    }
     if (const char* why = past_limits(a.ranks, a.microbatches, v, s.split, a.edges.size())) {
       skipped.emplace_back(std::string(s.name), std::string("too large: ") + why);
       continue;
@@ -1005,7 +1012,7 @@ int print_all(const args& a) {
   bool graph = false;
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const auto& [name, r] = rows[k];
-    graph = graph || r.plan.compute().has_edges();
+    graph = graph || (r.plan.compute().has_edges() && !a.edges.empty());
     if (!r.plan.ok()) {
       std::printf("%-18s rejected: %s\n", name.c_str(), pt::explain(r.plan.result).c_str());
       continue;
