@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace examples {
 
@@ -25,6 +26,13 @@ inline std::string json_number(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.9g", v);
   return b;
+}
+
+/// xs as a JSON array of json_number's.
+inline std::string json_numbers(const std::vector<double>& xs) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < xs.size(); ++k) out += (k ? ", " : "") + json_number(xs[k]);
+  return out + "]";
 }
 
 /// The most memory the process has held resident so far, in MiB (getrusage's ru_maxrss: KiB on Linux).

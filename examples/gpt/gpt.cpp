@@ -4,7 +4,7 @@
 //       --steps N [--rows R] [--chunks V] [--lr X] [--seq-lens a,b,...] [--eval] [--json] [--dump DIR]
 //       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--clip X] [--zero 1] [--save DIR] [--resume DIR]
 //       [--grad-dtype fp32|fp16|bf16] [--loss-scale dynamic] [--loss-scale-window K] [--initial-loss-scale X]
-//       [--offload none|auto|all] [--recompute none|auto|all]
+//       [--offload none|auto|all] [--recompute none|auto|all] [--local-losses]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
@@ -57,6 +57,13 @@
 // the most in use at once as the step ran (never above the plan's peak: high_water_within_plan),
 // the slots the same plan needs without actions, and the activation slots with the actions
 // (offloaded inputs leave theirs) and without.
+// --local-losses trains with local learning (docs/11 §11.4): every stage but the last gets a head of
+// its own (ln_f and an LM head, initialised as the model's), every stage is a loss, and no gradient
+// crosses a stage boundary: the plan runs over the chain with every edge detached (0~1~…), under
+// local-1f1b (F then B as each input arrives) or any other schedule. The first step's gradients are
+// compared with reference_step's local form (each stage's blocks, its head, its loss, the gradient
+// stopped at its input), bit for bit; loss_first and loss_last are the last stage's loss (the
+// model's), and --json adds local_losses_first and local_losses_last (each stage's).
 #include <pipetype/host.hpp>
 
 #include <cstdio>
@@ -76,7 +83,7 @@ constexpr const char* usage =
     "           [--json] [--dump DIR] [--corpus DIR] [--dp D] [--fsdp] [--buckets N] [--tie-embeddings]\n"
     "           [--clip X] [--zero 1] [--save DIR] [--resume DIR] [--grad-dtype fp32|fp16|bf16]\n"
     "           [--loss-scale dynamic] [--loss-scale-window K] [--initial-loss-scale X]\n"
-    "           [--offload none|auto|all] [--recompute none|auto|all]\n"
+    "           [--offload none|auto|all] [--recompute none|auto|all] [--local-losses]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
     "--clip X: scale the step's gradients to a global norm of at most X (GRAD_NORM over every rank)\n"
@@ -88,17 +95,29 @@ constexpr const char* usage =
     "            halved when a gradient of the step overflows (every rank skips that update), doubled\n"
     "            after K clean steps (--loss-scale-window K, default 1000); needs --grad-dtype fp16 or bf16\n"
     "--offload, --recompute: memory actions on each microbatch's stash and input (docs/13): copied to the\n"
-    "            host and back, or the stash rebuilt by running its forward again before the backward\n";
+    "            host and back, or the stash rebuilt by running its forward again before the backward\n"
+    "--local-losses: local learning: every stage a head (ln_f, LM head) and a loss of its own, no gradient\n"
+    "            between stages (every edge detached); any schedule, local-1f1b its own\n";
 
 constexpr examples::cli cli{"gpt", usage};
 using args = gpt::run_args;
 args parse(int argc, char** argv) {
-  return gpt::parse_run(argc, argv, cli, 1.0, [](args& a, const std::string& f, const std::string& v) {
+  args a = gpt::parse_run(argc, argv, cli, 1.0, [](args& x, const std::string& f, const std::string& v) {
     if (f != "--save" && f != "--resume") return false;
     if (v.empty()) cli.fail(f + " needs a directory");
-    (f == "--save" ? a.save : a.resume) = v;
+    (f == "--save" ? x.save : x.resume) = v;
     return true;
   });
+  if (a.local) {  // the local heads have no GPT-2 names, and each stage trains its own
+    if (a.tie)
+      cli.fail("--local-losses with --tie-embeddings: each stage's head is its own, none tied to the embedding");
+    if (!a.save.empty() || !a.resume.empty())
+      cli.fail(
+          "--local-losses with --save or --resume: a checkpoint holds GPT-2's tensors, not the stages' local heads");
+    if (!a.dump.empty())
+      cli.fail("--local-losses with --dump: PyTorch's check (check_gpt_dump.py) trains the model's one loss");
+  }
+  return a;
 }
 
 }  // namespace
@@ -111,8 +130,10 @@ extern template int train<pt::bfloat16>(run_args&, const examples::cli&);
 
 double evaluate_held(const run_args& a, const char_corpus& held, const model_params<float>& now, int stages,
                      bool& matches, const examples::cli& cli) {
-  const pt::runtime_plan eval_plan =
-      pt::build_plan(pt::forward_only_of(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks)));
+  pt::program forwards = pt::forward_only_of(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks));
+  // local-1f1b's own graph is the local chain: forwards only, it is the chain, through the model's head
+  if (forwards.view().has_detached()) forwards.edges.clear();
+  const pt::runtime_plan eval_plan = pt::build_plan(std::move(forwards));
   if (!eval_plan.ok()) cli.fail("the forward-only plan was rejected: " + pt::explain(eval_plan.result));
   std::vector<stage> parts;  // (float gradients: a forward-only plan makes none)
   for (int s = 0; s < stages; ++s) parts.emplace_back(a.model, s, stages, now);

@@ -12,12 +12,15 @@ namespace gpt {
 // ---------------------------------------------------------------------------------------------
 // The whole model, unpipelined
 
-/// Every part's flat vector: parameters, or gradients of the same layout.
+/// Every part's flat vector: parameters, or gradients of the same layout. Local learning
+/// (--local-losses, add_local_heads): the model cut into S stages, each but the last with a head of
+/// its own (ln_f and an LM head, the head's layout), trained on its own loss.
 template <class R>
 struct model_params {
   std::vector<R> embedding;
   std::vector<std::vector<R>> blocks;  // L of them
   std::vector<R> head;
+  std::vector<std::vector<R>> local_heads{};  // local learning: stage s's head, s = 0..S−2 (none otherwise)
 };
 
 inline model_params<float> init_model(const gpt_config& c, std::uint64_t seed) {
@@ -29,13 +32,21 @@ inline model_params<float> init_model(const gpt_config& c, std::uint64_t seed) {
   return p;
 }
 
-/// Zeroed vectors of the parameters' sizes.
+/// Local learning over `stages` stages: a head for each stage but the last (which has the model's),
+/// each initialised as the model's head is, from its own seed.
+inline void add_local_heads(model_params<float>& p, const gpt_config& c, int stages, std::uint64_t seed) {
+  p.local_heads.clear();
+  for (int s = 0; s + 1 < stages; ++s) p.local_heads.push_back(init_head(c, seed + 1 + static_cast<std::uint64_t>(s)));
+}
+
+/// Zeroed vectors of the parameters' sizes (with `local_heads` heads of local learning).
 template <class R>
-model_params<R> zero_params(const gpt_config& c) {
+model_params<R> zero_params(const gpt_config& c, std::size_t local_heads = 0) {
   model_params<R> p;
   p.embedding.assign(embedding_params(c), R{});
   p.blocks.assign(detail::z(c.layers), std::vector<R>(block_params(c), R{}));
   p.head.assign(head_params(c), R{});
+  p.local_heads.assign(local_heads, std::vector<R>(head_params(c), R{}));
   return p;
 }
 
@@ -46,6 +57,7 @@ model_params<To> convert(const model_params<From>& p) {
   q.embedding = cv(p.embedding);
   for (const auto& b : p.blocks) q.blocks.push_back(cv(b));
   q.head = cv(p.head);
+  for (const auto& h : p.local_heads) q.local_heads.push_back(cv(h));
   return q;
 }
 
@@ -73,17 +85,29 @@ inline std::vector<model_tensor> model_tensors(const gpt_config& c) {
   return out;
 }
 
+namespace detail {
+template <class P>
+auto& part_of(P& p, int part) {
+  const int L = static_cast<int>(p.blocks.size());
+  if (part == 0) return p.embedding;
+  if (part <= L) return p.blocks[z(part - 1)];
+  if (part > L + 1) return p.local_heads[z(part - L - 2)];
+  return p.head;
+}
+}  // namespace detail
+
+/// Part `part`: 0 the embedding, 1..L the blocks, L + 1 the head, then the local heads (part_count).
 template <class R>
 std::vector<R>& part_vector(model_params<R>& p, int part) {
-  if (part == 0) return p.embedding;
-  if (part <= static_cast<int>(p.blocks.size())) return p.blocks[detail::z(part - 1)];
-  return p.head;
+  return detail::part_of(p, part);
 }
 template <class R>
 const std::vector<R>& part_vector(const model_params<R>& p, int part) {
-  if (part == 0) return p.embedding;
-  if (part <= static_cast<int>(p.blocks.size())) return p.blocks[detail::z(part - 1)];
-  return p.head;
+  return detail::part_of(p, part);
+}
+template <class R>
+int part_count(const model_params<R>& p) {
+  return static_cast<int>(p.blocks.size() + p.local_heads.size()) + 2;
 }
 
 /// One microbatch: `rows` sequences of length t; ids and targets int32 [rows, t], packed.
@@ -124,6 +148,53 @@ struct runner {
 };
 }  // namespace detail
 
+namespace detail {
+/// reference_step under local learning (its comment says what).
+template <class R, class G>
+std::vector<double> local_step(const gpt_config& c, const model_params<R>& params, std::span<const microbatch> batch,
+                               model_params<G>& grads, std::size_t scale_tokens, double seed) {
+  const std::size_t L = z(c.layers), S = params.local_heads.size() + 1, m = batch.size();
+  std::size_t tokens = 0;
+  for (const microbatch& mb : batch) {
+    check_microbatch(c, mb);
+    tokens += z(c.rows) * z(mb.t);
+  }
+  const R loss_scale = R(seed) / R(static_cast<double>(scale_tokens > 0 ? scale_tokens : tokens));
+  grads = zero_params<G>(c, S - 1);
+  model_params<R> tmp = zero_params<R>(c, S - 1);
+  runner<R> run(c);
+  std::vector<double> sums(S * m, 0.0);
+  for (std::size_t j = 0; j < m; ++j) {
+    const microbatch& mb = batch[j];
+    const int t = mb.t;
+    embedding_forward(c, params.embedding.data(), mb.ids.data(), run.hidden[0].data(), run.emb_stash.data(), t);
+    for (std::size_t s = 0; s < S; ++s) {
+      const std::size_t b0 = s * L / S, b1 = (s + 1) * L / S;
+      for (std::size_t i = b0; i < b1; ++i)
+        block_forward(c, params.blocks[i].data(), run.hidden[i].data(), run.hidden[i + 1].data(),
+                      run.block_stash[i].data(), t);
+      const std::vector<R>& head = s + 1 == S ? params.head : params.local_heads[s];
+      std::vector<R>& head_grad = s + 1 == S ? tmp.head : tmp.local_heads[s];
+      sums[s * m + j] =
+          head_forward(c, head.data(), run.hidden[b1].data(), mb.targets.data(), run.head_stash.data(), t);
+      // this stage's backward, its gradient stopped at its input (the first block's input gradient unused)
+      head_backward(c, head.data(), run.hidden[b1].data(), loss_scale, run.grad_a.data(), run.head_stash.data(),
+                    head_grad.data(), t);
+      for (std::size_t i = b1; i-- > b0;) {
+        block_backward(c, params.blocks[i].data(), run.hidden[i].data(), run.grad_a.data(), run.grad_b.data(),
+                       run.block_stash[i].data(), tmp.blocks[i].data(), t);
+        std::swap(run.grad_a, run.grad_b);
+      }
+      if (s == 0)
+        embedding_backward(c, params.embedding.data(), mb.ids.data(), run.grad_a.data(), run.emb_stash.data(),
+                           tmp.embedding.data(), t);
+    }
+    for (int part = 0; part < part_count(tmp); ++part) add_into<G, R>(part_vector(grads, part), part_vector(tmp, part));
+  }
+  return sums;
+}
+}  // namespace detail
+
 /// Per-microbatch loss sums of a forward-only run (for evaluation).
 template <class R>
 std::vector<double> reference_forward(const gpt_config& c, const model_params<R>& params,
@@ -144,6 +215,11 @@ std::vector<double> reference_forward(const gpt_config& c, const model_params<R>
 /// (zeroed first, resized to the parameters' shapes) in microbatch order, in G: each rounded to G,
 /// then summed in G (float16 gradients, as the pipelined step sums them). Returns the
 /// per-microbatch loss sums (loss = Σ sums · loss_scale).
+///
+/// Local learning (params.local_heads not empty: S = local_heads + 1 stages, stage s holding blocks
+/// [s·L/S, (s+1)·L/S) as examples/gpt's stages do): each stage's blocks then its own head (the last
+/// stage's: the model's), each stage's loss seeded with loss_scale and its gradient stopped at the
+/// stage's input. Returns the loss sums stage by stage: stage s, microbatch j at s·m + j.
 template <class R, class G = R>
 std::vector<double> reference_step(const gpt_config& c, const model_params<R>& params,
                                    std::span<const microbatch> batch, model_params<G>& grads,
@@ -151,8 +227,9 @@ std::vector<double> reference_step(const gpt_config& c, const model_params<R>& p
   validate(c);
   const std::size_t L = detail::z(c.layers);
   if (params.blocks.size() != L || params.embedding.size() != embedding_params(c) ||
-      params.head.size() != head_params(c))
+      params.head.size() != head_params(c) || params.local_heads.size() >= std::max<std::size_t>(L, 1))
     throw std::invalid_argument("reference_step: parameters do not match the config");
+  if (!params.local_heads.empty()) return detail::local_step<R, G>(c, params, batch, grads, scale_tokens, seed);
   std::size_t tokens = 0;
   for (const microbatch& mb : batch) {
     detail::check_microbatch(c, mb);
@@ -197,7 +274,8 @@ std::span<R> tied_in_head(std::vector<R>& head, const gpt_config& c) {
 /// (reference_step, scaled by the whole batch's tokens); with `tied`, a replica's wte and lm_head
 /// gradients are both set to their sum (wte's first); then the replicas' sums are added in replica
 /// order, from replica 0's; all of it in G, the step's loss seeded with `seed` (reference_step).
-/// Returns the per-microbatch loss sums of the whole batch.
+/// Returns the per-microbatch loss sums of the whole batch (local learning: each replica's stage by
+/// stage, replica after replica).
 template <class R, class G = R>
 std::vector<double> reference_step_dp(const gpt_config& c, const model_params<R>& params,
                                       std::span<const microbatch> batch, int replicas, bool tied,
@@ -225,9 +303,8 @@ std::vector<double> reference_step_dp(const gpt_config& c, const model_params<R>
       grads = one;
       continue;
     }
-    add_into<G, G>(grads.embedding, one.embedding);
-    for (std::size_t i = 0; i < grads.blocks.size(); ++i) add_into<G, G>(grads.blocks[i], one.blocks[i]);
-    add_into<G, G>(grads.head, one.head);
+    for (int part = 0; part < part_count(grads); ++part)
+      add_into<G, G>(part_vector(grads, part), part_vector(one, part));
   }
   return sums;
 }

@@ -30,7 +30,7 @@
 /// string literals joined at compile time).
 #define GPT_RUN_FLAGS_HELP                                                                                     \
   "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, " \
-  "zb-auto\n"                                                                                                  \
+  "zb-auto, local-1f1b (with --local-losses)\n"                                                                \
   "--ranks P, --microbatches M, --chunks V: the plan's sizes (defaults 4, 8, and the schedule's own chunks)\n" \
   "--layers L, --heads H, --width C, --seq T: the decoder's blocks, attention heads, width and context\n"      \
   "            (defaults 4, 4, 64, 64); --rows R: sequences per microbatch (default 4)\n"                      \
@@ -54,6 +54,7 @@ struct run_args {
   int ranks = 4, microbatches = 8, chunks = 0, steps = 200, dp = 1, buckets = 1;
   int intra = 1;  // torch_gpt: LibTorch's intra-op threads
   bool fsdp = false, tie = false;
+  bool local = false;  // examples/gpt's --local-losses: local learning, a head and a loss on every stage
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
   gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
@@ -80,8 +81,12 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     cli.help(f);
-    if (f == "--json" || f == "--eval" || f == "--fsdp" || f == "--tie-embeddings") {
-      (f == "--json" ? a.json : f == "--eval" ? a.eval : f == "--fsdp" ? a.fsdp : a.tie) = true;
+    if (f == "--json" || f == "--eval" || f == "--fsdp" || f == "--tie-embeddings" || f == "--local-losses") {
+      (f == "--json"           ? a.json
+       : f == "--eval"         ? a.eval
+       : f == "--fsdp"         ? a.fsdp
+       : f == "--local-losses" ? a.local
+                               : a.tie) = true;
       continue;
     }
     if (i + 1 >= argc) cli.fail(f.rfind("--", 0) == 0 ? f + " needs a value" : "unknown argument '" + f + "'");
@@ -189,13 +194,21 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
   return a;
 }
 
-/// The run's plan, or one sentence and exit 2.
+/// The run's plan, or one sentence and exit 2. With --local-losses the schedule runs over the
+/// local chain 0~1~… (every edge detached: local learning), which local-1f1b needs.
 inline pt::runtime_plan make_run_plan(run_args& a, const examples::cli& cli) {
   const pt::schedule_info* info = pt::find_schedule(a.schedule);
   if (info) a.chunks = pt::default_chunks(*info, a.chunks);
   if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, a.chunks)) cli.fail(e);
+  if (info->local && !a.local)
+    cli.fail("--schedule " + a.schedule + " trains every stage on a loss of its own: give --local-losses too");
   try {
-    pt::runtime_plan plan = pt::build_plan(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks));
+    pt::schedule_params params;
+    if (a.local) {  // the model's stages (one lane's), each its own loss
+      const pt::program one = pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks);
+      params.edges = pt::local_chain_dag(one.view().lane_length()).edges;
+    }
+    pt::runtime_plan plan = pt::build_plan(pt::make_schedule(a.schedule, a.ranks, a.microbatches, a.chunks, params));
     if (!plan.ok()) cli.fail("the schedule was rejected: " + pt::explain(plan.result));
     return plan;
   } catch (const std::invalid_argument& e) {
@@ -245,6 +258,7 @@ inline run_start start_run(run_args& a, int stages, const examples::cli& cli) {
              " stages with whole blocks");
   if (a.tie && stages < 2) cli.fail("--tie-embeddings needs at least two stages (the embedding's and the LM head's)");
   r.initial = init_model(c, 1234);
+  if (a.local) add_local_heads(r.initial, c, stages, 1234);
   if (a.tie)  // one parameter, two copies: the LM head starts as the token embedding
     std::copy(tied_in_embedding(r.initial.embedding, c).begin(), tied_in_embedding(r.initial.embedding, c).end(),
               tied_in_head(r.initial.head, c).begin());
@@ -301,7 +315,7 @@ struct step_data {
   pt::batch batch;
 };
 
-inline void draw(step_data& d, const char_corpus& corpus, const run_args& a, int step) {
+inline void draw(step_data& d, const char_corpus& corpus, const run_args& a, int step, int sinks = 1) {
   const gpt_config& c = a.model;
   const std::size_t slot = token_capacity(c);
   d.mbs.clear();
@@ -323,7 +337,8 @@ inline void draw(step_data& d, const char_corpus& corpus, const run_args& a, int
     d.tokens += mb.ids.size();
   }
   d.batch.clear();
-  d.batch.input(d.no_hidden).input(d.ids).target(d.targets);
+  d.batch.input(d.no_hidden).input(d.ids);
+  for (int k = 0; k < sinks; ++k) d.batch.target(d.targets);  // (local learning: every stage is a sink)
   d.batch.lengths(d.lens, static_cast<std::size_t>(c.seq));
   d.batch.scale(pt::loss_scaling::per(static_cast<double>(d.tokens)));
 }

@@ -31,6 +31,10 @@
 // is computed in float into a per-thread scratch and rounded to G as it is handed over, and
 // pipetype sums the microbatches, the tie and the replicas in G, as reference_step does; the
 // parameters, activations and Adam stay float (mixed precision's master weights).
+// Local learning (--local-losses: the model's params carry local heads, add_local_heads): every
+// stage but the last has a head of its own after its blocks, in the head's layout, and is a loss:
+// its forward sends its last block's output on and writes its head's loss, its backward starts
+// from that loss and writes no input gradient (pipetype gives it none: the edges are detached).
 // The backward is split (backward_input, backward_weight) so that the zero-bubble schedules run
 // it; everything a microbatch's backward needs, including the gradients I leaves for W, lives in
 // its stash, so DualPipe's two directions may run one stage object at once.
@@ -87,12 +91,14 @@ class basic_stage {
   struct lending {
     int dp = 1, replica = 0;
     std::shared_ptr<std::vector<float>> initial;
+    bool local = false;  // local learning: a head on every stage
   };
   static constexpr bool lends_parameters = true;
 
   /// Stage `index` of `stages`, its parameters taken from the whole model's `params`.
   basic_stage(const gpt_config& c, int index, int stages, const model_params<float>& params)
-      : basic_stage(c, index, stages, flat_parameters(c, index, stages, params), {}) {}
+      : basic_stage(c, index, stages, flat_parameters(c, index, stages, params),
+                    lending{1, 0, nullptr, !params.local_heads.empty()}) {}
   /// The same, its parameters lent to pipetype (see `lending`).
   basic_stage(const gpt_config& c, int index, int stages, const lending& l)
       : basic_stage(c, index, stages, std::vector<float>{}, l) {}
@@ -106,7 +112,10 @@ class basic_stage {
     auto take = [&](const std::vector<float>& part) { out.insert(out.end(), part.begin(), part.end()); };
     if (index == 0) take(params.embedding);
     for (int k = 0; k < n; ++k) take(params.blocks[static_cast<std::size_t>(b0 + k)]);
-    if (index == stages - 1) take(params.head);
+    if (index == stages - 1)
+      take(params.head);
+    else if (!params.local_heads.empty())
+      take(params.local_heads.at(static_cast<std::size_t>(index)));
     return out;
   }
 
@@ -117,7 +126,13 @@ class basic_stage {
                                   " stages of whole blocks (give --layers at least the plan's stages)");
   }
   basic_stage(const gpt_config& c, int index, int stages, std::vector<float> own, const lending& l)
-      : c_(c), first_(index == 0), last_(index == stages - 1), params_(std::move(own)), initial_(l.initial) {
+      : c_(c),
+        first_(index == 0),
+        last_(index == stages - 1),
+        head_(last_ || l.local),
+        index_(index),
+        params_(std::move(own)),
+        initial_(l.initial) {
     check_stages(c, stages);
     block0_ = index * c.layers / stages;
     blocks_ = (index + 1) * c.layers / stages - block0_;
@@ -132,7 +147,7 @@ class basic_stage {
     emb_stash_ = grad_buf_ + 2 * A;
     block_stash_ = emb_stash_ + (first_ ? embedding_stash_floats(c) : 0);
     head_stash_ = block_stash_ + static_cast<std::size_t>(blocks_) * block_stash_floats(c);
-    stash_size_ = head_stash_ + (last_ ? head_stash_floats(c) : 0);
+    stash_size_ = head_stash_ + (head_ ? head_stash_floats(c) : 0);
   }
 
  public:
@@ -170,13 +185,17 @@ class basic_stage {
       x = act(s, 0);
     }
     for (int k = 0; k < blocks_; ++k) {
-      float* y = k == blocks_ - 1 && !last_ ? c.output.template get<0>().data() : act(s, k + 1);
+      float* y = k == blocks_ - 1 && !head_ ? c.output.template get<0>().data() : act(s, k + 1);
       block_forward(c_, param(c, block_offset(k)), x, y,
                     s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
       x = y;
     }
-    if (last_)
-      *c.loss = static_cast<float>(head_forward(c_, param(c, head_offset()), x, c.target.data(), s + head_stash_, t));
+    if (!head_) return;
+    if (!last_) {  // local learning: the output travels on, and this stage's head reads it too
+      const std::span<float> out = c.output.template get<0>();
+      std::copy(x, x + out.size(), out.begin());
+    }
+    *c.loss = static_cast<float>(head_forward(c_, param(c, head_offset()), x, c.target.data(), s + head_stash_, t));
   }
 
   void backward_input(const pt::backward_ctx<basic_stage>& c) {
@@ -186,13 +205,15 @@ class basic_stage {
     float* bufs[2] = {s + grad_buf_, s + grad_buf_ + activation_floats(c_)};
     int next = 0;  // the buffer the next gradient goes to
     const float* g = c.grad_output.template get<0>().data();
-    if (last_) {
+    if (head_) {
       head_backward_input(c_, param(c, head_offset()), act(s, blocks_), c.loss_scale, bufs[next], s + head_stash_, t);
       g = bufs[next];
       next ^= 1;
     }
+    // (a detached input, local learning: no gradient is sent back, the first block's goes to a buffer)
+    const bool sends = !first_ && !c.grad_input.template get<0>().empty();
     for (int k = blocks_ - 1; k >= 0; --k) {
-      float* gin = k == 0 && !first_ ? c.grad_input.template get<0>().data() : bufs[next];
+      float* gin = k == 0 && sends ? c.grad_input.template get<0>().data() : bufs[next];
       block_backward_input(c_, param(c, block_offset(k)), block_input(c, k), g, gin,
                            s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
       g = gin;
@@ -208,7 +229,7 @@ class basic_stage {
     // the last layer first, as the backward's data flows: each layer's weight gradient depends on
     // its stash only, so the order changes no bit, and with buckets (c.buckets()) each bucket is
     // released for its reduction once every layer it covers is written
-    if (last_) {
+    if (head_) {
       const std::size_t at = head_offset();
       head_backward_weight(c_, param(c, at), act(s, blocks_), s + head_stash_, grad_out(c, at, head_params(c_)), t);
       written(c, at, head_params(c_));
@@ -293,7 +314,10 @@ class basic_stage {
     };
     if (first_) put(into.embedding, 0);
     for (int k = 0; k < blocks_; ++k) put(into.blocks[static_cast<std::size_t>(block0_ + k)], block_offset(k));
-    if (last_) put(into.head, head_offset());
+    if (last_)
+      put(into.head, head_offset());
+    else if (head_)
+      put(into.local_heads.at(static_cast<std::size_t>(index_)), head_offset());
   }
 
  private:
@@ -362,7 +386,8 @@ class basic_stage {
   }
 
   gpt_config c_;
-  bool first_, last_;
+  bool first_, last_, head_;  // head_: the model's head (last_), or a local one
+  int index_ = 0;
   int block0_ = 0, blocks_ = 0;
   std::vector<float> params_, m_, v_;  // m_, v_: Adam's, over own_
   std::vector<G> grads_;

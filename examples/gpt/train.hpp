@@ -226,6 +226,20 @@ struct loss_scaler {
 double evaluate_held(const run_args& a, const char_corpus& held, const model_params<float>& now, int stages,
                      bool& matches, const examples::cli& cli);
 
+/// Local learning: the last stage's part of the step's objective (the model's own loss), and
+/// every stage's, each f · Σ_j its losses summed in double in microbatch order.
+inline double sink_objective(const pt::step_losses& l, int sink) {
+  double sum = 0;
+  for (int j = 0; j < l.microbatches; ++j) sum += static_cast<double>(l.at(sink, j));
+  return l.scale * sum;
+}
+inline double last_sink_objective(const pt::step_losses& l) { return sink_objective(l, l.sinks - 1); }
+inline std::vector<double> local_objectives(const pt::step_losses& l) {
+  std::vector<double> out;
+  for (int s = 0; s < l.sinks; ++s) out.push_back(sink_objective(l, s));
+  return out;
+}
+
 /// The run (gpt.cpp's header); its exit code.
 template <class G>
 int train(run_args& a, const examples::cli& cli) {
@@ -266,10 +280,12 @@ int train(run_args& a, const examples::cli& cli) {
     std::vector<stage_t> stages;
     for (int s = 0; s < S; ++s)
       if (lend)
-        stages.emplace_back(c, s, S, typename stage_t::lending{a.dp, r, shared_initial[static_cast<std::size_t>(s)]});
+        stages.emplace_back(c, s, S,
+                            typename stage_t::lending{a.dp, r, shared_initial[static_cast<std::size_t>(s)], a.local});
       else
         stages.emplace_back(c, s, S, initial);
-    replicas.push_back(&models.emplace_back(std::move(stages)));
+    replicas.push_back(a.local ? &models.emplace_back(std::move(stages), pt::local_learning)
+                               : &models.emplace_back(std::move(stages)));
   }
   model_t& model = models.front();
   if (a.zero > 0)  // ZeRO-1: each replica's moments for its shard, Adam in the step's OPT_STEPs
@@ -331,9 +347,10 @@ int train(run_args& a, const examples::cli& cli) {
 
   if (!a.json)
     std::printf(
-        "gpt: %d layers, %d heads, width %d, vocab %d, seq %d; %s on %d ranks, %d stages, %d microbatches of %d "
+        "gpt: %d layers, %d heads, width %d, vocab %d, seq %d; %s on %d ranks, %d stages%s, %d microbatches of %d "
         "rows%s%s\n",
-        c.layers, c.heads, c.width, c.vocab, c.seq, a.schedule.c_str(), plan.compute().ranks, S, m, c.rows,
+        c.layers, c.heads, c.width, c.vocab, c.seq, a.schedule.c_str(), plan.compute().ranks, S,
+        a.local ? " (local learning: a head and a loss each)" : "", m, c.rows,
         meshed ? (" × " + std::to_string(a.dp) + " replicas" + (a.fsdp ? " (FSDP)" : "") +
                   (a.tie ? ", tied embeddings" : "") + (memory ? ", memory actions" : ""))
                      .c_str()
@@ -343,6 +360,7 @@ int train(run_args& a, const examples::cli& cli) {
 
   step_data d;
   double loss_first = 0, loss_last = 0, max_diff = 0;
+  std::vector<double> local_first, local_last;  // --local-losses: each stage's loss, first and last step
   bool grads_match = false, replicas_agree = true, tied_equal = true;
   double norm_first = 0;     // --clip: the first step's GRAD_NORM
   bool norm_matches = true;  // ... bitwise the reference gradients' norm summed in GRAD_NORM's order
@@ -352,7 +370,7 @@ int train(run_args& a, const examples::cli& cli) {
   std::vector<double> step_ms;
   double reference_ms = 0;
   for (int step = 1; step <= a.steps; ++step) {
-    draw(d, corpus, a, first_step + step);
+    draw(d, corpus, a, first_step + step, a.local ? S : 1);
     const double loss_scale = a.dynamic_scale ? scaler.scale() : 1;
     if (a.dynamic_scale) {  // the loss seeded with S: the batch's objective is S × the mean
       d.batch.scale(pt::loss_scaling::per(static_cast<double>(d.tokens) / loss_scale));
@@ -362,7 +380,12 @@ int train(run_args& a, const examples::cli& cli) {
     const auto t0 = std::chrono::steady_clock::now();
     const pt::step_losses& l = run_step(d.batch);
     step_ms.push_back(since_ms(t0));
-    const double loss = l.objective() / loss_scale;  // (exact: S is a power of two)
+    // (exact: S is a power of two). Local learning: the model's own loss, its last stage's
+    const double loss = (a.local ? last_sink_objective(l) : l.objective()) / loss_scale;
+    if (a.local) {
+      local_last = local_objectives(l);
+      if (step == 1) local_first = local_last;
+    }
     const bool finite = !a.dynamic_scale || mex->gradients_finite();
     if (step == 1) {
       loss_first = loss;
@@ -379,11 +402,11 @@ int train(run_args& a, const examples::cli& cli) {
       reference_ms = since_ms(r0);
       if (!a.fsdp && a.zero == 0) replicas_agree = gpt::replicas_agree(models);  // each holds the whole sum
       gather_shards(models, a, true);
-      model_params<float> grads = zero_params<float>(c);
+      model_params<float> grads = zero_params<float>(c, initial.local_heads.size());
       for (const stage_t& s : model.stages()) s.gather(grads, true);
       grads_match = true;
       bool all_finite = true;
-      for (int part = 0; part <= c.layers + 1; ++part) {
+      for (int part = 0; part < part_count(grads); ++part) {
         const std::vector<float>& x = part_vector(grads, part);
         const std::vector<float>& y = part_vector(ref_grads, part);
         grads_match = grads_match && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
@@ -485,8 +508,9 @@ int train(run_args& a, const examples::cli& cli) {
   double eval_loss = 0;
   bool eval_matches = true;
   if (a.eval) {
-    model_params<float> now = zero_params<float>(c);
+    model_params<float> now = zero_params<float>(c, initial.local_heads.size());
     for (const stage_t& s : model.stages()) s.gather(now, false);
+    now.local_heads.clear();  // local learning: the held-back text through the model's own head
     eval_loss = evaluate_held(a, held, now, S, eval_matches, cli);
   }
 
@@ -517,6 +541,9 @@ int train(run_args& a, const examples::cli& cli) {
                   norm_matches ? "true" : "false", clipped);
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
+    if (a.local)
+      std::printf(", \"local_losses\": true, \"local_losses_first\": %s, \"local_losses_last\": %s",
+                  examples::json_numbers(local_first).c_str(), examples::json_numbers(local_last).c_str());
     if (mem) mem->print_json();
     if (lent) lent->print_json();
     std::printf(", \"peak_rss_mib\": %.1f}\n", examples::peak_rss_mib());
@@ -524,8 +551,13 @@ int train(run_args& a, const examples::cli& cli) {
     if (a.eval)
       std::printf("held-back text under the forward-only plan: loss %.4f (%s the unpipelined forward's)\n", eval_loss,
                   eval_matches ? "bitwise" : "DIFFERENT from");
-    std::printf("first step's gradients %s the unpipelined run's (max |diff| %.3g)\n",
-                grads_match ? "are bitwise" : "DIFFER from", max_diff);
+    if (a.local) {
+      std::printf("local losses, stage by stage (the loss above is the last stage's, the model's):");
+      for (std::size_t s = 0; s < local_last.size(); ++s) std::printf(" %.4f -> %.4f", local_first[s], local_last[s]);
+      std::printf("\n");
+    }
+    std::printf("first step's gradients %s the unpipelined run's%s (max |diff| %.3g)\n",
+                grads_match ? "are bitwise" : "DIFFER from", a.local ? " of the same local objectives" : "", max_diff);
     if (meshed && !a.fsdp && a.zero == 0 && a.dp > 1)
       std::printf("every replica's gradients %s\n", replicas_agree ? "are bitwise the same" : "DIFFER");
     if (a.tie)

@@ -275,6 +275,7 @@ int main(int argc, char** argv) try {
   if (a.zero > 0) cli.fail("--zero is examples/gpt's: torch_gpt's optimizer runs after the step, on every replica");
   if (a.grad_dtype != "fp32" || a.dynamic_scale)
     cli.fail("--grad-dtype and --loss-scale are examples/gpt's: torch_gpt's gradients are LibTorch's float tensors");
+  if (a.local) cli.fail("--local-losses is examples/gpt's: torch_gpt's modules have one head, on the last stage");
   at::set_num_threads(a.intra);
   const pt::runtime_plan plan = gpt::make_run_plan(a, cli);
   const int S = plan.compute().lane_length(), m = plan.compute().microbatches;
