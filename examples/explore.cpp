@@ -11,6 +11,7 @@
 //                     [--dp-alpha-ms A] [--opt-gbps G]]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
 //                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
+//                    [--lengths FILE --token-cap N [--attention-at T]]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -93,6 +94,14 @@
 // step with memory actions is the one over the replicas: lowered and proved with its collectives
 // and copy streams together, and timed against the same mesh step without the actions (zb-auto's
 // search under L stays with one replica).
+// --lengths FILE (one sequence length per line) with --token-cap N packs a step's sequences into
+// microbatches of at most N tokens instead of --microbatches, a sequence of t tokens costing
+// t + t²/T token units (--attention-at T: the length whose attention part costs what the rest
+// does; N by default), so that --cost-f and --cost-b are those of one sequence of N tokens
+// (schedules/balance.hpp). It reports the arrival order's packing (each sequence into the open
+// microbatch while N allows) and the balanced one (the longest-processing-time rule under the cap,
+// in the order that simulates shortest), each under the schedule, and the rest of the report is the
+// balanced step's (balance.* in JSON: arrival_makespan, balanced_makespan, ratio).
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -109,6 +118,7 @@
 #include <string>
 #include <vector>
 
+#include "lengths_file.hpp"
 #include "plain_number.hpp"
 #include "read_text.hpp"
 #include "write_file.hpp"
@@ -161,6 +171,10 @@ struct args {
   double act_mb = 0, input_mb = -1, pcie_gbps = 0,
          act_limit_mb = 0;   // --act-mb, --input-mb, --pcie-gbps, --act-limit-mb
   double offload_share = 1;  // --offload-share
+  std::string lengths_file;  // --lengths
+  std::vector<int> lengths;  // its lengths (read by parse)
+  long long token_cap = 0;   // --token-cap
+  double attention_at = -1;  // --attention-at (-1: not given: the token cap)
   bool has_layout() const { return !layout_text.empty(); }
   /// Memory actions asked for (or their sizes given): the step is planned with them.
   bool memory() const {
@@ -179,6 +193,7 @@ constexpr const char* usage =
     "          --dp-gbps B [--dp-alpha-ms A] [--opt-gbps G]]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
+    "         [--lengths FILE --token-cap N [--attention-at T]]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
     "zb-auto, local-1f1b, all\n";
 
@@ -272,6 +287,13 @@ args parse(int argc, char** argv) {
       a.costs.w = to_number(flag, v, false);
     } else if (flag == "--cost-comm")
       a.costs.comm = to_number(flag, v, false);
+    else if (flag == "--lengths") {
+      if (v.empty()) usage_error("--lengths needs a file (one sequence length per line)");
+      a.lengths_file = v;
+    } else if (flag == "--token-cap")
+      a.token_cap = static_cast<long long>(to_number(flag, v, true));
+    else if (flag == "--attention-at")
+      a.attention_at = to_number(flag, v, false);
     else if (flag == "--rank-speed")
       a.rank_speed = to_numbers(flag, v);
     else if (flag == "--microbatch-scale")
@@ -400,6 +422,23 @@ args parse(int argc, char** argv) {
     usage_error("--offload-share is a share of the offloads: give --offload all or auto too");
   if (a.input_mb > a.act_mb) usage_error("--input-mb is part of the saved activation: at most --act-mb");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
+  if (a.lengths_file.empty() != (a.token_cap == 0))
+    usage_error(a.lengths_file.empty() ? "--token-cap packs the sequences of --lengths FILE: give it too"
+                                       : "--lengths packs sequences under a token cap: give --token-cap N (N >= 1)");
+  if (a.attention_at >= 0 && a.lengths_file.empty())
+    usage_error("--attention-at prices the sequences of --lengths FILE: give it too");
+  if (!a.lengths_file.empty()) {
+    if (a.token_cap < 1 || a.token_cap > (1LL << 30)) usage_error("--token-cap is a whole number in [1, 2^30]");
+    if (a.microbatches_given || !a.microbatch_scale.empty())
+      usage_error("--lengths packs the microbatches itself: drop --microbatches and --microbatch-scale");
+    if (!a.file.empty() || a.schedule == "all" || a.has_layout())
+      usage_error("--lengths packs for one --schedule NAME (not with --file, --schedule all or --layout yet)");
+    std::string why;
+    const std::optional<std::vector<int>> read = examples::read_lengths(a.lengths_file, a.token_cap, why);
+    if (!read) usage_error("--lengths " + why);
+    a.lengths = *read;
+    if (a.attention_at < 0) a.attention_at = static_cast<double>(a.token_cap);
+  }
   if (a.ranks > pt::limits::ranks || a.microbatches > pt::limits::microbatches || a.chunks > 64)
     usage_error("--ranks is at most " + std::to_string(pt::limits::ranks) + ", --microbatches at most " +
                 std::to_string(pt::limits::microbatches) + " (pipetype::limits) and --chunks at most 64");
@@ -448,10 +487,11 @@ std::string json_array(const Range& v, F f) {
 
 /// A built-in schedule for the arguments (zb-auto searches with the given costs and limit, and
 /// under --layout each stage weighs its layers); throws std::invalid_argument when there is none.
+pt::schedule_params schedule_params_of(const args& a) {
+  return {a.costs, a.mem_limit, a.rank_speed, a.microbatch_scale, a.placement, a.edges, pt::layout_weights(a.layout)};
+}
 pt::program make(std::string_view name, const args& a, int v) {
-  return pt::make_schedule(
-      name, a.ranks, a.microbatches, v,
-      {a.costs, a.mem_limit, a.rank_speed, a.microbatch_scale, a.placement, a.edges, pt::layout_weights(a.layout)});
+  return pt::make_schedule(name, a.ranks, a.microbatches, v, schedule_params_of(a));
 }
 
 /// Stages per rank of a model share (DualPipe holds the model twice, one lane each); `fallback`
@@ -575,6 +615,42 @@ std::optional<versus_attached> local_versus(const result& r, const args& a) {
   const std::vector<double> peaks = peaks_of(attached, one.plan, 1);
   const double most = peaks.empty() ? 0.0 : *std::max_element(peaks.begin(), peaks.end());
   return versus_attached{one.t.makespan(), most, r.t.makespan() / one.t.makespan()};
+}
+
+/// --lengths: the step's sequences, both packings and their steps as evaluate() models them (the
+/// balanced one is the report's own step, `balanced`).
+struct balance_figures {
+  std::size_t sequences = 0;
+  long long tokens = 0;
+  int median = 0, longest = 0;
+  int arrival_m = 0, balanced_m = 0;
+  double arrival_makespan = 0, balanced_makespan = 0;
+  double arrival_scale_lo = 0, arrival_scale_hi = 0, balanced_scale_lo = 0, balanced_scale_hi = 0;
+  const char* order = "";
+  bool from_arrival = false;
+  double ratio() const { return balanced_makespan / arrival_makespan; }
+};
+std::optional<balance_figures> balance_figures_of(const std::optional<pt::balance_result>& packed,
+                                                  const result& balanced, const args& a, int chunks) {
+  if (!packed) return std::nullopt;
+  balance_figures f;
+  std::vector<int> sorted = a.lengths;
+  std::sort(sorted.begin(), sorted.end());
+  f.sequences = sorted.size();
+  for (const int t : sorted) f.tokens += t;
+  f.median = sorted[sorted.size() / 2], f.longest = sorted.back();
+  args arrival = a;
+  arrival.microbatches = packed->arrival.pack.size();
+  arrival.microbatch_scale = packed->arrival.pack.scale;
+  const result ar = evaluate(packed->arrival.prog, arrival, chunks);
+  if (!ar.plan.ok()) die("the arrival order's plan was rejected: " + pt::explain(ar.plan.result));
+  f.arrival_m = packed->arrival.pack.size(), f.balanced_m = packed->balanced.pack.size();
+  f.arrival_makespan = ar.t.makespan(), f.balanced_makespan = balanced.t.makespan();
+  const auto [alo, ahi] = std::minmax_element(packed->arrival.pack.scale.begin(), packed->arrival.pack.scale.end());
+  const auto [blo, bhi] = std::minmax_element(packed->balanced.pack.scale.begin(), packed->balanced.pack.scale.end());
+  f.arrival_scale_lo = *alo, f.arrival_scale_hi = *ahi, f.balanced_scale_lo = *blo, f.balanced_scale_hi = *bhi;
+  f.order = packed->order, f.from_arrival = packed->from_arrival;
+  return f;
 }
 
 result evaluate(pt::program prog, const args& a, int chunks) {
@@ -1095,7 +1171,7 @@ std::string torch_json(const file_facts& ff) {
 
 int main(int argc, char** argv) {
   examples::tool_exits("pipetype-explore");
-  const args a = parse(argc, argv);
+  args a = parse(argc, argv);  // (--lengths: the balanced packing's microbatches and scales, below)
   const bool csv = a.format == "csv" || a.format == "csv-comms";
   if (a.file.empty() && a.schedule == "all") {
     if (csv) usage_error("--format " + a.format + " writes one schedule, not --schedule all");
@@ -1108,6 +1184,7 @@ int main(int argc, char** argv) {
   int chunks = 1;
   file_facts ff;
   std::optional<limit_search> search;  // zb-auto under --act-limit-mb with memory actions
+  std::optional<pt::balance_result> packed;  // --lengths: both packings under the schedule
   if (!a.file.empty()) {
     std::string why;
     const std::optional<std::string> text = examples::read_text(a.file, why);
@@ -1154,13 +1231,22 @@ int main(int argc, char** argv) {
   } else {
     const pt::schedule_info* s = pt::find_schedule(a.schedule);
     chunks = s ? pt::default_chunks(*s, a.chunks) : 1;
-    if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.microbatches, chunks))
+    // (with --lengths the packing gives the microbatches: balance() says what the schedule refuses)
+    const int m = a.lengths.empty() ? a.microbatches : static_cast<int>(a.lengths.size());
+    if (const char* e = pt::schedule_error(a.schedule, a.ranks, a.lengths.empty() ? m : 1, chunks);
+        e && (a.lengths.empty() || !s))
       usage_error("--schedule " + a.schedule + ": " + e);
-    if (const char* why = past_limits(a.ranks, a.microbatches, chunks, s->split, a.edges.size()))
+    if (const char* why = past_limits(a.ranks, m, chunks, s->split, a.edges.size()))
       usage_error("--schedule " + a.schedule + ": too large: " + why);
     try {
       const int v = chunks;
-      prog = make(a.schedule, a, v);
+      if (!a.lengths.empty()) {  // the balanced packing's step; the arrival order's beside it
+        packed = pt::balance(a.lengths, static_cast<int>(a.token_cap), pt::length_cost{a.attention_at}, a.schedule,
+                             a.ranks, v, schedule_params_of(a));
+        a.microbatches = packed->balanced.pack.size();
+        a.microbatch_scale = packed->balanced.pack.scale;
+      }
+      prog = packed ? packed->balanced.prog : make(a.schedule, a, v);
       chunks = chunks_of(prog, v);  // zb-auto may answer with a V
       if (searches_under_limit(a)) {
         search = search_under_limit(a, v, prog);
@@ -1174,6 +1260,7 @@ int main(int argc, char** argv) {
   if (!a.output.empty()) open_output(a.output);
   const std::string name = a.file.empty() ? a.schedule : a.file;
   const result r = evaluate(std::move(prog), a, chunks);
+  const std::optional<balance_figures> balanced = balance_figures_of(packed, r, a, chunks);
   ff.torch_loads = ff.torch_loads && (r.plan.ok() || ff.transfer_verdict);
   const pt::runtime_plan& plan = r.plan;
 
@@ -1296,6 +1383,16 @@ int main(int argc, char** argv) {
       std::cout << ", \"local\": {\"one_f_one_b_makespan\": " << num(local->makespan)
                 << ", \"one_f_one_b_peak_activations_max\": " << num(local->peak)
                 << ", \"makespan_ratio\": " << num(local->ratio) << "}";
+    if (balanced)
+      std::cout << ", \"balance\": {\"sequences\": " << balanced->sequences << ", \"tokens\": " << balanced->tokens
+                << ", \"median_length\": " << balanced->median << ", \"longest\": " << balanced->longest
+                << ", \"token_cap\": " << a.token_cap << ", \"attention_at\": " << num(a.attention_at)
+                << ", \"arrival_microbatches\": " << balanced->arrival_m
+                << ", \"balanced_microbatches\": " << balanced->balanced_m << ", \"balanced_packing\": \""
+                << (balanced->from_arrival ? "arrival" : "rule") << "\", \"balanced_order\": \"" << balanced->order
+                << "\", \"arrival_makespan\": " << num(balanced->arrival_makespan)
+                << ", \"balanced_makespan\": " << num(balanced->balanced_makespan)
+                << ", \"ratio\": " << num(balanced->ratio()) << "}";
     std::cout << ", \"ticks\": " << plan.ticks() << ", \"actions\": " << plan.compute().actions.size()
               << ", \"lowered\": {\"ops\": " << plan.lowered().ops.size() << ", \"sends\": "
               << std::count_if(plan.lowered().ops.begin(), plan.lowered().ops.end(),
@@ -1355,6 +1452,22 @@ int main(int argc, char** argv) {
         "local learning: no gradient crosses a detached edge. 1f1b over the same stages and costs with every edge "
         "attached: makespan %g, peak act %g; this plan's makespan is %.3f of it\n\n",
         local->makespan, local->peak, local->ratio);
+  if (balanced) {
+    const balance_figures& b = *balanced;
+    std::printf(
+        "lengths %s: %zu sequences, %lld tokens, median %d, longest %d (%.1f× the median); token cap %lld, a "
+        "sequence of t tokens costs t + t²/%g\n",
+        a.lengths_file.c_str(), b.sequences, b.tokens, b.median, b.longest, static_cast<double>(b.longest) / b.median,
+        a.token_cap, a.attention_at);
+    std::printf("arrival order: %d microbatches (each %.3g to %.3g of a full one), makespan %g\n", b.arrival_m,
+                b.arrival_scale_lo, b.arrival_scale_hi, b.arrival_makespan);
+    std::printf(
+        "balanced:      %d microbatches (each %.3g to %.3g of a full one; %s, %s), makespan %g: %.3f of the "
+        "arrival order's (the step above)\n\n",
+        b.balanced_m, b.balanced_scale_lo, b.balanced_scale_hi,
+        b.from_arrival ? "the arrival packing" : "packed by the longest-first rule", b.order, b.balanced_makespan,
+        b.ratio());
+  }
   if (plan.compute().has_edges()) {
     const pt::program_view pc = plan.compute();
     std::printf("stage graph:");

@@ -28,10 +28,12 @@
 #include "pipetype/analysis/layout_costs.hpp"
 #include "pipetype/analysis/simulate.hpp"
 
+#include "pipetype/schedules/balance.hpp"
 #include "pipetype/schedules/dualpipe.hpp"
 #include "pipetype/schedules/dualpipe_v.hpp"
 #include "pipetype/schedules/gpipe.hpp"
 #include "pipetype/schedules/interleaved_1f1b.hpp"
+#include "pipetype/schedules/local_1f1b.hpp"
 #include "pipetype/schedules/looped_bfs.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
 #include "pipetype/schedules/registry.hpp"
