@@ -28,12 +28,9 @@
 #include <cstdlib>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/prctl.h>
-#endif
+#include "sleep_until.hpp"
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
@@ -47,13 +44,7 @@ struct sleeper {
   std::chrono::microseconds f{2000}, b{4000};
   const std::vector<double>* scale = nullptr;  // per microbatch (--lengths): its times' factor
   float grad[1] = {0};
-  static void hold(std::chrono::microseconds d) {
-#if defined(__linux__)
-    thread_local const bool slack = [] { return prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0) == 0; }();
-    (void)slack;
-#endif
-    std::this_thread::sleep_until(std::chrono::steady_clock::now() + d);
-  }
+  static void hold(std::chrono::microseconds d) { bench::hold(d); }
   std::chrono::microseconds of(std::chrono::microseconds d, int microbatch) const {
     return scale ? std::chrono::microseconds(static_cast<long>(static_cast<double>(d.count()) *
                                                                (*scale)[static_cast<std::size_t>(microbatch)]))

@@ -11,7 +11,7 @@
 //                     [--dp-alpha-ms A] [--opt-gbps G]]
 //                    [--offload none|auto|all] [--recompute none|auto|all] --act-mb X
 //                    [--input-mb Y] [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]
-//                    [--lengths FILE --token-cap N [--attention-at T]]
+//                    [--lengths FILE --token-cap N [--attention-at T]] [--slow RANK:FACTOR [--plan-set]]
 //
 // NAME is one of the registry's schedules or `all` (a comparison table). --mem-limit K (in
 // microbatch activations per rank; halves allowed, as I and W each release half of one) rejects
@@ -102,6 +102,12 @@
 // microbatch while N allows) and the balanced one (the longest-processing-time rule under the cap,
 // in the order that simulates shortest), each under the schedule, and the rest of the report is the
 // balanced step's (balance.* in JSON: arrival_makespan, balanced_makespan, ratio).
+// --slow RANK:FACTOR runs rank RANK FACTOR times as long (a straggler: 1:1.5) under the plan made
+// for nominal speeds, a fixed plan. --plan-set (with --layout, the model's layers one stage per
+// rank) holds a plan for each rank slowed by FACTOR, layers moved off it (schedules/plan_set.hpp),
+// and reports each plan's makespan and the one the detector's rule switches to between steps
+// (stragglers.* in JSON: fixed_makespan, switched_makespan, ratio, plans); --svg and --trace draw
+// the fixed plan's step and the chosen plan's, one above the other.
 //
 // Exit codes: 0 valid, 2 bad arguments or a rejected schedule (one message naming the place).
 #include <pipetype/pipetype.hpp>
@@ -175,6 +181,8 @@ struct args {
   std::vector<int> lengths;  // its lengths (read by parse)
   long long token_cap = 0;   // --token-cap
   double attention_at = -1;  // --attention-at (-1: not given: the token cap)
+  std::vector<pt::slowdown> slow;  // --slow RANK:FACTOR (at most one)
+  bool plan_set = false;           // --plan-set
   bool has_layout() const { return !layout_text.empty(); }
   /// Memory actions asked for (or their sizes given): the step is planned with them.
   bool memory() const {
@@ -193,7 +201,7 @@ constexpr const char* usage =
     "          --dp-gbps B [--dp-alpha-ms A] [--opt-gbps G]]\n"
     "         [--offload none|auto|all] [--recompute none|auto|all] --act-mb X [--input-mb Y]\n"
     "         [--pcie-gbps B] [--act-limit-mb L] [--offload-share S]\n"
-    "         [--lengths FILE --token-cap N [--attention-at T]]\n"
+    "         [--lengths FILE --token-cap N [--attention-at T]] [--slow RANK:FACTOR [--plan-set]]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
     "zb-auto, local-1f1b, all\n";
 
@@ -260,8 +268,8 @@ args parse(int argc, char** argv) {
       std::cout << "pipetype-explore: look at a pipeline schedule (docs/00_quickstart.md)\n" << usage;
       std::exit(0);
     }
-    if (flag == "--forward-only" || flag == "--fsdp") {
-      (flag == "--fsdp" ? a.fsdp : a.forward_only) = true;
+    if (flag == "--forward-only" || flag == "--fsdp" || flag == "--plan-set") {
+      (flag == "--fsdp" ? a.fsdp : flag == "--plan-set" ? a.plan_set : a.forward_only) = true;
       continue;
     }
     if (k + 1 >= argc) usage_error("missing value after " + flag);
@@ -287,7 +295,13 @@ args parse(int argc, char** argv) {
       a.costs.w = to_number(flag, v, false);
     } else if (flag == "--cost-comm")
       a.costs.comm = to_number(flag, v, false);
-    else if (flag == "--lengths") {
+    else if (flag == "--slow") {
+      const std::size_t colon = v.find(':');
+      if (colon == std::string::npos || !a.slow.empty())
+        usage_error("--slow takes one RANK:FACTOR (rank RANK runs FACTOR times as long: 1:1.5), got '" + v + "'");
+      a.slow.push_back(
+          {static_cast<int>(to_number(flag, v.substr(0, colon), true)), to_number(flag, v.substr(colon + 1), false)});
+    } else if (flag == "--lengths") {
       if (v.empty()) usage_error("--lengths needs a file (one sequence length per line)");
       a.lengths_file = v;
     } else if (flag == "--token-cap")
@@ -422,6 +436,19 @@ args parse(int argc, char** argv) {
     usage_error("--offload-share is a share of the offloads: give --offload all or auto too");
   if (a.input_mb > a.act_mb) usage_error("--input-mb is part of the saved activation: at most --act-mb");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
+  if (!a.slow.empty()) {  // the straggler: its rank's speed, the others nominal
+    if (const char* e = pt::slowdown_error(a.slow[0], a.ranks)) usage_error("--slow: " + std::string(e));
+    if (!a.rank_speed.empty()) usage_error("--slow sets a rank's speed: give it or --rank-speed, not both");
+    if (!a.file.empty() || a.schedule == "all")
+      usage_error("--slow runs one --schedule NAME (not with --file or --schedule all yet)");
+    a.rank_speed.assign(static_cast<std::size_t>(a.ranks), 1.0);
+    a.rank_speed[static_cast<std::size_t>(a.slow[0].rank)] = 1 / a.slow[0].factor;
+  }
+  if (a.plan_set && (a.slow.empty() || !a.has_layout()))
+    usage_error(
+        "--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR and --layout (the model's layers, "
+        "one stage per rank) too");
+  if (a.plan_set && !a.lengths_file.empty()) usage_error("--plan-set with --lengths: one at a time for now");
   if (a.lengths_file.empty() != (a.token_cap == 0))
     usage_error(a.lengths_file.empty() ? "--token-cap packs the sequences of --lengths FILE: give it too"
                                        : "--lengths packs sequences under a token cap: give --token-cap N (N >= 1)");
@@ -650,6 +677,36 @@ std::optional<balance_figures> balance_figures_of(const std::optional<pt::balanc
   const auto [blo, bhi] = std::minmax_element(packed->balanced.pack.scale.begin(), packed->balanced.pack.scale.end());
   f.arrival_scale_lo = *alo, f.arrival_scale_hi = *ahi, f.balanced_scale_lo = *blo, f.balanced_scale_hi = *bhi;
   f.order = packed->order, f.from_arrival = packed->from_arrival;
+  return f;
+}
+
+/// --plan-set: the plans held for each rank slowed by --slow's factor, and the one the detector's
+/// rule picks under the actual slowdown.
+struct straggler_figures {
+  pt::plan_set set;
+  std::vector<int> slowed_rank;        // per plan: the rank it is for (-1: the nominal plan)
+  std::vector<double> nominal, under;  // per plan: its makespan at nominal speeds and under --slow
+  int chosen = 0;
+  double ratio() const { return under[static_cast<std::size_t>(chosen)] / under[0]; }
+};
+straggler_figures stragglers_of(const args& a) {
+  std::vector<pt::slowdown> scenarios;
+  for (int r = 0; r < a.ranks; ++r) scenarios.push_back({r, a.slow[0].factor});
+  args base = a;
+  base.rank_speed.clear();
+  straggler_figures f{
+      pt::make_plan_set(a.schedule, a.ranks, a.microbatches, a.layout, a.costs, scenarios, schedule_params_of(base)),
+      {},
+      {},
+      {},
+      0};
+  const std::vector<double> nominal(static_cast<std::size_t>(a.ranks), 1.0);
+  for (int k = 0; k < static_cast<int>(f.set.plans.size()); ++k) {
+    f.slowed_rank.push_back(k - 1);
+    f.nominal.push_back(f.set.makespan(k, nominal));
+    f.under.push_back(f.set.makespan(k, a.rank_speed));
+  }
+  f.chosen = f.set.choose(a.rank_speed, 0);
   return f;
 }
 
@@ -1185,6 +1242,7 @@ int main(int argc, char** argv) {
   file_facts ff;
   std::optional<limit_search> search;  // zb-auto under --act-limit-mb with memory actions
   std::optional<pt::balance_result> packed;  // --lengths: both packings under the schedule
+  std::optional<straggler_figures> stragglers;  // --plan-set
   if (!a.file.empty()) {
     std::string why;
     const std::optional<std::string> text = examples::read_text(a.file, why);
@@ -1246,7 +1304,15 @@ int main(int argc, char** argv) {
         a.microbatches = packed->balanced.pack.size();
         a.microbatch_scale = packed->balanced.pack.scale;
       }
-      prog = packed ? packed->balanced.prog : make(a.schedule, a, v);
+      if (packed)
+        prog = packed->balanced.prog;
+      else if (!a.slow.empty()) {  // the nominal plan (zb-auto: searched at nominal speeds), run under the slowdown
+        args nominal = a;
+        nominal.rank_speed.clear();
+        prog = make(a.schedule, nominal, v);
+      } else
+        prog = make(a.schedule, a, v);
+      if (a.plan_set) stragglers = stragglers_of(a);
       chunks = chunks_of(prog, v);  // zb-auto may answer with a V
       if (searches_under_limit(a)) {
         search = search_under_limit(a, v, prog);
@@ -1311,6 +1377,14 @@ int main(int argc, char** argv) {
       write_pictures(a, {{titled(name, chunks) + replicas_title(a) + " with memory actions", m.picture}});
     } else if (a.dp > 1) {  // the step over the replicas, with its collectives
       write_pictures(a, {{titled(name, chunks) + replicas_title(a), dp->picture}});
+    } else if (stragglers) {  // the fixed plan under the slowdown, then the plan switched to
+      args chosen = a;
+      chosen.layout = stragglers->set.plans[static_cast<std::size_t>(stragglers->chosen)].layout;
+      const result c = evaluate(stragglers->set.plans[static_cast<std::size_t>(stragglers->chosen)].prog, chosen, 1);
+      const std::string slow = ", rank " + std::to_string(a.slow[0].rank) + " at " + num(a.slow[0].factor) + "×";
+      write_pictures(a, {{titled(name, chunks) + slow + ": the fixed plan", trace_of(r, a)},
+                         {titled(name, chunks) + slow + ": switched to plan " + std::to_string(stragglers->chosen),
+                          trace_of(c, chosen)}});
     } else {
       write_pictures(a, {{titled(name, chunks), trace_of(r, a)}});
     }
@@ -1383,6 +1457,20 @@ int main(int argc, char** argv) {
       std::cout << ", \"local\": {\"one_f_one_b_makespan\": " << num(local->makespan)
                 << ", \"one_f_one_b_peak_activations_max\": " << num(local->peak)
                 << ", \"makespan_ratio\": " << num(local->ratio) << "}";
+    if (stragglers) {
+      const straggler_figures& g = *stragglers;
+      std::cout << ", \"stragglers\": {\"slow_rank\": " << a.slow[0].rank << ", \"factor\": " << num(a.slow[0].factor)
+                << ", \"fixed_makespan\": " << num(g.under[0])
+                << ", \"switched_makespan\": " << num(g.under[static_cast<std::size_t>(g.chosen)])
+                << ", \"ratio\": " << num(g.ratio()) << ", \"chosen\": " << g.chosen << ", \"plans\": [";
+      for (std::size_t k = 0; k < g.set.plans.size(); ++k)
+        std::cout << (k ? ", " : "") << "{\"slowed_rank\": " << g.slowed_rank[k] << ", \"layers\": "
+                  << json_array(g.set.plans[k].layout.stages,
+                                [](const pt::stage_layers& x) { return std::to_string(x.decoder); })
+                  << ", \"nominal_makespan\": " << num(g.nominal[k])
+                  << ", \"makespan_under_slowdown\": " << num(g.under[k]) << "}";
+      std::cout << "]}";
+    }
     if (balanced)
       std::cout << ", \"balance\": {\"sequences\": " << balanced->sequences << ", \"tokens\": " << balanced->tokens
                 << ", \"median_length\": " << balanced->median << ", \"longest\": " << balanced->longest
@@ -1452,6 +1540,23 @@ int main(int argc, char** argv) {
         "local learning: no gradient crosses a detached edge. 1f1b over the same stages and costs with every edge "
         "attached: makespan %g, peak act %g; this plan's makespan is %.3f of it\n\n",
         local->makespan, local->peak, local->ratio);
+  if (!a.slow.empty())
+    std::printf("rank %d runs %g× as long: the step above is the nominal plan under it (a fixed plan)\n%s",
+                a.slow[0].rank, a.slow[0].factor, stragglers ? "" : "\n");
+  if (stragglers) {
+    const straggler_figures& g = *stragglers;
+    std::printf("plan set: the nominal plan, then one per rank slowed %g× (decoder layers moved off it):\n",
+                a.slow[0].factor);
+    for (std::size_t k = 0; k < g.set.plans.size(); ++k) {
+      std::string layers;
+      for (const pt::stage_layers& x : g.set.plans[k].layout.stages) layers += " " + std::to_string(x.decoder);
+      std::printf("  plan %zu %-16s layers%s: makespan %g nominal, %g under the slowdown%s\n", k,
+                  g.slowed_rank[k] < 0 ? "(nominal)" : ("(rank " + std::to_string(g.slowed_rank[k]) + " slow)").c_str(),
+                  layers.c_str(), g.nominal[k], g.under[k], static_cast<int>(k) == g.chosen ? "  <- chosen" : "");
+    }
+    std::printf("switched to plan %d between two steps: makespan %g against the fixed plan's %g (%.3f)\n\n", g.chosen,
+                g.under[static_cast<std::size_t>(g.chosen)], g.under[0], g.ratio());
+  }
   if (balanced) {
     const balance_figures& b = *balanced;
     std::printf(

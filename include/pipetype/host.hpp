@@ -8,4 +8,5 @@
 #include "pipetype/host/collective.hpp"
 #include "pipetype/host/executor.hpp"
 #include "pipetype/host/mesh_executor.hpp"
+#include "pipetype/host/stragglers.hpp"
 #include "pipetype/pipetype.hpp"

@@ -36,6 +36,7 @@
 #include "pipetype/schedules/local_1f1b.hpp"
 #include "pipetype/schedules/looped_bfs.hpp"
 #include "pipetype/schedules/one_f_one_b.hpp"
+#include "pipetype/schedules/plan_set.hpp"
 #include "pipetype/schedules/registry.hpp"
 #include "pipetype/schedules/v_half.hpp"
 #include "pipetype/schedules/v_min.hpp"
