@@ -26,10 +26,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "../examples/lengths_file.hpp"
 #include "sleep_until.hpp"
 
 namespace pt = pipetype;
@@ -107,16 +109,13 @@ row run(const char* name, int p, int m, int v, int steps, double f_ms, double b_
 /// --lengths: both packings of the step under 1F1B, ZB-H1 and zb-auto, measured and simulated.
 int run_lengths(const std::string& file, int cap, double tau, int p, int steps, double f, double b,
                 pt::group_policy groups) {
-  std::vector<int> lengths;
-  {
-    std::FILE* in = std::fopen(file.c_str(), "r");
-    if (!in) {
-      std::fprintf(stderr, "cannot read %s\n", file.c_str());
-      return 2;
-    }
-    for (int t = 0; std::fscanf(in, "%d", &t) == 1;) lengths.push_back(t);
-    std::fclose(in);
+  std::string why;  // (read as the explorer reads it: one length per line, # comments, each in [1, cap])
+  const std::optional<std::vector<int>> read = examples::read_lengths(file, cap, why);
+  if (!read) {
+    std::fprintf(stderr, "bench_faithfulness: --lengths %s\n", why.c_str());
+    return 2;
   }
+  const std::vector<int>& lengths = *read;
   std::printf(
       "%zu sequences of %s packed under %d tokens, t + t²/%g each; stages sleep F = %.1f ms, B = %.1f ms for "
       "one sequence of %d tokens; %d ranks; groups %s; median of %d steps\n\n",

@@ -80,6 +80,15 @@ int main(int argc, char** argv) {
     else if (k == "--b")
       b = x;
   }
+  if (steps < 1 || p < 1 || m < 1 || layers < p) {
+    std::fprintf(stderr,
+                 "bench_stragglers: --steps, --ranks and --microbatches at least 1, --layers at least --ranks\n");
+    return 2;
+  }
+  if (const char* e = pt::slowdown_error({slow, factor}, p)) {
+    std::fprintf(stderr, "bench_stragglers: %s\n", e);
+    return 2;
+  }
   try {
     std::string text;  // the nominal layout: the layers as evenly as they go
     for (int r = 0; r < p; ++r) text += (r ? "|t*" : "t*") + std::to_string((r + 1) * layers / p - r * layers / p);

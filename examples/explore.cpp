@@ -448,7 +448,10 @@ args parse(int argc, char** argv) {
     usage_error(
         "--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR and --layout (the model's layers, "
         "one stage per rank) too");
-  if (a.plan_set && !a.lengths_file.empty()) usage_error("--plan-set with --lengths: one at a time for now");
+  if (!a.slow.empty() && (!a.lengths_file.empty() || a.act_limit_mb > 0))
+    usage_error(
+        "--slow with --lengths or --act-limit-mb: one at a time for now (the slowed rank's plan must be "
+        "the nominal one)");
   if (a.lengths_file.empty() != (a.token_cap == 0))
     usage_error(a.lengths_file.empty() ? "--token-cap packs the sequences of --lengths FILE: give it too"
                                        : "--lengths packs sequences under a token cap: give --token-cap N (N >= 1)");

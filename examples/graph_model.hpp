@@ -88,6 +88,7 @@ class node {
       dh[i] = loss_ ? (y[i] - t[i]) / float(act) : c.grad_output[i] * (1.0f - y[i] * y[i]);
     for (int k = 0; k < c.grad_inputs.size(); ++k) {
       const std::span<float> dx = c.grad_inputs[k];
+      if (dx.empty()) continue;  // a detached edge: no gradient goes back over it
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t i = 0; i < width; ++i) {
           float s = 0;
@@ -134,6 +135,11 @@ using skip =
                                                                            pipetype::edge<2, 3>, pipetype::edge<0, 2>>>;
 using two_tower = pipetype::dag<pipetype::nodes<node, node, node, node>,
                                 pipetype::edges<pipetype::edge<0, 2>, pipetype::edge<1, 2>, pipetype::edge<2, 3>>>;
+/// The skip connection with its skip detached and listed first among stage 2's inputs: stage 0
+/// is trained through stage 1 only, and stage 2 writes no gradient for its first input.
+using skip_cut = pipetype::dag<
+    pipetype::nodes<node, node, node, node>,
+    pipetype::edges<pipetype::edge<0, 1>, pipetype::detached_edge<0, 2>, pipetype::edge<1, 2>, pipetype::edge<2, 3>>>;
 
 template <class M>
 M make(std::uint64_t seed) {
@@ -211,25 +217,28 @@ void reference_step(M& model, const batch& b, std::vector<double>& losses, int m
       const auto us = static_cast<std::size_t>(s);
       bool first = true;  // the consumers' gradients, in edge order: the first, then += each
       for (std::size_t e = 0; e < E; ++e)
-        if (g.edges[e].from == s) {
+        if (g.edges[e].from == s && !g.edges[e].detached) {
           for (std::size_t i = 0; i < act; ++i)
             grad_out[us][i] = first ? edge_grad[e][i] : grad_out[us][i] + edge_grad[e][i];
           first = false;
         }
-      std::vector<std::byte*> gin;
+      std::vector<std::byte*> gin;  // (none for a detached edge)
       for (std::size_t e = 0; e < E; ++e)
-        if (g.edges[e].to == s) gin.push_back(reinterpret_cast<std::byte*>(edge_grad[e].data()));
-      const bool loss = pipetype::successors(g, s).empty();
-      pipetype::backward_ctx<node> c{s,
-                                     j,
-                                     {reinterpret_cast<const float*>(in[us][0]), act},
-                                     {grad_out[us].data(), loss ? 0 : act},
-                                     {gin.empty() ? nullptr : reinterpret_cast<float*>(gin[0]), gin.empty() ? 0 : act},
-                                     stash[us],
-                                     wg,
-                                     nullptr,
-                                     {in[us].data(), static_cast<int>(in[us].size()), act},
-                                     {gin.data(), static_cast<int>(gin.size()), act}};
+        if (g.edges[e].to == s)
+          gin.push_back(g.edges[e].detached ? nullptr : reinterpret_cast<std::byte*>(edge_grad[e].data()));
+      bool loss = true;  // no consumer sends it a gradient
+      for (const pipetype::stage_edge& e : g.edges) loss = loss && !(e.from == s && !e.detached);
+      pipetype::backward_ctx<node> c{
+          s,
+          j,
+          {reinterpret_cast<const float*>(in[us][0]), act},
+          {grad_out[us].data(), loss ? 0 : act},
+          {gin.empty() ? nullptr : reinterpret_cast<float*>(gin[0]), gin.empty() || gin[0] == nullptr ? 0 : act},
+          stash[us],
+          wg,
+          nullptr,
+          {in[us].data(), static_cast<int>(in[us].size()), act},
+          {gin.data(), static_cast<int>(gin.size()), act}};
       n[us]->backward(c);
       const std::span<float> acc = n[us]->weight_gradients();
       for (std::size_t i = 0; i < params; ++i) acc[i] += wg[i];

@@ -14,8 +14,7 @@
 
 namespace examples {
 
-/// At most this many sequences in one step (each a microbatch at worst: pipetype::limits caps
-/// the microbatches at 65536 too).
+/// At most this many sequences in one step (a bound on the file, far above any real step's).
 inline constexpr std::size_t most_sequences = 65536;
 
 /// The lengths of `path`, each in [1, cap], or nullopt with `why` set.

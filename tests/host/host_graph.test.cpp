@@ -66,6 +66,12 @@ TEST_CASE("host graph: a skip connection and two towers train bitwise like the u
       CHECK(trains_like_reference<gm::skip>(s, m, 3));
       CHECK(trains_like_reference<gm::two_tower>(s, m, 3));
     }
+  // a skip that is detached, the first of stage 2's inputs: stage 2 writes the gradient of its
+  // second input only, stage 0 learns through stage 1 alone
+  for (const char* s : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zb-v"}) {
+    CAPTURE(std::string(s));
+    CHECK(trains_like_reference<gm::skip_cut>(s, 3, 3));
+  }
   // DualPipeV's F&B pairs, over the graph (m ≥ 2 · ranks)
   CHECK(trains_like_reference<gm::skip>("dualpipe-v", 4, 3));
   CHECK(trains_like_reference<gm::two_tower>("dualpipe-v", 8, 3));

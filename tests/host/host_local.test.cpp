@@ -199,6 +199,12 @@ TEST_CASE("host local: a plan and a model that disagree about the detached edges
                        "pipetype::host: the plan runs the stage graph 0~1,1~2,2~3 but the model's is a chain (the "
                        "same edges, in the same order)",
                        pt::shape_error);
+  // a local loss's output travels on in its slot: keeping it is refused, not left unwritten
+  pt::uniform_chain<local_block> kept(blocks(), pt::local_learning);
+  CHECK_THROWS_WITH_AS((ph::executor{local, kept, {.keep_outputs = true}}),
+                       "pipetype::host: keep_outputs with stage 0, a loss whose output travels on over a detached "
+                       "edge: only a last stage's output is kept",
+                       std::invalid_argument);
   const pt::runtime_plan chain = pt::build_plan(pt::make_one_f_one_b(stages, 2));
   pt::uniform_chain<local_block> model(blocks(), pt::local_learning);
   CHECK(model.learns_locally());

@@ -164,7 +164,8 @@ void sort_later(std::vector<H>& later, int L) {
 /// source's input block side by side, in stage order: `offset[s]` is source s's block in the row,
 /// `row` the row's bytes (a chain of single tensors: stage 0's input alone, as before).
 ///
-/// The sinks (stages without a consumer: a chain's last, a graph's losses) write one loss per
+/// The sinks (a chain's last stage, a graph's losses: no consumer sends them a gradient, so local
+/// learning's stages with detached edges out are sinks too) write one loss per
 /// microbatch, sink by sink in stage order (`sink[s]`), and read their targets from the feed's
 /// target tensors, sinks in stage order, each sink's in declaration order (`target_first[s]`).
 struct batch_layout {
@@ -203,7 +204,8 @@ inline batch_layout batch_layout_of(const program_view& p, const std::vector<sta
 
 /// Where the sinks' outputs are kept (binding_options::keep_outputs): sink k's output of
 /// microbatch j at (k · microbatches + j) · stride bytes into one block, the stride the largest
-/// held sink's output block. A sink's output is otherwise nobody's, and not written.
+/// held sink's output block. A sink's output is otherwise nobody's, and not written. (A loss of
+/// local learning whose output travels on over a detached edge is refused with keep_outputs.)
 struct output_layout {
   std::size_t stride = 0, bytes = 0;
   std::size_t at(int sink, int microbatch, int microbatches) const {

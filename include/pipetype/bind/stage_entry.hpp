@@ -436,9 +436,11 @@ template <class S>
                                                             const call_shapes& sh, bool input_part, bool weight_part) {
   using GI = grad_input_view_t<S>;
   const stage_entry& e = *op.entry;
-  const bool gi = input_part && op.grad_in != nullptr;
+  // (a fan-in whose first edge is detached writes no gradient there, but does for the others: a
+  // list without a first entry still counts)
+  const bool gi = input_part && (op.grad_in != nullptr || op.grad_in_list != nullptr);
   const bool wg = weight_part && op.weight_grad != nullptr;
-  const GI grad_in = view_at<GI>(gi ? op.grad_in : nullptr, sh.in, true);
+  const GI grad_in = view_at<GI>(input_part ? op.grad_in : nullptr, sh.in, true);
   const input_view_t<S> in = input_of<S>(op, feed, sh.in);
   return {op.stage,
           op.microbatch,

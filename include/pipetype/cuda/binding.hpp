@@ -585,8 +585,12 @@ struct device_binding {
     call.stream = x.pair == 2 ? w.aux_native : compute_native;
     if (m)  // a lent stage reads its parameters where its gather put them (ctx.params)
       if (const std::byte* slot = held_slot(o.stage, m->param_slot)) call.set_params(slot);
-    // a sink's output, kept (a local loss's output travels on: it has its slot)
-    if (outputs && o.what == kind::F && call.sink >= 0 && call.out == nullptr)
+    // a sink's output, kept; a local loss's travels on in its slot, and is not kept
+    if (outputs && o.what == kind::F && call.sink >= 0 && call.out != nullptr)
+      throw std::invalid_argument("pipetype::cuda: keep_outputs with stage " + std::to_string(call.stage) +
+                                  ", a loss whose output travels on over a detached edge: only a last stage's "
+                                  "output is kept");
+    if (outputs && o.what == kind::F && call.sink >= 0)
       call.out = outputs + outputs_at.at(call.sink, o.microbatch, w.p.microbatches);
     if (const weights& wg = w.wg; wg.plan.slot[i] >= 0) {
       call.weight_grad = wg.at(wg.plan.slot[i]);

@@ -15,7 +15,8 @@
 //
 //   forward:   input (stage 0: the microbatch's slice of the batch given to step()),
 //              output (empty on the last stage, which computes its loss, unless the executor
-//              keeps the sinks' outputs: executor_options::keep_outputs), stash, grad (false in
+//              keeps the sinks' outputs: executor_options::keep_outputs; a loss of local learning
+//              whose output travels on over a detached edge writes it there too), stash, grad (false in
 //              a forward-only plan, where no backward follows: a stage that keeps state for its
 //              backward outside the stash keeps none)
 //   backward:  input (the same values forward saw), grad_output (the gradient of the output;

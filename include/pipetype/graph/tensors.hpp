@@ -361,7 +361,8 @@ class view_list {
   View operator[](int k) const noexcept {
     if (at_ == nullptr) return one_;
     if constexpr (!detail::is_span_set<View>::value)
-      if (shape_ == nullptr) return View{reinterpret_cast<typename View::element_type*>(at_[k]), extent_};
+      if (shape_ == nullptr)  // (no address: an empty view, as a detached edge's gradient)
+        return at_[k] ? View{reinterpret_cast<typename View::element_type*>(at_[k]), extent_} : View{};
     return detail::view_at<View>(at_[k], *shape_, grad_);
   }
 

@@ -241,8 +241,12 @@ inline bound_program bind(const plan_views& v, std::vector<stage_entry> entries,
                 ? br.stashes.data() + br.stash_stride * static_cast<std::size_t>(o.stash_slot)
                 : nullptr,
             l, batch, br.lists);
-        // a sink's output, kept (a local loss's output travels on: it has its slot)
-        if (opt.keep_outputs && o.what == kind::F && b.sink >= 0 && b.out == nullptr)
+        // a sink's output, kept; a local loss's travels on in its slot, and is not kept
+        if (opt.keep_outputs && o.what == kind::F && b.sink >= 0 && b.out != nullptr)
+          throw std::invalid_argument("pipetype::host: keep_outputs with stage " + std::to_string(b.stage) +
+                                      ", a loss whose output travels on over a detached edge: only a last stage's "
+                                      "output is kept");
+        if (opt.keep_outputs && o.what == kind::F && b.sink >= 0)
           b.out = out.outputs.data() + out.outputs_at.at(b.sink, o.microbatch, p.microbatches);
         if (wg.slot[i] >= 0) {
           b.weight_grad = br.weight_grads.data() + wg.offset[static_cast<std::size_t>(wg.slot[i])];

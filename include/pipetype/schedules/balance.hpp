@@ -213,7 +213,10 @@ inline balance_result balance(const std::vector<int>& lengths, int cap, const le
   int at_least = static_cast<int>((total + cap - 1) / cap);
   while (at_least < static_cast<int>(lengths.size()) && schedule_error(schedule, p, at_least, v)) ++at_least;
   packing base = pack_balanced(lengths, cap, cost, at_least);
-  for (int extra = 0; schedule_error(schedule, p, base.size(), v) && extra < static_cast<int>(lengths.size()); ++extra)
+  // (at most one microbatch a sequence: past that the rule gives the same packing again)
+  for (int extra = 0; schedule_error(schedule, p, base.size(), v) && base.size() < static_cast<int>(lengths.size()) &&
+                      extra < static_cast<int>(lengths.size());
+       ++extra)
     base = pack_balanced(lengths, cap, cost, base.size() + 1);
   if (const char* e = schedule_error(schedule, p, base.size(), v))
     throw std::invalid_argument("the balanced packing gives " + std::to_string(base.size()) + " microbatches, which " +

@@ -62,6 +62,9 @@ inline layer_layout rebalanced_layout(const layer_layout& nominal, const std::ve
   const int p = nominal.size();
   if (static_cast<int>(speed.size()) != p)
     throw std::invalid_argument("rebalanced_layout: one speed per stage of the layout");
+  if (const char* e = scale_error(speed, {}, {})) throw std::invalid_argument(e);
+  if (!(w.decoder > 0) || !std::isfinite(w.decoder))
+    throw std::invalid_argument("rebalanced_layout: a decoder layer must weigh more than 0");
   int decoder = 0;
   std::vector<double> fixed(static_cast<std::size_t>(p));  // each stage's weight without its decoder layers
   for (int r = 0; r < p; ++r) {
@@ -104,14 +107,15 @@ struct scenario_plan {
 struct plan_set {
   std::vector<scenario_plan> plans;
   cost_model per_layer{costs{}};  // the cost of one decoder layer (layout_costs scales it per stage)
-  double margin = 0.05;           // choose() switches only for a plan shorter by more than this share
+  std::vector<double> microbatch_scale{};  // each microbatch's (schedule_params'), empty: all 1
+  double margin = 0.05;                    // choose() switches only for a plan shorter by more than this share
 
   /// Plan k's simulated makespan when the ranks run at `speed`.
   double makespan(int k, const std::vector<double>& speed) const {
     const scenario_plan& s = plans.at(static_cast<std::size_t>(k));
     const program_view v = s.prog.view();
     return simulate(v, scaled_costs(stage_scaled(per_layer, layout_weights(s.layout)),
-                                    {v.stage_rank.begin(), v.stage_rank.end()}, speed, {}))
+                                    {v.stage_rank.begin(), v.stage_rank.end()}, speed, microbatch_scale))
         .makespan();
   }
   /// The plan to run next when the ranks run at `speed` and plan `current` runs now.
@@ -141,6 +145,7 @@ inline plan_set make_plan_set(std::string_view schedule, int p, int m, const lay
                                 " holds " + std::to_string(default_chunks(*info)) + " stages a rank");
   plan_set out;
   out.per_layer = cost_model{per_layer};
+  out.microbatch_scale = base.microbatch_scale;
   std::vector<std::vector<double>> speeds{std::vector<double>(static_cast<std::size_t>(p), 1.0)};
   for (const slowdown& s : slowdowns) {
     if (const char* e = slowdown_error(s, p)) throw std::invalid_argument(e);
@@ -156,8 +161,14 @@ inline plan_set make_plan_set(std::string_view schedule, int p, int m, const lay
     params.stage_scale = layout_weights(l);
     scenario_plan sp{v, l, make_schedule(schedule, p, m, 1, params)};
     const program_view pv = sp.prog.view();
+    // the layouts put stage r on rank r: a V, two lanes or a graph's own order would not
+    bool identity = pv.lanes == 1 && pv.stages == p;
+    for (int s = 0; s < pv.stages && identity; ++s) identity = pv.stage_rank[static_cast<std::size_t>(s)] == s;
+    if (!identity)
+      throw std::invalid_argument("a plan set moves layers between one stage per rank, stage r on rank r: " +
+                                  std::string(schedule) + " places its stages otherwise here");
     const double t = simulate(pv, scaled_costs(stage_scaled(cost_model{per_layer}, params.stage_scale),
-                                               {pv.stage_rank.begin(), pv.stage_rank.end()}, v, {}))
+                                               {pv.stage_rank.begin(), pv.stage_rank.end()}, v, base.microbatch_scale))
                          .makespan();
     return std::pair{std::move(sp), t};
   };
