@@ -12,7 +12,10 @@
 // --ranks stages; the layers move with the plan (a sleeping stage has no parameters to copy).
 //
 //   ./build/release/bench/bench_stragglers [--schedule 1f1b] [--ranks 4] [--microbatches 8]
-//       [--layers 32] [--slow-rank 1] [--factor 1.5] [--steps 8] [--f 0.5] [--b 1]
+//       [--layers 32] [--slow-rank 1] [--factor 1.5] [--steps 8] [--f 0.5] [--b 1] [--json]
+//
+// --json prints one object: stragglers.fixed_step_ms, switched_step_ms (measured medians),
+// switched_at, chosen, switch_ms, and the modelled fixed_makespan_ms and switched_makespan_ms.
 #include <pipetype/host.hpp>
 #include <pipetype/pipetype.hpp>
 
@@ -58,8 +61,15 @@ int main(int argc, char** argv) {
   std::string schedule = "1f1b";
   int p = 4, m = 8, layers = 32, slow = 1, steps = 8;
   double factor = 1.5, f = 0.5, b = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  bool json = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--json") {
+      json = true, --i;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string v = argv[i + 1];
     const double x = std::atof(v.c_str());
     if (k == "--schedule")
       schedule = v;
@@ -147,13 +157,25 @@ int main(int argc, char** argv) {
       const int next = set.choose(speed, current);
       if (next != current && switched_at < 0) {
         switched_at = i + 1, switch_ms = ms_since(c0), chosen = next;
-        std::printf("after step %d the ranks' measured speeds were", i + 1);
-        for (const double s : speed) std::printf(" %.3f", s);
-        std::printf(": plan %d next\n", next);
+        if (!json) {
+          std::printf("after step %d the ranks' measured speeds were", i + 1);
+          for (const double s : speed) std::printf(" %.3f", s);
+          std::printf(": plan %d next\n", next);
+        }
       }
       current = next;
     }
     const double fx = median(fixed), sw = after.empty() ? 0 : median(after);
+    if (json) {
+      std::printf(
+          "{\"schedule\": \"%s\", \"ranks\": %d, \"microbatches\": %d, \"layers\": %d, \"stragglers\": "
+          "{\"slow_rank\": %d, \"factor\": %g, \"fixed_step_ms\": %.3f, \"switched_step_ms\": %.3f, \"switched_at\": "
+          "%d, "
+          "\"chosen\": %d, \"switch_ms\": %.4f, \"fixed_makespan_ms\": %.3f, \"switched_makespan_ms\": %.3f}}\n",
+          schedule.c_str(), p, m, layers, slow, factor, fx, sw, switched_at, chosen, switch_ms, set.makespan(0, slowed),
+          set.makespan(chosen, slowed));
+      return 0;
+    }
     std::printf(
         "%s, %d ranks, %d microbatches, %d layers; rank %d runs %.2f× as long; F = %.1f ms, B = %.1f ms a layer\n",
         schedule.c_str(), p, m, layers, slow, factor, f, b);
