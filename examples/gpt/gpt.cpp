@@ -5,6 +5,7 @@
 //       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--clip X] [--zero 1] [--save DIR] [--resume DIR]
 //       [--grad-dtype fp32|fp16|bf16] [--loss-scale dynamic] [--loss-scale-window K] [--initial-loss-scale X]
 //       [--offload none|auto|all] [--recompute none|auto|all] [--local-losses]
+//       [--slow RANK:FACTOR [--plan-set]]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
@@ -64,10 +65,26 @@
 // compared with reference_step's local form (each stage's blocks, its head, its loss, the gradient
 // stopped at its input), bit for bit; loss_first and loss_last are the last stage's loss (the
 // model's), and --json adds local_losses_first and local_losses_last (each stage's).
+// --slow RANK:FACTOR makes every stage the plan puts on rank RANK take FACTOR times as long (it
+// sleeps the rest of each call: a throttled device); --json adds stragglers (the median step,
+// fixed_step_ms). With --plan-set (one stage per rank, one replica, float gradients) it holds a
+// plan for each rank slowed by FACTOR, blocks moved off it (schedules/plan_set.hpp), each with its
+// own model and executor: the first half of the steps run the nominal plan, then the detector
+// reads each rank's speed from the step's trace and the rule picks the plan for the next step, the
+// parameters and Adam's moments moved to its layout between two steps (docs/05 §5.9). The losses
+// are a fixed plan's, bit for bit; --json adds stragglers.fixed_step_ms, switched_step_ms,
+// switched_at, chosen, switch_ms and the modelled makespans.
 #include <pipetype/host.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "../cli.hpp"
 #include "train.hpp"
@@ -84,6 +101,7 @@ constexpr const char* usage =
     "           [--clip X] [--zero 1] [--save DIR] [--resume DIR] [--grad-dtype fp32|fp16|bf16]\n"
     "           [--loss-scale dynamic] [--loss-scale-window K] [--initial-loss-scale X]\n"
     "           [--offload none|auto|all] [--recompute none|auto|all] [--local-losses]\n"
+    "           [--slow RANK:FACTOR [--plan-set]]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
     "--clip X: scale the step's gradients to a global norm of at most X (GRAD_NORM over every rank)\n"
@@ -97,7 +115,10 @@ constexpr const char* usage =
     "--offload, --recompute: memory actions on each microbatch's stash and input (docs/13): copied to the\n"
     "            host and back, or the stash rebuilt by running its forward again before the backward\n"
     "--local-losses: local learning: every stage a head (ln_f, LM head) and a loss of its own, no gradient\n"
-    "            between stages (every edge detached); any schedule, local-1f1b its own\n";
+    "            between stages (every edge detached); any schedule, local-1f1b its own\n"
+    "--slow R:F: the stages on rank R take F times as long (they sleep the rest), a throttled device\n"
+    "--plan-set: with --slow, a plan for each rank slowed F times (blocks moved off it); the first half of the\n"
+    "            steps run the nominal plan, then the plan the measured speeds choose, switched between steps\n";
 
 constexpr examples::cli cli{"gpt", usage};
 using args = gpt::run_args;
@@ -108,6 +129,15 @@ args parse(int argc, char** argv) {
     (f == "--save" ? x.save : x.resume) = v;
     return true;
   });
+  if (a.plan_set) {  // the plain executor, one stage per rank, float gradients, for now
+    if (a.dp > 1 || a.fsdp || a.zero > 0 || a.tie || a.clip > 0 || a.grad_dtype != "fp32" || a.local ||
+        a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none || !a.save.empty() ||
+        !a.resume.empty() || !a.dump.empty())
+      cli.fail(
+          "--plan-set runs one replica with float gradients for now: drop --dp, --fsdp, --zero, "
+          "--tie-embeddings, --clip, --grad-dtype, --local-losses, --offload, --recompute, --save, --resume and "
+          "--dump");
+  }
   if (a.local) {  // the local heads have no GPT-2 names, and each stage trains its own
     if (a.tie)
       cli.fail("--local-losses with --tie-embeddings: each stage's head is its own, none tied to the embedding");
@@ -127,6 +157,123 @@ namespace gpt {
 // (gpt_grads16.cpp instantiates them)
 extern template int train<pt::half>(run_args&, const examples::cli&);
 extern template int train<pt::bfloat16>(run_args&, const examples::cli&);
+
+/// --plan-set (gpt.cpp's header): the nominal plan and one per rank slowed by --slow's factor
+/// (schedules/plan_set.hpp), each with its own model (its layout's blocks) and executor, bound
+/// once. The first half of the steps run the nominal plan (a fixed plan); from then on the
+/// detector reads each rank's speed from the step's trace (host/stragglers.hpp) and the set's rule
+/// chooses the plan for the next step; at a switch the parameters and Adam's moments move to the
+/// new layout between two steps. A step's gradients are the same bits under any layout, so the
+/// losses are a fixed plan's.
+int train_plan_set(run_args& a, const examples::cli& cli) {
+  const pt::runtime_plan nominal = make_run_plan(a, cli);
+  const pt::program_view pv = nominal.compute();
+  if (pv.lanes > 1 || pv.stages != pv.ranks)
+    cli.fail("--plan-set moves blocks between one stage per rank: " + a.schedule + " holds " +
+             std::to_string(pv.stages / pv.ranks) + " stages a rank");
+  const int S = pv.stages, m = pv.microbatches;
+  const run_start start = start_run(a, S, cli);
+  const gpt_config& c = a.model;
+  // the model's layout: the embedding on the first stage, the head on the last, the blocks even
+  pt::layer_layout layout;
+  for (int s = 0; s < S; ++s)
+    layout.stages.push_back({s == 0 ? 1 : 0, stage::blocks_of(c, s, S).count, 0, s == S - 1 ? 1 : 0});
+  std::vector<pt::slowdown> scenarios;
+  for (int r = 0; r < S; ++r) scenarios.push_back({r, a.slow[0].factor});
+  pt::plan_set set;
+  try {
+    set = pt::make_plan_set(a.schedule, a.ranks, m, layout, pt::costs{.f = 1, .b = 2}, scenarios, {}, 1);
+  } catch (const std::invalid_argument& e) {
+    cli.fail(std::string("--plan-set: ") + e.what());
+  }
+  std::vector<pt::runtime_plan> plans;
+  std::deque<pt::uniform_chain<stage>> models;
+  std::vector<std::unique_ptr<ph::executor<pt::uniform_chain<stage>>>> exs;
+  for (const pt::scenario_plan& sp : set.plans) {
+    std::vector<int> split;
+    for (const pt::stage_layers& x : sp.layout.stages) split.push_back(x.decoder);
+    plans.push_back(pt::build_plan(sp.prog));
+    if (!plans.back().ok()) cli.fail("--plan-set: a plan was rejected: " + pt::explain(plans.back().result));
+    std::vector<stage> stages;
+    for (int s = 0; s < S; ++s) stages.emplace_back(c, s, S, start.initial, split);
+    stages[static_cast<std::size_t>(a.slow[0].rank)].set_slow(a.slow[0].factor);
+    models.emplace_back(std::move(stages));
+    exs.push_back(std::make_unique<ph::executor<pt::uniform_chain<stage>>>(
+        plans.back(), models.back(), ph::executor_options{.deadline = std::chrono::seconds(120), .trace = true}));
+  }
+  std::vector<double> slowed(static_cast<std::size_t>(S), 1.0);
+  slowed[static_cast<std::size_t>(a.slow[0].rank)] = 1 / a.slow[0].factor;
+  step_data d;
+  int current = 0, switched_at = -1;
+  double loss_first = 0, loss_last = 0, max_diff = 0, switch_ms = 0;
+  bool grads_match = false;
+  std::vector<double> fixed_ms, switched_ms;
+  for (int step = 1; step <= a.steps; ++step) {
+    draw(d, start.corpus, a, step);
+    ph::executor<pt::uniform_chain<stage>>& ex = *exs[static_cast<std::size_t>(current)];
+    pt::uniform_chain<stage>& model = models[static_cast<std::size_t>(current)];
+    const auto t0 = std::chrono::steady_clock::now();
+    const pt::step_losses& l = ex.step(d.batch);
+    (switched_at > 0 ? switched_ms : fixed_ms).push_back(since_ms(t0));
+    loss_last = l.objective();
+    if (step == 1) {  // the reference: the same microbatches unpipelined, from the same parameters
+      loss_first = loss_last;
+      model_params<float> ref, got = zero_params<float>(c);
+      reference_step_dp<float>(c, start.initial, d.mbs, 1, false, ref, 1);
+      for (const stage& st : model.stages()) st.gather(got, true);
+      grads_match = true;
+      for (int part = 0; part < part_count(got); ++part) {
+        const std::vector<float>&x = part_vector(got, part), &y = part_vector(ref, part);
+        grads_match = grads_match && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+        for (std::size_t i = 0; i < x.size(); ++i)
+          max_diff = examples::worst(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
+      }
+    }
+    for (stage& st : model.stages()) st.adam(a.lr, step);
+    if (step * 2 <= a.steps || switched_at > 0) continue;  // the first half runs the fixed plan
+    // the detector: each rank's speed in this step, and the plan to run next
+    const auto c0 = std::chrono::steady_clock::now();
+    const std::vector<double> speed = ph::measured_speeds(
+        ex.trace(), plans[static_cast<std::size_t>(current)].compute(),
+        pt::stage_scaled(set.per_layer, pt::layout_weights(set.plans[static_cast<std::size_t>(current)].layout)));
+    const int next = set.choose(speed, current);
+    if (next == current) continue;
+    // the switch, between two steps: the parameters and Adam's moments into the next layout
+    model_params<float> p = zero_params<float>(c), mm = zero_params<float>(c), vv = zero_params<float>(c);
+    for (const stage& st : model.stages()) {
+      st.gather(p, false);
+      st.gather_flat(std::vector<float>(st.adam_m().begin(), st.adam_m().end()), mm);
+      st.gather_flat(std::vector<float>(st.adam_v().begin(), st.adam_v().end()), vv);
+    }
+    for (stage& st : models[static_cast<std::size_t>(next)].stages()) st.load(p, mm, vv);
+    switch_ms = since_ms(c0);
+    current = next, switched_at = step;
+  }
+  const double fx = fixed_ms.empty() ? 0 : median(fixed_ms), sw = switched_ms.empty() ? 0 : median(switched_ms);
+  const double fixed_model = set.makespan(0, slowed), switched_model = set.makespan(current, slowed);
+  if (a.json) {
+    print_json_head(a, S, S, m, loss_first, loss_last, grads_match, max_diff, fx, 0);
+    std::printf(
+        ", \"stragglers\": {\"slow_rank\": %d, \"factor\": %g, \"plans\": %zu, \"fixed_step_ms\": %.4f, "
+        "\"switched_step_ms\": %.4f, \"switched_at\": %d, \"chosen\": %d, \"switch_ms\": %.4f, "
+        "\"fixed_makespan\": %.9g, \"switched_makespan\": %.9g}, \"peak_rss_mib\": %.1f}\n",
+        a.slow[0].rank, a.slow[0].factor, set.plans.size(), fx, sw, switched_at, current, switch_ms, fixed_model,
+        switched_model, examples::peak_rss_mib());
+  } else {
+    std::printf("gpt: %s on %d ranks, rank %d %g× as slow; a plan set of %zu plans; loss %.4f -> %.4f\n",
+                a.schedule.c_str(), S, a.slow[0].rank, a.slow[0].factor, set.plans.size(), loss_first, loss_last);
+    std::printf("first step's gradients %s the unpipelined run's\n", grads_match ? "are bitwise" : "DIFFER from");
+    if (switched_at > 0)
+      std::printf(
+          "fixed plan: median step %.2f ms; switched to plan %d after step %d: median step %.2f ms (%.3f of "
+          "it; modelled %.3f); the switch took %.3f ms\n",
+          fx, current, switched_at, sw, sw / fx, switched_model / fixed_model, switch_ms);
+    else
+      std::printf("fixed plan: median step %.2f ms; the detector kept it (no plan shorter by more than %.0f %%)\n", fx,
+                  100 * set.margin);
+  }
+  return grads_match ? 0 : 1;
+}
 
 double evaluate_held(const run_args& a, const char_corpus& held, const model_params<float>& now, int stages,
                      bool& matches, const examples::cli& cli) {
@@ -156,6 +303,7 @@ double evaluate_held(const run_args& a, const char_corpus& held, const model_par
 int main(int argc, char** argv) try {
   examples::tool_exits("gpt");
   args a = parse(argc, argv);
+  if (a.plan_set) return gpt::train_plan_set(a, cli);
   return a.grad_dtype == "fp16"   ? gpt::train<pt::half>(a, cli)
          : a.grad_dtype == "bf16" ? gpt::train<pt::bfloat16>(a, cli)
                                   : gpt::train<float>(a, cli);

@@ -55,6 +55,8 @@ struct run_args {
   int intra = 1;  // torch_gpt: LibTorch's intra-op threads
   bool fsdp = false, tie = false;
   bool local = false;  // examples/gpt's --local-losses: local learning, a head and a loss on every stage
+  std::vector<pt::slowdown> slow;  // --slow RANK:FACTOR: that rank's stage sleeps in proportion
+  bool plan_set = false;           // examples/gpt's --plan-set: a plan per slowed rank, switched between steps
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
   gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
@@ -81,11 +83,13 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     cli.help(f);
-    if (f == "--json" || f == "--eval" || f == "--fsdp" || f == "--tie-embeddings" || f == "--local-losses") {
+    if (f == "--json" || f == "--eval" || f == "--fsdp" || f == "--tie-embeddings" || f == "--local-losses" ||
+        f == "--plan-set") {
       (f == "--json"           ? a.json
        : f == "--eval"         ? a.eval
        : f == "--fsdp"         ? a.fsdp
        : f == "--local-losses" ? a.local
+       : f == "--plan-set"     ? a.plan_set
                                : a.tie) = true;
       continue;
     }
@@ -145,6 +149,11 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
       a.scale_init = cli.whole(f, v, 1, 1 << 30);
       if ((a.scale_init & (a.scale_init - 1)) != 0)
         cli.fail("--initial-loss-scale needs a power of two (dividing by it is then exact), got " + v);
+    } else if (f == "--slow") {
+      const std::size_t colon = v.find(':');
+      if (colon == std::string::npos || !a.slow.empty())
+        cli.fail("--slow takes one RANK:FACTOR (rank RANK runs FACTOR times as long: 1:1.5), got '" + v + "'");
+      a.slow.push_back({cli.whole(f, v.substr(0, colon), 0, 63), cli.rate(f, v.substr(colon + 1), 1000000)});
     } else if (f == "--seq-lens") {
       std::size_t at = 0;
       while (at <= v.size()) {
@@ -158,6 +167,9 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
     } else
       cli.fail("unknown argument '" + f + "'\n" + cli.usage);
   }
+  if (!a.slow.empty())
+    if (const char* e = pt::slowdown_error(a.slow[0], a.ranks)) cli.fail("--slow: " + std::string(e));
+  if (a.plan_set && a.slow.empty()) cli.fail("--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR too");
   if (a.buckets > 1 && a.dp < 2)
     cli.fail("--buckets splits the data-parallel gradient reduction: give --dp D (D >= 2) too");
   if (a.zero > 0 && a.dp < 2)

@@ -43,6 +43,7 @@
 #include <pipetype/pipetype.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +51,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -95,19 +97,32 @@ class basic_stage {
   };
   static constexpr bool lends_parameters = true;
 
-  /// Stage `index` of `stages`, its parameters taken from the whole model's `params`.
-  basic_stage(const gpt_config& c, int index, int stages, const model_params<float>& params)
-      : basic_stage(c, index, stages, flat_parameters(c, index, stages, params),
-                    lending{1, 0, nullptr, !params.local_heads.empty()}) {}
+  /// Stage `index` of `stages`, its parameters taken from the whole model's `params`; `split`:
+  /// each stage's blocks (empty: as even as they go, stage i holding [i·L/S, (i+1)·L/S)).
+  basic_stage(const gpt_config& c, int index, int stages, const model_params<float>& params,
+              const std::vector<int>& split = {})
+      : basic_stage(c, index, stages, flat_parameters(c, index, stages, params, split),
+                    lending{1, 0, nullptr, !params.local_heads.empty()}, split) {}
   /// The same, its parameters lent to pipetype (see `lending`).
   basic_stage(const gpt_config& c, int index, int stages, const lending& l)
       : basic_stage(c, index, stages, std::vector<float>{}, l) {}
 
+  /// The blocks stage `index` of `stages` holds: [first, first + count).
+  struct block_range {
+    int first = 0, count = 0;
+  };
+  static block_range blocks_of(const gpt_config& c, int index, int stages, const std::vector<int>& split = {}) {
+    if (split.empty()) return {index * c.layers / stages, (index + 1) * c.layers / stages - index * c.layers / stages};
+    int first = 0;
+    for (int s = 0; s < index; ++s) first += split.at(static_cast<std::size_t>(s));
+    return {first, split.at(static_cast<std::size_t>(index))};
+  }
+
   /// Stage `index` of `stages`' parameters in one flat vector (the top of this file).
   static std::vector<float> flat_parameters(const gpt_config& c, int index, int stages,
-                                            const model_params<float>& params) {
+                                            const model_params<float>& params, const std::vector<int>& split = {}) {
     check_stages(c, stages);
-    const int b0 = index * c.layers / stages, n = (index + 1) * c.layers / stages - b0;
+    const auto [b0, n] = blocks_of(c, index, stages, split);
     std::vector<float> out;
     auto take = [&](const std::vector<float>& part) { out.insert(out.end(), part.begin(), part.end()); };
     if (index == 0) take(params.embedding);
@@ -125,7 +140,8 @@ class basic_stage {
       throw std::invalid_argument("gpt: " + std::to_string(c.layers) + " layers cannot fill " + std::to_string(stages) +
                                   " stages of whole blocks (give --layers at least the plan's stages)");
   }
-  basic_stage(const gpt_config& c, int index, int stages, std::vector<float> own, const lending& l)
+  basic_stage(const gpt_config& c, int index, int stages, std::vector<float> own, const lending& l,
+              const std::vector<int>& split = {})
       : c_(c),
         first_(index == 0),
         last_(index == stages - 1),
@@ -134,8 +150,10 @@ class basic_stage {
         params_(std::move(own)),
         initial_(l.initial) {
     check_stages(c, stages);
-    block0_ = index * c.layers / stages;
-    blocks_ = (index + 1) * c.layers / stages - block0_;
+    stages_ = stages;
+    split_ = split;
+    block0_ = blocks_of(c, index, stages, split).first;
+    blocks_ = blocks_of(c, index, stages, split).count;
     n_ = initial_ ? initial_->size() : params_.size();
     own_ = initial_ ? pt::shard_of(n_, l.dp, l.replica) : pt::shard_range{0, n_};
     grads_.assign(n_, G{});
@@ -175,7 +193,17 @@ class basic_stage {
   /// The tied copy's parameters (wte.weight on the first stage, lm_head.weight on the last).
   std::span<float> tied_parameters() { return tied_part(params_); }
 
+  // --slow: the call's own time, then (factor − 1) times it asleep (a guard's destructor)
+  struct slowed {
+    double factor;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~slowed() {
+      if (factor > 1) std::this_thread::sleep_for((std::chrono::steady_clock::now() - t0) * (factor - 1));
+    }
+  };
+
   void forward(const pt::forward_ctx<basic_stage>& c) {
+    const slowed guard{slow_};
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
@@ -199,6 +227,7 @@ class basic_stage {
   }
 
   void backward_input(const pt::backward_ctx<basic_stage>& c) {
+    const slowed guard{slow_};
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
@@ -223,6 +252,7 @@ class basic_stage {
   }
 
   void backward_weight(const pt::backward_ctx<basic_stage>& c) {
+    const slowed guard{slow_};
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
@@ -245,6 +275,17 @@ class basic_stage {
       embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, grad_out(c, 0, embedding_params(c_)), t);
       written(c, 0, embedding_params(c_));
     }
+  }
+
+  /// --slow: every call of this stage then takes `factor` times as long (it sleeps the rest), as on
+  /// a throttled rank (1: nominal).
+  void set_slow(double factor) { slow_ = factor; }
+  /// --plan-set's switch to another layout: this stage's part of the whole model's parameters and
+  /// Adam's moments (its own split), gradients zero.
+  void load(const model_params<float>& params, const model_params<float>& m, const model_params<float>& v) {
+    params_ = flat_parameters(c_, index_, stages_, params, split_);
+    set_adam(flat_parameters(c_, index_, stages_, m, split_), flat_parameters(c_, index_, stages_, v, split_));
+    zero_grads();
   }
 
   /// Adam on this stage's parameters with its summed gradients, which it then zeroes.
@@ -387,7 +428,9 @@ class basic_stage {
 
   gpt_config c_;
   bool first_, last_, head_;  // head_: the model's head (last_), or a local one
-  int index_ = 0;
+  int index_ = 0, stages_ = 1;
+  std::vector<int> split_;  // each stage's blocks (empty: even)
+  double slow_ = 1;         // --slow: each call takes this many times as long
   int block0_ = 0, blocks_ = 0;
   std::vector<float> params_, m_, v_;  // m_, v_: Adam's, over own_
   std::vector<G> grads_;

@@ -288,6 +288,14 @@ int train(run_args& a, const examples::cli& cli) {
                                : &models.emplace_back(std::move(stages)));
   }
   model_t& model = models.front();
+  // --slow: every stage the plan puts on that rank takes FACTOR times as long (a throttled device)
+  if (!a.slow.empty()) {
+    if (plan.compute().lanes > 1)
+      cli.fail("--slow with " + a.schedule + ": its model stages run on two ranks each (two lanes)");
+    for (int s = 0; s < plan.compute().stages; ++s)
+      if (plan.compute().stage_rank[static_cast<std::size_t>(s)] == a.slow[0].rank)
+        for (model_t& md : models) md.stage(s % S).set_slow(a.slow[0].factor);
+  }
   if (a.zero > 0)  // ZeRO-1: each replica's moments for its shard, Adam in the step's OPT_STEPs
     for (int r = 0; r < a.dp; ++r)
       for (stage_t& st : models[static_cast<std::size_t>(r)].stages()) {
@@ -541,6 +549,9 @@ int train(run_args& a, const examples::cli& cli) {
                   norm_matches ? "true" : "false", clipped);
     if (a.eval)
       std::printf(", \"eval_loss\": %.9g, \"eval_matches_reference\": %s", eval_loss, eval_matches ? "true" : "false");
+    if (!a.slow.empty())
+      std::printf(", \"stragglers\": {\"slow_rank\": %d, \"factor\": %g, \"fixed_step_ms\": %.4f}", a.slow[0].rank,
+                  a.slow[0].factor, ms);
     if (a.local)
       std::printf(", \"local_losses\": true, \"local_losses_first\": %s, \"local_losses_last\": %s",
                   examples::json_numbers(local_first).c_str(), examples::json_numbers(local_last).c_str());

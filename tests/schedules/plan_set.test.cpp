@@ -37,6 +37,23 @@ TEST_CASE("plan set: the rebalanced layout's busiest rank is the least any split
   }
 }
 
+TEST_CASE("plan set: a floor of layers per stage is kept, and the rest split as before") {
+  const pt::layer_layout nominal = pt::parse_layout("E,t*2|t*2|t*2|t*2,L");
+  const std::vector<double> v{1, 1, 1, 1 / 4.0};  // rank 3 so slow it would hold nothing
+  CHECK(pt::rebalanced_layout(nominal, v).stages[3].decoder == 0);
+  const pt::layer_layout floor1 = pt::rebalanced_layout(nominal, v, {}, 1);
+  int layers = 0;
+  for (const pt::stage_layers& s : floor1.stages) {
+    CHECK(s.decoder >= 1);
+    layers += s.decoder;
+  }
+  CHECK(layers == 8);
+  CHECK_THROWS_AS(pt::rebalanced_layout(nominal, v, {}, 3), std::invalid_argument);  // 12 > 8
+  const pt::plan_set set = pt::make_plan_set("1f1b", 4, 8, nominal, pt::costs{.f = 1, .b = 2}, {{3, 4.0}}, {}, 1);
+  for (const pt::scenario_plan& sp : set.plans)
+    for (const pt::stage_layers& s : sp.layout.stages) CHECK(s.decoder >= 1);
+}
+
 TEST_CASE("plan set: a plan per slowed rank, each verified, and under a slowdown the rule picks that rank's") {
   // 32 layers: fine enough that moving layers off any one rank slowed 1.5× wins 10 % (16 are not
   // for rank 0 under 1F1B: its best split there is 0.935 of the fixed plan)

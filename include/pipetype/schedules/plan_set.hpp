@@ -56,9 +56,9 @@ constexpr const char* slowdown_error(const slowdown& s, int ranks) noexcept {
 /// The layout of `nominal`'s layers, one stage per rank, whose busiest rank is quickest when rank
 /// r runs at `speed[r]` (1 nominal): each stage keeps its embedding and loss, and the decoder
 /// layers are split so that max over r of weight(stage r) / speed[r] is least (ties: the earlier
-/// ranks hold more). O(p log(L·p)).
+/// ranks hold more), each stage keeping at least `at_least` of them. O(p log(L·p)).
 inline layer_layout rebalanced_layout(const layer_layout& nominal, const std::vector<double>& speed,
-                                      layer_weights w = {}) {
+                                      layer_weights w = {}, int at_least = 0) {
   const int p = nominal.size();
   if (static_cast<int>(speed.size()) != p)
     throw std::invalid_argument("rebalanced_layout: one speed per stage of the layout");
@@ -69,10 +69,13 @@ inline layer_layout rebalanced_layout(const layer_layout& nominal, const std::ve
   std::vector<double> fixed(static_cast<std::size_t>(p));  // each stage's weight without its decoder layers
   for (int r = 0; r < p; ++r) {
     stage_layers s = nominal.stages[static_cast<std::size_t>(r)];
-    decoder += s.decoder;
-    s.decoder = 0;
+    decoder += s.decoder - at_least;
+    s.decoder = at_least;  // (each stage's own minimum counts as fixed)
     fixed[static_cast<std::size_t>(r)] = w.of(s);
   }
+  if (at_least < 0 || decoder < 0)
+    throw std::invalid_argument("rebalanced_layout: fewer decoder layers than " + std::to_string(at_least) +
+                                " for each stage");
   // the decoder layers rank r can take within time T: floor((T·speed − fixed) / w.decoder)
   const auto fits = [&](double T, int r) {
     const double room = (T * speed[static_cast<std::size_t>(r)] - fixed[static_cast<std::size_t>(r)]) / w.decoder;
@@ -90,7 +93,7 @@ inline layer_layout rebalanced_layout(const layer_layout& nominal, const std::ve
   int left = decoder;
   for (int r = 0; r < p; ++r) {
     const int take = std::min(left, fits(hi, r));
-    out.stages[static_cast<std::size_t>(r)].decoder = take;
+    out.stages[static_cast<std::size_t>(r)].decoder = at_least + take;
     left -= take;
   }
   return out;
@@ -132,10 +135,11 @@ struct plan_set {
 
 /// The plan set of `schedule` over p ranks (one stage each) and m microbatches for the model
 /// `layout` (p stages), a decoder layer costing `per_layer`: the nominal plan, then one per
-/// slowdown, in order. std::invalid_argument for a layout of another size, a bad slowdown or a
-/// schedule that is not one stage per rank.
+/// slowdown, in order, each stage of a moved layout keeping at least `at_least` decoder layers. std::invalid_argument
+/// for a layout of another size, a bad slowdown or a schedule that is not one stage per rank.
 inline plan_set make_plan_set(std::string_view schedule, int p, int m, const layer_layout& layout, costs per_layer,
-                              const std::vector<slowdown>& slowdowns, const schedule_params& base = {}) {
+                              const std::vector<slowdown>& slowdowns, const schedule_params& base = {},
+                              int at_least = 0) {
   if (layout.size() != p)
     throw std::invalid_argument("a plan set places one stage per rank: the layout has " +
                                 std::to_string(layout.size()) + " stages for " + std::to_string(p) + " ranks");
@@ -179,12 +183,12 @@ inline plan_set make_plan_set(std::string_view schedule, int p, int m, const lay
     }
     // the balanced split, then single layers moved between ranks while the simulated step
     // shortens (the pipeline's fill and drain count too, not only the busiest rank)
-    auto [best, best_time] = planned(rebalanced_layout(layout, v), v);
+    auto [best, best_time] = planned(rebalanced_layout(layout, v, {}, at_least), v);
     for (bool moved = true; moved;) {
       moved = false;
       for (int from = 0; from < p && !moved; ++from)
         for (int to = 0; to < p && !moved; ++to) {
-          if (from == to || best.layout.stages[static_cast<std::size_t>(from)].decoder == 0) continue;
+          if (from == to || best.layout.stages[static_cast<std::size_t>(from)].decoder <= at_least) continue;
           layer_layout l = best.layout;
           --l.stages[static_cast<std::size_t>(from)].decoder;
           ++l.stages[static_cast<std::size_t>(to)].decoder;
