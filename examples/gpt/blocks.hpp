@@ -15,8 +15,14 @@ namespace gpt {
 
 inline std::size_t embedding_stash_floats(const gpt_config& c) { return activation_floats(c); }
 
+// Packed rows (documents): `starts`, when given, holds for each position τ of a row the position
+// where its document begins (starts[τ] ≤ τ): positions restart there (wpe row τ − starts[τ]) and
+// attention reaches back to it only (a block-diagonal causal mask), so a row of several documents
+// computes each as if it were alone. nullptr: one document a row, starting at 0.
+
 template <class R>
-void embedding_forward(const gpt_config& c, const R* params, const std::int32_t* ids, R* out, R* /*stash*/, int t) {
+void embedding_forward(const gpt_config& c, const R* params, const std::int32_t* ids, R* out, R* /*stash*/, int t,
+                       const std::int32_t* starts = nullptr) {
   detail::check_length(c, t);
   const std::size_t C = detail::z(c.width), tt = detail::z(t), N = detail::z(c.rows) * tt;
   const R* wte = params;
@@ -26,7 +32,8 @@ void embedding_forward(const gpt_config& c, const R* params, const std::int32_t*
     if (id < 0 || id >= c.vocab)
       throw std::out_of_range("gpt: token id " + std::to_string(id) + " outside the vocabulary");
     const R* e = wte + detail::z(id) * C;
-    const R* p = wpe + (n % tt) * C;
+    const std::size_t tau = n % tt;
+    const R* p = wpe + (tau - (starts ? detail::z(starts[tau]) : 0)) * C;
     R* o = out + n * C;
     for (std::size_t k = 0; k < C; ++k) o[k] = e[k] + p[k];
   }
@@ -42,7 +49,7 @@ void embedding_backward_input(const gpt_config& c, const R* /*params*/, const st
 
 template <class R>
 void embedding_backward_weight(const gpt_config& c, const R* /*params*/, const std::int32_t* ids, const R* stash,
-                               R* weight_grad, int t) {
+                               R* weight_grad, int t, const std::int32_t* starts = nullptr) {
   detail::check_length(c, t);
   const std::size_t C = detail::z(c.width), tt = detail::z(t), N = detail::z(c.rows) * tt;
   std::fill(weight_grad, weight_grad + embedding_params(c), R(0));
@@ -51,7 +58,8 @@ void embedding_backward_weight(const gpt_config& c, const R* /*params*/, const s
   for (std::size_t n = 0; n < N; ++n) {
     const R* g = stash + n * C;
     R* e = dwte + detail::z(ids[n]) * C;
-    R* p = dwpe + (n % tt) * C;
+    const std::size_t tau = n % tt;
+    R* p = dwpe + (tau - (starts ? detail::z(starts[tau]) : 0)) * C;
     for (std::size_t k = 0; k < C; ++k) {
       e[k] += g[k];
       p[k] += g[k];
@@ -61,9 +69,9 @@ void embedding_backward_weight(const gpt_config& c, const R* /*params*/, const s
 
 template <class R>
 void embedding_backward(const gpt_config& c, const R* params, const std::int32_t* ids, const R* grad_output, R* stash,
-                        R* weight_grad, int t) {
+                        R* weight_grad, int t, const std::int32_t* starts = nullptr) {
   embedding_backward_input(c, params, ids, grad_output, stash, t);
-  embedding_backward_weight(c, params, ids, stash, weight_grad, t);
+  embedding_backward_weight(c, params, ids, stash, weight_grad, t, starts);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,7 +123,8 @@ inline std::size_t block_stash_floats(const gpt_config& c) { return block_stash_
 
 /// out = block(x); fills the forward part of the stash.
 template <class R>
-void block_forward(const gpt_config& c, const R* params, const R* x, R* out, R* stash, int t) {
+void block_forward(const gpt_config& c, const R* params, const R* x, R* out, R* stash, int t,
+                   const std::int32_t* starts = nullptr) {
   detail::check_length(c, t);
   const std::size_t C = detail::z(c.width), H = detail::z(c.heads), hd = C / H, tt = detail::z(t);
   const std::size_t rows = detail::z(c.rows), N = rows * tt;
@@ -140,7 +149,9 @@ void block_forward(const gpt_config& c, const R* params, const R* x, R* out, R* 
         const R* q = qkv + (r * tt + i) * 3 * C + h * hd;
         R* p = att + ((r * H + h) * tt + i) * tt;
         R mx = -std::numeric_limits<R>::infinity();
-        for (std::size_t j = 0; j <= i; ++j) {
+        const std::size_t j0 = starts ? detail::z(starts[i]) : 0;  // its document's first position
+        for (std::size_t j = 0; j < j0; ++j) p[j] = R(0);
+        for (std::size_t j = j0; j <= i; ++j) {
           const R* k = qkv + (r * tt + j) * 3 * C + C + h * hd;
           R s = R(0);
           for (std::size_t d = 0; d < hd; ++d) s += q[d] * k[d];
@@ -149,16 +160,16 @@ void block_forward(const gpt_config& c, const R* params, const R* x, R* out, R* 
           mx = std::max(mx, s);
         }
         R sum = R(0);
-        for (std::size_t j = 0; j <= i; ++j) {
+        for (std::size_t j = j0; j <= i; ++j) {
           p[j] = std::exp(p[j] - mx);
           sum += p[j];
         }
         const R inv = R(1) / sum;
-        for (std::size_t j = 0; j <= i; ++j) p[j] *= inv;
+        for (std::size_t j = j0; j <= i; ++j) p[j] *= inv;
         for (std::size_t j = i + 1; j < tt; ++j) p[j] = R(0);
         R* yi = y + (r * tt + i) * C + h * hd;
         std::fill(yi, yi + hd, R(0));
-        for (std::size_t j = 0; j <= i; ++j) detail::axpy(yi, qkv + (r * tt + j) * 3 * C + 2 * C + h * hd, p[j], hd);
+        for (std::size_t j = j0; j <= i; ++j) detail::axpy(yi, qkv + (r * tt + j) * 3 * C + 2 * C + h * hd, p[j], hd);
       }
     }
   }
@@ -176,7 +187,7 @@ void block_forward(const gpt_config& c, const R* params, const R* x, R* out, R* 
 /// in the stash for backward_weight (and uses dy, dp, wt as scratch).
 template <class R>
 void block_backward_input(const gpt_config& c, const R* params, const R* x, const R* grad_output, R* grad_input,
-                          R* stash, int t) {
+                          R* stash, int t, const std::int32_t* starts = nullptr) {
   detail::check_length(c, t);
   const std::size_t C = detail::z(c.width), H = detail::z(c.heads), hd = C / H, tt = detail::z(t);
   const std::size_t rows = detail::z(c.rows), N = rows * tt;
@@ -214,14 +225,15 @@ void block_backward_input(const gpt_config& c, const R* params, const R* x, cons
         const R* q = qkv + (r * tt + i) * 3 * C + h * hd;
         R* dq = dqkv + (r * tt + i) * 3 * C + h * hd;
         R dsum = R(0);
-        for (std::size_t j = 0; j <= i; ++j) {
+        const std::size_t j0 = starts ? detail::z(starts[i]) : 0;  // its document's first position
+        for (std::size_t j = j0; j <= i; ++j) {
           const R* v = qkv + (r * tt + j) * 3 * C + 2 * C + h * hd;
           R s = R(0);
           for (std::size_t d = 0; d < hd; ++d) s += dyi[d] * v[d];
           dp[j] = s;
           dsum += p[j] * s;
         }
-        for (std::size_t j = 0; j <= i; ++j) {
+        for (std::size_t j = j0; j <= i; ++j) {
           const R* k = qkv + (r * tt + j) * 3 * C + C + h * hd;
           R* dk = dqkv + (r * tt + j) * 3 * C + C + h * hd;
           R* dv = dqkv + (r * tt + j) * 3 * C + 2 * C + h * hd;
@@ -259,8 +271,8 @@ void block_backward_weight(const gpt_config& c, const R* /*params*/, const R* x,
 
 template <class R>
 void block_backward(const gpt_config& c, const R* params, const R* x, const R* grad_output, R* grad_input, R* stash,
-                    R* weight_grad, int t) {
-  block_backward_input(c, params, x, grad_output, grad_input, stash, t);
+                    R* weight_grad, int t, const std::int32_t* starts = nullptr) {
+  block_backward_input(c, params, x, grad_output, grad_input, stash, t, starts);
   block_backward_weight(c, params, x, stash, weight_grad, t);
 }
 

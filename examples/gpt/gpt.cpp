@@ -5,7 +5,7 @@
 //       [--dp D] [--fsdp] [--buckets N] [--tie-embeddings] [--clip X] [--zero 1] [--save DIR] [--resume DIR]
 //       [--grad-dtype fp32|fp16|bf16] [--loss-scale dynamic] [--loss-scale-window K] [--initial-loss-scale X]
 //       [--offload none|auto|all] [--recompute none|auto|all] [--local-losses]
-//       [--slow RANK:FACTOR [--plan-set]]
+//       [--slow RANK:FACTOR [--plan-set]] [--lengths FILE --token-cap N [--attention-at T]]
 //
 // The model is examples/gpt/layers.hpp's (token and position embeddings, L pre-LayerNorm blocks of
 // causal multi-head attention and a GELU MLP, ln_f, an LM head, cross-entropy), cut into the
@@ -74,6 +74,14 @@
 // parameters and Adam's moments moved to its layout between two steps (docs/05 §5.9). The losses
 // are a fixed plan's, bit for bit; --json adds stragglers.fixed_step_ms, switched_step_ms,
 // switched_at, chosen, switch_ms and the modelled makespans.
+// --lengths FILE --token-cap N (one replica, --rows 1, N ≤ T) trains on documents of the file's
+// lengths, drawn from the corpus anew each step, packed into microbatches of one row of at most N
+// tokens (schedules/balance.hpp, a document of t tokens costing t + t²/T': --attention-at T',
+// N by default): the documents of a row attend only within themselves and their positions restart
+// (blocks.hpp's starts). The first half of the steps run the arrival order's packing, the second
+// the balanced one, each under its plan; each half's first step is checked against the
+// unpipelined run of its packing, bit for bit; --json adds balance: the modelled makespans and
+// ratio, and the measured median steps and their ratio (docs/05 §5.8).
 #include <pipetype/host.hpp>
 
 #include <algorithm>
@@ -83,10 +91,12 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "../cli.hpp"
+#include "../lengths_file.hpp"
 #include "train.hpp"
 
 namespace {
@@ -101,7 +111,7 @@ constexpr const char* usage =
     "           [--clip X] [--zero 1] [--save DIR] [--resume DIR] [--grad-dtype fp32|fp16|bf16]\n"
     "           [--loss-scale dynamic] [--loss-scale-window K] [--initial-loss-scale X]\n"
     "           [--offload none|auto|all] [--recompute none|auto|all] [--local-losses]\n"
-    "           [--slow RANK:FACTOR [--plan-set]]\n"
+    "           [--slow RANK:FACTOR [--plan-set]] [--lengths FILE --token-cap N [--attention-at T]]\n"
     "--eval: after training, the loss on held-back text under the forward-only plan\n" GPT_RUN_FLAGS_HELP
     "--tie-embeddings: the LM head's weight is the token embedding's (needs two stages or more)\n"
     "--clip X: scale the step's gradients to a global norm of at most X (GRAD_NORM over every rank)\n"
@@ -116,6 +126,8 @@ constexpr const char* usage =
     "            host and back, or the stash rebuilt by running its forward again before the backward\n"
     "--local-losses: local learning: every stage a head (ln_f, LM head) and a loss of its own, no gradient\n"
     "            between stages (every edge detached); any schedule, local-1f1b its own\n"
+    "--lengths FILE --token-cap N [--attention-at T]: a step's documents (one length per line) packed into\n"
+    "            rows of at most N tokens (--rows 1), arrival order for half the steps, then balanced\n"
     "--slow R:F: the stages on rank R take F times as long (they sleep the rest), a throttled device\n"
     "--plan-set: with --slow, a plan for each rank slowed F times (blocks moved off it); the first half of the\n"
     "            steps run the nominal plan, then the plan the measured speeds choose, switched between steps\n";
@@ -138,6 +150,14 @@ args parse(int argc, char** argv) {
           "--tie-embeddings, --clip, --grad-dtype, --local-losses, --offload, --recompute, --save, --resume and "
           "--dump");
   }
+  if (!a.lengths.empty() &&
+      (a.dp > 1 || a.fsdp || a.zero > 0 || a.tie || a.clip > 0 || a.grad_dtype != "fp32" || a.local || a.plan_set ||
+       !a.slow.empty() || a.offload != pt::memory_policy::none || a.recompute != pt::memory_policy::none ||
+       !a.save.empty() || !a.resume.empty() || !a.dump.empty() || a.eval || !a.seq_lens.empty()))
+    cli.fail(
+        "--lengths runs one replica with float gradients for now: drop --dp, --fsdp, --zero, --tie-embeddings, "
+        "--clip, --grad-dtype, --local-losses, --plan-set, --slow, --offload, --recompute, --save, --resume, "
+        "--dump, --eval and --seq-lens");
   if (a.local) {  // the local heads have no GPT-2 names, and each stage trains its own
     if (a.tie)
       cli.fail("--local-losses with --tie-embeddings: each stage's head is its own, none tied to the embedding");
@@ -157,6 +177,109 @@ namespace gpt {
 // (gpt_grads16.cpp instantiates them)
 extern template int train<pt::half>(run_args&, const examples::cli&);
 extern template int train<pt::bfloat16>(run_args&, const examples::cli&);
+
+/// Whether `got` is `ref` bit for bit, part by part; the largest |difference| goes into `max_diff`.
+bool same_gradients(const model_params<float>& got, const model_params<float>& ref, double& max_diff) {
+  bool same = true;
+  for (int part = 0; part < part_count(got); ++part) {
+    const std::vector<float>&x = part_vector(got, part), &y = part_vector(ref, part);
+    same = same && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      max_diff = examples::worst(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
+  }
+  return same;
+}
+
+/// --lengths FILE --token-cap N (gpt.cpp's header): a step's documents packed into microbatches
+/// of one row, in arrival order for the first half of the steps and balanced for the second
+/// (schedules/balance.hpp), each packing under its own plan and executor over one model; the
+/// first step of each half checked against the unpipelined run of the same packing, bit for bit.
+int train_lengths(run_args& a, const examples::cli& cli) {
+  const gpt_config& c0 = a.model;
+  if (c0.rows != 1) cli.fail("--lengths packs documents into one row a microbatch: give --rows 1");
+  if (a.token_cap > c0.seq) cli.fail("--token-cap is at most --seq (a microbatch's row holds --seq tokens)");
+  std::string why;
+  const std::optional<std::vector<int>> read = examples::read_lengths(a.lengths, a.token_cap, why);
+  if (!read) cli.fail("--lengths " + why);
+  const std::vector<int>& lengths = *read;
+  const pt::schedule_info* info = pt::find_schedule(a.schedule);
+  if (!info) cli.fail(pt::schedule_error(a.schedule, a.ranks, 1, 1));
+  if (info->local) cli.fail("--lengths with " + a.schedule + ": a model of local losses is not packed yet");
+  const int v = pt::default_chunks(*info, a.chunks);
+  pt::schedule_params params;
+  params.cost = pt::costs{.f = 1, .b = 2};
+  const double tau = a.attention_at > 0 ? a.attention_at : a.token_cap;
+  std::optional<pt::balance_result> packed;
+  try {
+    packed = pt::balance(lengths, a.token_cap, pt::length_cost{tau}, a.schedule, a.ranks, v, params);
+  } catch (const std::invalid_argument& e) {
+    cli.fail(std::string("--lengths: ") + e.what());
+  }
+  const pt::runtime_plan arrival_plan = pt::build_plan(packed->arrival.prog);
+  const pt::runtime_plan balanced_plan = pt::build_plan(packed->balanced.prog);
+  if (!arrival_plan.ok() || !balanced_plan.ok()) cli.fail("--lengths: a packing's plan was rejected");
+  const int S = arrival_plan.compute().lane_length();
+  a.microbatches = packed->arrival.pack.size();
+  const run_start start = start_run(a, S, cli);
+  const gpt_config& c = a.model;
+  std::vector<stage> parts;
+  for (int s = 0; s < S; ++s) parts.emplace_back(c, s, S, start.initial);
+  pt::uniform_chain<stage> model(std::move(parts));
+  ph::executor<pt::uniform_chain<stage>> arrival_ex{arrival_plan, model, {.deadline = std::chrono::seconds(120)}};
+  ph::executor<pt::uniform_chain<stage>> balanced_ex{balanced_plan, model, {.deadline = std::chrono::seconds(120)}};
+  step_data d;
+  for (stage& st : model.stages()) st.set_documents(&d.mbs);
+  double loss_first = 0, loss_last = 0, max_diff = 0;
+  bool grads_match = true;
+  std::vector<double> arrival_ms, balanced_ms;
+  const int half = std::max(1, a.steps / 2);
+  for (int step = 1; step <= a.steps; ++step) {
+    const bool balanced = step > half;
+    const pt::packing& pack = balanced ? packed->balanced.pack : packed->arrival.pack;
+    draw_packed(d, start.corpus, a, step, lengths, pack);
+    model_params<float> before;  // the first step of each half: checked against the reference
+    const bool check = step == 1 || step == half + 1;
+    if (check) {
+      before = zero_params<float>(c);
+      for (const stage& st : model.stages()) st.gather(before, false);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const pt::step_losses& l = (balanced ? balanced_ex : arrival_ex).step(d.batch);
+    (balanced ? balanced_ms : arrival_ms).push_back(since_ms(t0));
+    loss_last = l.objective();
+    if (step == 1) loss_first = loss_last;
+    if (check) {
+      model_params<float> ref, got = zero_params<float>(c);
+      reference_step_dp<float>(c, before, d.mbs, 1, false, ref, 1);
+      for (const stage& st : model.stages()) st.gather(got, true);
+      grads_match = same_gradients(got, ref, max_diff) && grads_match;
+    }
+    for (stage& st : model.stages()) st.adam(a.lr, step);
+  }
+  const double am = arrival_ms.empty() ? 0 : median(arrival_ms), bm = balanced_ms.empty() ? 0 : median(balanced_ms);
+  const double modelled = packed->balanced.makespan / packed->arrival.makespan, measured = am > 0 ? bm / am : 0;
+  if (a.json) {
+    print_json_head(a, arrival_plan.compute().ranks, S, packed->arrival.pack.size(), loss_first, loss_last, grads_match,
+                    max_diff, am, 0);
+    std::printf(
+        ", \"balance\": {\"sequences\": %zu, \"token_cap\": %d, \"attention_at\": %g, \"arrival_microbatches\": "
+        "%d, \"balanced_microbatches\": %d, \"arrival_makespan\": %.9g, \"balanced_makespan\": %.9g, "
+        "\"ratio\": %.9g, \"arrival_step_ms\": %.4f, \"balanced_step_ms\": %.4f, \"measured_ratio\": %.9g}, "
+        "\"peak_rss_mib\": %.1f}\n",
+        lengths.size(), a.token_cap, tau, packed->arrival.pack.size(), packed->balanced.pack.size(),
+        packed->arrival.makespan, packed->balanced.makespan, modelled, am, bm, measured, examples::peak_rss_mib());
+  } else {
+    std::printf("gpt: %zu documents packed under %d tokens a microbatch (t + t²/%g each); %s on %d ranks\n",
+                lengths.size(), a.token_cap, tau, a.schedule.c_str(), arrival_plan.compute().ranks);
+    std::printf("loss %.4f -> %.4f; each half's first step's gradients %s the unpipelined run's\n", loss_first,
+                loss_last, grads_match ? "are bitwise" : "DIFFER from");
+    std::printf(
+        "arrival order: %d microbatches, median step %.2f ms; balanced: %d microbatches, median step %.2f ms; "
+        "balanced / arrival: measured %.3f, modelled %.3f\n",
+        packed->arrival.pack.size(), am, packed->balanced.pack.size(), bm, measured, modelled);
+  }
+  return grads_match ? 0 : 1;
+}
 
 /// --plan-set (gpt.cpp's header): the nominal plan and one per rank slowed by --slow's factor
 /// (schedules/plan_set.hpp), each with its own model (its layout's blocks) and executor, bound
@@ -221,13 +344,7 @@ int train_plan_set(run_args& a, const examples::cli& cli) {
       model_params<float> ref, got = zero_params<float>(c);
       reference_step_dp<float>(c, start.initial, d.mbs, 1, false, ref, 1);
       for (const stage& st : model.stages()) st.gather(got, true);
-      grads_match = true;
-      for (int part = 0; part < part_count(got); ++part) {
-        const std::vector<float>&x = part_vector(got, part), &y = part_vector(ref, part);
-        grads_match = grads_match && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-        for (std::size_t i = 0; i < x.size(); ++i)
-          max_diff = examples::worst(max_diff, static_cast<double>(std::fabs(x[i] - y[i])));
-      }
+      grads_match = same_gradients(got, ref, max_diff);
     }
     for (stage& st : model.stages()) st.adam(a.lr, step);
     if (step * 2 <= a.steps || switched_at > 0) continue;  // the first half runs the fixed plan
@@ -304,6 +421,7 @@ int main(int argc, char** argv) try {
   examples::tool_exits("gpt");
   args a = parse(argc, argv);
   if (a.plan_set) return gpt::train_plan_set(a, cli);
+  if (!a.lengths.empty()) return gpt::train_lengths(a, cli);
   return a.grad_dtype == "fp16"   ? gpt::train<pt::half>(a, cli)
          : a.grad_dtype == "bf16" ? gpt::train<pt::bfloat16>(a, cli)
                                   : gpt::train<float>(a, cli);

@@ -17,7 +17,9 @@
 //  * padding does not leak: a microbatch of length t < T in NaN-prefilled buffers gives the same bits
 //    (loss and gradients) as the same tokens with T' = t;
 //  * a GPipe-order run (all forwards, then backwards in reverse, one stash per microbatch, weight
-//    gradients added in microbatch order) gives the same bits as reference_step.
+//    gradients added in microbatch order) gives the same bits as reference_step;
+//  * packed documents (a row of 5 + 3 tokens with their starts) give each document's activations
+//    bit for bit, and its loss and gradients within rounding.
 #include "../write_file.hpp"
 #include "layers.hpp"
 
@@ -467,6 +469,45 @@ int run_torch(const std::string& python, const std::string& script) {
 
 }  // namespace
 
+// Packed documents (blocks.hpp's `starts`): a row holding documents of 5 and 3 tokens computes
+// each as if alone — the same bits, token for token, as the documents in rows of their own — and
+// its loss and gradients are theirs summed (within rounding: the sums run in another order).
+void check_documents() {
+  gpt::gpt_config c = tiny;
+  c.rows = 1;
+  c.seq = 8;
+  const gpt::model_params<float> p = noisy_model(c, 9);
+  const gpt::microbatch a = random_microbatch(c, 5, 51), b = random_microbatch(c, 3, 52);
+  gpt::microbatch packed;
+  packed.t = 8;
+  packed.ids = a.ids, packed.targets = a.targets;
+  packed.ids.insert(packed.ids.end(), b.ids.begin(), b.ids.end());
+  packed.targets.insert(packed.targets.end(), b.targets.begin(), b.targets.end());
+  packed.starts = {0, 0, 0, 0, 0, 5, 5, 5};
+  gpt::detail::runner<float> run_packed(c), run_a(c), run_b(c);
+  const double sp = run_packed.forward(c, p, packed), sa = run_a.forward(c, p, a), sb = run_b.forward(c, p, b);
+  const std::size_t C = static_cast<std::size_t>(c.width), L = static_cast<std::size_t>(c.layers);
+  for (std::size_t l = 0; l <= L; ++l) {
+    const std::vector<float>& h = run_packed.hidden[l];
+    if (std::memcmp(h.data(), run_a.hidden[l].data(), 5 * C * sizeof(float)) != 0 ||
+        std::memcmp(h.data() + 5 * C, run_b.hidden[l].data(), 3 * C * sizeof(float)) != 0)
+      fail("documents: layer " + std::to_string(l) + "'s output of a packed row differs from the documents alone");
+  }
+  if (std::fabs(sp - (sa + sb)) > 1e-9 * std::fabs(sp)) fail("documents: the packed row's loss is not its documents'");
+  gpt::model_params<float> gp, gs;
+  const std::vector<gpt::microbatch> one{packed}, two{a, b};
+  gpt::reference_step<float>(c, p, one, gp);
+  gpt::reference_step<float>(c, p, two, gs);
+  for (int part = 0; part <= c.layers + 1; ++part) {
+    const std::vector<float>&x = gpt::part_vector(gp, part), &y = gpt::part_vector(gs, part);
+    double most = 0, diff = 0;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      most = std::max(most, static_cast<double>(std::fabs(y[i]))),
+      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+    if (diff > 1e-5 * most) fail("documents: part " + std::to_string(part) + "'s gradient differs from its documents'");
+  }
+}
+
 int main(int argc, char** argv) {
   examples::tool_exits("gpt_layers_check");
   std::string dump_dir, python, script;
@@ -497,6 +538,7 @@ int main(int argc, char** argv) {
     check_gradients();
     check_split();
     check_order_and_padding();
+    check_documents();
     if (!dump_dir.empty()) write_dumps(dump_dir);
     if (timing) time_step();
     int torch = 0;

@@ -110,10 +110,14 @@ int part_count(const model_params<R>& p) {
   return static_cast<int>(p.blocks.size() + p.local_heads.size()) + 2;
 }
 
-/// One microbatch: `rows` sequences of length t; ids and targets int32 [rows, t], packed.
+/// One microbatch: `rows` sequences of length t; ids and targets int32 [rows, t], packed. With
+/// `starts` (t entries) each row packs several documents: position τ's begins at starts[τ]
+/// (blocks.hpp: positions restart there, attention reaches back to it only).
 struct microbatch {
   int t = 0;
   std::vector<std::int32_t> ids, targets;
+  std::vector<std::int32_t> starts{};  // empty: one document a row
+  const std::int32_t* starts_or_null() const noexcept { return starts.empty() ? nullptr : starts.data(); }
 };
 
 namespace detail {
@@ -122,6 +126,11 @@ inline void check_microbatch(const gpt_config& c, const microbatch& mb) {
   const std::size_t n = z(c.rows) * z(mb.t);
   if (mb.ids.size() != n || mb.targets.size() != n)
     throw std::invalid_argument("gpt: a microbatch's ids and targets must hold rows·t tokens");
+  if (!mb.starts.empty() && mb.starts.size() != z(mb.t))
+    throw std::invalid_argument("gpt: a microbatch's document starts must hold t positions");
+  for (std::size_t k = 0; k < mb.starts.size(); ++k)
+    if (mb.starts[k] < 0 || z(mb.starts[k]) > k)
+      throw std::invalid_argument("gpt: a document start after its position");
 }
 
 /// Buffers for running the parts one after the other (one microbatch at a time).
@@ -140,9 +149,11 @@ struct runner {
 
   double forward(const gpt_config& c, const model_params<R>& p, const microbatch& mb) {
     check_microbatch(c, mb);
-    embedding_forward(c, p.embedding.data(), mb.ids.data(), hidden[0].data(), emb_stash.data(), mb.t);
+    embedding_forward(c, p.embedding.data(), mb.ids.data(), hidden[0].data(), emb_stash.data(), mb.t,
+                      mb.starts_or_null());
     for (std::size_t i = 0; i < z(c.layers); ++i)
-      block_forward(c, p.blocks[i].data(), hidden[i].data(), hidden[i + 1].data(), block_stash[i].data(), mb.t);
+      block_forward(c, p.blocks[i].data(), hidden[i].data(), hidden[i + 1].data(), block_stash[i].data(), mb.t,
+                    mb.starts_or_null());
     return head_forward(c, p.head.data(), hidden[z(c.layers)].data(), mb.targets.data(), head_stash.data(), mb.t);
   }
 };
@@ -247,11 +258,11 @@ std::vector<double> reference_step(const gpt_config& c, const model_params<R>& p
                   tmp.head.data(), t);
     for (std::size_t i = L; i-- > 0;) {
       block_backward(c, params.blocks[i].data(), run.hidden[i].data(), run.grad_a.data(), run.grad_b.data(),
-                     run.block_stash[i].data(), tmp.blocks[i].data(), t);
+                     run.block_stash[i].data(), tmp.blocks[i].data(), t, mb.starts_or_null());
       std::swap(run.grad_a, run.grad_b);
     }
     embedding_backward(c, params.embedding.data(), mb.ids.data(), run.grad_a.data(), run.emb_stash.data(),
-                       tmp.embedding.data(), t);
+                       tmp.embedding.data(), t, mb.starts_or_null());
     add_into<G, R>(grads.embedding, tmp.embedding);
     for (std::size_t i = 0; i < L; ++i) add_into<G, R>(grads.blocks[i], tmp.blocks[i]);
     add_into<G, R>(grads.head, tmp.head);

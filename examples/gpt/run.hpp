@@ -57,6 +57,9 @@ struct run_args {
   bool local = false;  // examples/gpt's --local-losses: local learning, a head and a loss on every stage
   std::vector<pt::slowdown> slow;  // --slow RANK:FACTOR: that rank's stage sleeps in proportion
   bool plan_set = false;           // examples/gpt's --plan-set: a plan per slowed rank, switched between steps
+  std::string lengths;             // examples/gpt's --lengths FILE: a step's document lengths, packed
+  int token_cap = 0;               // --token-cap N: tokens a microbatch holds at most
+  double attention_at = -1;        // --attention-at T (-1: the token cap)
   pt::memory_policy offload = pt::memory_policy::none, recompute = pt::memory_policy::none;
   gpt_config model{0, 64, 4, 4, 64, 4};  // vocab from the corpus
   float lr = 3e-3f;
@@ -149,7 +152,14 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
       a.scale_init = cli.whole(f, v, 1, 1 << 30);
       if ((a.scale_init & (a.scale_init - 1)) != 0)
         cli.fail("--initial-loss-scale needs a power of two (dividing by it is then exact), got " + v);
-    } else if (f == "--slow") {
+    } else if (f == "--lengths") {
+      if (v.empty()) cli.fail("--lengths needs a file (one document length per line)");
+      a.lengths = v;
+    } else if (f == "--token-cap")
+      a.token_cap = cli.whole(f, v, 1, 4096);
+    else if (f == "--attention-at")
+      a.attention_at = cli.rate(f, v, 1000000);
+    else if (f == "--slow") {
       const std::size_t colon = v.find(':');
       if (colon == std::string::npos || !a.slow.empty())
         cli.fail("--slow takes one RANK:FACTOR (rank RANK runs FACTOR times as long: 1:1.5), got '" + v + "'");
@@ -170,6 +180,10 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
   if (!a.slow.empty())
     if (const char* e = pt::slowdown_error(a.slow[0], a.ranks)) cli.fail("--slow: " + std::string(e));
   if (a.plan_set && a.slow.empty()) cli.fail("--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR too");
+  if (a.lengths.empty() != (a.token_cap == 0))
+    cli.fail(a.lengths.empty() ? "--token-cap packs the documents of --lengths FILE: give it too"
+                               : "--lengths packs documents under a token cap: give --token-cap N too");
+  if (a.attention_at > 0 && a.lengths.empty()) cli.fail("--attention-at prices the documents of --lengths FILE");
   if (a.buckets > 1 && a.dp < 2)
     cli.fail("--buckets splits the data-parallel gradient reduction: give --dp D (D >= 2) too");
   if (a.zero > 0 && a.dp < 2)
@@ -351,6 +365,41 @@ inline void draw(step_data& d, const char_corpus& corpus, const run_args& a, int
   d.batch.clear();
   d.batch.input(d.no_hidden).input(d.ids);
   for (int k = 0; k < sinks; ++k) d.batch.target(d.targets);  // (local learning: every stage is a sink)
+  d.batch.lengths(d.lens, static_cast<std::size_t>(c.seq));
+  d.batch.scale(pt::loss_scaling::per(static_cast<double>(d.tokens)));
+}
+
+/// --lengths: step `step`'s documents (lengths[i] tokens each, document i drawn from the corpus by
+/// (step, i), the same whatever the packing) packed as `pack` says: microbatch j one row of its
+/// documents back to back, their starts in `starts` (blocks.hpp: each computed as if alone).
+inline void draw_packed(step_data& d, const char_corpus& corpus, const run_args& a, int step,
+                        const std::vector<int>& lengths, const pt::packing& pack) {
+  const gpt_config& c = a.model;
+  const std::size_t slot = token_capacity(c);
+  d.mbs.clear();
+  d.lens.clear();
+  d.ids.assign(slot * pack.microbatches.size(), 0);
+  d.targets.assign(d.ids.size(), 0);
+  d.tokens = 0;
+  for (std::size_t j = 0; j < pack.microbatches.size(); ++j) {
+    microbatch mb;
+    for (const int i : pack.microbatches[j]) {
+      const microbatch doc = draw_microbatch(corpus, 1, lengths[static_cast<std::size_t>(i)],
+                                             static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(i));
+      const auto at = static_cast<std::int32_t>(mb.ids.size());
+      mb.ids.insert(mb.ids.end(), doc.ids.begin(), doc.ids.end());
+      mb.targets.insert(mb.targets.end(), doc.targets.begin(), doc.targets.end());
+      mb.starts.insert(mb.starts.end(), doc.ids.size(), at);
+    }
+    mb.t = static_cast<int>(mb.ids.size());
+    std::copy(mb.ids.begin(), mb.ids.end(), d.ids.begin() + static_cast<std::ptrdiff_t>(slot * j));
+    std::copy(mb.targets.begin(), mb.targets.end(), d.targets.begin() + static_cast<std::ptrdiff_t>(slot * j));
+    d.lens.push_back(mb.ids.size());
+    d.tokens += mb.ids.size();
+    d.mbs.push_back(std::move(mb));
+  }
+  d.batch.clear();
+  d.batch.input(d.no_hidden).input(d.ids).target(d.targets);
   d.batch.lengths(d.lens, static_cast<std::size_t>(c.seq));
   d.batch.scale(pt::loss_scaling::per(static_cast<double>(d.tokens)));
 }

@@ -209,13 +209,13 @@ class basic_stage {
     float* s = c.stash.data();
     const float* x = hidden.data();
     if (first_) {
-      embedding_forward(c_, param(c, 0), ids.data(), act(s, 0), static_cast<float*>(nullptr), t);
+      embedding_forward(c_, param(c, 0), ids.data(), act(s, 0), static_cast<float*>(nullptr), t, starts(c.microbatch));
       x = act(s, 0);
     }
     for (int k = 0; k < blocks_; ++k) {
       float* y = k == blocks_ - 1 && !head_ ? c.output.template get<0>().data() : act(s, k + 1);
       block_forward(c_, param(c, block_offset(k)), x, y,
-                    s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
+                    s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t, starts(c.microbatch));
       x = y;
     }
     if (!head_) return;
@@ -244,7 +244,8 @@ class basic_stage {
     for (int k = blocks_ - 1; k >= 0; --k) {
       float* gin = k == 0 && sends ? c.grad_input.template get<0>().data() : bufs[next];
       block_backward_input(c_, param(c, block_offset(k)), block_input(c, k), g, gin,
-                           s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t);
+                           s + block_stash_ + static_cast<std::size_t>(k) * block_stash_floats(c_), t,
+                           starts(c.microbatch));
       g = gin;
       next ^= 1;
     }
@@ -272,11 +273,15 @@ class basic_stage {
       written(c, at, block_params(c_));
     }
     if (first_) {
-      embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, grad_out(c, 0, embedding_params(c_)), t);
+      embedding_backward_weight(c_, param(c, 0), ids.data(), s + emb_stash_, grad_out(c, 0, embedding_params(c_)), t,
+                                starts(c.microbatch));
       written(c, 0, embedding_params(c_));
     }
   }
 
+  /// --lengths: the step's microbatches, whose document starts (packed rows) the calls read by
+  /// ctx.microbatch; nullptr: one document a row. Set before each step; read during it only.
+  void set_documents(const std::vector<microbatch>* mbs) { docs_ = mbs; }
   /// --slow: every call of this stage then takes `factor` times as long (it sleeps the rest), as on
   /// a throttled rank (1: nominal).
   void set_slow(double factor) { slow_ = factor; }
@@ -431,6 +436,10 @@ class basic_stage {
   int index_ = 0, stages_ = 1;
   std::vector<int> split_;  // each stage's blocks (empty: even)
   double slow_ = 1;         // --slow: each call takes this many times as long
+  const std::vector<microbatch>* docs_ = nullptr;  // --lengths: the step's microbatches (set_documents)
+  const std::int32_t* starts(int microbatch) const {
+    return docs_ ? (*docs_)[static_cast<std::size_t>(microbatch)].starts_or_null() : nullptr;
+  }
   int block0_ = 0, blocks_ = 0;
   std::vector<float> params_, m_, v_;  // m_, v_: Adam's, over own_
   std::vector<G> grads_;

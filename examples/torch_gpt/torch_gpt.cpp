@@ -276,6 +276,7 @@ int main(int argc, char** argv) try {
   if (a.grad_dtype != "fp32" || a.dynamic_scale)
     cli.fail("--grad-dtype and --loss-scale are examples/gpt's: torch_gpt's gradients are LibTorch's float tensors");
   if (a.local) cli.fail("--local-losses is examples/gpt's: torch_gpt's modules have one head, on the last stage");
+  if (!a.lengths.empty()) cli.fail("--lengths is examples/gpt's: torch_gpt's attention has no document mask");
   if (!a.slow.empty() || a.plan_set)
     cli.fail("--slow and --plan-set are examples/gpt's: torch_gpt's modules do not sleep for a slow rank");
   at::set_num_threads(a.intra);
