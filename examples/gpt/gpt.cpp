@@ -76,9 +76,10 @@
 // switched_at, chosen, switch_ms and the modelled makespans.
 // --lengths FILE --token-cap N (one replica, --rows 1, N ≤ T) trains on documents of the file's
 // lengths, drawn from the corpus anew each step, packed into microbatches of one row of at most N
-// tokens (schedules/balance.hpp, a document of t tokens costing t + t²/T': --attention-at T',
-// N by default): the documents of a row attend only within themselves and their positions restart
-// (blocks.hpp's starts). The first half of the steps run the arrival order's packing, the second
+// tokens (schedules/balance.hpp, a document of t tokens costing t + t²/T': --attention-at T', or
+// without it T' fitted to the arrival half's measured microbatches, fit_length_cost): the
+// documents of a row attend only within themselves and their positions restart (blocks.hpp's
+// starts). The first half of the steps run the arrival order's packing, the second
 // the balanced one, each under its plan; each half's first step is checked against the
 // unpipelined run of its packing, bit for bit; --json adds balance: the modelled makespans and
 // ratio, and the measured median steps and their ratio (docs/05 §5.8).
@@ -208,16 +209,20 @@ int train_lengths(run_args& a, const examples::cli& cli) {
   const int v = pt::default_chunks(*info, a.chunks);
   pt::schedule_params params;
   params.cost = pt::costs{.f = 1, .b = 2};
-  const double tau = a.attention_at > 0 ? a.attention_at : a.token_cap;
+  // without --attention-at the cost model is calibrated: the first half's trace fits a·t + b·t²
+  const bool calibrate = !(a.attention_at > 0);
+  double tau = calibrate ? a.token_cap : a.attention_at;
   std::optional<pt::balance_result> packed;
-  try {
-    packed = pt::balance(lengths, a.token_cap, pt::length_cost{tau}, a.schedule, a.ranks, v, params);
-  } catch (const std::invalid_argument& e) {
-    cli.fail(std::string("--lengths: ") + e.what());
-  }
+  const auto pack = [&] {
+    try {
+      packed = pt::balance(lengths, a.token_cap, pt::length_cost{tau}, a.schedule, a.ranks, v, params);
+    } catch (const std::invalid_argument& e) {
+      cli.fail(std::string("--lengths: ") + e.what());
+    }
+  };
+  pack();
   const pt::runtime_plan arrival_plan = pt::build_plan(packed->arrival.prog);
-  const pt::runtime_plan balanced_plan = pt::build_plan(packed->balanced.prog);
-  if (!arrival_plan.ok() || !balanced_plan.ok()) cli.fail("--lengths: a packing's plan was rejected");
+  if (!arrival_plan.ok()) cli.fail("--lengths: the arrival order's plan was rejected");
   const int S = arrival_plan.compute().lane_length();
   a.microbatches = packed->arrival.pack.size();
   const run_start start = start_run(a, S, cli);
@@ -225,8 +230,13 @@ int train_lengths(run_args& a, const examples::cli& cli) {
   std::vector<stage> parts;
   for (int s = 0; s < S; ++s) parts.emplace_back(c, s, S, start.initial);
   pt::uniform_chain<stage> model(std::move(parts));
-  ph::executor<pt::uniform_chain<stage>> arrival_ex{arrival_plan, model, {.deadline = std::chrono::seconds(120)}};
-  ph::executor<pt::uniform_chain<stage>> balanced_ex{balanced_plan, model, {.deadline = std::chrono::seconds(120)}};
+  ph::executor<pt::uniform_chain<stage>> arrival_ex{
+      arrival_plan, model, {.deadline = std::chrono::seconds(120), .trace = calibrate}};
+  std::optional<pt::runtime_plan> balanced_plan;  // made at the half, with the calibrated costs
+  std::optional<ph::executor<pt::uniform_chain<stage>>> balanced_ex;
+  std::vector<std::vector<int>> fit_lengths;  // calibration samples: each measured microbatch's lengths
+  std::vector<double> fit_times;              // and its compute time over every stage
+  pt::length_fit fit;
   step_data d;
   for (stage& st : model.stages()) st.set_documents(&d.mbs);
   double loss_first = 0, loss_last = 0, max_diff = 0;
@@ -235,8 +245,20 @@ int train_lengths(run_args& a, const examples::cli& cli) {
   const int half = std::max(1, a.steps / 2);
   for (int step = 1; step <= a.steps; ++step) {
     const bool balanced = step > half;
-    const pt::packing& pack = balanced ? packed->balanced.pack : packed->arrival.pack;
-    draw_packed(d, start.corpus, a, step, lengths, pack);
+    if (balanced && !balanced_ex) {  // the half: calibrate, pack, plan
+      if (calibrate && !fit_times.empty()) {
+        fit = pt::fit_length_cost(fit_lengths, fit_times);
+        tau = fit.cost.quadratic_at;
+        const int arrival_m = packed->arrival.pack.size();
+        pack();
+        if (packed->arrival.pack.size() != arrival_m) cli.fail("--lengths: the arrival packing changed (a bug)");
+      }
+      balanced_plan.emplace(pt::build_plan(packed->balanced.prog));
+      if (!balanced_plan->ok()) cli.fail("--lengths: the balanced packing's plan was rejected");
+      balanced_ex.emplace(*balanced_plan, model, ph::executor_options{.deadline = std::chrono::seconds(120)});
+    }
+    const pt::packing& pk = balanced ? packed->balanced.pack : packed->arrival.pack;
+    draw_packed(d, start.corpus, a, step, lengths, pk);
     model_params<float> before;  // the first step of each half: checked against the reference
     const bool check = step == 1 || step == half + 1;
     if (check) {
@@ -244,8 +266,21 @@ int train_lengths(run_args& a, const examples::cli& cli) {
       for (const stage& st : model.stages()) st.gather(before, false);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const pt::step_losses& l = (balanced ? balanced_ex : arrival_ex).step(d.batch);
+    const pt::step_losses& l = balanced ? balanced_ex->step(d.batch) : arrival_ex.step(d.batch);
     (balanced ? balanced_ms : arrival_ms).push_back(since_ms(t0));
+    if (!balanced && calibrate && step > 1) {  // (the first step warms up)
+      std::vector<double> per(static_cast<std::size_t>(pk.size()), 0.0);
+      for (const pt::op_time& t : arrival_ex.trace())
+        if (t.code == pt::op_code::compute && t.microbatch >= 0 && t.microbatch < pk.size())
+          per[static_cast<std::size_t>(t.microbatch)] += t.end - t.start;
+      for (int j = 0; j < pk.size(); ++j) {
+        std::vector<int> ls;
+        for (const int i : pk.microbatches[static_cast<std::size_t>(j)])
+          ls.push_back(lengths[static_cast<std::size_t>(i)]);
+        fit_lengths.push_back(std::move(ls));
+        fit_times.push_back(per[static_cast<std::size_t>(j)]);
+      }
+    }
     loss_last = l.objective();
     if (step == 1) loss_first = loss_last;
     if (check) {
@@ -262,15 +297,19 @@ int train_lengths(run_args& a, const examples::cli& cli) {
     print_json_head(a, arrival_plan.compute().ranks, S, packed->arrival.pack.size(), loss_first, loss_last, grads_match,
                     max_diff, am, 0);
     std::printf(
-        ", \"balance\": {\"sequences\": %zu, \"token_cap\": %d, \"attention_at\": %g, \"arrival_microbatches\": "
-        "%d, \"balanced_microbatches\": %d, \"arrival_makespan\": %.9g, \"balanced_makespan\": %.9g, "
-        "\"ratio\": %.9g, \"arrival_step_ms\": %.4f, \"balanced_step_ms\": %.4f, \"measured_ratio\": %.9g}, "
-        "\"peak_rss_mib\": %.1f}\n",
-        lengths.size(), a.token_cap, tau, packed->arrival.pack.size(), packed->balanced.pack.size(),
-        packed->arrival.makespan, packed->balanced.makespan, modelled, am, bm, measured, examples::peak_rss_mib());
+        ", \"balance\": {\"sequences\": %zu, \"token_cap\": %d, \"attention_at\": %g, \"calibrated\": %s, "
+        "\"fit_samples\": %zu, \"arrival_microbatches\": %d, \"balanced_microbatches\": %d, "
+        "\"arrival_makespan\": %.9g, \"balanced_makespan\": %.9g, \"ratio\": %.9g, \"arrival_step_ms\": %.4f, "
+        "\"balanced_step_ms\": %.4f, \"measured_ratio\": %.9g}, \"peak_rss_mib\": %.1f}\n",
+        lengths.size(), a.token_cap, tau, fit.samples > 0 ? "true" : "false", fit.samples, packed->arrival.pack.size(),
+        packed->balanced.pack.size(), packed->arrival.makespan, packed->balanced.makespan, modelled, am, bm, measured,
+        examples::peak_rss_mib());
   } else {
-    std::printf("gpt: %zu documents packed under %d tokens a microbatch (t + t²/%g each); %s on %d ranks\n",
-                lengths.size(), a.token_cap, tau, a.schedule.c_str(), arrival_plan.compute().ranks);
+    std::printf(
+        "gpt: %zu documents packed under %d tokens a microbatch (t + t²/%g each%s); %s on %d ranks\n", lengths.size(),
+        a.token_cap, tau,
+        fit.samples > 0 ? (", fitted to " + std::to_string(fit.samples) + " measured microbatches").c_str() : "",
+        a.schedule.c_str(), arrival_plan.compute().ranks);
     std::printf("loss %.4f -> %.4f; each half's first step's gradients %s the unpipelined run's\n", loss_first,
                 loss_last, grads_match ? "are bitwise" : "DIFFER from");
     std::printf(

@@ -118,6 +118,38 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("balance: the cost model fitted to measured times finds the linear and the quadratic part") {
+  // times made by a = 2, b = 0.01 (τ = 200) over microbatches of one to three sequences
+  const std::vector<std::vector<int>> mbs{{10}, {50, 20}, {100}, {300, 5}, {7, 7, 7}, {250}};
+  std::vector<double> times;
+  for (const std::vector<int>& ls : mbs) {
+    double t = 0;
+    for (const int x : ls) t += 2.0 * x + 0.01 * x * x;
+    times.push_back(t);
+  }
+  const pt::length_fit f = pt::fit_length_cost(mbs, times);
+  CHECK(f.a == doctest::Approx(2));
+  CHECK(f.b == doctest::Approx(0.01));
+  CHECK(f.cost.quadratic_at == doctest::Approx(200));
+  CHECK(f.samples == 6);
+  // purely linear times: b would be 0 or below, the fit is linear (τ 0)
+  std::vector<double> linear;
+  for (const std::vector<int>& ls : mbs) {
+    double t = 0;
+    for (const int x : ls) t += 3.0 * x;
+    linear.push_back(t);
+  }
+  const pt::length_fit g = pt::fit_length_cost(mbs, linear);
+  CHECK(g.b == 0);
+  CHECK(g.a == doctest::Approx(3));
+  CHECK(g.cost.quadratic_at == 0);
+  CHECK_THROWS_AS(pt::fit_length_cost(mbs, {1.0}), std::invalid_argument);
+  CHECK_THROWS_AS(pt::fit_length_cost({}, {}), std::invalid_argument);
+  std::vector<double> bad = times;
+  bad[2] = std::nan("");
+  CHECK_THROWS_AS(pt::fit_length_cost(mbs, bad), std::invalid_argument);
+}
+
 TEST_CASE("balance: bad lengths, caps and prices are one sentence") {
   CHECK_THROWS_WITH_AS(pt::pack_in_order({}, 8), "no sequences to pack", std::invalid_argument);
   CHECK_THROWS_WITH_AS(pt::pack_in_order({3, 0}, 8), "sequence 2 has length 0, below 1", std::invalid_argument);

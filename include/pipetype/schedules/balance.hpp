@@ -27,6 +27,8 @@
 // last, so that it is never longer than the arrival order's and keeps the rule's on a tie:
 // deterministic, twelve simulations. Each program is an ordinary one: build_plan verifies and
 // lowers it.
+// `fit_length_cost(lengths per microbatch, measured times)` calibrates τ from a run: the least-squares
+// a·Σt + b·Σt² over its microbatches (examples/gpt --lengths fits it to its arrival half's trace).
 // Refused with std::invalid_argument, in one sentence: no sequences, a length below 1 or above the
 // cap, a cap below 1, a negative or non-finite τ, and a schedule that cannot run the arrival
 // packing's microbatch count.
@@ -88,6 +90,42 @@ inline void measure(packing& p, const std::vector<int>& lengths, int cap, const 
   }
 }
 }  // namespace detail
+
+/// A length_cost fitted to a measured run (`fit_length_cost`): time ≈ a·Σt + b·Σt² per microbatch.
+struct length_fit {
+  length_cost cost{};  // τ = a / b (0: b was not positive, the fit is linear)
+  double a = 0, b = 0;
+  std::size_t samples = 0;
+};
+
+/// The least-squares fit, through 0, of time_j ≈ a·Σt + b·Σt² over microbatches j, each given by
+/// its sequences' lengths (`microbatch_lengths[j]`) and its measured time (`times[j]`, any unit):
+/// calibrates the cost model from a run. A fit with b ≤ 0 is redone linear (τ = 0), one with
+/// a ≤ 0 quadratic (τ tiny). std::invalid_argument for sizes that differ, no samples, or a time
+/// that is negative or not finite.
+inline length_fit fit_length_cost(const std::vector<std::vector<int>>& microbatch_lengths,
+                                  const std::vector<double>& times) {
+  if (microbatch_lengths.size() != times.size() || times.empty())
+    throw std::invalid_argument("fit_length_cost: one measured time per microbatch, at least one");
+  double s11 = 0, s12 = 0, s22 = 0, s1y = 0, s2y = 0;
+  for (std::size_t j = 0; j < times.size(); ++j) {
+    if (!(times[j] >= 0) || !std::isfinite(times[j]))
+      throw std::invalid_argument("fit_length_cost: a measured time is negative or not finite");
+    double x1 = 0, x2 = 0;
+    for (const int t : microbatch_lengths[j]) x1 += t, x2 += static_cast<double>(t) * t;
+    s11 += x1 * x1, s12 += x1 * x2, s22 += x2 * x2, s1y += x1 * times[j], s2y += x2 * times[j];
+  }
+  length_fit f;
+  f.samples = times.size();
+  const double det = s11 * s22 - s12 * s12;
+  if (det > 1e-12 * s11 * s22) f.a = (s1y * s22 - s2y * s12) / det, f.b = (s11 * s2y - s12 * s1y) / det;
+  if (!(f.b > 0))
+    f.a = s11 > 0 ? s1y / s11 : 0, f.b = 0;  // linear
+  else if (!(f.a > 0))
+    f.a = 0, f.b = s22 > 0 ? s2y / s22 : 0;  // quadratic
+  f.cost.quadratic_at = f.b > 0 ? (f.a > 0 ? f.a / f.b : 1e-9) : 0;
+  return f;
+}
 
 /// Arrival order: each sequence joins the open microbatch while the cap allows.
 inline packing pack_in_order(const std::vector<int>& lengths, int cap, const length_cost& cost = {}) {
