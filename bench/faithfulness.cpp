@@ -93,11 +93,8 @@ row run_program(std::string label, pt::program prog, int steps, double f_ms, dou
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
-  const pt::program_view pv = plan.compute();
-  const double sim =
-      pt::simulate(pv, pt::scaled_costs(pt::costs{.f = f_ms, .b = b_ms}, {pv.stage_rank.begin(), pv.stage_rank.end()},
-                                        {}, scale ? *scale : std::vector<double>{}))
-          .makespan();
+  const double sim = pt::scaled_makespan(plan.compute(), pt::cost_model{pt::costs{.f = f_ms, .b = b_ms}}, {},
+                                         scale ? *scale : std::vector<double>{});
   return {std::move(label), ms[ms.size() / 2], sim};
 }
 

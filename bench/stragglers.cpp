@@ -149,11 +149,9 @@ int main(int argc, char** argv) {
       const double step_ms = ms_since(t0);
       if (switched_at >= 0) after.push_back(step_ms);
       const auto c0 = std::chrono::steady_clock::now();
-      const pt::scenario_plan& sp = set.plans[static_cast<std::size_t>(current)];
-      const pt::program_view pv = plans[static_cast<std::size_t>(current)].compute();
-      const std::vector<double> speed = ph::measured_speeds(
-          exs[static_cast<std::size_t>(current)]->trace(), pv,
-          pt::stage_scaled(pt::cost_model{pt::costs{.f = f, .b = b}}, pt::layout_weights(sp.layout)));
+      const std::vector<double> speed =
+          ph::measured_speeds(exs[static_cast<std::size_t>(current)]->trace(),
+                              plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current));
       const int next = set.choose(speed, current);
       if (next != current && switched_at < 0) {
         switched_at = i + 1, switch_ms = ms_since(c0), chosen = next;

@@ -179,8 +179,13 @@ namespace gpt {
 extern template int train<pt::half>(run_args&, const examples::cli&);
 extern template int train<pt::bfloat16>(run_args&, const examples::cli&);
 
-/// Whether `got` is `ref` bit for bit, part by part; the largest |difference| goes into `max_diff`.
-bool same_gradients(const model_params<float>& got, const model_params<float>& ref, double& max_diff) {
+/// Whether `model`'s summed gradients are bit for bit those of the unpipelined step from `params`
+/// over `mbs` (one replica); the largest |difference| goes into `max_diff`.
+bool matches_reference(const pt::uniform_chain<stage>& model, const gpt_config& c, const model_params<float>& params,
+                       const std::vector<microbatch>& mbs, double& max_diff) {
+  model_params<float> ref, got = zero_params<float>(c);
+  reference_step_dp<float>(c, params, mbs, 1, false, ref, 1);
+  for (int s = 0; s < model.size(); ++s) model.stage(s).gather(got, true);
   bool same = true;
   for (int part = 0; part < part_count(got); ++part) {
     const std::vector<float>&x = part_vector(got, part), &y = part_vector(ref, part);
@@ -283,12 +288,7 @@ int train_lengths(run_args& a, const examples::cli& cli) {
     }
     loss_last = l.objective();
     if (step == 1) loss_first = loss_last;
-    if (check) {
-      model_params<float> ref, got = zero_params<float>(c);
-      reference_step_dp<float>(c, before, d.mbs, 1, false, ref, 1);
-      for (const stage& st : model.stages()) st.gather(got, true);
-      grads_match = same_gradients(got, ref, max_diff) && grads_match;
-    }
+    if (check) grads_match = matches_reference(model, c, before, d.mbs, max_diff) && grads_match;
     for (stage& st : model.stages()) st.adam(a.lr, step);
   }
   const double am = arrival_ms.empty() ? 0 : median(arrival_ms), bm = balanced_ms.empty() ? 0 : median(balanced_ms);
@@ -380,18 +380,14 @@ int train_plan_set(run_args& a, const examples::cli& cli) {
     loss_last = l.objective();
     if (step == 1) {  // the reference: the same microbatches unpipelined, from the same parameters
       loss_first = loss_last;
-      model_params<float> ref, got = zero_params<float>(c);
-      reference_step_dp<float>(c, start.initial, d.mbs, 1, false, ref, 1);
-      for (const stage& st : model.stages()) st.gather(got, true);
-      grads_match = same_gradients(got, ref, max_diff);
+      grads_match = matches_reference(model, c, start.initial, d.mbs, max_diff);
     }
     for (stage& st : model.stages()) st.adam(a.lr, step);
     if (step * 2 <= a.steps || switched_at > 0) continue;  // the first half runs the fixed plan
     // the detector: each rank's speed in this step, and the plan to run next
     const auto c0 = std::chrono::steady_clock::now();
-    const std::vector<double> speed = ph::measured_speeds(
-        ex.trace(), plans[static_cast<std::size_t>(current)].compute(),
-        pt::stage_scaled(set.per_layer, pt::layout_weights(set.plans[static_cast<std::size_t>(current)].layout)));
+    const std::vector<double> speed =
+        ph::measured_speeds(ex.trace(), plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current));
     const int next = set.choose(speed, current);
     if (next == current) continue;
     // the switch, between two steps: the parameters and Adam's moments into the next layout

@@ -245,4 +245,12 @@ constexpr timeline simulate(program_view p, const C& c = {}, const memory_model&
   return t;
 }
 
+/// The makespan of `p` under `base` with each rank's speed and each microbatch's scale
+/// (scaled_costs: empty, all 1).
+constexpr double scaled_makespan(program_view p, const cost_model& base, const std::vector<double>& rank_speed,
+                                 const std::vector<double>& microbatch_scale) {
+  return simulate(p, scaled_costs(base, {p.stage_rank.begin(), p.stage_rank.end()}, rank_speed, microbatch_scale))
+      .makespan();
+}
+
 }  // namespace pipetype

@@ -230,10 +230,7 @@ namespace detail {
 inline packed_step run_packing(const packing& pk, std::string_view schedule, int p, int v, schedule_params params) {
   params.microbatch_scale = pk.scale;
   packed_step out{pk, make_schedule(schedule, p, pk.size(), v, params), 0};
-  const program_view pv = out.prog.view();
-  const cost_model c = scaled_costs(params.cost, {pv.stage_rank.begin(), pv.stage_rank.end()}, params.rank_speed,
-                                    params.microbatch_scale);
-  out.makespan = simulate(pv, c).makespan();
+  out.makespan = scaled_makespan(out.prog.view(), cost_model{params.cost}, params.rank_speed, params.microbatch_scale);
   return out;
 }
 }  // namespace detail

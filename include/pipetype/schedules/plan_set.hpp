@@ -113,13 +113,14 @@ struct plan_set {
   std::vector<double> microbatch_scale{};  // each microbatch's (schedule_params'), empty: all 1
   double margin = 0.05;                    // choose() switches only for a plan shorter by more than this share
 
+  /// Plan k's costs at nominal speed: a decoder layer's, each stage's scaled by its layout weight
+  /// (what host/stragglers.hpp's measured_speeds compares a traced step with).
+  cost_model costs_of(int k) const {
+    return stage_scaled(per_layer, layout_weights(plans.at(static_cast<std::size_t>(k)).layout));
+  }
   /// Plan k's simulated makespan when the ranks run at `speed`.
   double makespan(int k, const std::vector<double>& speed) const {
-    const scenario_plan& s = plans.at(static_cast<std::size_t>(k));
-    const program_view v = s.prog.view();
-    return simulate(v, scaled_costs(stage_scaled(per_layer, layout_weights(s.layout)),
-                                    {v.stage_rank.begin(), v.stage_rank.end()}, speed, microbatch_scale))
-        .makespan();
+    return scaled_makespan(plans.at(static_cast<std::size_t>(k)).prog.view(), costs_of(k), speed, microbatch_scale);
   }
   /// The plan to run next when the ranks run at `speed` and plan `current` runs now.
   int choose(const std::vector<double>& speed, int current = 0) const {
@@ -171,9 +172,8 @@ inline plan_set make_plan_set(std::string_view schedule, int p, int m, const lay
     if (!identity)
       throw std::invalid_argument("a plan set moves layers between one stage per rank, stage r on rank r: " +
                                   std::string(schedule) + " places its stages otherwise here");
-    const double t = simulate(pv, scaled_costs(stage_scaled(cost_model{per_layer}, params.stage_scale),
-                                               {pv.stage_rank.begin(), pv.stage_rank.end()}, v, base.microbatch_scale))
-                         .makespan();
+    const double t =
+        scaled_makespan(pv, stage_scaled(cost_model{per_layer}, params.stage_scale), v, base.microbatch_scale);
     return std::pair{std::move(sp), t};
   };
   for (const std::vector<double>& v : speeds) {
