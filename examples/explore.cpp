@@ -637,10 +637,17 @@ struct versus_attached {
 std::optional<versus_attached> local_versus(const result& r, const args& a) {
   const pt::program_view p = r.plan.compute();
   if (!p.has_detached() || p.lanes > 1 || p.stages != p.ranks) return std::nullopt;
-  args attached = a;
+  args attached = a;  // (the plan's own sizes: a --file's are not the flags')
+  attached.ranks = p.ranks, attached.microbatches = p.microbatches;
   attached.edges.assign(p.edges.begin(), p.edges.end());
   for (pt::stage_edge& e : attached.edges) e.detached = false;
-  const result one = evaluate(make("1f1b", attached, 1), attached, 1);
+  pt::program prog;
+  try {
+    prog = make("1f1b", attached, 1);
+  } catch (const std::invalid_argument&) {  // (a graph 1F1B cannot run: no comparison)
+    return std::nullopt;
+  }
+  const result one = evaluate(std::move(prog), attached, 1);
   if (!one.plan.ok()) return std::nullopt;
   const std::vector<double> peaks = peaks_of(attached, one.plan, 1);
   const double most = peaks.empty() ? 0.0 : *std::max_element(peaks.begin(), peaks.end());
