@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "../examples/lengths_file.hpp"
-#include "sleep_until.hpp"
+#include "../examples/pace.hpp"
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
@@ -46,7 +46,7 @@ struct sleeper {
   std::chrono::microseconds f{2000}, b{4000};
   const std::vector<double>* scale = nullptr;  // per microbatch (--lengths): its times' factor
   float grad[1] = {0};
-  static void hold(std::chrono::microseconds d) { bench::hold(d); }
+  static void hold(std::chrono::microseconds d) { examples::hold(d); }
   std::chrono::microseconds of(std::chrono::microseconds d, int microbatch) const {
     return scale ? std::chrono::microseconds(static_cast<long>(static_cast<double>(d.count()) *
                                                                (*scale)[static_cast<std::size_t>(microbatch)]))

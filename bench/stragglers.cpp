@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "sleep_until.hpp"
+#include "../examples/pace.hpp"
 
 namespace pt = pipetype;
 namespace ph = pipetype::host;
@@ -43,7 +43,7 @@ struct layers_sleeper {
   int layers = 1;
   double factor = 1, f_ms = 1, b_ms = 2;
   float grad[1] = {0};
-  void hold(double ms) const { bench::hold(std::chrono::microseconds(static_cast<long>(ms * 1000 * layers * factor))); }
+  void hold(double ms) const { examples::hold(std::chrono::microseconds(static_cast<long>(ms * 1000 * layers * factor))); }
   void forward(const pt::forward_ctx<layers_sleeper>&) { hold(f_ms); }
   void backward(const pt::backward_ctx<layers_sleeper>&) { hold(b_ms); }
   void backward_input(const pt::backward_ctx<layers_sleeper>&) { hold(b_ms / 2); }

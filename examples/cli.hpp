@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "plain_number.hpp"
 
@@ -46,6 +47,14 @@ struct cli {
     if (!plain_number(v, true) || end != v.c_str() + v.size() || !(x > 0) || x > static_cast<float>(hi))
       fail(flag + " needs a number in (0, " + std::to_string(hi) + "]");
     return x;
+  }
+  /// --slow's RANK:FACTOR (rank RANK runs FACTOR times as long), RANK in [0, max_rank], FACTOR in
+  /// (0, 1e6]; `again`: the flag was given before (one slowed rank at a time).
+  std::pair<int, float> rank_factor(const std::string& flag, const std::string& v, int max_rank, bool again) const {
+    const std::size_t colon = v.find(':');
+    if (colon == std::string::npos || again)
+      fail(flag + " takes one RANK:FACTOR (rank RANK runs FACTOR times as long: 1:1.5), got '" + v + "'");
+    return {whole(flag, v.substr(0, colon), 0, max_rank), rate(flag, v.substr(colon + 1), 1000000)};
   }
 };
 

@@ -14,20 +14,23 @@
 // `reference_step`, which runs the microbatches one after the other on one thread.
 #pragma once
 
-#include <pipetype/mesh/memory_actions.hpp>
 #include <pipetype/core/program.hpp>
 #include <pipetype/graph/chain.hpp>
 #include <pipetype/graph/stage.hpp>
+#include <pipetype/mesh/memory_actions.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "figures.hpp"
+#include "pace.hpp"
 
 namespace mlp {
 
@@ -105,7 +108,15 @@ class stage {
     losses_ = losses;
   }
 
+  /// Every call then lasts `factor` × max(its own time, `per_layer` × its layers) (train_mlp's
+  /// --slow and --layer-us: a throttled rank, a pretend cost per layer; 1 and 0: its own time).
+  void set_pace(double factor, std::chrono::nanoseconds per_layer) {
+    pace_factor_ = factor;
+    pace_floor_ = per_layer * static_cast<long>(layers_.size());
+  }
+
   void forward(const pipetype::forward_ctx<stage>& c) {
+    const examples::paced guard{pace_factor_, pace_floor_};
     const float* x = c.input.data();
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       float* y = c.stash.data() + l * act;
@@ -121,6 +132,7 @@ class stage {
 
   // I: the gradient of every layer's pre-activation (kept in the stash for W) and of the input.
   void backward_input(const pipetype::backward_ctx<stage>& c) {
+    const examples::paced guard{pace_factor_, pace_floor_};
     const std::size_t L = layers_.size();
     std::vector<float> dy(act);
     if (last_) {
@@ -150,6 +162,7 @@ class stage {
   // W: this microbatch's weight gradients, from the stashed pre-activation gradients, written to
   // c.weight_grad (pipetype adds them into weight_gradients() in microbatch order).
   void backward_weight(const pipetype::backward_ctx<stage>& c) {
+    const examples::paced guard{pace_factor_, pace_floor_};
     const std::size_t L = layers_.size();
     for (std::size_t l = 0; l < L; ++l) {
       const float* x = l == 0 ? c.input.data() : c.stash.data() + (l - 1) * act;
@@ -201,16 +214,44 @@ class stage {
   std::vector<float> grads_;
   const float* targets_ = nullptr;
   std::vector<double>* losses_ = nullptr;
+  double pace_factor_ = 1;
+  std::chrono::nanoseconds pace_floor_{0};
 };
 
-/// `layers` layers split over `stages` stages, initialised from `seed`.
-inline pipetype::uniform_chain<stage> make_model(int layers, int stages, std::uint64_t seed = 7) {
+/// A model whose stage s holds `split[s]` consecutive layers, initialised from `seed` (each
+/// stage's layers from seed + its first layer: another split starts from other parameters).
+inline pipetype::uniform_chain<stage> make_model(const std::vector<int>& split, std::uint64_t seed = 7) {
   std::vector<stage> s;
-  for (int i = 0; i < stages; ++i) {
-    const int lo = i * layers / stages, hi = (i + 1) * layers / stages;
-    s.emplace_back(lo, hi - lo, i + 1 == stages, seed);
+  int first = 0;
+  for (std::size_t i = 0; i < split.size(); ++i) {
+    s.emplace_back(first, split[i], i + 1 == split.size(), seed);
+    first += split[i];
   }
   return pipetype::uniform_chain<stage>(std::move(s));
+}
+
+/// The even split of `layers` layers over `stages` stages: stage s gets [s·L/S, (s+1)·L/S).
+inline std::vector<int> even_split(int layers, int stages) {
+  std::vector<int> split;
+  for (int i = 0; i < stages; ++i) split.push_back((i + 1) * layers / stages - i * layers / stages);
+  return split;
+}
+
+/// `layers` layers split evenly over `stages` stages, initialised from `seed`.
+inline pipetype::uniform_chain<stage> make_model(int layers, int stages, std::uint64_t seed = 7) {
+  return make_model(even_split(layers, stages), seed);
+}
+
+/// Copies `from`'s parameters into `to`, a model of the same layers split otherwise (train_mlp's
+/// --plan-set moving layers between ranks between two steps); both hold no gradient then.
+inline void move_layers(pipetype::uniform_chain<stage>& from, pipetype::uniform_chain<stage>& to) {
+  std::vector<const layer*> all;
+  for (const stage& s : from.stages())
+    for (const layer& l : s.layers()) all.push_back(&l);
+  std::size_t k = 0;
+  for (stage& s : to.stages())
+    for (layer& l : s.layers()) l = *all.at(k++);
+  if (k != all.size()) throw std::logic_error("move_layers: the two models hold different layers");
 }
 
 /// A batch of `microbatches` microbatches and its targets (a fixed teacher of the input).

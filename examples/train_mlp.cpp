@@ -2,7 +2,7 @@
 //
 //   train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]
 //             [--mem-limit K] [--steps N] [--layers L] [--lr X] [--calibrate]
-//             [--svg FILE] [--trace FILE] [--json]
+//             [--layer-us U] [--slow RANK:FACTOR [--plan-set]] [--svg FILE] [--trace FILE] [--json]
 //
 // The model (examples/mlp.hpp) has L dense layers (default 8) split over the plan's stages
 // (ranks × chunks; 2 per rank for the V-shape schedules), trained by SGD on synthetic data (a fresh batch per step from
@@ -18,6 +18,21 @@
 // --calibrate (zb-auto only): before training, runs 5 steps that do not train on the plan zb-auto builds for the
 // default costs, measures their costs, rebuilds zb-auto for the measured ones and trains on that plan; it prints the
 // step time and the simulated figures of both plans.
+// --layer-us U gives every layer a pretend cost: each call of a stage lasts at least U µs per layer
+// it holds (its forward, its backward-for-inputs and its backward-for-weights each; the layers'
+// arithmetic is a few microseconds), so that the step's shape is the schedule's, not the host's.
+// --slow RANK:FACTOR makes every stage the plan puts on rank RANK take FACTOR times as long (it
+// sleeps the rest of each call: a throttled device); --json adds stragglers (the median step,
+// fixed_step_ms). With --plan-set (a --schedule of one stage per rank, at least one layer a rank)
+// it holds a plan for each rank slowed by FACTOR, layers moved off it (schedules/plan_set.hpp),
+// each with its own model and executor, bound once. The first half of the steps run the nominal
+// plan (a fixed plan); from then on the detector reads each rank's speed from the traces (its
+// median over the last 3 steps: host/stragglers.hpp), the set's rule picks the next step's plan,
+// and the layers move to its split between two steps (docs/05 §5.9). A layer's arithmetic does
+// not depend on the stage that holds it, so the losses are a fixed plan's, bit for bit. --json
+// adds stragglers.fixed_step_ms, switched_step_ms, switched_at, chosen, switch_ms and the
+// modelled makespans; --svg / --trace draw the last step under the fixed plan above the last
+// under the chosen one, both measured.
 //
 // Exit codes: 0 trained and matched the reference, 1 the gradients differ, 2 bad arguments or
 // a rejected schedule.
@@ -28,8 +43,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -56,13 +73,16 @@ struct args {
   float lr = 4.0f;       // on the mean gradient over microbatches (the step divides the summed one by m)
   bool json = false;
   bool calibrate = false;
+  double layer_us = 0;               // --layer-us: each call lasts at least this per layer it holds
+  std::optional<pt::slowdown> slow;  // --slow RANK:FACTOR
+  bool plan_set = false;             // --plan-set: a plan per slowed rank, switched between steps
   std::string svg, trace;
 };
 
 constexpr const char* usage =
     "usage: train_mlp [--schedule NAME | --file SCHEDULE.txt] [--ranks P] [--microbatches M] [--chunks V]\n"
     "                 [--mem-limit K] [--steps N] [--layers L] [--lr X] [--calibrate]\n"
-    "                 [--svg FILE] [--trace FILE] [--json]\n"
+    "                 [--layer-us U] [--slow RANK:FACTOR [--plan-set]] [--svg FILE] [--trace FILE] [--json]\n"
     "NAME: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipe-v, dualpipe, "
     "zb-auto\n"
     "--file: a schedule in the text notation instead (docs/02; its sizes from the file)\n"
@@ -71,6 +91,10 @@ constexpr const char* usage =
     "           (default 8); --lr X: the learning rate on the mean gradient (default 4)\n"
     "--mem-limit: zb-auto's memory limit in activations per rank, halves allowed (default: none)\n"
     "--calibrate: zb-auto rebuilt from the costs measured on this machine before training\n"
+    "--layer-us U: each stage's call lasts at least U microseconds per layer it holds (a pretend cost)\n"
+    "--slow R:F: the stages on rank R take F times as long (they sleep the rest), a throttled device\n"
+    "--plan-set: with --slow, a plan for each rank slowed F times (layers moved off it); the first half of\n"
+    "            the steps run the nominal plan, then the plan the measured speeds choose\n"
     "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace\n"
     "--json: the run's figures as one JSON object\n";
 
@@ -86,8 +110,8 @@ args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     cli.help(f);
-    if (f == "--json" || f == "--calibrate") {
-      (f == "--json" ? a.json : a.calibrate) = true;
+    if (f == "--json" || f == "--calibrate" || f == "--plan-set") {
+      (f == "--json" ? a.json : f == "--calibrate" ? a.calibrate : a.plan_set) = true;
       continue;
     }
     if (i + 1 >= argc)
@@ -116,6 +140,11 @@ args parse(int argc, char** argv) {
       a.layers = cli.whole(f, v, 1, 256);
     else if (f == "--lr") {
       a.lr = cli.rate(f, v, 10);
+    } else if (f == "--layer-us")
+      a.layer_us = cli.rate(f, v, 1000000);
+    else if (f == "--slow") {
+      const auto [rank, factor] = cli.rank_factor(f, v, max_ranks - 1, a.slow.has_value());
+      a.slow = pt::slowdown{rank, factor};
     } else if (f == "--svg" || f == "--trace") {
       if (v.empty()) fail(f + " needs a file name");
       (f == "--svg" ? a.svg : a.trace) = v;
@@ -125,6 +154,10 @@ args parse(int argc, char** argv) {
   if (a.calibrate && (a.schedule != "zb-auto" || !a.file.empty()))
     fail("--calibrate rebuilds zb-auto from measured costs; " +
          (a.file.empty() ? "--schedule " + a.schedule : "--file " + a.file) + " does not depend on costs");
+  if (a.plan_set && !a.slow) fail("--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR too");
+  if (a.plan_set && (!a.file.empty() || a.calibrate))
+    fail(std::string("--plan-set builds its plans from a --schedule NAME: not with ") +
+         (a.calibrate ? "--calibrate" : "--file"));
   return a;
 }
 
@@ -156,7 +189,20 @@ pt::runtime_plan make(args& a, const pt::costs& c = {}) {
   a.ranks = plan.compute().ranks;
   a.microbatches = plan.compute().microbatches;
   a.chunks = plan.compute().lane_length() / std::max(1, plan.compute().ranks);
+  if (a.slow)
+    if (const char* e = pt::slowdown_error(*a.slow, a.ranks)) fail("--slow: " + std::string(e));
   return plan;
+}
+
+/// --layer-us and --slow: each stage's pace (the slowed factor on the stages `plan` puts on the slow rank).
+void pace(pt::uniform_chain<mlp::stage>& model, const pt::runtime_plan& plan, const args& a) {
+  const pt::program_view pv = plan.compute();
+  if (a.slow && pv.lanes > 1)
+    fail("--slow with " + a.schedule + ": its stages run on two ranks each (two lanes), and a stage is slowed whole");
+  const auto per_layer = std::chrono::nanoseconds(static_cast<long>(a.layer_us * 1000));
+  for (int s = 0; s < model.size(); ++s)
+    model.stage(s).set_pace(a.slow && pv.stage_rank[static_cast<std::size_t>(s)] == a.slow->rank ? a.slow->factor : 1,
+                            per_layer);
 }
 
 double median(std::vector<double> v) {
@@ -197,6 +243,35 @@ calibration measure(const pt::runtime_plan& plan, pt::uniform_chain<mlp::stage>&
   return {median(ms), pt::measure_costs(pt::trace_of(ex.trace(), o))};
 }
 
+/// The first fields of --json's object (left open).
+void print_json_head(const args& a, double loss_first, double loss_last, bool match, double max_diff, double step_ms,
+                     double simulated_ms) {
+  std::printf(
+      "{\"schedule\": %s, \"ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"steps\": %d, "
+      "\"loss_first\": %s, \"loss_last\": %s, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %s, "
+      "\"step_ms_median\": %.6f, \"simulated_makespan_ms\": %.6f",
+      pt::detail::json_quote(a.schedule).c_str(), a.ranks, a.microbatches, a.chunks, a.steps,
+      examples::json_number(loss_first).c_str(), examples::json_number(loss_last).c_str(), match ? "true" : "false",
+      examples::json_number(max_diff).c_str(), step_ms, simulated_ms);
+}
+
+/// --svg and --trace: two measured or simulated steps, one above the other.
+void draw(const args& a, const pt::step_trace& top, const std::string& top_title, const pt::step_trace& bottom,
+          const std::string& bottom_title) {
+  pt::svg_options o;
+  o.transfers = top.transfers.size() + bottom.transfers.size() <= 256;
+  o.title = a.schedule;
+  std::string why;
+  if (!a.svg.empty() && !examples::write_file(a.svg, pt::svg({{&top, top_title}, {&bottom, bottom_title}}, o), why))
+    fail(why);
+  if (!a.trace.empty() &&
+      !examples::write_file(a.trace,
+                            pt::chrome_trace({{&top, top_title.substr(0, top_title.find(' ')), 1000},
+                                              {&bottom, bottom_title.substr(0, bottom_title.find(' ')), 1000}}),
+                            why))
+    fail(why);
+}
+
 std::string costs_text(const pt::costs& c) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "F=%.4f B=%.4f I=%.4f W=%.4f comm=%.4f ms", c.f, c.b, c.of(pt::kind::I),
@@ -204,15 +279,136 @@ std::string costs_text(const pt::costs& c) {
   return buf;
 }
 
+/// --plan-set (the header comment): the nominal plan and one per rank slowed by --slow's factor,
+/// each with its own model (its split of the layers) and executor, bound once; the nominal plan
+/// for the first half of the steps, then the plan the detector's measured speeds choose.
+int train_plan_set(args& a, const pt::runtime_plan& nominal) {
+  const pt::program_view pv = nominal.compute();
+  if (pv.lanes > 1 || pv.stages != pv.ranks)
+    fail("--plan-set moves layers between one stage per rank: " + a.schedule + " holds " +
+         std::to_string(pv.stages / pv.ranks) + " stages a rank");
+  const int S = pv.stages, m = pv.microbatches;
+  if (a.layers < S)
+    fail("--plan-set keeps at least one layer on every rank: give --layers " + std::to_string(S) + " or more");
+  // the model's layout: the layers even, each a decoder layer of the cost model (the loss is a few additions)
+  pt::layer_layout layout;
+  for (const int n : mlp::even_split(a.layers, S)) layout.stages.push_back({0, n, 0, 0});
+  std::vector<pt::slowdown> scenarios;
+  for (int r = 0; r < S; ++r) scenarios.push_back({r, a.slow->factor});
+  pt::plan_set set;
+  try {
+    set = pt::make_plan_set(a.schedule, S, m, layout, pt::costs{.f = 1, .b = 2}, scenarios, {}, 1);
+  } catch (const std::invalid_argument& e) {
+    fail(std::string("--plan-set: ") + e.what());
+  }
+  std::vector<pt::runtime_plan> plans;
+  std::deque<pt::uniform_chain<mlp::stage>> models;  // (executors hold their addresses)
+  std::vector<std::unique_ptr<ph::executor<pt::uniform_chain<mlp::stage>>>> exs;
+  for (const pt::scenario_plan& sp : set.plans) {
+    std::vector<int> split;
+    for (const pt::stage_layers& x : sp.layout.stages) split.push_back(x.decoder);
+    plans.push_back(pt::build_plan(sp.prog));
+    if (!plans.back().ok()) fail("--plan-set: a plan was rejected: " + pt::explain(plans.back().result));
+    models.push_back(mlp::make_model(split));
+    pace(models.back(), plans.back(), a);
+    exs.push_back(std::make_unique<ph::executor<pt::uniform_chain<mlp::stage>>>(
+        plans.back(), models.back(), ph::executor_options{.deadline = std::chrono::seconds(60), .trace = true}));
+  }
+  auto reference = mlp::make_model(a.layers, S);  // the nominal model's initial parameters
+  std::vector<double> slowed(static_cast<std::size_t>(S), 1.0);
+  slowed[static_cast<std::size_t>(a.slow->rank)] = 1 / a.slow->factor;
+
+  std::vector<double> losses, ref_losses, fixed_ms, switched_ms;
+  ph::speed_window watch{3};  // the speeds of the last 3 steps: one noisy step does not choose
+  int current = 0, switched_at = -1;
+  double loss_first = 0, loss_last = 0, max_diff = 0, switch_ms = 0;
+  bool match = false;
+  for (int step = 0; step < a.steps; ++step) {
+    const mlp::batch b = mlp::make_batch(m, static_cast<std::uint64_t>(step));
+    pt::uniform_chain<mlp::stage>& model = models[static_cast<std::size_t>(current)];
+    ph::executor<pt::uniform_chain<mlp::stage>>& ex = *exs[static_cast<std::size_t>(current)];
+    mlp::attach(model, b, losses, m);
+    const auto t0 = std::chrono::steady_clock::now();
+    ex.step(b.inputs);
+    (switched_at >= 0 ? switched_ms : fixed_ms).push_back(since_ms(t0));
+    loss_last = mlp::mean_loss(losses);
+    if (step == 0) {
+      loss_first = loss_last;
+      mlp::reference_step(reference, b, ref_losses, m);
+      max_diff = mlp::max_grad_diff(model, reference, &match);
+      match = match && mlp::mean_loss(ref_losses) == loss_last;
+    }
+    if (!a.json)
+      std::printf("step %3d  plan %d  loss %.6f  %7.3f ms\n", step, current, loss_last,
+                  (switched_at >= 0 ? switched_ms : fixed_ms).back());
+    for (mlp::stage& st : model.stages()) st.sgd(a.lr / static_cast<float>(m));
+    if (switched_at >= 0) continue;  // (one switch: watched no more)
+    // the detector: each rank's speed in this step, kept with the last steps'; the first half runs
+    // the fixed plan, and after the last step no plan runs next
+    const auto c0 = std::chrono::steady_clock::now();
+    watch.add(
+        ph::measured_speeds(ex.trace(), plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current)));
+    if (2 * (step + 1) <= a.steps || step + 1 == a.steps || !watch.full()) continue;
+    const int next = set.choose(watch.speeds(), current);
+    if (next == current) continue;
+    mlp::move_layers(model, models[static_cast<std::size_t>(next)]);  // between two steps
+    switch_ms = since_ms(c0);
+    current = next, switched_at = step;
+  }
+  const double fx = median(fixed_ms), sw = median(switched_ms);
+  const double fixed_model = set.makespan(0, slowed), switched_model = set.makespan(current, slowed);
+  pt::trace_options o;
+  o.ranks = S;
+  const pt::step_trace last = pt::trace_of(exs[static_cast<std::size_t>(current)]->trace(), o);
+  // the plan run last, simulated with the costs measured in its last step
+  const double sim_ms = simulated(plans[static_cast<std::size_t>(current)], pt::measure_costs(last)).makespan();
+
+  // --svg / --trace: the last step under the fixed plan above the last under the chosen one, measured
+  if (!a.svg.empty() || !a.trace.empty()) {
+    const pt::step_trace fixed_trace = pt::trace_of(exs[0]->trace(), o);
+    const std::string slow =
+        "rank " + std::to_string(a.slow->rank) + " " + examples::json_number(a.slow->factor) + "× as slow";
+    draw(a, fixed_trace, "fixed: the nominal plan's last step, " + slow, last,
+         current == 0 ? "chosen: the nominal plan kept (the same step)"
+                      : "switched: plan " + std::to_string(current) + "'s last step (layers moved off rank " +
+                            std::to_string(current - 1) + ")");
+  }
+  if (a.json) {
+    print_json_head(a, loss_first, loss_last, match, max_diff, switched_at >= 0 ? sw : fx, sim_ms);
+    std::printf(
+        ", \"stragglers\": {\"slow_rank\": %d, \"factor\": %g, \"plans\": %zu, \"fixed_step_ms\": %.6f, "
+        "\"switched_step_ms\": %.6f, \"switched_at\": %d, \"chosen\": %d, \"switch_ms\": %.6f, "
+        "\"fixed_makespan\": %.9g, \"switched_makespan\": %.9g}}\n",
+        a.slow->rank, a.slow->factor, set.plans.size(), fx, sw, switched_at, current, switch_ms, fixed_model,
+        switched_model);
+  } else {
+    std::printf("\nloss %.6f -> %.6f; rank %d runs %g× as long; a plan set of %zu plans\n", loss_first, loss_last,
+                a.slow->rank, a.slow->factor, set.plans.size());
+    if (switched_at >= 0)
+      std::printf(
+          "fixed plan: median step %.3f ms; switched to plan %d after step %d: median step %.3f ms (%.3f of it; "
+          "modelled %.3f); choosing and switching took %.3f ms\n",
+          fx, current, switched_at, sw, fx > 0 ? sw / fx : 0.0, switched_model / fixed_model, switch_ms);
+    else
+      std::printf("fixed plan: median step %.3f ms; the detector kept it (no plan shorter by more than %.0f %%)\n", fx,
+                  100 * set.margin);
+    std::printf("first step's gradients vs the unpipelined reference: %s (max |diff| %g)\n",
+                match ? "bitwise equal" : "DIFFERENT", max_diff);
+  }
+  return match ? 0 : 1;
+}
+
 }  // namespace
 
 int train(int argc, char** argv) {
   args a = parse(argc, argv);
   pt::runtime_plan plan = make(a);
+  if (a.plan_set) return train_plan_set(a, plan);
   const int S = plan.compute().lane_length(), m = a.microbatches;  // the model's stages
 
   auto model = mlp::make_model(a.layers, S);
   auto reference = mlp::make_model(a.layers, S);  // the same initial parameters
+  pace(model, plan, a);
 
   // --calibrate: zb-auto for the default costs, measured here, then rebuilt for the measured costs
   struct {
@@ -232,6 +428,7 @@ int train(int argc, char** argv) {
     cal.kept = cal.simulated_after < cal.simulated_before;
     if (cal.kept) plan = std::move(tuned);
   }
+  pace(model, plan, a);
   ph::executor ex{plan, model, {.deadline = std::chrono::seconds(60), .trace = true}};
 
   if (!a.json) {
@@ -279,29 +476,11 @@ int train(int argc, char** argv) {
   // --svg / --trace: the last step as measured, above its simulation under that step's costs
   if (!a.svg.empty() || !a.trace.empty()) {
     const std::string last = "step " + std::to_string(a.steps - 1);
-    pt::svg_options o;
-    o.transfers = real.transfers.size() + sim.transfers.size() <= 256;
-    o.title = a.schedule;
-    std::string why;
-    if (!a.svg.empty() && !examples::write_file(a.svg,
-                                                pt::svg({{&real, "measured " + last + " (host executor)"},
-                                                         {&sim, "simulated with the costs measured in " + last}},
-                                                        o),
-                                                why))
-      fail(why);
-    if (!a.trace.empty() &&
-        !examples::write_file(a.trace, pt::chrome_trace({{&real, "measured", 1000}, {&sim, "simulated", 1000}}), why))
-      fail(why);
+    draw(a, real, "measured " + last + " (host executor)", sim, "simulated with the costs measured in " + last);
   }
 
   if (a.json) {
-    std::printf(
-        "{\"schedule\": %s, \"ranks\": %d, \"microbatches\": %d, \"chunks\": %d, \"steps\": %d, "
-        "\"loss_first\": %s, \"loss_last\": %s, \"grads_match_reference\": %s, \"max_abs_grad_diff\": %s, "
-        "\"step_ms_median\": %.6f, \"simulated_makespan_ms\": %.6f",
-        pt::detail::json_quote(a.schedule).c_str(), a.ranks, m, a.chunks, a.steps,
-        examples::json_number(loss_first).c_str(), examples::json_number(loss_last).c_str(), match ? "true" : "false",
-        examples::json_number(max_diff).c_str(), measured, sim_ms);
+    print_json_head(a, loss_first, loss_last, match, max_diff, measured, sim_ms);
     const pt::lowered_view low = plan.lowered();
     const auto count = [&](pt::op_code c) {
       return std::count_if(low.ops.begin(), low.ops.end(), [c](const pt::lowered_op& o) { return o.code == c; });
@@ -315,6 +494,9 @@ int train(int argc, char** argv) {
           "\"simulated_ms_after\": %.6f, \"kept_calibrated\": %s}",
           cal.costs.f, cal.costs.b, cal.costs.of(pt::kind::I), cal.costs.of(pt::kind::W), cal.costs.comm,
           cal.step_ms_before, measured, cal.simulated_before, cal.simulated_after, cal.kept ? "true" : "false");
+    if (a.slow)
+      std::printf(", \"stragglers\": {\"slow_rank\": %d, \"factor\": %g, \"fixed_step_ms\": %.6f}", a.slow->rank,
+                  a.slow->factor, measured);
     std::printf("}\n");
   } else {
     std::printf("\nloss %.6f -> %.6f\n", loss_first, loss_last);
@@ -330,6 +512,9 @@ int train(int argc, char** argv) {
           costs_text(cal.costs).c_str(), cal.step_ms_before, cal.simulated_before, cal.simulated_after,
           cal.simulated_before > 0 ? 100 * (cal.simulated_after / cal.simulated_before - 1) : 0.0,
           cal.kept ? "kept" : "not shorter, the first plan kept", measured);
+    if (a.slow)
+      std::printf("rank %d runs %g× as long: the step above is the fixed plan's under it\n", a.slow->rank,
+                  a.slow->factor);
     std::printf("first step's gradients vs the unpipelined reference: %s (max |diff| %g)\n",
                 match ? "bitwise equal" : "DIFFERENT", max_diff);
   }

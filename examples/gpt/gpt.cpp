@@ -70,8 +70,8 @@
 // fixed_step_ms). With --plan-set (one stage per rank, one replica, float gradients) it holds a
 // plan for each rank slowed by FACTOR, blocks moved off it (schedules/plan_set.hpp), each with its
 // own model and executor: the first half of the steps run the nominal plan, then the detector
-// reads each rank's speed from the step's trace and the rule picks the plan for the next step, the
-// parameters and Adam's moments moved to its layout between two steps (docs/05 §5.9). The losses
+// reads each rank's speed from the traces (each rank's median over the last 3 steps) and the rule
+// picks the plan for the next step, the parameters and Adam's moments moved to its layout between two steps (docs/05 §5.9). The losses
 // are a fixed plan's, bit for bit; --json adds stragglers.fixed_step_ms, switched_step_ms,
 // switched_at, chosen, switch_ms and the modelled makespans.
 // --lengths FILE --token-cap N (one replica, --rows 1, N ≤ T) trains on documents of the file's
@@ -366,6 +366,7 @@ int train_plan_set(run_args& a, const examples::cli& cli) {
   std::vector<double> slowed(static_cast<std::size_t>(S), 1.0);
   slowed[static_cast<std::size_t>(a.slow[0].rank)] = 1 / a.slow[0].factor;
   step_data d;
+  ph::speed_window watch{3};  // the speeds of the last 3 steps: one noisy step does not choose
   int current = 0, switched_at = -1;
   double loss_first = 0, loss_last = 0, max_diff = 0, switch_ms = 0;
   bool grads_match = false;
@@ -383,12 +384,14 @@ int train_plan_set(run_args& a, const examples::cli& cli) {
       grads_match = matches_reference(model, c, start.initial, d.mbs, max_diff);
     }
     for (stage& st : model.stages()) st.adam(a.lr, step);
-    if (step * 2 <= a.steps || switched_at > 0) continue;  // the first half runs the fixed plan
-    // the detector: each rank's speed in this step, and the plan to run next
+    if (switched_at > 0) continue;  // (one switch: watched no more)
+    // the detector: each rank's speed in this step, kept with the last steps'; the first half runs
+    // the fixed plan, and after the last step no plan runs next
     const auto c0 = std::chrono::steady_clock::now();
-    const std::vector<double> speed =
-        ph::measured_speeds(ex.trace(), plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current));
-    const int next = set.choose(speed, current);
+    watch.add(
+        ph::measured_speeds(ex.trace(), plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current)));
+    if (step * 2 <= a.steps || step == a.steps || !watch.full()) continue;
+    const int next = set.choose(watch.speeds(), current);
     if (next == current) continue;
     // the switch, between two steps: the parameters and Adam's moments into the next layout
     model_params<float> p = zero_params<float>(c), mm = zero_params<float>(c), vv = zero_params<float>(c);

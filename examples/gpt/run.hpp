@@ -160,10 +160,8 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
     else if (f == "--attention-at")
       a.attention_at = cli.rate(f, v, 1000000);
     else if (f == "--slow") {
-      const std::size_t colon = v.find(':');
-      if (colon == std::string::npos || !a.slow.empty())
-        cli.fail("--slow takes one RANK:FACTOR (rank RANK runs FACTOR times as long: 1:1.5), got '" + v + "'");
-      a.slow.push_back({cli.whole(f, v.substr(0, colon), 0, 63), cli.rate(f, v.substr(colon + 1), 1000000)});
+      const auto [rank, factor] = cli.rank_factor(f, v, 63, !a.slow.empty());
+      a.slow.push_back({rank, factor});
     } else if (f == "--seq-lens") {
       std::size_t at = 0;
       while (at <= v.size()) {

@@ -43,7 +43,6 @@
 #include <pipetype/pipetype.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -51,10 +50,10 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "../pace.hpp"
 #include "layers.hpp"
 
 namespace gpt {
@@ -193,17 +192,8 @@ class basic_stage {
   /// The tied copy's parameters (wte.weight on the first stage, lm_head.weight on the last).
   std::span<float> tied_parameters() { return tied_part(params_); }
 
-  // --slow: the call's own time, then (factor − 1) times it asleep (a guard's destructor)
-  struct slowed {
-    double factor;
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~slowed() {
-      if (factor > 1) std::this_thread::sleep_for((std::chrono::steady_clock::now() - t0) * (factor - 1));
-    }
-  };
-
   void forward(const pt::forward_ctx<basic_stage>& c) {
-    const slowed guard{slow_};
+    const examples::paced guard{slow_};
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
@@ -227,7 +217,7 @@ class basic_stage {
   }
 
   void backward_input(const pt::backward_ctx<basic_stage>& c) {
-    const slowed guard{slow_};
+    const examples::paced guard{slow_};
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
@@ -253,7 +243,7 @@ class basic_stage {
   }
 
   void backward_weight(const pt::backward_ctx<basic_stage>& c) {
-    const slowed guard{slow_};
+    const examples::paced guard{slow_};
     const auto [hidden, ids] = c.input;
     const int t = length(first_ ? ids.size() : hidden.size() / width());
     float* s = c.stash.data();
