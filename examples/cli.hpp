@@ -51,8 +51,9 @@ struct cli {
   /// --slow's RANK:FACTOR (rank RANK runs FACTOR times as long), RANK in [0, max_rank], FACTOR in
   /// (0, 1e6]; `again`: the flag was given before (one slowed rank at a time).
   std::pair<int, float> rank_factor(const std::string& flag, const std::string& v, int max_rank, bool again) const {
+    if (again) fail(flag + " is given twice: one slowed rank at a time");
     const std::size_t colon = v.find(':');
-    if (colon == std::string::npos || again)
+    if (colon == std::string::npos)
       fail(flag + " takes one RANK:FACTOR (rank RANK runs FACTOR times as long: 1:1.5), got '" + v + "'");
     return {whole(flag, v.substr(0, colon), 0, max_rank), rate(flag, v.substr(colon + 1), 1000000)};
   }

@@ -57,6 +57,7 @@
 #include "cli.hpp"
 #include "figures.hpp"
 #include "mlp.hpp"
+#include "plan_set_run.hpp"
 #include "trainer_file.hpp"
 #include "write_file.hpp"
 
@@ -92,10 +93,12 @@ constexpr const char* usage =
     "--mem-limit: zb-auto's memory limit in activations per rank, halves allowed (default: none)\n"
     "--calibrate: zb-auto rebuilt from the costs measured on this machine before training\n"
     "--layer-us U: each stage's call lasts at least U microseconds per layer it holds (a pretend cost)\n"
-    "--slow R:F: the stages on rank R take F times as long (they sleep the rest), a throttled device\n"
+    "--slow R:F: the stages on rank R take F times as long (they sleep the rest), a throttled device;\n"
+    "           the layers' own arithmetic takes microseconds: give --layer-us too\n"
     "--plan-set: with --slow, a plan for each rank slowed F times (layers moved off it); the first half of\n"
     "            the steps run the nominal plan, then the plan the measured speeds choose\n"
-    "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace\n"
+    "--svg, --trace: the last step, measured and simulated, as an SVG timeline / a Chrome trace (with\n"
+    "                --plan-set: the fixed plan's last step and the chosen plan's, both measured)\n"
     "--json: the run's figures as one JSON object\n";
 
 constexpr examples::cli cli{"train_mlp", usage};
@@ -104,6 +107,16 @@ constexpr examples::cli cli{"train_mlp", usage};
 constexpr int max_ranks = 64, max_microbatches = 4096, max_chunks = 16;
 
 [[noreturn]] void fail(const std::string& msg) { cli.fail(msg); }
+
+/// The longest a stage's call may last under --layer-us and --slow, in µs (every layer on one stage).
+double longest_call_us(const args& a) { return a.layer_us * a.layers * (a.slow ? std::max(1.0, a.slow->factor) : 1.0); }
+
+/// The executor's deadline for one wait: a minute, plus three times a step of the longest calls (a
+/// wait may span a pipeline's fill of another rank's calls).
+std::chrono::milliseconds deadline(const args& a) {
+  return std::chrono::milliseconds(
+      60000 + static_cast<long long>(3 * longest_call_us(a) * 3 * (a.microbatches + a.ranks) / 1000));
+}
 
 args parse(int argc, char** argv) {
   args a;
@@ -155,9 +168,16 @@ args parse(int argc, char** argv) {
     fail("--calibrate rebuilds zb-auto from measured costs; " +
          (a.file.empty() ? "--schedule " + a.schedule : "--file " + a.file) + " does not depend on costs");
   if (a.plan_set && !a.slow) fail("--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR too");
-  if (a.plan_set && (!a.file.empty() || a.calibrate))
-    fail(std::string("--plan-set builds its plans from a --schedule NAME: not with ") +
-         (a.calibrate ? "--calibrate" : "--file"));
+  if (a.plan_set)
+    if (const char* e = examples::plan_set_run::steps_error(a.steps)) fail(e);
+  if (const double call_us = longest_call_us(a); call_us > 1e7)
+    fail("--layer-us, --layers" + std::string(a.slow ? " and --slow's factor" : "") + " make a call last up to " +
+         examples::json_number(call_us / 1e6) + " s: keep U × L" + (a.slow ? " × F" : "") + " within 10 s");
+  if (a.plan_set && !a.file.empty()) fail("--plan-set builds its plans from a --schedule NAME: not with --file");
+  if (a.plan_set && a.calibrate)
+    fail(
+        "--plan-set models a layer as F = 1, B = 2 and moves layers by it, not by measured costs: not with "
+        "--calibrate");
   return a;
 }
 
@@ -227,8 +247,9 @@ struct calibration {
   pt::cost_model costs;
 };
 
-calibration measure(const pt::runtime_plan& plan, pt::uniform_chain<mlp::stage>& model, int m, int steps) {
-  ph::executor ex{plan, model, {.deadline = std::chrono::seconds(60), .trace = true}};
+calibration measure(const args& a, const pt::runtime_plan& plan, pt::uniform_chain<mlp::stage>& model, int steps) {
+  const int m = a.microbatches;
+  ph::executor ex{plan, model, {.deadline = deadline(a), .trace = true}};
   std::vector<double> losses, ms;
   for (int k = 0; k < steps; ++k) {
     const mlp::batch b = mlp::make_batch(m, 1000003 + static_cast<std::uint64_t>(k));
@@ -279,6 +300,14 @@ std::string costs_text(const pt::costs& c) {
   return buf;
 }
 
+/// A loss that is not finite: says so (and which step) and returns true.
+bool diverged(const args& a, int step, double loss) {
+  if (std::isfinite(loss)) return false;
+  std::fprintf(stderr, "train_mlp: step %d: the loss is not finite (%g); lower --lr (now %g)\n", step, loss,
+               static_cast<double>(a.lr));
+  return true;
+}
+
 /// --plan-set (the header comment): the nominal plan and one per rank slowed by --slow's factor,
 /// each with its own model (its split of the layers) and executor, bound once; the nominal plan
 /// for the first half of the steps, then the plan the detector's measured speeds choose.
@@ -297,7 +326,8 @@ int train_plan_set(args& a, const pt::runtime_plan& nominal) {
   for (int r = 0; r < S; ++r) scenarios.push_back({r, a.slow->factor});
   pt::plan_set set;
   try {
-    set = pt::make_plan_set(a.schedule, S, m, layout, pt::costs{.f = 1, .b = 2}, scenarios, {}, 1);
+    set = pt::make_plan_set(a.schedule, S, m, layout, pt::costs{.f = 1, .b = 2}, scenarios,
+                            pt::schedule_params{.mem_limit = a.mem_limit}, 1);
   } catch (const std::invalid_argument& e) {
     fail(std::string("--plan-set: ") + e.what());
   }
@@ -312,86 +342,59 @@ int train_plan_set(args& a, const pt::runtime_plan& nominal) {
     models.push_back(mlp::make_model(split));
     pace(models.back(), plans.back(), a);
     exs.push_back(std::make_unique<ph::executor<pt::uniform_chain<mlp::stage>>>(
-        plans.back(), models.back(), ph::executor_options{.deadline = std::chrono::seconds(60), .trace = true}));
+        plans.back(), models.back(), ph::executor_options{.deadline = deadline(a), .trace = true}));
   }
   auto reference = mlp::make_model(a.layers, S);  // the nominal model's initial parameters
-  std::vector<double> slowed(static_cast<std::size_t>(S), 1.0);
-  slowed[static_cast<std::size_t>(a.slow->rank)] = 1 / a.slow->factor;
+  examples::plan_set_run run{set, plans, *a.slow, a.steps};
 
-  std::vector<double> losses, ref_losses, fixed_ms, switched_ms;
-  ph::speed_window watch{3};  // the speeds of the last 3 steps: one noisy step does not choose
-  int current = 0, switched_at = -1;
-  double loss_first = 0, loss_last = 0, max_diff = 0, switch_ms = 0;
+  std::vector<double> losses, ref_losses;
+  double loss_first = 0, loss_last = 0, max_diff = 0;
   bool match = false;
   for (int step = 0; step < a.steps; ++step) {
     const mlp::batch b = mlp::make_batch(m, static_cast<std::uint64_t>(step));
-    pt::uniform_chain<mlp::stage>& model = models[static_cast<std::size_t>(current)];
-    ph::executor<pt::uniform_chain<mlp::stage>>& ex = *exs[static_cast<std::size_t>(current)];
-    mlp::attach(model, b, losses, m);
+    const std::size_t k = run.current();
+    mlp::attach(models[k], b, losses, m);
     const auto t0 = std::chrono::steady_clock::now();
-    ex.step(b.inputs);
-    (switched_at >= 0 ? switched_ms : fixed_ms).push_back(since_ms(t0));
+    exs[k]->step(b.inputs);
+    const double ms = since_ms(t0);
     loss_last = mlp::mean_loss(losses);
     if (step == 0) {
       loss_first = loss_last;
       mlp::reference_step(reference, b, ref_losses, m);
-      max_diff = mlp::max_grad_diff(model, reference, &match);
+      max_diff = mlp::max_grad_diff(models[k], reference, &match);
       match = match && mlp::mean_loss(ref_losses) == loss_last;
     }
-    if (!a.json)
-      std::printf("step %3d  plan %d  loss %.6f  %7.3f ms\n", step, current, loss_last,
-                  (switched_at >= 0 ? switched_ms : fixed_ms).back());
-    for (mlp::stage& st : model.stages()) st.sgd(a.lr / static_cast<float>(m));
-    if (switched_at >= 0) continue;  // (one switch: watched no more)
-    // the detector: each rank's speed in this step, kept with the last steps'; the first half runs
-    // the fixed plan, and after the last step no plan runs next
-    const auto c0 = std::chrono::steady_clock::now();
-    watch.add(
-        ph::measured_speeds(ex.trace(), plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current)));
-    if (2 * (step + 1) <= a.steps || step + 1 == a.steps || !watch.full()) continue;
-    const int next = set.choose(watch.speeds(), current);
-    if (next == current) continue;
-    mlp::move_layers(model, models[static_cast<std::size_t>(next)]);  // between two steps
-    switch_ms = since_ms(c0);
-    current = next, switched_at = step;
+    if (!a.json) std::printf("step %3d  plan %zu  loss %.6f  %7.3f ms\n", step, k, loss_last, ms);
+    if (diverged(a, step, loss_last)) return 1;
+    for (mlp::stage& st : models[k].stages()) st.sgd(a.lr / static_cast<float>(m));
+    run.after(step + 1, ms, exs[k]->trace(), [&](std::size_t from, std::size_t to) {
+      mlp::move_layers(models[from], models[to]);  // between two steps
+    });
   }
-  const double fx = median(fixed_ms), sw = median(switched_ms);
-  const double fixed_model = set.makespan(0, slowed), switched_model = set.makespan(current, slowed);
+  const std::size_t last = run.current();
   pt::trace_options o;
   o.ranks = S;
-  const pt::step_trace last = pt::trace_of(exs[static_cast<std::size_t>(current)]->trace(), o);
+  const pt::step_trace last_trace = pt::trace_of(exs[last]->trace(), o);
   // the plan run last, simulated with the costs measured in its last step
-  const double sim_ms = simulated(plans[static_cast<std::size_t>(current)], pt::measure_costs(last)).makespan();
+  const double sim_ms = simulated(plans[last], pt::measure_costs(last_trace)).makespan();
 
   // --svg / --trace: the last step under the fixed plan above the last under the chosen one, measured
   if (!a.svg.empty() || !a.trace.empty()) {
-    const pt::step_trace fixed_trace = pt::trace_of(exs[0]->trace(), o);
-    const std::string slow =
-        "rank " + std::to_string(a.slow->rank) + " " + examples::json_number(a.slow->factor) + "× as slow";
-    draw(a, fixed_trace, "fixed: the nominal plan's last step, " + slow, last,
-         current == 0 ? "chosen: the nominal plan kept (the same step)"
-                      : "switched: plan " + std::to_string(current) + "'s last step (layers moved off rank " +
-                            std::to_string(current - 1) + ")");
+    char slow[64];
+    std::snprintf(slow, sizeof slow, "rank %d %g× as slow", a.slow->rank, a.slow->factor);
+    draw(a, pt::trace_of(exs[0]->trace(), o), std::string("fixed: the nominal plan's last step, ") + slow, last_trace,
+         run.switched() ? "switched: plan " + std::to_string(last) + "'s last step (layers moved off rank " +
+                              std::to_string(last - 1) + ")"
+                        : std::string("chosen: the nominal plan kept (the same step)"));
   }
   if (a.json) {
-    print_json_head(a, loss_first, loss_last, match, max_diff, switched_at >= 0 ? sw : fx, sim_ms);
-    std::printf(
-        ", \"stragglers\": {\"slow_rank\": %d, \"factor\": %g, \"plans\": %zu, \"fixed_step_ms\": %.6f, "
-        "\"switched_step_ms\": %.6f, \"switched_at\": %d, \"chosen\": %d, \"switch_ms\": %.6f, "
-        "\"fixed_makespan\": %.9g, \"switched_makespan\": %.9g}}\n",
-        a.slow->rank, a.slow->factor, set.plans.size(), fx, sw, switched_at, current, switch_ms, fixed_model,
-        switched_model);
+    print_json_head(a, loss_first, loss_last, match, max_diff,
+                    run.switched() ? run.switched_step_ms() : run.fixed_step_ms(), sim_ms);
+    run.print_json();
+    std::printf("}\n");
   } else {
-    std::printf("\nloss %.6f -> %.6f; rank %d runs %g× as long; a plan set of %zu plans\n", loss_first, loss_last,
-                a.slow->rank, a.slow->factor, set.plans.size());
-    if (switched_at >= 0)
-      std::printf(
-          "fixed plan: median step %.3f ms; switched to plan %d after step %d: median step %.3f ms (%.3f of it; "
-          "modelled %.3f); choosing and switching took %.3f ms\n",
-          fx, current, switched_at, sw, fx > 0 ? sw / fx : 0.0, switched_model / fixed_model, switch_ms);
-    else
-      std::printf("fixed plan: median step %.3f ms; the detector kept it (no plan shorter by more than %.0f %%)\n", fx,
-                  100 * set.margin);
+    std::printf("\nloss %.6f -> %.6f; ", loss_first, loss_last);
+    run.print_text();
     std::printf("first step's gradients vs the unpipelined reference: %s (max |diff| %g)\n",
                 match ? "bitwise equal" : "DIFFERENT", max_diff);
   }
@@ -417,7 +420,7 @@ int train(int argc, char** argv) {
     pt::costs costs{};
   } cal;
   if (a.calibrate) {
-    const calibration c = measure(plan, model, m, 5);
+    const calibration c = measure(a, plan, model, 5);
     cal.step_ms_before = c.step_ms;
     cal.costs = c.costs.base();
     cal.simulated_before = pt::simulate(plan.compute(), c.costs).makespan();
@@ -429,7 +432,7 @@ int train(int argc, char** argv) {
     if (cal.kept) plan = std::move(tuned);
   }
   pace(model, plan, a);
-  ph::executor ex{plan, model, {.deadline = std::chrono::seconds(60), .trace = true}};
+  ph::executor ex{plan, model, {.deadline = deadline(a), .trace = true}};
 
   if (!a.json) {
     std::cout << pt::grid(plan, pt::simulate(plan, pt::costs{.f = 1, .b = 2})) << "\n"
@@ -455,11 +458,7 @@ int train(int argc, char** argv) {
     }
     loss_last = loss;
     if (!a.json) std::printf("step %3d  loss %.6f  %7.3f ms\n", step, loss, step_ms.back());
-    if (!std::isfinite(loss)) {
-      std::fprintf(stderr, "train_mlp: step %d: the loss is not finite (%g); lower --lr (now %g)\n", step, loss,
-                   static_cast<double>(a.lr));
-      return 1;
-    }
+    if (diverged(a, step, loss)) return 1;
     // the stages hold the gradient summed over the m microbatches: step along its mean, so one
     // learning rate serves every microbatch count
     for (mlp::stage& s : model.stages()) s.sgd(a.lr / static_cast<float>(m));

@@ -363,69 +363,42 @@ int train_plan_set(run_args& a, const examples::cli& cli) {
     exs.push_back(std::make_unique<ph::executor<pt::uniform_chain<stage>>>(
         plans.back(), models.back(), ph::executor_options{.deadline = std::chrono::seconds(120), .trace = true}));
   }
-  std::vector<double> slowed(static_cast<std::size_t>(S), 1.0);
-  slowed[static_cast<std::size_t>(a.slow[0].rank)] = 1 / a.slow[0].factor;
+  examples::plan_set_run run{set, plans, a.slow[0], a.steps};
   step_data d;
-  ph::speed_window watch{3};  // the speeds of the last 3 steps: one noisy step does not choose
-  int current = 0, switched_at = -1;
-  double loss_first = 0, loss_last = 0, max_diff = 0, switch_ms = 0;
+  double loss_first = 0, loss_last = 0, max_diff = 0;
   bool grads_match = false;
-  std::vector<double> fixed_ms, switched_ms;
   for (int step = 1; step <= a.steps; ++step) {
     draw(d, start.corpus, a, step);
-    ph::executor<pt::uniform_chain<stage>>& ex = *exs[static_cast<std::size_t>(current)];
-    pt::uniform_chain<stage>& model = models[static_cast<std::size_t>(current)];
+    const std::size_t k = run.current();
     const auto t0 = std::chrono::steady_clock::now();
-    const pt::step_losses& l = ex.step(d.batch);
-    (switched_at > 0 ? switched_ms : fixed_ms).push_back(since_ms(t0));
+    const pt::step_losses& l = exs[k]->step(d.batch);
+    const double ms = since_ms(t0);
     loss_last = l.objective();
     if (step == 1) {  // the reference: the same microbatches unpipelined, from the same parameters
       loss_first = loss_last;
-      grads_match = matches_reference(model, c, start.initial, d.mbs, max_diff);
+      grads_match = matches_reference(models[k], c, start.initial, d.mbs, max_diff);
     }
-    for (stage& st : model.stages()) st.adam(a.lr, step);
-    if (switched_at > 0) continue;  // (one switch: watched no more)
-    // the detector: each rank's speed in this step, kept with the last steps'; the first half runs
-    // the fixed plan, and after the last step no plan runs next
-    const auto c0 = std::chrono::steady_clock::now();
-    watch.add(
-        ph::measured_speeds(ex.trace(), plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current)));
-    if (step * 2 <= a.steps || step == a.steps || !watch.full()) continue;
-    const int next = set.choose(watch.speeds(), current);
-    if (next == current) continue;
-    // the switch, between two steps: the parameters and Adam's moments into the next layout
-    model_params<float> p = zero_params<float>(c), mm = zero_params<float>(c), vv = zero_params<float>(c);
-    for (const stage& st : model.stages()) {
-      st.gather(p, false);
-      st.gather_flat(std::vector<float>(st.adam_m().begin(), st.adam_m().end()), mm);
-      st.gather_flat(std::vector<float>(st.adam_v().begin(), st.adam_v().end()), vv);
-    }
-    for (stage& st : models[static_cast<std::size_t>(next)].stages()) st.load(p, mm, vv);
-    switch_ms = since_ms(c0);
-    current = next, switched_at = step;
+    for (stage& st : models[k].stages()) st.adam(a.lr, step);
+    run.after(step, ms, exs[k]->trace(), [&](std::size_t from, std::size_t to) {
+      // the parameters and Adam's moments into the next layout, between two steps
+      model_params<float> p = zero_params<float>(c), mm = zero_params<float>(c), vv = zero_params<float>(c);
+      for (const stage& st : models[from].stages()) {
+        st.gather(p, false);
+        st.gather_flat(std::vector<float>(st.adam_m().begin(), st.adam_m().end()), mm);
+        st.gather_flat(std::vector<float>(st.adam_v().begin(), st.adam_v().end()), vv);
+      }
+      for (stage& st : models[to].stages()) st.load(p, mm, vv);
+    });
   }
-  const double fx = fixed_ms.empty() ? 0 : median(fixed_ms), sw = switched_ms.empty() ? 0 : median(switched_ms);
-  const double fixed_model = set.makespan(0, slowed), switched_model = set.makespan(current, slowed);
   if (a.json) {
-    print_json_head(a, S, S, m, loss_first, loss_last, grads_match, max_diff, fx, 0);
-    std::printf(
-        ", \"stragglers\": {\"slow_rank\": %d, \"factor\": %g, \"plans\": %zu, \"fixed_step_ms\": %.4f, "
-        "\"switched_step_ms\": %.4f, \"switched_at\": %d, \"chosen\": %d, \"switch_ms\": %.4f, "
-        "\"fixed_makespan\": %.9g, \"switched_makespan\": %.9g}, \"peak_rss_mib\": %.1f}\n",
-        a.slow[0].rank, a.slow[0].factor, set.plans.size(), fx, sw, switched_at, current, switch_ms, fixed_model,
-        switched_model, examples::peak_rss_mib());
+    print_json_head(a, S, S, m, loss_first, loss_last, grads_match, max_diff,
+                    run.switched() ? run.switched_step_ms() : run.fixed_step_ms(), 0);
+    run.print_json();
+    std::printf(", \"peak_rss_mib\": %.1f}\n", examples::peak_rss_mib());
   } else {
-    std::printf("gpt: %s on %d ranks, rank %d %g× as slow; a plan set of %zu plans; loss %.4f -> %.4f\n",
-                a.schedule.c_str(), S, a.slow[0].rank, a.slow[0].factor, set.plans.size(), loss_first, loss_last);
+    std::printf("gpt: %s on %d ranks; loss %.4f -> %.4f; ", a.schedule.c_str(), S, loss_first, loss_last);
+    run.print_text();
     std::printf("first step's gradients %s the unpipelined run's\n", grads_match ? "are bitwise" : "DIFFER from");
-    if (switched_at > 0)
-      std::printf(
-          "fixed plan: median step %.2f ms; switched to plan %d after step %d: median step %.2f ms (%.3f of "
-          "it; modelled %.3f); the switch took %.3f ms\n",
-          fx, current, switched_at, sw, sw / fx, switched_model / fixed_model, switch_ms);
-    else
-      std::printf("fixed plan: median step %.2f ms; the detector kept it (no plan shorter by more than %.0f %%)\n", fx,
-                  100 * set.margin);
   }
   return grads_match ? 0 : 1;
 }

@@ -20,6 +20,7 @@
 
 #include "../cli.hpp"
 #include "../figures.hpp"
+#include "../plan_set_run.hpp"
 #include "layers.hpp"
 
 #ifndef GPT_CORPUS_DIR
@@ -178,6 +179,8 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
   if (!a.slow.empty())
     if (const char* e = pt::slowdown_error(a.slow[0], a.ranks)) cli.fail("--slow: " + std::string(e));
   if (a.plan_set && a.slow.empty()) cli.fail("--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR too");
+  if (a.plan_set)
+    if (const char* e = examples::plan_set_run::steps_error(a.steps)) cli.fail(e);
   if (a.lengths.empty() != (a.token_cap == 0))
     cli.fail(a.lengths.empty() ? "--token-cap packs the documents of --lengths FILE: give it too"
                                : "--lengths packs documents under a token cap: give --token-cap N too");

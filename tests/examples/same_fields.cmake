@@ -1,6 +1,7 @@
 # Runs EXE twice, with ARGS and with ARGS plus MORE (;-lists), each printing one --json line; both
 # must exit 0 and print the same text for every field in FIELDS (e.g. loss_last): a way of
-# running that must not change the numbers (FSDP against plain data parallelism).
+# running that must not change the numbers (FSDP against plain data parallelism). MATCH_B, if
+# given, is a regex the second run's output must match (that it did run the other way).
 foreach(run a b)
   set(args ${ARGS})
   if(run STREQUAL "b")
@@ -11,6 +12,9 @@ foreach(run a b)
     message(FATAL_ERROR "${EXE} ${args}: exit code ${rc}\n${out_${run}}${err}")
   endif()
 endforeach()
+if(DEFINED MATCH_B AND NOT out_b MATCHES "${MATCH_B}")
+  message(FATAL_ERROR "the run with `${MORE}` does not match `${MATCH_B}`:\n${out_b}")
+endif()
 foreach(field ${FIELDS})
   foreach(run a b)
     if(NOT out_${run} MATCHES "\"${field}\": ([^,}]+)")
