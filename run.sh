@@ -5,7 +5,7 @@
 #   bash run.sh test   build everything and run every test (what CI runs): the suite with clang++
 #                      under ASan + UBSan with the fuzzer (45 s), the executors' tests under
 #                      ThreadSanitizer, then the library's tests with g++ (Debug) and the examples'
-#                      with g++ -O3, the binaries the pages' commands name
+#                      with g++ -O2, the binaries the pages' commands name
 # Each installs what it needs from Debian's packages first; `test` also makes a virtual
 # environment with torch from PyPI for the tests against PyTorch's runtime (docs/07_pytorch.md).
 set -euo pipefail
@@ -87,7 +87,7 @@ case "${1:-}" in
     torch_venv_start
     # Four presets, no target built twice in one configuration: clang (clang++ with ASan + UBSan:
     # the library's tests, the examples' and the fuzzer), tsan (the executors' tests), release
-    # (g++ -O3: the examples and the benchmarks, with the examples' tests and the benchmark kit's
+    # (g++ -O2: the examples and the benchmarks, with the examples' tests and the benchmark kit's
     # checks), dev (g++, Debug: the library's tests and the LibTorch adapter's). The presets that
     # need no torch build and test first, while torch downloads; release and dev configure after
     # it, since they find LibTorch in the virtual environment, and build side by side. Their tests
