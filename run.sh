@@ -88,7 +88,8 @@ case "${1:-}" in
     # Four presets, no target built twice in one configuration: clang (clang++ with ASan + UBSan:
     # the library's tests, the examples' and the fuzzer), tsan (the executors' tests), release
     # (g++ -O2: the examples and the benchmarks, with the examples' tests and the benchmark kit's
-    # checks), dev (g++, Debug: the library's tests and the LibTorch adapter's). The presets that
+    # checks), dev (g++, Debug: the library's tests compiled syntax only, the LibTorch adapter's
+    # built and run). The presets that
     # need no torch build and test first, while torch downloads; release and dev configure after
     # it, since they find LibTorch in the virtual environment, and build side by side. Their tests
     # then run as one pool of two jobs (the PyTorch runs first, the rest beside them). Each
