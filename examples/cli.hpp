@@ -48,6 +48,10 @@ struct cli {
       fail(flag + " needs a number in (0, " + std::to_string(hi) + "]");
     return x;
   }
+  /// " (ranks 0 to P−1)" where `rank` is not one of `ranks` ranks (after --slow's rank error).
+  static std::string rank_range(int rank, int ranks) {
+    return rank >= 0 && rank < ranks ? "" : " (its ranks are 0 to " + std::to_string(ranks - 1) + ")";
+  }
   /// --slow's RANK:FACTOR (rank RANK runs FACTOR times as long), RANK in [0, max_rank], FACTOR in
   /// (0, 1e6]; `again`: the flag was given before (one slowed rank at a time).
   std::pair<int, float> rank_factor(const std::string& flag, const std::string& v, int max_rank, bool again) const {

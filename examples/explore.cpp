@@ -124,6 +124,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "lengths_file.hpp"
 #include "plain_number.hpp"
 #include "read_text.hpp"
@@ -437,7 +438,8 @@ args parse(int argc, char** argv) {
   if (a.input_mb > a.act_mb) usage_error("--input-mb is part of the saved activation: at most --act-mb");
   if (a.microbatches < 1) usage_error("--microbatches must be at least 1");
   if (!a.slow.empty()) {  // the straggler: its rank's speed, the others nominal
-    if (const char* e = pt::slowdown_error(a.slow[0], a.ranks)) usage_error("--slow: " + std::string(e));
+    if (const char* e = pt::slowdown_error(a.slow[0], a.ranks))
+      usage_error("--slow: " + std::string(e) + examples::cli::rank_range(a.slow[0].rank, a.ranks));
     if (!a.rank_speed.empty()) usage_error("--slow sets a rank's speed: give it or --rank-speed, not both");
     if (!a.file.empty() || a.schedule == "all")
       usage_error("--slow runs one --schedule NAME (not with --file or --schedule all yet)");

@@ -210,7 +210,8 @@ pt::runtime_plan make(args& a, const pt::costs& c = {}) {
   a.microbatches = plan.compute().microbatches;
   a.chunks = plan.compute().lane_length() / std::max(1, plan.compute().ranks);
   if (a.slow)
-    if (const char* e = pt::slowdown_error(*a.slow, a.ranks)) fail("--slow: " + std::string(e));
+    if (const char* e = pt::slowdown_error(*a.slow, a.ranks))
+      fail("--slow: " + std::string(e) + examples::cli::rank_range(a.slow->rank, a.ranks));
   return plan;
 }
 

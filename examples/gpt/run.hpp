@@ -177,7 +177,8 @@ run_args parse_run(int argc, char** argv, const examples::cli& cli, double atten
       cli.fail("unknown argument '" + f + "'\n" + cli.usage);
   }
   if (!a.slow.empty())
-    if (const char* e = pt::slowdown_error(a.slow[0], a.ranks)) cli.fail("--slow: " + std::string(e));
+    if (const char* e = pt::slowdown_error(a.slow[0], a.ranks))
+      cli.fail("--slow: " + std::string(e) + examples::cli::rank_range(a.slow[0].rank, a.ranks));
   if (a.plan_set && a.slow.empty()) cli.fail("--plan-set holds plans for slowed ranks: give --slow RANK:FACTOR too");
   if (a.plan_set)
     if (const char* e = examples::plan_set_run::steps_error(a.steps)) cli.fail(e);
