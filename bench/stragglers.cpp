@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "../examples/figures.hpp"
 #include "../examples/pace.hpp"
 
 namespace pt = pipetype;
@@ -50,10 +51,6 @@ struct layers_sleeper {
   void backward_weight(const pt::backward_ctx<layers_sleeper>&) { hold(b_ms / 2); }
   std::span<float> weight_gradients() { return grad; }
 };
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -127,17 +124,13 @@ int main(int argc, char** argv) {
           plans.back(), models.back(), ph::executor_options{.ordered_gradients = false, .trace = true}));
     }
     std::vector<float> batch(16 * static_cast<std::size_t>(m));
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
     // fixed: the nominal plan throughout
     exs[0]->step(batch);  // warm-up
     std::vector<double> fixed;
     for (int i = 0; i < steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       exs[0]->step(batch);
-      fixed.push_back(ms_since(t0));
+      fixed.push_back(examples::since_ms(t0));
     }
     // switched: the detector after each step, the plan it chooses for the next
     int current = 0, switched_at = -1, chosen = 0;
@@ -146,7 +139,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       exs[static_cast<std::size_t>(current)]->step(batch);
-      const double step_ms = ms_since(t0);
+      const double step_ms = examples::since_ms(t0);
       if (switched_at >= 0) after.push_back(step_ms);
       const auto c0 = std::chrono::steady_clock::now();
       const std::vector<double> speed =
@@ -154,7 +147,7 @@ int main(int argc, char** argv) {
                               plans[static_cast<std::size_t>(current)].compute(), set.costs_of(current));
       const int next = set.choose(speed, current);
       if (next != current && switched_at < 0) {
-        switched_at = i + 1, switch_ms = ms_since(c0), chosen = next;
+        switched_at = i + 1, switch_ms = examples::since_ms(c0), chosen = next;
         if (!json) {
           std::printf("after step %d the ranks' measured speeds were", i + 1);
           for (const double s : speed) std::printf(" %.3f", s);
@@ -163,7 +156,7 @@ int main(int argc, char** argv) {
       }
       current = next;
     }
-    const double fx = median(fixed), sw = after.empty() ? 0 : median(after);
+    const double fx = examples::median(fixed), sw = examples::median(after);
     if (json) {
       std::printf(
           "{\"schedule\": \"%s\", \"ranks\": %d, \"microbatches\": %d, \"layers\": %d, \"stragglers\": "

@@ -1,12 +1,14 @@
 // examples/figures.hpp — how the trainers report what they compared: a largest difference that
 // stays NaN once a difference is NaN (std::max drops a NaN, so a gradient that is not a number
 // reported a difference of 0 beside "grads_match_reference": false), and a JSON number that is
-// null when it is not finite (JSON has no nan or inf); and the process's peak resident memory.
+// null when it is not finite (JSON has no nan or inf); the process's peak resident memory; and a
+// run's step times: each since its start, their median.
 #pragma once
 
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -18,6 +20,17 @@ namespace examples {
 /// The larger of d and e; NaN when either is.
 inline double worst(double d, double e) {
   return std::isnan(d) || std::isnan(e) ? std::numeric_limits<double>::quiet_NaN() : std::max(d, e);
+}
+
+/// Milliseconds since `t0`.
+inline double since_ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// The median of `v` (of an even count, the upper middle one); 0 when empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 /// v as a JSON number (%.9g), or null when it is not finite.

@@ -6,12 +6,13 @@
 
 #include <pipetype/host.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "figures.hpp"
 
 namespace examples {
 
@@ -57,13 +58,13 @@ class plan_set_run {
     const int next = set_.choose(watch_.speeds(), k);
     if (next == k) return;
     move(current_, static_cast<std::size_t>(next));
-    switch_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+    switch_ms_ = since_ms(c0);
     current_ = static_cast<std::size_t>(next);
     switched_at_ = done;
   }
 
-  double fixed_step_ms() const { return median(fixed_ms_); }
-  double switched_step_ms() const { return median(switched_ms_); }
+  double fixed_step_ms() const { return examples::median(fixed_ms_); }
+  double switched_step_ms() const { return examples::median(switched_ms_); }
   /// The modelled makespans under the slowdown: the nominal plan's, and the plan run last's.
   double fixed_makespan() const { return set_.makespan(0, slowed_); }
   double switched_makespan() const { return set_.makespan(static_cast<int>(current_), slowed_); }
@@ -98,12 +99,6 @@ class plan_set_run {
   }
 
  private:
-  static double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-
   const pipetype::plan_set& set_;
   const std::vector<pipetype::runtime_plan>& plans_;
   pipetype::slowdown slow_;

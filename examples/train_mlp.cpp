@@ -226,14 +226,8 @@ void pace(pt::uniform_chain<mlp::stage>& model, const pt::runtime_plan& plan, co
                             per_layer);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-double since_ms(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using examples::median;
+using examples::since_ms;
 
 /// The simulated step of `plan` under `c` as drawable events.
 pt::step_trace simulated(const pt::runtime_plan& plan, const pt::cost_model& c) {

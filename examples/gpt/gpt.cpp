@@ -71,9 +71,10 @@
 // plan for each rank slowed by FACTOR, blocks moved off it (schedules/plan_set.hpp), each with its
 // own model and executor: the first half of the steps run the nominal plan, then the detector
 // reads each rank's speed from the traces (each rank's median over the last 3 steps) and the rule
-// picks the plan for the next step, the parameters and Adam's moments moved to its layout between two steps (docs/05 §5.9). The losses
-// are a fixed plan's, bit for bit; --json adds stragglers.fixed_step_ms, switched_step_ms,
-// switched_at, chosen, switch_ms and the modelled makespans.
+// picks the plan for the next step, the parameters and Adam's moments moved to its layout between
+// two steps (docs/05 §5.9, examples/plan_set_run.hpp). The losses are a fixed plan's, bit for bit;
+// --json adds stragglers.fixed_step_ms, switched_step_ms, switched_at, chosen, switch_ms and the
+// modelled makespans.
 // --lengths FILE --token-cap N (one replica, --rows 1, N ≤ T) trains on documents of the file's
 // lengths, drawn from the corpus anew each step, packed into microbatches of one row of at most N
 // tokens (schedules/balance.hpp, a document of t tokens costing t + t²/T': --attention-at T', or

@@ -552,13 +552,7 @@ struct param_report {
   }
 };
 
-inline double since_ms(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using examples::median;
+using examples::since_ms;
 
 }  // namespace gpt

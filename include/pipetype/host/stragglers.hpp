@@ -36,6 +36,15 @@
 
 namespace pipetype::host {
 
+namespace detail {
+/// The lower median of `v` (not empty; reordered).
+inline double lower_median(std::vector<double>& v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+}  // namespace detail
+
 /// Each rank's speed in a traced step (see the header comment); 1 where a rank ran nothing.
 template <cost_source C>
 std::vector<double> measured_speeds(const std::vector<op_time>& trace, program_view plan, const C& costs) {
@@ -50,11 +59,8 @@ std::vector<double> measured_speeds(const std::vector<op_time>& trace, program_v
   std::vector<double> pace(P, 0.0), speed(P, 1.0);
   double fastest = 0;
   for (std::size_t r = 0; r < P; ++r) {
-    std::vector<double>& v = paces[r];
-    if (v.empty()) continue;
-    const auto mid = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);  // the lower median
-    std::nth_element(v.begin(), mid, v.end());
-    fastest = std::max(fastest, pace[r] = *mid);
+    if (paces[r].empty()) continue;
+    fastest = std::max(fastest, pace[r] = detail::lower_median(paces[r]));
   }
   if (fastest <= 0) return speed;
   for (std::size_t r = 0; r < P; ++r)
@@ -81,9 +87,7 @@ class speed_window {
     for (std::size_t r = 0; r < out.size(); ++r) {
       v.clear();
       for (const std::vector<double>& s : seen_) v.push_back(s[r]);
-      const auto mid = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);
-      std::nth_element(v.begin(), mid, v.end());
-      out[r] = *mid;
+      out[r] = detail::lower_median(v);
     }
     return out;
   }
